@@ -1,0 +1,39 @@
+# Two commands do all set-up on a fresh clone:  `make demo`  and  `make test`.
+# Both create .venv from the pinned lock file if it is missing or stale (idempotent).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: venv demo test test-fast bench lock clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.lock
+	$(PY) -m pip install -q --no-deps -e .
+	@touch $(STAMP)
+
+demo: venv
+	$(PY) -m datakit.demo
+
+test: venv
+	$(PY) -m pytest
+
+test-fast: venv
+	$(PY) -m pytest -m "not spark and not cluster and not slow"
+
+bench: venv
+	$(PY) benchmarks/run_all.py
+
+# Re-resolve requirements.in into the pinned lock (needs the registry).
+lock:
+	rm -rf /tmp/datakit-lock && $(PYTHON) -m venv /tmp/datakit-lock
+	/tmp/datakit-lock/bin/pip install -q --upgrade pip
+	/tmp/datakit-lock/bin/pip install -q -r requirements.in
+	/tmp/datakit-lock/bin/pip freeze --exclude-editable | grep -v '^datakit' > requirements.lock
+
+clean:
+	rm -rf $(VENV) demo out

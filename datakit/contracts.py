@@ -1,0 +1,101 @@
+"""Arrow schemas of the data contracts (editor event v1, training record v1).
+
+Why a module and not only JSON files: every stage and both engines need the
+*same* `pyarrow.Schema` objects — byte-identical output starts with identical
+types (e.g. `string`, never `large_string`). The human-readable contract lives
+in `schemas/*.json`; `tests/test_contracts.py` checks the two agree.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+
+SCHEMAS_DIR = Path(__file__).resolve().parent.parent / "schemas"
+
+EVENT_TYPES = ("tab_completion", "inline_edit", "chat_turn", "agent_step")
+OUTCOMES = ("accepted", "rejected", "partial", "ignored")
+RECORD_KINDS = ("code", "fim", "sft", "preference")
+
+MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string()), ("tool_name", pa.string())])
+
+EDITOR_EVENT_V1 = pa.schema(
+    [
+        ("event_id", pa.string()),
+        ("event_type", pa.string()),
+        ("timestamp", pa.string()),  # ISO-8601 UTC, "2026-11-01T12:00:00.123Z"; strings keep engines byte-identical
+        ("user_id", pa.string()),
+        ("org_id", pa.string()),
+        ("session_id", pa.string()),
+        ("client_version", pa.string()),
+        ("privacy_mode", pa.bool_()),
+        ("repo", pa.struct([("repo_id", pa.string()), ("commit", pa.string())])),
+        ("file", pa.struct([("path", pa.string()), ("language", pa.string())])),
+        ("context", pa.struct([("prefix", pa.string()), ("suffix", pa.string())])),
+        ("suggestion", pa.string()),
+        ("outcome", pa.string()),
+        ("accepted_text", pa.string()),
+        ("messages", pa.list_(MESSAGE)),
+        ("diff", pa.string()),
+        ("latency_ms", pa.int64()),
+        # provenance added by ingest: where the row came from (for quarantine and lineage)
+        ("_source_file", pa.string()),
+        ("_source_line", pa.int64()),
+    ]
+)
+
+SEGMENT = pa.struct([("text", pa.string()), ("train", pa.bool_()), ("role", pa.string())])
+
+RECORD_SOURCE = pa.struct(
+    [
+        ("event_id", pa.string()),
+        ("user_id", pa.string()),
+        ("org_id", pa.string()),
+        ("session_id", pa.string()),
+        ("timestamp", pa.string()),
+        ("repo_id", pa.string()),
+        ("language", pa.string()),
+        ("path", pa.string()),
+    ]
+)
+
+TRAINING_RECORD_V1 = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("kind", pa.string()),
+        ("segments", pa.list_(SEGMENT)),
+        ("chosen", pa.string()),
+        ("rejected", pa.string()),
+        ("source", RECORD_SOURCE),
+        ("meta", pa.string()),  # a JSON object with sorted keys (stable bytes on every engine)
+    ]
+)
+
+# What a raw-line source yields before ingest parses it.
+RAW_LINES = pa.schema(
+    [
+        ("_raw", pa.binary()),
+        ("_source_file", pa.string()),
+        ("_source_line", pa.int64()),
+        ("_read_error", pa.string()),
+    ]
+)
+
+SCHEMAS: dict[str, pa.Schema] = {
+    "editor_event.v1": EDITOR_EVENT_V1,
+    "training_record.v1": TRAINING_RECORD_V1,
+}
+
+
+def schema_by_name(name: str) -> pa.Schema:
+    """Look up a contract by its versioned name, with an error that lists the known ones."""
+    try:
+        return SCHEMAS[name]
+    except KeyError:
+        raise KeyError(f"unknown schema {name!r}; known: {sorted(SCHEMAS)}") from None
+
+
+def load_contract(name: str) -> dict:
+    """The JSON contract document for `name` (from the top-level schemas/ folder)."""
+    return json.loads((SCHEMAS_DIR / f"{name}.json").read_text())

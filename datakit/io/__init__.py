@@ -1,0 +1,1 @@
+"""Storage: fsspec paths, readers, sharded atomic writers and manifests."""

@@ -1,0 +1,168 @@
+"""Sharded output writers, shared by both engines so their bytes are identical.
+
+The contract: an engine groups the final rows by `shard_ids(key)`, hands each
+shard's rows (any order) to `write_shard`, collects the returned `ShardInfo`
+dicts, and calls `commit` once. `write_shard` sorts, writes atomically and is
+resumable: if the final file exists and its sidecar says it was written from
+the same content fingerprint, it is reused (checksum verified) instead of
+rewritten. Formats register a `ShardWriter` (parquet here; `packed` and
+`megatron` in `datakit.stages.tokenize`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Callable, Protocol
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import xxhash
+
+from datakit.io.atomic import atomic_path, sha256_file, write_json_atomic
+from datakit.io.fs import filesystem
+from datakit.plan import SinkSpec
+
+FORMAT_VERSION = 1
+
+
+def shard_ids(keys: pa.Array | pa.ChunkedArray, shards: int) -> np.ndarray:
+    """Shard of each key: xxh64(utf-8 key, seed 0) % shards. Independent of engine and partitioning."""
+    if shards <= 1:
+        return np.zeros(len(keys), dtype=np.int64)
+    h = xxhash.xxh64_intdigest
+    return np.fromiter((h(k.encode()) % shards for k in keys.to_pylist()), dtype=np.int64, count=len(keys))
+
+
+def table_fingerprint(table: pa.Table) -> str:
+    """A content hash of a shard's rows (after sorting), used to decide whether a resume may reuse it."""
+    h = hashlib.sha256()
+    for batch in table.to_batches():
+        for col in batch.columns:
+            for buf in col.buffers():
+                if buf is not None:
+                    h.update(memoryview(buf))
+    h.update(str(table.num_rows).encode())
+    return h.hexdigest()
+
+
+def sort_shard(table: pa.Table, sort_key: str) -> pa.Table:
+    """Stable order inside a shard: by the sort key, ties (same key) by every other column's bytes is
+    never needed because keys are unique by contract (doc_id); we still add a row hash tiebreak."""
+    if table.num_rows == 0:
+        return table
+    idx = pc.sort_indices(table, sort_keys=[(sort_key, "ascending")])
+    return table.take(idx).combine_chunks()
+
+
+class ShardWriter(Protocol):
+    """A format plug-in. `write` writes one shard's files under `out_url`, returns name -> rows stats."""
+
+    name: str
+
+    def write(self, table: pa.Table, shard: int, out_url: str, spec: SinkSpec) -> dict[str, Any]: ...
+
+    def manifest_extra(self, spec: SinkSpec, shards: list[dict[str, Any]]) -> dict[str, Any]: ...
+
+
+_WRITERS: dict[str, Callable[[], ShardWriter]] = {}
+_LAZY = {"packed": "datakit.stages.tokenize.writers", "megatron": "datakit.stages.tokenize.writers"}
+
+
+def register_writer(name: str):
+    def deco(factory):
+        _WRITERS[name] = factory
+        return factory
+    return deco
+
+
+def writer_for(fmt: str) -> ShardWriter:
+    if fmt not in _WRITERS and fmt in _LAZY:
+        import importlib
+
+        importlib.import_module(_LAZY[fmt])
+    try:
+        return _WRITERS[fmt]()
+    except KeyError:
+        raise ValueError(f"unknown output format {fmt!r}; known: {sorted(set(_WRITERS) | set(_LAZY))}") from None
+
+
+PARQUET_WRITE_OPTIONS = dict(compression="zstd", compression_level=3, row_group_size=8192,
+                             use_dictionary=True, write_statistics=True, store_schema=False)
+
+
+def write_parquet(table: pa.Table, url: str) -> None:
+    """Write a Parquet file with fixed settings (same bytes for the same table, on every engine)."""
+    with atomic_path(url) as tmp:
+        fs, p = filesystem(tmp)
+        pq.write_table(table, p, filesystem=fs, **PARQUET_WRITE_OPTIONS)
+
+
+@register_writer("parquet")
+class ParquetShardWriter:
+    name = "parquet"
+
+    def write(self, table: pa.Table, shard: int, out_url: str, spec: SinkSpec) -> dict[str, Any]:
+        fname = f"part-{shard:05d}.parquet"
+        write_parquet(table, f"{out_url.rstrip('/')}/{fname}")
+        return {"files": [fname], "rows": table.num_rows}
+
+    def manifest_extra(self, spec: SinkSpec, shards: list[dict[str, Any]]) -> dict[str, Any]:
+        return {}
+
+
+def write_shard(table: pa.Table, shard: int, spec: SinkSpec, schema: pa.Schema | None = None) -> dict[str, Any]:
+    """Sort one shard, write it with the spec's format (or reuse a finished identical one), return its info."""
+    out = spec.path.rstrip("/")
+    if schema is not None:
+        table = table.select(schema.names).cast(schema)
+    table = sort_shard(table, spec.sort_key or spec.key)
+    fingerprint = table_fingerprint(table)
+    sidecar = f"{out}/_shards/shard-{shard:05d}.json"
+    fs, sp = filesystem(sidecar)
+    if fs.exists(sp):
+        try:
+            info = json.loads(fs.cat_file(sp))
+            if info.get("fingerprint") == fingerprint and all(
+                sha256_file(f"{out}/{f}") == info["sha256"][f] for f in info["files"]
+            ):
+                info["reused"] = True
+                return info
+        except (OSError, ValueError, KeyError):
+            pass  # stale or partial sidecar: rewrite the shard
+    writer = writer_for(spec.format)
+    info = writer.write(table, shard, out, spec)
+    info["shard"] = shard
+    info["fingerprint"] = fingerprint
+    info["sha256"] = {f: sha256_file(f"{out}/{f}") for f in info["files"]}
+    write_json_atomic(sidecar, info)
+    info["reused"] = False
+    return info
+
+
+def commit(spec: SinkSpec, shards: list[dict[str, Any]], manifest: dict[str, Any]) -> dict[str, Any]:
+    """Write manifest.json (last, atomically) and `_SUCCESS`. Returns the manifest."""
+    out = spec.path.rstrip("/")
+    shards = sorted(shards, key=lambda s: s["shard"])
+    writer = writer_for(spec.format)
+    body = {
+        "format": spec.format,
+        "format_version": FORMAT_VERSION,
+        "shards": [{k: v for k, v in s.items() if k not in ("reused", "fingerprint")} for s in shards],
+        "rows": int(sum(s["rows"] for s in shards)),
+        **manifest,
+        **writer.manifest_extra(spec, shards),
+    }
+    write_json_atomic(f"{out}/manifest.json", body)
+    fs, p = filesystem(f"{out}/_SUCCESS")
+    with fs.open(p, "wb") as f:
+        f.write(b"")
+    return body
+
+
+def output_checksums(path: str) -> dict[str, str]:
+    """file name -> sha256 of a committed dataset's data files (what conformance compares)."""
+    fs, p = filesystem(f"{path.rstrip('/')}/manifest.json")
+    m = json.loads(fs.cat_file(p))
+    return {f: s["sha256"][f] for s in m["shards"] for f in s["files"]}

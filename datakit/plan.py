@@ -1,0 +1,299 @@
+"""The logical plan: a small DAG of relational nodes that both engines execute.
+
+Why so few node types: every engine must implement every node, and the
+conformance contract (byte-identical output on every engine and partitioning)
+is only affordable if the surface is tiny. Stages never talk to an engine;
+they call the builder methods on `Rel` inside `StageConfig.compile`.
+
+Row-dropping convention (the accounting contract): a `MapBatches` function may
+add a string column `_drop` (null = keep; otherwise the drop reason) and an
+optional string column `_drop_detail` (e.g. the kept duplicate's doc_id, the
+matched eval ids). The engine removes those rows, counts them by reason under
+the node's stage, writes them to quarantine (`quarantine=True`, full rows) or to
+the drop log (`drop_log_key="doc_id"`, key + reason + detail), and casts the
+kept rows to the node's declared schema.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Literal
+
+import pyarrow as pa
+
+BatchFn = Callable[[pa.RecordBatch], "pa.RecordBatch | pa.Table"]
+
+DROP = "_drop"
+DROP_DETAIL = "_drop_detail"
+
+_ids = itertools.count()
+
+
+@dataclass(eq=False)
+class Node:
+    """Base of all plan nodes. `stage` names the pipeline stage that owns it (for accounting)."""
+
+    stage: str
+    schema: pa.Schema
+    id: int = field(default_factory=lambda: next(_ids), init=False)
+
+    @property
+    def inputs(self) -> list["Node"]:
+        return []
+
+    def describe(self) -> str:
+        return type(self).__name__
+
+
+@dataclass(eq=False)
+class Source(Node):
+    """Input files. `format` is `jsonl` (plain/.gz/.zst, yields RAW_LINES rows) or `parquet`."""
+
+    paths: list[str] = field(default_factory=list)
+    format: str = "jsonl"
+    schema_name: str = ""
+
+    def describe(self) -> str:
+        return f"Source({self.format}, {len(self.paths)} files, schema={self.schema_name})"
+
+
+@dataclass(eq=False)
+class MapBatches(Node):
+    """A pure, row-local function over Arrow batches (may drop via `_drop`, may emit more rows).
+
+    `fn` must be picklable (a module-level function or a class instance) so the
+    local engine's process pool and Spark executors can run it.
+    """
+
+    input: Node | None = None
+    fn: BatchFn | None = None
+    name: str = ""
+    quarantine: bool = False
+    drop_log_key: str | None = None
+
+    @property
+    def inputs(self) -> list[Node]:
+        return [self.input]
+
+    def describe(self) -> str:
+        extra = ", quarantine" if self.quarantine else ""
+        return f"MapBatches({self.name}{extra})"
+
+
+@dataclass(eq=False)
+class Join(Node):
+    """Relational join. `how="anti"` drops matching left rows and counts them under `reason`.
+
+    `broadcast=True` says the right side is small (an opt-out list, a dedup
+    loser set): engines may ship it to every worker instead of shuffling.
+    """
+
+    left: Node | None = None
+    right: Node | None = None
+    left_on: list[str] = field(default_factory=list)
+    right_on: list[str] = field(default_factory=list)
+    how: Literal["inner", "left", "anti", "semi"] = "inner"
+    reason: str | None = None
+    broadcast: bool = False
+
+    @property
+    def inputs(self) -> list[Node]:
+        return [self.left, self.right]
+
+    def describe(self) -> str:
+        return f"Join({self.how}, {self.left_on}={self.right_on}{', broadcast' if self.broadcast else ''})"
+
+
+AggOp = Literal["min", "max", "count", "sum"]
+
+
+@dataclass(eq=False)
+class Aggregate(Node):
+    """Group by `keys`; `aggs` maps output column -> (op, input column). Output order is unspecified."""
+
+    input: Node | None = None
+    keys: list[str] = field(default_factory=list)
+    aggs: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    @property
+    def inputs(self) -> list[Node]:
+        return [self.input]
+
+    def describe(self) -> str:
+        return f"Aggregate(by {self.keys}: {self.aggs})"
+
+
+@dataclass(eq=False)
+class ConnectedComponents(Node):
+    """Edges (`src`, `dst`: string ids) -> rows (`node`, `component`) with component = smallest id.
+
+    Only nodes that appear in at least one edge are returned. The smallest-id
+    representative makes the answer unique, so engines agree exactly.
+    """
+
+    input: Node | None = None
+
+    @property
+    def inputs(self) -> list[Node]:
+        return [self.input]
+
+
+@dataclass
+class SinkSpec:
+    """Where and how the final relation is written (see `datakit.io.sinks`)."""
+
+    path: str
+    format: str = "parquet"
+    shards: int = 1
+    key: str = "doc_id"  # rows go to shard xxh64(key) % shards and are sorted by `sort_key` in a shard
+    sort_key: str | None = None  # default: `key`; a seeded shuffle uses a hash column
+    options: dict[str, Any] = field(default_factory=dict)  # format-specific (tokenizer, seq_len, ...)
+
+
+@dataclass
+class StageSpan:
+    """Which part of the plan one pipeline stage compiled to (for per-stage accounting)."""
+
+    name: str
+    kind: str
+    input: Node
+    output: Node
+    emits: str = "rows"  # the unit of its output rows when it differs from its input ("records", ...)
+
+
+@dataclass
+class Plan:
+    """The compiled pipeline: a DAG ending in `root`, plus the sink and per-stage spans."""
+
+    root: Node
+    sink: SinkSpec | None
+    spans: list[StageSpan]
+    config: dict[str, Any]
+    seed: int = 0
+
+    @property
+    def config_hash(self) -> str:
+        return config_hash(self.config)
+
+    def nodes(self) -> list[Node]:
+        """All nodes in dependency order (inputs before users)."""
+        seen: dict[int, Node] = {}
+
+        def visit(n: Node) -> None:
+            if n.id in seen:
+                return
+            for i in n.inputs:
+                visit(i)
+            seen[n.id] = n
+
+        visit(self.root)
+        return list(seen.values())
+
+    def explain(self) -> str:
+        """A readable tree of the plan, one node per line, stage in brackets."""
+        lines: list[str] = []
+
+        def walk(n: Node, depth: int) -> None:
+            lines.append(f"{'  ' * depth}{n.describe()}  [{n.stage}]")
+            for i in n.inputs:
+                walk(i, depth + 1)
+
+        walk(self.root, 0)
+        if self.sink:
+            s = self.sink
+            lines.insert(0, f"Sink({s.format}, {s.path}, shards={s.shards}, key={s.key})")
+            lines[1:] = ["  " + line for line in lines[1:]]
+        return "\n".join(lines)
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of a pipeline config (paths included: they define the run)."""
+    blob = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+class Rel:
+    """A handle on one node while a stage compiles; its methods add nodes.
+
+    Example (a stage that keeps short documents)::
+
+        def compile(self, rel, ctx):
+            return rel.map_batches(KeepShort(self.max_chars), rel.schema, name="keep_short")
+    """
+
+    def __init__(self, node: Node, stage: str) -> None:
+        self.node = node
+        self.stage = stage
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.node.schema
+
+    def _wrap(self, node: Node) -> "Rel":
+        return Rel(node, self.stage)
+
+    def map_batches(
+        self,
+        fn: BatchFn,
+        schema: pa.Schema,
+        *,
+        name: str,
+        quarantine: bool = False,
+        drop_log_key: str | None = None,
+    ) -> "Rel":
+        return self._wrap(
+            MapBatches(
+                stage=self.stage, schema=schema, input=self.node, fn=fn, name=name,
+                quarantine=quarantine, drop_log_key=drop_log_key,
+            )
+        )
+
+    def join(
+        self,
+        right: "Rel",
+        left_on: str | list[str],
+        right_on: str | list[str] | None = None,
+        *,
+        how: Literal["inner", "left", "anti", "semi"] = "inner",
+        reason: str | None = None,
+        broadcast: bool = False,
+    ) -> "Rel":
+        lo = [left_on] if isinstance(left_on, str) else list(left_on)
+        ro = lo if right_on is None else ([right_on] if isinstance(right_on, str) else list(right_on))
+        if how == "anti" and not reason:
+            raise ValueError("an anti join drops rows, so it needs a reason for the accounting")
+        if how in ("anti", "semi"):
+            schema = self.schema
+        else:
+            extra = [f for f in right.schema if f.name not in ro and f.name not in self.schema.names]
+            schema = pa.schema(list(self.schema) + extra)
+        return self._wrap(
+            Join(stage=self.stage, schema=schema, left=self.node, right=right.node, left_on=lo,
+                 right_on=ro, how=how, reason=reason, broadcast=broadcast)
+        )
+
+    def aggregate(self, keys: list[str], aggs: dict[str, tuple[str, str]]) -> "Rel":
+        fields = [self.schema.field(k) for k in keys]
+        for out, (op, col) in aggs.items():
+            if op == "count":
+                fields.append(pa.field(out, pa.int64()))
+            elif op in ("min", "max"):
+                fields.append(pa.field(out, self.schema.field(col).type))
+            elif op == "sum":
+                fields.append(pa.field(out, pa.int64()))
+            else:
+                raise ValueError(f"unsupported aggregate {op!r}")
+        return self._wrap(Aggregate(stage=self.stage, schema=pa.schema(fields), input=self.node, keys=list(keys), aggs=dict(aggs)))
+
+    def connected_components(self) -> "Rel":
+        if not {"src", "dst"} <= set(self.schema.names):
+            raise ValueError("connected_components needs columns src and dst")
+        schema = pa.schema([("node", pa.string()), ("component", pa.string())])
+        return self._wrap(ConnectedComponents(stage=self.stage, schema=schema, input=self.node))
+
+
+def source(paths: Iterable[str], format: str, schema: pa.Schema, schema_name: str, stage: str = "input") -> Rel:
+    """A `Rel` over input files (used by the pipeline compiler and by stages reading side inputs)."""
+    return Rel(Source(stage=stage, schema=schema, paths=list(paths), format=format, schema_name=schema_name), stage)
