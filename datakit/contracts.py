@@ -99,3 +99,14 @@ def schema_by_name(name: str) -> pa.Schema:
 def load_contract(name: str) -> dict:
     """The JSON contract document for `name` (from the top-level schemas/ folder)."""
     return json.loads((SCHEMAS_DIR / f"{name}.json").read_text())
+
+
+# Which fields an editor event must carry (non-null), by event_type. The JSON contract
+# (schemas/editor_event.v1.json, key "x-required-by-type") states the same; a test checks it.
+REQUIRED_ALWAYS = ("event_id", "event_type", "timestamp", "user_id", "org_id", "session_id", "privacy_mode")
+REQUIRED_BY_TYPE: dict[str, tuple[str, ...]] = {
+    "tab_completion": ("file", "context", "suggestion", "outcome"),
+    "inline_edit": ("file", "diff", "outcome"),
+    "chat_turn": ("messages",),
+    "agent_step": ("messages",),
+}

@@ -1,0 +1,281 @@
+"""One SparkSession per process, started quietly, with short errors for the usual mistakes.
+
+Why a module of its own: starting Spark is where users hit the environment
+(no Java, a typo in the master URL, a hostname that resolves to a LAN address,
+Python workers that start the wrong interpreter). Each of those becomes one
+`SparkSetupError` sentence saying what to do; the JVM's own output goes to a log
+file whose path the error names, never to the user's terminal.
+
+Sessions are expensive (~4 s local, ~6 s on a standalone master), so
+`get_session` reuses the running one when the master is the same and only
+restarts it when the caller asks for a different master.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+__all__ = [
+    "SparkError", "SparkSetupError", "SparkJobError", "get_session", "stop_session",
+    "log_file", "translate_errors", "check_java", "check_master",
+]
+
+
+class SparkError(RuntimeError):
+    """Base of the Spark engine's user-facing errors (the CLI prints the message, no traceback)."""
+
+
+class SparkSetupError(SparkError):
+    """Spark could not start: no Java, an unreachable or malformed master URL, a bad setting."""
+
+
+class SparkJobError(SparkError):
+    """A Spark job failed (a task failed too often, an executor kept dying, a stage raised)."""
+
+
+_lock = threading.RLock()
+_active: dict[str, Any] = {}  # {"key": (master, frozenset(conf)), "session": SparkSession}
+
+DEFAULT_LOCAL_MASTER = "local[2]"
+_MASTER_RE = re.compile(
+    r"^(local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|spark://[^\s/]+|yarn|k8s://\S+|mesos://\S+)$"
+)
+
+
+def log_file() -> Path:
+    """Where the driver JVM's output goes (Spark's log4j lines, Python worker stderr in local mode).
+
+    `DATAKIT_SPARK_LOG_DIR` overrides the folder; one file per driver process.
+    """
+    base = Path(os.environ.get("DATAKIT_SPARK_LOG_DIR") or Path(tempfile.gettempdir()) / "datakit-spark")
+    base.mkdir(parents=True, exist_ok=True)
+    return base / f"driver-{os.getpid()}.log"
+
+
+def check_java() -> str:
+    """Path of the `java` Spark will use; a `SparkSetupError` saying how to get one if there is none."""
+    home = os.environ.get("JAVA_HOME")
+    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    if not java or not os.access(java, os.X_OK):
+        where = f"JAVA_HOME={home} has no bin/java" if home else "no `java` on PATH"
+        raise SparkSetupError(
+            f"the Spark engine needs Java 17 or newer ({where}). Install a JDK "
+            "(e.g. `apt-get install openjdk-17-jre-headless`) or set JAVA_HOME, "
+            "or run with --engine local."
+        )
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise SparkSetupError(f"cannot run {java} ({type(e).__name__}); check your Java installation") from None
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
+    if m:
+        major = int(m.group(1)) if m.group(1) != "1" else int(m.group(2) or 0)
+        if major < 17:
+            raise SparkSetupError(f"Spark 4 needs Java 17 or newer, found Java {major} at {java}; set JAVA_HOME")
+    return java
+
+
+def check_master(master: str, timeout: float = 3.0) -> None:
+    """Reject malformed master URLs and unreachable `spark://` masters before starting a JVM.
+
+    Why: Spark itself retries an unreachable master for about a minute and then
+    prints pages of stack traces; a TCP connect tells the same in seconds.
+    """
+    if not _MASTER_RE.match(master):
+        raise SparkSetupError(
+            f"not a Spark master URL: {master!r}. Use local[N], local-cluster[W,C,MB], "
+            "spark://HOST:PORT, yarn or k8s://URL."
+        )
+    if not master.startswith("spark://"):
+        return
+    hosts = master[len("spark://"):].split(",")
+    errors = []
+    for hp in hosts:
+        host, _, port = hp.rpartition(":")
+        if not host or not port.isdigit():
+            raise SparkSetupError(f"not a Spark master URL: {master!r}; expected spark://HOST:PORT (default port 7077)")
+        try:
+            with socket.create_connection((host, int(port)), timeout=timeout):
+                return
+        except OSError as e:
+            errors.append(f"{hp}: {e.strerror or type(e).__name__}")
+    raise SparkSetupError(
+        f"cannot reach the Spark master at {master} ({'; '.join(errors)}). "
+        "Is the master running, and is the host:port the one in its log (default port 7077)?"
+    )
+
+
+def _log4j_config(level: str) -> Path:
+    """A log4j2 config that sends every Spark line to the JVM's stderr (which we redirect to a file)."""
+    path = log_file().with_suffix(".log4j2.properties")
+    path.write_text(
+        "rootLogger.level = {lvl}\n"
+        "rootLogger.appenderRef.stderr.ref = console\n"
+        "appender.console.type = Console\n"
+        "appender.console.name = console\n"
+        "appender.console.target = SYSTEM_ERR\n"
+        "appender.console.layout.type = PatternLayout\n"
+        "appender.console.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex\n"
+        "logger.jetty.name = org.sparkproject.jetty\n"
+        "logger.jetty.level = warn\n".format(lvl=level)
+    )
+    return path
+
+
+def _base_conf(master: str, conf: dict[str, Any] | None) -> dict[str, str]:
+    """Our defaults (loopback driver, Arrow on, no console progress bar), then the caller's settings."""
+    cores = os.cpu_count() or 2
+    out: dict[str, str] = {
+        "spark.app.name": "datakit",
+        "spark.master": master,
+        "spark.driver.host": "127.0.0.1" if master.startswith(("local", "spark://127.", "spark://localhost")) else "",
+        "spark.driver.bindAddress": "127.0.0.1" if master.startswith("local") else "",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.execution.arrow.useLargeVarTypes": "false",
+        "spark.sql.shuffle.partitions": str(max(2, 2 * cores)),
+        "spark.sql.adaptive.enabled": "true",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.python.worker.reuse": "true",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{_log4j_config('WARN')}",
+        "spark.executor.extraJavaOptions": "-Dlog4j2.level=warn",
+    }
+    out = {k: v for k, v in out.items() if v}
+    for k, v in (conf or {}).items():
+        out[str(k)] = str(v).lower() if isinstance(v, bool) else str(v)
+    return out
+
+
+def _prepare_env(master: str) -> None:
+    """Environment every Spark process inherits: our interpreter for Python workers, loopback binding."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if master.startswith(("local", "spark://127.", "spark://localhost")):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+def _start_gateway(conf_pairs: dict[str, str]) -> None:
+    """Launch the driver JVM with stdout/stderr going to `log_file()` instead of the terminal."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    jvm_conf = SparkConf(loadDefaults=False)
+    for k in ("spark.driver.extraJavaOptions", "spark.driver.memory", "spark.driver.extraClassPath",
+              "spark.jars", "spark.jars.packages"):
+        if k in conf_pairs:
+            jvm_conf.set(k, conf_pairs[k])
+    log = open(log_file(), "ab")  # kept open for the JVM's lifetime
+    try:
+        gw = launch_gateway(jvm_conf, popen_kwargs={"stdout": log, "stderr": log})
+    except Exception as e:
+        raise SparkSetupError(f"the Spark driver JVM did not start ({type(e).__name__}); details in {log_file()}") from None
+    SparkContext._ensure_initialized(gateway=gw)
+
+
+def get_session(master: str | None = None, conf: dict[str, Any] | None = None):
+    """The process's SparkSession for `master` (default local[2]), started or reused.
+
+    Inside `spark-submit` (a SparkContext already exists and no master is asked
+    for) the running session is used as it is: the operator's settings win.
+    """
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    with _lock:
+        running = SparkContext._active_spark_context
+        if master is None and running is not None:
+            return SparkSession.builder.getOrCreate()
+        master = master or os.environ.get("DATAKIT_SPARK_MASTER") or DEFAULT_LOCAL_MASTER
+        key = (master, tuple(sorted((str(k), str(v)) for k, v in (conf or {}).items())))
+        if _active.get("key") == key and running is not None:
+            return _active["session"]
+        check_master(master)
+        if running is not None:
+            stop_session()
+        check_java()
+        _prepare_env(master)
+        pairs = _base_conf(master, conf)
+        with translate_errors("starting Spark"):
+            _start_gateway(pairs)
+            builder = SparkSession.builder
+            for k, v in pairs.items():
+                builder = builder.config(k, v)
+            session = builder.getOrCreate()
+        session.sparkContext.setLogLevel("WARN")
+        _active.update(key=key, session=session)
+        return session
+
+
+def stop_session() -> None:
+    """Stop the running SparkSession (the JVM gateway stays up for the next session)."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    with _lock:
+        sess = _active.pop("session", None) or SparkSession.getActiveSession()
+        _active.pop("key", None)
+        if sess is not None:
+            sess.stop()
+        elif SparkContext._active_spark_context is not None:
+            SparkContext._active_spark_context.stop()
+
+
+_PY_ERR = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit))(?::\s?(.*))?$")
+
+
+def summarize(exc: BaseException) -> str:
+    """One line for a Spark failure: the innermost Python error if a task raised, else the JVM cause."""
+    text = str(exc)
+    lines = text.splitlines()
+    # a Python exception inside a task: the last "SomethingError: msg" line of the embedded traceback
+    for line in reversed(lines):
+        m = _PY_ERR.match(line)
+        if m and not m.group(1).startswith(("org.", "java.", "py4j.", "scala.")):
+            msg = (m.group(2) or "").strip()
+            return f"{m.group(1).rsplit('.', 1)[-1]}: {msg[:300]}" if msg else m.group(1).rsplit(".", 1)[-1]
+    for pat in (r"Job aborted due to stage failure: ([^\n]*)", r"(Could not parse Master URL[^\n]*)",
+                r"(All masters are unresponsive[^\n]*)", r"(Lost executor[^\n]*)"):
+        m = re.search(pat, text)
+        if m:
+            return m.group(1)[:300]
+    first = next((ln.strip() for ln in lines if ln.strip()), type(exc).__name__)
+    return first[:300]
+
+
+def _append_log(what: str, exc: BaseException) -> None:
+    try:
+        with open(log_file(), "a", encoding="utf-8", errors="replace") as f:
+            f.write(f"\n===== datakit: {what} failed: {type(exc).__name__}\n{exc}\n")
+    except OSError:
+        pass
+
+
+@contextmanager
+def translate_errors(what: str) -> Iterator[None]:
+    """Turn Py4J/PySpark exceptions raised while `what` into a one-line `SparkJobError`.
+
+    The full JVM/Python trace is appended to `log_file()`; the message says where.
+    """
+    try:
+        yield
+    except SparkError:
+        raise
+    except Exception as e:
+        mod = type(e).__module__ or ""
+        if not (mod.startswith(("py4j", "pyspark")) or type(e).__name__ in ("Py4JJavaError", "Py4JError")):
+            raise
+        _append_log(what, e)
+        cls = SparkSetupError if what.startswith("starting") else SparkJobError
+        raise cls(f"Spark failed while {what}: {summarize(e)} (full log: {log_file()})") from None

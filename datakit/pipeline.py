@@ -1,0 +1,224 @@
+"""`Pipeline`: the fluent builder and the YAML file format are the same pydantic object.
+
+Why one object for both: an operator's scheduled YAML and a researcher's script
+must mean exactly the same thing, be validated the same way, and round-trip
+(`Pipeline.from_yaml(p.to_yaml()) == p`). The file format is a public contract
+(documented in `schemas/pipeline.v1.json`): keep it stable.
+
+    name: quickstart
+    seed: 0
+    input:  {path: "logs/**/*.jsonl.zst", format: jsonl, schema: editor_event.v1}
+    stages:
+      - {kind: ingest}
+      - {kind: consent, optouts: "optouts.parquet"}
+      - {kind: extract, kinds: [code, fim, sft]}
+    output: {path: "out/", format: parquet, shards: 4}
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from datakit import contracts
+from datakit.io.fs import expand
+from datakit.plan import Plan, Rel, SinkSpec, StageSpan, source
+from datakit.stages.base import CompileContext, StageConfig, stage_class
+
+
+class PipelineError(ValueError):
+    """A pipeline file or builder call is invalid; the message names file, stage and field."""
+
+
+class InputConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    path: str | list[str]
+    format: Literal["jsonl", "parquet"] = "jsonl"
+    schema_name: str = Field("editor_event.v1", alias="schema")
+
+
+class OutputConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    path: str
+    format: str = "parquet"
+    shards: int | Literal["auto"] = 1
+    rows_per_shard: int = Field(100_000, gt=0, description="with shards: auto")
+    key: str | None = None  # default: doc_id for records, event_id for events
+
+
+class PipelineConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = "pipeline"
+    seed: int = 0
+    input: InputConfig | None = None
+    stages: list[StageConfig] = Field(default_factory=list)
+    output: OutputConfig | None = None
+    spark: dict[str, Any] = Field(default_factory=dict, description="Spark conf passed to the session")
+
+
+def _format_errors(e: ValidationError, where: str) -> str:
+    parts = []
+    for err in e.errors():
+        loc = ".".join(str(x) for x in err["loc"])
+        parts.append(f"{where}: field {loc or '(root)'}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def parse_stage(spec: dict[str, Any] | StageConfig, where: str = "") -> StageConfig:
+    """A stage config from a dict (YAML) or an existing config, with a precise error."""
+    if isinstance(spec, StageConfig):
+        return spec
+    if not isinstance(spec, dict) or "kind" not in spec:
+        raise PipelineError(f"{where}: a stage needs a 'kind' (got {type(spec).__name__})")
+    try:
+        cls = stage_class(spec["kind"])
+    except KeyError as e:
+        raise PipelineError(f"{where}: {e.args[0]}") from None
+    try:
+        return cls.model_validate(spec)
+    except ValidationError as e:
+        raise PipelineError(_format_errors(e, f"{where} ({spec['kind']})")) from None
+
+
+class Pipeline:
+    """Build, load, save and run a pipeline.
+
+    >>> p = (Pipeline("demo", seed=0)
+    ...      .input("logs/**/*.jsonl.zst")
+    ...      .add({"kind": "ingest"}).add({"kind": "extract", "kinds": ["code"]})
+    ...      .output("out/", shards=2))
+    >>> result = p.run()          # local engine; result.stages has the counts
+    """
+
+    def __init__(self, name: str = "pipeline", seed: int = 0, *, base_dir: str | Path | None = None) -> None:
+        self.config = PipelineConfig(name=name, seed=seed)
+        self.base_dir = Path(base_dir) if base_dir else Path.cwd()
+
+    # -- builder
+    def input(self, path: str | list[str], format: str = "jsonl", schema: str = "editor_event.v1") -> "Pipeline":
+        self.config.input = InputConfig(path=path, format=format, schema=schema)
+        return self
+
+    def add(self, stage: dict[str, Any] | StageConfig) -> "Pipeline":
+        self.config.stages.append(parse_stage(stage, f"stage {len(self.config.stages) + 1}"))
+        return self
+
+    def output(self, path: str, format: str = "parquet", shards: int | str = 1, **kw: Any) -> "Pipeline":
+        self.config.output = OutputConfig(path=path, format=format, shards=shards, **kw)
+        return self
+
+    # -- YAML
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "pipeline", base_dir: str | Path | None = None) -> "Pipeline":
+        if not isinstance(data, dict):
+            raise PipelineError(f"{where}: expected a mapping at the top level")
+        data = copy.deepcopy(data)
+        stages = data.pop("stages", []) or []
+        if not isinstance(stages, list):
+            raise PipelineError(f"{where}: 'stages' must be a list")
+        parsed = [parse_stage(s, f"{where}: stage {i + 1}") for i, s in enumerate(stages)]
+        try:
+            config = PipelineConfig.model_validate({**data, "stages": []})
+        except ValidationError as e:
+            raise PipelineError(_format_errors(e, where)) from None
+        config.stages = parsed
+        p = cls(config.name, config.seed, base_dir=base_dir)
+        p.config = config
+        return p
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> "Pipeline":
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text())
+        except FileNotFoundError:
+            raise PipelineError(f"pipeline file not found: {path}") from None
+        except yaml.YAMLError as e:
+            raise PipelineError(f"{path}: not valid YAML: {e}") from None
+        return cls.from_dict(data, str(path), base_dir=path.parent)
+
+    @classmethod
+    def from_yaml_string(cls, text: str, base_dir: str | Path | None = None) -> "Pipeline":
+        return cls.from_dict(yaml.safe_load(text), "pipeline", base_dir=base_dir)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.config.model_dump(mode="json", by_alias=True, exclude_defaults=False)
+        d["stages"] = [s.model_dump(mode="json", by_alias=True) for s in self.config.stages]
+        if not d.get("spark"):
+            d.pop("spark", None)
+        return d
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Pipeline) and self.to_dict() == other.to_dict()
+
+    # -- compile and run
+    def compile(self, input_override: str | list[str] | None = None, output_override: str | None = None) -> Plan:
+        """Turn the config into a logical plan (resolving globs now, so errors come early)."""
+        cfg = self.config
+        if cfg.input is None:
+            raise PipelineError(f"{cfg.name}: no input (set `input:` or call .input())")
+        ctx = CompileContext(seed=cfg.seed, base_dir=self.base_dir)
+        paths = input_override if input_override is not None else cfg.input.path
+        paths = [paths] if isinstance(paths, str) else list(paths)
+        resolved = expand([ctx.resolve(p) for p in paths],
+                          suffixes=(".parquet",) if cfg.input.format == "parquet" else ())
+        schema_name = cfg.input.schema_name
+        try:
+            contract = contracts.schema_by_name(schema_name)
+        except KeyError as e:
+            raise PipelineError(f"{cfg.name}: input: {e.args[0]}") from None
+        if cfg.input.format == "jsonl":
+            rel = source(resolved, "jsonl", contracts.RAW_LINES, schema_name)
+            current = "raw"
+        else:
+            rel = source(resolved, "parquet", contract, schema_name)
+            current = "raw" if schema_name == "editor_event.v1" else schema_name
+        out_path = output_override or (cfg.output.path if cfg.output else None)
+        if out_path:
+            out_path = ctx.resolve(out_path)
+        ctx.output_path = out_path
+        spans: list[StageSpan] = []
+        names: dict[str, int] = {}
+        for i, stage in enumerate(cfg.stages):
+            where = f"{cfg.name}: stage {i + 1} ({stage.kind})"
+            if stage.consumes != current and not (stage.consumes == "raw" and current == "editor_event.v1"):
+                hint = " (add {kind: ingest} first)" if current == "raw" else ""
+                raise PipelineError(f"{where}: needs {stage.consumes} input but gets {current}{hint}")
+            names[stage.kind] = names.get(stage.kind, 0) + 1
+            name = stage.kind if names[stage.kind] == 1 else f"{stage.kind}_{names[stage.kind]}"
+            stage_rel = Rel(rel.node, name)
+            out = stage.compile(stage_rel, ctx)
+            spans.append(StageSpan(name=name, kind=stage.kind, input=rel.node, output=out.node, emits=stage.emits))
+            rel = out
+            current = stage.produces
+        if current == "raw":
+            raise PipelineError(f"{cfg.name}: event input needs an ingest stage ({{kind: ingest}}) first")
+        sink = None
+        if out_path:
+            o = cfg.output or OutputConfig(path=out_path)
+            key = o.key or ("event_id" if current == "editor_event.v1" else "doc_id")
+            options = dict(ctx.artifacts.get("sink_options", {}))
+            options["rows_per_shard"] = o.rows_per_shard
+            shards = 0 if o.shards == "auto" else o.shards
+            sort_key = ctx.artifacts.get("sink_sort_key")
+            sink = SinkSpec(path=out_path, format=o.format, shards=shards, key=key, sort_key=sort_key, options=options)
+        return Plan(root=rel.node, sink=sink, spans=spans, config=self.to_dict(), seed=cfg.seed)
+
+    def explain(self, **kw: Any) -> str:
+        return self.compile(**kw).explain()
+
+    def run(self, engine: str = "local", *, input: str | list[str] | None = None, output: str | None = None,
+            **engine_options: Any):
+        """Compile and execute; returns the engine's `RunResult` (per-stage counts, manifest, output path)."""
+        from datakit.engines import get_engine
+
+        plan = self.compile(input_override=input, output_override=output)
+        if engine == "spark" and self.config.spark:
+            engine_options.setdefault("conf", {}).update(self.config.spark)
+        return get_engine(engine, **engine_options).execute(plan)

@@ -1,0 +1,168 @@
+"""Ingest: parse and validate editor events; every bad line goes to quarantine with a reason.
+
+Why per-line validation here (and not `pyarrow.json`): one malformed line must
+cost one quarantine row, never the batch or the job, and the reason must be
+precise enough for an operator to fix the producer (`bad_json`, `missing_field`
+with the field's *name* — never its value, which may be personal data).
+
+Reasons: `bad_utf8`, `bad_json`, `not_an_object`, `unknown_event_type`,
+`missing_field`, `wrong_type`, `bad_timestamp`, `line_too_long`, `truncated_file`.
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from datakit.contracts import (EDITOR_EVENT_V1, EVENT_TYPES, OUTCOMES, REQUIRED_ALWAYS, REQUIRED_BY_TYPE)
+from datakit.plan import DROP, DROP_DETAIL, Rel
+from datakit.stages.base import CompileContext, StageConfig, register_stage
+
+_STR = (str,)
+_FIELD_TYPES: dict[str, Any] = {
+    "event_id": _STR, "event_type": _STR, "timestamp": _STR, "user_id": _STR, "org_id": _STR,
+    "session_id": _STR, "client_version": _STR, "privacy_mode": (bool,), "suggestion": _STR,
+    "outcome": _STR, "accepted_text": _STR, "diff": _STR, "latency_ms": (int,),
+}
+_STRUCTS = {"repo": ("repo_id", "commit"), "file": ("path", "language"), "context": ("prefix", "suffix")}
+_OUT_FIELDS = [f.name for f in EDITOR_EVENT_V1 if not f.name.startswith("_")]
+
+
+class InvalidEvent(ValueError):
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(reason)
+        self.reason, self.detail = reason, detail
+
+
+def normalize_timestamp(value: str) -> str:
+    """ISO-8601 -> canonical UTC `YYYY-MM-DDTHH:MM:SS.mmmZ` (naive times are taken as UTC)."""
+    dt = datetime.fromisoformat(value)
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def validate_event(obj: Any) -> dict[str, Any]:
+    """Return the event as a dict of the contract's fields, or raise `InvalidEvent`."""
+    if not isinstance(obj, dict):
+        raise InvalidEvent("not_an_object")
+    et = obj.get("event_type")
+    if et is not None and not isinstance(et, str):
+        raise InvalidEvent("wrong_type", "event_type")
+    if et is not None and et not in EVENT_TYPES:
+        raise InvalidEvent("unknown_event_type", "event_type")
+    for name in REQUIRED_ALWAYS + (REQUIRED_BY_TYPE.get(et, ()) if et else ()):
+        if obj.get(name) is None:
+            raise InvalidEvent("missing_field", name)
+    out: dict[str, Any] = {}
+    for name in _OUT_FIELDS:
+        v = obj.get(name)
+        if v is None:
+            out[name] = None
+            continue
+        if name in _FIELD_TYPES:
+            types = _FIELD_TYPES[name]
+            if not isinstance(v, types) or (types == (int,) and isinstance(v, bool)):
+                raise InvalidEvent("wrong_type", name)
+            out[name] = v
+        elif name in _STRUCTS:
+            if not isinstance(v, dict):
+                raise InvalidEvent("wrong_type", name)
+            sub = {}
+            for k in _STRUCTS[name]:
+                x = v.get(k)
+                if x is not None and not isinstance(x, str):
+                    raise InvalidEvent("wrong_type", f"{name}.{k}")
+                sub[k] = x
+            out[name] = sub
+        elif name == "messages":
+            if not isinstance(v, list):
+                raise InvalidEvent("wrong_type", "messages")
+            msgs = []
+            for m in v:
+                if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+                    raise InvalidEvent("wrong_type", "messages.role")
+                c, t = m.get("content"), m.get("tool_name")
+                if (c is not None and not isinstance(c, str)) or (t is not None and not isinstance(t, str)):
+                    raise InvalidEvent("wrong_type", "messages.content")
+                msgs.append({"role": m["role"], "content": c, "tool_name": t})
+            out[name] = msgs
+    if out["outcome"] is not None and out["outcome"] not in OUTCOMES:
+        raise InvalidEvent("wrong_type", "outcome")
+    try:
+        out["timestamp"] = normalize_timestamp(out["timestamp"])
+    except ValueError:
+        raise InvalidEvent("bad_timestamp", "timestamp") from None
+    return out
+
+
+class IngestFn:
+    """Picklable batch function: RAW_LINES (or parsed Parquet rows) -> EDITOR_EVENT_V1 (+ `_drop`)."""
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        names = batch.schema.names
+        files = batch.column("_source_file").to_pylist()
+        lines = batch.column("_source_line").to_pylist()
+        rows: list[dict[str, Any]] = []
+        drops: list[str | None] = []
+        details: list[str | None] = []
+        raws: list[bytes | None] = []
+        if "_raw" in names:
+            raw_col = batch.column("_raw").to_pylist()
+            errs = batch.column("_read_error").to_pylist()
+            items = zip(raw_col, errs)
+        else:  # Parquet input: rows are already structured
+            items = ((None, None) for _ in range(batch.num_rows))
+            structured = batch.to_pylist()
+        for i, (raw, err) in enumerate(items):
+            reason = detail = None
+            event = None
+            if err is not None:
+                reason = err.split(":", 1)[0]
+                detail = err.split(":", 1)[1].strip() if ":" in err else None
+            else:
+                try:
+                    if raw is not None:
+                        try:
+                            text = raw.decode("utf-8")
+                        except UnicodeDecodeError:
+                            raise InvalidEvent("bad_utf8") from None
+                        try:
+                            obj = json.loads(text)
+                        except ValueError:
+                            raise InvalidEvent("bad_json") from None
+                    else:
+                        obj = structured[i]
+                    event = validate_event(obj)
+                except InvalidEvent as e:
+                    reason, detail = e.reason, e.detail or None
+                except RecursionError:
+                    reason, detail = "bad_json", "nesting too deep"
+            if event is None:
+                event = dict.fromkeys(_OUT_FIELDS)
+                raws.append(raw if raw is not None else (json.dumps(structured[i], default=str).encode() if "_raw" not in names else None))
+            else:
+                raws.append(None)
+            event["_source_file"], event["_source_line"] = files[i], lines[i]
+            rows.append(event)
+            drops.append(reason)
+            details.append(detail)
+        out = pa.Table.from_pylist(rows, schema=EDITOR_EVENT_V1)
+        out = out.append_column(DROP, pa.array(drops, pa.string()))
+        out = out.append_column(DROP_DETAIL, pa.array(details, pa.string()))
+        out = out.append_column("_raw", pa.array(raws, pa.binary()))
+        return out.combine_chunks().to_batches()[0] if out.num_rows else pa.RecordBatch.from_pylist([], schema=out.schema)
+
+
+@register_stage
+class IngestConfig(StageConfig):
+    """Parse + validate editor events (JSON Lines or Parquet) against editor_event.v1."""
+
+    kind: Literal["ingest"] = "ingest"
+    consumes = "raw"
+    produces = "editor_event.v1"
+
+    def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
+        return rel.map_batches(IngestFn(), EDITOR_EVENT_V1, name="parse_validate", quarantine=True)
