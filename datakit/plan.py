@@ -173,6 +173,12 @@ class Plan:
     config: dict[str, Any]
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        # Stable node ids (topological position): a resumed run recognises the counters
+        # of work finished by an earlier process, whose global id counter differed.
+        for i, n in enumerate(self.nodes()):
+            n.id = i
+
     @property
     def config_hash(self) -> str:
         return config_hash(self.config)

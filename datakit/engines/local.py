@@ -311,6 +311,8 @@ class LocalEngine:
         self._aux = f"{work}/aux"
         os.makedirs(self._aux, exist_ok=True)
         self._pool: ProcessPoolExecutor | None = None
+        self._reused = 0
+        self._sink_parts = None
         try:
             if plan.sink is None:
                 self._materialize(plan.root)
@@ -328,7 +330,9 @@ class LocalEngine:
             if not self.keep_work:
                 shutil.rmtree(work, ignore_errors=True)
                 _remove_if_empty(str(Path(work).parent))
-        return RunResult(output_path=out, stages=stages, manifest=manifest, seconds=seconds)
+        return RunResult(output_path=out, stages=stages, manifest=manifest, seconds=seconds,
+                         extra={"reused_tasks": self._reused,
+                                "reused_shards": sum(1 for i in getattr(self, "_sink_infos", []) if i.get("reused"))})
 
     # -- work folder
     def _work_root(self, plan: Plan) -> str:
@@ -382,6 +386,7 @@ class LocalEngine:
         tasks = [ChainTask(p, ops, out_dir, f"part-{i:05d}", [o.id for o in ops], base.id, shards, shard_key, self._aux)
                  for i, p in enumerate(parts)]
         results = self._map(run_chain, tasks, f"{seg}: {' > '.join(o.name for o in ops) or 'read'}")
+        self._reused += sum(1 for r in results if r.get("reused"))
         if isinstance(base, Source):
             self._rows[base.id] = sum(r["base_rows"] for r in results)
         for r in results:
@@ -481,13 +486,14 @@ class LocalEngine:
         spec = plan.sink
         shards = self._resolve_shards(plan)
         key = spec.key
-        if getattr(self, "_sink_parts", None) is not None:
+        if self._sink_parts is not None:
             # already materialized for the row count: shuffle the spilled parts into shards
             from datakit.plan import MapBatches as _MB  # noqa: F401  (identity chain)
             tasks = [ChainTask(p, [], f"{self._work}/sink", f"part-{i:05d}", [], plan.root.id, shards, key, self._aux)
                      for i, p in enumerate(self._sink_parts)]
             os.makedirs(f"{self._work}/sink", exist_ok=True)
             results = self._map(run_chain, tasks, "shuffle")
+            self._reused += sum(1 for r in results if r.get("reused"))
         else:
             results = self._run_chain(plan.root, shards=shards, shard_key=key, name="sink")
         by_shard: dict[int, list[str]] = defaultdict(list)
@@ -528,6 +534,7 @@ class LocalEngine:
             "stages": stages,
             "output": {"path": spec.path, "format": spec.format, "shards": spec.shards, "rows": manifest["rows"],
                        "reused_shards": sum(1 for i in self._sink_infos if i.get("reused"))},
+            "resume": {"reused_tasks": self._reused},
             "seconds": round(seconds, 3),
         }
         write_json_atomic(f"{spec.path.rstrip('/')}/_run.json", run)

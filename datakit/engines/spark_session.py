@@ -198,9 +198,11 @@ def get_session(master: str | None = None, conf: dict[str, Any] | None = None):
         if master is None and running is not None:
             return SparkSession.builder.getOrCreate()
         master = master or os.environ.get("DATAKIT_SPARK_MASTER") or DEFAULT_LOCAL_MASTER
-        key = (master, tuple(sorted((str(k), str(v)) for k, v in (conf or {}).items())))
+        key = (master,)
         if _active.get("key") == key and running is not None:
-            return _active["session"]
+            session = _active["session"]
+            if _apply_runtime_conf(session, conf):
+                return session
         check_master(master)
         if running is not None:
             stop_session()
@@ -216,6 +218,19 @@ def get_session(master: str | None = None, conf: dict[str, Any] | None = None):
         session.sparkContext.setLogLevel("WARN")
         _active.update(key=key, session=session)
         return session
+
+
+def _apply_runtime_conf(session, conf: dict[str, Any] | None) -> bool:
+    """Set `conf` on a running session; False when a setting can only take effect on a new one."""
+    for k, v in (conf or {}).items():
+        v = str(v).lower() if isinstance(v, bool) else str(v)
+        if session.conf.get(str(k), None) == v:
+            continue
+        try:
+            session.conf.set(str(k), v)
+        except Exception:  # a static or core setting (memory, cores): needs a restart
+            return False
+    return True
 
 
 def stop_session() -> None:

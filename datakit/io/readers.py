@@ -28,10 +28,50 @@ MAX_LINE_BYTES = 8 * 1024 * 1024
 
 def _decompressed(url: str, raw) -> io.BufferedIOBase:
     if url.endswith(".zst") or url.endswith(".zstd"):
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True), 1 << 20)
+        return io.BufferedReader(_ZstdFrames(raw), 1 << 20)
     if url.endswith(".gz"):
         return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
     return raw
+
+
+class _ZstdFrames(io.RawIOBase):
+    """Decompress concatenated zstd frames and *notice truncation*.
+
+    `zstandard`'s stream_reader returns a clean EOF when the input stops in the
+    middle of a frame; a truncated log would then lose its tail silently. Here
+    input that ends inside a frame raises `EOFError`, which the line reader turns
+    into a `truncated_file` quarantine row.
+    """
+
+    def __init__(self, raw) -> None:
+        self._raw = raw
+        self._d = zstandard.ZstdDecompressor().decompressobj()
+        self._buf = b""
+        self._in_frame = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        while not self._buf:
+            chunk = self._raw.read(1 << 18)
+            if not chunk:
+                if self._in_frame:
+                    raise EOFError("zstd stream ends inside a frame")
+                return 0
+            while chunk:
+                self._in_frame = True
+                self._buf += self._d.decompress(chunk)
+                if self._d.eof:
+                    chunk = self._d.unused_data
+                    self._d = zstandard.ZstdDecompressor().decompressobj()
+                    self._in_frame = False
+                else:
+                    chunk = b""
+        n = min(len(b), len(self._buf))
+        b[:n] = self._buf[:n]
+        self._buf = self._buf[n:]
+        return n
 
 
 def iter_raw_lines(url: str, batch_rows: int = DEFAULT_BATCH_ROWS, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[pa.RecordBatch]:

@@ -1,0 +1,139 @@
+"""The `datakit` command: run/explain pipelines, generate synthetic logs, check contamination, inspect output.
+
+Exit codes (scripts and CI gates rely on them): 0 success, 1 a check failed
+(e.g. contamination found), 2 usage or input error (bad pipeline file, missing
+input) with a one-line message on stderr, 3 the job itself failed.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="Turn AI-code-editor logs into training data: run pipelines, make synthetic logs, "
+                       "check eval contamination, inspect packed datasets.")
+
+log = logging.getLogger("datakit")
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    typer.echo(f"datakit: error: {msg}", err=True)
+    raise typer.Exit(code)
+
+
+def _print_stages(stages: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="per-stage counts")
+    for col in ("stage", "rows in", "rows out", "emitted", "dropped (by reason)", "s"):
+        t.add_column(col, justify="right" if col in ("rows in", "rows out", "emitted", "s") else "left")
+    for s in stages:
+        dropped = ", ".join(f"{k}={v}" for k, v in s["dropped"].items()) or "-"
+        t.add_row(s["name"], str(s["rows_in"]), str(s["rows_out"]), str(s.get("emitted", "")), dropped,
+                  f"{s['seconds']:.2f}")
+    Console(stderr=False).print(t)
+
+
+@app.command()
+def run(
+    pipeline: Path = typer.Argument(..., help="Pipeline YAML file (see pipelines/ and schemas/pipeline.v1.json)."),
+    engine: str = typer.Option("local", help="local (embedded, no JVM) or spark."),
+    master: Optional[str] = typer.Option(None, help="Spark master URL, e.g. local[4] or spark://host:7077."),
+    input: Optional[List[str]] = typer.Option(None, "--input", help="Override the pipeline's input path/glob (repeatable)."),
+    output: Optional[str] = typer.Option(None, "--output", help="Override the pipeline's output path."),
+    workers: Optional[int] = typer.Option(None, help="Local engine: worker processes (default: all cores)."),
+    partitions: Optional[int] = typer.Option(None, help="Spark engine: number of partitions."),
+    conf: Optional[List[str]] = typer.Option(None, "--conf", help="Spark setting KEY=VALUE (repeatable)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the run report as JSON instead of a table."),
+) -> None:
+    """Run a pipeline file end to end and print per-stage counts (also written to OUTPUT/_run.json)."""
+    from datakit.io.fs import InputError
+    from datakit.pipeline import Pipeline, PipelineError
+
+    try:
+        p = Pipeline.from_yaml(pipeline)
+        opts: dict = {}
+        if engine == "local":
+            opts["workers"] = workers
+        elif engine == "spark":
+            opts.update(master=master, partitions=partitions,
+                        conf=dict(c.split("=", 1) for c in (conf or [])))
+        else:
+            _fail(f"unknown engine {engine!r}; choose local or spark")
+        result = p.run(engine=engine, input=list(input) if input else None, output=output, **opts)
+    except (PipelineError, InputError) as e:
+        _fail(str(e))
+    except ImportError as e:
+        _fail(f"{e} (is the engine's package installed? `make venv` installs everything)")
+    except Exception as e:  # an engine/runtime failure: short message, detail in the log
+        if type(e).__name__ in ("EngineError", "SparkSetupError"):
+            _fail(str(e), 3)
+        raise
+    if json_out:
+        typer.echo(json.dumps({"output": result.output_path, "stages": result.stages}, indent=2))
+    else:
+        _print_stages(result.stages)
+        typer.echo(f"output: {result.output_path}  ({result.manifest['rows'] if result.manifest else 0} rows, "
+                   f"{result.seconds:.1f}s)")
+
+
+@app.command()
+def explain(
+    pipeline: Path = typer.Argument(..., help="Pipeline YAML file."),
+    input: Optional[List[str]] = typer.Option(None, "--input", help="Override the input path/glob."),
+) -> None:
+    """Print the logical plan a pipeline compiles to (nodes, stages, sink) without running it."""
+    from datakit.io.fs import InputError
+    from datakit.pipeline import Pipeline, PipelineError
+
+    try:
+        typer.echo(Pipeline.from_yaml(pipeline).explain(input_override=list(input) if input else None))
+    except (PipelineError, InputError) as e:
+        _fail(str(e))
+
+
+@app.command()
+def synth(
+    out_dir: Path = typer.Argument(..., help="Folder to write dt=YYYY-MM-DD/part-*.jsonl.zst logs into."),
+    events: int = typer.Option(1000, help="Number of events (100 to millions; streamed)."),
+    seed: int = typer.Option(0, help="Seed: same seed, byte-identical files."),
+) -> None:
+    """Generate realistic synthetic editor logs with planted duplicates, PII, leaks and bad lines."""
+    from datakit import synth as synth_mod
+
+    summary = synth_mod.generate(str(out_dir), events=events, seed=seed)
+    typer.echo(json.dumps(summary, indent=2, default=str))
+
+
+def _register_optional_commands() -> None:
+    """Commands that live with their capability (decontamination, packed datasets)."""
+    try:
+        from datakit.stages.decontam.cli import contamination_check
+    except ImportError:
+        pass
+    else:
+        app.command("contamination-check")(contamination_check)
+    try:
+        from datakit.stages.tokenize.inspect import inspect_command
+    except ImportError:
+        pass
+    else:
+        app.command("inspect")(inspect_command)
+
+
+_register_optional_commands()
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""Read a committed datakit output folder (Parquet records) through its manifest.
+
+Why through the manifest: a folder may hold a half-finished rerun's temp files or
+side outputs (`_quarantine/`, `_dropped/`); the manifest names exactly the shards
+that belong to the committed dataset, in shard order.
+"""
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from datakit.io.fs import InputError, filesystem
+
+
+def read_manifest(path: str) -> dict:
+    fs, p = filesystem(f"{str(path).rstrip('/')}/manifest.json")
+    if not fs.exists(p):
+        raise InputError(f"no committed dataset at {path} (manifest.json missing: unfinished or not a datakit output)")
+    return json.loads(fs.cat_file(p))
+
+
+def read_output(path: str, columns: list[str] | None = None) -> pa.Table:
+    """All rows of a committed Parquet output, shard by shard (each shard sorted by its key)."""
+    path = str(path)
+    m = read_manifest(path)
+    if m.get("format") != "parquet":
+        raise InputError(f"{path} is a {m.get('format')!r} dataset; use datakit.loader for packed data")
+    tables = []
+    for shard in m["shards"]:
+        for f in shard["files"]:
+            fs, p = filesystem(f"{path.rstrip('/')}/{f}")
+            tables.append(pq.read_table(p, filesystem=fs, columns=columns))
+    return pa.concat_tables(tables) if tables else pa.table({})

@@ -1,0 +1,111 @@
+"""Ingest: every malformed-input kind lands in quarantine with its reason, file and line; the job goes on."""
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+
+from datakit import Pipeline
+from datakit.io.dataset import read_output
+from tests.eventgen import make_event, write_jsonl
+
+
+def _run(tmp_path, pattern, **kw):
+    out = tmp_path / "out"
+    res = Pipeline("t").input(str(pattern)).add({"kind": "ingest"}).output(str(out), shards=2).run(workers=1, **kw)
+    q = out / "_quarantine" / "part-00000.parquet"
+    quarantine = pq.read_table(q).to_pylist() if q.exists() else []
+    return res, out, quarantine
+
+
+def test_every_malformed_kind_is_quarantined_with_reason_and_line(tmp_path):
+    good = [make_event(i) for i in range(6)]
+    missing = make_event(10); del missing["user_id"]
+    wrong = make_event(11, latency_ms="slow")
+    unknown = make_event(12, event_type="telepathy")
+    badts = make_event(13, timestamp="yesterday")
+    no_msgs = make_event(14); no_msgs["event_type"] = "chat_turn"; no_msgs.pop("messages", None)
+    rows = [good[0], b'{"event_id": "x", ', good[1], b"\xff\xfe not utf8", missing, wrong, good[2],
+            unknown, badts, b"[1, 2, 3]", good[3], no_msgs]
+    f = write_jsonl(tmp_path / "logs" / "a.jsonl", rows)
+    res, out, q = _run(tmp_path, f)
+    st = res.stage("ingest")
+    assert st["rows_in"] == len(rows)
+    assert st["rows_out"] == 4
+    assert st["dropped"] == {"bad_json": 1, "bad_utf8": 1, "missing_field": 2, "wrong_type": 1,
+                             "unknown_event_type": 1, "bad_timestamp": 1, "not_an_object": 1}
+    by_line = {r["source_line"]: r for r in q}
+    assert by_line[2]["reason"] == "bad_json" and by_line[2]["raw"] == b'{"event_id": "x", '
+    assert by_line[4]["reason"] == "bad_utf8"
+    assert by_line[5]["reason"] == "missing_field" and by_line[5]["detail"] == "user_id"
+    assert by_line[6]["detail"] == "latency_ms"
+    assert by_line[12]["detail"] == "messages"
+    assert all(r["source_file"] == str(f) for r in q)
+    assert read_output(str(out)).num_rows == 4
+
+
+def test_truncated_zstd_keeps_lines_before_the_cut(tmp_path):
+    # zstd decodes whole blocks (128 KiB): make enough distinct text that the cut leaves complete blocks
+    import random
+
+    rnd = random.Random(0)
+    data = b"".join(json.dumps(make_event(i, suggestion="".join(rnd.choice("abcdefgh ") for _ in range(300)))).encode()
+                    + b"\n" for i in range(2000))
+    blob = zstandard.ZstdCompressor().compress(data)
+    path = tmp_path / "logs" / "cut.jsonl.zst"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(blob[: len(blob) // 2])
+    res, out, q = _run(tmp_path, path)
+    st = res.stage("ingest")
+    assert st["dropped"].get("truncated_file") == 1
+    assert 0 < st["rows_out"] < 2000
+    assert st["rows_in"] == st["rows_out"] + sum(st["dropped"].values())
+    assert [r["reason"] for r in q if r["reason"] == "truncated_file"] == ["truncated_file"]
+
+
+def test_gz_and_zst_and_plain_read_alike(tmp_path):
+    rows = [make_event(i) for i in range(30)]
+    for suffix in ("a.jsonl", "b.jsonl.gz", "c.jsonl.zst"):
+        write_jsonl(tmp_path / "logs" / suffix, [dict(r, event_id=f"{suffix}-{r['event_id']}") for r in rows])
+    res, out, q = _run(tmp_path, tmp_path / "logs")
+    assert res.stage("ingest")["rows_out"] == 90 and q == []
+
+
+def test_fifty_megabyte_line_is_quarantined_not_fatal(tmp_path):
+    huge = json.dumps(make_event(99, suggestion="x" * (50 * 1024 * 1024))).encode()
+    f = write_jsonl(tmp_path / "logs" / "big.jsonl", [make_event(1), huge, make_event(2)])
+    res, out, q = _run(tmp_path, f)
+    st = res.stage("ingest")
+    assert st["rows_out"] == 2 and st["dropped"] == {"line_too_long": 1}
+    assert q[0]["source_line"] == 2 and len(q[0]["raw"]) <= 4096
+
+
+def test_parquet_events_are_validated_too(tmp_path):
+    import pyarrow as pa
+
+    from datakit.contracts import EDITOR_EVENT_V1
+
+    evs = [make_event(i) for i in range(8)]
+    evs[3]["user_id"] = None
+    names = [f.name for f in EDITOR_EVENT_V1 if not f.name.startswith("_")]
+    t = pa.Table.from_pylist([{k: e.get(k) for k in names} for e in evs],
+                             schema=pa.schema([EDITOR_EVENT_V1.field(n) for n in names]))
+    path = tmp_path / "in" / "ev.parquet"
+    path.parent.mkdir()
+    pq.write_table(t, path)
+    out = tmp_path / "out"
+    res = (Pipeline("t").input(str(path), format="parquet").add({"kind": "ingest"})
+           .output(str(out)).run(workers=1))
+    assert res.stage("ingest")["dropped"] == {"missing_field": 1}
+    assert res.stage("ingest")["rows_out"] == 7
+
+
+def test_timestamps_normalized_to_utc():
+    from datakit.stages.ingest import normalize_timestamp
+
+    assert normalize_timestamp("2026-11-01T12:00:00+02:00") == "2026-11-01T10:00:00.000Z"
+    assert normalize_timestamp("2026-11-01T10:00:00Z") == "2026-11-01T10:00:00.000Z"
+    with pytest.raises(ValueError):
+        normalize_timestamp("nope")

@@ -1,0 +1,109 @@
+"""Pipeline API and file format: YAML round-trip, validation errors that name file/stage/field, user stages."""
+from __future__ import annotations
+
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from datakit import CompileContext, Pipeline, PipelineError, StageConfig, register_stage
+from datakit.contracts import EDITOR_EVENT_V1
+from datakit.io.dataset import read_output
+from tests.eventgen import make_event, write_jsonl
+
+YAML = """
+name: quickstart
+seed: 7
+input: {path: "logs/*.jsonl", format: jsonl, schema: editor_event.v1}
+stages:
+  - {kind: ingest}
+output: {path: "out/", format: parquet, shards: 3}
+"""
+
+
+def test_yaml_round_trip_is_identity(tmp_path):
+    p = Pipeline.from_yaml_string(YAML)
+    again = Pipeline.from_yaml_string(p.to_yaml())
+    assert again == p
+    assert again.to_dict()["seed"] == 7 and again.to_dict()["output"]["shards"] == 3
+    f = tmp_path / "p.yaml"
+    f.write_text(p.to_yaml())
+    assert Pipeline.from_yaml(f) == p
+
+
+def test_builder_equals_yaml():
+    built = (Pipeline("quickstart", seed=7).input("logs/*.jsonl").add({"kind": "ingest"})
+             .output("out/", shards=3))
+    assert built == Pipeline.from_yaml_string(YAML)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("name: x\nstages: [{kind: nosuch}]", ["stage 1", "unknown stage kind 'nosuch'"]),
+    ("name: x\nstages: [{kind: ingest, bogus: 1}]", ["stage 1 (ingest)", "bogus"]),
+    ("name: x\nseed: notanumber", ["seed"]),
+    ("name: x\nstages: [ingest]", ["stage 1", "kind"]),
+])
+def test_validation_errors_name_file_stage_and_field(tmp_path, text, words):
+    f = tmp_path / "bad.yaml"
+    f.write_text(text)
+    with pytest.raises(PipelineError) as e:
+        Pipeline.from_yaml(f)
+    msg = str(e.value)
+    assert str(f) in msg
+    for w in words:
+        assert w in msg
+
+
+def test_stage_order_is_checked(tmp_path):
+    write_jsonl(tmp_path / "logs" / "a.jsonl", [make_event(0)])
+    p = Pipeline("x").input(str(tmp_path / "logs")).output(str(tmp_path / "o"))
+    with pytest.raises(PipelineError, match="ingest"):
+        p.compile()
+
+
+def test_yaml_loader_is_safe(tmp_path):
+    f = tmp_path / "evil.yaml"
+    f.write_text("name: !!python/object/apply:os.system ['echo pwned']\n")
+    with pytest.raises(PipelineError, match="not valid YAML"):
+        Pipeline.from_yaml(f)
+
+
+# --- a user-registered stage, as a researcher would write it in a script ---------------------
+
+class _DropRejected:
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        rejected = pc.fill_null(pc.equal(batch.column("outcome"), "rejected"), False)
+        drop = pc.if_else(rejected, pa.scalar("rejected_suggestion"), pa.scalar(None, pa.string()))
+        return batch.append_column("_drop", drop)
+
+
+@register_stage
+class DropRejected(StageConfig):
+    kind: Literal["test_drop_rejected"] = "test_drop_rejected"
+    consumes = "editor_event.v1"
+    produces = "editor_event.v1"
+
+    def compile(self, rel, ctx: CompileContext):
+        return rel.map_batches(_DropRejected(), EDITOR_EVENT_V1, name="drop_rejected")
+
+
+def test_user_stage_plugs_in_and_accounting_reconciles(tmp_path):
+    events = [make_event(i) for i in range(40)]
+    write_jsonl(tmp_path / "logs" / "a.jsonl", events)
+    res = (Pipeline("x").input(str(tmp_path / "logs")).add({"kind": "ingest"})
+           .add({"kind": "test_drop_rejected"}).output(str(tmp_path / "o"), shards=2).run(workers=1))
+    n_rejected = sum(1 for e in events if e.get("outcome") == "rejected")
+    st = res.stage("test_drop_rejected")
+    assert n_rejected > 0 and st["dropped"] == {"rejected_suggestion": n_rejected}
+    for s in res.stages:
+        assert s["rows_in"] == s["rows_out"] + sum(s["dropped"].values())
+    out = read_output(str(tmp_path / "o"))
+    assert out.num_rows == 40 - n_rejected
+    assert "rejected" not in out.column("outcome").to_pylist()
+
+
+def test_explain_lists_every_node(tmp_path):
+    write_jsonl(tmp_path / "logs" / "a.jsonl", [make_event(0)])
+    text = Pipeline("x").input(str(tmp_path / "logs")).add({"kind": "ingest"}).output(str(tmp_path / "o")).explain()
+    assert "Sink(parquet" in text and "MapBatches(parse_validate" in text and "Source(jsonl, 1 files" in text
