@@ -1,0 +1,414 @@
+"""Pattern detectors for personal data and secrets, with the validators that keep them precise on code.
+
+Why hand-written patterns and not presidio's recognizers on the hot path: the
+scanner runs every detector over every text segment of every record, so a
+detector must be (a) a regex the batch scanner can prefilter in Rust (polars)
+and (b) precise on source code, where hashes, UUIDs, version strings and
+dotted decimals look like secrets and IPs. Each `Detector` therefore carries:
+
+- `pattern`: the Python `re` pattern that finds a match. The sensitive span is
+  the named group `v` when the pattern has one (so `password = "hunter2"`
+  replaces only `hunter2` and the quotes survive), else the whole match.
+- `prefilter`: a Rust-regex (polars) pattern that every true match also
+  matches. Rows where it does not match are never given to Python.
+- `validate`: an optional check on the match (Luhn, IBAN mod-97, entropy,
+  "is this a version string?") that runs only on regex hits.
+
+The same objects are exported as presidio recognizers by `presidio_bridge`, so
+a team can extend the set the presidio way.
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Literal
+
+Category = Literal["pii", "secret"]
+Policy = Literal["placeholder", "pseudonym", "drop"]
+
+# A validator sees the whole match and the text around it (context checks need the line).
+Validator = Callable[[re.Match[str], str], bool]
+
+
+@dataclass(frozen=True)
+class Detector:
+    """One entity type: how to find it, how to confirm it, how to name it in output."""
+
+    entity: str  # our name, used in config keys, metrics ("pii.<entity>") and drop reasons
+    presidio_entity: str  # the entity name in presidio's vocabulary (EMAIL_ADDRESS, ...)
+    category: Category
+    pattern: str
+    prefilter: str
+    placeholder: str
+    validate: Validator | None = None
+    flags: int = 0
+    priority: int = 50  # overlap resolution: higher wins (specific secrets beat generic rules)
+    default_policy: Policy = "placeholder"
+    score: float = 0.85  # presidio confidence for the bridge
+    compiled: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "compiled", re.compile(self.pattern, self.flags))
+
+    def span(self, m: re.Match[str]) -> tuple[int, int]:
+        """The part of a match that is sensitive (group `v` if present)."""
+        gi = m.re.groupindex
+        for g in ("v", "v2"):
+            if g in gi and m.group(g) is not None:
+                return m.span(g)
+        return m.span()
+
+    def finditer(self, text: str):
+        """Validated matches of this detector in `text`."""
+        for m in self.compiled.finditer(text):
+            if self.validate is None or self.validate(m, text):
+                yield m
+
+
+# ---------------------------------------------------------------- validators
+
+
+def luhn_ok(digits: str) -> bool:
+    """The Luhn checksum every payment card number satisfies."""
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = ord(ch) - 48
+        if i % 2 == 1:
+            d *= 2
+            if d > 9:
+                d -= 9
+        total += d
+    return total % 10 == 0
+
+
+# IBAN lengths per country (ISO 13616 registry); a wrong length is not an IBAN.
+IBAN_LENGTHS: dict[str, int] = {
+    "AD": 24, "AE": 23, "AL": 28, "AT": 20, "AZ": 28, "BA": 20, "BE": 16, "BG": 22, "BH": 22,
+    "BR": 29, "BY": 28, "CH": 21, "CR": 22, "CY": 28, "CZ": 24, "DE": 22, "DK": 18, "DO": 28,
+    "EE": 20, "EG": 29, "ES": 24, "FI": 18, "FO": 18, "FR": 27, "GB": 22, "GE": 22, "GI": 23,
+    "GL": 18, "GR": 27, "GT": 28, "HR": 21, "HU": 28, "IE": 22, "IL": 23, "IQ": 23, "IS": 26,
+    "IT": 27, "JO": 30, "KW": 30, "KZ": 20, "LB": 28, "LC": 32, "LI": 21, "LT": 20, "LU": 20,
+    "LV": 21, "MC": 27, "MD": 24, "ME": 22, "MK": 19, "MR": 27, "MT": 31, "MU": 30, "NL": 18,
+    "NO": 15, "PK": 24, "PL": 28, "PS": 29, "PT": 25, "QA": 29, "RO": 24, "RS": 22, "SA": 24,
+    "SC": 31, "SE": 24, "SI": 19, "SK": 24, "SM": 27, "ST": 25, "SV": 28, "TL": 23, "TN": 24,
+    "TR": 26, "UA": 29, "VA": 22, "VG": 24, "XK": 20,
+}
+
+
+def iban_ok(raw: str) -> bool:
+    """Country length + ISO 7064 mod-97 == 1."""
+    s = raw.replace(" ", "")
+    if IBAN_LENGTHS.get(s[:2]) != len(s):
+        return False
+    moved = s[4:] + s[:4]
+    num = "".join(str(int(c, 36)) for c in moved)
+    return int(num) % 97 == 1
+
+
+def shannon_entropy(s: str) -> float:
+    """Bits per character of `s` (a random base64 string of 32 chars is ~4.5-5)."""
+    n = len(s)
+    return -sum(c / n * math.log2(c / n) for c in Counter(s).values())
+
+
+_HEX = re.compile(r"[0-9a-fA-F]+")
+_UUID = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}")
+_PLACEHOLDER_VALUE = re.compile(
+    r"""^(?:[$%{<\[(*]|\.\.\.|x{3,}|X{3,}|\*{3,})|^(?:changeme|change_me|password|passwd|secret|token|
+    none|null|nil|true|false|undefined|example|dummy|test|testing|redacted|hidden|your[_-].*|my[_-].*|
+    placeholder|todo|tbd|fixme|env|required|optional|string|str|bytes|int|\w+_here)$""",
+    re.IGNORECASE | re.VERBOSE,
+)
+
+
+def _line_of(text: str, start: int, end: int) -> str:
+    a = text.rfind("\n", 0, start) + 1
+    b = text.find("\n", end)
+    return text[a : b if b >= 0 else len(text)]
+
+
+_VERSION_CONTEXT = re.compile(r"(?:\bv(?:er)?|==|>=|<=|~=|!=|\^|~|@)\s*$", re.IGNORECASE)
+# loopback, unspecified, netmasks, link-local, and the RFC 5737 documentation ranges
+# (192.0.2.0/24 etc. are reserved for examples: they name no host and no person)
+_NOT_PUBLIC_V4 = ("0.", "127.", "255.", "169.254.", "192.0.2.", "198.51.100.", "203.0.113.")
+
+
+def ipv4_ok(m: re.Match[str], text: str) -> bool:
+    """Reject loopback/netmask/unspecified addresses and version strings (`__version__ = "1.2.3.4"`)."""
+    ip = m.group()
+    if ip.startswith(_NOT_PUBLIC_V4) or ip == "1.2.3.4" or int(ip.split(".", 1)[0]) >= 224:
+        return False  # reserved/doc ranges, the classic placeholder, multicast and class E
+    if ip.endswith(".0") and re.match(r"/\d{1,2}\b", text[m.end() : m.end() + 3]):
+        return False  # a network range (10.0.0.0/8) names no host
+    line = _line_of(text, m.start(), m.end())
+    if "version" in line.lower() or "release" in line.lower():
+        return False
+    before = text[max(0, m.start() - 12) : m.start()]
+    if _VERSION_CONTEXT.search(before.rstrip("\"' (")):
+        return False
+    if re.search(r"\bsections?\b|§", text[max(0, m.start() - 40) : m.start()], re.IGNORECASE):
+        return False  # spec section numbers: "section 8.2.4.44"
+    return True
+
+
+def ipv6_ok(m: re.Match[str], text: str) -> bool:
+    """Real IPv6 addresses have >= 3 groups and a digit; `::1` and C++ `Abc::Def` do not count."""
+    ip = m.group()
+    groups = [g for g in ip.split(":") if g]
+    if len(groups) < 3 or not any(c.isdigit() for c in ip):
+        return False
+    low = ip.lower()
+    if low in ("::1", "::", "0:0:0:0:0:0:0:1") or low.startswith("2001:db8:"):
+        return False  # loopback and the RFC 3849 documentation prefix
+    if set(low) <= set("f0:"):
+        return False  # netmasks and the IPv4-mapped prefix (ffff:ffff:..., ::ffff:0:0)
+    if "::" not in ip and len(groups) != 8 and "." not in groups[-1]:
+        return False
+    return True
+
+
+def card_ok(m: re.Match[str], text: str) -> bool:
+    digits = re.sub(r"\D", "", m.group())
+    if not 13 <= len(digits) <= 19 or not luhn_ok(digits):
+        return False
+    # brand prefixes (IIN ranges); timestamps and IDs rarely start like a card
+    return bool(re.match(r"4|5[1-5]|2[2-7]|3[47]|6(?:011|5|4[4-9])|3(?:0[0-5]|[68])|35", digits))
+
+
+def iban_match_ok(m: re.Match[str], text: str) -> bool:
+    return iban_ok(m.group())
+
+
+def phone_ok(m: re.Match[str], text: str) -> bool:
+    """10-15 digits, and a North-American number must have a valid area code / exchange."""
+    digits = re.sub(r"\D", "", m.group())
+    if not 10 <= len(digits) <= 15:
+        return False
+    if not m.group().startswith("+") and len(digits) == 10:
+        if digits[0] in "01" or digits[3] in "01":
+            return False
+    line = _line_of(text, m.start(), m.end()).lower()
+    if "version" in line:
+        return False
+    return True
+
+
+def user_ok(m: re.Match[str], text: str) -> bool:
+    """Generic account names (`/home/user`, `C:\\Users\\Public`) are not personal."""
+    return m.group("v").lower() not in _GENERIC_USERS
+
+
+_GENERIC_USERS = frozenset(
+    "user username users me you your_name yourname name shared public default guest root admin "
+    "runner travis circleci jenkins ubuntu ec2-user vagrant nobody all default user "
+    "someone somebody foo bar baz example test tester docker app www-data postgres".split()
+)
+
+
+def assignment_ok(m: re.Match[str], text: str) -> bool:
+    """A literal credential, not an env lookup, a prompt string, or a placeholder."""
+    v = m.group("v") if m.group("v") is not None else m.group("v2")
+    if _PLACEHOLDER_VALUE.match(v) or len(set(v)) < 3:
+        return False
+    if m.group("v") is None:
+        # unquoted: `token = next_token`, `pwd = self.pwd`, `n = 100000` are code, not secrets
+        if "." in v or "(" in v or re.fullmatch(r"[\d.]+", v):
+            return False
+        if re.fullmatch(r"[A-Za-z_]\w*", v) and not re.search(r"\d", v):
+            return False
+    if " " in v.strip() and len(v.split()) > 2:  # prose: "Enter your password"
+        return False
+    return True
+
+
+_ENTROPY_KEY_SKIP = re.compile(
+    r"hash|sha\d*|md5|digest|checksum|uuid|guid|commit|revision|version|integrity|etag|"
+    r"path|file|dir|url|uri|name|title|label|format|fmt|pattern|regex|template|msg|message|"
+    r"doc|help|description|text|encoding|charset|alphabet|chars|letters|digits|mode",
+    re.IGNORECASE,
+)
+
+
+def high_entropy_ok(m: re.Match[str], text: str) -> bool:
+    """Random-looking token in an assignment: mixed case + digit, high entropy, not hex/UUID/path."""
+    v = m.group("v")
+    if _ENTROPY_KEY_SKIP.search(m.group("k")):
+        return False
+    if _HEX.fullmatch(v) or _UUID.fullmatch(v) or re.match(r"sha\d+-", v):
+        return False
+    if v[0] in "/.~" or "://" in v:  # paths and URLs
+        return False
+    if not (re.search(r"[a-z]", v) and re.search(r"[A-Z]", v) and re.search(r"\d", v)):
+        return False
+    if "." in v and re.fullmatch(r"[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)+", v):  # dotted module path
+        return False
+    if "/" in v and re.fullmatch(r"[\w.-]*(?:/[\w.-]+)+/?", v) and not re.search(r"\d{2}", v):
+        return False
+    # long runs of letters are words (CamelCase identifiers), not random tokens
+    if max((len(w) for w in re.findall(r"[a-z]{5,}", v)), default=0) >= 7:
+        return False
+    if sum(len(w) for w in re.findall(r"[A-Z][a-z]{2,}", v)) >= 0.6 * len(v):
+        return False
+    return shannon_entropy(v) >= 4.0
+
+
+def url_creds_ok(m: re.Match[str], text: str) -> bool:
+    pw = m.group("v").split(":", 1)[1]
+    return not _PLACEHOLDER_VALUE.match(pw)
+
+
+def ssn_ok(m: re.Match[str], text: str) -> bool:
+    area, group, serial = m.group().split("-")
+    return area not in ("000", "666") and area[0] != "9" and group != "00" and serial != "0000"
+
+
+# ---------------------------------------------------------------- the detector set
+
+_B = r"(?<![A-Za-z0-9_])"  # token start (like \b but also before `_`-joined words)
+_E = r"(?![A-Za-z0-9_])"
+_SECRET_KEYWORDS = (
+    r"passw(?:or)?d|pwd|secret|token|api[_-]?key|apikey|access[_-]?key|auth[_-]?key|"
+    r"client[_-]?secret|private[_-]?key|credentials?"
+)
+
+DETECTORS: tuple[Detector, ...] = (
+    # ---- secrets (specific formats first; they win overlaps)
+    Detector(
+        "private_key", "PRIVATE_KEY", "secret",
+        r"-----BEGIN[A-Z ]{0,40}PRIVATE KEY(?: BLOCK)?-----(?:.*?-----END[A-Z ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
+        r"|(?:\\n|[A-Za-z0-9+/=\s\\\"'])*)",
+        r"-----BEGIN[A-Z ]{0,40}PRIVATE KEY", "<PRIVATE_KEY>", flags=re.DOTALL, priority=100,
+        default_policy="drop",
+    ),
+    Detector(
+        "aws_access_key", "AWS_ACCESS_KEY", "secret",
+        _B + r"(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16}" + _E,
+        r"(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16}", "<AWS_ACCESS_KEY>", priority=90,
+    ),
+    Detector(
+        "aws_secret_key", "AWS_SECRET_KEY", "secret",
+        r"(?i:aws)[\w.-]{0,20}(?i:secret|sk)[\w.-]{0,20}[\"']?\s*(?:[:=]|=>)\s*[\"']?(?P<v>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])",
+        r"(?i)aws[\w.-]{0,20}(?:secret|sk)", "<SECRET>", priority=85,
+    ),
+    Detector(
+        "github_token", "GITHUB_TOKEN", "secret",
+        _B + r"(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{60,255})" + _E,
+        r"gh[pousr]_[A-Za-z0-9]{36}|github_pat_", "<GITHUB_TOKEN>", priority=90,
+    ),
+    Detector(
+        "gitlab_token", "GITLAB_TOKEN", "secret",
+        _B + r"gl(?:pat|dt|rt|ptt|cbt|imt|oas|ft|soat|agent)-[A-Za-z0-9_-]{20,}",
+        r"gl(?:pat|dt|rt|ptt|cbt|imt|oas|ft|soat|agent)-[A-Za-z0-9_-]{20}", "<GITLAB_TOKEN>", priority=90,
+    ),
+    Detector(
+        "slack_webhook", "SLACK_WEBHOOK", "secret",
+        r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9+/_-]{8,}(?:/[A-Za-z0-9+/_-]{6,}){1,2}",
+        r"hooks\.slack\.com/", "<SLACK_WEBHOOK>", priority=92,
+    ),
+    Detector(
+        "slack_token", "SLACK_TOKEN", "secret",
+        _B + r"(?:xox[abposr]|xapp)-[0-9A-Za-z-]{10,}" + _E,
+        r"(?:xox[abposr]|xapp)-[0-9A-Za-z-]{10}", "<SLACK_TOKEN>", priority=90,
+    ),
+    Detector(
+        "anthropic_key", "ANTHROPIC_API_KEY", "secret",
+        _B + r"sk-ant-[a-z]{2,10}\d{0,3}-[A-Za-z0-9_-]{32,}",
+        r"sk-ant-[a-z]", "<API_KEY>", priority=95,
+    ),
+    Detector(
+        "openai_key", "OPENAI_API_KEY", "secret",
+        _B + r"sk-(?:(?:proj|svcacct|admin|None)-[A-Za-z0-9_-]{32,}|[A-Za-z0-9]{20}T3BlbkFJ[A-Za-z0-9]{20}|[A-Za-z0-9]{48})" + _E,
+        r"sk-(?:proj-|svcacct-|admin-|None-|[A-Za-z0-9]{20})", "<API_KEY>", priority=90,
+    ),
+    Detector(
+        "google_api_key", "GOOGLE_API_KEY", "secret",
+        _B + r"AIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])",
+        r"AIza[0-9A-Za-z_-]{35}", "<API_KEY>", priority=90,
+    ),
+    Detector(
+        "stripe_key", "STRIPE_KEY", "secret",
+        _B + r"(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{16,247}" + _E + r"|" + _B + r"whsec_[0-9A-Za-z]{24,}" + _E,
+        r"(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{16}|whsec_", "<API_KEY>", priority=90,
+    ),
+    Detector(
+        "jwt", "JWT", "secret",
+        _B + r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",
+        r"eyJ[A-Za-z0-9_-]{8,}\.eyJ", "<JWT>", priority=88,
+    ),
+    Detector(
+        "url_credentials", "URL_CREDENTIALS", "secret",
+        r"\b[A-Za-z][A-Za-z0-9+.-]{1,15}://(?P<v>[^\s:/@'\"<>]{1,64}:[^\s/@'\"<>]{1,128})@[A-Za-z0-9.\[\]-]",
+        r"://[^\s:/@'\"]{1,64}:[^\s/@'\"]{1,128}@", "<CREDENTIALS>", validate=url_creds_ok, priority=80,
+    ),
+    Detector(
+        "secret_assignment", "SECRET_ASSIGNMENT", "secret",
+        r"(?i)(?P<k>(?<![A-Za-z0-9])[\w.-]*(?:" + _SECRET_KEYWORDS + r")(?:[_-]?(?:key|value|str|string|hash))?)"
+        r"[\"']?\s*(?:(?<![=!<>]):?=(?!=)|=>|:)\s*(?:[rbuRBU]{0,2}(?P<q>[\"'`])(?P<v>[^\"'`\n]{4,200})(?P=q)"
+        r"|(?P<v2>(?<=[=:])[^\s\"'`#,;(){}\[\]]{6,200}|(?<=[=:] )[^\s\"'`#,;(){}\[\]]{6,200})(?=[ \t]*(?:#.*)?$))",
+        r"(?i)(?:" + _SECRET_KEYWORDS + r")\w{0,12}[\"']?\s*(?:=|:)",
+        "<SECRET>", validate=assignment_ok, flags=re.MULTILINE, priority=60,
+    ),
+    Detector(
+        "high_entropy", "HIGH_ENTROPY_SECRET", "secret",
+        r"(?P<k>(?<![\w])[A-Za-z_][\w.-]{0,60})[\"']?\s*(?:(?<![=!<>]):?=(?!=)|:)\s*[rbuRBU]{0,2}(?P<q>[\"'`])"
+        r"(?P<v>[A-Za-z0-9+/=_.-]{20,100})(?P=q)",
+        r"[=:]\s*[rbuRBU]{0,2}[\"'`][A-Za-z0-9+/=_.-]{20,100}[\"'`]", "<SECRET>", validate=high_entropy_ok,
+        priority=40,
+    ),
+    # ---- personal data
+    Detector(
+        "email", "EMAIL_ADDRESS", "pii",
+        r"(?<![\w.+%-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+"
+        r"(?!(?:png|jpe?g|gif|svg|webp|ico|css|js|ts|map|json|min|txt)\b)[A-Za-z]{2,24}(?![\w-])",
+        r"[A-Za-z0-9._%+-]@[A-Za-z0-9-]+\.[A-Za-z]{2}", "<EMAIL>", priority=70,
+    ),
+    Detector(
+        "home_dir_user", "HOME_DIR_USER", "pii",
+        r"(?:(?<![\w.])/Users/|(?<![\w.])/home/|(?<![A-Za-z])[A-Za-z]:(?:\\\\|\\|/)(?i:Users|Documents and Settings)(?:\\\\|\\|/))"
+        r"(?P<v>[A-Za-z0-9][A-Za-z0-9._-]{0,63})(?=[\\/\s\"'`:;,)\]]|$)",
+        r"/Users/[A-Za-z0-9]|/home/[A-Za-z0-9]|(?i):(?:\\\\|\\|/)(?:Users|Documents and Settings)(?:\\\\|\\|/)",
+        "<USER>", validate=user_ok, priority=65,
+    ),
+    Detector(
+        "ipv4", "IP_ADDRESS", "pii",
+        r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?!\w|\.\w)",
+        r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}", "<IP_ADDRESS>", validate=ipv4_ok, priority=55,
+    ),
+    Detector(
+        "ipv6", "IP_ADDRESS", "pii",
+        r"(?<![\w:.])(?:(?:[0-9A-Fa-f]{1,4}:){7}[0-9A-Fa-f]{1,4}"
+        r"|(?:[0-9A-Fa-f]{1,4}:){1,7}:(?:[0-9A-Fa-f]{1,4}(?::[0-9A-Fa-f]{1,4}){0,6})?"
+        r"|:(?::[0-9A-Fa-f]{1,4}){1,7})(?![\w:])",
+        r"[0-9A-Fa-f]{1,4}::?[0-9A-Fa-f]{1,4}:|::[0-9A-Fa-f]{1,4}:", "<IP_ADDRESS>", validate=ipv6_ok,
+        priority=55,
+    ),
+    Detector(
+        "credit_card", "CREDIT_CARD", "pii",
+        r"(?<![\w.-])(?:\d{4}(?P<s>[ -]?)\d{4}(?P=s)\d{4}(?P=s)\d{1,7}|\d{4}(?P<t>[ -]?)\d{6}(?P=t)\d{4,5})(?![\w.-]|-\d)",
+        r"\d{4}[ -]?\d{4}[ -]?\d{4}[ -]?\d|\d{4}[ -]?\d{6}[ -]?\d{4}", "<CREDIT_CARD>", validate=card_ok,
+        priority=75,
+    ),
+    Detector(
+        "iban", "IBAN_CODE", "pii",
+        r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?(?![A-Za-z0-9])",
+        r"[A-Z]{2}\d{2} ?[A-Z0-9]{4} ?[A-Z0-9]{4}", "<IBAN>", validate=iban_match_ok, priority=76,
+    ),
+    Detector(
+        "us_ssn", "US_SSN", "pii",
+        r"(?<![\w-])\d{3}-\d{2}-\d{4}(?![\w-])",
+        r"\d{3}-\d{2}-\d{4}", "<SSN>", validate=ssn_ok, priority=74,
+    ),
+    Detector(
+        "phone", "PHONE_NUMBER", "pii",
+        r"(?<![\w.+-])(?:\+\d{1,3}[ .-]?(?:\(\d{1,4}\)[ .-]?)?\d{1,4}(?:[ .-]\d{2,4}){1,4}"
+        r"|\(\d{3}\)[ .-]?\d{3}[ .-]\d{4}|\d{3}([.-])\d{3}\1\d{4}|\d{3} \d{3} \d{4})(?![\w.-]|-\d)",
+        r"\+\d{1,3}[ .-]?\(?\d|\(\d{3}\)[ .-]?\d{3}[ .-]\d{4}|\d{3}[ .-]\d{3}[ .-]\d{4}", "<PHONE>",
+        validate=phone_ok, priority=50,
+    ),
+)
+
+BY_ENTITY: dict[str, Detector] = {d.entity: d for d in DETECTORS}
+ENTITIES: tuple[str, ...] = tuple(BY_ENTITY)
+SECRET_ENTITIES: frozenset[str] = frozenset(d.entity for d in DETECTORS if d.category == "secret")
