@@ -1,0 +1,284 @@
+"""Training records -> token ids + loss masks, one row per document (before packing).
+
+Why the layout of each kind is fixed here, in one place: the trainer learns the
+exact token layout, so FIM sentinels, chat markers and which tokens carry loss
+must be identical on every engine and every rerun.
+
+Layouts (`[X]` is a special token, `text` is the encoded text, `^` marks loss):
+
+- code:  `[BOS]? text^ [EOS]^` — documents are EOS-separated when packed.
+  With probability `fim_rate` (decided per document from `(seed, doc_id)`) the
+  document is FIM-transformed at two character positions drawn uniformly
+  (Bavarian et al. 2022), each part encoded on its own:
+    PSM: `[fim_prefix] prefix [fim_suffix] suffix [fim_middle] middle [EOS]`
+    SPM: `[fim_prefix] [fim_suffix] suffix [fim_middle] prefix middle [EOS]`
+  (SPM with probability `fim_spm_rate`, the StarCoder variant). Pretraining
+  trains on every token of a code document, sentinels included.
+- fim (editor examples, segments prefix/suffix/middle): the same sentinel
+  layout; a segment's tokens carry loss iff its `train` flag is set, the EOS
+  after the middle follows the middle's flag, sentinels never carry loss.
+- sft: per segment `[<|role|>] text [<|end|>]`, then `[EOS]`; loss only on the
+  text and the closing `[<|end|>]` of `train=True` (assistant) segments, so the
+  model learns to end its turn; role markers and EOS carry none.
+- preference: not packed; `prompt` (segments joined), `chosen`, `rejected`
+  texts plus their token ids (`[BOS]? prompt`, `chosen [EOS]`, `rejected [EOS]`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import xxhash
+
+from datakit.plan import DROP, DROP_DETAIL
+from datakit.stages.tokenize.tokenizers import LoadedTokenizer
+
+IDS = pa.list_(pa.int32())
+MASK = pa.list_(pa.int8())
+
+ENCODED_SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("kind", pa.string()),
+        ("shuffle_key", pa.uint64()),  # xxh64(doc_id, seed): the seeded global-shuffle order
+        ("n_tokens", pa.int32()),
+        ("fim_mode", pa.string()),  # "psm" | "spm" | null
+        ("input_ids", IDS),
+        ("loss_mask", MASK),
+        ("prompt", pa.string()),
+        ("chosen", pa.string()),
+        ("rejected", pa.string()),
+        ("prompt_ids", IDS),
+        ("chosen_ids", IDS),
+        ("rejected_ids", IDS),
+    ]
+)
+
+# Independent streams of per-document randomness: the shuffle order and the FIM
+# draws must not be correlated, so each hashes under its own salt.
+_SHUFFLE_SALT = 0x5EED_0001
+_FIM_SALT = 0x5EED_0002
+_U32 = float(1 << 32)
+CHAT_ROLES = ("system", "user", "assistant", "tool")
+
+
+def shuffle_keys(doc_ids: list[str], seed: int) -> np.ndarray:
+    """The seeded global-shuffle order key of each document: xxh64(utf-8 doc_id, seed')."""
+    s = (int(seed) * 0x9E3779B97F4A7C15 + _SHUFFLE_SALT) & 0xFFFFFFFFFFFFFFFF
+    h = xxhash.xxh64_intdigest
+    return np.fromiter((h(d.encode(), s) for d in doc_ids), dtype=np.uint64, count=len(doc_ids))
+
+
+def fim_draws(doc_id: str, seed: int) -> tuple[float, float, float, float]:
+    """Four uniforms in [0,1) for one document: (apply FIM?, SPM?, split a, split b).
+
+    Drawn from xxh128 of the doc_id so they depend on (seed, doc_id) only —
+    never on batch, partition or worker.
+    """
+    s = (int(seed) * 0x9E3779B97F4A7C15 + _FIM_SALT) & 0xFFFFFFFFFFFFFFFF
+    h = xxhash.xxh128_intdigest(doc_id.encode(), s)
+    return tuple(((h >> (32 * i)) & 0xFFFFFFFF) / _U32 for i in range(4))  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class EncodeOptions:
+    """What shapes one document's tokens (a subset of the stage config)."""
+
+    seed: int = 0
+    fim_rate: float = 0.0
+    fim_spm_rate: float = 0.5
+    add_bos: bool = False
+    seq_len: int = 2048
+    overlong: str = "split"  # "split" | "drop": documents longer than seq_len
+
+
+# A document is built as a list of parts: ("t", text, loss) for text to encode,
+# ("s", token_id, loss) for one special token. All texts of a batch are then
+# encoded in one `encode_batch` call (the tokenizer's Rust thread pool).
+Part = tuple[str, Any, int]
+
+
+def _seg_list(segs: Any) -> list[dict]:
+    return [s for s in (segs or []) if s is not None]
+
+
+def _code_parts(doc_id: str, segs: list[dict], tok: LoadedTokenizer, o: EncodeOptions) -> tuple[list[Part], str | None]:
+    sp = tok.special
+    parts: list[Part] = [("s", sp["bos"], 0)] if o.add_bos and "bos" in sp else []
+    if o.fim_rate > 0:
+        u_fim, u_spm, u_a, u_b = fim_draws(doc_id, o.seed)
+        if u_fim < o.fim_rate:
+            text = "".join(s.get("text") or "" for s in segs)
+            n = len(text)
+            a, b = sorted((min(int(u_a * (n + 1)), n), min(int(u_b * (n + 1)), n)))
+            pre, mid, suf = text[:a], text[a:b], text[b:]
+            if u_spm < o.fim_spm_rate:
+                parts += [("s", sp["fim_prefix"], 1), ("s", sp["fim_suffix"], 1), ("t", suf, 1),
+                          ("s", sp["fim_middle"], 1), ("t", pre, 1), ("t", mid, 1), ("s", sp["eos"], 1)]
+                return parts, "spm"
+            parts += [("s", sp["fim_prefix"], 1), ("t", pre, 1), ("s", sp["fim_suffix"], 1), ("t", suf, 1),
+                      ("s", sp["fim_middle"], 1), ("t", mid, 1), ("s", sp["eos"], 1)]
+            return parts, "psm"
+    parts += [("t", s.get("text") or "", int(bool(s.get("train", True)))) for s in segs]
+    parts.append(("s", sp["eos"], 1))
+    return parts, None
+
+
+def _fim_parts(doc_id: str, segs: list[dict], tok: LoadedTokenizer, o: EncodeOptions) -> tuple[list[Part], str | None]:
+    sp = tok.special
+    by_role: dict[str, tuple[str, int]] = {}
+    for s in segs:
+        role = s.get("role") or ""
+        text, train = by_role.get(role, ("", 0))
+        by_role[role] = (text + (s.get("text") or ""), int(train or bool(s.get("train"))))
+    pre, pre_t = by_role.get("prefix", ("", 0))
+    suf, suf_t = by_role.get("suffix", ("", 0))
+    mid, mid_t = by_role.get("middle", ("", 1))
+    parts: list[Part] = [("s", sp["bos"], 0)] if o.add_bos and "bos" in sp else []
+    spm = o.fim_spm_rate > 0 and fim_draws(doc_id, o.seed)[1] < o.fim_spm_rate
+    if spm:
+        parts += [("s", sp["fim_prefix"], 0), ("s", sp["fim_suffix"], 0), ("t", suf, suf_t),
+                  ("s", sp["fim_middle"], 0), ("t", pre, pre_t), ("t", mid, mid_t), ("s", sp["eos"], mid_t)]
+    else:
+        parts += [("s", sp["fim_prefix"], 0), ("t", pre, pre_t), ("s", sp["fim_suffix"], 0), ("t", suf, suf_t),
+                  ("s", sp["fim_middle"], 0), ("t", mid, mid_t), ("s", sp["eos"], mid_t)]
+    return parts, "spm" if spm else "psm"
+
+
+def _sft_parts(segs: list[dict], tok: LoadedTokenizer, o: EncodeOptions) -> list[Part]:
+    sp = tok.special
+    parts: list[Part] = [("s", sp["bos"], 0)] if o.add_bos and "bos" in sp else []
+    for s in segs:
+        role = s.get("role") or "user"
+        if role not in CHAT_ROLES or role not in sp:
+            raise KeyError(role)
+        train = int(bool(s.get("train")))
+        parts += [("s", sp[role], 0), ("t", s.get("text") or "", train), ("s", sp["end_turn"], train)]
+    parts.append(("s", sp["eos"], 0))
+    return parts
+
+
+def encode_table(table: pa.Table | pa.RecordBatch, tok: LoadedTokenizer, o: EncodeOptions) -> pa.Table:
+    """Encode training records into `ENCODED_SCHEMA` rows (+ `_drop`, `_drop_detail`).
+
+    Rows that cannot be encoded are *marked*, never filtered, so the engine
+    counts them: `empty_document`, `unknown_kind`, `unknown_role`, and
+    `too_long` (only with `overlong="drop"`).
+    """
+    cols = table.to_pydict() if isinstance(table, pa.Table) else pa.Table.from_batches([table]).to_pydict()
+    doc_ids: list[str] = cols["doc_id"]
+    kinds: list[str] = cols["kind"]
+    segments: list[Any] = cols.get("segments") or [None] * len(doc_ids)
+    chosen_col: list[Any] = cols.get("chosen") or [None] * len(doc_ids)
+    rejected_col: list[Any] = cols.get("rejected") or [None] * len(doc_ids)
+    n = len(doc_ids)
+
+    doc_parts: list[list[Part] | None] = [None] * n
+    fim_mode: list[str | None] = [None] * n
+    drop: list[str | None] = [None] * n
+    detail: list[str | None] = [None] * n
+    pref: dict[int, tuple[str, str, str]] = {}
+    for i in range(n):
+        kind, segs = kinds[i], _seg_list(segments[i])
+        try:
+            if kind == "code":
+                if not any(s.get("text") for s in segs):
+                    drop[i] = "empty_document"
+                    continue
+                doc_parts[i], fim_mode[i] = _code_parts(doc_ids[i], segs, tok, o)
+            elif kind == "fim":
+                if not any(s.get("text") for s in segs):
+                    drop[i] = "empty_document"
+                    continue
+                doc_parts[i], fim_mode[i] = _fim_parts(doc_ids[i], segs, tok, o)
+            elif kind == "sft":
+                if not segs:
+                    drop[i] = "empty_document"
+                    continue
+                doc_parts[i] = _sft_parts(segs, tok, o)
+            elif kind == "preference":
+                prompt = "".join(s.get("text") or "" for s in segs)
+                if chosen_col[i] is None or rejected_col[i] is None:
+                    drop[i] = "empty_document"
+                    detail[i] = "preference pair without chosen/rejected"
+                    continue
+                pref[i] = (prompt, chosen_col[i], rejected_col[i])
+            else:
+                drop[i] = "unknown_kind"
+                detail[i] = str(kind)[:64]
+        except KeyError as e:
+            drop[i] = "unknown_role"
+            detail[i] = str(e.args[0])[:64]
+
+    # one batched encode for every text piece of the batch
+    texts: list[str] = []
+    for parts in doc_parts:
+        if parts:
+            texts.extend(p[1] for p in parts if p[0] == "t")
+    for prompt, ch, rej in pref.values():
+        texts += [prompt, ch, rej]
+    encoded = tok.encode_batch(texts) if texts else []
+
+    ids_flat: list[int] = []
+    mask_flat: list[int] = []
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    valid = np.zeros(n, dtype=bool)
+    k = 0
+    for i, parts in enumerate(doc_parts):
+        if parts is not None:
+            start = len(ids_flat)
+            for typ, val, loss in parts:
+                if typ == "t":
+                    piece = encoded[k]
+                    k += 1
+                    ids_flat += piece
+                    mask_flat += [loss] * len(piece)
+                else:
+                    ids_flat.append(val)
+                    mask_flat.append(loss)
+            if o.overlong == "drop" and len(ids_flat) - start > o.seq_len:
+                del ids_flat[start:], mask_flat[start:]
+                drop[i] = "too_long"
+            else:
+                valid[i] = True
+        offsets[i + 1] = len(ids_flat)
+
+    eos = [tok.eos_id]
+    bos = [tok.special["bos"]] if o.add_bos and "bos" in tok.special else []
+    p_ids: list[list[int] | None] = [None] * n
+    c_ids: list[list[int] | None] = [None] * n
+    r_ids: list[list[int] | None] = [None] * n
+    for i in pref:
+        p_ids[i] = bos + encoded[k]
+        c_ids[i] = encoded[k + 1] + eos
+        r_ids[i] = encoded[k + 2] + eos
+        k += 3
+
+    values = pa.array(np.asarray(ids_flat, dtype=np.int32))
+    mvalues = pa.array(np.asarray(mask_flat, dtype=np.int8))
+    null_mask = pa.array(~valid)
+    input_ids = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values, mask=null_mask)
+    loss_mask = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), mvalues, mask=null_mask)
+    n_tokens = np.diff(offsets).astype(np.int32)
+    out = pa.table(
+        {
+            "doc_id": pa.array(doc_ids, pa.string()),
+            "kind": pa.array(kinds, pa.string()),
+            "shuffle_key": pa.array(shuffle_keys(doc_ids, o.seed)),
+            "n_tokens": pa.array(np.where(valid, n_tokens, 0).astype(np.int32)),
+            "fim_mode": pa.array(fim_mode, pa.string()),
+            "input_ids": input_ids,
+            "loss_mask": loss_mask,
+            "prompt": pa.array([pref[i][0] if i in pref else None for i in range(n)], pa.string()),
+            "chosen": pa.array([pref[i][1] if i in pref else None for i in range(n)], pa.string()),
+            "rejected": pa.array([pref[i][2] if i in pref else None for i in range(n)], pa.string()),
+            "prompt_ids": pa.array(p_ids, IDS),
+            "chosen_ids": pa.array(c_ids, IDS),
+            "rejected_ids": pa.array(r_ids, IDS),
+            DROP: pa.array(drop, pa.string()),
+            DROP_DETAIL: pa.array(detail, pa.string()),
+        }
+    )
+    return out

