@@ -1,0 +1,203 @@
+"""The synthetic log generator: layout, determinism, contract validity, and that every planted
+thing is really where the ground-truth sidecar says it is (other stages' tests rely on it)."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import jsonschema
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+
+from datakit.contracts import EDITOR_EVENT_V1, load_contract
+from datakit.synth import generate, iter_events, jaccard, read_ground_truth
+from datakit.synth.plants import humaneval_tasks
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory):
+    out = tmp_path_factory.mktemp("synth") / "logs"
+    summary = generate(out, events=600, seed=7, days=2, rows_per_part=150)
+    return out, summary
+
+
+def _lines(path: Path) -> list[bytes]:
+    with open(path, "rb") as fh:
+        data = zstandard.ZstdDecompressor().stream_reader(fh, read_across_frames=True).read()
+    return data.split(b"\n")[:-1]
+
+
+def _digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_layout_and_counts(synth):
+    out, summary = synth
+    parts = sorted(p.relative_to(out).as_posix() for p in out.glob("dt=*/part-*.jsonl.zst"))
+    assert parts == summary["files"]
+    assert {p.split("/")[0] for p in parts} == {"dt=2026-11-01", "dt=2026-11-02"}
+    assert len(parts) > 2  # rotation at rows_per_part
+    events = list(iter_events(out))
+    assert len(events) == summary["events"] == 600
+    assert len({e["event_id"] for e in events}) == 600
+    assert set(summary["event_types"]) == {"tab_completion", "inline_edit", "chat_turn", "agent_step"}
+    assert (out / "optouts.parquet").exists() and (out / "_synth.json").exists()
+    assert json.loads((out / "_synth.json").read_text()) == summary
+
+
+def test_deterministic_for_a_seed(synth, tmp_path):
+    out, _ = synth
+    generate(tmp_path / "again", events=600, seed=7, days=2, rows_per_part=150)
+    assert _digest(tmp_path / "again") == _digest(out)
+    generate(tmp_path / "other", events=600, seed=8, days=2, rows_per_part=150)
+    assert _digest(tmp_path / "other") != _digest(out)
+
+
+def test_events_follow_the_contract(synth):
+    out, _ = synth
+    schema = load_contract("editor_event.v1")
+    validator = jsonschema.Draft202012Validator(schema)
+    by_type = schema["x-required-by-type"]
+    for e in iter_events(out):
+        validator.validate(e)
+        missing = [f for f in by_type[e["event_type"]] if e.get(f) is None]
+        assert not missing, (e["event_id"], missing)
+
+
+def test_editor_event_schema_agrees_with_arrow_contract():
+    schema = load_contract("editor_event.v1")
+    assert set(schema["properties"]) == set(EDITOR_EVENT_V1.names)
+    assert set(schema["x-required-by-type"]) == {"tab_completion", "inline_edit", "chat_turn", "agent_step"}
+    for fields in schema["x-required-by-type"].values():
+        assert set(schema["required"]) <= set(fields) <= set(EDITOR_EVENT_V1.names)
+
+
+def test_ground_truth_rows_follow_their_schema(synth):
+    out, _ = synth
+    validator = jsonschema.Draft202012Validator(load_contract("synth_ground_truth.v1"))
+    rows = read_ground_truth(out)
+    kinds = {r["kind"] for r in rows}
+    assert {"pii", "exact_dup", "near_dup", "eval_leak", "malformed", "privacy_user", "optout_user", "optout_org", "preference_pair"} <= kinds
+    for r in rows:
+        validator.validate(r)
+
+
+def _by_id(out):
+    return {e["event_id"]: e for e in iter_events(out)}
+
+
+def _code_doc(e: dict) -> str:
+    return e["context"]["prefix"] + e["accepted_text"] + e["context"]["suffix"]
+
+
+def test_every_pii_entity_is_planted_verbatim(synth):
+    out, summary = synth
+    events = _by_id(out)
+    rows = read_ground_truth(out, "pii")
+    assert {r["entity"] for r in rows} == {"EMAIL", "IP_ADDRESS", "PHONE", "PERSON", "AWS_ACCESS_KEY", "AWS_SECRET_KEY",
+                                           "GITHUB_TOKEN", "SLACK_TOKEN", "OPENAI_KEY", "PRIVATE_KEY", "JWT", "PASSWORD", "HOME_PATH_USER"}
+    optout = pq.read_table(out / "optouts.parquet")
+    blocked = set(optout.column("user_id").to_pylist()) | set(optout.column("org_id").to_pylist())
+    for r in rows:
+        e = events[r["event_id"]]
+        assert not e["privacy_mode"] and e["user_id"] not in blocked and e["org_id"] not in blocked
+        where = e["context"]["prefix"] if r["field"] == "context.prefix" else e["messages"][0]["content"]
+        assert r["value"] in where
+        assert e["outcome"] in ("accepted", None)
+        # the recorded file/line is where the event really is
+        line = _lines(out / r["file"])[r["line"] - 1]
+        assert json.loads(line)["event_id"] == r["event_id"]
+
+
+def test_duplicates_are_what_they_claim(synth):
+    out, _ = synth
+    events = _by_id(out)
+    exact = read_ground_truth(out, "exact_dup")
+    assert exact
+    for r in exact:
+        a, b = (events[i] for i in r["event_ids"])
+        assert _code_doc(a) == _code_doc(b) and a["user_id"] != b["user_id"]
+    near = read_ground_truth(out, "near_dup")
+    assert {r["variant"] for r in near} == {"fork", "copy_edit", "reformat"}
+    for r in near:
+        a, b = _code_doc(events[r["event_id_a"]]), _code_doc(events[r["event_id_b"]])
+        assert a != b
+        assert jaccard(a, b) == pytest.approx(r["jaccard"], abs=1e-4)
+        assert r["jaccard"] >= 0.6
+
+
+def test_eval_leaks_contain_the_task(synth):
+    out, _ = synth
+    events = _by_id(out)
+    tasks = {t["task_id"]: t for t in humaneval_tasks()}
+    rows = read_ground_truth(out, "eval_leak")
+    assert {r["where"] for r in rows} == {"chat", "file"} and {r["edited"] for r in rows} == {True, False}
+    for r in rows:
+        e, t = events[r["event_id"]], tasks[r["task_id"]]
+        text = json.dumps(e, ensure_ascii=False) if r["where"] == "chat" else _code_doc(e)
+        body = json.loads(json.dumps(text)) if r["where"] == "file" else "\n".join(m["content"] for m in e["messages"])
+        # the canonical solution's code lines are there (edits only rename the entry point)
+        sol_lines = [ln for ln in t["canonical_solution"].splitlines() if ln.strip() and t["entry_point"] not in ln]
+        assert all(ln in body for ln in sol_lines)
+        if not r["edited"]:
+            assert t["prompt"] in body
+
+
+def test_malformed_lines_are_malformed(synth):
+    out, summary = synth
+    rows = read_ground_truth(out, "malformed")
+    assert {r["malformed_kind"] for r in rows} == {"bad_json", "bad_utf8", "wrong_type", "missing_field", "unknown_event_type"}
+    assert len(rows) == summary["malformed_lines"]
+    validator = jsonschema.Draft202012Validator(load_contract("editor_event.v1"))
+    for r in rows:
+        raw = _lines(out / r["file"])[r["line"] - 1]
+        if r["malformed_kind"] == "bad_utf8":
+            with pytest.raises(UnicodeDecodeError):
+                raw.decode("utf-8")
+        elif r["malformed_kind"] == "bad_json":
+            with pytest.raises(ValueError):
+                json.loads(raw)
+        else:
+            assert not validator.is_valid(json.loads(raw))
+
+
+def test_consent_expectations_match_the_events(synth):
+    out, summary = synth
+    optout = pq.read_table(out / "optouts.parquet").to_pylist()
+    users = {r["user_id"] for r in optout if r["user_id"]}
+    orgs = {r["org_id"] for r in optout if r["org_id"]}
+    assert {r["user_id"] for r in read_ground_truth(out, "optout_user")} <= users
+    assert {r["org_id"] for r in read_ground_truth(out, "optout_org")} == orgs
+    counts = {"privacy_mode": 0, "opt_out_user": 0, "opt_out_org": 0}
+    for e in iter_events(out):
+        if e["privacy_mode"]:
+            counts["privacy_mode"] += 1
+        elif e["user_id"] in users:
+            counts["opt_out_user"] += 1
+        elif e["org_id"] in orgs:
+            counts["opt_out_org"] += 1
+    assert counts == summary["expected_consent_drops"]
+    assert all(v > 0 for v in counts.values())
+    kept = summary["events"] - sum(counts.values())
+    assert kept > summary["events"] // 2
+
+
+def test_preference_pairs_share_their_context(synth):
+    out, _ = synth
+    events = _by_id(out)
+    rows = read_ground_truth(out, "preference_pair")
+    assert rows
+    for r in rows:
+        rej, acc = events[r["rejected_event_id"]], events[r["accepted_event_id"]]
+        assert (rej["outcome"], acc["outcome"]) == ("rejected", "accepted")
+        assert rej["context"] == acc["context"] and rej["file"] == acc["file"] and rej["session_id"] == acc["session_id"]
+        assert rej["suggestion"] != acc["suggestion"]
+
+
+def test_small_runs_still_plant_everything(tmp_path):
+    s = generate(tmp_path / "tiny", events=100, seed=3, days=1)
+    assert s["events"] == 100 and s["plants_unplaced"] == 0
+    gt = s["ground_truth"]
+    assert gt["pii"] >= 13 and gt["exact_dup"] >= 1 and gt["near_dup"] >= 3 and gt["eval_leak"] >= 2 and gt["malformed"] == 5
