@@ -1,0 +1,258 @@
+"""Packing and output formats: nothing lost or doubled, boundaries kept, byte-identical output."""
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from datakit.io.sinks import output_checksums
+from datakit.loader import PackedDataset
+from datakit.stages.tokenize.direct import build_dataset, encode_records
+from datakit.stages.tokenize.packing import materialize, pack
+from datakit.stages.tokenize.stage import TokenizeConfig
+from datakit.stages.tokenize.tokenizers import load_tokenizer
+from tests.stages.test_tokenize import TOKENIZER, code_records, fim_record, sft_record, table
+
+
+# -- packing algorithms (property tests on lengths alone) -----------------------------------------
+
+def rebuild(packed, seq_len: int) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """doc row -> (tokens, mask), reassembled from the segment index only."""
+    pieces: dict[int, list] = {}
+    for s in range(packed.tokens.shape[0]):
+        segs = packed.segments[packed.seq_index[s]:packed.seq_index[s + 1]]
+        ends = list(segs[1:, 0]) + [seq_len]
+        assert segs[0, 0] == 0 and list(segs[:, 0]) == sorted(segs[:, 0])
+        for (start, row, off), end in zip(segs.tolist(), ends):
+            if row < 0:
+                assert end == seq_len, "padding is only ever the tail of a sequence"
+                assert (packed.loss_mask[s, start:end] == 0).all()
+                continue
+            pieces.setdefault(row, []).append((off, packed.tokens[s, start:end], packed.loss_mask[s, start:end]))
+    out = {}
+    for row, ps in pieces.items():
+        ps.sort(key=lambda p: p[0])
+        offs = np.cumsum([0] + [len(p[1]) for p in ps[:-1]])
+        assert [p[0] for p in ps] == offs.tolist(), "pieces overlap or leave a gap"
+        out[row] = (np.concatenate([p[1] for p in ps]), np.concatenate([p[2] for p in ps]))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(lengths=st.lists(st.integers(1, 300), max_size=60), seq_len=st.integers(8, 128),
+       algorithm=st.sampled_from(["concat", "best_fit"]))
+def test_pack_reconstructs_every_document(lengths, seq_len, algorithm):
+    lengths = np.array(lengths, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    values = (np.arange(starts[-1]) * 7919 % 60000 + 5).astype(np.int64)
+    masks = (np.arange(starts[-1]) % 3 != 0).astype(np.uint8)
+    packed = materialize(pack(lengths, seq_len, algorithm), starts, values, masks, seq_len, 1, np.uint16)
+    docs = rebuild(packed, seq_len)
+    assert sorted(docs) == list(range(len(lengths)))
+    for row, (toks, m) in docs.items():
+        assert np.array_equal(toks, values[starts[row]:starts[row + 1]])
+        assert np.array_equal(m, masks[starts[row]:starts[row + 1]])
+    st_ = packed.stats
+    assert st_["tokens"] == lengths.sum() and st_["tokens"] + st_["padding_tokens"] == packed.tokens.size
+    if algorithm == "best_fit":
+        assert st_["split_documents"] == 0
+        # a document <= seq_len is always one piece
+        for row, ln in enumerate(lengths):
+            if ln <= seq_len:
+                assert (packed.segments[:, 1] == row).sum() == 1
+    else:
+        assert packed.tokens.shape[0] == -(-int(lengths.sum()) // seq_len)  # concat wastes only the tail
+
+
+def test_best_fit_packs_tighter_than_first_fit_bound_and_never_splits():
+    rng = np.random.default_rng(1)
+    lengths = np.minimum(rng.lognormal(5.0, 1.0, 3000).astype(np.int64) + 1, 5000)
+    p = pack(lengths, 512, "best_fit")
+    real = lengths.sum()
+    assert real / (p.n_sequences * 512) > 0.99
+    c = pack(lengths, 512, "concat")
+    assert c.n_sequences == -(-real // 512)
+
+
+# -- the packed writer, end to end -----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def mixed_records() -> pa.Table:
+    rows = code_records(120, max_chars=3000)
+    rows += [sft_record(f"s{i:03d}", [("user", f"question {i}?"), ("assistant", f"answer {i}\n" * (i % 5 + 1))])
+             for i in range(30)]
+    rows += [fim_record(f"f{i:03d}", f"x{i} = (", f"{i} + 1", ")\nprint(x)\n") for i in range(30)]
+    rows += [{"doc_id": f"p{i:03d}", "kind": "preference",
+              "segments": [{"text": f"prompt {i}", "train": False, "role": "prompt"}],
+              "chosen": f"good {i}", "rejected": f"bad {i}"} for i in range(10)]
+    return table(rows)
+
+
+@pytest.mark.parametrize("packing", ["concat", "best_fit"])
+def test_decode_of_packed_dataset_reconstructs_every_document(tmp_path, mixed_records, packing):
+    cfg = TokenizeConfig(tokenizer=TOKENIZER, seq_len=256, packing=packing, fim_rate=0.3)
+    encoded, drops, _ = encode_records(mixed_records, cfg, seed=5)
+    assert drops == {}
+    manifest = build_dataset(mixed_records, str(tmp_path / "out"), cfg, shards=3, seed=5)
+    ds = PackedDataset(tmp_path / "out", verify=True)
+    tok = load_tokenizer(str(tmp_path / "out" / "tokenizer.json"), roles=False)
+
+    # every document, reassembled from the sequences via segment -> doc_id, is exactly its encoding
+    got: dict[str, list] = {}
+    for i in range(len(ds)):
+        tokens, mask, _ = ds.raw(i)
+        for s in ds.segments(i):
+            if s["doc_id"] is not None:
+                got.setdefault(s["doc_id"], []).append(
+                    (s["doc_offset"], np.asarray(tokens[s["start"]:s["end"]]), np.asarray(mask[s["start"]:s["end"]])))
+    expect = {r["doc_id"]: r for r in encoded.to_pylist() if r["kind"] != "preference"}
+    assert set(got) == set(expect)
+    for doc_id, parts in got.items():
+        parts.sort(key=lambda p: p[0])
+        ids = np.concatenate([p[1] for p in parts]).tolist()
+        assert ids == expect[doc_id]["input_ids"], doc_id
+        assert np.concatenate([p[2] for p in parts]).tolist() == expect[doc_id]["loss_mask"]
+    # and the text comes back: a code document decodes to its source + EOS (FIM ones reorder it)
+    texts = {r["doc_id"]: r["segments"][0]["text"] for r in mixed_records.to_pylist() if r["kind"] == "code"}
+    for doc_id, text in texts.items():
+        if expect[doc_id]["fim_mode"] is None:
+            ids = np.concatenate([p[1] for p in sorted(got[doc_id], key=lambda p: p[0])]).tolist()
+            assert tok.decode(ids) == text + "<|endoftext|>"
+
+    t = manifest["totals"]
+    assert t["documents"] == len(expect) and t["preference_pairs"] == 10
+    assert t["tokens"] == sum(len(r["input_ids"]) for r in expect.values())
+    assert t["sequences"] == len(ds) and t["tokens"] + t["padding_tokens"] == len(ds) * 256
+    if packing == "best_fit":
+        assert t["split_documents"] == 0
+    assert manifest["tokenizer"]["sha256"] == load_tokenizer(TOKENIZER).sha256
+    assert manifest["tokenizer"]["special_tokens"]["eos"]["id"] == 0
+    assert manifest["dtype"] == "uint16" and manifest["seq_len"] == 256 and manifest["packing"] == packing
+    # the tokenizer saved beside the data is the effective one (same hash, added tokens included)
+    assert load_tokenizer(str(tmp_path / "out"), roles=True).sha256 == manifest["tokenizer"]["sha256"]
+
+    # preference pairs: Parquet with the columns DPO trainers expect
+    prefs = pa.concat_tables([pq.read_table(tmp_path / "out" / s["preference_file"])
+                              for s in manifest["shards"] if s.get("preference_file")])
+    assert prefs.num_rows == 10 and {"prompt", "chosen", "rejected", "chosen_ids"} <= set(prefs.column_names)
+
+
+def test_shards_open_with_plain_numpy_mmap(tmp_path, mixed_records):
+    cfg = TokenizeConfig(tokenizer=TOKENIZER, seq_len=128)
+    m = build_dataset(mixed_records, str(tmp_path / "out"), cfg, shards=2)
+    s = m["shards"][0]
+    tokens = np.load(tmp_path / "out" / s["arrays"]["tokens"], mmap_mode="r")
+    mask = np.load(tmp_path / "out" / s["arrays"]["loss_mask"], mmap_mode="r")
+    segs = np.load(tmp_path / "out" / s["arrays"]["segments"], mmap_mode="r")
+    index = np.load(tmp_path / "out" / s["arrays"]["seq_index"], mmap_mode="r")
+    assert isinstance(tokens, np.memmap) and tokens.shape == (s["sequences"], 128) and tokens.dtype == np.uint16
+    assert mask.shape == tokens.shape and index.shape == (s["sequences"] + 1,) and segs.shape[1] == 3
+    assert int(np.asarray(mask).sum()) == s["loss_tokens"]
+
+
+def test_output_is_byte_identical_whatever_the_input_order(tmp_path, mixed_records):
+    """Row order/chunking differ per engine and worker count; the bytes must not."""
+    cfg = TokenizeConfig(tokenizer=TOKENIZER, seq_len=200, packing="best_fit", fim_rate=0.5)
+    a = build_dataset(mixed_records, str(tmp_path / "a"), cfg, shards=3, seed=1, batch_rows=1000)
+    perm = np.random.default_rng(0).permutation(mixed_records.num_rows)
+    b = build_dataset(mixed_records.take(perm), str(tmp_path / "b"), cfg, shards=3, seed=1, batch_rows=17)
+    assert output_checksums(str(tmp_path / "a")) == output_checksums(str(tmp_path / "b"))
+    assert a["totals"] == b["totals"]
+    # a different seed changes the shuffle (and FIM choices), so the bytes differ
+    build_dataset(mixed_records, str(tmp_path / "c"), cfg, shards=3, seed=2)
+    assert output_checksums(str(tmp_path / "c")) != output_checksums(str(tmp_path / "a"))
+
+
+def test_packed_output_without_tokenize_stage_is_a_clear_error(tmp_path):
+    from datakit.io.sinks import write_shard
+    from datakit.plan import SinkSpec
+    from datakit.stages.tokenize.encode import ENCODED_SCHEMA
+    from datakit.stages.tokenize.writers import PackedOptionsError
+
+    with pytest.raises(PackedOptionsError, match="needs a `tokenize` stage"):
+        write_shard(ENCODED_SCHEMA.empty_table(), 0, SinkSpec(path=str(tmp_path), format="packed"), ENCODED_SCHEMA)
+
+
+# -- Megatron export, read back with a reader written from the format spec -------------------------
+
+def read_megatron(prefix: Path) -> tuple[np.dtype, list[np.ndarray], np.ndarray]:
+    """An independent MMIDIDX reader, written from Megatron-LM's indexed_dataset spec.
+
+    .idx = b"MMIDIDX\\x00\\x00" | <Q version=1 | <B dtype code | <Q sequence count S |
+    <Q document count D | int32[S] sequence lengths | int64[S] byte pointers | int64[D] document indices.
+    .bin = the token values; sequence k is `lengths[k]` items at byte `pointers[k]`.
+    """
+    codes = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64, 7: np.float32, 8: np.uint16}
+    with open(f"{prefix}.idx", "rb") as f:
+        assert f.read(9) == b"MMIDIDX\x00\x00"
+        (version,) = struct.unpack("<Q", f.read(8))
+        assert version == 1
+        (code,) = struct.unpack("<B", f.read(1))
+        (n_seq,) = struct.unpack("<Q", f.read(8))
+        (n_doc,) = struct.unpack("<Q", f.read(8))
+        lengths = np.frombuffer(f.read(4 * n_seq), dtype="<i4")
+        pointers = np.frombuffer(f.read(8 * n_seq), dtype="<i8")
+        doc_idx = np.frombuffer(f.read(8 * n_doc), dtype="<i8")
+        assert f.read() == b""
+    dtype = np.dtype(codes[code])
+    data = Path(f"{prefix}.bin").read_bytes()
+    seqs = [np.frombuffer(data, dtype=dtype, count=int(n), offset=int(p)) for n, p in zip(lengths, pointers)]
+    assert sum(len(s) for s in seqs) * dtype.itemsize == len(data)
+    return dtype, seqs, doc_idx
+
+
+def test_megatron_export_reads_back_with_independent_reader(tmp_path, mixed_records):
+    cfg = TokenizeConfig(tokenizer=TOKENIZER, seq_len=256, fim_rate=0.2)
+    encoded, _, _ = encode_records(mixed_records, cfg, seed=0)
+    m = build_dataset(mixed_records, str(tmp_path / "meg"), cfg, shards=2, format="megatron")
+    assert m["layout"] == "megatron.mmidx.v1" and m["dtype"] == "uint16"
+    expect = {r["doc_id"]: r for r in encoded.to_pylist() if r["kind"] != "preference"}
+    seen = 0
+    for s in m["shards"]:
+        prefix = tmp_path / "meg" / f"tokens-{s['shard']:05d}"
+        dtype, seqs, doc_idx = read_megatron(prefix)
+        assert dtype == np.uint16
+        assert doc_idx.tolist() == list(range(len(seqs) + 1))  # one sequence per document
+        docs = pq.read_table(tmp_path / "meg" / f"docs-{s['shard']:05d}.parquet").column("doc_id").to_pylist()
+        _, masks, _ = read_megatron(tmp_path / "meg" / f"loss_mask-{s['shard']:05d}")  # SFT/FIM masks kept
+        for doc_id, ids, mask in zip(docs, seqs, masks, strict=True):
+            assert ids.tolist() == expect[doc_id]["input_ids"]
+            assert mask.tolist() == expect[doc_id]["loss_mask"]
+        seen += len(seqs)
+    assert seen == len(expect) == m["totals"]["documents"]
+    # the packed layout and megatron see the same documents in the same shuffle order
+    p = build_dataset(mixed_records, str(tmp_path / "pk"), cfg, shards=2, format="packed")
+    for s_meg, s_pk in zip(m["shards"], p["shards"]):
+        a = pq.read_table(tmp_path / "meg" / f"docs-{s_meg['shard']:05d}.parquet").column("doc_id")
+        b = pq.read_table(tmp_path / "pk" / s_pk["arrays"]["docs"]).column("doc_id")
+        assert a.equals(b)
+
+
+# -- through the real pipeline and engine -----------------------------------------------------------
+
+def test_pipeline_local_engine_is_byte_identical_across_workers(tmp_path, mixed_records):
+    from tests.conformance import assert_conformant
+    from datakit import Pipeline
+
+    pq.write_table(mixed_records.slice(0, 90), tmp_path / "a.parquet")
+    pq.write_table(mixed_records.slice(90), tmp_path / "b.parquet")
+    p = (Pipeline(name="tok", seed=3)
+         .input(str(tmp_path / "*.parquet"), format="parquet", schema="training_record.v1")
+         .add({"kind": "tokenize", "tokenizer": TOKENIZER, "seq_len": 256, "packing": "best_fit", "fim_rate": 0.5})
+         .output(str(tmp_path / "out"), format="packed", shards=2))
+    sums = assert_conformant(p, tmp_path)
+    assert any(f.startswith("tokens-") for f in sums)
+    out = next(tmp_path.glob("conf-0-*"))
+    manifest = json.loads((out / "manifest.json").read_text())
+    run = json.loads((out / "_run.json").read_text())
+    tok_stage = next(s for s in run["stages"] if s["name"] == "tokenize")
+    assert tok_stage["rows_in"] == mixed_records.num_rows == tok_stage["rows_out"] + sum(tok_stage["dropped"].values())
+    assert manifest["totals"]["documents"] + manifest["totals"]["preference_pairs"] == tok_stage["rows_out"]
+    assert len(PackedDataset(out)) == manifest["totals"]["sequences"]
