@@ -17,6 +17,7 @@ must mean exactly the same thing, be validated the same way, and round-trip
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,6 +48,8 @@ class OutputConfig(BaseModel):
     shards: int | Literal["auto"] = 1
     rows_per_shard: int = Field(100_000, gt=0, description="with shards: auto")
     key: str | None = None  # default: doc_id for records, event_id for events
+    quality: bool | str = Field(False, description="run a great-expectations suite from quality/ on the output "
+                                                    "(true = the suite of the output's contract)")
 
 
 class PipelineConfig(BaseModel):
@@ -220,5 +223,25 @@ class Pipeline:
 
         plan = self.compile(input_override=input, output_override=output)
         if engine == "spark" and self.config.spark:
-            engine_options.setdefault("conf", {}).update(self.config.spark)
-        return get_engine(engine, **engine_options).execute(plan)
+            engine_options["conf"] = {**self.config.spark, **(engine_options.get("conf") or {})}
+        result = get_engine(engine, **engine_options).execute(plan)
+        o = self.config.output
+        if o is not None and o.quality and plan.sink is not None and plan.sink.format == "parquet":
+            self._validate(plan, result, o.quality)
+        return result
+
+    def _validate(self, plan: Plan, result: Any, suite: bool | str) -> None:
+        """Run the quality suite on the committed output and record it in `_run.json`."""
+        from datakit.io.atomic import write_json_atomic
+        from datakit.io.fs import filesystem
+        from datakit.quality import validate_output
+
+        name = suite if isinstance(suite, str) else (
+            "editor_event.v1" if plan.sink.key == "event_id" else "training_record.v1")
+        q = validate_output(plan.sink.path, name)
+        result.extra["quality"] = q.to_json()
+        run_path = f"{plan.sink.path.rstrip('/')}/_run.json"
+        fs, p = filesystem(run_path)
+        run = json.loads(fs.cat_file(p))
+        run["quality"] = q.to_json()
+        write_json_atomic(run_path, run)

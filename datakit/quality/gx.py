@@ -1,0 +1,127 @@
+"""Glue to great-expectations 1.x: run a JSON suite from `quality/` over a table or a committed output.
+
+Why GX and not hand-written asserts: the suites are data, reviewable by people
+who do not read our code, and GX's result documents say exactly which
+expectation failed on how many rows. Why our own JSON files: GX 1.x suites are
+plain `{type, kwargs}` lists, so we keep them in the repo and build the GX
+objects at run time in an ephemeral context (no GX project folder to manage).
+
+Nested columns are flattened with dots (`source.user_id`), and two derived
+columns help record suites: `n_segments` and `text_chars`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+QUALITY_DIR = Path(__file__).resolve().parent.parent.parent / "quality"
+log = logging.getLogger("datakit.quality")
+
+
+@dataclass
+class QualityResult:
+    suite: str
+    success: bool
+    rows: int
+    failed: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"suite": self.suite, "success": self.success, "rows": self.rows, "failed": self.failed}
+
+
+def load_suite(name_or_path: str) -> dict[str, Any]:
+    """A suite by name (quality/NAME.json) or by path."""
+    p = Path(name_or_path)
+    if p.suffix != ".json":
+        p = QUALITY_DIR / f"{name_or_path}.json"
+    if not p.exists():
+        known = sorted(f.stem for f in QUALITY_DIR.glob("*.json"))
+        raise FileNotFoundError(f"no quality suite {name_or_path!r}; known: {known}")
+    return json.loads(p.read_text())
+
+
+def _flatten(table: pa.Table) -> "Any":
+    """Arrow -> pandas with dotted nested columns and the derived record columns."""
+    cols: dict[str, Any] = {}
+    for f in table.schema:
+        col = table.column(f.name)
+        if pa.types.is_struct(f.type):
+            for sub in f.type:
+                cols[f"{f.name}.{sub.name}"] = pc.struct_field(col, sub.name)
+        elif pa.types.is_list(f.type):
+            cols[f"n_{f.name}"] = pc.list_value_length(col)
+            if f.name == "segments":
+                texts = pc.struct_field(pc.list_flatten(col), "text") if len(col) else pa.array([], pa.string())
+                lengths = pc.utf8_length(pc.fill_null(texts, ""))
+                parents = pc.list_parent_indices(col)
+                sums = pa.table({"p": parents, "n": lengths}).group_by("p").aggregate([("n", "sum")])
+                per_row = [0] * table.num_rows
+                for p, n in zip(sums.column("p").to_pylist(), sums.column("n_sum").to_pylist()):
+                    per_row[p] = n
+                cols["text_chars"] = pa.array(per_row, pa.int64())
+        else:
+            cols[f.name] = col
+    return pa.table(cols).to_pandas()
+
+
+def validate_table(table: pa.Table, suite: str | dict[str, Any]) -> QualityResult:
+    """Validate one table against a suite; returns which expectations failed and on how many rows."""
+    import great_expectations as gx
+
+    spec = load_suite(suite) if isinstance(suite, str) else suite
+    df = _flatten(table)
+    ctx = gx.get_context(mode="ephemeral")
+    bd = ctx.data_sources.add_pandas("datakit").add_dataframe_asset("table").add_batch_definition_whole_dataframe("all")
+    gx_suite = gx.ExpectationSuite(name=spec["name"])
+    for e in spec["expectations"]:
+        if "column" in e["kwargs"] and e["kwargs"]["column"] not in df.columns:
+            continue  # a column this dataset does not have (e.g. privacy_mode after extract)
+        cls = "".join(part.capitalize() for part in e["type"].split("_"))
+        gx_suite.add_expectation(getattr(gx.expectations, cls)(**e["kwargs"]))
+    gx_suite = ctx.suites.add(gx_suite)
+    import os
+
+    old = os.environ.get("TQDM_DISABLE")
+    os.environ["TQDM_DISABLE"] = "1"  # GX's per-metric progress bars would flood a job's log
+    try:
+        res = bd.get_batch(batch_parameters={"dataframe": df}).validate(gx_suite, result_format="SUMMARY")
+    finally:
+        if old is None:
+            os.environ.pop("TQDM_DISABLE", None)
+        else:
+            os.environ["TQDM_DISABLE"] = old
+    failed = []
+    for r in res.results:
+        if not r.success:
+            failed.append({"expectation": r.expectation_config.type,
+                           "column": r.expectation_config.kwargs.get("column"),
+                           "unexpected_count": (r.result or {}).get("unexpected_count")})
+    return QualityResult(suite=spec["name"], success=bool(res.success), rows=table.num_rows, failed=failed)
+
+
+def validate_output(path: str, suite: str) -> QualityResult:
+    """Validate a committed Parquet output shard by shard (bounded memory); uniqueness is per shard,
+    which is exact for the shard key because equal keys always land in the same shard."""
+    from datakit.io.dataset import read_manifest
+    from datakit.io.fs import filesystem
+
+    import pyarrow.parquet as pq
+
+    m = read_manifest(path)
+    total, failed, ok = 0, [], True
+    for shard in m["shards"]:
+        for f in shard["files"]:
+            fs, p = filesystem(f"{path.rstrip('/')}/{f}")
+            r = validate_table(pq.read_table(p, filesystem=fs), suite)
+            total += r.rows
+            ok &= r.success
+            for item in r.failed:
+                item = dict(item, shard=shard["shard"])
+                failed.append(item)
+    return QualityResult(suite=suite, success=ok, rows=total, failed=failed)
