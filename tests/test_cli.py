@@ -1,0 +1,68 @@
+"""The `datakit` command: exit codes, help, run/explain on a real pipeline file (as a subprocess)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.eventgen import make_event, write_jsonl
+
+DATAKIT = [sys.executable, "-m", "datakit.cli"]
+
+
+def _cli(*args, cwd=None):
+    return subprocess.run(DATAKIT + [str(a) for a in args], capture_output=True, text=True, cwd=cwd)
+
+
+@pytest.fixture
+def pipeline_file(tmp_path):
+    write_jsonl(tmp_path / "logs" / "a.jsonl", [make_event(i) for i in range(12)] + [b"oops"])
+    f = tmp_path / "p.yaml"
+    f.write_text("name: cli\ninput: {path: logs/*.jsonl}\nstages: [{kind: ingest}]\noutput: {path: out, shards: 2}\n")
+    return f
+
+
+def test_run_prints_counts_and_writes_report(pipeline_file, tmp_path):
+    r = _cli("run", pipeline_file, "--workers", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["stages"][0]["rows_in"] == 13 and report["stages"][0]["dropped"] == {"bad_json": 1}
+    assert (tmp_path / "out" / "_run.json").exists()
+
+
+def test_input_and_output_overrides(pipeline_file, tmp_path):
+    write_jsonl(tmp_path / "other" / "b.jsonl", [make_event(i) for i in range(3)])
+    r = _cli("run", pipeline_file, "--input", tmp_path / "other" / "*.jsonl", "--output", tmp_path / "o2", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["stages"][0]["rows_out"] == 3
+    assert (tmp_path / "o2" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["run", "missing.yaml"], "not found"),
+    (["run", "{pf}", "--input", "/nonexistent/*.jsonl"], "no input files match"),
+    (["run", "{pf}", "--engine", "quantum"], "unknown engine"),
+    (["explain", "{bad}"], "unknown stage kind"),
+])
+def test_usage_and_input_errors_exit_2_with_one_line(pipeline_file, tmp_path, args, needle):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\ninput: {path: logs/*.jsonl}\nstages: [{kind: nope}]\n")
+    args = [a.format(pf=pipeline_file, bad=bad) for a in args]
+    r = _cli(*args, cwd=tmp_path)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert needle in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_explain_prints_plan(pipeline_file):
+    r = _cli("explain", pipeline_file)
+    assert r.returncode == 0 and "MapBatches(parse_validate" in r.stdout
+
+
+@pytest.mark.parametrize("cmd", ["run", "explain", "synth"])
+def test_help_for_every_command(cmd):
+    r = _cli(cmd, "--help")
+    assert r.returncode == 0 and "Usage" in r.stdout
