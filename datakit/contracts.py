@@ -101,12 +101,14 @@ def load_contract(name: str) -> dict:
     return json.loads((SCHEMAS_DIR / f"{name}.json").read_text())
 
 
-# Which fields an editor event must carry (non-null), by event_type. The JSON contract
-# (schemas/editor_event.v1.json, key "x-required-by-type") states the same; a test checks it.
-REQUIRED_ALWAYS = ("event_id", "event_type", "timestamp", "user_id", "org_id", "session_id", "privacy_mode")
-REQUIRED_BY_TYPE: dict[str, tuple[str, ...]] = {
-    "tab_completion": ("file", "context", "suggestion", "outcome"),
-    "inline_edit": ("file", "diff", "outcome"),
-    "chat_turn": ("messages",),
-    "agent_step": ("messages",),
-}
+# Which fields an editor event must carry (non-null), by event_type: read from the JSON
+# contract (schemas/editor_event.v1.json, "required" and "x-required-by-type") so the
+# document people read and the validator that runs can never disagree.
+def _required() -> tuple[tuple[str, ...], dict[str, tuple[str, ...]]]:
+    doc = json.loads((SCHEMAS_DIR / "editor_event.v1.json").read_text())
+    always = tuple(doc["required"])
+    by_type = {t: tuple(f for f in fields if f not in always) for t, fields in doc["x-required-by-type"].items()}
+    return always, by_type
+
+
+REQUIRED_ALWAYS, REQUIRED_BY_TYPE = _required()

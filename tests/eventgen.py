@@ -24,7 +24,7 @@ def make_event(i: int, **overrides: Any) -> dict[str, Any]:
                   suggestion=f"x * {i}", outcome="accepted" if i % 3 else "rejected")
     elif et == "inline_edit":
         ev.update(file={"path": f"src/edit{i}.py", "language": "python"},
-                  context={"prefix": "a = 1\n", "suffix": ""},
+                  context={"prefix": "a = 1\n", "suffix": ""}, suggestion="a = 2\n",
                   diff="--- a\n+++ b\n@@ -1 +1 @@\n-a = 1\n+a = 2\n", outcome="accepted")
     else:
         ev.update(messages=[{"role": "user", "content": f"explain {i}"},
