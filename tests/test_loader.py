@@ -1,0 +1,133 @@
+"""The trainer-side loader: samples, rank slicing, exact resume."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from datakit.loader import IGNORE_INDEX, DatasetError, PackedDataset, epoch_order, torch_iterable
+from datakit.stages.tokenize.direct import build_dataset
+from datakit.stages.tokenize.stage import TokenizeConfig
+from tests.stages.test_tokenize import TOKENIZER, code_records, sft_record, table
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    rows = code_records(150, max_chars=2500) + [
+        sft_record(f"s{i:03d}", [("user", f"q{i}"), ("assistant", f"a{i} " * (i + 1))]) for i in range(20)]
+    out = tmp_path_factory.mktemp("loader") / "ds"
+    build_dataset(table(rows), str(out), TokenizeConfig(tokenizer=TOKENIZER, seq_len=128, packing="best_fit"),
+                  shards=3, seed=0)
+    return PackedDataset(out)
+
+
+def test_len_and_sample_fields(dataset):
+    m = dataset.manifest
+    assert len(dataset) == m["totals"]["sequences"] == sum(s["sequences"] for s in m["shards"]) > 20
+    pad = m["pad_id"]
+    for i in list(range(len(dataset)))[:: max(1, len(dataset) // 25)] + [-1]:
+        s = dataset[i]
+        ids, labels, mask, pos, cu = s["input_ids"], s["labels"], s["loss_mask"], s["position_ids"], s["cu_seqlens"]
+        assert ids.shape == labels.shape == mask.shape == pos.shape == (128,) and ids.dtype == np.int64
+        assert cu[0] == 0 and cu[-1] == 128 and (np.diff(cu) > 0).all() and cu.dtype == np.int32
+        # positions restart in every segment
+        for a, b in zip(cu[:-1], cu[1:]):
+            assert pos[a:b].tolist() == list(range(b - a))
+        # labels: the token where it carries loss, except the first token of every segment after the first
+        starts = set(cu[1:-1].tolist())
+        for t in range(128):
+            want = IGNORE_INDEX if (mask[t] == 0 or t in starts) else ids[t]
+            assert labels[t] == want
+        segs = dataset.segments(i)
+        if segs[-1]["doc_id"] is None:  # padding segment: pad ids, no loss
+            assert (ids[segs[-1]["start"]:] == pad).all() and mask[segs[-1]["start"]:].sum() == 0
+    with pytest.raises(IndexError):
+        dataset[len(dataset)]
+
+
+def test_get_batch_matches_single_reads(dataset):
+    idx = [len(dataset) - 1, 0, 5, 3, 5]
+    b = dataset.get_batch(idx)
+    for row, i in enumerate(idx):
+        assert np.array_equal(b["tokens"][row], dataset[i]["input_ids"])
+        assert np.array_equal(b["loss_mask"][row], dataset[i]["loss_mask"])
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4, 7])
+def test_ranks_disjoint_and_complete(dataset, world_size):
+    n = len(dataset)
+    slices = [dataset.iterator(rank=r, world_size=world_size, seed=11, epoch=2).indices for r in range(world_size)]
+    flat = np.concatenate(slices)
+    assert len(flat) == n and sorted(flat.tolist()) == list(range(n))  # complete, no overlap
+    assert max(map(len, slices)) - min(map(len, slices)) <= 1
+    # drop_last: equal steps on every rank, still disjoint
+    eq = [dataset.iterator(r, world_size, 11, 2, drop_last=True).indices for r in range(world_size)]
+    assert len({len(s) for s in eq}) == 1 and len(set(np.concatenate(eq).tolist())) == sum(map(len, eq))
+    # the samples yielded are the sequences named by the indices
+    it = dataset.iterator(rank=world_size - 1, world_size=world_size, seed=11, epoch=2)
+    first = next(it)
+    assert first["index"] == slices[-1][0] and np.array_equal(first["input_ids"], dataset[int(slices[-1][0])]["input_ids"])
+
+
+def test_order_is_deterministic_and_changes_with_epoch_and_seed(dataset):
+    n = len(dataset)
+    a = dataset.iterator(0, 2, seed=1, epoch=0).indices
+    assert np.array_equal(a, dataset.iterator(0, 2, seed=1, epoch=0).indices)
+    assert not np.array_equal(a, dataset.iterator(0, 2, seed=1, epoch=1).indices)
+    assert not np.array_equal(a, dataset.iterator(0, 2, seed=2, epoch=0).indices)
+    assert epoch_order(n, 0, 0, shuffle=False).tolist() == list(range(n))
+    # pinned values: the order must never change under a trainer between versions
+    assert epoch_order(10, 0, 0).tolist() == [1, 4, 5, 7, 6, 9, 0, 3, 2, 8]
+    assert epoch_order(10, 3, 1).tolist() == [1, 4, 8, 7, 2, 0, 6, 3, 9, 5]
+    assert sorted(epoch_order(1000, 5, 3).tolist()) == list(range(1000))
+
+
+def test_resume_mid_epoch_yields_exactly_the_remaining(dataset):
+    full = [int(s["index"]) for s in dataset.iterator(rank=1, world_size=3, seed=4, epoch=1)]
+    it = dataset.iterator(rank=1, world_size=3, seed=4, epoch=1)
+    head = [int(next(it)["index"]) for _ in range(len(full) // 2)]
+    state = json.loads(json.dumps(it.state_dict()))  # survives a checkpoint file
+    resumed = dataset.iterator_from_state(state)
+    tail = [int(s["index"]) for s in resumed]
+    assert head + tail == full and len(tail) == len(full) - len(head)
+    assert resumed.state_dict()["position"] == len(full)
+    # a state from another dataset is refused
+    state["dataset"] = "0" * 16
+    with pytest.raises(DatasetError, match="different dataset"):
+        dataset.iterator_from_state(state)
+
+
+def test_not_a_dataset_is_a_clear_error(tmp_path, dataset):
+    with pytest.raises(DatasetError, match="no manifest.json"):
+        PackedDataset(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps({"format": "parquet"}))
+    with pytest.raises(DatasetError, match="expected 'packed'"):
+        PackedDataset(tmp_path)
+    with pytest.raises(ValueError, match="rank"):
+        dataset.iterator(rank=2, world_size=2)
+
+
+def test_torch_adapter_is_optional(dataset):
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="numpy only"):
+            torch_iterable(dataset)
+        return
+    ds = torch_iterable(dataset, rank=0, world_size=2, seed=1)  # pragma: no cover - torch not in CI by default
+    got = [int(s["index"]) for s in ds]
+    assert got == dataset.iterator(0, 2, 1).indices.tolist()
+
+
+def test_inspect_shows_summary_boundaries_and_masks(dataset):
+    from datakit.stages.tokenize.inspect import NO_LOSS_CLOSE, NO_LOSS_OPEN, inspect_dataset
+
+    text = inspect_dataset(dataset.path, sequences=len(dataset), max_chars=100_000)
+    assert f"sequences {len(dataset)}" in text and "packing best_fit" in text and "fill)" in text
+    assert text.count("═══ sequence") == len(dataset)
+    n_segments = sum(len(dataset.segments(i)) for i in range(len(dataset)))
+    assert text.count("\n── [") == n_segments
+    # SFT user turns carry no loss, so they are shown inside the no-loss brackets
+    assert f"{NO_LOSS_OPEN}<|user|>q" in text and NO_LOSS_CLOSE in text
+    assert "<pad ×" in text or dataset.manifest["totals"]["padding_tokens"] == 0
