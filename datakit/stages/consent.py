@@ -1,0 +1,194 @@
+"""Consent: never train on an event whose user said no.
+
+Drops, counted by reason (in this order, so each event has exactly one reason):
+
+- `privacy_mode`  the event was logged with `privacy_mode = true` (a null is treated
+                  as true: when in doubt, do not train);
+- `opt_out_user`  its `user_id` is in an opt-out / deletion list;
+- `opt_out_org`   its `org_id` is in an opt-out / deletion list.
+
+Opt-out lists (`optouts:` a path, glob or list of them; any fsspec URL) are
+Parquet or JSON Lines files with a `user_id` and/or an `org_id` column.
+
+How the lists are applied (`mode`):
+
+- `broadcast` reads the lists once at compile time into two id sets that the
+  batch function closes over (Spark ships them to executors as part of the
+  function). Streaming, no shuffle: right for lists up to millions of ids.
+- `join` compiles each list to an anti join (`Rel.join(how="anti", broadcast=True)`)
+  so the engine does the matching; right for lists too big to hold in memory,
+  at the cost of a barrier (the events are materialised once).
+- `auto` (default) picks `broadcast` when the list files total at most
+  `broadcast_max_bytes`, else `join`.
+
+Both modes give identical output and identical counts (tested). A deletion that
+arrives after an output was written is applied with the lineage in `source`
+(see docs/lineage.md).
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import Field, field_validator
+
+from datakit.contracts import EDITOR_EVENT_V1, RAW_LINES
+from datakit.io.fs import InputError, expand, filesystem
+from datakit.io.readers import read_table
+from datakit.plan import DROP, Rel, source
+from datakit.stages.base import CompileContext, StageConfig, register_stage
+
+OPTOUT_SCHEMA = pa.schema([("user_id", pa.string()), ("org_id", pa.string())])
+# what a Parquet source of opt-out files yields (readers add provenance columns)
+OPTOUT_SOURCE_SCHEMA = pa.schema(list(OPTOUT_SCHEMA) + [("_source_file", pa.string()), ("_source_line", pa.int64())])
+OPTOUT_SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".ndjson")
+REASONS = ("privacy_mode", "opt_out_user", "opt_out_org")
+
+
+class ConsentFn:
+    """Batch function: add `_drop` = privacy_mode / opt_out_user / opt_out_org (null = keep).
+
+    The id sets are stored as sorted tuples (picklable, stable bytes) and turned
+    into Arrow value sets once per process.
+    """
+
+    def __init__(self, users: tuple[str, ...] = (), orgs: tuple[str, ...] = ()) -> None:
+        self.users = tuple(sorted(set(users)))
+        self.orgs = tuple(sorted(set(orgs)))
+        self._sets: tuple[pa.Array, pa.Array] | None = None
+
+    def __getstate__(self) -> dict:
+        return {"users": self.users, "orgs": self.orgs}
+
+    def __setstate__(self, state: dict) -> None:
+        self.users, self.orgs, self._sets = state["users"], state["orgs"], None
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        if self._sets is None:
+            self._sets = (pa.array(self.users, pa.string()), pa.array(self.orgs, pa.string()))
+        users, orgs = self._sets
+        n = batch.num_rows
+        private = pc.fill_null(batch.column("privacy_mode"), True)
+        drop = pc.if_else(private, pa.scalar("privacy_mode"), pa.nulls(n, pa.string()))
+        if len(users):
+            hit = pc.fill_null(pc.is_in(batch.column("user_id"), value_set=users), False)
+            drop = pc.if_else(pc.and_(pc.is_null(drop), hit), pa.scalar("opt_out_user"), drop)
+        if len(orgs):
+            hit = pc.fill_null(pc.is_in(batch.column("org_id"), value_set=orgs), False)
+            drop = pc.if_else(pc.and_(pc.is_null(drop), hit), pa.scalar("opt_out_org"), drop)
+        return batch.append_column(DROP, drop.cast(pa.string()))
+
+
+class ParseOptOutLines:
+    """RAW_LINES of an opt-out JSON Lines file -> OPTOUT_SCHEMA rows (join mode).
+
+    A line that is not a JSON object is an error naming file and line: silently
+    skipping an opt-out would mean training on someone who said no.
+    """
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        import json
+
+        users, orgs = [], []
+        raws = batch.column("_raw").to_pylist()
+        files = batch.column("_source_file").to_pylist()
+        lines = batch.column("_source_line").to_pylist()
+        errors = batch.column("_read_error").to_pylist()
+        for raw, f, ln, err in zip(raws, files, lines, errors):
+            if err is not None:
+                raise InputError(f"opt-out list {f}: {err}")
+            try:
+                obj = json.loads(raw)
+            except (ValueError, UnicodeDecodeError):
+                obj = None
+            if not isinstance(obj, dict):
+                raise InputError(f"opt-out list {f}:{ln}: not a JSON object")
+            if "user_id" not in obj and "org_id" not in obj:
+                raise InputError(f"opt-out list {f}:{ln}: has neither a user_id nor an org_id")
+            users.append(_id(obj.get("user_id")))
+            orgs.append(_id(obj.get("org_id")))
+        return pa.RecordBatch.from_arrays([pa.array(users, pa.string()), pa.array(orgs, pa.string())], schema=OPTOUT_SCHEMA)
+
+
+def _id(v: object) -> str | None:
+    return None if v is None else str(v)
+
+
+def load_optouts(paths: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(user ids, org ids) from opt-out files; an error names a file without either column.
+
+    JSON Lines go through the same parser as join mode (ids of any JSON type
+    become strings), Parquet through `read_table`.
+    """
+    from datakit.io.readers import iter_raw_lines
+
+    users: set[str] = set()
+    orgs: set[str] = set()
+    for url in paths:
+        if url.endswith(".parquet"):
+            t = read_table([url])
+            if not {"user_id", "org_id"} & set(t.schema.names) and t.num_rows:
+                raise InputError(f"opt-out list {url} has neither a user_id nor an org_id column")
+            cols = {c: t.column(c).cast(pa.string()).to_pylist() for c in ("user_id", "org_id") if c in t.schema.names}
+        else:
+            parsed = [ParseOptOutLines()(b) for b in iter_raw_lines(url)]
+            cols = {c: [v for b in parsed for v in b.column(c).to_pylist()] for c in ("user_id", "org_id")}
+        users.update(v for v in cols.get("user_id", []) if v)
+        orgs.update(v for v in cols.get("org_id", []) if v)
+    return tuple(sorted(users)), tuple(sorted(orgs))
+
+
+@register_stage
+class ConsentConfig(StageConfig):
+    """Drop privacy-mode events and events of users/orgs on an opt-out or deletion list."""
+
+    kind: Literal["consent"] = "consent"
+    optouts: str | list[str] | None = Field(None, description="opt-out list path(s)/glob(s): Parquet or JSON Lines with user_id and/or org_id")
+    mode: Literal["auto", "broadcast", "join"] = "auto"
+    broadcast_max_bytes: int = Field(256 * 1024 * 1024, gt=0, description="auto mode: lists up to this total size are broadcast")
+
+    consumes = "editor_event.v1"
+    produces = "editor_event.v1"
+
+    @field_validator("optouts")
+    @classmethod
+    def _non_empty(cls, v: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(v, list) and not v:
+            return None
+        return v
+
+    def optout_files(self, ctx: CompileContext) -> list[str]:
+        if self.optouts is None:
+            return []
+        paths = [self.optouts] if isinstance(self.optouts, str) else list(self.optouts)
+        return expand([ctx.resolve(p) for p in paths], suffixes=OPTOUT_SUFFIXES)
+
+    def resolved_mode(self, files: list[str]) -> str:
+        if self.mode != "auto" or not files:
+            return self.mode if files else "broadcast"
+        total = 0
+        for url in files:
+            fs, p = filesystem(url)
+            total += fs.size(p) or 0
+        return "broadcast" if total <= self.broadcast_max_bytes else "join"
+
+    def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
+        files = self.optout_files(ctx)
+        if self.resolved_mode(files) == "broadcast":
+            users, orgs = load_optouts(files)
+            return rel.map_batches(ConsentFn(users, orgs), rel.schema, name="consent")
+        out = rel.map_batches(ConsentFn(), rel.schema, name="privacy_mode")
+        parquet = [f for f in files if f.endswith(".parquet")]
+        jsonl = [f for f in files if not f.endswith(".parquet")]
+        lists: list[Rel] = []
+        if parquet:
+            lists.append(source(parquet, "parquet", OPTOUT_SOURCE_SCHEMA, "optout", stage=rel.stage))
+        if jsonl:
+            raw = source(jsonl, "jsonl", RAW_LINES, "optout", stage=rel.stage)
+            lists.append(raw.map_batches(ParseOptOutLines(), OPTOUT_SCHEMA, name="parse_optouts"))
+        # users first, then orgs: the same precedence as broadcast mode, so counts agree
+        for column, reason in (("user_id", "opt_out_user"), ("org_id", "opt_out_org")):
+            for right in lists:
+                out = out.join(right, column, column, how="anti", reason=reason, broadcast=True)
+        return out

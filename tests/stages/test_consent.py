@@ -1,0 +1,133 @@
+"""Consent stage: privacy mode and opt-out lists, counted by reason; broadcast and join modes agree."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from datakit.contracts import EDITOR_EVENT_V1
+from datakit.io.fs import InputError
+from datakit.plan import DROP
+from datakit.stages.base import CompileContext
+from datakit.stages.consent import ConsentConfig, ConsentFn, ParseOptOutLines, load_optouts
+
+
+def _events(rows: list[dict]) -> pa.RecordBatch:
+    full = [{**dict.fromkeys(EDITOR_EVENT_V1.names), **r} for r in rows]
+    return pa.Table.from_pylist(full, schema=EDITOR_EVENT_V1).to_batches()[0]
+
+
+def test_fn_reasons_and_precedence():
+    batch = _events([
+        {"event_id": "keep", "user_id": "u1", "org_id": "o1", "privacy_mode": False},
+        {"event_id": "private", "user_id": "u1", "org_id": "o1", "privacy_mode": True},
+        {"event_id": "private_and_out", "user_id": "u9", "org_id": "o9", "privacy_mode": True},
+        {"event_id": "unknown_privacy", "user_id": "u1", "org_id": "o1", "privacy_mode": None},
+        {"event_id": "user_out", "user_id": "u9", "org_id": "o1", "privacy_mode": False},
+        {"event_id": "user_and_org_out", "user_id": "u9", "org_id": "o9", "privacy_mode": False},
+        {"event_id": "org_out", "user_id": "u2", "org_id": "o9", "privacy_mode": False},
+    ])
+    out = ConsentFn(("u9",), ("o9",))(batch)
+    got = dict(zip(out.column("event_id").to_pylist(), out.column(DROP).to_pylist()))
+    assert got == {"keep": None, "private": "privacy_mode", "private_and_out": "privacy_mode",
+                   "unknown_privacy": "privacy_mode", "user_out": "opt_out_user",
+                   "user_and_org_out": "opt_out_user", "org_out": "opt_out_org"}
+    # no lists: only privacy mode drops
+    assert ConsentFn()(batch).column(DROP).to_pylist().count(None) == 4
+
+
+def test_fn_survives_pickling():
+    import pickle
+
+    fn = pickle.loads(pickle.dumps(ConsentFn(("b", "a", "a"), ("o",))))
+    assert fn.users == ("a", "b")
+    out = fn(_events([{"event_id": "x", "user_id": "a", "org_id": "z", "privacy_mode": False}]))
+    assert out.column(DROP).to_pylist() == ["opt_out_user"]
+
+
+def test_load_optouts_parquet_and_jsonl(tmp_path):
+    pq.write_table(pa.table({"user_id": ["u1", None, "u2"], "org_id": [None, "o1", None]}), tmp_path / "a.parquet")
+    (tmp_path / "b.jsonl").write_text('{"user_id": 42}\n{"org_id": "o2"}\n{"user_id": "u3", "org_id": null}\n')
+    pq.write_table(pa.table({"org_id": ["o3"]}), tmp_path / "orgs_only.parquet")
+    users, orgs = load_optouts([str(tmp_path / n) for n in ("a.parquet", "b.jsonl", "orgs_only.parquet")])
+    assert users == ("42", "u1", "u2", "u3") and orgs == ("o1", "o2", "o3")
+    pq.write_table(pa.table({"email": ["x@y.z"]}), tmp_path / "bad.parquet")
+    with pytest.raises(InputError, match="neither a user_id nor an org_id"):
+        load_optouts([str(tmp_path / "bad.parquet")])
+
+
+def test_missing_optout_list_is_an_error_not_a_silent_pass(tmp_path):
+    cfg = ConsentConfig(optouts=str(tmp_path / "nope.parquet"))
+    with pytest.raises(InputError):
+        cfg.optout_files(CompileContext(base_dir=tmp_path))
+
+
+def test_bad_optout_line_names_file_and_line():
+    raw = pa.RecordBatch.from_pydict({"_raw": [b'{"user_id": "a"}', b"not json"], "_source_file": ["l.jsonl"] * 2,
+                                      "_source_line": [1, 2], "_read_error": [None, None]})
+    with pytest.raises(InputError, match="l.jsonl:2"):
+        ParseOptOutLines()(raw)
+
+
+def test_auto_mode_chooses_by_size(tmp_path):
+    pq.write_table(pa.table({"user_id": ["u1"] * 100}), tmp_path / "o.parquet")
+    files = [str(tmp_path / "o.parquet")]
+    assert ConsentConfig(optouts=files[0]).resolved_mode(files) == "broadcast"
+    assert ConsentConfig(optouts=files[0], broadcast_max_bytes=10).resolved_mode(files) == "join"
+
+
+# ------------------------------------------------------------------ end to end on synthetic logs
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory):
+    from datakit.synth import generate
+
+    root = tmp_path_factory.mktemp("consent")
+    summary = generate(root / "logs", events=400, seed=11, days=2)
+    return root, summary
+
+
+def _run(root: Path, name: str, stage: dict):
+    from datakit import Pipeline
+
+    p = (Pipeline(name, seed=0).input(str(root / "logs" / "dt=*" / "*.jsonl.zst"))
+         .add({"kind": "ingest"}).add(stage).output(str(root / name), shards=2))
+    res = p.run(engine="local", workers=1)
+    st = next(s for s in res.stages if s["name"] == "consent")
+    files = sorted((root / name).glob("part-*.parquet"))
+    return st, [f.read_bytes() for f in files], pq.read_table(files).to_pylist() if files else []
+
+
+def test_end_to_end_counts_match_ground_truth_in_both_modes(logs):
+    root, summary = logs
+    optouts = str(root / "logs" / "optouts.parquet")
+    st_b, bytes_b, rows = _run(root, "bcast", {"kind": "consent", "optouts": optouts, "mode": "broadcast"})
+    st_j, bytes_j, _ = _run(root, "join", {"kind": "consent", "optouts": optouts, "mode": "join"})
+    expected = {k: v for k, v in summary["expected_consent_drops"].items() if v}
+    assert st_b["dropped"] == expected == st_j["dropped"]
+    assert st_b["rows_in"] == summary["events"] == st_b["rows_out"] + sum(expected.values())
+    assert bytes_b == bytes_j  # identical output whichever way the lists are applied
+    table = pq.read_table(optouts).to_pylist()
+    blocked_users = {r["user_id"] for r in table if r["user_id"]}
+    blocked_orgs = {r["org_id"] for r in table if r["org_id"]}
+    assert rows and not any(r["privacy_mode"] or r["user_id"] in blocked_users or r["org_id"] in blocked_orgs for r in rows)
+
+
+def test_jsonl_lists_and_globs_in_join_mode(logs, tmp_path):
+    root, summary = logs
+    table = pq.read_table(root / "logs" / "optouts.parquet").to_pylist()
+    lists = tmp_path / "lists"
+    lists.mkdir()
+    (lists / "users.jsonl").write_text("".join(json.dumps({"user_id": r["user_id"]}) + "\n" for r in table if r["user_id"]))
+    (lists / "orgs.jsonl").write_text("".join(json.dumps({"org_id": r["org_id"]}) + "\n" for r in table if r["org_id"]))
+    st, _, _ = _run(root, "jsonl_join", {"kind": "consent", "optouts": [str(lists / "*.jsonl")], "mode": "join"})
+    assert st["dropped"] == {k: v for k, v in summary["expected_consent_drops"].items() if v}
+
+
+def test_jsonl_line_without_ids_is_an_error(tmp_path):
+    (tmp_path / "x.jsonl").write_text('{"user_id": "a"}\n{"email": "someone"}\n')
+    with pytest.raises(InputError, match="x.jsonl:2"):
+        load_optouts([str(tmp_path / "x.jsonl")])
