@@ -334,7 +334,7 @@ DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(
         "jwt", "JWT", "secret",
-        _B + r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",
+        _B + r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.(?:[A-Za-z0-9_]|-(?!----))*",
         r"eyJ[A-Za-z0-9_-]{8,}\.eyJ", "<JWT>", priority=88,
     ),
     Detector(

@@ -41,6 +41,8 @@ METRICS = "_metrics"
 METRIC_PREFIX = "pii."
 # segment roles that hold natural language (person-name NER runs only there, when available)
 PROSE_ROLES = frozenset({"user", "assistant", "system", "prompt", "tool"})
+# a FIM record is one file cut in three; its document order is prefix, middle, suffix
+_FIM_ORDER = {"prefix": 0, "middle": 1, "suffix": 2}
 
 
 @register_stage
@@ -109,6 +111,8 @@ class ScrubPiiConfig(StageConfig):
 class ScrubFn:
     """RecordBatch -> RecordBatch (+ `_drop`, `_drop_detail`, `_metrics`). Pure and deterministic."""
 
+    MAX_ROUNDS = 4
+
     def __init__(self, detectors: tuple[Detector, ...], replacer: Replacer, strategy: Strategy = "polars",
                  person=None) -> None:
         self.detectors = detectors
@@ -124,6 +128,72 @@ class ScrubFn:
         if self.person is not None and prose is not None:
             found = self.person.add_names(texts, prose, found)
         return found
+
+    def scrub(self, texts: list[str | None], prose: list[bool] | None = None
+              ) -> tuple[list[str | None], list[list[Finding]]]:
+        """Scrub independent texts; returns the new texts and every finding (see `scrub_units`)."""
+        units, found = self.scrub_units([[t] for t in texts], [""] * len(texts), prose)
+        return [u[0] for u in units], found
+
+    def scrub_units(self, units: list[list[str | None]], seps: list[str], prose: list[bool] | None = None
+                    ) -> tuple[list[list[str | None]], list[list[Finding]]]:
+        """Scrub units of text parts that are scanned as one document (`sep.join(parts)`).
+
+        Why units: a FIM record's prefix/middle/suffix are one file cut in
+        three, so `DB_PASSWORD = "` | `Tr0ub4dor&3` | `"` is only a secret when
+        read together. A finding spanning parts puts its replacement in the
+        first part it touches and removes the rest from the others.
+
+        Replacement repeats until a scan finds nothing (idempotent by
+        construction): one round is almost always enough; a second is needed
+        when a higher-priority span hid an overlapping lower one. Only changed
+        units are re-scanned. Returns new units and every finding of every round.
+        """
+        out = [list(u) for u in units]
+        found_all: list[list[Finding]] = [[] for _ in units]
+        todo = list(range(len(units)))
+        for _round in range(self.MAX_ROUNDS):
+            joined = [seps[i].join(t or "" for t in out[i]) if len(out[i]) != 1 else out[i][0] for i in todo]
+            found = self.scan(joined, [prose[i] for i in todo] if prose is not None else None)
+            nxt = []
+            for i, text, fs in zip(todo, joined, found):
+                if fs:
+                    found_all[i].extend(fs)
+                    out[i] = self._apply_parts(out[i], seps[i], text, fs)  # type: ignore[arg-type]
+                    nxt.append(i)
+            todo = nxt
+            if not todo:
+                break
+        return out, found_all
+
+    def _apply_parts(self, parts: list[str | None], sep: str, joined: str, fs: list[Finding]) -> list[str | None]:
+        if len(parts) == 1:
+            return [self.replacer.apply(joined, fs)]
+        bounds, pos = [], 0
+        for t in parts:
+            bounds.append((pos, pos + len(t or "")))
+            pos += len(t or "") + len(sep)
+        edits: list[list[tuple[int, int, str]]] = [[] for _ in parts]
+        for f in fs:
+            first = True
+            for k, (s0, e0) in enumerate(bounds):
+                a, b = max(f.start, s0), min(f.end, e0)
+                if a < b or (a == b == s0 == e0 and s0 <= f.start < e0):
+                    token = self.replacer.token(f.entity, joined[f.start : f.end]) if first else ""
+                    edits[k].append((a - s0, b - s0, token))
+                    first = False
+        new: list[str | None] = []
+        for t, ed in zip(parts, edits):
+            if not ed:
+                new.append(t)
+                continue
+            chunks, p0 = [], 0
+            for a, b, tok in ed:
+                chunks += [t[p0:a], tok]  # type: ignore[index]
+                p0 = b
+            chunks.append(t[p0:])  # type: ignore[index]
+            new.append("".join(chunks))
+        return new
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         n = batch.num_rows
@@ -141,29 +211,43 @@ class ScrubFn:
         chosen = batch.column("chosen").to_pylist() if "chosen" in names else [None] * n
         rejected = batch.column("rejected").to_pylist() if "rejected" in names else [None] * n
 
-        # one scan over every text of the batch: segments, then chosen, then rejected
-        texts = seg_texts + chosen + rejected
-        prose = [r in PROSE_ROLES for r in seg_roles] + [True] * (2 * n)
-        found = self.scan(texts, prose)
-
-        owner: list[int] = []
+        # units: one per record (its segments, in document order) + chosen + rejected, scanned in one batch
+        units: list[list[str | None]] = []
+        unit_idx: list[list[int]] = []
+        seps: list[str] = []
+        prose: list[bool] = []
         if seg is not None:
             for row in range(n):
-                owner.extend([row] * int(seg_offsets[row + 1] - seg_offsets[row]))
-        owner.extend(range(n))
-        owner.extend(range(n))
+                idx = list(range(int(seg_offsets[row]), int(seg_offsets[row + 1])))
+                is_fim = any(seg_roles[i] in _FIM_ORDER for i in idx)
+                if is_fim:
+                    idx.sort(key=lambda i: _FIM_ORDER.get(seg_roles[i], 3))
+                units.append([seg_texts[i] for i in idx])
+                unit_idx.append(idx)
+                seps.append("" if is_fim else "\n\n")
+                prose.append(any(seg_roles[i] in PROSE_ROLES for i in idx))
+        else:
+            units += [[] for _ in range(n)]
+            unit_idx += [[] for _ in range(n)]
+            seps += ["\n\n"] * n
+            prose += [False] * n
+        units += [[t] for t in chosen] + [[t] for t in rejected]
+        seps += [""] * (2 * n)
+        prose += [True] * (2 * n)
+        new_units, found = self.scrub_units(units, seps, prose)
 
-        per_row: list[list[Finding]] = [[] for _ in range(n)]
+        new_seg_texts: list[str | None] = list(seg_texts)
+        for idx, parts in zip(unit_idx, new_units[:n]):
+            for i, t in zip(idx, parts):
+                new_seg_texts[i] = t
+        new_chosen = [u[0] for u in new_units[n : 2 * n]]
+        new_rejected = [u[0] for u in new_units[2 * n :]]
+
+        per_row: list[list[Finding]] = [found[r] + found[n + r] + found[2 * n + r] for r in range(n)]
         counts: dict[str, int] = {}
-        new_texts: list[str | None] = []
-        for t, fs, row in zip(texts, found, owner):
-            if fs:
-                per_row[row].extend(fs)
-                for f in fs:
-                    counts[f.entity] = counts.get(f.entity, 0) + 1
-                new_texts.append(self.replacer.apply(t, fs))  # type: ignore[arg-type]
-            else:
-                new_texts.append(t)
+        for fs in per_row:
+            for f in fs:
+                counts[f.entity] = counts.get(f.entity, 0) + 1
 
         drop = [self.replacer.drop_reason(fs) for fs in per_row]
         detail = [
@@ -171,11 +255,10 @@ class ScrubFn:
             if d else None
             for d, fs in zip(drop, per_row)
         ]
-        k = len(seg_texts)
         cols: dict[str, pa.Array] = {}
         if seg is not None:
             values = pa.StructArray.from_arrays(
-                [pa.array(new_texts[:k], pa.string()), seg_fields["train"], seg_fields["role"]],
+                [pa.array(new_seg_texts, pa.string()), seg_fields["train"], seg_fields["role"]],
                 fields=list(SEGMENT),
                 mask=seg_values.is_null() if seg_values.null_count else None,
             )
@@ -183,9 +266,9 @@ class ScrubFn:
                 pa.array(seg_offsets, pa.int32()), values, mask=seg.is_null() if seg.null_count else None
             )
         if "chosen" in names:
-            cols["chosen"] = pa.array(new_texts[k : k + n], pa.string())
+            cols["chosen"] = pa.array(new_chosen, pa.string())
         if "rejected" in names:
-            cols["rejected"] = pa.array(new_texts[k + n :], pa.string())
+            cols["rejected"] = pa.array(new_rejected, pa.string())
 
         arrays = [cols.get(name, batch.column(i)) for i, name in enumerate(names)]
         fields = [batch.schema.field(i) if name not in cols else pa.field(name, cols[name].type)
@@ -203,9 +286,7 @@ class ScrubFn:
 def scrub_texts(texts: list[str | None], config: ScrubPiiConfig | None = None) -> list[str | None]:
     """Convenience: scrub plain strings with a config's detectors and policy (drop acts like placeholder)."""
     cfg = config or ScrubPiiConfig(ner="off")
-    fn = cfg.build_fn()
-    found = fn.scan(texts)
-    return [fn.replacer.apply(t, fs) if fs else t for t, fs in zip(texts, found)]  # type: ignore[arg-type]
+    return cfg.build_fn().scrub(texts)[0]
 
 
 __all__ = ["ScrubPiiConfig", "ScrubFn", "scrub_texts", "METRICS"]

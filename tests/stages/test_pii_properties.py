@@ -1,0 +1,45 @@
+"""Properties: scrubbing is idempotent and never increases the number of detections."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from datakit.stages.pii.replace import Replacer
+from datakit.stages.pii.scan import scan_batch, scan_text
+from datakit.stages.pii.stage import ScrubFn, ScrubPiiConfig
+
+HARD = Path(__file__).resolve().parents[1] / "data" / "pii_hard_cases.jsonl"
+FRAGMENTS = [json.loads(line)["text"] for line in HARD.read_text().splitlines() if line.strip()]
+FRAGMENTS += ["<EMAIL>", "<SECRET>", '"', "'", " = ", ": ", "\n", "@", ".", "-", "/Users/", "://", "x"]
+
+texts = st.lists(
+    st.one_of(st.sampled_from(FRAGMENTS),
+              st.text(alphabet="abcXYZ0123456789@.:-_/=\"' \n+", max_size=24)),
+    max_size=8,
+).map("".join)
+
+_CFG = ScrubPiiConfig(ner="off")
+PLACEHOLDER = _CFG.build_fn()
+PSEUDONYM = ScrubFn(_CFG.detectors(), Replacer({e: "pseudonym" for e in _CFG.policies()}, key=b"test-key"))
+
+
+def _scrub(text: str, fn: ScrubFn) -> str:
+    return fn.scrub([text])[0][0]  # type: ignore[return-value]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(texts)
+def test_scrub_is_idempotent_and_never_adds_detections(text: str) -> None:
+    for r in (PLACEHOLDER, PSEUDONYM):
+        once = _scrub(text, r)
+        assert _scrub(once, r) == once
+        assert len(scan_text(once)) <= len(scan_text(text))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(texts, max_size=6))
+def test_batch_strategies_agree(batch: list[str]) -> None:
+    assert scan_batch(batch, strategy="polars") == scan_batch(batch, strategy="python")

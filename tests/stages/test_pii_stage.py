@@ -1,0 +1,112 @@
+"""The scrub_pii stage on training records: every text scrubbed, schema kept, drops and counts reported."""
+from __future__ import annotations
+
+import json
+import logging
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from datakit.contracts import TRAINING_RECORD_V1
+from datakit.stages.base import stage_class
+from datakit.stages.pii.stage import ScrubPiiConfig
+
+PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo\n-----END RSA PRIVATE KEY-----"
+SECRETS = ["jane@acme-corp.com", "AKIAIOSFODNN7EXAMPLE", "415-555-0132", "Tr0ub4dor&3"]
+
+
+def _rec(doc_id: str, kind: str, segments: list[tuple[str, bool, str]], chosen=None, rejected=None) -> dict:
+    return {"doc_id": doc_id, "kind": kind, "segments": [{"text": t, "train": tr, "role": r} for t, tr, r in segments],
+            "chosen": chosen, "rejected": rejected, "source": None, "meta": "{}"}
+
+
+def _records() -> list[dict]:
+    return [
+        _rec("a", "sft", [("mail me: jane@acme-corp.com", False, "user"),
+                          ('key = "AKIAIOSFODNN7EXAMPLE"', True, "assistant")]),
+        _rec("b", "code", [(PEM, True, "code")]),
+        _rec("c", "preference", [("fix it", False, "prompt")], chosen="call 415-555-0132", rejected="no"),
+        _rec("d", "fim", [('DB_PASSWORD = "', False, "prefix"), ('"\n', False, "suffix"),
+                          ("Tr0ub4dor&3", True, "middle")]),
+        _rec("e", "code", [("print('clean')", True, "code")]),
+    ]
+
+
+def _batch() -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist(_records(), schema=TRAINING_RECORD_V1)
+
+
+def test_registered_under_its_kind() -> None:
+    assert stage_class("scrub_pii") is ScrubPiiConfig
+
+
+def test_batch_fn_scrubs_every_text_and_keeps_schema() -> None:
+    out = ScrubPiiConfig(ner="off").build_fn()(_batch())
+    assert pa.schema([f for f in out.schema if not f.name.startswith("_")]) == TRAINING_RECORD_V1
+    assert out.schema.names[-3:] == ["_drop", "_drop_detail", "_metrics"]
+    rows = out.to_pylist()
+    blob = json.dumps(rows)
+    for s in SECRETS:
+        assert s not in blob
+    assert rows[0]["segments"][0]["text"] == "mail me: <EMAIL>"
+    assert rows[0]["segments"][1] == {"text": 'key = "<AWS_ACCESS_KEY>"', "train": True, "role": "assistant"}
+    assert rows[2]["chosen"] == "call <PHONE>" and rows[2]["rejected"] == "no"
+    assert [r["_drop"] for r in rows] == [None, "pii:private_key", None, None, None]
+    assert rows[4]["segments"][0]["text"] == "print('clean')"
+    # the FIM password is split across prefix | middle | suffix: found only when read as one file
+    assert [s["text"] for s in rows[3]["segments"]] == ['DB_PASSWORD = "', '"\n', "<SECRET>"]
+    metrics = [json.loads(r["_metrics"]) for r in rows if r["_metrics"]]
+    assert metrics == [{"pii.aws_access_key": 1, "pii.email": 1, "pii.phone": 1, "pii.private_key": 1,
+                        "pii.secret_assignment": 1}]
+
+
+def test_sliced_batches_give_the_same_rows() -> None:
+    fn = ScrubPiiConfig(ner="off").build_fn()
+    whole = fn(_batch()).to_pylist()
+    parts = fn(_batch().slice(0, 2)).to_pylist() + fn(_batch().slice(2)).to_pylist()
+    strip = lambda rs: [{k: v for k, v in r.items() if k != "_metrics"} for r in rs]  # noqa: E731
+    assert strip(parts) == strip(whole)
+
+
+def test_no_spacy_model_logs_once_and_runs(caplog: pytest.LogCaptureFixture) -> None:
+    from datakit.stages.pii import presidio_bridge
+
+    if presidio_bridge.installed_spacy_model() is not None:
+        pytest.skip("a spaCy model is installed here")
+    presidio_bridge._ner_warned = False
+    with caplog.at_level(logging.WARNING, logger="datakit.pii"):
+        ScrubPiiConfig().build_fn()
+        ScrubPiiConfig().build_fn()
+    msgs = [r.getMessage() for r in caplog.records if "spaCy" in r.getMessage()]
+    assert len(msgs) == 1 and "pattern detectors only" in msgs[0]
+
+
+def test_pipeline_run_reports_counts_and_leaks_nothing(tmp_path, caplog: pytest.LogCaptureFixture) -> None:
+    from datakit import Pipeline
+    from datakit.io.dataset import read_output
+
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.Table.from_batches([_batch()]), tmp_path / "in" / "part-0.parquet")
+    out = tmp_path / "out"
+    p = (Pipeline(name="pii", seed=0)
+         .input(str(tmp_path / "in" / "*.parquet"), format="parquet", schema="training_record.v1")
+         .add({"kind": "scrub_pii", "ner": "off"})
+         .output(str(out), format="parquet", shards=2))
+    with caplog.at_level(logging.DEBUG):
+        p.run(engine="local", workers=1)
+    table = read_output(str(out))
+    assert sorted(table.column("doc_id").to_pylist()) == ["a", "c", "d", "e"]
+    assert table.schema == TRAINING_RECORD_V1
+    run = json.loads((out / "_run.json").read_text())
+    stage = next(s for s in run["stages"] if s.get("kind") == "scrub_pii" or s.get("name") == "scrub_pii")
+    assert stage["dropped"] == {"pii:private_key": 1}
+    assert stage["rows_in"] == stage["rows_out"] + sum(stage["dropped"].values())
+    assert stage["metrics"] == {"pii.aws_access_key": 1, "pii.email": 1, "pii.phone": 1,
+                                "pii.private_key": 1, "pii.secret_assignment": 1}
+    everything = json.dumps(table.to_pylist()) + (out / "_run.json").read_text() + caplog.text
+    for f in (out / "_dropped").rglob("*"):
+        if f.is_file():
+            everything += f.read_bytes().decode("latin-1")
+    for s in SECRETS:
+        assert s not in everything
