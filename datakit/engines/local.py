@@ -56,6 +56,7 @@ QUARANTINE_SCHEMA = pa.schema([
 ])
 DROPLOG_SCHEMA = pa.schema([("stage", pa.string()), ("key", pa.string()), ("reason", pa.string()), ("detail", pa.string())])
 SHARD_COL = "_shard"
+SPILL_ROW_GROUP = 50_000
 
 
 @dataclass
@@ -85,12 +86,14 @@ class Partition:
     kind: str  # "jsonl" | "parquet" (input file) | "spill" (our own Parquet part)
     url: str
     schema: pa.Schema | None = None
+    row_groups: tuple[int, int] | None = None  # a slice of a spilled file's row groups
 
     def fingerprint(self) -> str:
         fs, p = filesystem(self.url)
         info = fs.info(p)
         if self.kind == "spill":
-            return hashlib.sha256(Path(p).read_bytes()).hexdigest() if fs.protocol in ("file", ("file", "local")) else str(info.get("size"))
+            digest = hashlib.sha256(Path(p).read_bytes()).hexdigest()
+            return f"{digest}|{self.row_groups}"
         return f"{self.url}|{info.get('size')}|{info.get('mtime', info.get('LastModified', ''))}"
 
     def batches(self) -> Iterator[pa.RecordBatch]:
@@ -101,15 +104,18 @@ class Partition:
                 yield _conform(b, self.schema) if self.schema is not None else b
         else:
             pf = pq.ParquetFile(self.url)
-            for b in pf.iter_batches(batch_size=8192):
+            groups = range(*self.row_groups) if self.row_groups else None
+            if groups is not None and len(groups) == 0:
+                return
+            for b in pf.iter_batches(batch_size=8192, row_groups=groups):
                 yield _conform(b, self.schema) if self.schema is not None else b
 
 
 def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     """Select and cast a batch to `schema` (polars writes large_string etc.; we want the contract types).
 
-    Columns in the batch but not in the schema are kept only if they are engine
-    columns (provenance), so a Parquet input with extra fields still works.
+    Columns not in the schema are dropped (a Parquet input may carry extra fields);
+    missing nullable columns become nulls.
     """
     cols, fields = [], []
     for f in schema:
@@ -119,9 +125,6 @@ def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
         else:
             cols.append(pa.nulls(batch.num_rows, f.type))
         fields.append(f)
-    for extra in ("_source_file", "_source_line"):
-        if extra in batch.schema.names and extra not in schema.names:
-            cols.append(batch.column(extra)); fields.append(batch.schema.field(extra))
     return pa.RecordBatch.from_arrays(cols, schema=pa.schema(fields))
 
 
@@ -414,28 +417,27 @@ class LocalEngine:
     # -- barriers (polars / scipy over spilled parts)
     def _lazy(self, node: Node) -> pl.LazyFrame:
         parts = self._materialize(node)
-        files = [p.url for p in parts]
+        files = list(dict.fromkeys(p.url for p in parts))
         if not files:
             return pl.from_arrow(node.schema.empty_table()).lazy()
         return pl.scan_parquet(files)
 
     def _spill_polars(self, lf: pl.LazyFrame, node: Node) -> list[Partition]:
+        """Stream a polars query to one Parquet file, then split it into row-group partitions
+        so the next fused chain runs in parallel without the result ever being in memory whole."""
         out_dir = f"{self._work}/n{self._index[node.id]:03d}"
         if os.path.isdir(out_dir):
             shutil.rmtree(out_dir)
         os.makedirs(out_dir, exist_ok=True)
-        table = lf.collect(engine="streaming").to_arrow()
-        table = pa.Table.from_batches([_conform(b, node.schema) for b in table.to_batches()], schema=node.schema) \
-            if table.num_rows else node.schema.empty_table()
-        self._rows[node.id] = table.num_rows
-        n_parts = max(1, min(self.workers * 2, (table.num_rows + 99_999) // 100_000))
-        step = (table.num_rows + n_parts - 1) // n_parts if table.num_rows else 0
-        parts = []
-        for i in range(n_parts):
-            path = f"{out_dir}/part-{i:05d}.parquet"
-            pq.write_table(table.slice(i * step, step) if step else table, path, compression="zstd")
-            parts.append(Partition("spill", path, node.schema))
-        return parts
+        path = f"{out_dir}/result.parquet"
+        lf.sink_parquet(path, row_group_size=SPILL_ROW_GROUP, compression="zstd")
+        meta = pq.ParquetFile(path).metadata
+        self._rows[node.id] = meta.num_rows
+        groups = meta.num_row_groups
+        n_parts = max(1, min(self.workers * 2, groups))
+        bounds = np.linspace(0, groups, n_parts + 1).astype(int)
+        return [Partition("spill", path, node.schema, (int(a), int(b))) for a, b in zip(bounds[:-1], bounds[1:])
+                if b > a] or [Partition("spill", path, node.schema, (0, 0))]
 
     def _barrier(self, node: Node) -> list[Partition]:
         if isinstance(node, Join):

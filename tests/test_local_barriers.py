@@ -1,0 +1,86 @@
+"""Local engine barrier nodes (Join, Aggregate, ConnectedComponents) through a user stage on records input."""
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from datakit import CompileContext, Pipeline, StageConfig, register_stage
+from datakit.contracts import TRAINING_RECORD_V1
+from datakit.engines.local import connected_components_table
+from datakit.io.dataset import read_output
+from tests.conformance import assert_conformant
+
+
+def _records(n: int) -> pa.Table:
+    rows = []
+    for i in range(n):
+        rows.append({"doc_id": f"{i:04d}", "kind": "code",
+                     "segments": [{"text": f"text-{i % 7}", "train": True, "role": None}],
+                     "chosen": None, "rejected": None,
+                     "source": {"event_id": f"e{i}", "user_id": f"u{i % 3}", "org_id": "o", "session_id": "s",
+                                "timestamp": "2026-11-01T00:00:00.000Z", "repo_id": None, "language": "python",
+                                "path": None},
+                     "meta": json.dumps({})})
+    return pa.Table.from_pylist(rows, schema=TRAINING_RECORD_V1)
+
+
+class _WithText:
+    def __call__(self, b: pa.RecordBatch) -> pa.RecordBatch:
+        texts = [s[0]["text"] for s in b.column("segments").to_pylist()]
+        return pa.RecordBatch.from_arrays([b.column("doc_id"), pa.array(texts)], names=["doc_id", "text"])
+
+
+class _MarkLosers:
+    def __call__(self, b: pa.RecordBatch) -> pa.RecordBatch:
+        keep = b.column("keep")
+        loser = pc.not_equal(b.column("doc_id"), keep)
+        drop = pc.if_else(loser, pa.scalar("exact_text"), pa.scalar(None, pa.string()))
+        return b.append_column("_drop", drop).append_column("_drop_detail", keep)
+
+
+@register_stage
+class ExactText(StageConfig):
+    """Keep the smallest doc_id per text: aggregate + join back + drop, the dedup pattern in miniature."""
+
+    kind: Literal["test_exact_text"] = "test_exact_text"
+
+    def compile(self, rel, ctx: CompileContext):
+        keyed = rel.map_batches(_WithText(), pa.schema([("doc_id", pa.string()), ("text", pa.string())]), name="text")
+        winners = keyed.aggregate(["text"], {"keep": ("min", "doc_id")})
+        pairs = keyed.join(winners, "text").map_batches(
+            _Select(), pa.schema([("doc_id", pa.string()), ("keep", pa.string())]), name="pairs")
+        joined = rel.join(pairs, "doc_id", how="inner")
+        return joined.map_batches(_MarkLosers(), TRAINING_RECORD_V1, name="mark", drop_log_key="doc_id")
+
+
+class _Select:
+    def __call__(self, b):
+        return pa.RecordBatch.from_arrays([b.column("doc_id"), b.column("keep")], names=["doc_id", "keep"])
+
+
+def test_aggregate_join_drop_on_records_input(tmp_path):
+    src = tmp_path / "in" / "records.parquet"
+    src.parent.mkdir()
+    pq.write_table(_records(50), src)
+    p = (Pipeline("b").input(str(src), format="parquet", schema="training_record.v1")
+         .add({"kind": "test_exact_text"}).output(str(tmp_path / "o"), shards=3))
+    assert_conformant(p, tmp_path)
+    res = p.run(workers=1, output=str(tmp_path / "o"))
+    st = res.stage("test_exact_text")
+    assert st["rows_in"] == 50 and st["rows_out"] == 7 and st["dropped"] == {"exact_text": 43}
+    kept = sorted(read_output(str(tmp_path / "o")).column("doc_id").to_pylist())
+    assert kept == [f"{i:04d}" for i in range(7)]
+    log = pq.read_table(tmp_path / "o" / "_dropped" / "part-00000.parquet").to_pylist()
+    assert len(log) == 43 and {"stage": "test_exact_text", "key": "0010", "reason": "exact_text", "detail": "0003"} in log
+
+
+def test_connected_components_smallest_id_is_representative():
+    src = pa.array(["b", "c", "x", "e", "q"])
+    dst = pa.array(["a", "b", "y", "d", "q"])
+    t = connected_components_table(src, dst)
+    comp = dict(zip(t.column("node").to_pylist(), t.column("component").to_pylist()))
+    assert comp == {"a": "a", "b": "a", "c": "a", "x": "x", "y": "x", "d": "d", "e": "d", "q": "q"}
