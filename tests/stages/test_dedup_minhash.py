@@ -15,7 +15,7 @@ from datakit.stages.dedup.text import exact_keys, record_texts
 from datakit.stages.dedup.verify import exact_jaccard, signature_jaccard
 
 # whitespace-heavy text with multi-byte code points and the six ASCII whitespace bytes
-ALPHABET = st.sampled_from(list("abcxyzAÉ") + ["é", "ß", "日", "本", "🙂", "\u00a0", " ", " ", "\t", "\n", "\r", "\x0b", "\x0c"])
+ALPHABET = st.sampled_from(list("abcxyzAÉ_0(),.'\"") + ["é", "ß", "日", "本", "🙂", "\u00a0", " ", " ", "\t", "\n", "\r", "\x0b", "\x0c"])
 TEXT = st.text(alphabet=ALPHABET, max_size=80)
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -49,7 +49,7 @@ def test_permutations_equal_datasketch(num_perm, seed):
 
 
 @FAST
-@given(st.lists(TEXT, min_size=1, max_size=6), st.integers(1, 6), st.sampled_from(["word", "char"]),
+@given(st.lists(TEXT, min_size=1, max_size=6), st.integers(1, 6), st.sampled_from(["token", "word", "char"]),
        st.sampled_from([1, 16, 128]), st.integers(0, 2**32 - 1))
 def test_signatures_bit_identical_to_datasketch(texts, ngram, shingle, num_perm, seed):
     sig = minhash_signatures(texts, num_perm=num_perm, seed=seed, ngram=ngram, shingle=shingle)
@@ -59,7 +59,7 @@ def test_signatures_bit_identical_to_datasketch(texts, ngram, shingle, num_perm,
 
 
 @FAST
-@given(st.lists(TEXT, min_size=1, max_size=4), st.sampled_from(["word", "char"]))
+@given(st.lists(TEXT, min_size=1, max_size=4), st.sampled_from(["token", "word", "char"]))
 def test_lowercase_uses_the_arrow_normalization(texts, shingle):
     sig = minhash_signatures(texts, num_perm=32, seed=3, ngram=2, shingle=shingle, lowercase=True)
     lowered = normalize_texts(pa.array(texts), lowercase=True).to_pylist()
@@ -74,6 +74,8 @@ def test_shingle_definition():
     assert shingles("ab  cd", 3, "char") == [b"ab ", b"b c", b" cd"]
     assert shingles("日本 語", 2, "char") == ["日本".encode(), "本 ".encode(), " 語".encode()]
     assert shingles("a\u00a0b c", 1) == ["a\u00a0b".encode(), b"c"]  # NBSP is not a separator
+    assert shingles("f('a',b_1)\n  x.y", 2, "token") == [b"f a", b"a b_1", b"b_1 x", b"x y"]
+    assert shingles("f('é')", 5, "token") == ["f é".encode()]
 
 
 def test_empty_null_and_sliced_inputs():
@@ -84,7 +86,7 @@ def test_empty_null_and_sliced_inputs():
     assert np.array_equal(minhash_signatures(pa.chunked_array([texts.slice(0, 2), texts.slice(2)]), num_perm=8), sig)
     assert minhash_signatures([], num_perm=8).shape == (0, 8)
     with pytest.raises(ValueError, match="shingle"):
-        minhash_signatures(["a"], shingle="token")
+        minhash_signatures(["a"], shingle="sentence")
 
 
 def test_shingle_hashes_are_xxh32_of_reference_shingles():

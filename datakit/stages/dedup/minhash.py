@@ -27,13 +27,13 @@ from numba.extending import intrinsic
 
 from datakit.stages.dedup.shingles import (
     SHINGLE_KINDS,
-    WS_TABLE,
     ShingleKind,
     arrow_buffers,
     char_shingle,
     char_starts,
     collapse_words,
     normalize_texts,
+    separator_table,
     shingle_count,
     word_shingle,
 )
@@ -253,7 +253,7 @@ def minhash_signatures(
     a, b = permutations(num_perm, seed)
     out = np.empty((len(arr), num_perm), dtype=np.uint32)
     if len(arr):
-        _signatures_kernel(data, offsets, ngram, shingle == "char", a, b, WS_TABLE, out)
+        _signatures_kernel(data, offsets, ngram, shingle == "char", a, b, separator_table(shingle), out)
     return out
 
 
@@ -269,5 +269,5 @@ def shingle_hashes(texts, ngram: int = 5, shingle: ShingleKind = "word", lowerca
     out_offsets = np.empty(len(arr) + 1, dtype=np.int64)
     if not len(arr):
         return np.zeros(0, np.uint32), np.zeros(1, np.int64)
-    hashes = _shingle_hashes_kernel(data, offsets, ngram, shingle == "char", WS_TABLE, out_offsets)
+    hashes = _shingle_hashes_kernel(data, offsets, ngram, shingle == "char", separator_table(shingle), out_offsets)
     return hashes, out_offsets

@@ -15,6 +15,11 @@ Definition (after the optional Arrow `utf8_lower` of `normalize_texts`):
 * ``shingle="word"``: words = maximal runs of non-whitespace bytes; shingle i =
   words i..i+n-1 joined by one space (``b" ".join(words[i:i+n])``). A document
   with 1 <= words < n has one shingle: all its words joined by one space.
+* ``shingle="token"`` (the stage default, for code): like "word" but the words
+  are maximal runs of identifier bytes ``[A-Za-z0-9_]`` or any byte >= 0x80
+  (so non-ASCII letters stay inside tokens); all other bytes separate.
+  Punctuation, quotes and spacing do not matter: ``f('a',b)`` and
+  ``f("a", b)`` give the same tokens ``f a b``.
 * ``shingle="char"``: the text with every whitespace run replaced by one space
   and leading/trailing whitespace removed; shingle i = the UTF-8 bytes of
   code points i..i+n-1. A document with 1 <= code points < n has one shingle
@@ -25,6 +30,7 @@ Definition (after the optional Arrow `utf8_lower` of `normalize_texts`):
 """
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 import numpy as np
@@ -32,8 +38,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numba import njit
 
-ShingleKind = Literal["word", "char"]
-SHINGLE_KINDS = ("word", "char")
+ShingleKind = Literal["token", "word", "char"]
+SHINGLE_KINDS = ("token", "word", "char")
+_TOKEN_RE = re.compile(rb"[A-Za-z0-9_\x80-\xff]+")
 
 
 def normalize_texts(texts: pa.Array | pa.ChunkedArray, lowercase: bool) -> pa.Array:
@@ -59,8 +66,9 @@ def shingles(text: str, ngram: int = 5, shingle: ShingleKind = "word") -> list[b
     """
     if ngram < 1:
         raise ValueError("ngram must be >= 1")
-    if shingle == "word":
-        words = text.encode("utf-8").split()
+    if shingle in ("word", "token"):
+        raw = text.encode("utf-8")
+        words = raw.split() if shingle == "word" else _TOKEN_RE.findall(raw)
         if not words:
             return []
         return [b" ".join(words[i : i + ngram]) for i in range(max(len(words) - ngram + 1, 1))]
@@ -90,6 +98,17 @@ WS_TABLE = np.zeros(256, dtype=np.uint8)
 for _c in b" \t\n\r\x0b\x0c":
     WS_TABLE[_c] = 1
 WS_TABLE.setflags(write=False)
+# 1 for every byte that is not part of a token (see "token" above)
+TOKEN_SEP_TABLE = np.ones(256, dtype=np.uint8)
+for _c in b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_":
+    TOKEN_SEP_TABLE[_c] = 0
+TOKEN_SEP_TABLE[0x80:] = 0
+TOKEN_SEP_TABLE.setflags(write=False)
+
+
+def separator_table(shingle: str) -> np.ndarray:
+    """The byte class table `collapse_words` splits on for a shingle kind."""
+    return TOKEN_SEP_TABLE if shingle == "token" else WS_TABLE
 
 
 @njit(cache=True)

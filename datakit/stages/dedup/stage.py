@@ -1,0 +1,333 @@
+"""The `dedup` stage: exact duplicates, then MinHash-LSH near duplicates, as plan nodes only.
+
+    {kind: dedup, exact: true, minhash: {threshold: 0.8, num_perm: 128, ngram: 5}}
+
+Why plan nodes and no engine code: the same stage must give byte-identical
+output on the local engine and on Spark, for any partitioning. Every decision
+is a pure function of content and `doc_id`:
+
+exact   text -> 128-bit content key (`text.exact_keys`) -> Aggregate min(doc_id)
+        per key -> Join back -> rows whose doc_id is not the minimum are dropped
+        with `_drop="exact_duplicate"`, `_drop_detail=<kept doc_id>`.
+near    text -> signature (`minhash.minhash_signatures`) -> one row per LSH band
+        (band, bucket = `lsh.band_hashes`, doc_id) -> Aggregate min(doc_id) per
+        bucket -> Join back -> candidate edges (doc, bucket minimum) -> distinct ->
+        verification (signature or exact Jaccard >= threshold) ->
+        ConnectedComponents (component = smallest doc_id) -> Join back -> every
+        member other than the component's smallest doc_id is dropped with
+        `_drop="near_duplicate"`, `_drop_detail=<kept doc_id>`.
+
+Chains: components are the transitive closure of verified edges. A~B and B~C
+put A, B, C in one cluster even if A and C are far apart; the cluster keeps the
+smallest id only. Verification guarantees each link of such a chain is a real
+near-duplicate pair; it does not bound the chain's length (see docs/dedup.md).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from datakit.plan import DROP, DROP_DETAIL, Rel
+from datakit.stages.base import CompileContext, StageConfig, register_stage
+from datakit.stages.dedup.lsh import band_hashes, optimal_param
+from datakit.stages.dedup.minhash import MAX_HASH, minhash_signatures
+from datakit.stages.dedup.text import exact_keys, record_texts
+from datakit.stages.dedup.verify import exact_jaccard, signature_jaccard
+
+METRICS = "_metrics"
+# internal column names (prefixed so they never clash with a record field)
+_KEY, _KEEP, _SIG, _BAND, _BUCKET, _MIN, _TEXT = "_dk_key", "_dk_keep", "_dk_sig", "_dk_band", "_dk_bucket", "_dk_min", "_dk_text"
+
+
+class MinHashConfig(BaseModel):
+    """Near-duplicate settings. `bands`/`rows` override datasketch's choice for `threshold`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    threshold: float = Field(0.8, gt=0.0, le=1.0, description="Jaccard similarity at or above which docs are duplicates")
+    num_perm: int = Field(128, ge=2, le=1024)
+    ngram: int = Field(5, ge=1, le=64, description="shingle size in words or characters")
+    shingle: Literal["token", "word", "char"] = Field(
+        "token", description="token: identifier runs (code); word: whitespace-separated; char: code points")
+    seed: int = Field(1, ge=0, lt=2**32, description="permutation seed (datasketch's MinHash seed)")
+    lowercase: bool = False
+    bands: int | None = Field(None, ge=1)
+    rows: int | None = Field(None, ge=1)
+    weights: tuple[float, float] = (0.5, 0.5)
+    verify: Literal["none", "signature", "exact"] = Field(
+        "exact", description="check candidate pairs before clustering: none, estimated or exact Jaccard")
+    drop_rule: Literal["similar_to_kept", "component"] = Field(
+        "similar_to_kept",
+        description="drop a cluster member only if it is itself similar to the kept doc, or drop every non-kept member")
+
+    @model_validator(mode="after")
+    def _check_bands(self) -> "MinHashConfig":
+        if (self.bands is None) != (self.rows is None):
+            raise ValueError("set both bands and rows, or neither")
+        if self.bands is not None and self.bands * self.rows > self.num_perm:
+            raise ValueError(f"bands*rows = {self.bands * self.rows} exceeds num_perm = {self.num_perm}")
+        if self.drop_rule == "similar_to_kept" and self.verify == "none":
+            raise ValueError("drop_rule similar_to_kept needs verify: signature or exact (or use drop_rule: component)")
+        if abs(sum(self.weights) - 1.0) > 1e-9 or min(self.weights) < 0:
+            raise ValueError("weights (false positive, false negative) must be >= 0 and sum to 1")
+        return self
+
+    def band_rows(self) -> tuple[int, int]:
+        """(bands, rows): the override, or datasketch `MinHashLSH`'s optimum for the threshold."""
+        if self.bands is not None:
+            return self.bands, self.rows
+        return optimal_param(self.threshold, self.num_perm, *self.weights)
+
+
+@register_stage
+class DedupConfig(StageConfig):
+    """Remove exact and near-duplicate records, keeping the smallest `doc_id` of each group."""
+
+    kind: Literal["dedup"] = "dedup"
+    exact: bool = True
+    exact_normalize: Literal["whitespace", "none"] = "whitespace"
+    minhash: MinHashConfig | None = None
+    scope: Literal["kind", "all"] = Field("kind", description="compare records of the same kind only, or all")
+    text_column: str | None = Field(None, description="dedup this string column instead of the record text")
+
+    def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
+        schema = rel.schema
+        if self.text_column is None and "segments" not in schema.names:
+            raise ValueError("dedup: the input has no `segments`; set text_column to a string column")
+        if self.text_column is not None and self.text_column not in schema.names:
+            raise ValueError(f"dedup: text_column {self.text_column!r} is not an input column")
+        if "doc_id" not in schema.names:
+            raise ValueError("dedup: the input needs a doc_id column (the stable key of the kept record)")
+        scope = "kind" if self.scope == "kind" and "kind" in schema.names else None
+        if self.exact:
+            rel = _compile_exact(rel, self.text_column, self.exact_normalize, scope)
+        if self.minhash is not None:
+            rel = _compile_near(rel, self.text_column, self.minhash, scope)
+        return rel
+
+
+# --------------------------------------------------------------------------- batch functions (picklable)
+
+_PROVENANCE = ("_source_file", "_source_line")
+
+
+def _with_columns(batch: pa.RecordBatch, names: list[str], cols: list[pa.Array]) -> pa.RecordBatch:
+    """`batch` plus columns, minus the engine's input provenance columns.
+
+    Why drop provenance: a record's identity is its doc_id; the local engine's
+    Parquet source appends `_source_file`/`_source_line`, which the declared
+    schema does not have (and which would make its spill writer fail).
+    """
+    keep = [i for i, n in enumerate(batch.schema.names) if n not in _PROVENANCE]
+    arrays = [batch.column(i) for i in keep] + cols
+    return pa.RecordBatch.from_arrays(arrays, names=[batch.schema.names[i] for i in keep] + names)
+
+
+@dataclass(frozen=True)
+class _ExactKeyFn:
+    text_column: str | None
+    normalize: str
+    scope: str | None
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        scope = batch.column(self.scope) if self.scope else None
+        keys = exact_keys(record_texts(batch, self.text_column), self.normalize, scope)
+        return _with_columns(batch, [_KEY], [keys])
+
+
+@dataclass(frozen=True)
+class _MarkFn:
+    """Drop rows whose `keep_col` names another doc: reason `reason`, detail = the kept doc_id."""
+
+    keep_col: str
+    reason: str
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        doc = batch.column("doc_id")
+        keep = batch.column(self.keep_col)
+        loser = pc.fill_null(pc.and_(pc.is_valid(doc), pc.not_equal(doc, keep)), False)
+        drop = pc.if_else(loser, pa.scalar(self.reason, pa.string()), pa.scalar(None, pa.string()))
+        detail = pc.if_else(loser, keep.cast(pa.string()), pa.scalar(None, pa.string()))
+        return _with_columns(batch, [DROP, DROP_DETAIL], [drop, detail])
+
+
+@dataclass(frozen=True)
+class _SignatureFn:
+    """(doc_id, scope, signature as little-endian bytes, optional text) per record."""
+
+    text_column: str | None
+    cfg: MinHashConfig
+    scope: str | None
+    keep_text: bool
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        texts = record_texts(batch, self.text_column)
+        c = self.cfg
+        sig = minhash_signatures(texts, c.num_perm, c.seed, c.ngram, c.shingle, c.lowercase)
+        width = sig.shape[1] * 4
+        blob = pa.py_buffer(np.ascontiguousarray(sig, dtype="<u4").tobytes())
+        offsets = pa.py_buffer((np.arange(len(sig) + 1, dtype=np.int32) * width).tobytes())
+        sig_col = pa.Array.from_buffers(pa.binary(), len(sig), [None, offsets, blob])
+        names, cols = ["doc_id", _SIG], [batch.column("doc_id"), sig_col]
+        if self.scope:
+            names.insert(1, self.scope)
+            cols.insert(1, batch.column(self.scope))
+        if self.keep_text:
+            names.append(_TEXT)
+            cols.append(texts)
+        return pa.RecordBatch.from_arrays(cols, names=names)
+
+
+def _sig_matrix(col: pa.Array | pa.ChunkedArray, num_perm: int) -> np.ndarray:
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    if len(col) == 0:
+        return np.zeros((0, num_perm), dtype=np.uint32)
+    bufs = col.buffers()
+    offs = np.frombuffer(bufs[1], dtype=np.int32, count=col.offset + len(col) + 1)[col.offset:]
+    data = np.frombuffer(bufs[2], dtype="<u4", count=(int(offs[-1])) // 4)
+    start = int(offs[0]) // 4
+    return data[start : start + len(col) * num_perm].reshape(len(col), num_perm)
+
+
+@dataclass(frozen=True)
+class _BandFn:
+    """One row per (document, band): the LSH buckets as a relation. Empty documents get none."""
+
+    num_perm: int
+    bands: int
+    rows: int
+    scope: str | None
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        sig = _sig_matrix(batch.column(_SIG), self.num_perm)
+        nonempty = ~np.all(sig == MAX_HASH, axis=1)
+        idx = np.nonzero(nonempty)[0]
+        keys = band_hashes(sig[idx], self.bands, self.rows)
+        if self.scope:  # fold the scope into the bucket so different kinds never share one
+            import xxhash
+
+            salt = np.array([xxhash.xxh64_intdigest((s or "").encode()) for s in batch.column(self.scope).take(pa.array(idx)).to_pylist()],
+                            dtype=np.uint64).view(np.int64)
+            keys = keys ^ salt[:, None]
+        doc = batch.column("doc_id").take(pa.array(np.repeat(idx, self.bands)))
+        band = pa.array(np.tile(np.arange(self.bands, dtype=np.int32), len(idx)))
+        return pa.RecordBatch.from_arrays([doc, band, pa.array(keys.reshape(-1))], names=["doc_id", _BAND, _BUCKET])
+
+
+@dataclass(frozen=True)
+class _EdgeFn:
+    """(doc, bucket minimum) pairs, self pairs removed: this is a derived relation, not records."""
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        doc, mn = batch.column("doc_id"), batch.column(_MIN)
+        keep = pc.fill_null(pc.not_equal(doc, mn), False)
+        return pa.RecordBatch.from_arrays([doc.filter(keep), mn.filter(keep)], names=["src", "dst"])
+
+
+@dataclass(frozen=True)
+class _MembersFn:
+    """(member, kept doc) pairs of the components, the kept doc itself left out (derived relation)."""
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        node, comp = batch.column("node"), batch.column("component")
+        keep = pc.fill_null(pc.not_equal(node, comp), False)
+        return pa.RecordBatch.from_arrays([node.filter(keep), comp.filter(keep)], names=["src", "dst"])
+
+
+@dataclass(frozen=True)
+class _RenameFn:
+    mapping: tuple[tuple[str, str], ...]
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        return pa.RecordBatch.from_arrays([batch.column(a) for a, _ in self.mapping], names=[b for _, b in self.mapping])
+
+
+@dataclass(frozen=True)
+class _VerifyFn:
+    """Keep candidate edges whose Jaccard (estimated or exact) reaches the threshold."""
+
+    cfg: MinHashConfig
+    counters: tuple[str, str] = ("candidate_pairs", "verified_pairs")
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        c = self.cfg
+        if c.verify == "signature":
+            sim = signature_jaccard(_sig_matrix(batch.column(_SIG + "_src"), c.num_perm),
+                                    _sig_matrix(batch.column(_SIG + "_dst"), c.num_perm))
+        else:
+            sim = exact_jaccard(batch.column(_TEXT + "_src"), batch.column(_TEXT + "_dst"), c.ngram, c.shingle, c.lowercase)
+        ok = sim >= c.threshold
+        # a rejected edge becomes a self loop (src, src) instead of vanishing: the node then is its own
+        # singleton component (kept), and every batch keeps a row to carry the counters
+        src = batch.column("src")
+        dst = pc.if_else(pa.array(ok), batch.column("dst"), src)
+        metrics = [None] * batch.num_rows
+        if batch.num_rows:
+            total, passed = self.counters
+            metrics[0] = json.dumps({total: batch.num_rows, passed: int(np.count_nonzero(ok))}, sort_keys=True)
+        return pa.RecordBatch.from_arrays([src, dst, pa.array(metrics, pa.string())], names=["src", "dst", METRICS])
+
+
+# --------------------------------------------------------------------------- compilation
+
+def _compile_exact(rel: Rel, text_column: str | None, normalize: str, scope: str | None) -> Rel:
+    schema = rel.schema
+    keyed = rel.map_batches(_ExactKeyFn(text_column, normalize, scope), pa.schema(list(schema) + [pa.field(_KEY, pa.string())]),
+                            name="dedup_exact_key")
+    groups = keyed.aggregate([_KEY], {_KEEP: ("min", "doc_id")})
+    joined = keyed.join(groups, _KEY, how="inner")
+    return joined.map_batches(_MarkFn(_KEEP, "exact_duplicate"), schema, name="dedup_exact", drop_log_key="doc_id")
+
+
+def _compile_near(rel: Rel, text_column: str | None, cfg: MinHashConfig, scope: str | None) -> Rel:
+    schema = rel.schema
+    bands, rows = cfg.band_rows()
+    keep_text = cfg.verify == "exact"
+    doc_fields = [schema.field("doc_id")] + ([schema.field(scope)] if scope else []) + [pa.field(_SIG, pa.binary())]
+    if keep_text:
+        doc_fields.append(pa.field(_TEXT, pa.string()))
+    docs = rel.map_batches(_SignatureFn(text_column, cfg, scope, keep_text), pa.schema(doc_fields), name="dedup_minhash")
+    band_schema = pa.schema([schema.field("doc_id"), pa.field(_BAND, pa.int32()), pa.field(_BUCKET, pa.int64())])
+    banded = docs.map_batches(_BandFn(cfg.num_perm, bands, rows, scope), band_schema, name="dedup_lsh_bands")
+    buckets = banded.aggregate([_BAND, _BUCKET], {_MIN: ("min", "doc_id")})
+    cand = banded.join(buckets, [_BAND, _BUCKET], how="inner")
+    edge_schema = pa.schema([pa.field("src", pa.string()), pa.field("dst", pa.string())])
+    edges = cand.map_batches(_EdgeFn(), edge_schema, name="dedup_lsh_edges")
+    edges = edges.aggregate(["src", "dst"], {"_dk_n": ("count", "src")})  # one row per distinct pair
+    if cfg.verify == "none":
+        comps = edges.connected_components()
+        marked = rel.join(comps, "doc_id", "node", how="left")
+        return marked.map_batches(_MarkFn("component", "near_duplicate"), schema, name="dedup_near", drop_log_key="doc_id")
+    col = _TEXT if keep_text else _SIG
+    typ = pa.string() if keep_text else pa.binary()
+    sides = {
+        end: docs.map_batches(_RenameFn((("doc_id", end), (col, f"{col}_{end}"))),
+                              pa.schema([pa.field(end, pa.string()), pa.field(f"{col}_{end}", typ)]),
+                              name=f"dedup_verify_{end}")
+        for end in ("src", "dst")
+    }
+
+    def verified(pairs: Rel, name: str, counters: tuple[str, str]) -> Rel:
+        for end in ("src", "dst"):
+            pairs = pairs.join(sides[end], end, how="inner")
+        return pairs.map_batches(_VerifyFn(cfg, counters), edge_schema, name=name)
+
+    comps = verified(edges, "dedup_verify", ("candidate_pairs", "verified_pairs")).connected_components()
+    if cfg.drop_rule == "component":
+        marked = rel.join(comps, "doc_id", "node", how="left")
+        return marked.map_batches(_MarkFn("component", "near_duplicate"), schema, name="dedup_near", drop_log_key="doc_id")
+    # similar_to_kept: a member is dropped only if it is itself similar to the kept (smallest) doc of its
+    # component; the others stay (chain ends). Rejected pairs come back as (src, src), i.e. "keep".
+    members = comps.map_batches(_MembersFn(), edge_schema, name="dedup_members")
+    decided = verified(members, "dedup_verify_kept", ("cluster_members", "members_similar_to_kept"))
+    decided = decided.map_batches(_RenameFn((("src", "src"), ("dst", _KEEP))),
+                                  pa.schema([pa.field("src", pa.string()), pa.field(_KEEP, pa.string())]), name="dedup_decided")
+    marked = rel.join(decided, "doc_id", "src", how="left")
+    return marked.map_batches(_MarkFn(_KEEP, "near_duplicate"), schema, name="dedup_near", drop_log_key="doc_id")

@@ -1,0 +1,147 @@
+"""The dedup stage end to end on the local engine: exact and near duplicates, hand-made graphs,
+determinism across workers, input files and shards, and the accounting."""
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from datakit import Pipeline
+from datakit.contracts import TRAINING_RECORD_V1
+from datakit.io.dataset import read_output
+from datakit.io.sinks import output_checksums
+from datakit.pipeline import PipelineError
+from tests.conformance import assert_conformant
+
+# bands x rows = 32 x 4: a pair at Jaccard 0.8 is a candidate with probability 1 - 5e-8, so these
+# graph tests exercise verification and clustering, not LSH luck (signatures are deterministic anyway)
+NEAR = {"threshold": 0.8, "ngram": 1, "bands": 32, "rows": 4}
+
+
+def rec(doc_id: str, text: str, kind: str = "code") -> dict:
+    return {"doc_id": doc_id, "kind": kind, "segments": [{"text": text, "train": True, "role": "code"}],
+            "chosen": None, "rejected": None, "source": None, "meta": "{}"}
+
+
+def words(lo: int, hi: int) -> str:
+    """Tokens lo..hi-1: two such docs have Jaccard |overlap| / |union| with ngram=1."""
+    return " ".join(f"t{i}" for i in range(lo, hi))
+
+
+def write_records(folder, rows: list[dict], files: int = 1) -> str:
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in range(files):
+        part = rows[f::files]
+        pq.write_table(pa.Table.from_pylist(part, schema=TRAINING_RECORD_V1), folder / f"part-{f}.parquet")
+    return str(folder)
+
+
+def pipeline(inp: str, out, stage: dict, shards: int = 1) -> Pipeline:
+    return (Pipeline("t").input(inp, format="parquet", schema="training_record.v1")
+            .add({"kind": "dedup", **stage}).output(str(out), shards=shards))
+
+
+def run(tmp_path, rows, stage, files=1, workers=1, name="out"):
+    inp = write_records(tmp_path / f"in-{name}", rows, files)
+    res = pipeline(inp, tmp_path / name, stage).run(workers=workers)
+    kept = sorted(read_output(str(tmp_path / name), ["doc_id"]).column("doc_id").to_pylist())
+    dropped = pq.read_table(tmp_path / name / "_dropped" / "part-00000.parquet").to_pylist() \
+        if (tmp_path / name / "_dropped").exists() else []
+    return res.stage("dedup"), kept, {d["key"]: (d["reason"], d["detail"]) for d in dropped}
+
+
+def test_exact_duplicates_keep_smallest_id(tmp_path):
+    rows = [rec("b", "x = 1\nprint(x)\n"), rec("a", "x = 1\r\nprint(x)   \n"), rec("c", "x = 2\n"),
+            rec("d", "x = 1\nprint(x)\n", kind="fim"), rec("e", ""), rec("f", "  \n")]
+    st, kept, dropped = run(tmp_path, rows, {"exact": True})
+    assert kept == ["a", "c", "d", "e"]  # d: another kind (scope: kind); f is e after whitespace normalization
+    assert dropped == {"b": ("exact_duplicate", "a"), "f": ("exact_duplicate", "e")}
+    assert st["rows_in"] == 6 and st["rows_out"] == 4 and st["dropped"] == {"exact_duplicate": 2}
+
+
+def test_exact_scope_all_and_raw_bytes(tmp_path):
+    rows = [rec("a", "x = 1\n"), rec("b", "x  =  1\n"), rec("c", "x = 1\n", kind="fim")]
+    _, kept, _ = run(tmp_path, rows, {"exact": True, "scope": "all"}, name="all")
+    assert kept == ["a"]
+    _, kept, _ = run(tmp_path, rows, {"exact": True, "scope": "all", "exact_normalize": "none"}, name="raw")
+    assert kept == ["a", "b"]
+
+
+def test_chain_similar_to_kept_keeps_far_end(tmp_path):
+    """c1~c2 (J=0.82), c2~c3 (0.82), c1 vs c3 = 0.67: one component; c3 is not similar to the kept c1."""
+    rows = [rec("c1", words(0, 100)), rec("c2", words(10, 110)), rec("c3", words(20, 120))]
+    st, kept, dropped = run(tmp_path, rows, {"exact": False, "minhash": NEAR}, name="rule")
+    assert kept == ["c1", "c3"] and dropped == {"c2": ("near_duplicate", "c1")}
+    st, kept, dropped = run(tmp_path, rows, {"exact": False, "minhash": {**NEAR, "drop_rule": "component"}}, name="comp")
+    assert kept == ["c1"] and dropped == {"c2": ("near_duplicate", "c1"), "c3": ("near_duplicate", "c1")}
+
+
+def test_star_cycle_and_separate_clusters(tmp_path):
+    rows = [
+        # star: center z similar to every leaf, leaves pairwise below the threshold
+        rec("z", words(0, 100)),
+        *[rec(f"s{i}", words(0, 100) + " " + " ".join(f"u{i}_{k}" for k in range(20))) for i in range(4)],
+        # cycle of three docs, all pairwise similar
+        rec("y1", words(500, 600)), rec("y2", words(505, 605)), rec("y3", words(500, 595) + " " + words(601, 606)),
+        # unique docs
+        rec("q", words(1000, 1100)), rec("r", words(2000, 2100)),
+    ]
+    st, kept, dropped = run(tmp_path, rows, {"exact": False, "minhash": NEAR})
+    # s0 is the smallest id of the star; z ~ s0 (J=100/120), leaves pairwise 100/140, the other leaves are not similar to s0
+    assert dropped == {"z": ("near_duplicate", "s0"), "y2": ("near_duplicate", "y1"), "y3": ("near_duplicate", "y1")}
+    assert kept == ["q", "r", "s0", "s1", "s2", "s3", "y1"]
+    assert st["rows_in"] == 10 and st["rows_out"] == 7 and st["dropped"] == {"near_duplicate": 3}
+    assert st["metrics"]["verified_pairs"] >= 4
+
+
+def test_verification_cuts_false_candidates(tmp_path):
+    """With 64 one-row bands almost every pair at J=0.5 collides somewhere; verification rejects them."""
+    rows = [rec("a", words(0, 100)), rec("b", words(33, 133))]  # J = 67/133 = 0.50
+    loose = {"threshold": 0.8, "ngram": 1, "bands": 64, "rows": 1}
+    for verify in ("signature", "exact"):
+        st, kept, _ = run(tmp_path, rows, {"exact": False, "minhash": {**loose, "verify": verify}}, name=verify)
+        assert kept == ["a", "b"] and st["metrics"]["candidate_pairs"] == 1 and st["metrics"]["verified_pairs"] == 0
+    st, kept, _ = run(tmp_path, rows, {"exact": False, "minhash": {**loose, "verify": "none", "drop_rule": "component"}},
+                      name="none")
+    assert kept == ["a"]
+
+
+def test_exact_then_near_and_determinism(tmp_path):
+    rows = []
+    for fam in range(6):
+        base = words(fam * 1000, fam * 1000 + 120)
+        rows.append(rec(f"f{fam}-0", base))
+        rows.append(rec(f"f{fam}-1", base + "\n"))  # exact duplicate after normalization
+        rows.append(rec(f"f{fam}-2", base.replace(f"t{fam * 1000 + 7} ", "edited ")))  # near duplicate
+    rows += [rec(f"u{i}", words(50_000 + 200 * i, 50_000 + 200 * i + 120)) for i in range(8)]
+    stage = {"exact": True, "minhash": {"threshold": 0.8}}
+    st, kept, dropped = run(tmp_path, rows, stage, files=3, workers=2)
+    assert kept == sorted([f"f{i}-0" for i in range(6)] + [f"u{i}" for i in range(8)])
+    assert st["dropped"] == {"exact_duplicate": 6, "near_duplicate": 6}
+    # same output bytes for any worker count, input file split and (separately) shard count
+    p1 = pipeline(write_records(tmp_path / "one", rows, 1), tmp_path / "x", stage, shards=2)
+    sums = assert_conformant(p1, tmp_path / "c1")
+    p3 = pipeline(write_records(tmp_path / "three", list(reversed(rows)), 4), tmp_path / "y", stage, shards=2)
+    assert assert_conformant(p3, tmp_path / "c3") == sums
+
+
+def test_yaml_config_and_errors(tmp_path):
+    p = Pipeline.from_yaml_string(
+        "name: d\ninput: {path: x.parquet, format: parquet, schema: training_record.v1}\n"
+        "stages:\n  - {kind: dedup, exact: true, minhash: {threshold: 0.8, num_perm: 128, ngram: 5}}\n")
+    cfg = p.config.stages[0]
+    assert cfg.minhash.band_rows() == (9, 13) and cfg.minhash.shingle == "token"
+    assert Pipeline.from_yaml_string(p.to_yaml()) == p
+    with pytest.raises(PipelineError, match="threshold"):
+        Pipeline("t").add({"kind": "dedup", "minhash": {"threshold": 1.5}})
+    with pytest.raises(PipelineError, match="needs verify"):
+        Pipeline("t").add({"kind": "dedup", "minhash": {"verify": "none"}})
+
+
+@pytest.mark.xfail(reason="local engine names drop-log parts by partition only (aux/droplog-part-N), so the "
+                          "near-dedup chain overwrites the exact-dedup chain's log; counts are right", strict=False)
+def test_drop_log_has_both_reasons(tmp_path):
+    rows = [rec("a", words(0, 100)), rec("b", words(0, 100)), rec("c", words(0, 99) + " edited")]
+    st, kept, dropped = run(tmp_path, rows, {"exact": True, "minhash": NEAR})
+    assert kept == ["a"] and st["dropped"] == {"exact_duplicate": 1, "near_duplicate": 1}
+    assert dropped == {"b": ("exact_duplicate", "a"), "c": ("near_duplicate", "a")}
