@@ -19,6 +19,7 @@ runs the same number of steps).
 """
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 from functools import cached_property
@@ -71,6 +72,9 @@ class PackedDataset:
         self.shards = sorted(self.manifest["shards"], key=lambda s: s["shard"])
         counts = np.array([int(s.get("sequences", 0)) for s in self.shards], dtype=np.int64)
         self._cum = np.concatenate([[0], np.cumsum(counts)])
+        self._cum_list: list[int] = self._cum.tolist()
+        self._n = int(self._cum[-1])
+        self._arange = np.arange(self.seq_len, dtype=np.int64)
         self._open: dict[int, dict[str, np.ndarray]] = {}
         for s in self.shards:
             for f in s["files"]:
@@ -95,7 +99,9 @@ class PackedDataset:
         a = self._open.get(k)
         if a is None:
             names = self.shards[k]["arrays"]
-            a = {key: np.load(self.path / names[key], mmap_mode="r", allow_pickle=False)
+            # np.asarray drops the np.memmap subclass (same mapped memory): slicing a
+            # plain ndarray is several times cheaper, which matters per sample
+            a = {key: np.asarray(np.load(self.path / names[key], mmap_mode="r", allow_pickle=False))
                  for key in ("tokens", "loss_mask", "segments", "seq_index")}
             self._open[k] = a
         return a
@@ -111,23 +117,23 @@ class PackedDataset:
 
     # -- random access ----------------------------------------------------------------
     def __len__(self) -> int:
-        return int(self._cum[-1])
+        return self._n
 
     def locate(self, i: int) -> tuple[int, int]:
         """(shard number, row in shard) of global sequence i."""
-        n = len(self)
+        n = self._n
         if i < 0:
             i += n
         if not 0 <= i < n:
             raise IndexError(f"sequence {i} out of range (dataset has {n})")
-        k = int(np.searchsorted(self._cum, i, side="right")) - 1
-        return k, i - int(self._cum[k])
+        k = bisect.bisect_right(self._cum_list, i) - 1
+        return k, i - self._cum_list[k]
 
     def raw(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(tokens, loss_mask, segments) of sequence i as read-only memmap views (zero copy)."""
+        """(tokens, loss_mask, segments) of sequence i as read-only views of the mapped files (zero copy)."""
         k, r = self.locate(i)
-        a = self._arrays(k)
-        lo, hi = a["seq_index"][r], a["seq_index"][r + 1]
+        a = self._open.get(k) or self._arrays(k)
+        lo, hi = a["seq_index"][r : r + 2].tolist()
         return a["tokens"][r], a["loss_mask"][r], a["segments"][lo:hi]
 
     def __getitem__(self, i: int) -> dict[str, np.ndarray]:
@@ -142,31 +148,55 @@ class PackedDataset:
         """
         tokens, mask, segs = self.raw(i)
         input_ids = tokens.astype(np.int64)
-        loss_mask = np.array(mask, dtype=np.uint8)
+        loss_mask = mask.copy()
         starts = segs[:, 0]
         cu = np.empty(len(starts) + 1, dtype=np.int32)
         cu[:-1] = starts
         cu[-1] = self.seq_len
-        labels = input_ids.copy()
-        labels[loss_mask == 0] = IGNORE_INDEX
+        labels = np.where(loss_mask, input_ids, IGNORE_INDEX)
         labels[starts[1:]] = IGNORE_INDEX
-        position_ids = np.arange(self.seq_len, dtype=np.int64) - np.repeat(starts, np.diff(cu))
+        position_ids = self._arange - np.repeat(starts, np.diff(cu))
         return {"input_ids": input_ids, "labels": labels, "loss_mask": loss_mask,
                 "position_ids": position_ids, "cu_seqlens": cu}
 
-    def get_batch(self, indices: np.ndarray | list[int]) -> dict[str, np.ndarray]:
-        """tokens [b, seq_len] and loss_mask [b, seq_len] of many sequences (one fancy-index per shard)."""
+    def get_batch(self, indices: np.ndarray | list[int], raw: bool = False) -> dict[str, np.ndarray]:
+        """Many samples at once, vectorized (the fast path for a trainer's collate step).
+
+        raw=True: `tokens` [b, seq_len] in the stored dtype and `loss_mask`
+        [b, seq_len] only (one fancy-index read per shard). Otherwise also
+        int64 `input_ids`, `labels`, `position_ids` [b, seq_len] as in
+        `__getitem__`, and `cu_seqlens` int32 over the *flattened* batch
+        (b * seq_len tokens), the form varlen attention kernels take.
+        """
         idx = np.asarray(indices, dtype=np.int64)
+        if len(idx) and (idx.min() < 0 or idx.max() >= self._n):
+            raise IndexError(f"sequence index out of range (dataset has {self._n})")
         shard = np.searchsorted(self._cum, idx, side="right") - 1
-        tokens = np.empty((len(idx), self.seq_len), dtype=self.dtype)
-        mask = np.empty((len(idx), self.seq_len), dtype=np.uint8)
-        for k in np.unique(shard):
+        b, L = len(idx), self.seq_len
+        tokens = np.empty((b, L), dtype=self.dtype)
+        mask = np.empty((b, L), dtype=np.uint8)
+        for k in np.unique(shard).tolist():
             sel = np.nonzero(shard == k)[0]
             rows = idx[sel] - self._cum[k]
-            a = self._arrays(int(k))
+            a = self._arrays(k)
             tokens[sel] = a["tokens"][rows]
             mask[sel] = a["loss_mask"][rows]
-        return {"tokens": tokens, "loss_mask": mask}
+        if raw:
+            return {"tokens": tokens, "loss_mask": mask}
+        starts = []
+        for j, (k, i) in enumerate(zip(shard.tolist(), idx.tolist())):
+            a = self._arrays(k)
+            r = i - self._cum_list[k]
+            lo, hi = a["seq_index"][r : r + 2].tolist()
+            starts.append(a["segments"][lo:hi, 0] + j * L)
+        flat_starts = np.concatenate(starts) if starts else np.zeros(0, np.int64)
+        cu = np.append(flat_starts, b * L).astype(np.int32)
+        input_ids = tokens.astype(np.int64)
+        labels = np.where(mask, input_ids, IGNORE_INDEX)
+        labels.reshape(-1)[flat_starts[flat_starts % L != 0]] = IGNORE_INDEX
+        position_ids = (np.arange(b * L, dtype=np.int64) - np.repeat(flat_starts, np.diff(cu))).reshape(b, L)
+        return {"input_ids": input_ids, "labels": labels, "loss_mask": mask,
+                "position_ids": position_ids, "cu_seqlens": cu}
 
     @cached_property
     def _docs(self) -> list[list[str]]:

@@ -48,10 +48,19 @@ def test_len_and_sample_fields(dataset):
 
 def test_get_batch_matches_single_reads(dataset):
     idx = [len(dataset) - 1, 0, 5, 3, 5]
+    raw = dataset.get_batch(idx, raw=True)
     b = dataset.get_batch(idx)
+    L = dataset.seq_len
     for row, i in enumerate(idx):
-        assert np.array_equal(b["tokens"][row], dataset[i]["input_ids"])
-        assert np.array_equal(b["loss_mask"][row], dataset[i]["loss_mask"])
+        one = dataset[i]
+        assert np.array_equal(raw["tokens"][row], one["input_ids"]) and raw["tokens"].dtype == dataset.dtype
+        for key in ("input_ids", "labels", "loss_mask", "position_ids"):
+            assert np.array_equal(b[key][row], one[key]), key
+    # batch cu_seqlens = every sample's cu_seqlens shifted to its place in the flattened batch
+    want = np.concatenate([dataset[i]["cu_seqlens"][:-1] + row * L for row, i in enumerate(idx)] + [[len(idx) * L]])
+    assert np.array_equal(b["cu_seqlens"], want) and b["cu_seqlens"].dtype == np.int32
+    with pytest.raises(IndexError):
+        dataset.get_batch([len(dataset)])
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4, 7])

@@ -1,0 +1,215 @@
+"""Tokenize + pack + write throughput vs bare `tokenizers`, packing quality, loader read speed.
+
+    .venv/bin/python benchmarks/tokenize.py [--mb 8] [--threads 1 2] [--tokenizer PATH]
+
+Printed side by side (never asserted; see README targets):
+
+1. throughput: tokens/s of datakit's end-to-end `build_dataset` (encode every
+   record, shard, pack best_fit, write .npy + Parquet, checksums, manifest) vs
+   the bare `tokenizers` reference on the same texts, same batch size, same
+   thread count (RAYON_NUM_THREADS; each setting runs in a fresh process because
+   the Rust thread pool is sized once). Ratio = ours / reference (target >= 0.8
+   vs `encode_batch`).
+2. packing: fill rate (real tokens / slots) and truncation rate (documents
+   <= seq_len that were split) of `concat` and `best_fit` at seq_len 2048 and
+   8192, on real code (the CPython standard library, one file = one document).
+3. loader: random-access read speed from the page cache — `ds[i]` (a full
+   training sample), `raw` views copied, and `get_batch` of 64 — in GB/s of
+   stored token + mask bytes.
+"""
+from __future__ import annotations
+
+import sys
+
+# This file is named like the stdlib `tokenize` module; running it as a script puts
+# benchmarks/ first on sys.path, which would shadow the stdlib module for `inspect`.
+if sys.path and sys.path[0] == __import__("os").path.dirname(__import__("os").path.abspath(__file__)):
+    sys.path.pop(0)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sysconfig  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKENIZER = ROOT / "tests" / "data" / "tokenizer" / "tokenizer.json"
+
+
+def corpus(mb: float, doc_chars: int = 0) -> list[str]:
+    """Real code: stdlib .py files (sorted, repeated if needed) up to `mb` megabytes of text.
+
+    doc_chars > 0 cuts files into editor-log-sized documents of 1..doc_chars
+    characters (seeded), which stresses per-document overhead.
+    """
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = sorted(p for p in root.rglob("*.py") if "site-packages" not in p.parts)
+    texts, size, k = [], 0, 0
+    limit = int(mb * 1e6)
+    while size < limit:
+        t = files[k % len(files)].read_text(encoding="utf-8", errors="replace")
+        k += 1
+        if t:
+            texts.append(t)
+            size += len(t)
+    if doc_chars > 0:
+        import random
+
+        rnd, cut = random.Random(0), []
+        for t in texts:
+            i = 0
+            while i < len(t):
+                n = rnd.randint(1, doc_chars)
+                cut.append(t[i:i + n])
+                i += n
+        texts = cut
+    return texts
+
+
+def records(texts: list[str]):
+    import pyarrow as pa
+
+    from datakit.contracts import TRAINING_RECORD_V1
+
+    return pa.Table.from_pylist(
+        [{"doc_id": f"d{i:07d}", "kind": "code", "segments": [{"text": t, "train": True, "role": None}]}
+         for i, t in enumerate(texts)], schema=TRAINING_RECORD_V1)
+
+
+def child_throughput(mb: float, batch: int, tokenizer: str, doc_chars: int) -> dict:
+    """Runs inside a process whose RAYON_NUM_THREADS is already set."""
+    from tokenizers import Tokenizer
+
+    from datakit.stages.tokenize.direct import build_dataset
+    from datakit.stages.tokenize.stage import TokenizeConfig
+
+    texts = corpus(mb, doc_chars)
+    table = records(texts)
+    ref = Tokenizer.from_file(tokenizer)
+    out: dict = {"docs": len(texts), "chars": sum(map(len, texts))}
+    for name, fn in (("encode_batch", ref.encode_batch), ("encode_batch_fast", ref.encode_batch_fast)):
+        fn(texts[:64], add_special_tokens=False)  # warm the thread pool
+        t0 = time.perf_counter()
+        n = 0
+        for i in range(0, len(texts), batch):
+            n += sum(len(e.ids) for e in fn(texts[i:i + batch], add_special_tokens=False))
+        out[name] = {"seconds": time.perf_counter() - t0, "tokens": n}
+    with tempfile.TemporaryDirectory() as d:
+        cfg = TokenizeConfig(tokenizer=tokenizer, seq_len=2048, packing="best_fit")
+        t0 = time.perf_counter()
+        m = build_dataset(table, f"{d}/out", cfg, shards=4, batch_rows=batch)
+        out["datakit"] = {"seconds": time.perf_counter() - t0, "tokens": m["totals"]["tokens"],
+                          "fill": m["totals"]["fill_rate"]}
+    return out
+
+
+def packing_quality(texts: list[str], tokenizer: str) -> list[dict]:
+    import numpy as np
+
+    from datakit.stages.tokenize.packing import materialize, pack
+    from datakit.stages.tokenize.tokenizers import load_tokenizer
+
+    tok = load_tokenizer(tokenizer)
+    lengths = np.array([len(ids) + 1 for ids in tok.encode_batch(texts)], dtype=np.int64)  # + EOS
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    vals = np.zeros(int(starts[-1]), dtype=np.int64)
+    rows = []
+    for seq_len in (2048, 8192):
+        for alg in ("concat", "best_fit"):
+            t0 = time.perf_counter()
+            p = materialize(pack(lengths, seq_len, alg), starts, vals, vals.astype(np.uint8), seq_len, 0, np.uint16)
+            s = p.stats
+            short = int((lengths <= seq_len).sum())
+            rows.append({"seq_len": seq_len, "algorithm": alg, "fill": s["tokens"] / (s["sequences"] * seq_len),
+                         "truncation": s["split_documents"] / max(1, short), "sequences": s["sequences"],
+                         "docs": len(lengths), "docs_le_seq_len": short, "seconds": time.perf_counter() - t0})
+    return rows
+
+
+def loader_speed(texts: list[str], tokenizer: str, seconds: float = 2.0) -> list[dict]:
+    import numpy as np
+
+    from datakit.loader import PackedDataset
+    from datakit.stages.tokenize.direct import build_dataset
+    from datakit.stages.tokenize.stage import TokenizeConfig
+
+    out = []
+    with tempfile.TemporaryDirectory() as d:
+        for seq_len in (2048, 8192):
+            build_dataset(records(texts), f"{d}/{seq_len}", TokenizeConfig(tokenizer=tokenizer, seq_len=seq_len),
+                          shards=4)
+            ds = PackedDataset(f"{d}/{seq_len}")
+            per_seq = seq_len * (ds.dtype.itemsize + 1)  # token + mask bytes
+            for i in range(len(ds)):  # warm the page cache
+                ds.raw(i)[0].sum()
+            rng = np.random.default_rng(0)
+            for mode in ("ds[i]", "raw copy", "get_batch(64)", "get_batch(64,raw)"):
+                n, t0 = 0, time.perf_counter()
+                while time.perf_counter() - t0 < seconds:
+                    if mode == "ds[i]":
+                        for i in rng.integers(0, len(ds), 256):
+                            ds[int(i)]
+                        n += 256
+                    elif mode == "raw copy":
+                        for i in rng.integers(0, len(ds), 256):
+                            t, m, _ = ds.raw(int(i))
+                            np.array(t), np.array(m)
+                        n += 256
+                    else:
+                        ds.get_batch(rng.integers(0, len(ds), 64), raw=mode.endswith("raw)"))
+                        n += 64
+                dt = time.perf_counter() - t0
+                out.append({"seq_len": seq_len, "mode": mode, "sequences": len(ds), "seq_per_s": n / dt,
+                            "GB_s": n * per_seq / dt / 1e9})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mb", type=float, default=8.0, help="MB of code text for the throughput run")
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--batch", type=int, default=1024, help="documents per encode batch (both sides)")
+    ap.add_argument("--tokenizer", default=str(TOKENIZER))
+    ap.add_argument("--pack-mb", type=float, default=34.0, help="MB of code for the packing-quality run")
+    ap.add_argument("--doc-chars", type=int, nargs="+", default=[0, 2000],
+                    help="throughput corpora: 0 = whole files, N = documents of 1..N chars")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        print(json.dumps(child_throughput(a.mb, a.batch, a.tokenizer, a.doc_chars[0])))
+        return
+
+    print(f"== throughput: {a.mb} MB of stdlib code, batch {a.batch} docs, tokenizer {Path(a.tokenizer).name}")
+    print(f"{'docs':>13} {'threads':>7} {'encode_batch':>14} {'encode_batch_fast':>18} {'datakit e2e':>13} "
+          f"{'ratio/eb':>9} {'ratio/ebf':>10}")
+    for dc in a.doc_chars:
+        for th in a.threads:
+            env = {**os.environ, "RAYON_NUM_THREADS": str(th), "TOKENIZERS_PARALLELISM": "true"}
+            res = subprocess.run([sys.executable, __file__, "--child", "--mb", str(a.mb), "--batch", str(a.batch),
+                                  "--tokenizer", a.tokenizer, "--doc-chars", str(dc)],
+                                 env=env, capture_output=True, text=True, check=True)
+            r = json.loads(res.stdout.strip().splitlines()[-1])
+            tps = {k: r[k]["tokens"] / r[k]["seconds"] for k in ("encode_batch", "encode_batch_fast", "datakit")}
+            label = "whole files" if dc == 0 else f"<= {dc} chars"
+            print(f"{label:>13} {th:>7} {tps['encode_batch'] / 1e6:>11.2f}M/s {tps['encode_batch_fast'] / 1e6:>15.2f}M/s "
+                  f"{tps['datakit'] / 1e6:>10.2f}M/s {tps['datakit'] / tps['encode_batch']:>9.2f} "
+                  f"{tps['datakit'] / tps['encode_batch_fast']:>10.2f}")
+
+    texts = corpus(a.pack_mb)
+    print(f"\n== packing quality: {len(texts)} real code documents ({a.pack_mb} MB)")
+    print(f"{'seq_len':>7} {'algorithm':>9} {'fill':>8} {'truncation':>11} {'sequences':>10} {'docs<=L':>8} {'seconds':>8}")
+    for r in packing_quality(texts, a.tokenizer):
+        print(f"{r['seq_len']:>7} {r['algorithm']:>9} {100 * r['fill']:>7.2f}% {100 * r['truncation']:>10.2f}% "
+              f"{r['sequences']:>10} {r['docs_le_seq_len']:>8} {r['seconds']:>8.2f}")
+
+    print("\n== loader random reads from page cache (GB/s of token+mask bytes)")
+    print(f"{'seq_len':>7} {'mode':>14} {'sequences':>10} {'seq/s':>10} {'GB/s':>7}")
+    for r in loader_speed(corpus(min(a.mb, 16.0)), a.tokenizer):
+        print(f"{r['seq_len']:>7} {r['mode']:>14} {r['sequences']:>10} {r['seq_per_s']:>10.0f} {r['GB_s']:>7.2f}")
+
+
+if __name__ == "__main__":
+    main()
