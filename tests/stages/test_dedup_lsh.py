@@ -25,6 +25,9 @@ def test_weighted_optimal_param_equals_datasketch(weights):
 
 def test_config_band_rows_default_and_override():
     assert MinHashConfig(threshold=0.8, num_perm=128, weights=(0.5, 0.5)).band_rows() == (9, 13)
+    assert MinHashConfig(threshold=0.8, verify="none", drop_rule="component").band_rows() == (9, 13)
+    # verified candidates: datasketch's rule with recall-heavy weights
+    assert MinHashConfig(threshold=0.8).band_rows() == _optimal_param(0.8, 128, 0.05, 0.95) == (16, 8)
     assert MinHashConfig(bands=32, rows=4).band_rows() == (32, 4)
     with pytest.raises(ValueError, match="both bands and rows"):
         MinHashConfig(bands=32)

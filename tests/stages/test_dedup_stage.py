@@ -130,7 +130,7 @@ def test_yaml_config_and_errors(tmp_path):
         "name: d\ninput: {path: x.parquet, format: parquet, schema: training_record.v1}\n"
         "stages:\n  - {kind: dedup, exact: true, minhash: {threshold: 0.8, num_perm: 128, ngram: 5}}\n")
     cfg = p.config.stages[0]
-    assert cfg.minhash.band_rows() == (9, 13) and cfg.minhash.shingle == "token"
+    assert cfg.minhash.band_rows() == (16, 8) and cfg.minhash.shingle == "token"
     assert Pipeline.from_yaml_string(p.to_yaml()) == p
     with pytest.raises(PipelineError, match="threshold"):
         Pipeline("t").add({"kind": "dedup", "minhash": {"threshold": 1.5}})

@@ -59,7 +59,9 @@ class MinHashConfig(BaseModel):
     lowercase: bool = False
     bands: int | None = Field(None, ge=1)
     rows: int | None = Field(None, ge=1)
-    weights: tuple[float, float] = (0.5, 0.5)
+    weights: tuple[float, float] | None = Field(
+        None, description="(false positive, false negative) weights of the band/row choice; "
+                          "default (0.05, 0.95) when pairs are verified, else datasketch's (0.5, 0.5)")
     verify: Literal["none", "signature", "exact"] = Field(
         "exact", description="check candidate pairs before clustering: none, estimated or exact Jaccard")
     drop_rule: Literal["similar_to_kept", "component"] = Field(
@@ -74,7 +76,7 @@ class MinHashConfig(BaseModel):
             raise ValueError(f"bands*rows = {self.bands * self.rows} exceeds num_perm = {self.num_perm}")
         if self.drop_rule == "similar_to_kept" and self.verify == "none":
             raise ValueError("drop_rule similar_to_kept needs verify: signature or exact (or use drop_rule: component)")
-        if abs(sum(self.weights) - 1.0) > 1e-9 or min(self.weights) < 0:
+        if self.weights is not None and (abs(sum(self.weights) - 1.0) > 1e-9 or min(self.weights) < 0):
             raise ValueError("weights (false positive, false negative) must be >= 0 and sum to 1")
         return self
 
@@ -82,7 +84,14 @@ class MinHashConfig(BaseModel):
         """(bands, rows): the override, or datasketch `MinHashLSH`'s optimum for the threshold."""
         if self.bands is not None:
             return self.bands, self.rows
-        return optimal_param(self.threshold, self.num_perm, *self.weights)
+        return optimal_param(self.threshold, self.num_perm, *self.effective_weights())
+
+    def effective_weights(self) -> tuple[float, float]:
+        """Why recall-heavy by default: a verified false positive costs one Jaccard check, a false
+        negative is a duplicate left in the data (see docs/dedup.md for the measured trade-off)."""
+        if self.weights is not None:
+            return tuple(self.weights)
+        return (0.5, 0.5) if self.verify == "none" else (0.05, 0.95)
 
 
 @register_stage
