@@ -50,9 +50,18 @@ def _names(text: str) -> list[str]:
     return [m for m in dict.fromkeys(_IDENT.findall(text)) if m not in _KEYWORDS]
 
 
+def _lines(text: str) -> list[str]:
+    """Lines split on "\n" only, like diff tools (form feeds stay inside a line)."""
+    parts = text.split("\n")
+    out = [p + "\n" for p in parts[:-1]]
+    if parts[-1]:
+        out.append(parts[-1])
+    return out
+
+
 def _line_offsets(text: str) -> list[int]:
     offs = [0]
-    for line in text.splitlines(keepends=True):
+    for line in _lines(text):
         offs.append(offs[-1] + len(line))
     return offs
 
@@ -112,7 +121,7 @@ def partial_of(rng: random.Random, suggestion: str) -> str:
 def edit_region(rng: random.Random, region: str, language: str) -> tuple[str, str]:
     """(instruction, edited region): the kind of small edit an inline-edit request produces."""
     instr = rng.choice(EDIT_INSTRUCTIONS)
-    lines = region.splitlines(keepends=True)
+    lines = _lines(region)
     c = "#" if language in ("python", "shell", "yaml") else "//"
     indent = lines[0][: len(lines[0]) - len(lines[0].lstrip())] if lines else ""
     names = _names(region)
@@ -133,8 +142,8 @@ def edit_region(rng: random.Random, region: str, language: str) -> tuple[str, st
 
 def unified_diff(path: str, before: str, after: str) -> str:
     """A `git diff`-style unified diff (3 lines of context) of one file."""
-    a = before.splitlines(keepends=True)
-    b = after.splitlines(keepends=True)
+    a = _lines(before)
+    b = _lines(after)
     out = []
     for line in difflib.unified_diff(a, b, fromfile=f"a/{path}", tofile=f"b/{path}", n=3):
         if not line.endswith("\n"):
