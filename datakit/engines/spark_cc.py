@@ -55,12 +55,15 @@ def small_star(e: DataFrame) -> DataFrame:
 
 
 def _converged(e: DataFrame) -> bool:
-    """True when the edges form stars centred on their minimum (each node one out-edge, depth 1)."""
-    deep = e.alias("a").join(e.alias("b"), F.col("a.v") == F.col("b.u"), "left_semi")
-    if not deep.isEmpty():
-        return False
-    multi = e.groupBy("u").count().where(F.col("count") > 1)
-    return multi.isEmpty()
+    """True when the edges form stars centred on their minimum (each node one out-edge, depth 1).
+
+    One Spark job: the nodes that break the star shape (an edge pointing at a
+    node that points further, or a node with two out-edges), limited to one row.
+    """
+    targets = e.select(F.col("v").alias("t")).distinct()
+    deep = e.join(targets, F.col("u") == F.col("t"), "left_semi").select("u")
+    multi = e.groupBy("u").count().where(F.col("count") > 1).select("u")
+    return deep.unionByName(multi).isEmpty()
 
 
 def connected_components(edges: DataFrame, checkpoint: Checkpoint | None = None,

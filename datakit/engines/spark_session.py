@@ -143,7 +143,7 @@ def _base_conf(master: str, conf: dict[str, Any] | None) -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.execution.arrow.useLargeVarTypes": "false",
-        "spark.sql.shuffle.partitions": str(max(2, 2 * cores)),
+        "spark.sql.shuffle.partitions": str(max(2, cores)),
         "spark.sql.adaptive.enabled": "true",
         "spark.sql.session.timeZone": "UTC",
         "spark.python.worker.reuse": "true",
