@@ -256,3 +256,36 @@ def test_pipeline_local_engine_is_byte_identical_across_workers(tmp_path, mixed_
     assert tok_stage["rows_in"] == mixed_records.num_rows == tok_stage["rows_out"] + sum(tok_stage["dropped"].values())
     assert manifest["totals"]["documents"] + manifest["totals"]["preference_pairs"] == tok_stage["rows_out"]
     assert len(PackedDataset(out)) == manifest["totals"]["sequences"]
+
+
+def test_manifest_matches_its_contract(tmp_path, mixed_records):
+    import jsonschema
+
+    from datakit.contracts import load_contract
+
+    m = build_dataset(mixed_records, str(tmp_path / "out"), TokenizeConfig(tokenizer=TOKENIZER, seq_len=128), shards=2)
+    jsonschema.validate(m, load_contract("packed_dataset.v1"))
+    on_disk = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert on_disk == json.loads(json.dumps(m))
+    assert sum(s["rows"] for s in m["shards"]) == m["rows"] == mixed_records.num_rows
+
+
+def test_tokenize_stage_from_yaml_with_relative_tokenizer(tmp_path, mixed_records):
+    import shutil
+
+    from datakit import Pipeline
+
+    (tmp_path / "tok").mkdir()
+    shutil.copy(TOKENIZER, tmp_path / "tok" / "tokenizer.json")
+    pq.write_table(mixed_records.slice(0, 40), tmp_path / "in.parquet")
+    (tmp_path / "p.yaml").write_text(
+        "name: t\nseed: 2\ninput: {path: in.parquet, format: parquet, schema: training_record.v1}\n"
+        "stages:\n  - {kind: tokenize, tokenizer: tok, seq_len: 64, packing: concat, fim_rate: 0.5}\n"
+        "output: {path: out, format: megatron, shards: 1}\n")
+    p = Pipeline.from_yaml(str(tmp_path / "p.yaml"))
+    res = p.run(engine="local", workers=1)
+    m = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert m["layout"] == "megatron.mmidx.v1" and m["seq_len"] == 64
+    assert m["tokenizer"]["sha256"] == load_tokenizer(TOKENIZER).sha256
+    _, seqs, _ = read_megatron(tmp_path / "out" / "tokens-00000")
+    assert len(seqs) == m["totals"]["documents"] == res.stages[0]["rows_out"] - m["totals"]["preference_pairs"]
