@@ -140,3 +140,15 @@ def test_inspect_shows_summary_boundaries_and_masks(dataset):
     # SFT user turns carry no loss, so they are shown inside the no-loss brackets
     assert f"{NO_LOSS_OPEN}<|user|>q" in text and NO_LOSS_CLOSE in text
     assert "<pad ×" in text or dataset.manifest["totals"]["padding_tokens"] == 0
+
+
+def test_datakit_inspect_command(dataset, tmp_path):
+    from typer.testing import CliRunner
+
+    from datakit.cli import app
+
+    res = CliRunner().invoke(app, ["inspect", str(dataset.path), "-n", "1"])
+    assert res.exit_code == 0, res.output
+    assert "═══ sequence 0" in res.output and "═══ sequence 1" not in res.output and "tokenizer" in res.output
+    res = CliRunner().invoke(app, ["inspect", str(tmp_path)])
+    assert res.exit_code == 2 and "no manifest.json" in res.output and "Traceback" not in res.output

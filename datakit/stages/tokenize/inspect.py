@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import typer
 
 NO_LOSS_OPEN, NO_LOSS_CLOSE = "⟦", "⟧"
 
@@ -91,6 +92,8 @@ def inspect_dataset(path: str | Path, sequences: int = 2, max_chars: int = 1500)
     if not mf.is_file():
         raise FileNotFoundError(f"{path}: no manifest.json (not a finished dataset)")
     m = json.loads(mf.read_text())
+    if m.get("format") not in ("packed", "megatron"):
+        raise ValueError(f"{path}: format {m.get('format')!r} is not a tokenized dataset (packed or megatron)")
     lines = _summary(m, path)
     tok = _load_tok(path, m)
     if m.get("format") == "packed" and sequences > 0:
@@ -128,3 +131,17 @@ def _megatron_docs(prefix: Path, n: int) -> list[np.ndarray]:
     dtype = next(d for d, c in MMIDIDX_DTYPE_CODES.items() if c == code)
     data = np.memmap(f"{prefix}.bin", dtype=dtype, mode="r") if Path(f"{prefix}.bin").stat().st_size else np.zeros(0, dtype)
     return [np.asarray(data[p // dtype.itemsize: p // dtype.itemsize + ln]) for p, ln in zip(pointers[:n], lengths[:n])]
+
+
+def inspect_command(
+    path: Path = typer.Argument(..., help="A packed (or megatron) dataset folder written by datakit."),
+    sequences: int = typer.Option(2, "--sequences", "-n", help="How many sequences to decode and show."),
+    max_chars: int = typer.Option(1500, help="Clip each decoded segment to this many characters."),
+) -> None:
+    """Show a packed dataset: manifest summary, token/document/padding stats, first sequences decoded."""
+    try:
+        text = inspect_dataset(path, sequences=sequences, max_chars=max_chars)
+    except (FileNotFoundError, ValueError, KeyError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(text)
