@@ -115,28 +115,50 @@ def _id(v: object) -> str | None:
     return None if v is None else str(v)
 
 
-def load_optouts(paths: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(user ids, org ids) from opt-out files; an error names a file without either column.
+def read_id_lists(paths: list[str], columns: tuple[str, ...] = ("user_id", "org_id")) -> dict[str, tuple[str, ...]]:
+    """Sorted id sets per column from opt-out / deletion files (Parquet or JSON Lines).
 
-    JSON Lines go through the same parser as join mode (ids of any JSON type
-    become strings), Parquet through `read_table`.
+    Every file (Parquet) or line (JSON Lines) must carry at least one of
+    `columns`, else an `InputError` names it. Ids of any JSON type become strings.
     """
+    import json
+
     from datakit.io.readers import iter_raw_lines
 
-    users: set[str] = set()
-    orgs: set[str] = set()
+    found: dict[str, set[str]] = {c: set() for c in columns}
+    want = " or ".join(columns)
     for url in paths:
         if url.endswith(".parquet"):
             t = read_table([url])
-            if not {"user_id", "org_id"} & set(t.schema.names) and t.num_rows:
-                raise InputError(f"opt-out list {url} has neither a user_id nor an org_id column")
-            cols = {c: t.column(c).cast(pa.string()).to_pylist() for c in ("user_id", "org_id") if c in t.schema.names}
-        else:
-            parsed = [ParseOptOutLines()(b) for b in iter_raw_lines(url)]
-            cols = {c: [v for b in parsed for v in b.column(c).to_pylist()] for c in ("user_id", "org_id")}
-        users.update(v for v in cols.get("user_id", []) if v)
-        orgs.update(v for v in cols.get("org_id", []) if v)
-    return tuple(sorted(users)), tuple(sorted(orgs))
+            present = [c for c in columns if c in t.schema.names]
+            if not present and t.num_rows:
+                raise InputError(f"opt-out list {url} has no {want} column")
+            for c in present:
+                found[c].update(v for v in t.column(c).cast(pa.string()).to_pylist() if v)
+            continue
+        for b in iter_raw_lines(url):
+            for raw, ln, err in zip(b.column("_raw").to_pylist(), b.column("_source_line").to_pylist(),
+                                    b.column("_read_error").to_pylist()):
+                if err is not None:
+                    raise InputError(f"opt-out list {url}: {err}")
+                try:
+                    obj = json.loads(raw)
+                except (ValueError, UnicodeDecodeError):
+                    obj = None
+                if not isinstance(obj, dict):
+                    raise InputError(f"opt-out list {url}:{ln}: not a JSON object")
+                if not any(c in obj for c in columns):
+                    raise InputError(f"opt-out list {url}:{ln}: has no {want}")
+                for c in columns:
+                    if obj.get(c) is not None and obj[c] != "":
+                        found[c].add(str(obj[c]))
+    return {c: tuple(sorted(v)) for c, v in found.items()}
+
+
+def load_optouts(paths: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(user ids, org ids) from opt-out files (see `read_id_lists`)."""
+    lists = read_id_lists(paths)
+    return lists["user_id"], lists["org_id"]
 
 
 @register_stage
@@ -192,3 +214,63 @@ class ConsentConfig(StageConfig):
             for right in lists:
                 out = out.join(right, column, column, how="anti", reason=reason, broadcast=True)
         return out
+
+
+# ------------------------------------------------------------------ deletions applied to existing outputs
+
+class ForgetFn:
+    """Batch function over training records: `_drop` = opt_out_user / opt_out_org / deleted_event by lineage.
+
+    Matches `source.user_id`, `source.org_id`, and the event ids of `source.event_id`
+    plus `meta.event_ids` (a preference pair names both of its events there).
+    """
+
+    def __init__(self, users: tuple[str, ...] = (), orgs: tuple[str, ...] = (), events: tuple[str, ...] = ()) -> None:
+        self.users, self.orgs, self.events = tuple(sorted(set(users))), tuple(sorted(set(orgs))), tuple(sorted(set(events)))
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        import json
+
+        users, orgs, events = set(self.users), set(self.orgs), set(self.events)
+        src = batch.column("source").to_pylist()
+        metas = batch.column("meta").to_pylist()
+        drops: list[str | None] = []
+        for s, m in zip(src, metas):
+            s = s or {}
+            reason = None
+            if s.get("user_id") in users:
+                reason = "opt_out_user"
+            elif s.get("org_id") in orgs:
+                reason = "opt_out_org"
+            elif events:
+                ids = {s.get("event_id")}
+                if m and "event_ids" in m:
+                    ids.update(json.loads(m).get("event_ids") or [])
+                if ids & events:
+                    reason = "deleted_event"
+            drops.append(reason)
+        return batch.append_column(DROP, pa.array(drops, pa.string()))
+
+
+@register_stage
+class ForgetConfig(StageConfig):
+    """Apply a later deletion / opt-out to an existing training-record output (see docs/lineage.md).
+
+    `optouts` are the same files as for `consent` (user_id and/or org_id columns),
+    plus an optional `event_id` column to delete single events. Matching uses the
+    records' lineage (`source`, `meta.event_ids`). Removed doc_ids go to the drop
+    log (`_dropped/`), the audit trail of what the deletion touched.
+    """
+
+    kind: Literal["forget"] = "forget"
+    optouts: str | list[str] = Field(..., description="deletion list path(s)/glob(s): user_id, org_id and/or event_id columns")
+
+    consumes = "training_record.v1"
+    produces = "training_record.v1"
+
+    def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
+        paths = [self.optouts] if isinstance(self.optouts, str) else list(self.optouts)
+        files = expand([ctx.resolve(p) for p in paths], suffixes=OPTOUT_SUFFIXES)
+        lists = read_id_lists(files, ("user_id", "org_id", "event_id"))
+        fn = ForgetFn(lists["user_id"], lists["org_id"], lists["event_id"])
+        return rel.map_batches(fn, rel.schema, name="forget", drop_log_key="doc_id")

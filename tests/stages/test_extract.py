@@ -365,3 +365,15 @@ def test_end_to_end_is_deterministic_across_workers(synth_run, tmp_path):
     _, _, again = _run(str(root / "logs" / "dt=*" / "*.jsonl.zst"), tmp_path / "again",
                        ["code", "fim", "sft", "preference"], workers=1, optouts=str(root / "logs" / "optouts.parquet"))
     assert again == blobs
+
+
+def test_output_rows_follow_the_training_record_contract(synth_run):
+    import jsonschema
+
+    from datakit.contracts import load_contract
+
+    validator = jsonschema.Draft202012Validator(load_contract("training_record.v1"))
+    _, _, _, rows, _ = synth_run
+    for r in rows:
+        validator.validate(r)
+        assert json.loads(r["meta"]) is not None and r["meta"] == json.dumps(json.loads(r["meta"]), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
