@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -46,6 +47,10 @@ def build_dataset(records: pa.Table, out: str, config: TokenizeConfig, shards: i
     encoded, drops, options = encode_records(records, config, seed, batch_rows)
     spec = SinkSpec(path=out, format=format, shards=shards, options=options)
     sid = shard_ids(encoded.column("doc_id"), shards)
-    infos = [write_shard(encoded.filter(pa.array(sid == k)), k, spec, ENCODED_SCHEMA) for k in range(shards)]
+    order = np.argsort(sid, kind="stable")
+    grouped = encoded.take(pa.array(order))
+    bounds = np.searchsorted(sid[order], np.arange(shards + 1))
+    infos = [write_shard(grouped.slice(int(bounds[k]), int(bounds[k + 1] - bounds[k])), k, spec, ENCODED_SCHEMA)
+             for k in range(shards)]
     cfg = {"stages": [config.model_dump(mode="json")], "seed": seed}
     return commit(spec, infos, {"config": cfg, "config_hash": config_hash(cfg), "dropped": drops})

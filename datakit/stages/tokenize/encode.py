@@ -167,7 +167,11 @@ def encode_table(table: pa.Table | pa.RecordBatch, tok: LoadedTokenizer, o: Enco
     counts them: `empty_document`, `unknown_kind`, `unknown_role`, and
     `too_long` (only with `overlong="drop"`).
     """
-    cols = table.to_pydict() if isinstance(table, pa.Table) else pa.Table.from_batches([table]).to_pydict()
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    # only what encoding reads: `source`/`meta` may be large and are never needed here
+    cols = table.select([c for c in ("doc_id", "kind", "segments", "chosen", "rejected")
+                         if c in table.column_names]).to_pydict()
     doc_ids: list[str] = cols["doc_id"]
     kinds: list[str] = cols["kind"]
     segments: list[Any] = cols.get("segments") or [None] * len(doc_ids)

@@ -154,7 +154,7 @@ def pack(lengths: np.ndarray, seq_len: int, algorithm: str) -> Pieces:
     raise ValueError(f"unknown packing {algorithm!r}; choose one of {PACKING_ALGORITHMS}")
 
 
-def _gather_index(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def gather_index(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Concatenation of `arange(s, s+l)` for every (s, l), vectorized."""
     total = int(lengths.sum())
     if total == 0:
@@ -164,20 +164,30 @@ def _gather_index(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 
 
 def materialize(pieces: Pieces, doc_start: np.ndarray, values: np.ndarray, mask_values: np.ndarray,
-                seq_len: int, pad_id: int, dtype: np.dtype) -> Packed:
+                seq_len: int, pad_id: int, dtype: np.dtype, mask_start: np.ndarray | None = None,
+                doc_len: np.ndarray | None = None) -> Packed:
     """Copy tokens and masks into `[n, seq_len]` arrays and build the segment index.
+
+    Document `r` is `values[doc_start[r] : doc_start[r] + doc_len[r]]` (its mask
+    at `mask_start[r]` in `mask_values`); with `doc_len` omitted, `doc_start` is
+    cumulative (n+1 entries). Starts need not be increasing, so the writer can
+    pack in shuffle order without first copying the token buffer into it.
 
     Padding (the tail of a sequence no piece covers) gets `pad_id`, loss 0 and a
     segment of its own with document row -1, so `cu_seqlens` always ends at
     `seq_len` and a trainer never attends from a real token into padding.
     """
+    if doc_len is None:
+        doc_len = np.diff(doc_start)
+        doc_start = doc_start[:-1]
+    if mask_start is None:
+        mask_start = doc_start
     n = pieces.n_sequences
     tokens = np.full(n * seq_len, pad_id, dtype=dtype)
     mask = np.zeros(n * seq_len, dtype=np.uint8)
-    src = _gather_index(doc_start[pieces.doc_row] + pieces.doc_offset, pieces.length)
-    dst = _gather_index(pieces.seq * seq_len + pieces.pos, pieces.length)
-    tokens[dst] = values[src]
-    mask[dst] = mask_values[src]
+    dst = gather_index(pieces.seq * seq_len + pieces.pos, pieces.length)
+    tokens[dst] = values[gather_index(doc_start[pieces.doc_row] + pieces.doc_offset, pieces.length)]
+    mask[dst] = mask_values[gather_index(mask_start[pieces.doc_row] + pieces.doc_offset, pieces.length)]
 
     # padding segments: where a sequence's last piece ends before seq_len
     used = np.zeros(n, dtype=np.int64)
@@ -192,7 +202,7 @@ def materialize(pieces: Pieces, doc_start: np.ndarray, values: np.ndarray, mask_
     seq_index = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(seg_seq, minlength=n), out=seq_index[1:])
 
-    lengths = np.diff(doc_start)
+    lengths = doc_len
     pieces_per_doc = np.bincount(pieces.doc_row, minlength=len(lengths)) if len(lengths) else np.zeros(0, np.int64)
     stats = {
         "sequences": int(n),

@@ -25,7 +25,7 @@ from datakit.io.atomic import atomic_path, write_bytes_atomic
 from datakit.io.fs import filesystem
 from datakit.io.sinks import register_writer, write_parquet
 from datakit.plan import SinkSpec
-from datakit.stages.tokenize.packing import PACKING_ALGORITHMS, materialize, pack
+from datakit.stages.tokenize.packing import PACKING_ALGORITHMS, gather_index, materialize, pack
 
 PACKED_FORMAT = "datakit.packed.v1"
 
@@ -60,27 +60,47 @@ def _save_npy(url: str, arr: np.ndarray) -> None:
             np.save(f, np.ascontiguousarray(arr), allow_pickle=False)
 
 
-def shuffle_order(table: pa.Table) -> pa.Table:
-    """Documents in the seeded shuffle order: by (shuffle_key, doc_id); doc_id breaks hash ties."""
+def shuffle_order(table: pa.Table) -> np.ndarray:
+    """Row order of the seeded shuffle: by (shuffle_key, doc_id); doc_id breaks hash ties."""
     if table.num_rows == 0:
-        return table
-    idx = pc.sort_indices(table, sort_keys=[("shuffle_key", "ascending"), ("doc_id", "ascending")])
-    return table.take(idx)
+        return np.zeros(0, dtype=np.int64)
+    idx = pc.sort_indices(table.select(["shuffle_key", "doc_id"]),
+                          sort_keys=[("shuffle_key", "ascending"), ("doc_id", "ascending")])
+    return idx.to_numpy().astype(np.int64)
 
 
-def flat_lists(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(values, starts[n+1]) of a list<int> column, whatever its chunking or slicing."""
+def list_buffers(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(values, starts, lengths) of a list column without copying its values.
+
+    Row i is `values[starts[i] : starts[i] + lengths[i]]`. Null rows (never
+    packed) have length 0.
+    """
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False).astype(np.int64)
-    starts = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=starts[1:])
-    values = pc.list_flatten(arr).to_numpy(zero_copy_only=False)
-    return values, starts
+    if len(arr) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    offsets = arr.offsets.to_numpy().astype(np.int64)
+    values = arr.values.to_numpy(zero_copy_only=False)
+    lengths = np.diff(offsets)
+    if arr.null_count:
+        lengths = np.where(arr.is_null().to_numpy(zero_copy_only=False), 0, lengths)
+    return values, offsets[:-1], lengths
 
 
 def _split(table: pa.Table) -> tuple[pa.Table, pa.Table]:
     is_pref = pc.fill_null(pc.equal(table.column("kind"), "preference"), False)
+    if not pc.any(is_pref).as_py():
+        return table, table.slice(0, 0)
     return table.filter(pc.invert(is_pref)), table.filter(is_pref)
+
+
+def _ordered_docs(packable: pa.Table) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """Shuffle order + (values, starts, lengths, mask values, mask starts) in that order (no token copy)."""
+    order = shuffle_order(packable)
+    values, starts, lengths = list_buffers(packable.column("input_ids"))
+    mvalues, mstarts, mlengths = list_buffers(packable.column("loss_mask"))
+    if not np.array_equal(lengths, mlengths):
+        raise ValueError("input_ids and loss_mask lengths differ (corrupt encoded rows)")
+    return order, (values, starts[order], lengths[order], mvalues, mstarts[order])
 
 
 def _preference_table(pref: pa.Table) -> pa.Table:
@@ -124,15 +144,12 @@ class PackedShardWriter:
         o = _options(spec)
         seq_len, dtype = int(o["seq_len"]), token_dtype(int(o["vocab_size"]))
         packable, pref = _split(table)
-        packable = shuffle_order(packable)
-        values, starts = flat_lists(packable.column("input_ids"))
-        mvalues, mstarts = flat_lists(packable.column("loss_mask"))
-        if not np.array_equal(starts, mstarts):
-            raise ValueError("input_ids and loss_mask lengths differ (corrupt encoded rows)")
+        order, (values, starts, lengths, mvalues, mstarts) = _ordered_docs(packable)
         if len(values) and int(values.max()) >= int(o["vocab_size"]):
             raise ValueError(f"token id {int(values.max())} outside the vocabulary ({o['vocab_size']})")
-        pieces = pack(np.diff(starts), seq_len, o["packing"])
-        packed = materialize(pieces, starts, values, mvalues.astype(np.uint8), seq_len, int(o["pad_id"]), dtype)
+        pieces = pack(lengths, seq_len, o["packing"])
+        packed = materialize(pieces, starts, values, mvalues.view(np.uint8), seq_len, int(o["pad_id"]), dtype,
+                             mask_start=mstarts, doc_len=lengths)
 
         out = out_url.rstrip("/")
         names = {
@@ -146,12 +163,12 @@ class PackedShardWriter:
         _save_npy(f"{out}/{names['loss_mask']}", packed.loss_mask)
         _save_npy(f"{out}/{names['segments']}", packed.segments)
         _save_npy(f"{out}/{names['seq_index']}", packed.seq_index)
-        docs = packable.select(["doc_id", "kind", "n_tokens", "fim_mode"])
+        docs = packable.select(["doc_id", "kind", "n_tokens", "fim_mode"]).take(pa.array(order))
         write_parquet(docs, f"{out}/{names['docs']}")
         info: dict[str, Any] = {"rows": table.num_rows, **packed.stats, "arrays": names}
         if pref.num_rows:
             names_pref = f"preference-{shard:05d}.parquet"
-            write_parquet(_preference_table(shuffle_order(pref)), f"{out}/{names_pref}")
+            write_parquet(_preference_table(pref.take(pa.array(shuffle_order(pref)))), f"{out}/{names_pref}")
             info["preference_file"] = names_pref
         info["preference_pairs"] = pref.num_rows
         info["files"] = sorted(list(names.values()) + ([info["preference_file"]] if pref.num_rows else []))
@@ -235,21 +252,23 @@ class MegatronShardWriter:
     def write(self, table: pa.Table, shard: int, out_url: str, spec: SinkSpec) -> dict[str, Any]:
         o = _options(spec)
         packable, pref = _split(table)
-        packable = shuffle_order(packable)
-        values, starts = flat_lists(packable.column("input_ids"))
-        mvalues, _ = flat_lists(packable.column("loss_mask"))
+        order, (values, starts, lengths, mvalues, mstarts) = _ordered_docs(packable)
+        seq_values = values[gather_index(starts, lengths)]
+        seq_mask = mvalues[gather_index(mstarts, lengths)].view(np.uint8)
+        bounds = np.concatenate([[0], np.cumsum(lengths)])
         out = out_url.rstrip("/")
-        files = write_mmidx(f"{out}/tokens-{shard:05d}", values, starts, megatron_dtype(int(o["vocab_size"])))
-        if len(mvalues) and not bool((mvalues == 1).all()):
-            files += write_mmidx(f"{out}/loss_mask-{shard:05d}", mvalues.astype(np.uint8), starts, np.dtype(np.uint8))
-        write_parquet(packable.select(["doc_id", "kind", "n_tokens", "fim_mode"]), f"{out}/docs-{shard:05d}.parquet")
+        files = write_mmidx(f"{out}/tokens-{shard:05d}", seq_values, bounds, megatron_dtype(int(o["vocab_size"])))
+        if len(seq_mask) and not bool((seq_mask == 1).all()):
+            files += write_mmidx(f"{out}/loss_mask-{shard:05d}", seq_mask, bounds, np.dtype(np.uint8))
+        write_parquet(packable.select(["doc_id", "kind", "n_tokens", "fim_mode"]).take(pa.array(order)),
+                      f"{out}/docs-{shard:05d}.parquet")
         files.append(f"docs-{shard:05d}.parquet")
-        info: dict[str, Any] = {"rows": table.num_rows, "documents": packable.num_rows, "tokens": int(len(values)),
-                                "loss_tokens": int(mvalues.sum()) if len(mvalues) else 0,
+        info: dict[str, Any] = {"rows": table.num_rows, "documents": packable.num_rows, "tokens": int(len(seq_values)),
+                                "loss_tokens": int(seq_mask.sum()) if len(seq_mask) else 0,
                                 "preference_pairs": pref.num_rows}
         if pref.num_rows:
             name = f"preference-{shard:05d}.parquet"
-            write_parquet(_preference_table(shuffle_order(pref)), f"{out}/{name}")
+            write_parquet(_preference_table(pref.take(pa.array(shuffle_order(pref)))), f"{out}/{name}")
             files.append(name)
         info["files"] = sorted(files)
         return info
