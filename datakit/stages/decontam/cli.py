@@ -1,0 +1,93 @@
+"""`datakit contamination-check`: the CI gate before an eval.
+
+Exit codes: 0 clean (every eval's contaminated-item rate <= --threshold),
+1 contaminated, 2 usage or input error (missing file, unknown eval, bad option)
+with a one-line message on stderr.
+
+This module is imported by `datakit.cli` at start-up, so it imports nothing
+heavy at module level (numba, pyarrow load only when the command runs).
+Also runnable alone: `python -m datakit.stages.decontam.cli --data ... --eval ...`.
+"""
+from __future__ import annotations
+
+import sys
+from typing import List, Optional
+
+import typer
+
+
+def _fail(msg: str) -> None:
+    typer.echo(f"datakit: error: {msg}", err=True)
+    raise typer.Exit(2)
+
+
+def _split(values: Optional[List[str]]) -> list[str] | None:
+    """Accept repeated options and comma lists alike: `--normalize a,b --normalize c`."""
+    if not values:
+        return None
+    return [v.strip() for x in values for v in x.split(",") if v.strip()]
+
+
+def contamination_check(
+    data: List[str] = typer.Option(..., "--data", help="Training data: records dataset (Parquet/JSONL, glob, fsspec URL), "
+                                                       "packed token dataset, or an n-gram index. Repeatable."),
+    eval: List[str] = typer.Option(..., "--eval", help="Eval set: a registered name (humaneval) or a JSONL/Parquet file "
+                                                      "(NAME=PATH to name it). Repeatable."),
+    eval_field: Optional[List[str]] = typer.Option(None, "--eval-field", help="Text field(s) of the eval items, e.g. "
+                                                   "prompt,canonical_solution,test (default per eval)."),
+    text_field: Optional[List[str]] = typer.Option(None, "--text-field", help="Column(s) of the data to scan "
+                                                   "(default: training-record segments, or text/content/code)."),
+    ngram: Optional[int] = typer.Option(None, "--ngram", help="n-gram size in tokens (default 13, or the index's)."),
+    normalize: Optional[List[str]] = typer.Option(None, "--normalize", help="Normalizations: whitespace, case, "
+                                                  "comments, identifiers (default whitespace,case; 'none' for none)."),
+    min_ngrams: int = typer.Option(1, "--min-ngrams", help="An item matches if it shares at least this many n-grams..."),
+    min_fraction: Optional[float] = typer.Option(None, "--min-fraction", help="...and at least this fraction of its "
+                                                 "n-grams (default 0.05; 0.10 with identifiers; 0 = any n-gram)."),
+    max_items_per_ngram: int = typer.Option(1, "--max-items-per-ngram", help="Ignore eval n-grams shared by more "
+                                            "items than this (eval boilerplate); 0 keeps all."),
+    threshold: float = typer.Option(0.0, "--threshold", help="Exit 1 if an eval's contaminated-item rate exceeds this."),
+    json_out: Optional[str] = typer.Option(None, "--json", help="Write the JSON report here."),
+    html_out: Optional[str] = typer.Option(None, "--html", help="Write the HTML report here."),
+    no_index: bool = typer.Option(False, "--no-index", help="Scan datasets even if an n-gram index is beside them."),
+    examples: int = typer.Option(3, "--examples", help="Examples per eval in the printed table."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing; only the exit code and the files."),
+) -> None:
+    """Check eval sets against training data by n-gram overlap; exit 1 if any is contaminated."""
+    from datakit.io.fs import InputError
+
+    norms = _split(normalize)
+    if norms == ["none"]:
+        norms = []
+    try:
+        from datakit.stages.decontam.check import check
+
+        res = check(list(data), list(eval), ngram=ngram, normalizations=norms, min_ngrams=min_ngrams,
+                    min_fraction=min_fraction, threshold=threshold, eval_fields=_split(eval_field),
+                    text_fields=_split(text_field), use_index=not no_index, max_examples=max(examples, 5),
+                    max_items_per_ngram=max_items_per_ngram)
+        if json_out:
+            res.write_json(json_out)
+        if html_out:
+            res.write_html(html_out)
+    except InputError as e:
+        _fail(str(e))
+    except (ValueError, KeyError) as e:
+        _fail(str(e.args[0]) if e.args else type(e).__name__)
+    except OSError as e:
+        _fail(f"{type(e).__name__}: {getattr(e, 'filename', '') or e}")
+    if not quiet:
+        from rich.console import Console
+
+        res.print_table(Console(), examples=examples)
+    raise typer.Exit(res.exit_code)
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer(add_completion=False, rich_markup_mode=None)
+    app.command()(contamination_check)
+    return app
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised by subprocess in tests
+    _app()(prog_name="contamination-check")
+    sys.exit(0)

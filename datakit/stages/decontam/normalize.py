@@ -1,0 +1,378 @@
+"""Code-aware tokenization with switchable normalizations, as a numba kernel plus a Python reference.
+
+Why our own lexer: contamination matching runs over every byte of a training set,
+so it must be language-agnostic (code, prose, chat), never fail on invalid code
+(Python's `tokenize` does), and run at hundreds of MB/s. It works on UTF-8
+*bytes*: identifiers are runs of `[A-Za-z_0-9\\x80-\\xff]` starting with a
+non-digit, numbers are a digit followed by `[A-Za-z0-9_.]`, whitespace runs,
+and every other byte is a one-byte punctuation token (so `a==b` and `a == b`
+lex alike). It tracks just enough syntax to know what is code: string literals
+(`'..'`, `".."`, triple-quoted, backslash escapes) and comments (`#`, `//` to end
+of line, `/* */`).
+
+Normalizations (a bit mask, see `NORMALIZATIONS`):
+
+- `whitespace`: drop whitespace tokens (layout, indentation, line breaks are ignored).
+  Off: every whitespace run is a token, so only byte-identical layout matches.
+- `case`: ASCII lower-casing of every token.
+- `comments`: drop comment tokens (`#...`, `//...`, `/*...*/`). Python's `//`
+  operator is read as a comment too; that loses a few tokens on *both* sides and
+  never creates a false match. Docstrings are strings and are kept.
+- `identifiers`: every identifier in code (not in strings or comments, not a
+  keyword or builtin) becomes a placeholder that only remembers *which earlier
+  identifier of the same n-gram it equals*. Consistent renaming (`numbers` ->
+  `xs`) then yields the same n-gram hashes. The canonicalization itself happens
+  per n-gram window in `ngrams.py`; the lexer only flags identifier tokens.
+
+`tokenize_ref` is an independent regex implementation of the same semantics,
+used by the tests as the reference for the numba kernel.
+"""
+from __future__ import annotations
+
+import builtins
+import keyword
+import re
+from typing import Iterable, Literal, Sequence
+
+import numpy as np
+from numba import njit
+
+Normalization = Literal["whitespace", "case", "comments", "identifiers"]
+NORMALIZATIONS: dict[str, int] = {"whitespace": 1, "case": 2, "comments": 4, "identifiers": 8}
+DEFAULT_NORMALIZATIONS: tuple[str, ...] = ("whitespace", "case")
+
+F_WS, F_CASE, F_COMMENTS, F_IDENT = 1, 2, 4, 8
+
+# Words that stay literal under `identifiers`: renaming a variable never renames `range`.
+_OTHER_KEYWORDS = """
+abstract auto bool boolean break byte case catch char const continue default delete do double
+else enum export extends extern final finally float fn for func function go goto if impl implements
+import in instanceof int interface let long match mod mut namespace new null package private
+protected pub public return self short signed sizeof static struct super switch this throw throws
+trait try typeof typedef undefined union unsigned use var void volatile where while yield
+nil true false string std vec map chan select defer range len println printf console log
+""".split()
+KEYWORDS: tuple[str, ...] = tuple(
+    sorted(set(keyword.kwlist) | set(getattr(keyword, "softkwlist", [])) | set(dir(builtins)) | set(_OTHER_KEYWORDS)
+           | {"self", "cls"})
+)
+
+U64 = np.uint64
+_FNV_OFFSET = U64(0xCBF29CE484222325)
+_FNV_PRIME = U64(0x100000001B3)
+_M1 = U64(0xFF51AFD7ED558CCD)
+_M2 = U64(0xC4CEB9FE1A85EC53)
+_S33 = U64(33)
+MASK64 = (1 << 64) - 1
+
+
+def flags_of(normalizations: Iterable[str]) -> int:
+    """Bit mask for a list of normalization names; unknown names are a clear error."""
+    f = 0
+    for name in normalizations:
+        try:
+            f |= NORMALIZATIONS[name]
+        except KeyError:
+            raise ValueError(f"unknown normalization {name!r}; known: {', '.join(NORMALIZATIONS)}") from None
+    return f
+
+
+def names_of(flags: int) -> list[str]:
+    """Normalization names of a bit mask, in canonical order (for reports and index metadata)."""
+    return [n for n, b in NORMALIZATIONS.items() if flags & b]
+
+
+# ---------------------------------------------------------------------------------------------
+# numba kernel
+# ---------------------------------------------------------------------------------------------
+
+@njit(cache=True, inline="always")
+def _fmix(h):
+    h ^= h >> _S33
+    h *= _M1
+    h ^= h >> _S33
+    h *= _M2
+    h ^= h >> _S33
+    return h
+
+
+@njit(cache=True, inline="always")
+def _is_ws(c):
+    return c == 32 or c == 9 or c == 10 or c == 13 or c == 12 or c == 11
+
+
+@njit(cache=True, inline="always")
+def _is_ident_start(c):
+    return (c >= 97 and c <= 122) or (c >= 65 and c <= 90) or c == 95 or c >= 128
+
+
+@njit(cache=True, inline="always")
+def _is_ident_cont(c):
+    return _is_ident_start(c) or (c >= 48 and c <= 57)
+
+
+@njit(cache=True, inline="always")
+def _is_digit(c):
+    return c >= 48 and c <= 57
+
+
+@njit(cache=True)
+def _hash_bytes(data, a, b, fold):
+    h = _FNV_OFFSET
+    for i in range(a, b):
+        c = data[i]
+        if fold and c >= 65 and c <= 90:
+            c += 32
+        h ^= U64(c)
+        h *= _FNV_PRIME
+    return _fmix(h)
+
+
+@njit(cache=True)
+def _is_keyword(kw, h):
+    lo = 0
+    hi = kw.shape[0]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if kw[mid] < h:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo < kw.shape[0] and kw[lo] == h
+
+
+@njit(cache=True)
+def lex(data, start, end, flags, kw, tok_val, tok_start, tok_end, tok_ident):
+    """Tokenize `data[start:end]` into the given arrays (from index 0); return the token count.
+
+    `tok_ident[k]` is 1 for a code identifier that `identifiers` may canonicalize.
+    """
+    keep_ws = (flags & 1) == 0
+    fold = (flags & 2) != 0
+    strip_comments = (flags & 4) != 0
+    canon = (flags & 8) != 0
+    CODE = 0
+    STR1 = 1
+    STR3 = 2
+    state = CODE
+    quote = 0
+    lit_end = -1  # inside a kept comment: tokens up to here are literal
+    k = 0
+    i = start
+    while i < end:
+        c = data[i]
+        in_comment = i < lit_end
+        if state == CODE and not in_comment:
+            if c == 35 or (c == 47 and i + 1 < end and (data[i + 1] == 47 or data[i + 1] == 42)):
+                j = i + 1
+                if c == 47 and data[i + 1] == 42:  # /* ... */
+                    j = i + 2
+                    while j < end and not (data[j] == 42 and j + 1 < end and data[j + 1] == 47):
+                        j += 1
+                    j = min(j + 2, end)
+                else:
+                    while j < end and data[j] != 10:
+                        j += 1
+                if strip_comments:
+                    i = j
+                    continue
+                lit_end = j
+                in_comment = True
+            elif c == 34 or c == 39:
+                if i + 2 < end and data[i + 1] == c and data[i + 2] == c:
+                    for t in range(3):
+                        tok_val[k] = _hash_bytes(data, i + t, i + t + 1, False)
+                        tok_start[k] = i + t
+                        tok_end[k] = i + t + 1
+                        tok_ident[k] = 0
+                        k += 1
+                    state = STR3
+                    quote = c
+                    i += 3
+                    continue
+                tok_val[k] = _hash_bytes(data, i, i + 1, False)
+                tok_start[k] = i
+                tok_end[k] = i + 1
+                tok_ident[k] = 0
+                k += 1
+                state = STR1
+                quote = c
+                i += 1
+                continue
+        elif state == STR1:
+            if c == 10:
+                state = CODE
+                continue
+            if c == quote:
+                state = CODE
+        elif state == STR3:
+            if c == quote and i + 2 < end and data[i + 1] == c and data[i + 2] == c:
+                for t in range(3):
+                    tok_val[k] = _hash_bytes(data, i + t, i + t + 1, False)
+                    tok_start[k] = i + t
+                    tok_end[k] = i + t + 1
+                    tok_ident[k] = 0
+                    k += 1
+                state = CODE
+                i += 3
+                continue
+        lim = lit_end if in_comment else end
+        ident = False
+        is_ws = False
+        j = i + 1
+        if _is_ws(c):
+            is_ws = True
+            while j < lim and _is_ws(data[j]) and not (state == STR1 and data[j] == 10):
+                j += 1
+        elif _is_ident_start(c):
+            while j < lim and _is_ident_cont(data[j]):
+                j += 1
+            ident = canon and state == CODE and not in_comment
+        elif _is_digit(c):
+            while j < lim and (_is_ident_cont(data[j]) or data[j] == 46):
+                j += 1
+        elif c == 92 and state != CODE and j < lim:
+            j += 1  # an escape: backslash and the next byte
+        if is_ws and not keep_ws:
+            i = j
+            continue
+        h = _hash_bytes(data, i, j, fold)
+        if ident and _is_keyword(kw, h):
+            ident = False
+        tok_val[k] = h
+        tok_start[k] = i
+        tok_end[k] = j
+        tok_ident[k] = 1 if ident else 0
+        k += 1
+        i = j
+    return k
+
+
+_KW_CACHE: dict[bool, np.ndarray] = {}
+
+
+def keyword_hashes(flags: int) -> np.ndarray:
+    """Sorted token hashes of `KEYWORDS` under the case setting of `flags` (input of `lex`)."""
+    fold = bool(flags & F_CASE)
+    if fold not in _KW_CACHE:
+        words = sorted({w.lower() if fold else w for w in KEYWORDS})
+        _KW_CACHE[fold] = np.unique(np.array([token_hash_ref(w.encode(), False) for w in words], dtype=np.uint64))
+    return _KW_CACHE[fold]
+
+
+def tokenize(text: str | bytes, normalizations: Sequence[str] = DEFAULT_NORMALIZATIONS) -> list[tuple[int, int, int, bool]]:
+    """Tokens of one text as (hash, start byte, end byte, is_identifier), via the numba kernel."""
+    flags = flags_of(normalizations)
+    data = np.frombuffer(text.encode() if isinstance(text, str) else text, dtype=np.uint8)
+    n = len(data)
+    val = np.empty(n, np.uint64); st = np.empty(n, np.int64); en = np.empty(n, np.int64); idf = np.empty(n, np.uint8)
+    k = lex(data, 0, n, flags, keyword_hashes(flags), val, st, en, idf)
+    return [(int(val[i]), int(st[i]), int(en[i]), bool(idf[i])) for i in range(k)]
+
+
+# ---------------------------------------------------------------------------------------------
+# pure-Python reference (independent regex implementation; tests compare it with the kernel)
+# ---------------------------------------------------------------------------------------------
+
+def fmix_ref(h: int) -> int:
+    h ^= h >> 33
+    h = (h * 0xFF51AFD7ED558CCD) & MASK64
+    h ^= h >> 33
+    h = (h * 0xC4CEB9FE1A85EC53) & MASK64
+    h ^= h >> 33
+    return h
+
+
+def token_hash_ref(tok: bytes, fold: bool) -> int:
+    h = 0xCBF29CE484222325
+    for c in (tok.lower() if fold else tok):
+        h = ((h ^ c) * 0x100000001B3) & MASK64
+    return fmix_ref(h)
+
+
+_ID = rb"[A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*"
+_NUM = rb"[0-9][A-Za-z0-9_\x80-\xff.]*"
+_WS = rb"[ \t\n\r\f\v]+"
+_CODE_RE = re.compile(rb"(?P<c>#[^\n]*|//[^\n]*|/\*.*?(?:\*/|\Z))|(?P<q3>\"\"\"|''')|(?P<q1>[\"'])|(?P<ws>" + _WS
+                      + rb")|(?P<id>" + _ID + rb")|(?P<num>" + _NUM + rb")|(?P<p>.)", re.S)
+_LIT_RE = re.compile(rb"(?P<ws>" + _WS + rb")|(?P<id>" + _ID + rb")|(?P<num>" + _NUM + rb")|(?P<p>.)", re.S)
+_STR1_RE = re.compile(rb"(?P<ws>[ \t\r\f\v]+)|(?P<id>" + _ID + rb")|(?P<num>" + _NUM + rb")|(?P<esc>\\.?)|(?P<p>.)", re.S)
+
+
+def tokenize_ref(text: str | bytes, normalizations: Sequence[str] = DEFAULT_NORMALIZATIONS) -> list[tuple[int, int, int, bool]]:
+    """Reference tokenizer (slow, obviously-correct regexes) with the same output as `tokenize`."""
+    flags = flags_of(normalizations)
+    data = text.encode() if isinstance(text, str) else text
+    fold = bool(flags & F_CASE)
+    kw = {w.lower() if fold else w for w in KEYWORDS}
+    out: list[tuple[int, int, int, bool]] = []
+
+    def emit(a: int, b: int, kind: str, code: bool) -> None:
+        if kind == "ws" and flags & F_WS:
+            return
+        tok = data[a:b]
+        ident = kind == "id" and code and bool(flags & F_IDENT) and (tok.lower() if fold else tok).decode("utf-8", "replace") not in kw
+        out.append((token_hash_ref(tok, fold), a, b, ident))
+
+    def literal(a: int, b: int, rx: re.Pattern) -> None:
+        for m in rx.finditer(data, a, b):
+            kind = m.lastgroup or "p"
+            emit(m.start(), m.end(), "esc" if kind == "esc" else kind, False)
+
+    i, n = 0, len(data)
+    while i < n:
+        m = _CODE_RE.match(data, i)
+        kind = m.lastgroup
+        if kind == "c":
+            if not flags & F_COMMENTS:
+                literal(m.start(), m.end(), _LIT_RE)
+            i = m.end()
+        elif kind in ("q1", "q3"):
+            q = data[i:i + 1]
+            delim = q * (3 if kind == "q3" else 1)
+            for t in range(len(delim)):
+                emit(i + t, i + t + 1, "q", False)
+            j = i + len(delim)
+            if kind == "q3":
+                end = _find_close3(data, j, q)
+                literal_str3(data, j, end, emit)
+                if end < n:
+                    for t in range(3):
+                        emit(end + t, end + t + 1, "q", False)
+                    i = end + 3
+                else:
+                    i = n
+            else:
+                k = j
+                while k < n and data[k:k + 1] not in (q, b"\n"):
+                    k += 2 if data[k:k + 1] == b"\\" and k + 1 < n else 1
+                literal(j, k, _STR1_RE)
+                if k < n and data[k:k + 1] == q:
+                    emit(k, k + 1, "q", False)
+                    k += 1
+                i = k
+        else:
+            emit(m.start(), m.end(), kind, True)
+            i = m.end()
+    return out
+
+
+def _find_close3(data: bytes, j: int, q: bytes) -> int:
+    """Index of the closing triple quote (escapes skip one byte), or len(data)."""
+    n = len(data)
+    k = j
+    while k < n:
+        if data[k:k + 1] == b"\\":
+            k += 2
+            continue
+        if data[k:k + 3] == q * 3:
+            return k
+        k += 1
+    return n
+
+
+def literal_str3(data: bytes, a: int, b: int, emit) -> None:
+    """Tokens inside a triple-quoted string: like code runs but escapes are two-byte tokens."""
+    rx = re.compile(rb"(?P<ws>" + _WS + rb")|(?P<id>" + _ID + rb")|(?P<num>" + _NUM + rb")|(?P<esc>\\.?)|(?P<p>.)", re.S)
+    for m in rx.finditer(data, a, b):
+        emit(m.start(), m.end(), m.lastgroup or "p", False)

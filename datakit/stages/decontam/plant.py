@@ -1,0 +1,129 @@
+"""Planted leaks for tests and benchmarks: the ways an eval item shows up in a training set.
+
+Why Python's own `tokenize` here (and not our lexer): a leak generator that
+shared the matcher's tokenizer could hide its bugs. Kinds:
+
+- `exact`: prompt + canonical solution, byte for byte, inside other code.
+- `reformatted`: re-spaced by `tokenize.untokenize`, 2-space indentation, extra blank lines.
+- `renamed`: every user identifier consistently renamed (strings/docstrings untouched).
+- `prompt_only`: the prompt (signature + docstring) without the solution.
+- `solution_only`: the solution body without the prompt.
+"""
+from __future__ import annotations
+
+import builtins
+import io
+import keyword
+import random
+import re
+import tokenize
+
+LEAK_KINDS = ("exact", "reformatted", "renamed", "prompt_only", "solution_only")
+_KEEP = set(keyword.kwlist) | set(dir(builtins)) | {"self", "cls", "typing", "List", "Dict", "Tuple", "Optional", "Any", "math", "re", "collections", "itertools", "hashlib", "sqrt", "floor", "ceil"}
+
+
+def _tokens(code: str) -> list[tokenize.TokenInfo]:
+    return list(tokenize.generate_tokens(io.StringIO(code).readline))
+
+
+def reformat(code: str, rng: random.Random) -> str:
+    """Same tokens, different layout: spacing around every token, 2-space indents, blank lines."""
+    try:
+        out = tokenize.untokenize([(t.type, t.string) for t in _tokens(code)])
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        out = re.sub(r"([(),:=+\-*/<>\[\]])", r" \1 ", code)
+    lines = []
+    for line in out.splitlines():
+        stripped = line.lstrip(" ")
+        lines.append(" " * ((len(line) - len(stripped)) // 2) + stripped.rstrip())
+        if rng.random() < 0.15:
+            lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def rename_identifiers(code: str, rng: random.Random) -> str:
+    """Consistently rename every non-keyword, non-builtin, non-attribute identifier, in strings too.
+
+    Renaming inside strings and docstrings (doctest lines name the function and
+    its arguments) is what a rename-and-search/replace does, and it leaves the
+    prose as the only literal evidence: the harder case for the matcher.
+    """
+    try:
+        toks = _tokens(code)
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return code
+    mapping: dict[str, str] = {}
+    prev = None
+    for t in toks:
+        if t.type == tokenize.NAME and t.string not in _KEEP and not (prev is not None and prev.string == "."):
+            if t.string not in mapping:
+                mapping[t.string] = f"{rng.choice(['v', 'tmp', 'x', 'item', 'val'])}_{len(mapping)}{rng.randrange(100)}"
+        if t.type not in (tokenize.NL, tokenize.COMMENT):
+            prev = t
+    names = re.compile(r"\b(" + "|".join(map(re.escape, sorted(mapping, key=len, reverse=True))) + r")\b") if mapping else None
+    out = []
+    prev = None
+    for t in toks:
+        s = t.string
+        if t.type == tokenize.NAME and s in mapping and not (prev is not None and prev.string == "."):
+            s = mapping[s]
+        elif t.type == tokenize.STRING and names is not None:
+            s = names.sub(lambda m: mapping[m.group(1)], s)
+        out.append((t.type, s))
+        if t.type not in (tokenize.NL, tokenize.COMMENT):
+            prev = t
+    return tokenize.untokenize(out)
+
+
+def plant(item: dict, kind: str, rng: random.Random, prompt: str = "prompt",
+          solution: str = "canonical_solution") -> str:
+    """The leaked text of an eval item (a dict with prompt/solution fields) for a leak `kind`."""
+    full = item[prompt] + item[solution]
+    if kind == "exact":
+        return full
+    if kind == "reformatted":
+        return reformat(full, rng)
+    if kind == "renamed":
+        return rename_identifiers(full, rng)
+    if kind == "prompt_only":
+        return item[prompt]
+    if kind == "solution_only":
+        return item[solution]
+    raise ValueError(f"unknown leak kind {kind!r}; known: {LEAK_KINDS}")
+
+
+_IDIOMS = [
+    "for i in range(len({a})):\n    {b} += {a}[i]\n",
+    "for i in range(len({a})):\n    for j in range(i + 1, len({a})):\n        if {a}[i] > {a}[j]:\n"
+    "            {a}[i], {a}[j] = {a}[j], {a}[i]\n",
+    "if __name__ == \"__main__\":\n    main()\n",
+    "with open({a}) as f:\n    {b} = json.load(f)\n",
+    "def __init__(self, {a}, {b}=None):\n    self.{a} = {a}\n    self.{b} = {b}\n",
+    "return [x for x in {a} if x is not None]\n",
+    "{b} = {{}}\nfor k, v in {a}.items():\n    {b}[k] = v\n",
+    "try:\n    {b} = int({a})\nexcept ValueError:\n    {b} = 0\n",
+    "import os\nimport sys\nimport json\nfrom typing import List, Optional\n",
+    "{b} = sorted({a}, key=lambda x: x[1], reverse=True)\n",
+    "while {a}:\n    {b} = {a}.pop()\n    if not {b}:\n        break\n",
+    "if len({a}) == 0:\n    return 0\nreturn sum({a}) / len({a})\n",
+    "for idx, elem in enumerate({a}):\n    if elem == {b}:\n        return idx\nreturn -1\n",
+    "{b} = [0] * (len({a}) + 1)\nfor i in range(1, len({a}) + 1):\n    {b}[i] = {b}[i - 1] + {a}[i - 1]\n",
+    "def {b}(self):\n    return self.{a}\n",
+    "parser = argparse.ArgumentParser()\nparser.add_argument(\"--{a}\", type=int, default=0)\nargs = parser.parse_args()\n",
+    "result = []\nfor line in {a}.splitlines():\n    line = line.strip()\n    if line:\n        result.append(line)\nreturn result\n",
+    "return {a} if {a} > {b} else {b}\n",
+    "{b} = {a}[::-1]\nreturn {a} == {b}\n",
+    "logger = logging.getLogger(__name__)\n",
+]
+_NAMES = ["data", "items", "numbers", "values", "arr", "lst", "nums", "text", "s", "xs", "path", "name", "total",
+          "count", "result", "out", "res", "acc", "key", "node"]
+
+
+def idiomatic_code(rng: random.Random, n_idioms: int = 6) -> str:
+    """Clean synthetic Python made of very common idioms (loops over range(len(x)), main guards, ...)."""
+    parts = ["def f_{}({}):\n".format(rng.randrange(10**6), rng.choice(_NAMES))]
+    for _ in range(n_idioms):
+        a, b = rng.sample(_NAMES, 2)
+        body = rng.choice(_IDIOMS).format(a=a, b=b)
+        parts.append("".join("    " + ln + "\n" for ln in body.splitlines()))
+    return "".join(parts)

