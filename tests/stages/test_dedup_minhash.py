@@ -9,7 +9,14 @@ from datasketch import MinHash
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from datakit.stages.dedup import minhash_signatures, normalize_texts, permutations, shingle_hashes, shingles
+from datakit.stages.dedup import (
+    minhash_signatures,
+    minhash_signatures_from_shingles,
+    normalize_texts,
+    permutations,
+    shingle_hashes,
+    shingles,
+)
 from datakit.stages.dedup.minhash import xxh32
 from datakit.stages.dedup.text import exact_keys, record_texts
 from datakit.stages.dedup.verify import exact_jaccard, signature_jaccard
@@ -56,6 +63,23 @@ def test_signatures_bit_identical_to_datasketch(texts, ngram, shingle, num_perm,
     assert sig.dtype == np.uint32 and sig.shape == (len(texts), num_perm)
     for text, row in zip(texts, sig):
         assert np.array_equal(row, datasketch_sig(text, num_perm, seed, ngram, shingle))
+
+
+@FAST
+@given(st.lists(st.lists(st.binary(max_size=40), max_size=12), min_size=1, max_size=5), st.sampled_from([1, 64]),
+       st.integers(0, 2**32 - 1))
+def test_signatures_from_shingles_bit_identical(docs, num_perm, seed):
+    sig = minhash_signatures_from_shingles(docs, num_perm=num_perm, seed=seed)
+    for doc, row in zip(docs, sig):
+        m = MinHash(num_perm=num_perm, seed=seed, hashfunc=xxhash.xxh32_intdigest)
+        m.update_batch(doc)
+        assert np.array_equal(row, m.hashvalues)
+
+
+def test_signatures_from_shingles_agree_with_text_kernel():
+    texts = ["def f(x):\n    return x + 1\n", "", "a b c d e f g"]
+    assert np.array_equal(minhash_signatures_from_shingles([shingles(t, 3, "token") for t in texts]),
+                          minhash_signatures(texts, ngram=3, shingle="token"))
 
 
 @FAST

@@ -21,6 +21,7 @@ from functools import lru_cache
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
@@ -156,6 +157,55 @@ def _doc_shingle_hashes(data, lo, hi, ngram, char, buf, units, hs, ws) -> int:
     return count
 
 
+@njit(cache=True, inline="always")
+def _min_into(sig, hs, count, a, b) -> None:
+    """sig[k] = min(sig[k], min_s(a[k] * fmix32(hs[s]) + b[k] mod 2^32)), four shingles per pass."""
+    num_perm = a.shape[0]
+    for s in range(count):
+        hs[s] = np.uint32(fmix32(np.uint64(hs[s])))
+    # four shingles per pass over the permutations: a quarter of the loads/stores of `sig`
+    # (the k loop compiles to 16-lane AVX-512 / 8-lane AVX2 32-bit multiply-add-min)
+    s = 0
+    while s + 4 <= count:
+        h0 = hs[s]
+        h1 = hs[s + 1]
+        h2 = hs[s + 2]
+        h3 = hs[s + 3]
+        for k in range(num_perm):
+            ak = a[k]
+            bk = b[k]
+            v0 = np.uint32(ak * h0 + bk)
+            v1 = np.uint32(ak * h1 + bk)
+            v2 = np.uint32(ak * h2 + bk)
+            v3 = np.uint32(ak * h3 + bk)
+            sig[k] = min(sig[k], min(min(v0, v1), min(v2, v3)))
+        s += 4
+    while s < count:
+        h0 = hs[s]
+        for k in range(num_perm):
+            sig[k] = min(sig[k], np.uint32(a[k] * h0 + b[k]))
+        s += 1
+
+
+@njit(cache=True)
+def _signatures_from_shingles_kernel(data, offsets, list_offsets, a, b, out) -> None:
+    """Signatures of documents given as lists of shingle byte strings (flat data/offsets + list offsets)."""
+    n_docs = list_offsets.shape[0] - 1
+    maxn = 1
+    for d in range(n_docs):
+        maxn = max(maxn, list_offsets[d + 1] - list_offsets[d])
+    hs = np.empty(maxn, np.uint32)
+    sig = np.empty(a.shape[0], np.uint32)
+    for d in range(n_docs):
+        sig[:] = 0xFFFFFFFF
+        first = list_offsets[d]
+        count = list_offsets[d + 1] - first
+        for s in range(count):
+            hs[s] = xxh32(data, offsets[first + s], offsets[first + s + 1], 0)
+        _min_into(sig, hs, count, a, b)
+        out[d, :] = sig
+
+
 @njit(cache=True)
 def _signatures_kernel(data, offsets, ngram, char, a, b, ws, out) -> None:
     n_docs = offsets.shape[0] - 1
@@ -170,29 +220,7 @@ def _signatures_kernel(data, offsets, ngram, char, a, b, ws, out) -> None:
     for d in range(n_docs):
         sig[:] = 0xFFFFFFFF
         count = _doc_shingle_hashes(data, offsets[d], offsets[d + 1], ngram, char, buf, units, hs, ws)
-        for s in range(count):
-            hs[s] = np.uint32(fmix32(np.uint64(hs[s])))
-        # four shingles per pass over the permutations: a quarter of the loads/stores of `sig`
-        s = 0
-        while s + 4 <= count:
-            h0 = hs[s]
-            h1 = hs[s + 1]
-            h2 = hs[s + 2]
-            h3 = hs[s + 3]
-            for k in range(num_perm):
-                ak = a[k]
-                bk = b[k]
-                v0 = np.uint32(ak * h0 + bk)
-                v1 = np.uint32(ak * h1 + bk)
-                v2 = np.uint32(ak * h2 + bk)
-                v3 = np.uint32(ak * h3 + bk)
-                sig[k] = min(sig[k], min(min(v0, v1), min(v2, v3)))
-            s += 4
-        while s < count:
-            h0 = hs[s]
-            for k in range(num_perm):
-                sig[k] = min(sig[k], np.uint32(a[k] * h0 + b[k]))
-            s += 1
+        _min_into(sig, hs, count, a, b)
         out[d, :] = sig
 
 
@@ -254,6 +282,35 @@ def minhash_signatures(
     out = np.empty((len(arr), num_perm), dtype=np.uint32)
     if len(arr):
         _signatures_kernel(data, offsets, ngram, shingle == "char", a, b, separator_table(shingle), out)
+    return out
+
+
+def minhash_signatures_from_shingles(docs, num_perm: int = 128, seed: int = 1) -> np.ndarray:
+    """Signatures of documents given as their shingles (bytes), e.g. from your own tokenizer.
+
+    `docs` is a list of lists of bytes (or an Arrow `list<binary>` array). Row i
+    equals ``datasketch.MinHash(num_perm, seed, hashfunc=xxhash.xxh32_intdigest)
+    .update_batch(docs[i]).hashvalues``.
+    """
+    _check(num_perm, 1, "word")
+    if not isinstance(docs, (pa.Array, pa.ChunkedArray)):
+        docs = pa.array(docs, type=pa.list_(pa.binary()))
+    if isinstance(docs, pa.ChunkedArray):
+        docs = docs.combine_chunks()
+    if pa.types.is_large_list(docs.type):
+        docs = docs.cast(pa.list_(pa.binary()))
+    lengths = pc.fill_null(pc.list_value_length(docs), 0).to_numpy(zero_copy_only=False)
+    list_offsets = np.zeros(len(docs) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=list_offsets[1:])
+    flat = docs.flatten()
+    if not pa.types.is_binary(flat.type):
+        flat = flat.cast(pa.binary())
+    flat = pc.fill_null(flat, b"")
+    data, offsets = arrow_buffers(flat)
+    a, b = permutations(num_perm, seed)
+    out = np.empty((len(docs), num_perm), dtype=np.uint32)
+    if len(docs):
+        _signatures_from_shingles_kernel(data, offsets, list_offsets, a, b, out)
     return out
 
 

@@ -87,6 +87,8 @@ def arrow_buffers(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     already be filled (see `normalize_texts`).
     """
     n = len(texts)
+    if n == 0:
+        return np.zeros(0, np.uint8), np.zeros(1, np.int64)
     bufs = texts.buffers()
     offsets = np.frombuffer(bufs[1], dtype=np.int32, count=texts.offset + n + 1)[texts.offset :]
     data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
