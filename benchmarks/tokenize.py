@@ -9,7 +9,9 @@ Printed side by side (never asserted; see README targets):
    the bare `tokenizers` reference on the same texts, same batch size, same
    thread count (RAYON_NUM_THREADS; each setting runs in a fresh process because
    the Rust thread pool is sized once). Ratio = ours / reference (target >= 0.8
-   vs `encode_batch`).
+   vs `encode_batch`). Also the full engine path, `Pipeline.run(engine="local",
+   workers=threads)` from Parquet files (timed including engine start-up,
+   spills and accounting).
 2. packing: fill rate (real tokens / slots) and truncation rate (documents
    <= seq_len that were split) of `concat` and `best_fit` at seq_len 2048 and
    8192, on real code (the CPython standard library, one file = one document).
@@ -106,6 +108,29 @@ def child_throughput(mb: float, batch: int, tokenizer: str, doc_chars: int) -> d
     return out
 
 
+def child_pipeline(mb: float, tokenizer: str, doc_chars: int, workers: int) -> dict:
+    """The same work through `Pipeline.run(engine="local")` (Parquet in, packed out, accounting)."""
+    import pyarrow.parquet as pq
+
+    from datakit import Pipeline
+
+    texts = corpus(mb, doc_chars)
+    with tempfile.TemporaryDirectory() as d:
+        table = records(texts)
+        n = 4
+        for k in range(n):  # several input files, as a real run has
+            pq.write_table(table.slice(k * table.num_rows // n, (k + 1) * table.num_rows // n - k * table.num_rows // n),
+                           f"{d}/in-{k}.parquet")
+        p = (Pipeline(name="bench", seed=0).input(f"{d}/in-*.parquet", format="parquet", schema="training_record.v1")
+             .add({"kind": "tokenize", "tokenizer": tokenizer, "seq_len": 2048, "packing": "best_fit"})
+             .output(f"{d}/out", format="packed", shards=4))
+        t0 = time.perf_counter()
+        p.run(engine="local", workers=workers)
+        dt = time.perf_counter() - t0
+        m = json.loads(Path(f"{d}/out/manifest.json").read_text())
+    return {"pipeline": {"seconds": dt, "tokens": m["totals"]["tokens"]}}
+
+
 def packing_quality(texts: list[str], tokenizer: str) -> list[dict]:
     import numpy as np
 
@@ -177,26 +202,39 @@ def main() -> None:
     ap.add_argument("--doc-chars", type=int, nargs="+", default=[0, 2000],
                     help="throughput corpora: 0 = whole files, N = documents of 1..N chars")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--child-pipeline", type=int, default=0, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.child_pipeline:
+        print(json.dumps(child_pipeline(a.mb, a.tokenizer, a.doc_chars[0], a.child_pipeline)))
+        return
     if a.child:
         print(json.dumps(child_throughput(a.mb, a.batch, a.tokenizer, a.doc_chars[0])))
         return
 
     print(f"== throughput: {a.mb} MB of stdlib code, batch {a.batch} docs, tokenizer {Path(a.tokenizer).name}")
     print(f"{'docs':>13} {'threads':>7} {'encode_batch':>14} {'encode_batch_fast':>18} {'datakit e2e':>13} "
-          f"{'ratio/eb':>9} {'ratio/ebf':>10}")
+          f"{'ratio/eb':>9} {'ratio/ebf':>10} {'pipeline':>10} {'ratio/eb':>9}")
+
+    def child(extra: list[str], th: int, dc: int) -> dict:
+        env = {**os.environ, "RAYON_NUM_THREADS": str(th), "TOKENIZERS_PARALLELISM": "true"}
+        res = subprocess.run([sys.executable, __file__, "--mb", str(a.mb), "--batch", str(a.batch),
+                              "--tokenizer", a.tokenizer, "--doc-chars", str(dc), *extra],
+                             env=env, capture_output=True, text=True, check=True)
+        return json.loads(res.stdout.strip().splitlines()[-1])
+
     for dc in a.doc_chars:
         for th in a.threads:
-            env = {**os.environ, "RAYON_NUM_THREADS": str(th), "TOKENIZERS_PARALLELISM": "true"}
-            res = subprocess.run([sys.executable, __file__, "--child", "--mb", str(a.mb), "--batch", str(a.batch),
-                                  "--tokenizer", a.tokenizer, "--doc-chars", str(dc)],
-                                 env=env, capture_output=True, text=True, check=True)
-            r = json.loads(res.stdout.strip().splitlines()[-1])
-            tps = {k: r[k]["tokens"] / r[k]["seconds"] for k in ("encode_batch", "encode_batch_fast", "datakit")}
+            r = child(["--child"], th, dc)
+            # the engine path, in its own process (a forked pool must not inherit a used Rust pool);
+            # `th` workers, each tokenizing with one thread (RAYON_NUM_THREADS=1): the same cores
+            r.update(child(["--child-pipeline", str(th)], 1, dc))
+            tps = {k: r[k]["tokens"] / r[k]["seconds"]
+                   for k in ("encode_batch", "encode_batch_fast", "datakit", "pipeline")}
             label = "whole files" if dc == 0 else f"<= {dc} chars"
             print(f"{label:>13} {th:>7} {tps['encode_batch'] / 1e6:>11.2f}M/s {tps['encode_batch_fast'] / 1e6:>15.2f}M/s "
                   f"{tps['datakit'] / 1e6:>10.2f}M/s {tps['datakit'] / tps['encode_batch']:>9.2f} "
-                  f"{tps['datakit'] / tps['encode_batch_fast']:>10.2f}")
+                  f"{tps['datakit'] / tps['encode_batch_fast']:>10.2f} {tps['pipeline'] / 1e6:>7.2f}M/s "
+                  f"{tps['pipeline'] / tps['encode_batch']:>9.2f}")
 
     texts = corpus(a.pack_mb)
     print(f"\n== packing quality: {len(texts)} real code documents ({a.pack_mb} MB)")
