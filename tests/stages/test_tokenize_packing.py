@@ -294,3 +294,37 @@ def test_tokenize_stage_from_yaml_with_relative_tokenizer(tmp_path, mixed_record
     shown = inspect_dataset(tmp_path / "out", sequences=2, max_chars=10_000)
     tok = load_tokenizer(TOKENIZER)
     assert "tokens-00000 document 1:" in shown and tok.decode(seqs[1].tolist()) in shown
+
+
+def test_large_vocab_uses_int32_and_loader_reads_it(tmp_path, mixed_records):
+    from datakit.io.sinks import commit, write_shard
+    from datakit.plan import SinkSpec
+    from datakit.stages.tokenize.encode import ENCODED_SCHEMA
+
+    cfg = TokenizeConfig(tokenizer=TOKENIZER, seq_len=64)
+    encoded, _, options = encode_records(mixed_records, cfg)
+    big = [70_000 + i for i in range(10)]  # ids beyond uint16, as a 128k-vocab model has
+    rows = encoded.slice(0, 3).to_pylist()
+    rows[0]["input_ids"] = rows[0]["input_ids"] + big
+    rows[0]["loss_mask"] = rows[0]["loss_mask"] + [1] * len(big)
+    spec = SinkSpec(path=str(tmp_path / "o"), format="packed", options={**options, "vocab_size": 128_256})
+    info = write_shard(pa.Table.from_pylist(rows, schema=ENCODED_SCHEMA), 0, spec, ENCODED_SCHEMA)
+    m = commit(spec, [info], {})
+    assert m["dtype"] == "int32"
+    ds = PackedDataset(tmp_path / "o")
+    seen = np.concatenate([ds[i]["input_ids"] for i in range(len(ds))])
+    assert set(big) <= set(seen.tolist())
+    spec_small = SinkSpec(path=str(tmp_path / "bad"), format="packed", options={**options, "vocab_size": 4101})
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        write_shard(pa.Table.from_pylist(rows, schema=ENCODED_SCHEMA), 0, spec_small, ENCODED_SCHEMA)
+
+
+def test_rerun_reuses_finished_shards(tmp_path, mixed_records):
+    cfg = TokenizeConfig(tokenizer=TOKENIZER, seq_len=128)
+    a = build_dataset(mixed_records, str(tmp_path / "o"), cfg, shards=2)
+    before = output_checksums(str(tmp_path / "o"))
+    tokens = tmp_path / "o" / a["shards"][0]["arrays"]["tokens"]
+    mtime = tokens.stat().st_mtime_ns
+    b = build_dataset(mixed_records, str(tmp_path / "o"), cfg, shards=2)
+    assert tokens.stat().st_mtime_ns == mtime  # reused, not rewritten
+    assert output_checksums(str(tmp_path / "o")) == before and a["totals"] == b["totals"]
