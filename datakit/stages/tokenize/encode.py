@@ -42,7 +42,8 @@ ENCODED_SCHEMA = pa.schema(
     [
         ("doc_id", pa.string()),
         ("kind", pa.string()),
-        ("shuffle_key", pa.uint64()),  # xxh64(doc_id, seed): the seeded global-shuffle order
+        # xxh64(doc_id, seed) as a signed int64 (Spark has no uint64): the seeded global-shuffle order
+        ("shuffle_key", pa.int64()),
         ("n_tokens", pa.int32()),
         ("fim_mode", pa.string()),  # "psm" | "spm" | null
         ("input_ids", IDS),
@@ -65,10 +66,14 @@ CHAT_ROLES = ("system", "user", "assistant", "tool")
 
 
 def shuffle_keys(doc_ids: list[str], seed: int) -> np.ndarray:
-    """The seeded global-shuffle order key of each document: xxh64(utf-8 doc_id, seed')."""
+    """The seeded global-shuffle order key of each document: xxh64(utf-8 doc_id, seed'), as int64.
+
+    The 64 hash bits are reinterpreted as a signed integer (two's complement)
+    because Spark has no unsigned types; the order is just as random.
+    """
     s = (int(seed) * 0x9E3779B97F4A7C15 + _SHUFFLE_SALT) & 0xFFFFFFFFFFFFFFFF
     h = xxhash.xxh64_intdigest
-    return np.fromiter((h(d.encode(), s) for d in doc_ids), dtype=np.uint64, count=len(doc_ids))
+    return np.fromiter((h(d.encode(), s) for d in doc_ids), dtype=np.uint64, count=len(doc_ids)).view(np.int64)
 
 
 def fim_draws(doc_id: str, seed: int) -> tuple[float, float, float, float]:
