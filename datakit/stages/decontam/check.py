@@ -562,22 +562,30 @@ def _packed_batches(path: str, batch_rows: int) -> Iterator[TextBatch]:
         raise InputError(f"{path}: packed token datasets need datakit.loader, which is not available") from None
     ds = PackedDataset(path)
     decode = _decoder(ds.manifest, path)
-    texts: list[str] = []
-    ids: list[str] = []
+    pieces: dict[str, list[tuple[int, str]]] = {}
+    count = 0
     first = 0
+
+    def flush() -> TextBatch:
+        # a document cut across sequences is glued back in offset order (n-grams span the cut)
+        ids = sorted(pieces)
+        texts = ["".join(t for _, t in sorted(pieces[d])) for d in ids]
+        return _to_text_batch(path, pa.table({"doc_id": ids, "text": texts}), first, None)
+
     for i in range(len(ds)):
         tokens, _, _ = ds.raw(i)
         for seg in ds.segments(i):
             if seg["doc_id"] is None:
                 continue
-            texts.append(decode(np.asarray(tokens[seg["start"]:seg["end"]]).tolist()))
-            ids.append(seg["doc_id"])
-        if len(texts) >= batch_rows:
-            yield _to_text_batch(path, pa.table({"doc_id": ids, "text": texts}), first, None)
-            first += len(texts)
-            texts, ids = [], []
-    if texts:
-        yield _to_text_batch(path, pa.table({"doc_id": ids, "text": texts}), first, None)
+            text = decode(np.asarray(tokens[seg["start"]:seg["end"]]).tolist())
+            pieces.setdefault(seg["doc_id"], []).append((int(seg["doc_offset"]), text))
+            count += 1
+        if count >= batch_rows:
+            yield flush()
+            first += len(pieces)
+            pieces, count = {}, 0
+    if pieces:
+        yield flush()
 
 
 def _decoder(manifest: dict, path: str):

