@@ -416,7 +416,9 @@ DETECTORS: tuple[Detector, ...] = (
         r"(?<![\w:.])(?:(?:[0-9A-Fa-f]{1,4}:){7}[0-9A-Fa-f]{1,4}"
         r"|(?:[0-9A-Fa-f]{1,4}:){1,7}:(?:[0-9A-Fa-f]{1,4}(?::[0-9A-Fa-f]{1,4}){0,6})?"
         r"|:(?::[0-9A-Fa-f]{1,4}){1,7})(?![\w:])",
-        r"[0-9A-Fa-f]{1,4}::?[0-9A-Fa-f]{1,4}:|::[0-9A-Fa-f]{1,4}:", "<IP_ADDRESS>", validate=ipv6_ok,
+        # starts with a literal ':' so Rust can memchr to candidates (10x faster than a hex class first);
+        # every address the validator accepts (>= 3 groups) contains ":h:h" or "::h"
+        r":(?:[0-9A-Fa-f]{1,4})?:[0-9A-Fa-f]{1,4}", "<IP_ADDRESS>", validate=ipv6_ok,
         priority=55,
     ),
     Detector(
@@ -428,7 +430,10 @@ DETECTORS: tuple[Detector, ...] = (
     Detector(
         "iban", "IBAN_CODE", "pii",
         r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?(?![A-Za-z0-9])",
-        r"[A-Z]{2}\d{2} ?[A-Z0-9]{4} ?[A-Z0-9]{4}", "<IBAN>", validate=iban_match_ok, priority=76,
+        # the country codes as a literal set (the validator accepts only these), so Rust can use
+        # its multi-literal search instead of a DFA over every position
+        r"(?:" + "|".join(sorted(IBAN_LENGTHS)) + r")\d{2} ?[A-Z0-9]{4} ?[A-Z0-9]{4}", "<IBAN>",
+        validate=iban_match_ok, priority=76,
     ),
     Detector(
         "us_ssn", "US_SSN", "pii",

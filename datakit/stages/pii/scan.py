@@ -75,11 +75,45 @@ def _as_list(texts: pa.Array | pa.ChunkedArray | Sequence[str | None]) -> list[s
     return list(texts)
 
 
-def candidate_rows(texts: Sequence[str | None], detectors: Sequence[Detector]) -> list[list[int]]:
+class _Rows:
+    """Row access that materializes Python strings only for the rows asked for.
+
+    Why: converting a whole Arrow column to Python strings costs as much as the
+    Rust prefilters; most rows are never looked at by Python.
+    """
+
+    def __init__(self, texts: pa.Array | pa.ChunkedArray | Sequence[str | None]) -> None:
+        self.arrow = texts if isinstance(texts, (pa.Array, pa.ChunkedArray)) else None
+        self.seq = None if self.arrow is not None else list(texts)  # type: ignore[arg-type]
+        if isinstance(self.arrow, pa.ChunkedArray):
+            self.arrow = self.arrow.combine_chunks()
+        self.cache: dict[int, str | None] = {}
+
+    def __len__(self) -> int:
+        return len(self.arrow) if self.arrow is not None else len(self.seq)  # type: ignore[arg-type]
+
+    def __getitem__(self, i: int) -> str | None:
+        if self.seq is not None:
+            return self.seq[i]
+        if i not in self.cache:
+            self.cache[i] = self.arrow[i].as_py()  # type: ignore[index]
+        return self.cache[i]
+
+    def series(self):
+        import polars as pl
+
+        if self.arrow is not None:
+            arr = self.arrow if self.arrow.type in (pa.string(), pa.large_string()) else self.arrow.cast(pa.string())
+            return pl.from_arrow(arr).rename("t")
+        return pl.Series("t", self.seq, dtype=pl.String)
+
+
+def candidate_rows(texts: "_Rows | Sequence[str | None]", detectors: Sequence[Detector]) -> list[list[int]]:
     """For each detector, the row indices its Rust prefilter matches (one polars pass each)."""
     import polars as pl
 
-    df = pl.DataFrame({"t": pl.Series("t", texts, dtype=pl.String)}).select(
+    rows = texts if isinstance(texts, _Rows) else _Rows(texts)
+    df = pl.DataFrame({"t": rows.series()}).select(
         *[pl.col("t").str.contains(d.rust_prefilter).fill_null(False).alias(f"d{i}") for i, d in enumerate(detectors)]
     )
     out: list[list[int]] = []
@@ -89,7 +123,7 @@ def candidate_rows(texts: Sequence[str | None], detectors: Sequence[Detector]) -
     return out
 
 
-def candidate_hits(texts: Sequence[str | None], detectors: Sequence[Detector]) -> list[dict[int, list[str]]]:
+def candidate_hits(texts: "_Rows | Sequence[str | None]", detectors: Sequence[Detector]) -> list[dict[int, list[str]]]:
     """For each detector: row -> the substrings its Rust prefilter matched (one polars pass each).
 
     Why substrings: polars has no "all match offsets", but the matched text is
@@ -97,7 +131,8 @@ def candidate_hits(texts: Sequence[str | None], detectors: Sequence[Detector]) -
     """
     import polars as pl
 
-    df = pl.DataFrame({"t": pl.Series("t", texts, dtype=pl.String)}).select(
+    rows = texts if isinstance(texts, _Rows) else _Rows(texts)
+    df = pl.DataFrame({"t": rows.series()}).select(
         *[pl.col("t").str.extract_all(d.rust_prefilter).alias(f"d{i}") for i, d in enumerate(detectors)]
     )
     out: list[dict[int, list[str]]] = []
@@ -152,9 +187,9 @@ def scan_batch(
       PEM blocks, which are scanned whole: their pattern starts with a literal
       and runs at GB/s in Python anyway).
     """
-    rows = _as_list(texts)
     if strategy == "python":
-        return [scan_text(t, detectors) for t in rows]
+        return [scan_text(t, detectors) for t in _as_list(texts)]
+    rows = _Rows(texts)
     if strategy not in ("polars", "polars_rows"):
         raise ValueError(f"unknown scan strategy {strategy!r}; use 'polars', 'polars_rows' or 'python'")
     per_row: dict[int, list[tuple[int, int, int, str]]] = {}

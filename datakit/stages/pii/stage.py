@@ -25,7 +25,9 @@ import logging
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import Field, field_validator
 
 from datakit.contracts import SEGMENT, TRAINING_RECORD_V1
@@ -123,10 +125,11 @@ class ScrubFn:
     def __repr__(self) -> str:  # never show the key
         return f"ScrubFn({len(self.detectors)} detectors, strategy={self.strategy})"
 
-    def scan(self, texts: list[str | None], prose: list[bool] | None = None) -> list[list[Finding]]:
+    def scan(self, texts: "list[str | None] | pa.Array", prose: list[bool] | None = None) -> list[list[Finding]]:
         found = scan_batch(texts, self.detectors, self.strategy)
         if self.person is not None and prose is not None:
-            found = self.person.add_names(texts, prose, found)
+            py = texts.to_pylist() if isinstance(texts, pa.Array) else texts
+            found = self.person.add_names(py, prose, found)
         return found
 
     def scrub(self, texts: list[str | None], prose: list[bool] | None = None
@@ -135,7 +138,8 @@ class ScrubFn:
         units, found = self.scrub_units([[t] for t in texts], [""] * len(texts), prose)
         return [u[0] for u in units], found
 
-    def scrub_units(self, units: list[list[str | None]], seps: list[str], prose: list[bool] | None = None
+    def scrub_units(self, units: list[list[str | None]], seps: list[str], prose: list[bool] | None = None,
+                    first: list[list[Finding]] | None = None
                     ) -> tuple[list[list[str | None]], list[list[Finding]]]:
         """Scrub units of text parts that are scanned as one document (`sep.join(parts)`).
 
@@ -148,13 +152,18 @@ class ScrubFn:
         construction): one round is almost always enough; a second is needed
         when a higher-priority span hid an overlapping lower one. Only changed
         units are re-scanned. Returns new units and every finding of every round.
+        `first` (optional) are the first round's findings, when the caller already
+        scanned the joined texts (the batch path scans Arrow columns directly).
         """
         out = [list(u) for u in units]
         found_all: list[list[Finding]] = [[] for _ in units]
         todo = list(range(len(units)))
-        for _round in range(self.MAX_ROUNDS):
+        for rnd in range(self.MAX_ROUNDS):
             joined = [seps[i].join(t or "" for t in out[i]) if len(out[i]) != 1 else out[i][0] for i in todo]
-            found = self.scan(joined, [prose[i] for i in todo] if prose is not None else None)
+            if rnd == 0 and first is not None:
+                found = first
+            else:
+                found = self.scan(joined, [prose[i] for i in todo] if prose is not None else None)
             nxt = []
             for i, text, fs in zip(todo, joined, found):
                 if fs:
@@ -198,52 +207,70 @@ class ScrubFn:
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         n = batch.num_rows
         names = batch.schema.names
-        seg = batch.column("segments") if "segments" in names else None
-        seg_values = seg.values if seg is not None else None
-        seg_offsets = seg.offsets.to_numpy() if seg is not None else None
-        if seg is not None:
-            start, stop = int(seg_offsets[0]), int(seg_offsets[-1])
-            seg_values = seg_values.slice(start, stop - start)
-            seg_offsets = seg_offsets - start
-        seg_fields = dict(zip([f.name for f in SEGMENT], seg_values.flatten())) if seg is not None else {}
-        seg_texts: list[str | None] = seg_fields["text"].to_pylist() if seg is not None else []
-        seg_roles: list[str | None] = seg_fields["role"].to_pylist() if seg is not None else []
-        chosen = batch.column("chosen").to_pylist() if "chosen" in names else [None] * n
-        rejected = batch.column("rejected").to_pylist() if "rejected" in names else [None] * n
+        seg = batch.column("segments") if "segments" in names else pa.nulls(n, pa.list_(SEGMENT))
+        offsets = seg.offsets.to_numpy()
+        seg_values = seg.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+        offsets = offsets - offsets[0]
+        seg_fields = dict(zip([f.name for f in SEGMENT], seg_values.flatten()))
+        seg_text: pa.Array = seg_fields["text"]
+        seg_roles: list[str | None] = seg_fields["role"].to_pylist()
+        chosen: pa.Array = batch.column("chosen") if "chosen" in names else pa.nulls(n, pa.string())
+        rejected: pa.Array = batch.column("rejected") if "rejected" in names else pa.nulls(n, pa.string())
 
-        # units: one per record (its segments, in document order) + chosen + rejected, scanned in one batch
-        units: list[list[str | None]] = []
+        # Units, scanned together in one Arrow column: each record's segments read as one document
+        # (FIM in prefix-middle-suffix order), then every `chosen`, then every `rejected`.
+        # One-segment records (code) are scanned straight from the Arrow buffer; only records with
+        # several segments are joined in Python, and only units with findings become Python strings.
         unit_idx: list[list[int]] = []
         seps: list[str] = []
         prose: list[bool] = []
-        if seg is not None:
-            for row in range(n):
-                idx = list(range(int(seg_offsets[row]), int(seg_offsets[row + 1])))
-                is_fim = any(seg_roles[i] in _FIM_ORDER for i in idx)
-                if is_fim:
-                    idx.sort(key=lambda i: _FIM_ORDER.get(seg_roles[i], 3))
-                units.append([seg_texts[i] for i in idx])
-                unit_idx.append(idx)
-                seps.append("" if is_fim else "\n\n")
-                prose.append(any(seg_roles[i] in PROSE_ROLES for i in idx))
+        joined: list[str | None] = []
+        single: list[int] = []
+        for row in range(n):
+            idx = list(range(int(offsets[row]), int(offsets[row + 1])))
+            is_fim = any(seg_roles[i] in _FIM_ORDER for i in idx)
+            if is_fim:
+                idx.sort(key=lambda i: _FIM_ORDER.get(seg_roles[i], 3))
+            unit_idx.append(idx)
+            seps.append("" if is_fim else "\n\n")
+            prose.append(any(seg_roles[i] in PROSE_ROLES for i in idx))
+            single.append(idx[0] if len(idx) == 1 else -1)
+        if all(i >= 0 for i in single) and single == list(range(len(seg_text))):
+            record_text = seg_text  # the common case: one segment per record, in order
         else:
-            units += [[] for _ in range(n)]
-            unit_idx += [[] for _ in range(n)]
-            seps += ["\n\n"] * n
-            prose += [False] * n
-        units += [[t] for t in chosen] + [[t] for t in rejected]
-        seps += [""] * (2 * n)
+            for row in range(n):
+                idx = unit_idx[row]
+                joined.append(seg_text[single[row]].as_py() if single[row] >= 0 else
+                              seps[row].join(seg_text[i].as_py() or "" for i in idx) if idx else None)
+            record_text = pa.array(joined, pa.string())
+        column = pa.concat_arrays([record_text.cast(pa.string()), chosen.cast(pa.string()),
+                                   rejected.cast(pa.string())])
         prose += [True] * (2 * n)
-        new_units, found = self.scrub_units(units, seps, prose)
+        first = self.scan(column, prose)
 
-        new_seg_texts: list[str | None] = list(seg_texts)
-        for idx, parts in zip(unit_idx, new_units[:n]):
-            for i, t in zip(idx, parts):
-                new_seg_texts[i] = t
-        new_chosen = [u[0] for u in new_units[n : 2 * n]]
-        new_rejected = [u[0] for u in new_units[2 * n :]]
+        hits = [u for u, fs in enumerate(first) if fs]
+        parts: list[list[str | None]] = []
+        for u in hits:
+            if u < n:
+                parts.append([seg_text[i].as_py() for i in unit_idx[u]])
+            else:
+                parts.append([(chosen if u < 2 * n else rejected)[u % n].as_py()])
+        new_parts, found_hits = self.scrub_units(
+            parts, [seps[u] if u < n else "" for u in hits], [prose[u] for u in hits], [first[u] for u in hits])
 
-        per_row: list[list[Finding]] = [found[r] + found[n + r] + found[2 * n + r] for r in range(n)]
+        seg_new: dict[int, str | None] = {}
+        col_new: dict[int, str | None] = {}
+        found: dict[int, list[Finding]] = {}
+        for u, new_u, fs in zip(hits, new_parts, found_hits):
+            found[u] = fs
+            if u < n:
+                for i, t in zip(unit_idx[u], new_u):
+                    seg_new[i] = t
+            else:
+                col_new[u] = new_u[0]
+
+        per_row: list[list[Finding]] = [found.get(r, []) + found.get(n + r, []) + found.get(2 * n + r, [])
+                                        for r in range(n)]
         counts: dict[str, int] = {}
         for fs in per_row:
             for f in fs:
@@ -256,19 +283,19 @@ class ScrubFn:
             for d, fs in zip(drop, per_row)
         ]
         cols: dict[str, pa.Array] = {}
-        if seg is not None:
+        if "segments" in names:
             values = pa.StructArray.from_arrays(
-                [pa.array(new_seg_texts, pa.string()), seg_fields["train"], seg_fields["role"]],
+                [_replace(seg_text, seg_new), seg_fields["train"], seg_fields["role"]],
                 fields=list(SEGMENT),
                 mask=seg_values.is_null() if seg_values.null_count else None,
             )
             cols["segments"] = pa.ListArray.from_arrays(
-                pa.array(seg_offsets, pa.int32()), values, mask=seg.is_null() if seg.null_count else None
+                pa.array(offsets, pa.int32()), values, mask=seg.is_null() if seg.null_count else None
             )
         if "chosen" in names:
-            cols["chosen"] = pa.array(new_chosen, pa.string())
+            cols["chosen"] = _replace(chosen, {u - n: t for u, t in col_new.items() if u < 2 * n})
         if "rejected" in names:
-            cols["rejected"] = pa.array(new_rejected, pa.string())
+            cols["rejected"] = _replace(rejected, {u - 2 * n: t for u, t in col_new.items() if u >= 2 * n})
 
         arrays = [cols.get(name, batch.column(i)) for i, name in enumerate(names)]
         fields = [batch.schema.field(i) if name not in cols else pa.field(name, cols[name].type)
@@ -281,6 +308,17 @@ class ScrubFn:
         arrays += [pa.array(drop, pa.string()), pa.array(detail, pa.string()), pa.array(metrics, pa.string())]
         fields += [pa.field(DROP, pa.string()), pa.field(DROP_DETAIL, pa.string()), pa.field(METRICS, pa.string())]
         return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _replace(arr: pa.Array, new: dict[int, str | None]) -> pa.Array:
+    """`arr` (string) with the elements at `new`'s indices replaced; untouched when `new` is empty."""
+    arr = arr.cast(pa.string())
+    if not new:
+        return arr
+    idx = sorted(new)
+    mask = np.zeros(len(arr), dtype=bool)
+    mask[idx] = True
+    return pc.replace_with_mask(arr, pa.array(mask), pa.array([new[i] for i in idx], pa.string()))
 
 
 def scrub_texts(texts: list[str | None], config: ScrubPiiConfig | None = None) -> list[str | None]:
