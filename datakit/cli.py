@@ -34,10 +34,10 @@ def _print_stages(stages: list[dict]) -> None:
     for col in ("stage", "rows in", "rows out", "emitted", "dropped (by reason)", "s"):
         t.add_column(col, justify="right" if col in ("rows in", "rows out", "emitted", "s") else "left")
     for s in stages:
-        dropped = ", ".join(f"{k}={v}" for k, v in s["dropped"].items()) or "-"
+        dropped = "\n".join(f"{k}={v}" for k, v in s["dropped"].items()) or "-"
         t.add_row(s["name"], str(s["rows_in"]), str(s["rows_out"]), str(s.get("emitted", "")), dropped,
                   f"{s['seconds']:.2f}")
-    Console(stderr=False).print(t)
+    Console(stderr=False, width=max(100, Console().width)).print(t)
 
 
 @app.command()

@@ -42,9 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\noutput: {result.output_path}")
     print(f"  format={m.get('format')} shards={len(m.get('shards', []))} rows={m.get('rows')} "
           f"in {result.seconds:.1f}s")
-    for key in ("sequences", "tokens", "documents", "seq_len"):
-        if key in m:
-            print(f"  {key}={m[key]}")
+    totals = m.get("totals", {})
+    for key in ("seq_len", "sequences", "tokens", "documents", "fill_rate"):
+        value = m.get(key, totals.get(key))
+        if value is not None:
+            print(f"  {key}={value}")
     print(f"  run report: {result.output_path}/_run.json")
     return 0
 

@@ -151,6 +151,7 @@ class ChainTask:
 
 def _apply_op(op: MapBatches, batch: pa.RecordBatch, st: NodeStats, aux: "_AuxWriters") -> pa.RecordBatch:
     st.rows_in += batch.num_rows
+    t0 = time.perf_counter()
     out = op.fn(batch)
     if isinstance(out, pa.Table):
         out = out.combine_chunks().to_batches()[0] if out.num_rows else pa.RecordBatch.from_pylist([], schema=out.schema)
@@ -170,6 +171,7 @@ def _apply_op(op: MapBatches, batch: pa.RecordBatch, st: NodeStats, aux: "_AuxWr
             out = out.filter(keep)
     out = _conform(out, op.schema)
     st.rows_out += out.num_rows
+    st.seconds += time.perf_counter() - t0
     return out
 
 
@@ -248,10 +250,6 @@ def run_chain(task: ChainTask) -> dict[str, Any]:
         for w in writers.values():
             w.close()
     aux.close()
-    elapsed = time.perf_counter() - t0
-    # attribute time to the ops of this chain evenly enough for a report (we don't time each op)
-    for op in task.ops:
-        stats[op.id].seconds = elapsed / max(1, len(task.ops))
     result = {
         "fingerprint": fp,
         "files": sorted(files.values()),
@@ -408,6 +406,8 @@ class LocalEngine:
             results = self._run_chain(node)
             parts = [Partition("spill", f, node.schema) for r in results for f in r["files"]]
         else:
+            for i in node.inputs:  # inputs first, so the barrier's seconds are its own work only
+                self._materialize(i)
             t0 = time.perf_counter()
             parts = self._barrier(node)
             self._stats[node.id].seconds += time.perf_counter() - t0
