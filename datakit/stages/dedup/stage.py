@@ -42,7 +42,8 @@ from datakit.stages.dedup.verify import exact_jaccard, signature_jaccard
 
 METRICS = "_metrics"
 # internal column names (prefixed so they never clash with a record field)
-_KEY, _KEEP, _SIG, _BAND, _BUCKET, _MIN, _TEXT = "_dk_key", "_dk_keep", "_dk_sig", "_dk_band", "_dk_bucket", "_dk_min", "_dk_text"
+_KEY, _KEEP, _SIG, _BAND, _BUCKET, _MIN = "_dk_key", "_dk_keep", "_dk_sig", "_dk_band", "_dk_bucket", "_dk_min"
+_SIDE = {"exact": "_dk_text_src", "signature": "_dk_sig_src"}
 
 
 class MinHashConfig(BaseModel):
@@ -168,12 +169,11 @@ class _MarkFn:
 
 @dataclass(frozen=True)
 class _SignatureFn:
-    """(doc_id, scope, signature as little-endian bytes, optional text) per record."""
+    """(doc_id, scope, signature as little-endian bytes) per record."""
 
     text_column: str | None
     cfg: MinHashConfig
     scope: str | None
-    keep_text: bool
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         texts = record_texts(batch, self.text_column)
@@ -187,9 +187,6 @@ class _SignatureFn:
         if self.scope:
             names.insert(1, self.scope)
             cols.insert(1, batch.column(self.scope))
-        if self.keep_text:
-            names.append(_TEXT)
-            cols.append(texts)
         return pa.RecordBatch.from_arrays(cols, names=names)
 
 
@@ -259,22 +256,45 @@ class _RenameFn:
 
 
 @dataclass(frozen=True)
+class _SrcSideFn:
+    """After joining a pair's src to its record (exact) or signature row: keep (src, dst, src's text/signature).
+
+    Why the record and not a text column carried along: the pairs are few, the
+    records are already materialized for the final join, so verification never
+    writes a second copy of every document's text.
+    """
+
+    verify: str
+    text_column: str | None
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        side = record_texts(batch, self.text_column) if self.verify == "exact" else batch.column(_SIG)
+        return pa.RecordBatch.from_arrays([batch.column("src"), batch.column("dst"), side],
+                                          names=["src", "dst", _SIDE[self.verify]])
+
+
+@dataclass(frozen=True)
 class _VerifyFn:
-    """Keep candidate edges whose Jaccard (estimated or exact) reaches the threshold."""
+    """Pairs (src, dst) with src's side column and dst's record/signature joined: Jaccard >= threshold?
+
+    A rejected pair is emitted as the self loop (src, src) instead of vanishing:
+    the node then is its own singleton component (kept), and every batch keeps a
+    row to carry the counters.
+    """
 
     cfg: MinHashConfig
+    text_column: str | None
     counters: tuple[str, str] = ("candidate_pairs", "verified_pairs")
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         c = self.cfg
         if c.verify == "signature":
-            sim = signature_jaccard(_sig_matrix(batch.column(_SIG + "_src"), c.num_perm),
-                                    _sig_matrix(batch.column(_SIG + "_dst"), c.num_perm))
+            sim = signature_jaccard(_sig_matrix(batch.column(_SIDE["signature"]), c.num_perm),
+                                    _sig_matrix(batch.column(_SIG), c.num_perm))
         else:
-            sim = exact_jaccard(batch.column(_TEXT + "_src"), batch.column(_TEXT + "_dst"), c.ngram, c.shingle, c.lowercase)
+            sim = exact_jaccard(batch.column(_SIDE["exact"]), record_texts(batch, self.text_column),
+                                c.ngram, c.shingle, c.lowercase)
         ok = sim >= c.threshold
-        # a rejected edge becomes a self loop (src, src) instead of vanishing: the node then is its own
-        # singleton component (kept), and every batch keeps a row to carry the counters
         src = batch.column("src")
         dst = pc.if_else(pa.array(ok), batch.column("dst"), src)
         metrics = [None] * batch.num_rows
@@ -298,11 +318,8 @@ def _compile_exact(rel: Rel, text_column: str | None, normalize: str, scope: str
 def _compile_near(rel: Rel, text_column: str | None, cfg: MinHashConfig, scope: str | None) -> Rel:
     schema = rel.schema
     bands, rows = cfg.band_rows()
-    keep_text = cfg.verify == "exact"
     doc_fields = [schema.field("doc_id")] + ([schema.field(scope)] if scope else []) + [pa.field(_SIG, pa.binary())]
-    if keep_text:
-        doc_fields.append(pa.field(_TEXT, pa.string()))
-    docs = rel.map_batches(_SignatureFn(text_column, cfg, scope, keep_text), pa.schema(doc_fields), name="dedup_minhash")
+    docs = rel.map_batches(_SignatureFn(text_column, cfg, scope), pa.schema(doc_fields), name="dedup_minhash")
     band_schema = pa.schema([schema.field("doc_id"), pa.field(_BAND, pa.int32()), pa.field(_BUCKET, pa.int64())])
     banded = docs.map_batches(_BandFn(cfg.num_perm, bands, rows, scope), band_schema, name="dedup_lsh_bands")
     buckets = banded.aggregate([_BAND, _BUCKET], {_MIN: ("min", "doc_id")})
@@ -314,19 +331,15 @@ def _compile_near(rel: Rel, text_column: str | None, cfg: MinHashConfig, scope: 
         comps = edges.connected_components()
         marked = rel.join(comps, "doc_id", "node", how="left")
         return marked.map_batches(_MarkFn("component", "near_duplicate"), schema, name="dedup_near", drop_log_key="doc_id")
-    col = _TEXT if keep_text else _SIG
-    typ = pa.string() if keep_text else pa.binary()
-    sides = {
-        end: docs.map_batches(_RenameFn((("doc_id", end), (col, f"{col}_{end}"))),
-                              pa.schema([pa.field(end, pa.string()), pa.field(f"{col}_{end}", typ)]),
-                              name=f"dedup_verify_{end}")
-        for end in ("src", "dst")
-    }
+    side = rel if cfg.verify == "exact" else docs  # where a doc's text (its record) or signature comes from
+    side_type = pa.string() if cfg.verify == "exact" else pa.binary()
+    src_schema = pa.schema(list(edge_schema) + [pa.field(_SIDE[cfg.verify], side_type)])
 
     def verified(pairs: Rel, name: str, counters: tuple[str, str]) -> Rel:
-        for end in ("src", "dst"):
-            pairs = pairs.join(sides[end], end, how="inner")
-        return pairs.map_batches(_VerifyFn(cfg, counters), edge_schema, name=name)
+        pairs = pairs.join(side, "src", "doc_id", how="inner")
+        pairs = pairs.map_batches(_SrcSideFn(cfg.verify, text_column), src_schema, name=f"{name}_src")
+        pairs = pairs.join(side, "dst", "doc_id", how="inner")
+        return pairs.map_batches(_VerifyFn(cfg, text_column, counters), edge_schema, name=name)
 
     comps = verified(edges, "dedup_verify", ("candidate_pairs", "verified_pairs")).connected_components()
     if cfg.drop_rule == "component":
