@@ -12,6 +12,7 @@ extract stage relies on (documented in `schemas/editor_event.v1.json`):
 from __future__ import annotations
 
 import difflib
+import itertools
 import json
 import random
 import re
@@ -60,9 +61,11 @@ def _lines(text: str) -> list[str]:
 
 
 def _line_offsets(text: str) -> list[int]:
-    offs = [0]
-    for line in _lines(text):
-        offs.append(offs[-1] + len(line))
+    """Character offsets of line starts (plus the end), lines split on "\n" only."""
+    parts = text.split("\n")
+    offs = [0, *itertools.accumulate(len(p) + 1 for p in parts[:-1])]
+    if parts[-1]:
+        offs.append(len(text))
     return offs
 
 
@@ -140,12 +143,28 @@ def edit_region(rng: random.Random, region: str, language: str) -> tuple[str, st
     return instr, edited
 
 
-def unified_diff(path: str, before: str, after: str) -> str:
-    """A `git diff`-style unified diff (3 lines of context) of one file."""
-    a = _lines(before)
-    b = _lines(after)
+_RANGE = re.compile(r"^@@ -(\d+)((?:,\d+)?) \+(\d+)((?:,\d+)?) @@")
+
+
+def unified_diff(path: str, before: str, after: str, *, around: tuple[int, int, int] | None = None) -> str:
+    """A `git diff`-style unified diff (3 lines of context) of one file.
+
+    `around=(a, b_old, b_new)` says the change is confined to lines a..b_old of
+    `before` (a..b_new of `after`): difflib then only looks at that window plus
+    context, which is what makes diffs of large files cheap; the hunk headers
+    are shifted back to whole-file line numbers, so the result is the same patch.
+    """
+    a_lines, b_lines = _lines(before), _lines(after)
+    lo = 0
+    if around is not None:
+        start, end_old, end_new = around
+        lo = max(0, start - 3)
+        a_lines, b_lines = a_lines[lo:end_old + 3], b_lines[lo:end_new + 3]
     out = []
-    for line in difflib.unified_diff(a, b, fromfile=f"a/{path}", tofile=f"b/{path}", n=3):
+    for line in difflib.unified_diff(a_lines, b_lines, fromfile=f"a/{path}", tofile=f"b/{path}", n=3):
+        if lo and line.startswith("@@"):
+            m = _RANGE.match(line)
+            line = f"@@ -{int(m.group(1)) + lo}{m.group(2)} +{int(m.group(3)) + lo}{m.group(4)} @@\n"
         if not line.endswith("\n"):
             line += "\n\\ No newline at end of file\n"
         out.append(line)

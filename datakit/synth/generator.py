@@ -275,11 +275,12 @@ class Generator:
         region = text[offs[a]:offs[b]]
         instr, new_region = ev.edit_region(rng, region, lang)
         before, after = text, text[:offs[a]] + new_region + text[offs[b]:]
+        b_new = a + len(ev._lines(new_region))
         outcome = outcome or _weighted(rng, EDIT_OUTCOMES)
         e.update({"file": {"path": path, "language": lang}, "context": {"prefix": text[:offs[a]], "suffix": text[offs[a]:]},
                   "suggestion": new_region, "outcome": outcome, "accepted_text": new_region if outcome == "accepted" else None,
                   "messages": [{"role": "user", "content": instr, "tool_name": None}],
-                  "diff": ev.unified_diff(path, before, after), "latency_ms": rng.randint(300, 6000)})
+                  "diff": ev.unified_diff(path, before, after, around=(a, b, b_new)), "latency_ms": rng.randint(300, 6000)})
         return e
 
     def _chat(self, rng: random.Random, s: "Session", text: str, path: str, lang: str) -> dict:
@@ -294,7 +295,8 @@ class Generator:
         a = rng.randint(0, max(0, len(offs) - 4))
         b = min(len(offs) - 1, a + rng.randint(2, 6))
         _, new_region = ev.edit_region(rng, text[offs[a]:offs[b]], lang)
-        diff = ev.unified_diff(path, text, text[:offs[a]] + new_region + text[offs[b]:])
+        diff = ev.unified_diff(path, text, text[:offs[a]] + new_region + text[offs[b]:],
+                               around=(a, b, a + len(ev._lines(new_region))))
         e.update({"file": {"path": path, "language": lang}, "messages": ev.agent_messages(rng, text, lang, path, diff),
                   "diff": diff, "outcome": rng.choice(["accepted", "accepted", "accepted", "rejected"]),
                   "latency_ms": rng.randint(2000, 120_000)})
