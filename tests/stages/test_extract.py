@@ -412,3 +412,22 @@ def test_ready_pipelines_compile(name, kinds, tmp_path):
     assert "scrub_pii" in order and "decontaminate" in order
     plan = p.compile()
     assert [s.kind for s in plan.spans] == order
+
+
+@pytest.mark.skipif(__import__("shutil").which("patch") is None, reason="GNU patch not installed")
+def test_diff_apply_agrees_with_gnu_patch(tmp_path):
+    """The reference: GNU patch gives the same file for the synthetic logs' inline-edit diffs."""
+    import subprocess
+
+    from datakit.synth import generate, iter_events
+
+    generate(tmp_path / "logs", events=300, seed=9, days=1)
+    edits = [e for e in iter_events(tmp_path / "logs") if e["event_type"] == "inline_edit"][:15]
+    assert edits
+    for e in edits:
+        base = e["context"]["prefix"] + e["context"]["suffix"]
+        f = tmp_path / "f.txt"
+        f.write_text(base)
+        (tmp_path / "d.diff").write_text(e["diff"])
+        subprocess.run(["patch", "-s", "-p1", "--no-backup-if-mismatch", str(f), str(tmp_path / "d.diff")], check=True, capture_output=True)
+        assert apply_unified_diff(base, e["diff"]) == f.read_text()
