@@ -92,7 +92,6 @@ class _PartWriter:
 
     def __init__(self, root: Path, day: str, rows_per_part: int, level: int) -> None:
         self.dir = root / f"dt={day}"
-        self.dir.mkdir(parents=True, exist_ok=True)
         self.day, self.rows_per_part, self.level = day, rows_per_part, level
         self.part, self.line, self._fh, self._z, self._buf = -1, 0, None, None, None
         self.files: list[str] = []
@@ -103,6 +102,7 @@ class _PartWriter:
         self.line = 0
         name = f"dt={self.day}/part-{self.part:05d}.jsonl.zst"
         self.files.append(name)
+        self.dir.mkdir(parents=True, exist_ok=True)
         self._fh = open(self.dir / f"part-{self.part:05d}.jsonl.zst", "wb")
         self._z = zstandard.ZstdCompressor(level=self.level, threads=0).stream_writer(self._fh, closefd=False)
         self._buf = io.BufferedWriter(self._z, 1 << 20)  # type: ignore[arg-type]
@@ -432,7 +432,7 @@ class Generator:
 
     def run(self) -> dict:
         self.out.mkdir(parents=True, exist_ok=True)
-        per_day = [self.events // self.days + (1 if d < self.events % self.days else 0) for d in range(self.days)]
+        per_day = self._day_budgets()
         files: list[str] = []
         with open(self.out / GROUND_TRUTH_FILE, "w", encoding="utf-8", newline="\n") as gt:
             self._gt = gt
@@ -456,6 +456,16 @@ class Generator:
         (self.out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
         return summary
 
+    def _day_budgets(self) -> list[int]:
+        """Events per day: weekends get about a third of a weekday's traffic (largest-remainder rounding)."""
+        weights = [0.35 if (self.start + dt.timedelta(days=d)).weekday() >= 5 else 1.0 for d in range(self.days)]
+        total = sum(weights)
+        exact = [self.events * w / total for w in weights]
+        budgets = [int(x) for x in exact]
+        for d in sorted(range(self.days), key=lambda d: (budgets[d] - exact[d], d))[: self.events - sum(budgets)]:
+            budgets[d] += 1
+        return budgets
+
     def _day(self, d: int, day: dt.date, budget: int, w: _PartWriter) -> None:
         n_session = 0
         while budget > 0:
@@ -469,7 +479,9 @@ class Generator:
             else:
                 user = rng.choice(self.users)
             length = min(budget, max(1, int(rng.expovariate(1 / 14)) + 1))
-            start = dt.datetime.combine(day, dt.time()) + dt.timedelta(seconds=rng.randint(0, 20 * 3600))
+            # sessions start in working hours (UTC, a team around Europe/US east), rarely at night
+            hour = min(21.5, max(0.0, rng.gauss(13.5, 3.5)))
+            start = dt.datetime.combine(day, dt.time()) + dt.timedelta(seconds=int(hour * 3600))
             privacy = user.privacy or (not due and rng.random() < 0.02)
             s = Session(user, f"s_{_hex(rng, 16)}", rng.choice(user.repos), _hex(rng, 40), privacy, start, length)
             while s.remaining > 0:
