@@ -161,6 +161,24 @@ def load_optouts(paths: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return lists["user_id"], lists["org_id"]
 
 
+def _check_parquet_lists(files: list[str]) -> None:
+    """Join mode reads the lists in the engine; check at compile time that each has an id column.
+
+    Without this, a list with a misspelt column would join as all-null and
+    silently drop nobody.
+    """
+    import pyarrow.parquet as pq
+
+    for url in files:
+        fs, p = filesystem(url)
+        try:
+            names = pq.read_schema(p, filesystem=fs).names
+        except Exception as e:  # not Parquet, unreadable
+            raise InputError(f"cannot read opt-out list {url}: {e.__class__.__name__}") from None
+        if not {"user_id", "org_id"} & set(names):
+            raise InputError(f"opt-out list {url} has no user_id or org_id column")
+
+
 @register_stage
 class ConsentConfig(StageConfig):
     """Drop privacy-mode events and events of users/orgs on an opt-out or deletion list."""
@@ -202,6 +220,7 @@ class ConsentConfig(StageConfig):
             return rel.map_batches(ConsentFn(users, orgs), rel.schema, name="consent")
         out = rel.map_batches(ConsentFn(), rel.schema, name="privacy_mode")
         parquet = [f for f in files if f.endswith(".parquet")]
+        _check_parquet_lists(parquet)
         jsonl = [f for f in files if not f.endswith(".parquet")]
         lists: list[Rel] = []
         if parquet:

@@ -33,6 +33,8 @@ def iter_events(out_dir: str | os.PathLike, include_malformed: bool = False) -> 
     The planted malformed lines (listed in the ground truth) are skipped unless
     `include_malformed`, in which case they come as `{"_malformed": raw_bytes}`.
     """
+    import io
+
     import zstandard
 
     root = Path(out_dir)
@@ -40,10 +42,11 @@ def iter_events(out_dir: str | os.PathLike, include_malformed: bool = False) -> 
     for path in sorted(root.glob("dt=*/part-*.jsonl.zst")):
         rel = path.relative_to(root).as_posix()
         with open(path, "rb") as fh:
-            data = zstandard.ZstdDecompressor().stream_reader(fh, read_across_frames=True).read()
-        for i, line in enumerate(data.split(b"\n")[:-1], start=1):
-            if (rel, i) in bad:
-                if include_malformed:
-                    yield {"_malformed": line}
-                continue
-            yield json.loads(line.decode("utf-8"))
+            stream = io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(fh, read_across_frames=True), 1 << 20)
+            for i, line in enumerate(stream, start=1):  # streams: a part may be hundreds of MB
+                line = line.rstrip(b"\n")
+                if (rel, i) in bad:
+                    if include_malformed:
+                        yield {"_malformed": line}
+                    continue
+                yield json.loads(line.decode("utf-8"))

@@ -177,3 +177,15 @@ def test_forget_on_an_existing_output_equals_a_fresh_run(logs, tmp_path):
     assert set(st["dropped"]) <= {"opt_out_user", "opt_out_org"}
     logged = pq.read_table(sorted((tmp_path / "after" / "_dropped").rglob("*.parquet"))).column("key").to_pylist()
     assert set(logged) == set(before.column("doc_id").to_pylist()) - set(fresh.column("doc_id").to_pylist())
+
+
+def test_join_mode_checks_list_columns_at_compile_time(tmp_path):
+    from datakit import Pipeline
+    from tests.eventgen import make_event, write_jsonl
+
+    write_jsonl(tmp_path / "l" / "a.jsonl", [make_event(i) for i in range(4)])
+    pq.write_table(pa.table({"userid": ["user-1"]}), tmp_path / "typo.parquet")
+    p = (Pipeline("x").input(str(tmp_path / "l")).add({"kind": "ingest"})
+         .add({"kind": "consent", "optouts": str(tmp_path / "typo.parquet"), "mode": "join"}).output(str(tmp_path / "o")))
+    with pytest.raises(InputError, match="no user_id or org_id"):
+        p.compile()
