@@ -201,3 +201,20 @@ def test_small_runs_still_plant_everything(tmp_path):
     assert s["events"] == 100 and s["plants_unplaced"] == 0
     gt = s["ground_truth"]
     assert gt["pii"] >= 13 and gt["exact_dup"] >= 1 and gt["near_dup"] >= 3 and gt["eval_leak"] >= 2 and gt["malformed"] == 5
+
+
+def test_record_doc_id_finds_the_extracted_records(synth):
+    import pyarrow as pa
+
+    from datakit.contracts import EDITOR_EVENT_V1
+    from datakit.stages.extract import ExtractFn
+    from datakit.synth import record_doc_id
+
+    out, _ = synth
+    events = _by_id(out)
+    pair = read_ground_truth(out, "exact_dup")[0]
+    rows = [{**dict.fromkeys(EDITOR_EVENT_V1.names), **events[i]} for i in pair["event_ids"]]
+    batch = pa.Table.from_pylist(rows, schema=EDITOR_EVENT_V1).to_batches()[0]
+    recs = ExtractFn(("code",))(batch).to_pylist()
+    assert [r["doc_id"] for r in recs] == [record_doc_id(i) for i in pair["event_ids"]]
+    assert recs[0]["segments"] == recs[1]["segments"]  # an exact duplicate is an identical code record

@@ -13,7 +13,18 @@ from typing import Iterator
 from datakit.synth.generator import GROUND_TRUTH_FILE, OPTOUTS_FILE, SUMMARY_FILE, generate
 from datakit.synth.plants import jaccard
 
-__all__ = ["generate", "read_ground_truth", "iter_events", "jaccard", "GROUND_TRUTH_FILE", "OPTOUTS_FILE", "SUMMARY_FILE"]
+__all__ = ["generate", "read_ground_truth", "iter_events", "record_doc_id", "jaccard", "GROUND_TRUTH_FILE",
+           "OPTOUTS_FILE", "SUMMARY_FILE"]
+
+
+def record_doc_id(event_id: str, kind: str = "code") -> str:
+    """The `doc_id` extract gives the `kind` record of an event: maps ground-truth event ids to records.
+
+    (Preference records also depend on the rejected event: see `extract_rules.doc_id`.)
+    """
+    from datakit.stages.extract_rules import doc_id
+
+    return doc_id(event_id, kind)
 
 
 def read_ground_truth(out_dir: str | os.PathLike, kind: str | None = None) -> list[dict]:
