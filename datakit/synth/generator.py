@@ -186,6 +186,7 @@ class Generator:
             if u.org_id in self.optout_orgs:
                 u.opted_out = True
         self.optout_users = sorted(u.user_id for u in self.users if u.opted_out and u.org_id not in self.optout_orgs)
+        self.optout_user_set = set(self.optout_users)
         self.clean_users = [u for u in self.users if u.clean]
         if not self.clean_users:
             raise ValueError("population has no consenting user; use more users")
@@ -509,16 +510,10 @@ class Generator:
         self.counts[f"outcome:{e.get('outcome')}"] += 1
         if e["privacy_mode"]:
             self.consent["privacy_mode"] += 1
-        elif e["user_id"] in self._optout_user_set:
+        elif e["user_id"] in self.optout_user_set:
             self.consent["opt_out_user"] += 1
         elif e["org_id"] in self.optout_orgs:
             self.consent["opt_out_org"] += 1
-
-    @property
-    def _optout_user_set(self) -> set[str]:
-        if not hasattr(self, "_ous"):
-            self._ous = set(self.optout_users)
-        return self._ous
 
     def _write_optouts(self) -> None:
         rng = random.Random(f"datakit-synth:{self.seed}:optouts")
