@@ -492,7 +492,7 @@ class Generator:
                     f, ln = w.write(line)
                     self._gt_write({"kind": "malformed", "file": f, "line": ln, "malformed_kind": kind, "event_id": eid})
                 if (not s.privacy and s.user.clean and self.plants and self.plants[0].due <= self.index
-                        and self.plants[0].args.get("first_user") != s.user.user_id):
+                        and self._placeable(self.plants[0], s.user)):
                     produced = self._plant(rng, s, heapq.heappop(self.plants))
                 else:
                     produced = self._normal(rng, s)
@@ -503,6 +503,10 @@ class Generator:
                     self._count(e)
                 s.remaining -= len(produced)
             budget -= s.length_done
+
+    def _placeable(self, p: Plant, user: User) -> bool:
+        """A second copy of a duplicate goes to another user (a fork), unless only one user consents."""
+        return p.args.get("first_user") != user.user_id or len(self.clean_users) == 1
 
     def _count(self, e: dict) -> None:
         self.index += 1
