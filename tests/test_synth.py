@@ -218,3 +218,10 @@ def test_record_doc_id_finds_the_extracted_records(synth):
     recs = ExtractFn(("code",))(batch).to_pylist()
     assert [r["doc_id"] for r in recs] == [record_doc_id(i) for i in pair["event_ids"]]
     assert recs[0]["segments"] == recs[1]["segments"]  # an exact duplicate is an identical code record
+
+
+def test_tiny_populations_still_place_every_plant(tmp_path):
+    s = generate(tmp_path / "few", events=300, seed=1, users=3, orgs=1)
+    assert s["plants_unplaced"] == 0 and s["ground_truth"]["exact_dup"] >= 1
+    with pytest.raises(ValueError, match="no consenting user"):
+        generate(tmp_path / "none", events=50, seed=1, users=2)
