@@ -228,7 +228,7 @@ def run_chain(task: ChainTask) -> dict[str, Any]:
     t0 = time.perf_counter()
     stats = {i: NodeStats() for i in task.node_ids}
     base_rows = 0
-    aux = _AuxWriters(task.aux_dir, task.part_name)
+    aux = _AuxWriters(task.aux_dir, f"{Path(task.out_dir).name}-{task.part_name}")  # unique per chain and part
     writers: dict[int, pq.ParquetWriter] = {}
     files: dict[int, str] = {}
     out_schema = task.ops[-1].schema if task.ops else task.partition.schema
