@@ -20,6 +20,7 @@ from datakit.plan import Rel
 BUILTIN_STAGE_MODULES: dict[str, str] = {
     "ingest": "datakit.stages.ingest",
     "consent": "datakit.stages.consent",
+    "forget": "datakit.stages.consent",
     "extract": "datakit.stages.extract",
     "scrub_pii": "datakit.stages.pii.stage",
     "dedup": "datakit.stages.dedup.stage",
