@@ -431,3 +431,30 @@ def test_diff_apply_agrees_with_gnu_patch(tmp_path):
         (tmp_path / "d.diff").write_text(e["diff"])
         subprocess.run(["patch", "-s", "-p1", "--no-backup-if-mismatch", str(f), str(tmp_path / "d.diff")], check=True, capture_output=True)
         assert apply_unified_diff(base, e["diff"]) == f.read_text()
+
+
+def test_diff_round_trip_property():
+    """Any two texts (unicode, CR, form feeds, missing final newline): apply(diff(a, b), a) == b."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    line = st.text(alphabet=st.sampled_from(list("ab \t\r\x0cé日🙂#(")), max_size=6)
+    doc = st.lists(line, max_size=12).map("\n".join)
+
+    @settings(max_examples=300, deadline=None, derandomize=True)
+    @given(doc, doc)
+    def check(before, after):
+        assert apply_unified_diff(before, unified_diff("f.py", before, after)) == after
+
+    check()
+
+
+def test_yaml_round_trip_of_consent_and_extract():
+    import yaml
+
+    from datakit import Pipeline
+
+    p = (Pipeline("t").input("x/*.jsonl").add({"kind": "ingest"})
+         .add({"kind": "consent", "optouts": ["a.parquet", "b/*.jsonl"], "mode": "join"})
+         .add({"kind": "extract", "kinds": ["sft", "preference", "code"]}).output("o"))
+    assert Pipeline.from_dict(yaml.safe_load(p.to_yaml())).config == p.config
