@@ -83,13 +83,22 @@ class Replacer:
 
     def apply(self, text: str, findings: Sequence[Finding]) -> str:
         """`text` with every finding replaced (findings are non-overlapping and sorted)."""
+        return self.apply_spans(text, findings)[0]
+
+    def apply_spans(self, text: str, findings: Sequence[Finding]) -> tuple[str, list[tuple[int, int]]]:
+        """Like `apply`, plus where each replacement token sits in the new text."""
         if not findings:
-            return text
+            return text, []
         parts: list[str] = []
-        pos = 0
+        spans: list[tuple[int, int]] = []
+        pos = out = 0
         for f in findings:
-            parts.append(text[pos : f.start])
-            parts.append(self.token(f.entity, text[f.start : f.end]))
+            keep = text[pos : f.start]
+            tok = self.token(f.entity, text[f.start : f.end])
+            parts += [keep, tok]
+            out += len(keep)
+            spans.append((out, out + len(tok)))
+            out += len(tok)
             pos = f.end
         parts.append(text[pos:])
-        return "".join(parts)
+        return "".join(parts), spans

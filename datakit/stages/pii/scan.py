@@ -43,8 +43,13 @@ def _matches(det: Detector, text: str) -> list[tuple[int, int, int, str]]:
     return out
 
 
-def resolve_overlaps(cands: list[tuple[int, int, int, str]]) -> list[Finding]:
-    """Keep a non-overlapping subset: priority first, then earlier start, then longer span."""
+def resolve_overlaps(cands: list[tuple[int, int, int, str]], suppressed: list[int] | None = None) -> list[Finding]:
+    """Keep a non-overlapping subset: priority first, then earlier start, then longer span.
+
+    `suppressed` (optional) gets one entry per candidate dropped for overlapping a
+    kept span without lying inside it: only then can a second scrub round find
+    something new (see ScrubFn.scrub_units).
+    """
     if not cands:
         return []
     cands.sort(key=lambda c: (-c[2], c[0], -(c[1] - c[0]), c[3]))
@@ -52,6 +57,10 @@ def resolve_overlaps(cands: list[tuple[int, int, int, str]]) -> list[Finding]:
     kept: list[Finding] = []
     for a, b, _p, ent in cands:
         if any(a < tb and ta < b for ta, tb in taken):
+            # a dropped candidate inside one kept span disappears with it; one sticking out may
+            # match again once the kept span is replaced, so the caller must scan again
+            if suppressed is not None and not any(ta <= a and b <= tb for ta, tb in taken):
+                suppressed.append(1)
             continue
         taken.append((a, b))
         kept.append(Finding(a, b, ent))
@@ -177,8 +186,12 @@ def scan_batch(
     texts: pa.Array | pa.ChunkedArray | Sequence[str | None],
     detectors: Sequence[Detector] = DETECTORS,
     strategy: Strategy = "polars",
+    suppressed: set[int] | None = None,
 ) -> list[list[Finding]]:
     """Findings per row of a string column. All strategies return identical results (tested).
+
+    `suppressed` (optional) receives the rows where an overlapping lower-priority
+    candidate was dropped.
 
     - "python": every Python detector on every whole text (the reference).
     - "polars_rows": Rust prefilter per detector picks rows; Python scans those whole rows.
@@ -188,7 +201,16 @@ def scan_batch(
       and runs at GB/s in Python anyway).
     """
     if strategy == "python":
-        return [scan_text(t, detectors) for t in _as_list(texts)]
+        out = []
+        for i, t in enumerate(_as_list(texts)):
+            cands: list[tuple[int, int, int, str]] = []
+            for det in detectors:
+                cands.extend(_matches(det, t) if t else [])
+            sup: list[int] = []
+            out.append(resolve_overlaps(cands, sup))
+            if sup and suppressed is not None:
+                suppressed.add(i)
+        return out
     rows = _Rows(texts)
     if strategy not in ("polars", "polars_rows"):
         raise ValueError(f"unknown scan strategy {strategy!r}; use 'polars', 'polars_rows' or 'python'")
@@ -209,7 +231,10 @@ def scan_batch(
                     per_row.setdefault(i, []).extend(found)
     result: list[list[Finding]] = [[] for _ in rows]
     for i, cands in per_row.items():
-        result[i] = resolve_overlaps(cands)
+        sup: list[int] = []
+        result[i] = resolve_overlaps(cands, sup)
+        if sup and suppressed is not None:
+            suppressed.add(i)
     return result
 
 

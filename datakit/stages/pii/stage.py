@@ -122,11 +122,16 @@ class ScrubFn:
         self.strategy = strategy
         self.person = person  # a presidio NER scanner (person names) or None
 
+    @property
+    def line_detectors(self) -> tuple[Detector, ...]:
+        return tuple(d for d in self.detectors if not d.multiline)
+
     def __repr__(self) -> str:  # never show the key
         return f"ScrubFn({len(self.detectors)} detectors, strategy={self.strategy})"
 
-    def scan(self, texts: "list[str | None] | pa.Array", prose: list[bool] | None = None) -> list[list[Finding]]:
-        found = scan_batch(texts, self.detectors, self.strategy)
+    def scan(self, texts: "list[str | None] | pa.Array", prose: list[bool] | None = None,
+             suppressed: set[int] | None = None) -> list[list[Finding]]:
+        found = scan_batch(texts, self.detectors, self.strategy, suppressed)
         if self.person is not None and prose is not None:
             py = texts.to_pylist() if isinstance(texts, pa.Array) else texts
             found = self.person.add_names(py, prose, found)
@@ -139,7 +144,7 @@ class ScrubFn:
         return [u[0] for u in units], found
 
     def scrub_units(self, units: list[list[str | None]], seps: list[str], prose: list[bool] | None = None,
-                    first: list[list[Finding]] | None = None
+                    first: list[list[Finding]] | None = None, first_suppressed: set[int] | None = None
                     ) -> tuple[list[list[str | None]], list[list[Finding]]]:
         """Scrub units of text parts that are scanned as one document (`sep.join(parts)`).
 
@@ -148,31 +153,76 @@ class ScrubFn:
         read together. A finding spanning parts puts its replacement in the
         first part it touches and removes the rest from the others.
 
-        Replacement repeats until a scan finds nothing (idempotent by
-        construction): one round is almost always enough; a second is needed
-        when a higher-priority span hid an overlapping lower one. Only changed
-        units are re-scanned. Returns new units and every finding of every round.
+        Replacement repeats until a scan finds nothing new (idempotent by
+        construction): one round is almost always enough; another is needed
+        only when a higher-priority span hid an overlapping lower one (a JWT
+        glued to a PEM header), so only those units are re-scanned (the
+        property test checks idempotence holds). Returns new units and every
+        finding of every round.
         `first` (optional) are the first round's findings, when the caller already
         scanned the joined texts (the batch path scans Arrow columns directly).
         """
         out = [list(u) for u in units]
         found_all: list[list[Finding]] = [[] for _ in units]
-        todo = list(range(len(units)))
-        for rnd in range(self.MAX_ROUNDS):
-            joined = [seps[i].join(t or "" for t in out[i]) if len(out[i]) != 1 else out[i][0] for i in todo]
-            if rnd == 0 and first is not None:
-                found = first
+        # round 1: whole units
+        joined = [seps[i].join(t or "" for t in u) if len(u) != 1 else u[0] for i, u in enumerate(out)]
+        sup: set[int] = set()
+        if first is not None:
+            found = first
+            sup = set(range(len(units))) if first_suppressed is None else set(first_suppressed)
+        else:
+            found = self.scan(joined, prose, sup)
+        full: list[int] = []  # units to rescan whole
+        windows: dict[int, list[tuple[int, int]]] = {}  # unit -> token spans to recheck around
+        for i, fs in enumerate(found):
+            if not fs:
+                continue
+            found_all[i].extend(fs)
+            if len(out[i]) == 1 and i not in sup:
+                new_text, spans = self.replacer.apply_spans(joined[i], fs)  # type: ignore[arg-type]
+                out[i] = [new_text]
+                windows[i] = spans
             else:
-                found = self.scan(joined, [prose[i] for i in todo] if prose is not None else None)
-            nxt = []
-            for i, text, fs in zip(todo, joined, found):
-                if fs:
-                    found_all[i].extend(fs)
-                    out[i] = self._apply_parts(out[i], seps[i], text, fs)  # type: ignore[arg-type]
-                    nxt.append(i)
-            todo = nxt
-            if not todo:
+                out[i] = self._apply_parts(out[i], seps[i], joined[i], fs)  # type: ignore[arg-type]
+                full.append(i)
+        # later rounds: a replacement can only create a new match (a) where a dropped overlapping
+        # candidate stuck out of the replaced span, or in a multi-part unit: rescan those whole;
+        # (b) on the lines around a token (lookarounds now see `<...>` instead of the old text):
+        # rescan just those lines with the line-local detectors.
+        for _round in range(1, self.MAX_ROUNDS):
+            if not full and not windows:
                 break
+            nxt_full: list[int] = []
+            nxt_windows: dict[int, list[tuple[int, int]]] = {}
+            if full:
+                jt = [seps[i].join(t or "" for t in out[i]) if len(out[i]) != 1 else out[i][0] for i in full]
+                sup = set()
+                found = self.scan(jt, [prose[i] for i in full] if prose is not None else None, sup)
+                for k, (i, text, fs) in enumerate(zip(full, jt, found)):
+                    if fs:
+                        found_all[i].extend(fs)
+                        out[i] = self._apply_parts(out[i], seps[i], text, fs)  # type: ignore[arg-type]
+                        nxt_full.append(i)
+            if windows:
+                wtexts, wmeta = [], []
+                for i, spans in windows.items():
+                    text = out[i][0]
+                    assert text is not None
+                    for a, b in _merge_lines(text, spans):
+                        wtexts.append(text[a:b])
+                        wmeta.append((i, a))
+                wfound = scan_batch(wtexts, self.line_detectors, self.strategy)
+                per_unit: dict[int, list[Finding]] = {}
+                for (i, a), fs in zip(wmeta, wfound):
+                    per_unit.setdefault(i, []).extend(Finding(f.start + a, f.end + a, f.entity) for f in fs)
+                for i, fs in per_unit.items():
+                    if fs:
+                        fs.sort()
+                        found_all[i].extend(fs)
+                        new_text, spans = self.replacer.apply_spans(out[i][0], fs)  # type: ignore[arg-type]
+                        out[i] = [new_text]
+                        nxt_windows[i] = spans
+            full, windows = nxt_full, nxt_windows
         return out, found_all
 
     def _apply_parts(self, parts: list[str | None], sep: str, joined: str, fs: list[Finding]) -> list[str | None]:
@@ -246,7 +296,8 @@ class ScrubFn:
         column = pa.concat_arrays([record_text.cast(pa.string()), chosen.cast(pa.string()),
                                    rejected.cast(pa.string())])
         prose += [True] * (2 * n)
-        first = self.scan(column, prose)
+        suppressed: set[int] = set()
+        first = self.scan(column, prose, suppressed)
 
         hits = [u for u, fs in enumerate(first) if fs]
         parts: list[list[str | None]] = []
@@ -256,7 +307,8 @@ class ScrubFn:
             else:
                 parts.append([(chosen if u < 2 * n else rejected)[u % n].as_py()])
         new_parts, found_hits = self.scrub_units(
-            parts, [seps[u] if u < n else "" for u in hits], [prose[u] for u in hits], [first[u] for u in hits])
+            parts, [seps[u] if u < n else "" for u in hits], [prose[u] for u in hits], [first[u] for u in hits],
+            {k for k, u in enumerate(hits) if u in suppressed})
 
         seg_new: dict[int, str | None] = {}
         col_new: dict[int, str | None] = {}
@@ -308,6 +360,20 @@ class ScrubFn:
         arrays += [pa.array(drop, pa.string()), pa.array(detail, pa.string()), pa.array(metrics, pa.string())]
         fields += [pa.field(DROP, pa.string()), pa.field(DROP_DETAIL, pa.string()), pa.field(METRICS, pa.string())]
         return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _merge_lines(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The whole lines around each span, merged where they touch (sorted)."""
+    out: list[tuple[int, int]] = []
+    for a, b in spans:
+        la = text.rfind("\n", 0, a) + 1
+        lb = text.find("\n", b)
+        lb = len(text) if lb < 0 else lb
+        if out and la <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], lb))
+        else:
+            out.append((la, lb))
+    return out
 
 
 def _replace(arr: pa.Array, new: dict[int, str | None]) -> pa.Array:
