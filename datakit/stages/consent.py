@@ -21,6 +21,9 @@ How the lists are applied (`mode`):
 - `auto` (default) picks `broadcast` when the list files total at most
   `broadcast_max_bytes`, else `join`.
 
+Consent drops are counted, never drop-logged: the output folder keeps nothing
+(not even event ids) about people who said no.
+
 Both modes give identical output and identical counts (tested). A deletion that
 arrives after an output was written is applied with the lineage in `source`
 (see docs/lineage.md).
