@@ -148,8 +148,6 @@ def test_yaml_config_and_errors(tmp_path):
         Pipeline("t").add({"kind": "dedup", "minhash": {"verify": "none"}})
 
 
-@pytest.mark.xfail(reason="local engine names drop-log parts by partition only (aux/droplog-part-N), so the "
-                          "near-dedup chain overwrites the exact-dedup chain's log; counts are right", strict=False)
 def test_drop_log_has_both_reasons(tmp_path):
     rows = [rec("a", words(0, 100)), rec("b", words(0, 100)), rec("c", words(0, 99) + " edited")]
     st, kept, dropped = run(tmp_path, rows, {"exact": True, "minhash": NEAR})
