@@ -108,31 +108,42 @@ def baseline_scan(texts: list[str], evals: list[str], n: int) -> int:
 
 def bench_throughput(tmp: Path, scan_mb: float) -> None:
     docs = stdlib_docs()
-    base_bytes = sum(len(d.encode()) for d in docs)
-    reps = max(1, int(scan_mb * 1e6 / base_bytes + 0.5))
-    texts = docs * reps
+    texts, size, i = [], 0, 0
+    while size < scan_mb * 1e6:  # the stdlib code, cycled to the requested size
+        texts.append(docs[i % len(docs)])
+        size += len(texts[-1].encode())
+        i += 1
     data = tmp / "scan"
     data.mkdir()
     step = 50_000
     for i in range(0, len(texts), step):
         pq.write_table(records(texts[i:i + step], f"s{i}-"), str(data / f"part-{i // step:05d}.parquet"), compression="zstd")
-    mb = base_bytes * reps / 1e6
+    mb = size / 1e6
     he = load_eval("humaneval")
     check(str(data), [he])  # warm-up: numba cache load, page cache
-    t = time.perf_counter()
+    w, c = time.perf_counter(), time.process_time()
     res = check(str(data), [he])
-    dt = time.perf_counter() - t
+    dt, cdt = time.perf_counter() - w, time.process_time() - c
     evals = [it.fields["prompt"] + it.fields["canonical_solution"] for it in he.items]
-    sub = texts[: max(1, len(texts) // max(1, reps) // 2)]
-    sub_mb = sum(len(s.encode()) for s in sub) / 1e6
-    t = time.perf_counter()
+    sub, sub_size = [], 0
+    for t in texts:
+        if sub_size >= min(10e6, size):
+            break
+        sub.append(t)
+        sub_size += len(t.encode())
+    sub_mb = sub_size / 1e6
+    w, c = time.perf_counter(), time.process_time()
     baseline_scan(sub, evals, 13)
-    bdt = time.perf_counter() - t
-    print(f"\n## 1. scan throughput ({mb:.0f} MB of stdlib code, {len(texts)} documents, 13-grams, whitespace+case)")
-    print(f"  datakit check (end to end, Parquet read included): {mb / dt:7.1f} MB/s  ({dt:.2f} s; "
-          f"{res.evals[0].contaminated_items} items flagged)")
-    print(f"  plain Python set-of-n-grams baseline ({sub_mb:.1f} MB):  {sub_mb / bdt:7.1f} MB/s")
-    print(f"  ratio: {(mb / dt) / (sub_mb / bdt):.1f}x")
+    bdt, bcdt = time.perf_counter() - w, time.process_time() - c
+    flagged = sum(len({m.doc_id for m in e.matches}) for e in res.evals)
+    print(f"\n## 1. scan throughput ({mb:.0f} MB of Python stdlib/site-packages code, {len(texts)} documents, "
+          f"13-grams, whitespace+case, single process)")
+    print(f"  datakit check, end to end (Parquet read included): {mb / dt:7.1f} MB/s wall, {mb / cdt:7.1f} MB/s per CPU-second "
+          f"({dt:.1f} s; {res.evals[0].contaminated_items} items / {flagged} documents flagged)")
+    print(f"  plain Python set-of-n-grams baseline ({sub_mb:.0f} MB):  {sub_mb / bdt:7.1f} MB/s wall, "
+          f"{sub_mb / bcdt:7.1f} MB/s per CPU-second")
+    print(f"  ratio (CPU time): {(mb / cdt) / (sub_mb / bcdt):.1f}x; load average now {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} cores (wall numbers are contended)")
 
 
 # -- 2. recall ------------------------------------------------------------------------------------
@@ -170,25 +181,27 @@ def bench_recall(tmp: Path, rules: dict[str, Rule]) -> None:
 
 def bench_fp(rules: dict[str, Rule], ngrams: list[int]) -> None:
     rng = random.Random(1)
-    docs = stdlib_docs() + [idiomatic_code(rng, 10) for _ in range(5000)]
+    corpora = {"stdlib": stdlib_docs(), "idioms": [idiomatic_code(rng, 10) for _ in range(5000)]}
     he = load_eval("humaneval")
-    batch = records(docs, "c").to_batches(max_chunksize=len(docs))[0]
-    sources = text_sources(batch)
-    print(f"\n## 3. false-positive rate on clean code ({len(docs)} documents: stdlib chunks + idiomatic synth)")
-    print(f"  {'n':>3} {'normalization':<18}" + "".join(f"{r:>12}" for r in rules) + "   (boilerplate filter on / off for 'any')")
+    sources = {k: text_sources(records(v, "c").to_batches(max_chunksize=len(v))[0]) for k, v in corpora.items()}
+    print(f"\n## 3. false-positive rate on clean code: share of documents matching any HumanEval item "
+          f"(real code: {len(corpora['stdlib'])} stdlib/site-packages chunks | idiom-dense synthetic code: "
+          f"{len(corpora['idioms'])} documents)")
+    print(f"  {'n':>3} {'normalization':<18}" + "".join(f"{r:>20}" for r in rules) + "   any, no boilerplate filter")
     for n in ngrams:
         for nname, norms in NORM_SETS.items():
-            cells = []
-            for mi in (1,):
-                table = EvalTable.build([he], n, flags_of(norms), mi)
-                m = match_batch(table, sources)
-                for rule in rules.values():
-                    ok = rule.passes(m.shared, table.item_ngrams[m.items])
-                    cells.append(f"{len(np.unique(m.rows[ok])) / len(docs):12.3%}")
+            table = EvalTable.build([he], n, flags_of(norms), 1)
             t0 = EvalTable.build([he], n, flags_of(norms), 0)
-            m0 = match_batch(t0, sources)
-            off = len(np.unique(m0.rows)) / len(docs)
-            print(f"  {n:>3} {nname:<18}" + "".join(cells) + f"   (off: {off:.3%})")
+            ms = {k: match_batch(table, src) for k, src in sources.items()}
+            cells = []
+            for rule in rules.values():
+                rates = []
+                for k, m in ms.items():
+                    ok = rule.passes(m.shared, table.item_ngrams[m.items])
+                    rates.append(len(np.unique(m.rows[ok])) / len(corpora[k]))
+                cells.append(f"{rates[0]:9.3%} | {rates[1]:7.2%}")
+            off = [len(np.unique(match_batch(t0, src).rows)) / len(corpora[k]) for k, src in sources.items()]
+            print(f"  {n:>3} {nname:<18}" + "".join(f"{c:>20}" for c in cells) + f"   {off[0]:.3%} | {off[1]:.2%}")
 
 
 # -- 4. index ---------------------------------------------------------------------------------------
@@ -247,31 +260,38 @@ def bench_index(tmp: Path, index_mb: float) -> None:
     leaks = [plant(he_rows_[i], "exact", rng) for i in range(0, 164, 17)]
     pq.write_table(records(leaks, "leak"), str(corpus / "part-leaks.parquet"))
     idx = tmp / "big_index"
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     info = build_index(str(corpus), str(idx), 13, ["whitespace", "case"])
-    build = time.perf_counter() - t
+    build, build_cpu = time.perf_counter() - t, time.process_time() - c
     size = sum(s for _, s in iter_index_sizes(str(idx)))
     print(f"\n## 4. training-set index ({nbytes / 1e9:.2f} GB of synthetic code text, {info.documents} documents)")
-    print(f"  corpus generation {gen:.1f} s; index build {build:.1f} s ({nbytes / 1e6 / build:.0f} MB/s); "
+    print(f"  corpus generation {gen:.1f} s; index build {build:.1f} s wall, {build_cpu:.1f} s CPU "
+          f"({nbytes / 1e6 / build_cpu:.0f} MB/s per CPU-second); "
           f"{info.ngrams:,} distinct 13-grams; index {size / 1e6:.0f} MB ({size / max(info.ngrams, 1):.2f} B/n-gram); "
           f"stated FP rate {info.fp_rate_per_ngram:.2e} per n-gram")
     # the CLI end to end (new process: interpreter + imports + numba cache load + check)
     cmd = [sys.executable, "-m", "datakit.cli", "contamination-check", "--data", str(idx), "--eval", "humaneval", "-q"]
-    times = []
+    import resource
+
+    times, cpus = [], []
     for _ in range(3):
         t = time.perf_counter()
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         rc = subprocess.run(cmd, capture_output=True).returncode
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         times.append(time.perf_counter() - t)
+        cpus.append((r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime))
     t = time.perf_counter()
     res = check(str(idx), ["humaneval"])
     inproc = time.perf_counter() - t
     print(f"  `datakit contamination-check --data INDEX --eval humaneval`: {min(times):.2f} s wall (best of 3, "
-          f"exit {rc}); in-process check {inproc:.3f} s; found {res.evals[0].contaminated_items} items "
-          f"(planted {len(leaks)})")
-    t = time.perf_counter()
+          f"exit {rc}), {min(cpus):.2f} s CPU (interpreter start + imports + check); in-process check {inproc:.3f} s; "
+          f"found {res.evals[0].contaminated_items} items (planted {len(leaks)}); load average {os.getloadavg()[0]:.1f}")
+    t, c = time.perf_counter(), time.process_time()
     res2 = check(str(corpus), ["humaneval"], use_index=False)
-    scan = time.perf_counter() - t
-    print(f"  same check by full scan: {scan:.1f} s ({nbytes / 1e6 / scan:.0f} MB/s); same items: "
+    scan, scan_cpu = time.perf_counter() - t, time.process_time() - c
+    print(f"  same check by full scan: {scan:.1f} s wall, {scan_cpu:.1f} s CPU ({nbytes / 1e6 / scan_cpu:.0f} MB/s "
+          f"per CPU-second); same items: "
           f"{[i.eval_id for i in res.evals[0].contaminated] == [i.eval_id for i in res2.evals[0].contaminated]}")
 
 

@@ -244,3 +244,18 @@ def test_leak_in_a_chat_segment_and_in_chosen(tmp_path, he_rows, humaneval):
     res = check(str(tmp_path / "d"), [humaneval])
     got = {(m.eval_id, m.doc_id) for m in res.evals[0].matches}
     assert got == {("HumanEval/5", "sft"), ("HumanEval/9", "pref")}
+
+
+def test_eval_boilerplate_is_ignored_but_duplicate_items_stay_detectable(he_rows, tmp_path):
+    """An n-gram in several items says nothing about one item; a duplicated item keeps its n-grams."""
+    he = load_eval("humaneval")
+    table = EvalTable.build([he], 13, flags_of(["whitespace", "case"]))
+    assert table.ignored_common > 100 and (table.item_ngrams > 0).all()
+    # a leak of one prompt does not implicate the other items sharing its signature boilerplate
+    write_records(tmp_path / "d" / "p.parquet", [record("x", he_rows[7]["prompt"] + he_rows[7]["canonical_solution"])])
+    res = check(str(tmp_path / "d"), [he], min_fraction=0.0)
+    assert [i.eval_id for i in res.evals[0].contaminated] == ["HumanEval/7"]
+    rows = [{"id": "a", "code": he_rows[3]["canonical_solution"]}, {"id": "b", "code": he_rows[3]["canonical_solution"]}]
+    (tmp_path / "dup.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    dup = EvalTable.build([load_eval(str(tmp_path / "dup.jsonl"))], 8, flags_of(["whitespace"]))
+    assert (dup.item_ngrams > 0).all()

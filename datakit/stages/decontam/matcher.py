@@ -108,7 +108,13 @@ class EvalTable:
         if max_items_per_ngram > 0 and len(ph):
             uh, inv, cnt = np.unique(ph, return_inverse=True, return_counts=True)
             keep = cnt[inv] <= max_items_per_ngram
-            ignored = int((cnt > max_items_per_ngram).sum())
+            # never let the filter blind us to an item: one whose n-grams are *all* shared (a duplicate
+            # item in the eval) keeps them
+            before = np.bincount(pi, minlength=len(item_ids))
+            after = np.bincount(pi[keep], minlength=len(item_ids))
+            blind = (after == 0) & (before > 0)
+            keep |= blind[pi]
+            ignored = int(len(np.unique(ph[~keep])))
             ph, pi = ph[keep], pi[keep]
         hashes, first = np.unique(ph, return_index=True)
         h_ptr = np.append(first, len(ph)).astype(np.int64)

@@ -96,6 +96,20 @@ def _fmix(h):
     return h
 
 
+# byte classes (1 whitespace, 2 identifier start, 4 digit; 6 = identifier continuation) and the
+# case-folding table: one array lookup per byte instead of a chain of comparisons
+_CLS = np.zeros(256, np.uint8)
+for _b in b" \t\n\r\f\v":
+    _CLS[_b] = 1
+for _b in list(range(65, 91)) + list(range(97, 123)) + [95] + list(range(128, 256)):
+    _CLS[_b] = 2
+for _b in range(48, 58):
+    _CLS[_b] = 4
+_FOLD = np.arange(256, dtype=np.uint8)
+_FOLD[65:91] += 32
+_SAME = np.arange(256, dtype=np.uint8)
+
+
 @njit(cache=True, inline="always")
 def _is_ws(c):
     return c == 32 or c == 9 or c == 10 or c == 13 or c == 12 or c == 11
@@ -116,15 +130,12 @@ def _is_digit(c):
     return c >= 48 and c <= 57
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _hash_bytes(data, a, b, fold):
+    tab = _FOLD if fold else _SAME
     h = _FNV_OFFSET
     for i in range(a, b):
-        c = data[i]
-        if fold and c >= 65 and c <= 90:
-            c += 32
-        h ^= U64(c)
-        h *= _FNV_PRIME
+        h = (h ^ U64(tab[data[i]])) * _FNV_PRIME
     return _fmix(h)
 
 
@@ -220,16 +231,21 @@ def lex(data, start, end, flags, kw, tok_val, tok_start, tok_end, tok_ident):
         ident = False
         is_ws = False
         j = i + 1
-        if _is_ws(c):
+        cc = _CLS[c]
+        if cc == 1:
             is_ws = True
-            while j < lim and _is_ws(data[j]) and not (state == STR1 and data[j] == 10):
-                j += 1
-        elif _is_ident_start(c):
-            while j < lim and _is_ident_cont(data[j]):
+            if state == STR1:
+                while j < lim and _CLS[data[j]] == 1 and data[j] != 10:
+                    j += 1
+            else:
+                while j < lim and _CLS[data[j]] == 1:
+                    j += 1
+        elif cc == 2:
+            while j < lim and _CLS[data[j]] & 6:
                 j += 1
             ident = canon and state == CODE and not in_comment
-        elif _is_digit(c):
-            while j < lim and (_is_ident_cont(data[j]) or data[j] == 46):
+        elif cc == 4:
+            while j < lim and (_CLS[data[j]] & 6 or data[j] == 46):
                 j += 1
         elif c == 92 and state != CODE and j < lim:
             j += 1  # an escape: backslash and the next byte
