@@ -51,3 +51,29 @@ def test_presidio_defaults_run_offline() -> None:
     assert offline_tldextract().suffix_list_urls == ()
     res = presidio_default_analyzer(regex_phone=True).analyze("mail ann@acme.com", language="en")
     assert any(r.entity_type == "EMAIL_ADDRESS" for r in res)
+
+
+EXTRA_YAML = """
+supported_languages: [en]
+recognizers:
+  - name: "Employee id"
+    supported_language: "en"
+    supported_entity: "EMPLOYEE_ID"
+    type: custom
+    patterns:
+      - {name: emp, regex: "\\\\bEMP-\\\\d{6}\\\\b", score: 0.9}
+"""
+
+
+def test_stage_runs_a_teams_presidio_recognizer_file(tmp_path) -> None:
+    from datakit.stages.pii.stage import ScrubPiiConfig
+
+    (tmp_path / "recs.yaml").write_text(EXTRA_YAML)
+    cfg = ScrubPiiConfig(ner="off", extra_recognizers="recs.yaml", policy={"employee_id": "placeholder"})
+    fn = cfg.build_fn(str(tmp_path))
+    (out,), _ = fn.scrub(["owner EMP-123456, mail ann@acme.com"])
+    assert out == "owner <EMPLOYEE_ID>, mail <EMAIL>"
+    with pytest.raises(ValueError, match="unknown entities"):
+        ScrubPiiConfig(ner="off", extra_recognizers="recs.yaml", policy={"employe_id": "drop"}).build_fn(str(tmp_path))
+    with pytest.raises(ValueError, match="cannot load extra_recognizers"):
+        ScrubPiiConfig(ner="off", extra_recognizers="missing.yaml").build_fn(str(tmp_path))

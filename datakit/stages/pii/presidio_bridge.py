@@ -198,3 +198,56 @@ def person_scanner() -> PersonNameScanner | None:
             _ner_warned = True
         return None
     return PersonNameScanner(model)
+
+
+# ---------------------------------------------------------------- a team's own recognizers
+
+class ExtraRecognizers:
+    """Recognizers a team declares in presidio's own YAML format, run beside our detectors.
+
+    Why: teams already write presidio recognizers (employee ids, internal hostnames);
+    `scrub_pii` takes the same file (`extra_recognizers: path.yaml`). They run per
+    document through a pattern-only AnalyzerEngine, so they cost presidio speed:
+    that is the price of the generic path, paid only by teams that opt in. Findings
+    are named by the recognizer's entity in lower case (`EMPLOYEE_ID` -> `employee_id`).
+    """
+
+    PRIORITY = 45  # below our specific detectors, above generic high-entropy
+
+    def __init__(self, conf_file: str) -> None:
+        self.conf_file = conf_file
+        self._analyzer: AnalyzerEngine | None = None
+
+    def __getstate__(self) -> dict:
+        return {"conf_file": self.conf_file, "_analyzer": None}  # rebuilt on the worker
+
+    def analyzer(self) -> AnalyzerEngine:
+        if self._analyzer is None:
+            from pathlib import Path
+
+            from presidio_analyzer.recognizer_registry import RecognizerRegistryProvider
+
+            # presidio silently loads its *default* recognizers when the file does not exist
+            if not Path(self.conf_file).is_file():
+                raise ValueError(f"scrub_pii: cannot load extra_recognizers {self.conf_file!r}: no such file")
+            try:
+                registry = RecognizerRegistryProvider(conf_file=self.conf_file).create_recognizer_registry()
+            except Exception as e:  # presidio raises many types for a bad file; name the file, not a traceback
+                raise ValueError(f"scrub_pii: cannot load extra_recognizers {self.conf_file!r}: {e}") from None
+            self._analyzer = pattern_only_analyzer(registry.recognizers)
+        return self._analyzer
+
+    def entities(self) -> list[str]:
+        return sorted({e.lower() for r in self.analyzer().registry.recognizers for e in r.supported_entities})
+
+    def add(self, texts: Sequence[str | None], found: list[list[Finding]]) -> list[list[Finding]]:
+        out = []
+        for t, fs in zip(texts, found):
+            if t:
+                res = self.analyzer().analyze(text=t, language="en")
+                if res:
+                    cands = [(f.start, f.end, 1000, f.entity) for f in fs]  # ours win overlaps
+                    cands += [(r.start, r.end, self.PRIORITY, r.entity_type.lower()) for r in res]
+                    fs = resolve_overlaps(cands)
+            out.append(fs)
+        return out

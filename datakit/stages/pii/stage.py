@@ -28,7 +28,7 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from datakit.contracts import SEGMENT, TRAINING_RECORD_V1
 from datakit.plan import DROP, DROP_DETAIL, Rel
@@ -58,6 +58,8 @@ class ScrubPiiConfig(StageConfig):
     key_env: str = Field(default=DEFAULT_KEY_ENV, description="env var holding the pseudonym HMAC key")
     key_file: str | None = Field(default=None, description="path to a file holding the pseudonym key")
     ner: Literal["auto", "off"] = "auto"
+    extra_recognizers: str | None = Field(
+        default=None, description="a presidio recognizer YAML; its recognizers run beside ours (presidio speed)")
     strategy: Strategy = "polars"
 
     @field_validator("entities")
@@ -69,13 +71,14 @@ class ScrubPiiConfig(StageConfig):
                 raise ValueError(f"unknown entities {bad}; known: {sorted(BY_ENTITY)}")
         return v
 
-    @field_validator("policy")
-    @classmethod
-    def _known_policy_entities(cls, v: dict[str, Policy]) -> dict[str, Policy]:
-        bad = sorted(set(v) - set(BY_ENTITY) - {"person"})
-        if bad:
-            raise ValueError(f"policy names unknown entities {bad}; known: {sorted(BY_ENTITY)}")
-        return v
+    @model_validator(mode="after")
+    def _known_policy_entities(self) -> "ScrubPiiConfig":
+        # entities of a team's extra recognizers are only known once their file is read (at compile)
+        if self.extra_recognizers is None:
+            bad = sorted(set(self.policy) - set(BY_ENTITY) - {"person"})
+            if bad:
+                raise ValueError(f"policy names unknown entities {bad}; known: {sorted(BY_ENTITY)}")
+        return self
 
     def detectors(self) -> tuple[Detector, ...]:
         wanted = set(self.entities) if self.entities is not None else None
@@ -103,7 +106,19 @@ class ScrubPiiConfig(StageConfig):
             from datakit.stages.pii.presidio_bridge import person_scanner
 
             person = person_scanner()
-        return ScrubFn(self.detectors(), Replacer(pol, key), self.strategy, person)
+        extra = None
+        if self.extra_recognizers:
+            from datakit.stages.pii.presidio_bridge import ExtraRecognizers
+
+            path = self.extra_recognizers
+            if base_dir is not None:
+                path = CompileContext(base_dir=Path(base_dir)).resolve(path)
+            extra = ExtraRecognizers(path)
+            known = set(BY_ENTITY) | {"person"} | set(extra.entities())  # loads the file: errors surface now
+            bad = sorted(set(self.policy) - known)
+            if bad:
+                raise ValueError(f"scrub_pii: policy names unknown entities {bad}; known: {sorted(known)}")
+        return ScrubFn(self.detectors(), Replacer(pol, key), self.strategy, person, extra)
 
     def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
         fn = self.build_fn(str(ctx.base_dir))
@@ -116,11 +131,12 @@ class ScrubFn:
     MAX_ROUNDS = 4
 
     def __init__(self, detectors: tuple[Detector, ...], replacer: Replacer, strategy: Strategy = "polars",
-                 person=None) -> None:
+                 person=None, extra=None) -> None:
         self.detectors = detectors
         self.replacer = replacer
         self.strategy = strategy
         self.person = person  # a presidio NER scanner (person names) or None
+        self.extra = extra  # a team's presidio recognizers (ExtraRecognizers) or None
 
     @property
     def line_detectors(self) -> tuple[Detector, ...]:
@@ -132,9 +148,12 @@ class ScrubFn:
     def scan(self, texts: "list[str | None] | pa.Array", prose: list[bool] | None = None,
              suppressed: set[int] | None = None) -> list[list[Finding]]:
         found = scan_batch(texts, self.detectors, self.strategy, suppressed)
-        if self.person is not None and prose is not None:
+        if self.person is not None or self.extra is not None:
             py = texts.to_pylist() if isinstance(texts, pa.Array) else texts
-            found = self.person.add_names(py, prose, found)
+            if self.person is not None and prose is not None:
+                found = self.person.add_names(py, prose, found)
+            if self.extra is not None:
+                found = self.extra.add(py, found)
         return found
 
     def scrub(self, texts: list[str | None], prose: list[bool] | None = None
