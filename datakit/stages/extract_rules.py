@@ -6,11 +6,13 @@ hand-written events without any engine. Conventions of the events are those of
 
 Rules (the `kinds` an extract stage may select):
 
-- `code`: the file after the user's action. Accepted or partially accepted tab
-  completion: `prefix + accepted text + suffix` (accepted text = `accepted_text`,
-  or the suggestion when that is missing on an accepted event). Accepted inline
-  edit / agent step with a `context`: `diff` applied to `prefix + suffix`.
-  One trainable segment, role `code`.
+- `code`: the file after the user's action. Accepted tab completion:
+  `prefix + accepted text + suffix` (accepted text = `accepted_text`, or the
+  suggestion when that is missing). Accepted inline edit / agent step with a
+  `context`: `diff` applied to `prefix + suffix`. One trainable segment, role
+  `code`. A *partial* acceptance gives no code record: the file is then a
+  transient state in the middle of typing (often not even valid syntax), and
+  pretraining on it would teach broken code; its signal goes to `fim`.
 - `fim`: accepted or partial tab completion -> segments prefix / suffix (context,
   not trained) and middle (the accepted text, trained), language and path in meta.
 - `sft`: chat turn / agent step -> one segment per message; only assistant
@@ -161,7 +163,7 @@ def code_records(e: dict) -> tuple[list[dict], str | None]:
     file = e.get("file") or {}
     meta = {"event_type": et, "outcome": outcome, "language": file.get("language"), "path": file.get("path")}
     if et == "tab_completion":
-        kept = accepted_text(e)
+        kept = accepted_text(e) if outcome == "accepted" else None
         if kept is None:
             return [], f"no_example:{outcome or 'no_outcome'}"
         prefix, suffix = _ctx(e)
