@@ -37,15 +37,17 @@ import xxhash
 
 from datakit.stages.dedup import minhash_signatures, shingles
 
-STDLIB = Path(sys.base_prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+PYLIB = f"python{sys.version_info.major}.{sys.version_info.minor}"
+STDLIB = Path(sys.base_prefix) / "lib" / PYLIB
+SITE = Path(sys.prefix) / "lib" / PYLIB / "site-packages"  # more real code when the stdlib runs out
 
 
 def windows(n: int, size: int = 1000) -> list[str]:
-    """n texts of `size` characters cut from the standard library's sources (sorted files, fixed order)."""
+    """n texts of `size` characters cut from the standard library's sources, then the installed packages'
+    (sorted files, fixed order)."""
     out: list[str] = []
-    for p in sorted(STDLIB.rglob("*.py")):
-        if "site-packages" in p.parts:
-            continue
+    paths = [p for p in sorted(STDLIB.rglob("*.py")) if "site-packages" not in p.parts] + sorted(SITE.rglob("*.py"))
+    for p in paths:
         try:
             s = p.read_text(encoding="utf-8")
         except (UnicodeDecodeError, OSError):

@@ -93,6 +93,8 @@ def test_star_cycle_and_separate_clusters(tmp_path):
     assert kept == ["q", "r", "s0", "s1", "s2", "s3", "y1"]
     assert st["rows_in"] == 10 and st["rows_out"] == 7 and st["dropped"] == {"near_duplicate": 3}
     assert st["metrics"]["verified_pairs"] >= 4
+    # components of verified edges: the star (5 docs) and the cycle (3), counted once each
+    assert st["metrics"]["near_clusters"] == 2 and st["metrics"]["near_cluster_size_3_9"] == 2
 
 
 def test_verification_cuts_false_candidates(tmp_path):

@@ -44,6 +44,7 @@ METRICS = "_metrics"
 # internal column names (prefixed so they never clash with a record field)
 _KEY, _KEEP, _SIG, _BAND, _BUCKET, _MIN = "_dk_key", "_dk_keep", "_dk_sig", "_dk_band", "_dk_bucket", "_dk_min"
 _SIDE = {"exact": "_dk_text_src", "signature": "_dk_sig_src"}
+_SIZE = "_dk_size"
 
 
 class MinHashConfig(BaseModel):
@@ -157,6 +158,7 @@ class _MarkFn:
 
     keep_col: str
     reason: str
+    size_col: str | None = None  # cluster size, set on the kept doc of each cluster only
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         doc = batch.column("doc_id")
@@ -164,7 +166,49 @@ class _MarkFn:
         loser = pc.fill_null(pc.and_(pc.is_valid(doc), pc.not_equal(doc, keep)), False)
         drop = pc.if_else(loser, pa.scalar(self.reason, pa.string()), pa.scalar(None, pa.string()))
         detail = pc.if_else(loser, keep.cast(pa.string()), pa.scalar(None, pa.string()))
-        return _with_columns(batch, [DROP, DROP_DETAIL], [drop, detail])
+        names, cols = [DROP, DROP_DETAIL], [drop, detail]
+        if self.size_col is not None:
+            names.append(METRICS)
+            cols.append(_size_histogram(batch.column(self.size_col)))
+        return _with_columns(batch, names, cols)
+
+
+_SIZE_BUCKETS = ((2, 2, "2"), (3, 9, "3_9"), (10, 99, "10_99"), (100, 999, "100_999"), (1000, 2**62, "1000_plus"))
+
+
+def _size_histogram(sizes: pa.Array) -> pa.Array:
+    """A `_metrics` column: counts of clusters by size bucket (sums stay right across batches/engines).
+
+    Why buckets and not the largest size: engine metrics are summed counters; a
+    count in `near_cluster_size_1000_plus` is the alarm for a runaway cluster, and
+    `report.clusters()` names the largest ones exactly from the drop log.
+    """
+    v = pc.fill_null(sizes, 0).to_numpy(zero_copy_only=False)
+    counts = {f"near_cluster_size_{name}": int(np.count_nonzero((v >= lo) & (v <= hi))) for lo, hi, name in _SIZE_BUCKETS}
+    counts = {k: n for k, n in counts.items() if n}
+    out: list[str | None] = [None] * len(v)
+    if counts and len(v):
+        counts["near_clusters"] = sum(counts.values())
+        out[0] = json.dumps(counts, sort_keys=True)
+    return pa.array(out, pa.string())
+
+
+@dataclass(frozen=True)
+class _DecisionFn:
+    """Per cluster node: (src=node, kept doc, cluster size on the kept doc's row only).
+
+    `verdict` (similar_to_kept) is the verified member->kept pair: null for the
+    kept doc itself, dst == src when the member was not similar (kept).
+    """
+
+    rule: str
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        node, comp, size = batch.column("node"), batch.column("component"), batch.column(_SIZE)
+        is_rep = pc.equal(node, comp)
+        keep = comp if self.rule == "component" else pc.coalesce(batch.column("dst"), node)
+        rep_size = pc.if_else(pc.and_(is_rep, pc.greater(size, 1)), size, pa.scalar(None, pa.int64()))
+        return pa.RecordBatch.from_arrays([node, keep, rep_size], names=["src", _KEEP, _SIZE])
 
 
 @dataclass(frozen=True)
@@ -245,14 +289,6 @@ class _MembersFn:
         node, comp = batch.column("node"), batch.column("component")
         keep = pc.fill_null(pc.not_equal(node, comp), False)
         return pa.RecordBatch.from_arrays([node.filter(keep), comp.filter(keep)], names=["src", "dst"])
-
-
-@dataclass(frozen=True)
-class _RenameFn:
-    mapping: tuple[tuple[str, str], ...]
-
-    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        return pa.RecordBatch.from_arrays([batch.column(a) for a, _ in self.mapping], names=[b for _, b in self.mapping])
 
 
 @dataclass(frozen=True)
@@ -342,14 +378,16 @@ def _compile_near(rel: Rel, text_column: str | None, cfg: MinHashConfig, scope: 
         return pairs.map_batches(_VerifyFn(cfg, text_column, counters), edge_schema, name=name)
 
     comps = verified(edges, "dedup_verify", ("candidate_pairs", "verified_pairs")).connected_components()
-    if cfg.drop_rule == "component":
-        marked = rel.join(comps, "doc_id", "node", how="left")
-        return marked.map_batches(_MarkFn("component", "near_duplicate"), schema, name="dedup_near", drop_log_key="doc_id")
-    # similar_to_kept: a member is dropped only if it is itself similar to the kept (smallest) doc of its
-    # component; the others stay (chain ends). Rejected pairs come back as (src, src), i.e. "keep".
-    members = comps.map_batches(_MembersFn(), edge_schema, name="dedup_members")
-    decided = verified(members, "dedup_verify_kept", ("cluster_members", "members_similar_to_kept"))
-    decided = decided.map_batches(_RenameFn((("src", "src"), ("dst", _KEEP))),
-                                  pa.schema([pa.field("src", pa.string()), pa.field(_KEEP, pa.string())]), name="dedup_decided")
+    # cluster sizes ride along to the final marking, which counts them once per kept doc
+    sizes = comps.aggregate(["component"], {_SIZE: ("count", "node")})
+    nodes = comps.join(sizes, "component", how="inner")
+    if cfg.drop_rule == "similar_to_kept":
+        # a member is dropped only if it is itself similar to the kept (smallest) doc of its component;
+        # the others stay (chain ends). Rejected pairs come back as (src, src), i.e. "keep".
+        members = comps.map_batches(_MembersFn(), edge_schema, name="dedup_members")
+        verdict = verified(members, "dedup_verify_kept", ("cluster_members", "members_similar_to_kept"))
+        nodes = nodes.join(verdict, "node", "src", how="left")
+    decision_schema = pa.schema([pa.field("src", pa.string()), pa.field(_KEEP, pa.string()), pa.field(_SIZE, pa.int64())])
+    decided = nodes.map_batches(_DecisionFn(cfg.drop_rule), decision_schema, name="dedup_decided")
     marked = rel.join(decided, "doc_id", "src", how="left")
-    return marked.map_batches(_MarkFn(_KEEP, "near_duplicate"), schema, name="dedup_near", drop_log_key="doc_id")
+    return marked.map_batches(_MarkFn(_KEEP, "near_duplicate", _SIZE), schema, name="dedup_near", drop_log_key="doc_id")
