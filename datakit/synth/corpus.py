@@ -22,10 +22,13 @@ from datakit.synth.bundled import BUNDLED_FILES
 PYENV_STDLIB = Path("/root/.pyenv/versions/3.11.7/lib/python3.11")
 PYENV_INCLUDE = Path("/root/.pyenv/versions/3.11.7/include/python3.11")
 
-# Folders of the stdlib that are test data, generated tables or deliberately broken
-# files: they are not what developers type and would add natural near-duplicates.
-_SKIP_DIRS = {"test", "tests", "idle_test", "site-packages", "__pycache__", "encodings",
-              "lib2to3", "ensurepip", "turtledemo", "tkinter", "idlelib", "pydoc_data", "config-3.11-x86_64-linux-gnu"}
+# Folders of the stdlib that are generated tables, vendored wheels or test *data*
+# (deliberately broken or Python-2 files): not what developers type, and a source
+# of natural near-duplicates. Tests themselves are kept: people write tests.
+_SKIP_DIRS = {"site-packages", "__pycache__", "encodings", "lib2to3", "ensurepip", "pydoc_data",
+              "config-3.11-x86_64-linux-gnu", "leakers", "encoded_modules", "tokenizedata", "test_import",
+              "test_importlib", "badsyntax", "typinganndata", "dtracedata", "test_tools"}
+_SKIP_FILE_MARKERS = ("bad", "nosyntax")
 _MAX_FILE_BYTES = 300_000
 MIN_CHUNK_LINES = 20
 TARGET_CHUNK_LINES = 45
@@ -73,7 +76,9 @@ def _walk(root: Path, suffix: str) -> list[Path]:
     out = []
     for p in sorted(root.rglob(f"*{suffix}")):
         rel = p.relative_to(root)
-        if any(part in _SKIP_DIRS or part.startswith(".") for part in rel.parts[:-1]):
+        if any(part in _SKIP_DIRS or part.startswith(".") or "data" in part for part in rel.parts[:-1]):
+            continue
+        if any(m in p.name for m in _SKIP_FILE_MARKERS):
             continue
         try:
             if p.stat().st_size > _MAX_FILE_BYTES or not p.is_file():
