@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, field_validator
 
-from datakit.contracts import EDITOR_EVENT_V1, RAW_LINES
+from datakit.contracts import RAW_LINES
 from datakit.io.fs import InputError, expand, filesystem
 from datakit.io.readers import read_table
 from datakit.plan import DROP, Rel, source
@@ -103,7 +103,7 @@ class ParseOptOutLines:
         files = batch.column("_source_file").to_pylist()
         lines = batch.column("_source_line").to_pylist()
         errors = batch.column("_read_error").to_pylist()
-        for raw, f, ln, err in zip(raws, files, lines, errors):
+        for raw, f, ln, err in zip(raws, files, lines, errors, strict=True):
             if err is not None:
                 raise InputError(f"opt-out list {f}: {err}")
             try:
@@ -265,7 +265,7 @@ class ForgetFn:
         src = batch.column("source").to_pylist()
         metas = batch.column("meta").to_pylist()
         drops: list[str | None] = []
-        for s, m in zip(src, metas):
+        for s, m in zip(src, metas, strict=True):
             s = s or {}
             reason = None
             if s.get("user_id") in users:

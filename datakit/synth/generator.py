@@ -213,7 +213,7 @@ class Generator:
         self.planned = Counter(k for k, _ in jobs)
         positions = sorted(rng.randrange(horizon) for _ in jobs)
         rng.shuffle(jobs)
-        self.plants = [Plant(p, i, k, a) for i, (p, (k, a)) in enumerate(zip(positions, jobs))]
+        self.plants = [Plant(p, i, k, a) for i, (p, (k, a)) in enumerate(zip(positions, jobs, strict=True))]
         heapq.heapify(self.plants)
         # malformed lines are extra lines (not counted in `events`), one of each kind at least
         n_bad = max(len(MALFORMED_KINDS), round(n * malformed_rate)) if malformed_rate > 0 else 0

@@ -43,9 +43,9 @@ def person(rng: random.Random) -> tuple[str, str]:
 
 
 def email(rng: random.Random) -> str:
-    f, l = person(rng)
+    first, last = person(rng)
     sep = rng.choice([".", "_", ""])
-    return f"{f.lower()}{sep}{l.lower()}{rng.randint(1, 99) if rng.random() < 0.3 else ''}@{rng.choice(DOMAINS)}"
+    return f"{first.lower()}{sep}{last.lower()}{rng.randint(1, 99) if rng.random() < 0.3 else ''}@{rng.choice(DOMAINS)}"
 
 
 def ip(rng: random.Random) -> str:
@@ -97,8 +97,8 @@ def _b64url(raw: bytes) -> str:
 
 def jwt(rng: random.Random) -> str:
     header = _b64url(json.dumps({"alg": "HS256", "typ": "JWT"}, separators=(",", ":")).encode())
-    f, l = person(rng)
-    payload = {"sub": str(rng.randint(10**6, 10**9)), "name": f"{f} {l}", "iat": 1790000000 + rng.randint(0, 10**7)}
+    first, last = person(rng)
+    payload = {"sub": str(rng.randint(10**6, 10**9)), "name": f"{first} {last}", "iat": 1790000000 + rng.randint(0, 10**7)}
     body = _b64url(json.dumps(payload, separators=(",", ":")).encode())
     return f"{header}.{body}.{_b64url(rng.randbytes(32))}"
 
@@ -109,8 +109,8 @@ def password(rng: random.Random) -> str:
 
 
 def username(rng: random.Random) -> str:
-    f, l = person(rng)
-    return (f[0] + l).lower() + (str(rng.randint(1, 99)) if rng.random() < 0.5 else "")
+    first, last = person(rng)
+    return (first[0] + last).lower() + (str(rng.randint(1, 99)) if rng.random() < 0.5 else "")
 
 
 def comment_prefix(language: str) -> str:
@@ -128,8 +128,8 @@ def pii_snippet(rng: random.Random, entity: str, language: str) -> tuple[str, li
         v = email(rng)
         return f"{c} Maintainer contact: {v}\n", [("EMAIL", v)]
     if entity == "PERSON":
-        f, l = person(rng)
-        v = f"{f} {l}"
+        first, last = person(rng)
+        v = f"{first} {last}"
         return f"{c} TODO({v}): revisit this once the upstream fix ships\n", [("PERSON", v)]
     if entity == "IP_ADDRESS":
         v = ip(rng)

@@ -2,7 +2,6 @@
 pairing through the engine, and lineage from an output row back to its events."""
 from __future__ import annotations
 
-import difflib
 import json
 import random
 from pathlib import Path
