@@ -189,3 +189,17 @@ def test_join_mode_checks_list_columns_at_compile_time(tmp_path):
          .add({"kind": "consent", "optouts": str(tmp_path / "typo.parquet"), "mode": "join"}).output(str(tmp_path / "o")))
     with pytest.raises(InputError, match="no user_id or org_id"):
         p.compile()
+
+
+def test_ingest_quarantines_exactly_the_planted_malformed_lines(logs):
+    """The synth ground truth for malformed lines agrees with what ingest quarantines (file, line, reason)."""
+    from datakit.synth import read_ground_truth
+
+    root, _ = logs
+    _run(root, "quarantine_check", {"kind": "consent"})
+    got = {}
+    for f in sorted((root / "quarantine_check" / "_quarantine").rglob("*.parquet")):
+        for r in pq.read_table(f).to_pylist():
+            got[(Path(r["source_file"]).relative_to(root / "logs").as_posix(), r["source_line"])] = r["reason"]
+    want = {(g["file"], g["line"]): g["malformed_kind"] for g in read_ground_truth(root / "logs", "malformed")}
+    assert got == want and len(want) >= 5
