@@ -124,8 +124,6 @@ def test_pipeline_mask_mode_local_is_deterministic(tmp_path, rows):
 
 
 @pytest.mark.spark
-@pytest.mark.xfail(reason="spark engine: a Parquet training_record source fails with 'Field \"_source_file\" does "
-                          "not exist' (engine issue, reported to the lead); passes once fixed", strict=False)
 def test_pipeline_on_spark_matches_local(tmp_path, rows, spark):
     p = _pipeline(tmp_path, rows)
     assert_conformant(p, tmp_path, variants=[("local", {"workers": 1})] + spark_variants((1, 3)))

@@ -48,8 +48,7 @@ class TextBatch:
 
     file: str
     rows: int
-    doc_ids: list[str] | None   # None until asked for (costly for big batches)
-    doc_col: pa.Array | None
+    doc_col: pa.Array | None    # doc_id/id column when the data has one
     first_row: int
     sources: list[TextSource]
 
@@ -112,7 +111,7 @@ def _to_text_batch(url: str, rb: pa.RecordBatch | pa.Table, first_row: int,
         sources = text_sources(rb, text_fields)
     except KeyError as e:
         raise InputError(f"{url}: {e.args[0]}") from None
-    return TextBatch(url, rb.num_rows, None, doc_col, first_row, sources)
+    return TextBatch(url, rb.num_rows, doc_col, first_row, sources)
 
 
 def _jsonl_batches(url: str, text_fields, batch_rows: int, stats: dict | None) -> Iterator[TextBatch]:
@@ -262,8 +261,8 @@ class CheckResult:
         from rich.table import Table
 
         console = console or Console()
-        t = Table(title=f"contamination check: {self.ngram}-grams, {'+'.join(self.normalizations) or 'no normalization'}, "
-                        f"rule {self.rule.describe()}")
+        t = Table(title=f"contamination check ({self.ngram}-grams, {'+'.join(self.normalizations) or 'raw'})",
+                  caption=f"a document matches an item if it shares {self.rule.describe()}")
         for col in ("eval", "items", "contaminated", "rate", "status"):
             t.add_column(col, justify="right" if col in ("items", "contaminated", "rate") else "left")
         for e in self.evals:
@@ -278,7 +277,8 @@ class CheckResult:
                     break
                 where = m.doc_id if m.doc_id is not None else "(index)"
                 console.print(f"  [bold]{e.name}[/bold] {m.eval_id} <- {where}  overlap {m.overlap:.0%}", highlight=False)
-                console.print("    " + " ".join(m.snippet.split())[:160], markup=False, highlight=False)
+                console.print("    " + " ".join(m.snippet.split()), markup=False, highlight=False,
+                              no_wrap=True, overflow="ellipsis", crop=True)
                 shown += 1
         total_docs = sum(int(d.get("documents") or 0) for d in self.data)
         console.print(f"{total_docs} documents, {len(self.data)} source(s), threshold {self.threshold:.1%}, "

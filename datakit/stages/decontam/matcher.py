@@ -50,7 +50,8 @@ class Rule:
         return (shared >= max(1, self.min_ngrams)) & (shared / total >= self.min_fraction)
 
     def describe(self) -> str:
-        parts = [f">= {self.min_ngrams} n-gram{'s' if self.min_ngrams != 1 else ''}"]
+        parts = [f">= {self.min_ngrams} n-gram{'s' if self.min_ngrams != 1 else ''}"] \
+            if self.min_ngrams > 1 or self.min_fraction <= 0 else []
         if self.min_fraction > 0:
             parts.append(f">= {self.min_fraction:.0%} of the item's n-grams")
         return " and ".join(parts)
