@@ -127,3 +127,16 @@ def test_pipeline_mask_mode_local_is_deterministic(tmp_path, rows):
 def test_pipeline_on_spark_matches_local(tmp_path, rows, spark):
     p = _pipeline(tmp_path, rows)
     assert_conformant(p, tmp_path, variants=[("local", {"workers": 1})] + spark_variants((1, 3)))
+
+
+def test_eval_paths_resolve_against_the_pipeline_file(tmp_path, rows):
+    """`evals: [tiny=evals/tiny.jsonl]` in a pipeline file means relative to that file, named `tiny`."""
+    _mbpp_like(tmp_path)
+    (tmp_path / "p.yaml").write_text(
+        "name: d\ninput: {path: in, format: parquet, schema: training_record.v1}\n"
+        "stages:\n  - {kind: decontaminate, evals: [humaneval, 'mine=evals/tiny.jsonl']}\n"
+        "output: {path: out, format: parquet}\n")
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.Table.from_pylist(rows, schema=TRAINING_RECORD_V1), str(tmp_path / "in" / "p.parquet"))
+    res = Pipeline.from_yaml(tmp_path / "p.yaml").run(engine="local", workers=1)
+    assert res.stage("decontaminate")["dropped"] == {"contaminated:humaneval": 2, "contaminated:mine": 1}

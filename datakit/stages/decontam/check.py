@@ -374,6 +374,7 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
         if _is_packed(p):
             plan.append(("packed", p, None))
             continue
+        expand(p, suffixes=DATA_SUFFIXES)  # fail fast (exit 2) on a missing input, before any work
         plan.append(("scan", p, None))
     idx_settings = {(x.ngram, x.flags) for k, _, x in plan if k == "index"}
     if len(idx_settings) > 1:

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from datakit.plan import DROP, DROP_DETAIL, Rel
 from datakit.stages.base import CompileContext, StageConfig, register_stage
-from datakit.stages.decontam.evals import EvalSet, load_eval
+from datakit.stages.decontam.evals import _NAMED, EvalSet, load_eval
 from datakit.stages.decontam.matcher import (EvalTable, Rule, default_min_fraction, match_batch, merge_spans,
                                              text_sources)
 from datakit.stages.decontam.normalize import DEFAULT_NORMALIZATIONS, NORMALIZATIONS, flags_of
@@ -70,8 +70,10 @@ def load_evals(specs: list[str | EvalSpec], ctx: CompileContext | None = None,
     out: list[EvalSet] = []
     for s in specs:
         if isinstance(s, str):
-            is_file = any(c in s for c in "/\\") or s.endswith((".jsonl", ".parquet", ".json", ".gz", ".zst"))
-            s = EvalSpec(path=s, fields=fields) if is_file else EvalSpec(name=s, fields=fields)
+            named = _NAMED.match(s)
+            name, target = (named.group(1), named.group(2)) if named else (None, s)
+            is_file = any(c in target for c in "/\\") or target.endswith((".jsonl", ".parquet", ".json", ".gz", ".zst"))
+            s = EvalSpec(name=name, path=target, fields=fields) if is_file else EvalSpec(name=target, fields=fields)
         out.append(s.load(ctx))
     names = [e.name for e in out]
     dup = sorted({n for n in names if names.count(n) > 1})
