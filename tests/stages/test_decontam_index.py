@@ -127,3 +127,20 @@ def test_packed_token_dataset_is_decoded_and_checked(tmp_path, he_rows, humaneva
     assert res.data[0]["mode"] == "packed"
     assert [i.eval_id for i in res.evals[0].contaminated] == ["HumanEval/21"]
     assert {m.doc_id for m in res.evals[0].matches} == {"leak"}
+
+
+def test_fsspec_urls_for_data_and_index(dataset, humaneval):  # noqa: F811
+    """Data and index on any fsspec storage (memory:// here; s3:// and gs:// go the same way)."""
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    for f in sorted(dataset.glob("*.parquet")):
+        fs.pipe(f"/dk-decontam/data/{f.name}", f.read_bytes())
+    scan = check("memory://dk-decontam/data/*.parquet", [humaneval], min_fraction=0.0)
+    local = check(str(dataset / "*.parquet"), [humaneval], min_fraction=0.0)
+    assert [i.eval_id for i in scan.evals[0].contaminated] == [i.eval_id for i in local.evals[0].contaminated]
+    build_index("memory://dk-decontam/data/*.parquet", "memory://dk-decontam/idx", 13, ["whitespace", "case"])
+    assert is_index("memory://dk-decontam/idx")
+    via = check("memory://dk-decontam/idx", [humaneval], min_fraction=0.0)
+    assert [i.eval_id for i in via.evals[0].contaminated] == [i.eval_id for i in scan.evals[0].contaminated]
+    fs.rm("/dk-decontam", recursive=True)

@@ -84,7 +84,7 @@ def _hash_strings(data, offsets, n, flags, kw, want_spans):
     tok_ident = np.empty(maxlen + 1, np.uint8)
     prevd = np.empty(maxlen + 1, np.int64)
     canon = (flags & 8) != 0
-    cap = max(16, total // 2)
+    cap = max(16, total // 3)  # ~1 token per 3-4 bytes of code; grows if needed
     out_h = np.empty(cap, np.uint64)
     out_s = np.empty(cap, np.int64)
     out_a = np.empty(cap if want_spans else 1, np.int64)
