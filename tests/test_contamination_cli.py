@@ -90,6 +90,7 @@ def test_usage_error_exits_2(data):
 
 def test_json_report_matches_schema_and_is_deterministic(data, tmp_path):
     schema = load_contract("contamination_report.v1")
+    jsonschema.Draft202012Validator.check_schema(schema)
     for name in ("a", "b"):
         assert run("--data", str(data / "dirty"), "--data", str(data / "clean.parquet"), "--eval", "humaneval",
                    "--json", str(tmp_path / f"{name}.json"), "--html", str(tmp_path / f"{name}.html"), "-q").exit_code == 1
