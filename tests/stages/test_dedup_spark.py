@@ -6,6 +6,8 @@ on the shared 2-core machine).
 """
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from datakit import Pipeline
@@ -38,3 +40,6 @@ def test_dedup_conformant_on_spark(spark, tmp_path, drop_rule):
     expected = ["c1", "c3", "e0", "q", "r", "s0", "s1", "s2", "s3", "y1"] if drop_rule == "similar_to_kept" \
         else ["c1", "e0", "q", "r", "s0", "y1"]
     assert kept == expected
+    # the counters (candidate pairs, cluster size histogram) agree too
+    metrics = [json.loads((tmp_path / d / "_run.json").read_text())["stages"][0]["metrics"] for d in ("conf-0-local", "conf-1-spark")]
+    assert metrics[0] == metrics[1] and metrics[0]["near_clusters"] == 3
