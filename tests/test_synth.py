@@ -225,3 +225,13 @@ def test_tiny_populations_still_place_every_plant(tmp_path):
     assert s["plants_unplaced"] == 0 and s["ground_truth"]["exact_dup"] >= 1
     with pytest.raises(ValueError, match="no consenting user"):
         generate(tmp_path / "none", events=50, seed=1, users=2)
+
+
+def test_code_roots_add_languages_from_this_machine(tmp_path):
+    src = tmp_path / "mysvc"
+    src.mkdir()
+    body = "".join(f"func handler{i}(w http.ResponseWriter, r *http.Request) {{\n\tfmt.Fprintf(w, \"ok {i}\")\n}}\n\n" for i in range(12))
+    (src / "server.go").write_text("package main\n\nimport (\n\t\"fmt\"\n\t\"net/http\"\n)\n\n" + body)
+    generate(tmp_path / "logs", events=400, seed=2, days=1, other_languages=1.0, code_roots=[str(src)])
+    paths = {(e.get("file") or {}).get("path") for e in iter_events(tmp_path / "logs")}
+    assert "mysvc/server.go" in paths

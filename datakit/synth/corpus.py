@@ -35,8 +35,9 @@ TARGET_CHUNK_LINES = 45
 MAX_CHUNK_LINES = 90
 
 LANG_BY_SUFFIX = {
-    ".py": "python", ".h": "c", ".c": "c", ".js": "javascript", ".ts": "typescript", ".tsx": "typescript",
-    ".go": "go", ".rs": "rust", ".sh": "shell", ".sql": "sql", ".yaml": "yaml", ".java": "java",
+    ".py": "python", ".h": "c", ".c": "c", ".cpp": "cpp", ".js": "javascript", ".ts": "typescript",
+    ".tsx": "typescript", ".go": "go", ".rs": "rust", ".sh": "shell", ".sql": "sql", ".yaml": "yaml",
+    ".java": "java", ".scala": "scala", ".pyx": "cython", ".rb": "ruby", ".toml": "toml",
 }
 
 
@@ -118,7 +119,8 @@ class Corpus:
     language mix independently of how much text each language has.
     """
 
-    def __init__(self, include_c: bool = True, include_bundled: bool = True) -> None:
+    def __init__(self, include_c: bool = True, include_bundled: bool = True,
+                 extra_roots: tuple[str, ...] = ()) -> None:
         self.sources: list[SourceFile] = []
         self._paths: list[Path | None] = []
         self.pools: dict[str, list[Chunk]] = {"python": [], "c": [], "other": []}
@@ -131,6 +133,15 @@ class Corpus:
         if include_c and inc is not None:
             for p in _walk(inc, ".h"):
                 self._add(p, SourceFile(f"include:{p.relative_to(inc)}", "include/" + str(p.relative_to(inc)), "c"), "c")
+        for i, extra in enumerate(extra_roots):
+            # opt-in: more languages from folders of this machine (e.g. a checkout, site-packages);
+            # the logs then depend on what those folders hold, so they are reproducible only where they are equal
+            base = Path(extra)
+            for suffix in sorted(LANG_BY_SUFFIX):
+                for p in _walk(base, suffix):
+                    lang = LANG_BY_SUFFIX[suffix]
+                    pool = "python" if lang == "python" else ("c" if lang == "c" else "other")
+                    self._add(p, SourceFile(f"extra{i}:{p.relative_to(base)}", f"{base.name}/{p.relative_to(base)}", lang), pool)
         if include_bundled or not self.pools["python"]:
             for name in sorted(BUNDLED_FILES):
                 lang = LANG_BY_SUFFIX.get(Path(name).suffix, "text")

@@ -132,7 +132,8 @@ class Generator:
 
     def __init__(self, out_dir: str | os.PathLike, events: int, seed: int, *, days: int, start_date: str,
                  users: int | None, orgs: int | None, rows_per_part: int, plant_scale: float,
-                 malformed_rate: float, other_languages: float, zstd_level: int) -> None:
+                 malformed_rate: float, other_languages: float, zstd_level: int,
+                 code_roots: tuple[str, ...] = ()) -> None:
         if events < 1:
             raise ValueError("events must be >= 1")
         if days < 1:
@@ -143,7 +144,7 @@ class Generator:
         self.rows_per_part, self.zstd_level = rows_per_part, zstd_level
         self.other_languages = other_languages
         self.rng = random.Random(f"datakit-synth:{seed}")
-        self.corpus = Corpus()
+        self.corpus = Corpus(extra_roots=tuple(code_roots))
         self.cursors = {k: self.rng.randrange(len(v)) for k, v in self.corpus.pools.items()}
         self.used: Counter[str] = Counter()
         self._population(users, orgs)
@@ -568,7 +569,7 @@ class Session:
 def generate(out_dir: str | os.PathLike, events: int = 1000, seed: int = 0, *, days: int = 3,
              start_date: str = "2026-11-01", users: int | None = None, orgs: int | None = None,
              rows_per_part: int = 100_000, plant_scale: float = 1.0, malformed_rate: float = 0.003,
-             other_languages: float = 0.1, zstd_level: int = 3) -> dict:
+             other_languages: float = 0.1, zstd_level: int = 3, code_roots: list[str] | tuple[str, ...] = ()) -> dict:
     """Write synthetic editor logs with planted ground truth into `out_dir`; return the summary.
 
     Layout written::
@@ -578,10 +579,15 @@ def generate(out_dir: str | os.PathLike, events: int = 1000, seed: int = 0, *, d
         out_dir/optouts.parquet                      opt-out list: user_id / org_id columns
         out_dir/_synth.json                          this summary (counts, expected consent drops)
 
+    `code_roots` adds source files (.py, .c/.h, .js, .ts, .go, .rs, .sh, .sql, .java,
+    .pyx, ...) from folders of this machine to the corpus: more languages and
+    text, at the price of logs that are only reproducible where those folders are
+    the same (the default corpus is the stdlib, CPython headers and bundled files).
+
     `events` counts valid events (malformed lines come on top). `plant_scale`
     multiplies plant rates (0 disables plants except malformed lines, which
     `malformed_rate=0` disables). Same arguments -> byte-identical files.
     """
     return Generator(out_dir, events, seed, days=days, start_date=start_date, users=users, orgs=orgs,
                      rows_per_part=rows_per_part, plant_scale=plant_scale, malformed_rate=malformed_rate,
-                     other_languages=other_languages, zstd_level=zstd_level).run()
+                     other_languages=other_languages, zstd_level=zstd_level, code_roots=tuple(code_roots)).run()
