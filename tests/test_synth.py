@@ -235,3 +235,14 @@ def test_code_roots_add_languages_from_this_machine(tmp_path):
     generate(tmp_path / "logs", events=400, seed=2, days=1, other_languages=1.0, code_roots=[str(src)])
     paths = {(e.get("file") or {}).get("path") for e in iter_events(tmp_path / "logs")}
     assert "mysvc/server.go" in paths
+
+
+def test_regenerating_into_a_folder_leaves_no_stale_parts(tmp_path):
+    generate(tmp_path / "logs", events=300, seed=1, days=5, rows_per_part=40)
+    (tmp_path / "logs" / "notes.txt").write_text("mine")
+    s = generate(tmp_path / "logs", events=200, seed=1, days=2)
+    parts = sorted(p.relative_to(tmp_path / "logs").as_posix() for p in (tmp_path / "logs").glob("dt=*/*"))
+    assert parts == s["files"] and len(list(iter_events(tmp_path / "logs"))) == 200
+    assert (tmp_path / "logs" / "notes.txt").read_text() == "mine"
+    with pytest.raises(ValueError, match="rows_per_part"):
+        generate(tmp_path / "x", events=10, rows_per_part=0)

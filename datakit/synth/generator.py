@@ -138,6 +138,10 @@ class Generator:
             raise ValueError("events must be >= 1")
         if days < 1:
             raise ValueError("days must be >= 1")
+        if rows_per_part < 1:
+            raise ValueError("rows_per_part must be >= 1")
+        if not 0.0 <= other_languages <= 1.0:
+            raise ValueError("other_languages is a share: between 0 and 1")
         self.out = Path(out_dir)
         self.events, self.seed, self.days = events, seed, days
         self.start = dt.date.fromisoformat(start_date)
@@ -432,8 +436,19 @@ class Generator:
         self.gt_counts[row["kind"]] += 1
         self._gt.write(_dumps(row) + "\n")  # type: ignore[union-attr]
 
+    def _clear_previous(self) -> None:
+        """Remove what an earlier `generate` wrote here (only our own file names), so no stale part survives."""
+        for part in sorted(self.out.glob("dt=*/part-*.jsonl.zst")):
+            part.unlink()
+        for d in sorted(self.out.glob("dt=*")):
+            if d.is_dir() and not any(d.iterdir()):
+                d.rmdir()
+        for name in (GROUND_TRUTH_FILE, SUMMARY_FILE, OPTOUTS_FILE):
+            (self.out / name).unlink(missing_ok=True)
+
     def run(self) -> dict:
         self.out.mkdir(parents=True, exist_ok=True)
+        self._clear_previous()
         per_day = self._day_budgets()
         files: list[str] = []
         with open(self.out / GROUND_TRUTH_FILE, "w", encoding="utf-8", newline="\n") as gt:
