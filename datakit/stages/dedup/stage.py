@@ -364,9 +364,7 @@ def _compile_near(rel: Rel, text_column: str | None, cfg: MinHashConfig, scope: 
     edges = cand.map_batches(_EdgeFn(), edge_schema, name="dedup_lsh_edges")
     edges = edges.aggregate(["src", "dst"], {"_dk_n": ("count", "src")})  # one row per distinct pair
     if cfg.verify == "none":
-        comps = edges.connected_components()
-        marked = rel.join(comps, "doc_id", "node", how="left")
-        return marked.map_batches(_MarkFn("component", "near_duplicate"), schema, name="dedup_near", drop_log_key="doc_id")
+        return _mark_clusters(rel, edges.connected_components(), None)
     side = rel if cfg.verify == "exact" else docs  # where a doc's text (its record) or signature comes from
     side_type = pa.string() if cfg.verify == "exact" else pa.binary()
     src_schema = pa.schema(list(edge_schema) + [pa.field(_SIDE[cfg.verify], side_type)])
@@ -378,16 +376,26 @@ def _compile_near(rel: Rel, text_column: str | None, cfg: MinHashConfig, scope: 
         return pairs.map_batches(_VerifyFn(cfg, text_column, counters), edge_schema, name=name)
 
     comps = verified(edges, "dedup_verify", ("candidate_pairs", "verified_pairs")).connected_components()
-    # cluster sizes ride along to the final marking, which counts them once per kept doc
-    sizes = comps.aggregate(["component"], {_SIZE: ("count", "node")})
-    nodes = comps.join(sizes, "component", how="inner")
+    verdict = None
     if cfg.drop_rule == "similar_to_kept":
         # a member is dropped only if it is itself similar to the kept (smallest) doc of its component;
         # the others stay (chain ends). Rejected pairs come back as (src, src), i.e. "keep".
         members = comps.map_batches(_MembersFn(), edge_schema, name="dedup_members")
         verdict = verified(members, "dedup_verify_kept", ("cluster_members", "members_similar_to_kept"))
+    return _mark_clusters(rel, comps, verdict)
+
+
+def _mark_clusters(rel: Rel, comps: Rel, verdict: Rel | None) -> Rel:
+    """Drop cluster members: all but the component's smallest id, or (with `verdict`) those similar to it.
+
+    Cluster sizes ride along to the final marking, which counts them once per kept doc.
+    """
+    sizes = comps.aggregate(["component"], {_SIZE: ("count", "node")})
+    nodes = comps.join(sizes, "component", how="inner")
+    if verdict is not None:
         nodes = nodes.join(verdict, "node", "src", how="left")
     decision_schema = pa.schema([pa.field("src", pa.string()), pa.field(_KEEP, pa.string()), pa.field(_SIZE, pa.int64())])
-    decided = nodes.map_batches(_DecisionFn(cfg.drop_rule), decision_schema, name="dedup_decided")
+    rule = "component" if verdict is None else "similar_to_kept"
+    decided = nodes.map_batches(_DecisionFn(rule), decision_schema, name="dedup_decided")
     marked = rel.join(decided, "doc_id", "src", how="left")
-    return marked.map_batches(_MarkFn(_KEEP, "near_duplicate", _SIZE), schema, name="dedup_near", drop_log_key="doc_id")
+    return marked.map_batches(_MarkFn(_KEEP, "near_duplicate", _SIZE), rel.schema, name="dedup_near", drop_log_key="doc_id")
