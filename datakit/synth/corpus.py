@@ -186,3 +186,12 @@ class Corpus:
 @lru_cache(maxsize=64)
 def _read_lines(path: str) -> list[str]:
     return Path(path).read_text(encoding="utf-8").splitlines(keepends=True)
+
+
+@lru_cache(maxsize=4)
+def shared_corpus(extra_roots: tuple[str, ...] = ()) -> Corpus:
+    """One Corpus per process and set of roots: scanning ~1 500 files takes a second or two,
+    and tests generate many small log sets. A Corpus is read-only after construction (so a folder
+    in `extra_roots` is read once per process: later edits to it are not seen)."""
+    return Corpus(extra_roots=extra_roots)
+

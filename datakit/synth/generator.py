@@ -29,7 +29,7 @@ import zstandard
 
 from datakit.synth import events as ev
 from datakit.synth import plants as pl
-from datakit.synth.corpus import Corpus
+from datakit.synth.corpus import shared_corpus
 
 GROUND_TRUTH_FILE = "_ground_truth.jsonl"
 SUMMARY_FILE = "_synth.json"
@@ -148,7 +148,7 @@ class Generator:
         self.rows_per_part, self.zstd_level = rows_per_part, zstd_level
         self.other_languages = other_languages
         self.rng = random.Random(f"datakit-synth:{seed}")
-        self.corpus = Corpus(extra_roots=tuple(code_roots))
+        self.corpus = shared_corpus(tuple(code_roots))
         self.cursors = {k: self.rng.randrange(len(v)) for k, v in self.corpus.pools.items()}
         self.used: Counter[str] = Counter()
         self._population(users, orgs)
