@@ -220,6 +220,10 @@ _GENERIC_USERS = frozenset(
 )
 
 
+_NUMBER = re.compile(r"[\d.]+")
+_IDENT = re.compile(r"[A-Za-z_]\w*")
+
+
 def assignment_ok(m: re.Match[str], text: str) -> bool:
     """A literal credential, not an env lookup, a prompt string, or a placeholder."""
     v = m.group("v") if m.group("v") is not None else m.group("v2")
@@ -227,9 +231,9 @@ def assignment_ok(m: re.Match[str], text: str) -> bool:
         return False
     if m.group("v") is None:
         # unquoted: `token = next_token`, `pwd = self.pwd`, `n = 100000` are code, not secrets
-        if "." in v or "(" in v or re.fullmatch(r"[\d.]+", v):
+        if "." in v or "(" in v or _NUMBER.fullmatch(v):
             return False
-        if re.fullmatch(r"[A-Za-z_]\w*", v) and not re.search(r"\d", v):
+        if _IDENT.fullmatch(v) and not _DIGIT.search(v):
             return False
     if " " in v.strip() and len(v.split()) > 2:  # prose: "Enter your password"
         return False
@@ -244,27 +248,38 @@ _ENTROPY_KEY_SKIP = re.compile(
 )
 
 
+_SHA_PREFIX = re.compile(r"sha\d+-")
+_LOWER, _UPPER, _DIGIT, _DIGITS2 = re.compile(r"[a-z]"), re.compile(r"[A-Z]"), re.compile(r"\d"), re.compile(r"\d{2}")
+_DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
+_PATHLIKE = re.compile(r"[\w.-]*(?:/[\w.-]+)+/?")
+_LOWER_RUN = re.compile(r"[a-z]{7,}")
+_CAMEL = re.compile(r"[A-Z][a-z]{2,}")
+_VOWEL = re.compile(r"[aeiouy]")
+
+
 def high_entropy_ok(m: re.Match[str], text: str) -> bool:
-    """Random-looking token in an assignment: mixed case + digit, high entropy, not hex/UUID/path."""
+    """Random-looking token in an assignment: mixed case, high entropy, not hex/UUID/path/identifier.
+
+    Checks run cheapest and most often decisive first (hex digests are the common case in code).
+    """
     v = m.group("v")
-    if _ENTROPY_KEY_SKIP.search(m.group("k")):
+    if _HEX.fullmatch(v) or v[0] in "/.~" or "://" in v:  # digests, paths, URLs
         return False
-    if _HEX.fullmatch(v) or _UUID.fullmatch(v) or re.match(r"sha\d+-", v):
+    if not (_LOWER.search(v) and _UPPER.search(v)):
         return False
-    if v[0] in "/.~" or "://" in v:  # paths and URLs
+    if _ENTROPY_KEY_SKIP.search(m.group("k")) or _UUID.fullmatch(v) or _SHA_PREFIX.match(v):
         return False
-    if not (re.search(r"[a-z]", v) and re.search(r"[A-Z]", v)):
-        return False
-    if not re.search(r"\d", v) and (len(v) < 20 or shannon_entropy(v) < 4.2):
+    has_digit = _DIGIT.search(v) is not None
+    if not has_digit and (len(v) < 20 or shannon_entropy(v) < 4.2):
         return False  # letters only: must be long and very mixed to be a token rather than a word
-    if "." in v and re.fullmatch(r"[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)+", v):  # dotted module path
+    if "." in v and _DOTTED.fullmatch(v):  # dotted module path
         return False
-    if "/" in v and re.fullmatch(r"[\w.-]*(?:/[\w.-]+)+/?", v) and not re.search(r"\d{2}", v):
+    if "/" in v and _PATHLIKE.fullmatch(v) and not _DIGITS2.search(v):
         return False
     # long pronounceable runs of letters are words (identifiers), not random tokens
-    if any(sum(ch in "aeiou" for ch in w) >= 0.3 * len(w) for w in re.findall(r"[a-z]{7,}", v)):
+    if any(sum(ch in "aeiou" for ch in w) >= 0.3 * len(w) for w in _LOWER_RUN.findall(v)):
         return False
-    camel_words = [w for w in re.findall(r"[A-Z][a-z]{2,}", v) if re.search(r"[aeiouy]", w[1:])]
+    camel_words = [w for w in _CAMEL.findall(v) if _VOWEL.search(w, 1)]
     if sum(map(len, camel_words)) >= 0.6 * len(v):  # SomeLongClassName2: an identifier
         return False
     # a random 24-char token scores ~4.2 bits/char, but short samples vary: the bar follows the length
@@ -380,7 +395,9 @@ DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(
         "secret_assignment", "SECRET_ASSIGNMENT", "secret",
-        r"(?P<k>(?<![A-Za-z0-9])[\w.-]*(?:" + _SECRET_KEYWORDS + r")(?i:[_-]?(?:key|value|str|string|hash))?)"
+        # starts at the keyword (a `DB_`/`self.` prefix does not change the value found, and a
+        # leading `[\w.-]*` made Python retry every position of every word)
+        r"(?P<k>(?:" + _SECRET_KEYWORDS + r")(?i:[_-]?(?:key|value|str|string|hash))?)"
         r"[\"']?[ \t]*(?:(?<![=!<>]):?=(?!=)|=>|:)[ \t]*(?:[rbuRBU]{0,2}(?P<q>[\"'`])(?P<v>[^\"'`\n]{4,200})(?P=q)"
         r"|(?P<v2>(?<=[=:])[^\s\"'`#,;(){}\[\]][^\s\"'`,;(){}\[\]]{5,199}"
         r"|(?<=[=:] )[^\s\"'`#,;(){}\[\]][^\s\"'`,;(){}\[\]]{5,199})(?=[ \t]*(?:#.*)?$))",

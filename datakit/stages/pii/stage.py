@@ -200,7 +200,9 @@ class ScrubFn:
             if len(out[i]) == 1 and i not in sup:
                 new_text, spans = self.replacer.apply_spans(joined[i], fs)  # type: ignore[arg-type]
                 out[i] = [new_text]
-                windows[i] = spans
+                risky = _risky_spans(new_text, spans)
+                if risky:
+                    windows[i] = risky
             else:
                 out[i] = self._apply_parts(out[i], seps[i], joined[i], fs)  # type: ignore[arg-type]
                 full.append(i)
@@ -240,7 +242,9 @@ class ScrubFn:
                         found_all[i].extend(fs)
                         new_text, spans = self.replacer.apply_spans(out[i][0], fs)  # type: ignore[arg-type]
                         out[i] = [new_text]
-                        nxt_windows[i] = spans
+                        risky = _risky_spans(new_text, spans)
+                        if risky:
+                            nxt_windows[i] = risky
             full, windows = nxt_full, nxt_windows
         return out, found_all
 
@@ -379,6 +383,17 @@ class ScrubFn:
         arrays += [pa.array(drop, pa.string()), pa.array(detail, pa.string()), pa.array(metrics, pa.string())]
         fields += [pa.field(DROP, pa.string()), pa.field(DROP_DETAIL, pa.string()), pa.field(METRICS, pa.string())]
         return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
+
+# A token between two of these characters cannot change what any detector sees next to it:
+# no pattern matches `<`/`>`, and look-arounds reach at most two characters, which are unchanged.
+_SAFE_NEIGHBOURS = frozenset(" \t\n\r\"'`,;()[]{}=:")
+
+
+def _risky_spans(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Token spans whose neighbours could now complete a match the old text blocked (`1.2.3.4x@y.z`)."""
+    return [(a, b) for a, b in spans
+            if (a > 0 and text[a - 1] not in _SAFE_NEIGHBOURS) or (b < len(text) and text[b] not in _SAFE_NEIGHBOURS)]
 
 
 def _merge_lines(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
