@@ -137,7 +137,7 @@ def bench_throughput(tmp: Path, scan_mb: float) -> None:
     bdt, bcdt = time.perf_counter() - w, time.process_time() - c
     flagged = sum(len({m.doc_id for m in e.matches}) for e in res.evals)
     print(f"\n## 1. scan throughput ({mb:.0f} MB of Python stdlib/site-packages code, {len(texts)} documents, "
-          f"13-grams, whitespace+case, single process)")
+          f"13-grams, whitespace+case, one process: numba threads on all cores)")
     print(f"  datakit check, end to end (Parquet read included): {mb / dt:7.1f} MB/s wall, {mb / cdt:7.1f} MB/s per CPU-second "
           f"({dt:.1f} s; {res.evals[0].contaminated_items} items / {flagged} documents flagged)")
     print(f"  plain Python set-of-n-grams baseline ({sub_mb:.0f} MB):  {sub_mb / bdt:7.1f} MB/s wall, "

@@ -259,3 +259,18 @@ def test_eval_boilerplate_is_ignored_but_duplicate_items_stay_detectable(he_rows
     (tmp_path / "dup.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     dup = EvalTable.build([load_eval(str(tmp_path / "dup.jsonl"))], 8, flags_of(["whitespace"]))
     assert (dup.item_ngrams > 0).all()
+
+
+def test_parallel_scan_equals_serial_scan(he_rows):
+    """The multi-core count-then-collect path returns exactly the serial kernel's matches."""
+    from datakit.stages.decontam.ngrams import scan_strings, texts_to_buffers
+
+    rng = random.Random(3)
+    texts = [idiomatic_code(rng, 4) + (he_rows[i % 164]["prompt"] if i % 7 == 0 else "") for i in range(300)] + ["", "x"]
+    table = EvalTable.build([load_eval("humaneval")], 13, flags_of(["whitespace", "case"]))
+    data, offs = texts_to_buffers(texts)
+    serial = scan_strings(data, offs, 13, table.flags, table.keys, table.vals, parallel=False)
+    par = scan_strings(data, offs, 13, table.flags, table.keys, table.vals, parallel=True)
+    assert len(serial[0]) > 100
+    for a, b in zip(serial, par):
+        assert np.array_equal(a, b)

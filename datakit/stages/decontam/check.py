@@ -422,7 +422,7 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
             docs += tb.rows
             texts += sum(len(s.offsets) - 1 for s in tb.sources)
             nbytes += sum(int(s.offsets[-1] - s.offsets[0]) for s in tb.sources if len(s.offsets))
-            m = match_batch(table, tb.sources)
+            m = match_batch(table, tb.sources, parallel=True)
             ok = rule.passes(m.shared, table.item_ngrams[m.items])
             if not ok.any():
                 continue

@@ -217,10 +217,10 @@ class BatchMatches:
     hit_b: np.ndarray
 
 
-def match_batch(table: EvalTable, sources: list[TextSource]) -> BatchMatches:
+def match_batch(table: EvalTable, sources: list[TextSource], parallel: bool = False) -> BatchMatches:
     parts = []
     for si, src in enumerate(sources):
-        s, v, a, b = scan_strings(src.data, src.offsets, table.n, table.flags, table.keys, table.vals)
+        s, v, a, b = scan_strings(src.data, src.offsets, table.n, table.flags, table.keys, table.vals, parallel)
         if not len(s):
             continue
         pos, items = table.expand(v)

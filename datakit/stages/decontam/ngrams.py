@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from numba import njit
+from numba import njit, prange
 
 from datakit.stages.decontam.normalize import (
     DEFAULT_NORMALIZATIONS, F_IDENT, MASK64, U64, _fmix, flags_of, fmix_ref, keyword_hashes, lex, tokenize_ref,
@@ -129,15 +130,67 @@ def _grow_i64(x, cap):
     return y
 
 
+@njit(cache=True, inline="always")
+def _probe(keys, mask, h):
+    """Slot of `h` in the open-addressing table, or -1."""
+    slot = h & mask
+    while True:
+        k = keys[slot]
+        if k == _ZERO:
+            return -1
+        if k == h:
+            return np.int64(slot)
+        slot = (slot + _ONE) & mask
+
+
+@njit(cache=True, parallel=True)
+def _count_hits(data, offsets, n, flags, kw, keys, nblocks):
+    """Matching windows per string, strings split into blocks run on all cores (numba threads).
+
+    Matches are rare, so this pass does nearly all the work; `_scan_strings` then
+    re-reads only the strings that matched, serially, to collect positions in order.
+    """
+    nstr = offsets.shape[0] - 1
+    counts = np.zeros(nstr, np.int64)
+    canon = (flags & 8) != 0
+    mask = U64(keys.shape[0] - 1)
+    step = (nstr + nblocks - 1) // nblocks
+    for blk in prange(nblocks):
+        lo = blk * step
+        hi = min(nstr, lo + step)
+        maxlen = 0
+        for s in range(lo, hi):
+            ln = offsets[s + 1] - offsets[s]
+            if ln > maxlen:
+                maxlen = ln
+        tok_val = np.empty(maxlen + 1, np.uint64)
+        tok_start = np.empty(maxlen + 1, np.int64)
+        tok_end = np.empty(maxlen + 1, np.int64)
+        tok_ident = np.empty(maxlen + 1, np.uint8)
+        prevd = np.empty(maxlen + 1, np.int64)
+        for s in range(lo, hi):
+            ntok = lex(data, offsets[s], offsets[s + 1], flags, kw, tok_val, tok_start, tok_end, tok_ident)
+            if ntok < n:
+                continue
+            if canon:
+                _prev_distance(tok_val, tok_ident, ntok, n, prevd)
+            c = 0
+            for w in range(ntok - n + 1):
+                if _probe(keys, mask, _window(tok_val, tok_ident, prevd, w, n, canon)) >= 0:
+                    c += 1
+            counts[s] = c
+    return counts
+
+
 @njit(cache=True)
-def _scan_strings(data, offsets, n, flags, kw, keys, vals):
-    """Probe every window of every string in the table (keys/vals, open addressing, 0 = empty).
+def _scan_strings(data, offsets, which, n, flags, kw, keys, vals):
+    """Probe every window of the strings `which` in the table (keys/vals, open addressing, 0 = empty).
 
     Returns matches as (string index, table value, start byte, end byte), relative to each string.
     """
-    nstr = offsets.shape[0] - 1
     maxlen = 0
-    for s in range(nstr):
+    for i in range(which.shape[0]):
+        s = which[i]
         ln = offsets[s + 1] - offsets[s]
         if ln > maxlen:
             maxlen = ln
@@ -154,7 +207,8 @@ def _scan_strings(data, offsets, n, flags, kw, keys, vals):
     out_a = np.empty(cap, np.int64)
     out_b = np.empty(cap, np.int64)
     m = 0
-    for s in range(nstr):
+    for i in range(which.shape[0]):
+        s = which[i]
         a = offsets[s]
         ntok = lex(data, a, offsets[s + 1], flags, kw, tok_val, tok_start, tok_end, tok_ident)
         if ntok < n:
@@ -162,26 +216,20 @@ def _scan_strings(data, offsets, n, flags, kw, keys, vals):
         if canon:
             _prev_distance(tok_val, tok_ident, ntok, n, prevd)
         for w in range(ntok - n + 1):
-            h = _window(tok_val, tok_ident, prevd, w, n, canon)
-            slot = h & mask
-            while True:
-                k = keys[slot]
-                if k == _ZERO:
-                    break
-                if k == h:
-                    if m == cap:
-                        cap *= 2
-                        out_s = _grow_i64(out_s, cap)
-                        out_v = _grow_i64(out_v, cap)
-                        out_a = _grow_i64(out_a, cap)
-                        out_b = _grow_i64(out_b, cap)
-                    out_s[m] = s
-                    out_v[m] = vals[slot]
-                    out_a[m] = tok_start[w] - a
-                    out_b[m] = tok_end[w + n - 1] - a
-                    m += 1
-                    break
-                slot = (slot + _ONE) & mask
+            slot = _probe(keys, mask, _window(tok_val, tok_ident, prevd, w, n, canon))
+            if slot < 0:
+                continue
+            if m == cap:
+                cap *= 2
+                out_s = _grow_i64(out_s, cap)
+                out_v = _grow_i64(out_v, cap)
+                out_a = _grow_i64(out_a, cap)
+                out_b = _grow_i64(out_b, cap)
+            out_s[m] = s
+            out_v[m] = vals[slot]
+            out_a[m] = tok_start[w] - a
+            out_b[m] = tok_end[w + n - 1] - a
+            m += 1
     return out_s[:m], out_v[:m], out_a[:m], out_b[:m]
 
 
@@ -279,6 +327,18 @@ def _fill_table(hashes, size):
 
 
 def scan_strings(data: np.ndarray, offsets: np.ndarray, n: int, flags: int, keys: np.ndarray,
-                 vals: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Matches of every window against a table from `build_table` (see `_scan_strings`)."""
-    return _scan_strings(data, offsets, n, flags, keyword_hashes(flags), keys, vals)
+                 vals: np.ndarray, parallel: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Matches of every window against a table from `build_table` (see `_scan_strings`).
+
+    `parallel=True` counts matches on all cores first and collects positions only for
+    the strings that matched (same result). The pipeline stage keeps it off: its
+    engine already runs one task per core.
+    """
+    kw = keyword_hashes(flags)
+    nstr = len(offsets) - 1
+    if parallel and nstr > 1:
+        counts = _count_hits(data, offsets, n, flags, kw, keys, max(1, min(nstr, 4 * numba.get_num_threads())))
+        which = np.nonzero(counts)[0].astype(np.int64)
+    else:
+        which = np.arange(nstr, dtype=np.int64)
+    return _scan_strings(data, offsets, which, n, flags, kw, keys, vals)
