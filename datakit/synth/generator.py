@@ -306,6 +306,9 @@ class Generator:
         e.update({"file": {"path": path, "language": lang}, "messages": ev.agent_messages(rng, text, lang, path, diff),
                   "diff": diff, "outcome": rng.choice(["accepted", "accepted", "accepted", "rejected"]),
                   "latency_ms": rng.randint(2000, 120_000)})
+        if rng.random() < 0.7:
+            # most clients also log the edited file (split where the edit starts); some only the trace
+            e["context"] = {"prefix": text[:offs[a]], "suffix": text[offs[a]:]}
         return e
 
     def _normal(self, rng: random.Random, s: "Session") -> list[tuple[dict, list[dict]]]:
