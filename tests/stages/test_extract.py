@@ -462,3 +462,15 @@ def test_yaml_round_trip_of_consent_and_extract():
          .add({"kind": "consent", "optouts": ["a.parquet", "b/*.jsonl"], "mode": "join"})
          .add({"kind": "extract", "kinds": ["sft", "preference", "code"]}).output("o"))
     assert Pipeline.from_dict(yaml.safe_load(p.to_yaml())).config == p.config
+
+
+def test_agent_step_with_file_context_also_gives_the_edited_file():
+    before = "def f():\n    return 0\n"
+    after = "def f():\n    return 1\n"
+    e = _agent(40)
+    e.update(context={"prefix": "", "suffix": before}, diff=unified_diff("src/app.py", before, after))
+    r = by_kind(extract_event(e, ("code", "sft"))[0])
+    assert r["code"]["segments"][0]["text"] == after and "sft" in r
+    assert json.loads(r["code"]["meta"])["event_type"] == "agent_step"
+    e["context"] = None
+    assert extract_event(e, ("code",)) == ([], "no_example:no_file_context")
