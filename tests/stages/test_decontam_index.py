@@ -12,7 +12,6 @@ import pytest
 from datakit.contracts import TRAINING_RECORD_V1
 from datakit.io.fs import InputError
 from datakit.stages.decontam.check import check
-from datakit.stages.decontam.evals import load_eval
 from datakit.stages.decontam.index import INDEX_DIRNAME, NgramIndex, build_index, is_index
 from datakit.stages.decontam.ngrams import hash_strings
 from datakit.stages.decontam.normalize import flags_of

@@ -332,7 +332,6 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
     settings when every data path is an index. Raises `InputError` for missing
     or unreadable inputs and unknown evals.
     """
-    from datakit.stages.decontam.index import INDEX_DIRNAME, NgramIndex, is_index
     from datakit.stages.decontam.stage import load_evals
 
     t0 = time.perf_counter()
@@ -359,37 +358,7 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
         except ValueError as e:
             raise InputError(str(e)) from None
 
-    # classify inputs
-    plan: list[tuple[str, str, Any]] = []  # (kind, path, index-or-None)
-    for p in paths:
-        if is_index(p):
-            plan.append(("index", p, NgramIndex(p)))
-            continue
-        side = f"{p.rstrip('/')}/{INDEX_DIRNAME}"
-        if use_index and not any(c in p for c in "*?[") and is_index(side):
-            idx = NgramIndex(side)
-            if (ngram in (None, idx.ngram)) and (flags_req in (None, idx.flags)) and not text_fields:
-                plan.append(("index", p, idx))
-                continue
-        if _is_packed(p):
-            plan.append(("packed", p, None))
-            continue
-        expand(p, suffixes=DATA_SUFFIXES)  # fail fast (exit 2) on a missing input, before any work
-        plan.append(("scan", p, None))
-    idx_settings = {(x.ngram, x.flags) for k, _, x in plan if k == "index"}
-    if len(idx_settings) > 1:
-        raise InputError("the indexes given were built with different n-gram settings; check them separately")
-    if idx_settings:
-        i_n, i_f = next(iter(idx_settings))
-        if ngram is not None and ngram != i_n:
-            raise InputError(f"index built with ngram={i_n}; pass --ngram {i_n} (or scan the dataset)")
-        if flags_req is not None and flags_req != i_f:
-            raise InputError(f"index built with normalizations {'+'.join(names_of(i_f)) or 'none'}; "
-                             f"pass the same --normalize (or scan the dataset)")
-        n, flags = i_n, i_f
-    else:
-        n = ngram if ngram is not None else DEFAULT_NGRAM
-        flags = flags_req if flags_req is not None else flags_of(DEFAULT_NORMALIZATIONS)
+    plan, n, flags = _plan_inputs(paths, ngram, flags_req, text_fields, use_index)
     if min_ngrams < 1:
         raise InputError(f"min n-grams must be >= 1, got {min_ngrams}")
     rule = Rule(min_ngrams, default_min_fraction(flags) if min_fraction is None else min_fraction)
@@ -473,6 +442,48 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
     _redact_matches(results)
     return CheckResult(n, names_of(flags), rule, threshold, data_report, results, max_items_per_ngram,
                        table.ignored_common, time.perf_counter() - t0)
+
+
+def _plan_inputs(paths: list[str], ngram: int | None, flags_req: int | None, text_fields, use_index: bool
+                 ) -> tuple[list[tuple[str, str, Any]], int, int]:
+    """Classify every data path (index / packed / scan) and settle n and normalizations.
+
+    An index fixes its own settings: explicit settings that differ are an error
+    for an index given directly, and a fall-back to scanning for one found beside
+    a dataset.
+    """
+    from datakit.stages.decontam.index import INDEX_DIRNAME, NgramIndex, is_index
+
+    plan: list[tuple[str, str, Any]] = []  # (kind, path, index-or-None)
+    for p in paths:
+        if is_index(p):
+            plan.append(("index", p, NgramIndex(p)))
+            continue
+        side = f"{p.rstrip('/')}/{INDEX_DIRNAME}"
+        if use_index and not any(c in p for c in "*?[") and is_index(side):
+            idx = NgramIndex(side)
+            if (ngram in (None, idx.ngram)) and (flags_req in (None, idx.flags)) and not text_fields:
+                plan.append(("index", p, idx))
+                continue
+        if _is_packed(p):
+            plan.append(("packed", p, None))
+            continue
+        expand(p, suffixes=DATA_SUFFIXES)  # fail fast (exit 2) on a missing input, before any work
+        plan.append(("scan", p, None))
+    idx_settings = {(x.ngram, x.flags) for k, _, x in plan if k == "index"}
+    if len(idx_settings) > 1:
+        raise InputError("the indexes given were built with different n-gram settings; check them separately")
+    if idx_settings:
+        i_n, i_f = next(iter(idx_settings))
+        if ngram is not None and ngram != i_n:
+            raise InputError(f"index built with ngram={i_n}; pass --ngram {i_n} (or scan the dataset)")
+        if flags_req is not None and flags_req != i_f:
+            raise InputError(f"index built with normalizations {'+'.join(names_of(i_f)) or 'none'}; "
+                             f"pass the same --normalize (or scan the dataset)")
+        return plan, i_n, i_f
+    n = ngram if ngram is not None else DEFAULT_NGRAM
+    flags = flags_req if flags_req is not None else flags_of(DEFAULT_NORMALIZATIONS)
+    return plan, n, flags
 
 
 def _collect_snippets(table: EvalTable, tb: TextBatch, m, ok: np.ndarray, ords: np.ndarray, doc_names: list[str],
