@@ -56,7 +56,7 @@ from pathlib import Path  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from datakit.stages.pii.detectors import BY_ENTITY, IBAN_LENGTHS, luhn_ok  # noqa: E402
+from datakit.stages.pii.detectors import IBAN_LENGTHS, luhn_ok  # noqa: E402
 from datakit.stages.pii.scan import scan_batch  # noqa: E402
 
 STDLIB = Path("/root/.pyenv/versions/3.11.7/lib/python3.11")

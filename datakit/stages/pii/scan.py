@@ -3,10 +3,12 @@
 Why batch and two tiers: Python `re` is ~10x slower than Rust's regex crate on
 the same pattern, and most text segments contain nothing sensitive. So the
 scanner first asks polars (Rust regex, one vectorized pass per detector over
-the whole Arrow column) which rows *could* hold each entity, using each
-detector's `prefilter` (a superset of its matches). Only those (row, detector)
-pairs run the full Python pattern + validator, which needs lookarounds,
-backreferences and checksums that Rust regex lacks. `benchmarks/pii.py`
+the whole Arrow column) which rows *could* hold each entity, and what text
+there matched, using each detector's `prefilter` (a superset of its matches).
+Only the lines holding those matches run the full Python pattern + validator,
+which needs lookarounds, backreferences and checksums that Rust regex lacks
+(every pattern but PEM blocks is line-local, so this equals scanning the whole
+text; PEM blocks are scanned whole behind their prefilter). `benchmarks/pii.py`
 measures this against running every Python detector on every row
 (`strategy="python"`, also the reference the tests compare with) and against
 presidio; see docs/pii.md for the numbers.

@@ -21,7 +21,6 @@ never a matched value, in metrics, drop details, logs or errors.
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Literal
 
@@ -37,7 +36,6 @@ from datakit.stages.pii.detectors import BY_ENTITY, DETECTORS, Detector, Policy
 from datakit.stages.pii.replace import DEFAULT_KEY_ENV, Replacer, load_key
 from datakit.stages.pii.scan import Finding, Strategy, scan_batch
 
-log = logging.getLogger("datakit.pii")
 
 METRICS = "_metrics"
 METRIC_PREFIX = "pii."
