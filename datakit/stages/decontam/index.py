@@ -2,14 +2,14 @@
 
 Why: a new eval set shows up after the training data is built; rescanning
 terabytes to check it is too slow. The index stores every distinct n-gram of
-the dataset once, as a 32-bit *fingerprint* in a bucket chosen by the top
+the dataset once, as a 32-bit (or 16-bit) *fingerprint* in a bucket chosen by the top
 `bucket_bits` of its 64-bit hash ("sorted hash shards": bucket offsets +
 fingerprints sorted within each bucket). A query reads one bucket: with
 memory-mapped files it touches a handful of pages, so checking HumanEval
 against a 1 GB-of-text index is dominated by process start-up.
 
 False positives: an absent n-gram is reported present when some stored n-gram
-shares its top `bucket_bits + 32` hash bits: probability ~ N / 2^(bucket_bits+32)
+shares its top `bucket_bits + F` hash bits (F = fingerprint bits): probability ~ N / 2^(bucket_bits+F)
 per queried n-gram (N = distinct n-grams), written to `index.json` as
 `fp_rate_per_ngram` (~1e-9 to 4e-9 by construction). No false negatives.
 
@@ -17,7 +17,7 @@ Layout of an index folder (all little-endian raw arrays)::
 
     index.json          format, ngram, normalizations, counts, bucket_bits, dtypes, fp rate
     offsets.bin         uint32/uint64[2^bucket_bits + 1]: bucket -> first fingerprint
-    fingerprints.bin    uint32[N]: hash bits [64-b-32, 64-b), sorted within each bucket
+    fingerprints.bin    uint32[N] (or uint16): hash bits [64-b-F, 64-b), sorted within each bucket
 
 Build: `build_index(dataset_path, out_path, ngram, normalization)` streams the
 dataset's texts, spills hashes into 16 partition files by their top 4 bits (so
@@ -70,12 +70,18 @@ def _bucket_bits(total: int) -> int:
 
 def build_index(dataset_path: str | Sequence[str], out_path: str, ngram: int = 13,
                 normalization: Sequence[str] = DEFAULT_NORMALIZATIONS, text_fields: Sequence[str] | None = None,
-                batch_rows: int = 8192) -> IndexInfo:
+                batch_rows: int = 8192, fingerprint_bits: int = FP_BITS) -> IndexInfo:
     """Index every n-gram of a records dataset (Parquet/JSONL, globs, fsspec URLs) or packed dataset into `out_path`.
 
     `normalization` is a list of normalization names (see `normalize.py`); the
     check re-uses the index's n and normalizations automatically.
+    `fingerprint_bits` 32 (default, ~5 B per n-gram, FP ~1e-9 per n-gram) or 16
+    (~3 B per n-gram, FP ~1e-4 per n-gram: harmless under a min-fraction rule,
+    which needs many n-grams of one item, but visible with the any-n-gram rule).
     """
+    if fingerprint_bits not in (16, 32):
+        raise ValueError("fingerprint_bits must be 16 or 32")
+    fp_dtype = "<u2" if fingerprint_bits == 16 else "<u4"
     from datakit.stages.decontam.check import _is_packed, _packed_batches, iter_text_batches  # shared readers
 
     flags = flags_of(normalization)
@@ -119,24 +125,24 @@ def build_index(dataset_path: str | Sequence[str], out_path: str, ngram: int = 1
                 if not len(h):
                     continue
                 bucket = (h >> np.uint64(64 - b)).astype(np.int64)
-                fps = ((h << np.uint64(b)) >> np.uint64(64 - FP_BITS)).astype(np.uint32)
+                fps = ((h << np.uint64(b)) >> np.uint64(64 - fingerprint_bits)).astype(fp_dtype)
                 # (bucket, fp) pairs can repeat when two distinct hashes share b+32 bits: store once
                 keep = np.ones(len(h), bool)
                 keep[1:] = (bucket[1:] != bucket[:-1]) | (fps[1:] != fps[:-1])
                 bucket, fps = bucket[keep], fps[keep]
                 counts += np.bincount(bucket, minlength=1 << b)
-                fp_out.write(fps.astype("<u4").tobytes())
+                fp_out.write(fps.tobytes())
                 n_unique += len(fps)
         off_dtype = "<u4" if n_unique < 2**32 else "<u8"
         offsets = np.zeros((1 << b) + 1, dtype=off_dtype)
         np.cumsum(counts, out=offsets[1:], dtype=offsets.dtype) if len(counts) else None
         offsets.tofile(stage_dir / "offsets.bin")
-        fp_rate = n_unique / float(2 ** (b + FP_BITS))
+        fp_rate = n_unique / float(2 ** (b + fingerprint_bits))
         meta = {
             "format": INDEX_FORMAT, "format_version": INDEX_VERSION,
             "ngram": int(ngram), "normalizations": names_of(flags), "hash": "fnv1a-fmix64/window-v1",
-            "ngrams": int(n_unique), "bucket_bits": b, "fingerprint_bits": FP_BITS,
-            "offsets_dtype": off_dtype, "fingerprints_dtype": "<u4",
+            "ngrams": int(n_unique), "bucket_bits": b, "fingerprint_bits": fingerprint_bits,
+            "offsets_dtype": off_dtype, "fingerprints_dtype": fp_dtype,
             "fp_rate_per_ngram": fp_rate,
             "documents": int(docs), "texts": int(texts), "bytes": int(nbytes),
             "text_fields": list(text_fields) if text_fields else None,
@@ -215,6 +221,10 @@ class NgramIndex:
         self.flags = flags_of(self.meta["normalizations"])
         self.bucket_bits = int(self.meta["bucket_bits"])
         self.fp_rate = float(self.meta["fp_rate_per_ngram"])
+        self.fp_bits = int(self.meta.get("fingerprint_bits", FP_BITS))
+        self.fp_dtype = self.meta.get("fingerprints_dtype", "<u4")
+        if self.fp_bits not in (16, 32) or self.fp_dtype not in ("<u2", "<u4"):
+            raise InputError(f"index {path}: unsupported fingerprint width {self.fp_bits}")
         local = "://" not in path or path.startswith("file://")
         corrupt = f"index {path} is incomplete or corrupt (sizes do not match index.json)"
         try:
@@ -222,11 +232,11 @@ class NgramIndex:
                 base = base.removeprefix("file://")
                 self.offsets = np.memmap(f"{base}/offsets.bin", dtype=self.meta["offsets_dtype"], mode="r")
                 n = int(self.meta["ngrams"])
-                self.fps = (np.memmap(f"{base}/fingerprints.bin", dtype="<u4", mode="r") if n
-                            else np.zeros(0, np.uint32))
+                self.fps = (np.memmap(f"{base}/fingerprints.bin", dtype=self.fp_dtype, mode="r") if n
+                            else np.zeros(0, self.fp_dtype))
             else:
                 self.offsets = np.frombuffer(fs.cat_file(f"{base}/offsets.bin"), dtype=self.meta["offsets_dtype"])
-                self.fps = np.frombuffer(fs.cat_file(f"{base}/fingerprints.bin"), dtype="<u4")
+                self.fps = np.frombuffer(fs.cat_file(f"{base}/fingerprints.bin"), dtype=self.fp_dtype)
         except FileNotFoundError:
             raise InputError(corrupt) from None
         except ValueError:  # a file whose size is not a whole number of entries
@@ -241,7 +251,7 @@ class NgramIndex:
         h = np.asarray(hashes, dtype=np.uint64)[order]
         b = self.bucket_bits
         bucket = (h >> np.uint64(64 - b)).astype(np.int64)
-        fp = ((h << np.uint64(b)) >> np.uint64(64 - FP_BITS)).astype(np.uint32)
+        fp = ((h << np.uint64(b)) >> np.uint64(64 - self.fp_bits)).astype(self.fp_dtype)
         found = np.empty(len(h), np.bool_)
         found[order] = _lookup(np.asarray(self.offsets), np.asarray(self.fps), bucket, fp)
         return found
