@@ -17,7 +17,7 @@ FRAGMENTS += ["<EMAIL>", "<SECRET>", '"', "'", " = ", ": ", "\n", "@", ".", "-",
 
 texts = st.lists(
     st.one_of(st.sampled_from(FRAGMENTS),
-              st.text(alphabet="abcXYZ0123456789@.:-_/=\"' \n+", max_size=24)),
+              st.text(alphabet="abcXYZ0123456789@.:-_/=\"' \n+éß€日\u212a\u017f\r\t", max_size=24)),
     max_size=8,
 ).map("".join)
 

@@ -110,3 +110,14 @@ def test_pipeline_run_reports_counts_and_leaks_nothing(tmp_path, caplog: pytest.
             everything += f.read_bytes().decode("latin-1")
     for s in SECRETS:
         assert s not in everything
+
+
+def test_large_string_input_gives_the_same_rows() -> None:
+    """Engines may hand over large_string columns (polars does); output rows must not change."""
+    fn = ScrubPiiConfig(ner="off").build_fn()
+    seg_large = pa.list_(pa.struct([("text", pa.large_string()), ("train", pa.bool_()), ("role", pa.large_string())]))
+    large = pa.schema([f if f.name != "segments" else pa.field("segments", seg_large) for f in TRAINING_RECORD_V1])
+    large = pa.schema([pa.field(f.name, pa.large_string()) if f.type == pa.string() else f for f in large])
+    b = _batch()
+    got = fn(pa.RecordBatch.from_pylist(b.to_pylist(), schema=large)).to_pylist()
+    assert got == fn(b).to_pylist()

@@ -358,7 +358,7 @@ class ScrubFn:
         cols: dict[str, pa.Array] = {}
         if "segments" in names:
             values = pa.StructArray.from_arrays(
-                [_replace(seg_text, seg_new), seg_fields["train"], seg_fields["role"]],
+                [_replace(seg_text, seg_new), seg_fields["train"].cast(pa.bool_()), seg_fields["role"].cast(pa.string())],
                 fields=list(SEGMENT),
                 mask=seg_values.is_null() if seg_values.null_count else None,
             )
