@@ -153,3 +153,23 @@ def test_module_entry_point_subprocess(data):
     p = subprocess.run([sys.executable, "-m", "datakit.stages.decontam.cli", "--data", "/nope", "--eval", "humaneval"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and p.stderr.strip() == "datakit: error: input not found: /nope"
+
+
+def test_build_index_command_then_check_uses_it(data, tmp_path):
+    import shutil
+
+    import typer
+
+    ds = tmp_path / "ds"
+    shutil.copytree(data / "dirty", ds)
+    app = typer.Typer()
+    from datakit.stages.decontam.cli import build_index_command
+
+    app.command()(build_index_command)
+    r = runner.invoke(app, [str(ds)])
+    assert r.exit_code == 0, r.output
+    assert "indexed 7 documents" in r.output and (ds / "_ngram_index" / "index.json").exists()
+    r = run("--data", str(ds), "--eval", "humaneval", "--json", str(tmp_path / "r.json"), "-q")
+    assert r.exit_code == 1 and json.loads((tmp_path / "r.json").read_text())["data"][0]["mode"] == "index"
+    r = runner.invoke(app, [str(tmp_path / "missing")])
+    assert r.exit_code == 2 and "input not found" in (r.stderr or r.output)

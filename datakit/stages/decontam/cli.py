@@ -1,4 +1,4 @@
-"""`datakit contamination-check`: the CI gate before an eval.
+"""`datakit contamination-check`: the CI gate before an eval (and `build_index_command`).
 
 Exit codes: 0 clean (every eval's contaminated-item rate <= --threshold),
 1 contaminated, 2 usage or input error (missing file, unknown eval, bad option)
@@ -80,6 +80,41 @@ def contamination_check(
 
         res.print_table(Console(), examples=examples)
     raise typer.Exit(res.exit_code)
+
+
+def build_index_command(
+    data: List[str] = typer.Argument(..., help="Records dataset (Parquet/JSONL, glob, fsspec URL) or packed dataset."),
+    out: Optional[str] = typer.Option(None, "--out", help="Index folder (default: DATA/_ngram_index, where the check "
+                                                           "finds it by itself)."),
+    ngram: int = typer.Option(13, "--ngram", help="n-gram size in tokens."),
+    normalize: Optional[List[str]] = typer.Option(None, "--normalize", help="Normalizations (default whitespace,case)."),
+    text_field: Optional[List[str]] = typer.Option(None, "--text-field", help="Column(s) to index (default: records' texts)."),
+    fingerprint_bits: int = typer.Option(32, "--fingerprint-bits", help="32 (~5 B per n-gram, FP ~1e-9) or 16 "
+                                                                        "(~3 B, FP ~1e-4)."),
+) -> None:
+    """Build the n-gram index of an existing dataset, so later contamination checks take seconds."""
+    from datakit.io.fs import InputError
+
+    norms = _split(normalize)
+    if norms == ["none"]:
+        norms = []
+    if out is None:
+        if len(data) != 1 or any(c in data[0] for c in "*?["):
+            _fail("--out is required for several paths or a glob")
+        out = f"{data[0].rstrip('/')}/_ngram_index"
+    try:
+        from datakit.stages.decontam.index import build_index
+        from datakit.stages.decontam.normalize import DEFAULT_NORMALIZATIONS
+
+        info = build_index(list(data) if len(data) > 1 else data[0], out, ngram,
+                           DEFAULT_NORMALIZATIONS if norms is None else norms, text_fields=_split(text_field),
+                           fingerprint_bits=fingerprint_bits)
+    except InputError as e:
+        _fail(str(e))
+    except (ValueError, KeyError) as e:
+        _fail(str(e.args[0]) if e.args else type(e).__name__)
+    typer.echo(f"indexed {info.documents} documents, {info.ngrams} distinct {ngram}-grams into {out} "
+               f"(false-positive rate {info.fp_rate_per_ngram:.1e} per n-gram)")
 
 
 def _app() -> typer.Typer:
