@@ -55,8 +55,6 @@ log = logging.getLogger("datakit.engine.spark")
 
 PROVENANCE = ("_source_file", "_source_line")
 SHARD_COL = "_shard"
-_DROPKEY = "_dropkey"
-_RAW = "_raw"
 
 
 # --------------------------------------------------------------------------- executor-side functions
@@ -92,112 +90,124 @@ def _cast_in(batch: pa.RecordBatch, schema: pa.Schema, optional: tuple[str, ...]
     return batch
 
 
-class _ReadFiles:
-    """mapInArrow over a DataFrame of file URLs: read each with the local engine's reader."""
+# chain output: data columns, then these (one schema for kept rows, dropped rows and stats rows)
+# (a prefix no stage uses: stages name their own internal columns `_dk_*`)
+KIND, OP, SKIND, SNAME, N = "__sx_kind", "__sx_op", "__sx_skind", "__sx_sname", "__sx_n"
+QFILE, QLINE, QRAW, DKEY = "__sx_qfile", "__sx_qline", "__sx_qraw", "__sx_key"
+DATA, DROPPED, STATS = 0, 1, 2
+_CHAIN_COLS = [
+    pa.field(KIND, pa.int8()), pa.field(OP, pa.int32()), pa.field(DROP, pa.string()), pa.field(DROP_DETAIL, pa.string()),
+    pa.field(QFILE, pa.string()), pa.field(QLINE, pa.int64()), pa.field(QRAW, pa.binary()), pa.field(DKEY, pa.string()),
+    pa.field(SKIND, pa.string()), pa.field(SNAME, pa.string()), pa.field(N, pa.int64()),
+]
 
-    def __init__(self, fmt: str, schema: pa.Schema, out_schema: pa.Schema) -> None:
-        self.fmt, self.schema, self.out_schema = fmt, schema, out_schema
 
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+class _ChainFn:
+    """mapInArrow body of one fused chain: (read files |) op1 > op2 > ... on each batch, as the local engine.
+
+    Consecutive row-local nodes run in one pass (like the local engine's fused
+    chains), so each intermediate relation costs no Spark job. The output
+    carries three kinds of rows, told apart by `_dk_kind`:
+
+    * DATA -- kept rows of the last op, conformed to its schema;
+    * DROPPED -- one per dropped row of an op that writes quarantine or a drop
+      log (accounting columns only, data columns null);
+    * STATS -- per task: base rows, rows out / drops by reason / `_metrics` per op.
+
+    Stats travel *as data* and are summed by a Spark aggregation afterwards, so
+    a retried task is counted exactly once (accumulators would count it twice).
+    """
+
+    def __init__(self, source_format: str | None, source_schema: pa.Schema | None, in_schema: pa.Schema | None,
+                 in_optional: tuple[str, ...], ops: list[dict[str, Any]], data_schema: pa.Schema,
+                 out_schema: pa.Schema) -> None:
+        self.source_format, self.source_schema = source_format, source_schema
+        self.in_schema, self.in_optional = in_schema, in_optional
+        self.ops, self.data_schema, self.out_schema = ops, data_schema, out_schema
+
+    def _base(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
+            if self.source_format is None:
+                yield _cast_in(b, self.in_schema, self.in_optional)
+                continue
             for url in b.column("path").to_pylist():
-                if self.fmt == "jsonl":
+                if self.source_format == "jsonl":
                     yield from iter_raw_lines(url)
                 else:
                     for rb in iter_parquet(url):
-                        yield _conform(rb, self.schema).select(self.out_schema.names).cast(self.out_schema)
+                        yield _conform(rb, self.source_schema)
 
-
-class _MapFn:
-    """mapInArrow wrapper of one MapBatches node.
-
-    Output rows are either kept rows (data columns conformed to the node schema,
-    `_drop` null) or dropped rows (data columns null; `_drop`, `_drop_detail`,
-    and `_raw` for quarantine or `_dropkey` for the drop log). `_metrics` is
-    passed through for the stats aggregation.
-    """
-
-    def __init__(self, bc, in_schema: pa.Schema, in_optional: tuple[str, ...], node_schema: pa.Schema,
-                 data_schema: pa.Schema, out_schema: pa.Schema, quarantine: bool, drop_log_key: str | None) -> None:
-        self.bc, self.in_schema, self.in_optional = bc, in_schema, in_optional
-        self.node_schema, self.data_schema, self.out_schema = node_schema, data_schema, out_schema
-        self.quarantine, self.drop_log_key = quarantine, drop_log_key
-        self.token = uuid.uuid4().hex
+    def _emit(self, n: int, cols: dict[str, pa.Array]) -> pa.RecordBatch:
+        arrays = []
+        for f in self.out_schema:
+            c = cols.get(f.name)
+            if c is None:
+                arrays.append(pa.nulls(n, f.type))
+            else:
+                arrays.append(c if c.type == f.type else c.cast(f.type))
+        return pa.RecordBatch.from_arrays(arrays, schema=self.out_schema)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        fn = _load_fn(self.bc, self.token)
-        for batch in batches:
-            batch = _cast_in(batch, self.in_schema, self.in_optional)
-            out = fn(batch)
-            if isinstance(out, pa.Table):
-                out = out.combine_chunks().to_batches()[0] if out.num_rows else \
-                    pa.RecordBatch.from_pylist([], schema=out.schema)
-            if out.num_rows == 0:
-                continue
-            yield self._split(out)
+        fns = [_load_fn(op["bc"], op["token"]) for op in self.ops]
+        base = 0
+        outs = [0] * len(self.ops)
+        drops = [Counter() for _ in self.ops]
+        metrics = [Counter() for _ in self.ops]
+        for batch in self._base(batches):
+            base += batch.num_rows
+            for i, (op, fn) in enumerate(zip(self.ops, fns)):
+                out = fn(batch)
+                if isinstance(out, pa.Table):
+                    out = out.combine_chunks().to_batches()[0] if out.num_rows else \
+                        pa.RecordBatch.from_pylist([], schema=out.schema)
+                names = out.schema.names
+                if METRICS in names:
+                    metrics[i].update(sum_metrics(out.column(METRICS)))
+                if DROP in names:
+                    drop_col = out.column(DROP)
+                    if drop_col.null_count != len(drop_col):
+                        keep = pc.is_null(drop_col)
+                        dropped = out.filter(pc.invert(keep))
+                        drops[i].update(count_drops(dropped))
+                        side = self._dropped(i, op, dropped)
+                        if side is not None:
+                            yield side
+                        out = out.filter(keep)
+                batch = _conform(out, op["schema"])
+                outs[i] += batch.num_rows
+                if batch.num_rows == 0:
+                    break
+            if batch.num_rows:
+                cols = {f.name: batch.column(f.name) for f in self.data_schema if f.name in batch.schema.names}
+                cols[KIND] = pa.array([DATA] * batch.num_rows, pa.int8())
+                yield self._emit(batch.num_rows, cols)
+        stats = [(-1, "base", "", base)]
+        for i in range(len(self.ops)):
+            stats.append((i, "out", "", outs[i]))
+            stats += [(i, "drop", k, v) for k, v in drops[i].items()]
+            stats += [(i, "metric", k, v) for k, v in metrics[i].items()]
+        yield self._emit(len(stats), {
+            KIND: pa.array([STATS] * len(stats), pa.int8()), OP: pa.array([s[0] for s in stats], pa.int32()),
+            SKIND: pa.array([s[1] for s in stats], pa.string()), SNAME: pa.array([s[2] for s in stats], pa.string()),
+            N: pa.array([s[3] for s in stats], pa.int64())})
 
-    def _split(self, out: pa.RecordBatch) -> pa.RecordBatch:
-        n = out.num_rows
-        names = out.schema.names
-        drop = out.column(DROP).cast(pa.string()) if DROP in names else pa.nulls(n, pa.string())
-        keep = pc.is_null(drop)
-        any_dropped = drop.null_count != n
-        kept = out.filter(keep) if any_dropped else out
-        kept_c = _conform(kept, self.node_schema)
-        # data columns: kept rows conformed (provenance may be absent -> nulls), dropped rows null
-        cols = []
-        for f in self.data_schema:
-            if f.name in kept_c.schema.names:
-                c = kept_c.column(f.name)
-                c = c if c.type == f.type else c.cast(f.type)
-            else:
-                c = pa.nulls(kept_c.num_rows, f.type)
-            cols.append(c)
-        k = kept_c.num_rows
-        parts = [pa.RecordBatch.from_arrays(
-            cols + [pa.nulls(k, pa.string()), pa.nulls(k, pa.string()), pa.nulls(k, self.out_schema.field(-2).type),
-                    kept.column(METRICS).cast(pa.string()) if METRICS in names else pa.nulls(k, pa.string())],
-            schema=self.out_schema)]
-        if any_dropped:
-            d = out.filter(pc.invert(keep))
-            m = d.num_rows
-            dn = d.schema.names
+    def _dropped(self, i: int, op: dict[str, Any], d: pa.RecordBatch) -> pa.RecordBatch | None:
+        """Accounting rows for the quarantine / drop log (same columns the local engine writes)."""
+        if not (op["quarantine"] or op["drop_log_key"]):
+            return None
+        m, names = d.num_rows, d.schema.names
 
-            def col(name: str, typ: pa.DataType) -> pa.Array:
-                return d.column(name).cast(typ) if name in dn else pa.nulls(m, typ)
+        def col(name: str, typ: pa.DataType) -> pa.Array | None:
+            return d.column(name).cast(typ) if name in names else None
 
-            data = [col(f.name, f.type) if f.name in PROVENANCE and self.quarantine else pa.nulls(m, f.type)
-                    for f in self.data_schema]
-            if self.quarantine:
-                aux = col(_RAW, pa.binary())
-            elif self.drop_log_key:
-                aux = col(self.drop_log_key, pa.string())
-            else:
-                aux = pa.nulls(m, self.out_schema.field(-2).type)
-            parts.append(pa.RecordBatch.from_arrays(
-                data + [col(DROP, pa.string()), col(DROP_DETAIL, pa.string()), aux, col(METRICS, pa.string())],
-                schema=self.out_schema))
-        return pa.Table.from_batches(parts, schema=self.out_schema).combine_chunks().to_batches()[0] \
-            if len(parts) > 1 else parts[0]
-
-
-_STATS_SCHEMA = pa.schema([("k", pa.string()), ("name", pa.string()), ("n", pa.int64())])
-
-
-def _partial_stats(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Per partition: kept rows, drops by reason, summed `_metrics` (summed again by Spark)."""
-    kept = 0
-    drops: Counter = Counter()
-    metrics: Counter = Counter()
-    for b in batches:
-        drop = b.column(DROP)
-        kept += drop.null_count
-        if drop.null_count != b.num_rows:
-            drops.update(count_drops(b))
-        if b.column(METRICS).null_count != b.num_rows:
-            metrics.update(sum_metrics(b.column(METRICS)))
-    rows = [("out", "", kept)] + [("drop", k, v) for k, v in drops.items()] + [("metric", k, v) for k, v in metrics.items()]
-    yield pa.RecordBatch.from_pylist([dict(k=a, name=b, n=c) for a, b, c in rows], schema=_STATS_SCHEMA)
+        cols: dict[str, Any] = {KIND: pa.array([DROPPED] * m, pa.int8()), OP: pa.array([i] * m, pa.int32()),
+                                DROP: col(DROP, pa.string()), DROP_DETAIL: col(DROP_DETAIL, pa.string())}
+        if op["quarantine"]:
+            cols.update({QFILE: col("_source_file", pa.string()), QLINE: col("_source_line", pa.int64()),
+                         QRAW: col("_raw", pa.binary())})
+        else:
+            cols[DKEY] = col(op["drop_log_key"], pa.string())
+        return self._emit(m, cols)
 
 
 class _AddShard:
@@ -228,13 +238,14 @@ class _WriteShard:
 class _WriteSide:
     """applyInArrow over one group: write a side output (quarantine / drop log) as one sorted file."""
 
-    def __init__(self, url: str, schema: pa.Schema) -> None:
-        self.url, self.schema = url, schema
+    def __init__(self, url: str, schema: pa.Schema, sort: list[str]) -> None:
+        self.url, self.schema, self.sort = url, schema, sort
 
     def __call__(self, table: pa.Table) -> pa.Table:
         table = table.select(self.schema.names).cast(self.schema)
-        # every column in the sort: ties cannot depend on arrival order
-        idx = pc.sort_indices(table, sort_keys=[(c, "ascending") for c in self.schema.names])
+        # the local engine's order, then every other column: ties cannot depend on arrival order
+        keys = self.sort + [c for c in self.schema.names if c not in self.sort]
+        idx = pc.sort_indices(table, sort_keys=[(c, "ascending") for c in keys])
         sinks.write_parquet(table.take(idx).combine_chunks(), self.url)
         return pa.table({"rows": pa.array([table.num_rows], pa.int64())})
 
@@ -318,7 +329,6 @@ class _Run:
         self.arrow: dict[int, tuple[pa.Schema, tuple[str, ...]]] = {}  # node -> (schema in Spark, optional cols)
         self.rows: dict[int, int] = {}
         self.stats: dict[int, NodeStats] = defaultdict(NodeStats)
-        self.persisted: list[Any] = []
         self.broadcasts: list[Any] = []
         self.quarantine: list[Any] = []
         self.droplog: list[Any] = []
@@ -338,12 +348,33 @@ class _Run:
     # -- driver loop
     def go(self) -> tuple[list[dict[str, Any]], dict | None, str | None]:
         plan = self.plan
+        order = plan.nodes()
+        consumers: dict[int, list[Node]] = defaultdict(list)
+        for n in order:
+            for i in n.inputs:
+                consumers[i.id].append(n)
+        self.shared = {nid for nid, cs in consumers.items() if len(cs) > 1}
         with translate_errors_at(self):
-            for node in plan.nodes():
+            for node in order:
+                cs = consumers.get(node.id, [])
+                fused = (isinstance(node, (Source, MapBatches)) and node is not plan.root and len(cs) == 1
+                         and isinstance(cs[0], MapBatches))
+                if fused:
+                    continue  # runs inside its consumer's chain
+                # a join/aggregate read by one chain only is not materialized: the chain counts its rows
+                deferred = (not isinstance(node, (Source, MapBatches)) and node is not plan.root and len(cs) == 1
+                            and isinstance(cs[0], MapBatches))
                 self.current = f"stage {node.stage!r} ({node.describe()})"
                 t = time.perf_counter()
-                self._run_node(node)
+                self._run_node(node, deferred)
                 self.stats[node.id].seconds += time.perf_counter() - t
+            for node in order:
+                if isinstance(node, Join):
+                    st = self.stats[node.id]
+                    st.rows_in += self.rows[node.left.id]
+                    st.rows_out += self.rows[node.id]
+                    if node.how == "anti":
+                        st.dropped[node.reason] += self.rows[node.left.id] - self.rows[node.id]
             stages = stage_report(plan, self.stats, self.rows)
             if plan.sink is None:
                 return stages, None, None
@@ -353,106 +384,131 @@ class _Run:
             self._side_outputs()
         return stages, {}, plan.sink.path
 
-    def _run_node(self, node: Node) -> None:
-        if isinstance(node, Source):
-            df, schema, optional = self._source(node)
-        elif isinstance(node, MapBatches):
-            df, schema, optional = self._map(node)
-        elif isinstance(node, Join):
-            df, schema, optional = self._join(node)
+    def _run_node(self, node: Node, deferred: bool = False) -> None:
+        if isinstance(node, (Source, MapBatches)):
+            self._chain(node)
+            return
+        if isinstance(node, Join):
+            df = self._join(node)
         elif isinstance(node, Aggregate):
-            df, schema, optional = self._aggregate(node)
+            df = self._aggregate(node)
         elif isinstance(node, ConnectedComponents):
-            df, schema, optional = self._components(node)
+            df = self._components(node)
         else:
             raise NotImplementedError(f"the Spark engine cannot run {type(node).__name__}")
-        self.arrow[node.id] = (schema, optional)
-        if node.id not in self.rows:
+        if not deferred:
             df = self._persist(df)
             self.rows[node.id] = df.count()
         self.df[node.id] = df
-        if isinstance(node, Join):
-            st = self.stats[node.id]
-            st.rows_in += self.rows[node.left.id]
-            st.rows_out += self.rows[node.id]
-            if node.how == "anti":
-                st.dropped[node.reason] += self.rows[node.left.id] - self.rows[node.id]
+        self.arrow[node.id] = (node.schema, ())
+
+    def _checkpoint_local(self) -> bool:
+        return self.sc.master.startswith("local[") or self.sc.master == "local"
 
     def _persist(self, df):
+        """Materialize a node's output: computed once, kept, and its lineage cut.
+
+        Why cut lineage: the plan is a DAG whose shared parts Spark would
+        otherwise re-plan in every consumer, which grows without bound on
+        pipelines like dedup. In local mode the driver is the only executor, so
+        a local checkpoint (cached blocks) suffices; on a cluster a reliable
+        checkpoint (files in the checkpoint dir) survives a lost executor.
+        """
         from pyspark import StorageLevel
 
-        df = df.persist(StorageLevel.MEMORY_AND_DISK)
-        self.persisted.append(df)
-        return df
+        if self._checkpoint_local():
+            return df.localCheckpoint(eager=True)
+        self.sc.setCheckpointDir(self._checkpoint_dir())
+        cached = df.persist(StorageLevel.MEMORY_AND_DISK)  # so the checkpoint job computes it once
+        try:
+            out = cached.checkpoint(eager=True)
+        finally:
+            cached.unpersist()
+        return out
 
-    # -- nodes
-    def _source(self, node: Source):
-        from pyspark.sql.pandas.types import from_arrow_schema
+    def _chain_of(self, node: Node) -> tuple[Node, list[MapBatches]]:
+        """Fusible MapBatches below `node` (inclusive) and the base they read (Source or a materialized node)."""
+        ops: list[MapBatches] = []
+        cur = node
+        while isinstance(cur, MapBatches) and (cur is node or cur.id not in self.shared):
+            ops.append(cur)
+            cur = cur.input
+        ops.reverse()
+        if isinstance(cur, Source) and cur.id in self.shared and cur is not node:
+            pass  # a shared Source was materialized on its own; read it like any node
+        return cur, ops
 
-        if node.format == "jsonl":
-            from datakit.contracts import RAW_LINES
-
-            schema = RAW_LINES
-        else:
-            schema = pa.schema(list(node.schema) + [pa.field(n, t) for n, t in
-                                                   (("_source_file", pa.string()), ("_source_line", pa.int64()))
-                                                   if n not in node.schema.names])
-        files = list(node.paths)
-        slices = max(1, min(len(files), self.n))
-        paths = self.sc.parallelize([(f,) for f in files], slices).toDF("path string")
-        df = paths.mapInArrow(_ReadFiles(node.format, node.schema, schema), from_arrow_schema(schema))
-        if len(files) < self.n:
-            # few big files: spread their rows (Spark sorts before a round-robin repartition, so a
-            # retried task gets the same rows)
-            df = df.repartition(self.n)
-        return df, schema, ()
-
-    def _map(self, node: MapBatches):
+    def _chain(self, node: Node) -> None:
+        """Run a Source/MapBatches chain ending at `node` as one mapInArrow; materialize; sum its stats."""
         from pyspark import cloudpickle
         from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        in_schema, in_optional = self.arrow[node.input.id]
-        extras = [pa.field(n, t) for n, t in (("_source_file", pa.string()), ("_source_line", pa.int64()))
-                  if n not in node.schema.names]
-        data_schema = pa.schema(list(node.schema) + extras)
-        aux_type = pa.binary() if node.quarantine else pa.string()
-        out_schema = pa.schema(list(data_schema) + [
-            pa.field(DROP, pa.string()), pa.field(DROP_DETAIL, pa.string()),
-            pa.field(_RAW if node.quarantine else _DROPKEY, aux_type), pa.field(METRICS, pa.string())])
-        bc = self.sc.broadcast(cloudpickle.dumps(node.fn))
-        self.broadcasts.append(bc)
-        wrapper = _MapFn(bc, in_schema, in_optional, node.schema, data_schema, out_schema, node.quarantine,
-                         node.drop_log_key)
-        src = self.df[node.input.id].select(*in_schema.names)
-        allrows = self._persist(src.mapInArrow(wrapper, from_arrow_schema(out_schema)))
-        # one aggregation over the persisted rows: exact under task retries (no accumulators)
-        agg = (allrows.select(DROP, METRICS).mapInArrow(_partial_stats, "k string, name string, n long")
-               .groupBy("k", "name").agg(F.sum("n").alias("n")).collect())
-        st = self.stats[node.id]
-        st.rows_in += self.rows[node.input.id]
-        for r in agg:
-            if r["k"] == "out":
-                st.rows_out += int(r["n"])
-            elif r["k"] == "drop":
-                st.dropped[r["name"]] += int(r["n"])
+        base, ops = self._chain_of(node) if isinstance(node, MapBatches) else (node, [])
+        read_files = isinstance(base, Source) and base.id not in self.df
+        if read_files:
+            if base.format == "jsonl":
+                from datakit.contracts import RAW_LINES
+
+                base_schema = RAW_LINES
             else:
-                st.metrics[r["name"]] += int(r["n"])
-        self.rows[node.id] = st.rows_out
-        if st.dropped:
-            dropped = allrows.where(F.col(DROP).isNotNull())
-            if node.quarantine:
+                base_schema = _with_provenance(base.schema)
+            files = list(base.paths)
+            inp = self.sc.parallelize([(f,) for f in files], max(1, min(len(files), self.n))).toDF("path string")
+            in_schema, in_optional = None, ()
+        else:
+            in_schema, in_optional = self.arrow[base.id]
+            base_schema = in_schema
+            inp = self.df[base.id].select(*in_schema.names)
+        data_schema = _with_provenance(ops[-1].schema) if ops else base_schema
+        out_schema = pa.schema(list(data_schema) + _CHAIN_COLS)
+        op_specs = []
+        for op in ops:
+            bc = self.sc.broadcast(cloudpickle.dumps(op.fn))
+            self.broadcasts.append(bc)
+            op_specs.append({"bc": bc, "token": uuid.uuid4().hex, "schema": op.schema,
+                             "quarantine": op.quarantine, "drop_log_key": op.drop_log_key})
+        fn = _ChainFn(base.format if read_files else None, base.schema if read_files else None,
+                      in_schema, in_optional, op_specs, data_schema, out_schema)
+        out = self._persist(inp.mapInArrow(fn, from_arrow_schema(out_schema)))
+        # stats rows are data: one aggregation gives exact counts whatever the task retries were
+        agg = (out.where(F.col(KIND) == STATS).groupBy(OP, SKIND, SNAME).agg(F.sum(N).alias("n")).collect())
+        base_rows = 0
+        for r in agg:
+            i, kind, name, n = int(r[OP]), r[SKIND], r[SNAME], int(r["n"])
+            if kind == "base":
+                base_rows += n
+                continue
+            st = self.stats[ops[i].id]
+            if kind == "out":
+                st.rows_out += n
+            elif kind == "drop":
+                st.dropped[name] += n
+            else:
+                st.metrics[name] += n
+        if base.id not in self.rows:  # files read here, or a deferred join/aggregate
+            self.rows[base.id] = base_rows
+        prev = self.rows[base.id]
+        for op in ops:
+            st = self.stats[op.id]
+            st.rows_in += prev
+            self.rows[op.id] = prev = st.rows_out
+            if not st.dropped:
+                continue
+            i = ops.index(op)
+            dropped = out.where((F.col(KIND) == DROPPED) & (F.col(OP) == i))
+            if op.quarantine:
                 self.quarantine.append(dropped.select(
-                    F.lit(node.stage).alias("stage"), F.col(DROP).alias("reason"), F.col(DROP_DETAIL).alias("detail"),
-                    F.col("_source_file").alias("source_file"), F.col("_source_line").alias("source_line"),
-                    F.col(_RAW).alias("raw")))
-            elif node.drop_log_key:
+                    F.lit(op.stage).alias("stage"), F.col(DROP).alias("reason"), F.col(DROP_DETAIL).alias("detail"),
+                    F.col(QFILE).alias("source_file"), F.col(QLINE).alias("source_line"), F.col(QRAW).alias("raw")))
+            elif op.drop_log_key:
                 self.droplog.append(dropped.select(
-                    F.lit(node.stage).alias("stage"), F.col(_DROPKEY).alias("key"), F.col(DROP).alias("reason"),
+                    F.lit(op.stage).alias("stage"), F.col(DKEY).alias("key"), F.col(DROP).alias("reason"),
                     F.col(DROP_DETAIL).alias("detail")))
-        kept = allrows.where(F.col(DROP).isNull()).select(*data_schema.names)
-        optional = tuple(f.name for f in extras)
-        return kept, data_schema, optional
+        self.df[node.id] = out.where(F.col(KIND) == DATA).select(*data_schema.names)
+        optional = tuple(f.name for f in data_schema if f.name in PROVENANCE and f.name not in
+                         (ops[-1].schema.names if ops else base_schema.names))
+        self.arrow[node.id] = (data_schema, optional)
 
     def _join(self, node: Join):
         from pyspark.sql import functions as F
@@ -475,7 +531,7 @@ class _Run:
         else:
             lnames = set(node.left.schema.names)
             cols = [F.col(f"l.{c}" if c in lnames else f"r.{c}").alias(c) for c in node.schema.names]
-        return j.select(*cols), node.schema, ()
+        return j.select(*cols)
 
     def _aggregate(self, node: Aggregate):
         from pyspark.sql import functions as F
@@ -492,21 +548,21 @@ class _Run:
                 e = F.max(col)
             exprs.append(e.alias(out))
         df = self.df[node.input.id].groupBy(*node.keys).agg(*exprs)
-        return df.select(*node.schema.names), node.schema, ()
+        return df.select(*node.schema.names)
 
     def _components(self, node: ConnectedComponents):
         from datakit.engines.spark_cc import connected_components
 
-        self.sc.setCheckpointDir(self._checkpoint_dir())
         edges = self.df[node.input.id].select("src", "dst")
-        out, rounds = connected_components(edges, checkpoint=lambda d: d.checkpoint(eager=True))
+        out, rounds = connected_components(edges, checkpoint=self._persist)
         log.info("connected components converged in %d rounds", rounds)
-        return out, node.schema, ()
+        return out
 
     def _checkpoint_dir(self) -> str:
         if self._ckpt is None:
             base = (self.engine.checkpoint_dir or self.spark.conf.get("spark.checkpoint.dir", None)
-                    or (str(Path(self.plan.sink.path) / "_work") if self.plan.sink and "://" not in self.plan.sink.path
+                    or (str(Path(self.plan.sink.path) / "_work")
+                        if self.plan.sink and "://" not in self.plan.sink.path
                         else tempfile.gettempdir()))
             self._ckpt = f"{base.rstrip('/')}/spark-checkpoints-{uuid.uuid4().hex[:8]}"
         return self._ckpt
@@ -538,15 +594,16 @@ class _Run:
         from pyspark.sql.pandas.types import from_arrow_schema  # noqa: F401
 
         out = self.plan.sink.path.rstrip("/")
-        for frames, folder, schema in ((self.quarantine, "_quarantine", QUARANTINE_SCHEMA),
-                                       (self.droplog, "_dropped", DROPLOG_SCHEMA)):
+        for frames, folder, schema, sort in (
+                (self.quarantine, "_quarantine", QUARANTINE_SCHEMA, ["stage", "source_file", "source_line"]),
+                (self.droplog, "_dropped", DROPLOG_SCHEMA, ["stage", "key"])):
             if not frames:
                 continue
             df = frames[0]
             for f in frames[1:]:
                 df = df.unionByName(f)
             (df.withColumn("_g", F.lit(0)).groupBy("_g")
-             .applyInArrow(_table_fn(_WriteSide(f"{out}/{folder}/part-00000.parquet", schema)), "rows long").collect())
+             .applyInArrow(_table_fn(_WriteSide(f"{out}/{folder}/part-00000.parquet", schema, sort)), "rows long").collect())
 
     def commit(self, stages: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
         from datakit.io.atomic import write_json_atomic
@@ -570,11 +627,6 @@ class _Run:
         return manifest
 
     def cleanup(self) -> None:
-        for df in self.persisted:
-            try:
-                df.unpersist()
-            except Exception:  # the session may be gone after a failure
-                pass
         for bc in self.broadcasts:
             try:
                 bc.destroy()
@@ -606,6 +658,13 @@ class translate_errors_at:
         except SparkError:
             raise
         return False
+
+
+def _with_provenance(schema: pa.Schema) -> pa.Schema:
+    """`schema` plus the provenance columns a batch may carry beyond it (see `local._conform`)."""
+    extra = [pa.field(n, t) for n, t in (("_source_file", pa.string()), ("_source_line", pa.int64()))
+             if n not in schema.names]
+    return pa.schema(list(schema) + extra)
 
 
 def _remove_if_empty(path: str) -> None:

@@ -150,6 +150,8 @@ def _base_conf(master: str, conf: dict[str, Any] | None) -> dict[str, str]:
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{_log4j_config('WARN')}",
         "spark.executor.extraJavaOptions": "-Dlog4j2.level=warn",
     }
+    if master.startswith("local"):
+        out["spark.driver.memory"] = "2g"  # the driver is the executor too; 1g is tight for joins
     out = {k: v for k, v in out.items() if v}
     for k, v in (conf or {}).items():
         out[str(k)] = str(v).lower() if isinstance(v, bool) else str(v)
@@ -195,8 +197,12 @@ def get_session(master: str | None = None, conf: dict[str, Any] | None = None):
 
     with _lock:
         running = SparkContext._active_spark_context
-        if master is None and running is not None:
-            return SparkSession.builder.getOrCreate()
+        if master is None and (running is not None or "PYSPARK_GATEWAY_PORT" in os.environ):
+            # inside spark-submit (or a notebook's session): the operator's settings win
+            with translate_errors("starting Spark"):
+                session = SparkSession.builder.getOrCreate()
+            _apply_runtime_conf(session, {"spark.sql.execution.arrow.pyspark.enabled": "true", **(conf or {})})
+            return session
         master = master or os.environ.get("DATAKIT_SPARK_MASTER") or DEFAULT_LOCAL_MASTER
         key = (master,)
         if _active.get("key") == key and running is not None:

@@ -1,0 +1,91 @@
+"""Clear, short errors from the Spark engine: no Java, a wrong master URL, a failing task."""
+from __future__ import annotations
+
+import sys
+from typing import Literal
+
+import pyarrow as pa
+import pytest
+
+from datakit import Pipeline
+from datakit.engines.spark_session import SparkJobError, SparkSetupError, check_java, check_master, summarize
+from datakit.plan import Rel
+from datakit.stages.base import CompileContext, StageConfig, register_stage
+from tests.eventgen import make_event, write_jsonl
+
+from pyspark import cloudpickle  # noqa: E402
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def test_no_java_says_what_to_do(monkeypatch, tmp_path):
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))  # a JDK folder without bin/java
+    with pytest.raises(SparkSetupError, match=r"needs Java 17 or newer.*JAVA_HOME.*--engine local"):
+        check_java()
+    monkeypatch.delenv("JAVA_HOME")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(SparkSetupError, match="no `java` on PATH"):
+        check_java()
+
+
+@pytest.mark.parametrize("url, msg", [
+    ("spark://127.0.0.1:9", r"cannot reach the Spark master at spark://127.0.0.1:9 .*Is the master running"),
+    ("sprak://host:7077", r"not a Spark master URL: 'sprak://host:7077'"),
+    ("spark://hostonly", r"expected spark://HOST:PORT"),
+    ("local[two]", r"not a Spark master URL"),
+])
+def test_wrong_master_url_fails_fast_and_short(url, msg):
+    import time
+
+    t = time.monotonic()
+    with pytest.raises(SparkSetupError, match=msg) as e:
+        check_master(url, timeout=2)
+    assert time.monotonic() - t < 5  # Spark itself would retry for about a minute
+    assert "\n" not in str(e.value)
+
+
+def test_engine_refuses_unreachable_master_before_starting_a_jvm(tmp_path):
+    f = write_jsonl(tmp_path / "logs" / "a.jsonl", [make_event(i) for i in range(3)])
+    p = Pipeline("t").input(str(f)).add({"kind": "ingest"}).output(str(tmp_path / "out"))
+    with pytest.raises(SparkSetupError, match="cannot reach the Spark master"):
+        p.run(engine="spark", master="spark://127.0.0.1:9")
+
+
+class BoomFn:
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        raise ValueError("stage bug: column 'x' has an unexpected type")
+
+
+@register_stage
+class BoomConfig(StageConfig):
+    kind: Literal["test_boom"] = "test_boom"
+    consumes = "editor_event.v1"
+    produces = "editor_event.v1"
+
+    def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
+        return rel.map_batches(BoomFn(), rel.schema, name="boom")
+
+
+@pytest.mark.spark
+def test_failed_task_is_one_line_with_the_log_path(spark, tmp_path):
+    f = write_jsonl(tmp_path / "logs" / "a.jsonl", [make_event(i) for i in range(5)])
+    p = Pipeline("t").input(str(f)).add({"kind": "ingest"}).add(BoomConfig()).output(str(tmp_path / "out"))
+    with pytest.raises(SparkJobError) as e:
+        p.run(engine="spark", partitions=1)
+    msg = str(e.value)
+    assert "\n" not in msg and len(msg) < 600
+    assert "ValueError: stage bug: column 'x' has an unexpected type" in msg
+    assert "stage 'test_boom'" in msg
+    log = msg.rsplit("full log: ", 1)[1].rstrip(")")
+    assert "ValueError" in open(log, encoding="utf-8", errors="replace").read()  # the detail went to the log
+    assert e.value.__cause__ is None and e.value.__suppress_context__
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_summarize_picks_the_python_error_out_of_a_jvm_trace():
+    trace = ("An error occurred while calling o1.count.\n: org.apache.spark.SparkException: Job aborted due to "
+             "stage failure: Task 0 failed 4 times\n  File \"x.py\", line 3, in f\n    raise KeyError('k')\n"
+             "KeyError: 'k'\n\tat org.apache.spark.api.python.BasePythonRunner...\n")
+    assert summarize(Exception(trace)) == "KeyError: 'k'"
+    assert summarize(Exception("Job aborted due to stage failure: Lost executor 1 on 127.0.0.1\n\tat x")) \
+        == "Lost executor 1 on 127.0.0.1"
