@@ -50,6 +50,8 @@ class Detector:
     # False (all but PEM blocks): pattern and prefilter never match a newline, so the scanner
     # may run the Python pattern on single candidate lines instead of the whole text
     multiline: bool = False
+    # optional: False for a prefilter hit that can not lead to a validated match (skips the Python scan)
+    hit_filter: Callable[[str], bool] | None = None
     compiled: re.Pattern[str] = field(init=False, repr=False, compare=False)
     rust_prefilter: str = field(init=False, repr=False, compare=False)
 
@@ -286,6 +288,20 @@ def high_entropy_ok(m: re.Match[str], text: str) -> bool:
     return shannon_entropy(v) >= min(4.0, math.log2(len(v)) - 0.85)
 
 
+_HIT_TOKEN = re.compile(r"([A-Za-z0-9+/=_.-]*)[\"'`]$")
+
+
+def high_entropy_hit(hit: str) -> bool:
+    """Cheap pre-check on a prefilter hit `= "TOKEN"`: the validator rejects hex, UUIDs and one-case tokens.
+
+    The Python pattern's value is exactly the text between the hit's quotes (the
+    token class excludes quotes), so dropping such hits changes no result.
+    """
+    m = _HIT_TOKEN.search(hit)
+    tok = m.group(1) if m else ""
+    return not (_HEX.fullmatch(tok) or _UUID.fullmatch(tok)) and bool(_LOWER.search(tok) and _UPPER.search(tok))
+
+
 def url_creds_ok(m: re.Match[str], text: str) -> bool:
     pw = m.group("v").split(":", 1)[1]
     return not _PLACEHOLDER_VALUE.match(pw)
@@ -409,7 +425,7 @@ DETECTORS: tuple[Detector, ...] = (
         r"(?P<k>(?<![\w])[A-Za-z_][\w.-]{0,60})[\"']?[ \t]*(?:(?<![=!<>]):?=(?!=)|:)[ \t]*[rbuRBU]{0,2}(?P<q>[\"'`])"
         r"(?P<v>[A-Za-z0-9+/=_.-]{20,100})(?P=q)",
         r"[=:][ \t]*[rbuRBU]{0,2}[\"'`][A-Za-z0-9+/=_.-]{20,100}[\"'`]", "<SECRET>", validate=high_entropy_ok,
-        priority=40,
+        priority=40, hit_filter=high_entropy_hit,
     ),
     # ---- personal data
     Detector(

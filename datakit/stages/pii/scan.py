@@ -167,19 +167,28 @@ def candidate_hits(texts: "_Rows | Sequence[str | None]", detectors: Sequence[De
 
 
 def _candidate_lines(text: str, hits: list[str]) -> list[tuple[int, int]]:
-    """(start, end) of every line containing one of `hits`, sorted and merged."""
-    spans: set[tuple[int, int]] = set()
-    for h in set(hits):
-        if not h:
-            continue
-        at = text.find(h)
-        while at >= 0:
-            a = text.rfind("\n", 0, at) + 1
-            b = text.find("\n", at + len(h))
-            b = len(text) if b < 0 else b
-            spans.add((a, b))
-            at = text.find(h, b)  # the next line at the earliest (a line is scanned whole)
-    return sorted(spans)
+    """(start, end) of every line holding one of `hits` (the prefilter's matches, in text order).
+
+    One forward pass: each hit is searched from where the previous one ended.
+    That finds its true position, because the Rust prefilter (no look-arounds)
+    reports leftmost non-overlapping matches: an earlier copy of the same text
+    after the previous match would itself have been reported first.
+    """
+    spans: list[tuple[int, int]] = []
+    pos = 0
+    for h in hits:
+        at = text.find(h, pos)
+        if at < 0:  # cannot happen for prefilter output; stay correct if it does
+            at = text.find(h)
+            if at < 0:
+                continue
+        pos = at + len(h)
+        if spans and spans[-1][0] <= at < spans[-1][1] + 1:
+            continue  # same line as the previous hit
+        a = text.rfind("\n", 0, at) + 1
+        b = text.find("\n", pos)
+        spans.append((a, len(text) if b < 0 else b))
+    return sorted(set(spans))
 
 
 def _line_matches(det: Detector, text: str, lines: list[tuple[int, int]]) -> list[tuple[int, int, int, str]]:
@@ -236,6 +245,10 @@ def scan_batch(
         rows.prefetch(i for hits in all_hits for i in hits)
         for det, hits in zip(detectors, all_hits):
             for i, h in hits.items():
+                if det.hit_filter is not None:
+                    h = [x for x in h if det.hit_filter(x)]
+                    if not h:
+                        continue
                 text = rows[i]
                 assert text is not None
                 found = _matches(det, text) if det.multiline else _line_matches(det, text, _candidate_lines(text, h))
