@@ -274,3 +274,19 @@ def test_parallel_scan_equals_serial_scan(he_rows):
     assert len(serial[0]) > 100
     for a, b in zip(serial, par):
         assert np.array_equal(a, b)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10**6))
+def test_identifier_normalization_is_invariant_under_consistent_renaming(seed):
+    """Property: rename every code identifier consistently (Python's tokenize does it) -> same n-grams."""
+    from datakit.stages.decontam.plant import rename_identifiers
+
+    rng = random.Random(seed)
+    code = idiomatic_code(rng, 5)
+    # a bijective renaming of every non-keyword name (attributes too; strings untouched)
+    renamed = rename_identifiers(code, rng, in_strings=False, attributes=True)
+    assert renamed != code
+    norm = ["whitespace", "identifiers"]
+    assert list(ngram_hashes(code, 13, norm)) == list(ngram_hashes(renamed, 13, norm))
+    assert list(ngram_hashes(code, 13, ["whitespace"])) != list(ngram_hashes(renamed, 13, ["whitespace"]))

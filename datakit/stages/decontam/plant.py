@@ -41,7 +41,7 @@ def reformat(code: str, rng: random.Random) -> str:
     return "\n".join(lines) + "\n"
 
 
-def rename_identifiers(code: str, rng: random.Random) -> str:
+def rename_identifiers(code: str, rng: random.Random, in_strings: bool = True, attributes: bool = False) -> str:
     """Consistently rename every non-keyword, non-builtin, non-attribute identifier, in strings too.
 
     Renaming inside strings and docstrings (doctest lines name the function and
@@ -55,9 +55,9 @@ def rename_identifiers(code: str, rng: random.Random) -> str:
     mapping: dict[str, str] = {}
     prev = None
     for t in toks:
-        if t.type == tokenize.NAME and t.string not in _KEEP and not (prev is not None and prev.string == "."):
+        if t.type == tokenize.NAME and t.string not in _KEEP and (attributes or not (prev is not None and prev.string == ".")):
             if t.string not in mapping:
-                mapping[t.string] = f"{rng.choice(['v', 'tmp', 'x', 'item', 'val'])}_{len(mapping)}{rng.randrange(100)}"
+                mapping[t.string] = f"{rng.choice(['v', 'tmp', 'x', 'item', 'val'])}_{len(mapping)}_{rng.randrange(100)}"
         if t.type not in (tokenize.NL, tokenize.COMMENT):
             prev = t
     names = re.compile(r"\b(" + "|".join(map(re.escape, sorted(mapping, key=len, reverse=True))) + r")\b") if mapping else None
@@ -65,9 +65,9 @@ def rename_identifiers(code: str, rng: random.Random) -> str:
     prev = None
     for t in toks:
         s = t.string
-        if t.type == tokenize.NAME and s in mapping and not (prev is not None and prev.string == "."):
+        if t.type == tokenize.NAME and s in mapping and (attributes or not (prev is not None and prev.string == ".")):
             s = mapping[s]
-        elif t.type == tokenize.STRING and names is not None:
+        elif t.type == tokenize.STRING and names is not None and in_strings:
             s = names.sub(lambda m: mapping[m.group(1)], s)
         out.append((t.type, s))
         if t.type not in (tokenize.NL, tokenize.COMMENT):
