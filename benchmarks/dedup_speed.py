@@ -157,13 +157,14 @@ def stage(args) -> dict:
         for f in range(files):
             pq.write_table(pa.Table.from_pylist(rows[f::files], schema=TRAINING_RECORD_V1), f"{tmp}/in/part-{f}.parquet")
         print(f"\n== whole stage: {len(rows)} records in {files} files, exact + minhash(0.8, 128, token 5-grams, exact verify)")
-        runs = [("local", {"workers": 1}), ("local", {"workers": 2})]
-        try:
-            import datakit.engines.spark  # noqa: F401
+        runs = [("local", {"workers": 1}), ("local", {"workers": 2})] if "local" in args.engines else []
+        if "spark" in args.engines:
+            try:
+                import datakit.engines.spark  # noqa: F401
 
-            runs.append(("spark", {"master": "local[2]"}))
-        except ImportError:
-            print("spark engine not available: skipped")
+                runs.append(("spark", {"master": "local[2]"}))
+            except ImportError:
+                print("spark engine not available: skipped")
         for engine, opts in runs:
             p = (Pipeline("bench").input(f"{tmp}/in", format="parquet", schema="training_record.v1")
                  .add({"kind": "dedup", "exact": True, "minhash": {"threshold": 0.8}})
@@ -187,8 +188,10 @@ def main() -> None:
     ap.add_argument("--baseline-docs", type=int, default=2000)
     ap.add_argument("--stage-docs", type=int, default=20000)
     ap.add_argument("--skip-stage", action="store_true")
+    ap.add_argument("--skip-signatures", action="store_true")
+    ap.add_argument("--engines", default="local,spark", help="stage engines: local, spark")
     args = ap.parse_args()
-    result = {"signatures": signatures(args)}
+    result = {} if args.skip_signatures else {"signatures": signatures(args)}
     if not args.skip_stage:
         result["stage"] = stage(args)
     Path("benchmarks/results").mkdir(parents=True, exist_ok=True)

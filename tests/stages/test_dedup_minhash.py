@@ -152,5 +152,13 @@ def test_record_text_and_exact_keys():
     assert keys[0] == keys[1] != keys[2] != keys[3] and len(keys[0]) == 32
     raw = exact_keys(pa.array(["a  b", "a b"]), normalize="none").to_pylist()
     assert raw[0] != raw[1] and raw[1] == xxhash.xxh3_128_hexdigest(b"a b")
-    scoped = exact_keys(pa.array(["t", "t"]), scope=pa.array(["code", "sft"])).to_pylist()
-    assert scoped[0] != scoped[1]
+    scoped = exact_keys(pa.array(["t", "t", "t"]), scope=pa.array(["code", "sft", "code"])).to_pylist()
+    assert scoped[0] != scoped[1] and scoped[0] == scoped[2] == xxhash.xxh3_128_hexdigest(b"t", xxhash.xxh64_intdigest(b"code"))
+    assert exact_keys(pa.array(["x y", "ab"]).slice(1), normalize="none").to_pylist() == [xxhash.xxh3_128_hexdigest(b"ab")]
+
+
+@FAST
+@given(st.lists(TEXT, min_size=1, max_size=6))
+def test_exact_key_is_xxh3_of_whitespace_collapsed_text(texts):
+    keys = exact_keys(pa.array(texts)).to_pylist()
+    assert keys == [xxhash.xxh3_128_hexdigest(b" ".join(t.encode().split())) for t in texts]

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import xxhash
 from numba import njit
 
-from datakit.stages.dedup.shingles import WS_TABLE, arrow_buffers, collapse_words, normalize_texts
+from datakit.stages.dedup.shingles import WS_TABLE, arrow_buffers, normalize_texts
 
 
 def record_texts(batch: pa.RecordBatch | pa.Table, text_column: str | None = None) -> pa.Array:
@@ -43,19 +43,26 @@ def record_texts(batch: pa.RecordBatch | pa.Table, text_column: str | None = Non
 
 @njit(cache=True)
 def _collapse_all(data: np.ndarray, offsets: np.ndarray, ws: np.ndarray):
-    """Whitespace-collapse every document (same rule as word shingles); returns (bytes, offsets)."""
+    """Whitespace-collapse every document (same rule as word shingles); returns (bytes, offsets).
+
+    Branch-free like `shingles.collapse_words`, without its word bookkeeping.
+    """
     n_docs = offsets.shape[0] - 1
     out = np.empty(max(offsets[n_docs] - offsets[0], 1), np.uint8)
     out_off = np.empty(n_docs + 1, np.int64)
-    maxlen = 0
-    for d in range(n_docs):
-        maxlen = max(maxlen, offsets[d + 1] - offsets[d])
-    wend = np.empty(maxlen + 2, np.int64)
     pos = 0
     out_off[0] = 0
     for d in range(n_docs):
-        n, _w = collapse_words(data, offsets[d], offsets[d + 1], out[pos:], wend, ws)
-        pos += n
+        start = pos
+        prev = 1
+        for i in range(offsets[d], offsets[d + 1]):
+            c = data[i]
+            sp = ws[c]
+            out[pos] = 32 if sp else c
+            pos += 1 - (sp & prev)
+            prev = sp
+        if prev == 1 and pos > start:
+            pos -= 1  # the single trailing space
         out_off[d + 1] = pos
     return out, out_off
 
@@ -66,26 +73,23 @@ def exact_keys(texts: pa.Array, normalize: str = "whitespace", scope: pa.Array |
     `normalize="whitespace"`: whitespace runs become one space and the ends are
     trimmed before hashing (CRLF vs LF, trailing spaces, re-indentation and
     re-wrapping do not make a copy unique); `"none"`: the raw UTF-8 bytes.
-    `scope` (e.g. the `kind` column) is hashed in front of the text, so equal
-    texts in different scopes get different keys. 128 bits: a billion documents
-    collide with probability ~1e-21.
+    `scope` (e.g. the `kind` column) picks the hash seed (its XXH64), so equal
+    texts in different scopes get different keys; no scope = seed 0. 128 bits: a
+    billion documents collide with probability ~1e-21.
     """
     texts = normalize_texts(texts, lowercase=False)
     if normalize == "whitespace":
         data, offsets = arrow_buffers(texts)
-        raw, off = _collapse_all(data, offsets, WS_TABLE) if len(texts) else (np.zeros(0, np.uint8), np.zeros(1, np.int64))
-        blob = raw.tobytes()
-        spans = off
+        raw, spans = _collapse_all(data, offsets, WS_TABLE) if len(texts) else (np.zeros(0, np.uint8), np.zeros(1, np.int64))
     elif normalize == "none":
-        data, offsets = arrow_buffers(texts)
-        blob = data.tobytes()
-        spans = offsets
+        raw, spans = arrow_buffers(texts)
     else:
         raise ValueError(f"exact normalize must be 'whitespace' or 'none', got {normalize!r}")
-    prefixes = [b""] * len(texts)
+    seeds = [0] * len(texts)
     if scope is not None:
-        prefixes = [(s or "").encode() + b"\x00" for s in scope.to_pylist()]
+        seed_of: dict[str | None, int] = {}
+        seeds = [seed_of.setdefault(s, xxhash.xxh64_intdigest((s or "").encode())) for s in scope.to_pylist()]
+    mv = memoryview(raw)  # zero-copy slices: no per-document bytes objects
     h = xxhash.xxh3_128_hexdigest
     sp = spans.tolist()
-    keys = [h(p + blob[sp[i] : sp[i + 1]]) for i, p in enumerate(prefixes)]
-    return pa.array(keys, type=pa.string())
+    return pa.array([h(mv[sp[i] : sp[i + 1]], seeds[i]) for i in range(len(texts))], type=pa.string())
