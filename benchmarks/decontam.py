@@ -1,7 +1,7 @@
 """Decontamination benchmark: scan speed vs a plain-Python baseline, recall per leak kind, FP rate, index timing.
 
-    .venv/bin/python benchmarks/decontam.py                 # small sizes (~1 min)
-    .venv/bin/python benchmarks/decontam.py --scan-mb 200 --index-mb 1024   # the report's numbers
+    .venv/bin/python benchmarks/decontam.py                 # small sizes (a few minutes)
+    .venv/bin/python benchmarks/decontam.py --scan-mb 200 --index-mb 1024   # the numbers in docs/decontamination.md
 
 Sections (all against HumanEval, 164 items, prompt + canonical solution):
 
