@@ -30,14 +30,15 @@ from __future__ import annotations
 import json
 from typing import Literal
 
+import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from datakit.plan import DROP, DROP_DETAIL, Rel
 from datakit.stages.base import CompileContext, StageConfig, register_stage
 from datakit.stages.decontam.evals import _NAMED, EvalSet, load_eval
-from datakit.stages.decontam.matcher import (EvalTable, Rule, default_min_fraction, match_batch, merge_spans,
-                                             text_sources)
+from datakit.stages.decontam.matcher import (BatchMatches, EvalTable, Rule, default_min_fraction, match_batch,
+                                             merge_spans, text_sources)
 from datakit.stages.decontam.normalize import DEFAULT_NORMALIZATIONS, NORMALIZATIONS, flags_of
 
 METRICS = "_metrics"
@@ -126,10 +127,8 @@ class DecontamFn:
     def __init__(self, table: EvalTable, rule: Rule, mode: str, mask_with: str = "") -> None:
         self.table, self.rule, self.mode, self.mask_with = table, rule, mode, mask_with
 
-    def contaminated(self, batch: pa.RecordBatch) -> tuple[list, dict[int, dict[int, list[str]]]]:
-        """(text sources, row -> {eval index -> sorted matched item ids}) for rows passing the rule."""
-        sources = text_sources(batch)
-        m = match_batch(self.table, sources)
+    def hits(self, m: BatchMatches) -> tuple[np.ndarray, dict[int, dict[int, list[str]]]]:
+        """(pairs passing the rule, row -> {eval index -> sorted matched item ids})."""
         ok = self.rule.passes(m.shared, self.table.item_ngrams[m.items])
         hits: dict[int, dict[int, list[str]]] = {}
         for row, item in zip(m.rows[ok].tolist(), m.items[ok].tolist()):
@@ -137,10 +136,12 @@ class DecontamFn:
         for per in hits.values():
             for k in per:
                 per[k] = sorted(set(per[k]))
-        return [sources, m, ok], hits
+        return ok, hits
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        (sources, m, ok), hits = self.contaminated(batch)
+        sources = text_sources(batch)
+        m = match_batch(self.table, sources)
+        ok, hits = self.hits(m)
         n = batch.num_rows
         if self.mode == "drop":
             reason: list[str | None] = [None] * n
