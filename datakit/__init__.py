@@ -2,9 +2,29 @@
 
 Public API: `Pipeline` (build/load/run pipelines), `register_stage`/`StageConfig`
 (plug in your own stage), `datakit.loader.PackedDataset` (trainer-side reader).
+
+Names are imported lazily (PEP 562) so `datakit contamination-check`, which
+needs none of the pipeline machinery, starts fast.
 """
-from datakit.pipeline import Pipeline, PipelineError
-from datakit.stages.base import CompileContext, StageConfig, register_stage
+from __future__ import annotations
+
+from typing import Any
 
 __version__ = "0.1.0"
 __all__ = ["Pipeline", "PipelineError", "StageConfig", "CompileContext", "register_stage", "__version__"]
+
+_LAZY = {
+    "Pipeline": "datakit.pipeline", "PipelineError": "datakit.pipeline",
+    "StageConfig": "datakit.stages.base", "CompileContext": "datakit.stages.base",
+    "register_stage": "datakit.stages.base",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'datakit' has no attribute {name!r}")

