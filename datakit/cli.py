@@ -103,11 +103,19 @@ def synth(
     out_dir: Path = typer.Argument(..., help="Folder to write dt=YYYY-MM-DD/part-*.jsonl.zst logs into."),
     events: int = typer.Option(1000, help="Number of events (100 to millions; streamed)."),
     seed: int = typer.Option(0, help="Seed: same seed, byte-identical files."),
+    days: int = typer.Option(3, help="Days of activity (one dt=YYYY-MM-DD folder each)."),
+    start_date: str = typer.Option("2026-11-01", help="First day, YYYY-MM-DD."),
+    rows_per_part: int = typer.Option(100_000, help="Events per part file before a new one starts."),
 ) -> None:
-    """Generate realistic synthetic editor logs with planted duplicates, PII, leaks and bad lines."""
+    """Generate realistic synthetic editor logs with planted duplicates, PII, leaks and bad lines.
+
+    Writes OUT_DIR/dt=*/part-*.jsonl.zst, optouts.parquet, and the ground truth
+    _ground_truth.jsonl (schemas/synth_ground_truth.v1.json) that tests score against.
+    """
     from datakit import synth as synth_mod
 
-    summary = synth_mod.generate(str(out_dir), events=events, seed=seed)
+    summary = synth_mod.generate(str(out_dir), events=events, seed=seed, days=days, start_date=start_date,
+                                 rows_per_part=rows_per_part)
     typer.echo(json.dumps(summary, indent=2, default=str))
 
 
