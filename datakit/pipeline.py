@@ -198,7 +198,11 @@ class Pipeline:
             names[stage.kind] = names.get(stage.kind, 0) + 1
             name = stage.kind if names[stage.kind] == 1 else f"{stage.kind}_{names[stage.kind]}"
             stage_rel = Rel(rel.node, name)
-            out = stage.compile(stage_rel, ctx)
+            try:
+                out = stage.compile(stage_rel, ctx)
+            except (ValueError, KeyError, FileNotFoundError) as e:  # a config that only fails when resolved
+                msg = e.args[0] if e.args else str(e)
+                raise PipelineError(f"{where}: {msg}") from None
             spans.append(StageSpan(name=name, kind=stage.kind, input=rel.node, output=out.node, emits=stage.emits))
             rel = out
             current = stage.produces
