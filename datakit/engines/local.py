@@ -20,6 +20,7 @@ How it runs a plan (and why):
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import logging
@@ -311,7 +312,6 @@ class LocalEngine:
         self._work = work
         self._aux = f"{work}/aux"
         os.makedirs(self._aux, exist_ok=True)
-        self._pool: ProcessPoolExecutor | None = None
         self._reused = 0
         self._sink_parts = None
         try:
@@ -320,9 +320,9 @@ class LocalEngine:
                 manifest, out = None, None
             else:
                 manifest, out = self._sink(plan)
-        finally:
-            if self._pool is not None:
-                self._pool.shutdown(cancel_futures=True)
+        except BaseException:
+            _drop_pool(self.workers)  # a failed task may leave workers mid-job: start fresh next time
+            raise
         stages = stage_report(plan, self._stats, self._rows)
         seconds = time.perf_counter() - t0
         if plan.sink is not None:
@@ -353,9 +353,7 @@ class LocalEngine:
             return []
         if self.workers == 1 or len(items) == 1:
             return [fn(i) for i in _progress(items, what, self.progress)]
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=get_context("spawn"))
-        futures = [self._pool.submit(fn, i) for i in items]
+        futures = [_pool(self.workers).submit(fn, i) for i in items]
         return [f.result() for f in _progress(futures, what, self.progress)]
 
     def _chain_of(self, node: Node) -> tuple[Node, list[MapBatches]]:
@@ -589,6 +587,31 @@ def _progress(items, what: str, enabled: bool | None):
         list(track(as_completed(items), total=len(items), description=what, transient=True))
         return items
     return track(items, description=what, transient=True)
+
+
+_POOLS: dict[int, ProcessPoolExecutor] = {}
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    """A process pool kept alive across runs: spawning workers (and importing pyarrow, polars,
+    numba kernels in each) costs seconds, which a notebook re-running a pipeline should pay once.
+    `spawn`, not `fork`: polars and numba hold threads that a fork would copy mid-lock."""
+    pool = _POOLS.get(workers)
+    if pool is None or getattr(pool, "_broken", False):
+        pool = _POOLS[workers] = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"))
+    return pool
+
+
+def _drop_pool(workers: int) -> None:
+    pool = _POOLS.pop(workers, None)
+    if pool is not None:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+@atexit.register
+def _shutdown_pools() -> None:
+    for w in list(_POOLS):
+        _drop_pool(w)
 
 
 def _remove_if_empty(path: str) -> None:
