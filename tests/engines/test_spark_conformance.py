@@ -1,9 +1,10 @@
 """Conformance: the Spark engine writes byte-identical output (and identical accounting) to the local engine.
 
-One synthetic log set (plain .zst parts plus a truncated .zst and a .gz file),
-the quickstart-shaped pipeline with every node type (MapBatches with
+One synthetic log set (plain .zst parts plus a truncated .zst and a .gz file)
+through the pipelines shipped in pipelines/: every node type (MapBatches with
 quarantine and drop log, broadcast anti joins, aggregates, joins, connected
-components), local engine vs Spark with 1, 2 and 7 partitions.
+components) and both writers (packed, parquet). quickstart runs on Spark with
+1, 2 and 7 partitions; the other pipelines (marked slow) with 3.
 """
 from __future__ import annotations
 
@@ -40,33 +41,44 @@ def make_logs(root: Path, events: int = 160, seed: int = 3) -> Path:
     return logs
 
 
-def quickstart(logs: Path, out: Path) -> Pipeline:
-    return (Pipeline("conformance", seed=5)
-            .input([str(logs / "dt=*" / "*.jsonl.zst"), str(logs / "dt=*" / "*.jsonl.gz")])
-            .add({"kind": "ingest"})
-            .add({"kind": "consent", "optouts": str(logs / "optouts.parquet")})
-            .add({"kind": "extract", "kinds": ["code", "fim", "sft", "preference"]})
-            .add({"kind": "dedup", "exact": True, "minhash": {"threshold": 0.7, "num_perm": 32}})
-            .output(str(out), shards=3))
+PIPELINES = Path(__file__).resolve().parents[2] / "pipelines"
+
+
+def shipped(name: str, logs: Path) -> Pipeline:
+    """A pipeline from pipelines/ with its opt-out list pointed at our synthetic one (input/output are overridden)."""
+    import yaml
+
+    data = yaml.safe_load((PIPELINES / f"{name}.yaml").read_text())
+    for st in data.get("stages", []):
+        if st.get("kind") == "consent" and "optouts" in st:
+            st["optouts"] = str(logs / "optouts.parquet")
+    return Pipeline.from_dict(data, f"pipelines/{name}.yaml", base_dir=PIPELINES)
+
+
+def _inputs(logs: Path) -> list[str]:
+    return [str(logs / "dt=*" / "*.jsonl.zst"), str(logs / "dt=*" / "*.jsonl.gz")]
 
 
 def _sha(p: Path) -> str | None:
     return hashlib.sha256(p.read_bytes()).hexdigest() if p.exists() else None
 
 
-def test_spark_output_is_byte_identical_to_local_for_1_2_7_partitions(spark, tmp_path):
-    logs = make_logs(tmp_path)
-    p = quickstart(logs, tmp_path / "out")
-    sums = assert_conformant(p, tmp_path, variants=[("local", {"workers": 1})] + spark_variants((1, 2, 7)))
-    assert len(sums) == 3
+def test_shipped_quickstart_pipeline_is_byte_identical_for_1_2_7_partitions(spark, tmp_path):
+    """pipelines/quickstart.yaml, every stage (pii, dedup with connected components, decontam, tokenize into
+    packed shards), local engine vs Spark with 1, 2 and 7 partitions: same bytes, same counts."""
+    logs = make_logs(tmp_path, events=120)
+    p = shipped("quickstart", logs)
+    sums = assert_conformant(p, tmp_path, variants=[("local", {"workers": 2})] + spark_variants((1, 2, 7)),
+                             input=_inputs(logs))
+    assert sums
     outs = sorted(tmp_path.glob("conf-*"))
     ref = outs[0]
     run = json.loads((ref / "_run.json").read_text())
     by_name = {s["name"]: s for s in run["stages"]}
-    # the input really exercises every accounting path
+    # the input really exercises the accounting paths: quarantine, consent joins, dedup drops
     assert by_name["ingest"]["dropped"].get("truncated_file") == 1
-    assert by_name["dedup"]["dropped"].get("exact_duplicate", 0) > 0
     assert by_name["consent"]["dropped"]
+    assert sum(by_name["dedup"]["dropped"].values()) > 0
     for o in outs[1:]:
         spark_run = json.loads((o / "_run.json").read_text())
         assert spark_run["engine"] == "spark"
@@ -75,3 +87,11 @@ def test_spark_output_is_byte_identical_to_local_for_1_2_7_partitions(spark, tmp
         for side in ("_quarantine/part-00000.parquet", "_dropped/part-00000.parquet"):
             assert _sha(o / side) == _sha(ref / side), f"{side} of {o.name} differs"
         assert output_checksums(str(o)) == sums
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(p.stem for p in PIPELINES.glob("*.yaml") if p.stem != "quickstart"))
+def test_every_shipped_pipeline_conforms(spark, tmp_path, name):
+    logs = make_logs(tmp_path, events=120)
+    assert assert_conformant(shipped(name, logs), tmp_path, variants=[("local", {"workers": 1})] + spark_variants((3,)),
+                             input=_inputs(logs))
