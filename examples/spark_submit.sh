@@ -20,8 +20,9 @@ PIPELINE=${1:?usage: spark_submit.sh PIPELINE.yaml MASTER_URL [datakit run optio
 MASTER=${2:?usage: spark_submit.sh PIPELINE.yaml MASTER_URL [datakit run options...]}
 shift 2
 
-SPARK_SUBMIT=${SPARK_SUBMIT:-$(python -c 'import pyspark, os; print(os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-submit"))')}
-PYTHON=${PYSPARK_PYTHON:-$(command -v python)}
+# The Python environment that has datakit + pyspark (activate it, or set PYSPARK_PYTHON).
+PYTHON=${PYSPARK_PYTHON:-$(command -v python || command -v python3)}
+SPARK_SUBMIT=${SPARK_SUBMIT:-$("$PYTHON" -c 'import pyspark, os; print(os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-submit"))')}
 
 # The driver program: `python -m datakit.cli run ... --engine spark`. Inside spark-submit the engine
 # uses the submitted application's SparkSession (master/memory below), so leave --master off here.

@@ -367,7 +367,10 @@ class _Run:
                 self.current = f"stage {node.stage!r} ({node.describe()})"
                 t = time.perf_counter()
                 self._run_node(node, deferred)
-                self.stats[node.id].seconds += time.perf_counter() - t
+                # a fused chain's time is shared by its ops, as the local engine reports it
+                ops = self._chain_of(node)[1] if isinstance(node, MapBatches) else [node]
+                for op in ops:
+                    self.stats[op.id].seconds += (time.perf_counter() - t) / len(ops)
             for node in order:
                 if isinstance(node, Join):
                     st = self.stats[node.id]
