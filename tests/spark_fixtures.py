@@ -44,16 +44,19 @@ _SKIP = _spark_available()
 requires_spark = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def spark():
-    """The process-wide local[2] SparkSession (started once, reused by the engine's `get_session`)."""
+    """The process-wide local[2] SparkSession: started once, reused by every test and by the engine.
+
+    Function-scoped on purpose: it is only a lookup of the running session
+    (`get_session` caches it), so a test that ran on the standalone cluster
+    before cannot leave a stopped session object behind for later tests.
+    """
     if _SKIP:
         pytest.skip(_SKIP)
-    from datakit.engines.spark_session import get_session, stop_session
+    from datakit.engines.spark_session import get_session
 
-    session = get_session("local[2]")
-    yield session
-    stop_session()
+    return get_session("local[2]")
 
 
 def _free_port() -> int:
@@ -180,9 +183,13 @@ def start_cluster(workers: int = 1, cores: int = 1, memory: str = "1g", workdir:
     return cluster
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def spark_cluster(tmp_path_factory) -> Iterator[SparkCluster]:
-    """A standalone master + one 1-core worker for the whole test session; always torn down."""
+    """A standalone master + one 1-core worker for the tests of one module; always torn down.
+
+    Module scope: the session on the cluster is stopped right after the module,
+    so later tests get the local[2] session again (one SparkContext per process).
+    """
     if _SKIP:
         pytest.skip(_SKIP)
     from datakit.engines.spark_session import _active, stop_session
