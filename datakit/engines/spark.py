@@ -76,18 +76,9 @@ def _load_fn(bc, token: str) -> Any:
     return fn
 
 
-def _cast_in(batch: pa.RecordBatch, schema: pa.Schema, optional: tuple[str, ...]) -> pa.RecordBatch:
-    """Spark's batch -> the exact Arrow types the local engine would pass (list field names, nullability).
-
-    `optional` provenance columns that are null in the whole batch were absent
-    upstream (a function that does not carry them): drop them so the stage
-    function sees the same columns as on the local engine.
-    """
-    batch = batch.select(schema.names).cast(schema) if batch.schema != schema else batch
-    for name in optional:
-        if name in batch.schema.names and batch.column(name).null_count == batch.num_rows:
-            batch = batch.drop_columns([name])
-    return batch
+def _cast_in(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """Spark's batch -> the exact Arrow types the local engine would pass (list field names, nullability)."""
+    return batch.select(schema.names).cast(schema) if batch.schema != schema else batch
 
 
 # chain output: data columns, then these (one schema for kept rows, dropped rows and stats rows)
@@ -119,16 +110,16 @@ class _ChainFn:
     """
 
     def __init__(self, source_format: str | None, source_schema: pa.Schema | None, in_schema: pa.Schema | None,
-                 in_optional: tuple[str, ...], ops: list[dict[str, Any]], data_schema: pa.Schema,
+                 ops: list[dict[str, Any]], data_schema: pa.Schema,
                  out_schema: pa.Schema) -> None:
         self.source_format, self.source_schema = source_format, source_schema
-        self.in_schema, self.in_optional = in_schema, in_optional
+        self.in_schema = in_schema
         self.ops, self.data_schema, self.out_schema = ops, data_schema, out_schema
 
     def _base(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
             if self.source_format is None:
-                yield _cast_in(b, self.in_schema, self.in_optional)
+                yield _cast_in(b, self.in_schema)
                 continue
             for url in b.column("path").to_pylist():
                 if self.source_format == "jsonl":
@@ -326,7 +317,7 @@ class _Run:
         self.sc = spark.sparkContext
         self.n = max(1, engine.partitions or self.sc.defaultParallelism)
         self.df: dict[int, Any] = {}
-        self.arrow: dict[int, tuple[pa.Schema, tuple[str, ...]]] = {}  # node -> (schema in Spark, optional cols)
+        self.arrow: dict[int, pa.Schema] = {}  # node -> the Arrow schema of its rows in Spark
         self.rows: dict[int, int] = {}
         self.stats: dict[int, NodeStats] = defaultdict(NodeStats)
         self.broadcasts: list[Any] = []
@@ -403,7 +394,7 @@ class _Run:
             df = self._persist(df)
             self.rows[node.id] = df.count()
         self.df[node.id] = df
-        self.arrow[node.id] = (node.schema, ())
+        self.arrow[node.id] = node.schema
 
     def _checkpoint_local(self) -> bool:
         return self.sc.master.startswith("local[") or self.sc.master == "local"
@@ -458,12 +449,14 @@ class _Run:
                 base_schema = _with_provenance(base.schema)
             files = list(base.paths)
             inp = self.sc.parallelize([(f,) for f in files], max(1, min(len(files), self.n))).toDF("path string")
-            in_schema, in_optional = None, ()
+            in_schema = None
         else:
-            in_schema, in_optional = self.arrow[base.id]
+            in_schema = self.arrow[base.id]
             base_schema = in_schema
             inp = self.df[base.id].select(*in_schema.names)
-        data_schema = _with_provenance(ops[-1].schema) if ops else base_schema
+        # a chain's output has exactly its last op's schema: the local engine spills it with that schema,
+        # so provenance columns a function carried along never reach the next chain there either
+        data_schema = ops[-1].schema if ops else base_schema
         out_schema = pa.schema(list(data_schema) + _CHAIN_COLS)
         op_specs = []
         for op in ops:
@@ -472,7 +465,7 @@ class _Run:
             op_specs.append({"bc": bc, "token": uuid.uuid4().hex, "schema": op.schema,
                              "quarantine": op.quarantine, "drop_log_key": op.drop_log_key})
         fn = _ChainFn(base.format if read_files else None, base.schema if read_files else None,
-                      in_schema, in_optional, op_specs, data_schema, out_schema)
+                      in_schema, op_specs, data_schema, out_schema)
         out = self._persist(inp.mapInArrow(fn, from_arrow_schema(out_schema)))
         # stats rows are data: one aggregation gives exact counts whatever the task retries were
         agg = (out.where(F.col(KIND) == STATS).groupBy(OP, SKIND, SNAME).agg(F.sum(N).alias("n")).collect())
@@ -509,9 +502,7 @@ class _Run:
                     F.lit(op.stage).alias("stage"), F.col(DKEY).alias("key"), F.col(DROP).alias("reason"),
                     F.col(DROP_DETAIL).alias("detail")))
         self.df[node.id] = out.where(F.col(KIND) == DATA).select(*data_schema.names)
-        optional = tuple(f.name for f in data_schema if f.name in PROVENANCE and f.name not in
-                         (ops[-1].schema.names if ops else base_schema.names))
-        self.arrow[node.id] = (data_schema, optional)
+        self.arrow[node.id] = data_schema
 
     def _join(self, node: Join):
         from pyspark.sql import functions as F
@@ -580,7 +571,7 @@ class _Run:
         shards = spec.shards if isinstance(spec.shards, int) and spec.shards > 0 else \
             max(1, -(-self.rows[root.id] // int(spec.options.get("rows_per_shard", 100_000))))
         self.spec = resolved = SinkSpec(**{**spec.__dict__, "shards": shards})
-        schema, _ = self.arrow[root.id]
+        schema = self.arrow[root.id]
         with_shard = pa.schema(list(schema) + [pa.field(SHARD_COL, pa.int64())])
         df = self.df[root.id].select(*schema.names).mapInArrow(_AddShard(spec.key, shards),
                                                                 from_arrow_schema(with_shard))
