@@ -95,3 +95,15 @@ def test_every_shipped_pipeline_conforms(spark, tmp_path, name):
     logs = make_logs(tmp_path, events=120)
     assert assert_conformant(shipped(name, logs), tmp_path, variants=[("local", {"workers": 1})] + spark_variants((3,)),
                              input=_inputs(logs))
+
+
+def test_rerun_into_the_same_folder_reuses_finished_shards(spark, tmp_path):
+    """A scheduled job that is rerun (after a crash or by mistake) rewrites nothing it already finished."""
+    logs = make_logs(tmp_path, events=60)
+    p = (Pipeline("rerun").input(_inputs(logs)).add({"kind": "ingest"}).output(str(tmp_path / "out"), shards=3))
+    first = p.run(engine="spark", partitions=2)
+    before = output_checksums(str(tmp_path / "out"))
+    second = p.run(engine="spark", partitions=3)
+    assert first.extra["reused_shards"] == 0 and second.extra["reused_shards"] == 3
+    assert output_checksums(str(tmp_path / "out")) == before
+    assert json.loads((tmp_path / "out" / "_run.json").read_text())["output"]["reused_shards"] == 3
