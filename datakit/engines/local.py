@@ -589,21 +589,24 @@ def _progress(items, what: str, enabled: bool | None):
     return track(items, description=what, transient=True)
 
 
-_POOLS: dict[int, ProcessPoolExecutor] = {}
+_POOLS: dict[int, tuple[ProcessPoolExecutor, int]] = {}
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:
     """A process pool kept alive across runs: spawning workers (and importing pyarrow, polars,
     numba kernels in each) costs seconds, which a notebook re-running a pipeline should pay once.
     `spawn`, not `fork`: polars and numba hold threads that a fork would copy mid-lock."""
-    pool = _POOLS.get(workers)
-    if pool is None or getattr(pool, "_broken", False):
-        pool = _POOLS[workers] = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"))
+    env = hash(frozenset(os.environ.items()))  # workers see the environment of their birth (credentials!)
+    pool, born = _POOLS.get(workers, (None, None))
+    if pool is None or born != env or getattr(pool, "_broken", False):
+        _drop_pool(workers)
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"))
+        _POOLS[workers] = (pool, env)
     return pool
 
 
 def _drop_pool(workers: int) -> None:
-    pool = _POOLS.pop(workers, None)
+    pool, _ = _POOLS.pop(workers, (None, None))
     if pool is not None:
         pool.shutdown(wait=False, cancel_futures=True)
 
