@@ -53,7 +53,6 @@ from datakit.plan import (DROP, DROP_DETAIL, Aggregate, ConnectedComponents, Joi
 
 log = logging.getLogger("datakit.engine.spark")
 
-PROVENANCE = ("_source_file", "_source_line")
 SHARD_COL = "_shard"
 
 
@@ -585,7 +584,6 @@ class _Run:
 
     def _side_outputs(self) -> None:
         from pyspark.sql import functions as F
-        from pyspark.sql.pandas.types import from_arrow_schema  # noqa: F401
 
         out = self.plan.sink.path.rstrip("/")
         for frames, folder, schema, sort in (
@@ -621,6 +619,8 @@ class _Run:
         return manifest
 
     def cleanup(self) -> None:
+        # drop our references so Spark's ContextCleaner can free the cached/checkpointed blocks
+        self.df.clear()
         for bc in self.broadcasts:
             try:
                 bc.destroy()
