@@ -215,19 +215,22 @@ class ScrubFn:
             if not fs:
                 continue
             found_all[i].extend(fs)
-            if len(out[i]) == 1 and i not in sup:
+            if len(out[i]) == 1 and (i not in sup or self.extra is None):
                 new_text, spans = self.replacer.apply_spans(joined[i], fs)  # type: ignore[arg-type]
                 out[i] = [new_text]
-                risky = _risky_spans(new_text, spans)
+                # a dropped candidate that stuck out of a replaced span is line-local, so it lies on
+                # the line of that span's token: rechecking the lines of every token covers it
+                # (a team's presidio recognizers need not be line-local: those units rescan whole)
+                risky = spans if i in sup else _risky_spans(new_text, spans)
                 if risky:
                     windows[i] = risky
             else:
                 out[i] = self._apply_parts(out[i], seps[i], joined[i], fs)  # type: ignore[arg-type]
                 full.append(i)
         # later rounds: a replacement can only create a new match (a) where a dropped overlapping
-        # candidate stuck out of the replaced span, or in a multi-part unit: rescan those whole;
-        # (b) on the lines around a token (lookarounds now see `<...>` instead of the old text):
-        # rescan just those lines with the line-local detectors.
+        # candidate stuck out of the replaced span (on the lines of the tokens), or anywhere in a
+        # multi-part unit (rescanned whole); (b) on the lines around a token (lookarounds now see
+        # `<...>` instead of the old text): rescan just those lines with the line-local detectors.
         for _round in range(1, self.MAX_ROUNDS):
             if not full and not windows:
                 break
@@ -250,7 +253,9 @@ class ScrubFn:
                     for a, b in _merge_lines(text, spans):
                         wtexts.append(text[a:b])
                         wmeta.append((i, a))
-                wfound = scan_batch(wtexts, self.line_detectors, self.strategy)
+                wsup: set[int] = set()
+                wfound = scan_batch(wtexts, self.line_detectors, self.strategy, wsup)
+                sup_units = {wmeta[k][0] for k in wsup}
                 per_unit: dict[int, list[Finding]] = {}
                 for (i, a), fs in zip(wmeta, wfound):
                     per_unit.setdefault(i, []).extend(Finding(f.start + a, f.end + a, f.entity) for f in fs)
@@ -260,7 +265,7 @@ class ScrubFn:
                         found_all[i].extend(fs)
                         new_text, spans = self.replacer.apply_spans(out[i][0], fs)  # type: ignore[arg-type]
                         out[i] = [new_text]
-                        risky = _risky_spans(new_text, spans)
+                        risky = spans if i in sup_units else _risky_spans(new_text, spans)
                         if risky:
                             nxt_windows[i] = risky
             full, windows = nxt_full, nxt_windows
