@@ -30,6 +30,7 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
@@ -58,6 +59,10 @@ QUARANTINE_SCHEMA = pa.schema([
 DROPLOG_SCHEMA = pa.schema([("stage", pa.string()), ("key", pa.string()), ("reason", pa.string()), ("detail", pa.string())])
 SHARD_COL = "_shard"
 SPILL_ROW_GROUP = 50_000
+
+
+class EngineError(RuntimeError):
+    """The job failed for a reason that is not the user's input (a worker died); the CLI exits 3."""
 
 
 @dataclass
@@ -299,6 +304,12 @@ class LocalEngine:
 
     # -- public
     def execute(self, plan: Plan) -> RunResult:
+        import multiprocessing
+
+        if getattr(multiprocessing.current_process(), "_inheriting", False):
+            # a spawned worker is importing the user's script, which runs the pipeline at top level
+            raise RuntimeError("datakit: a worker process imported your script and it started a pipeline; "
+                               "put the run under `if __name__ == \"__main__\":` (worker processes are spawned)")
         t0 = time.perf_counter()
         self._plan = plan
         self._stats: dict[int, NodeStats] = defaultdict(NodeStats)
@@ -354,7 +365,12 @@ class LocalEngine:
         if self.workers == 1 or len(items) == 1:
             return [fn(i) for i in _progress(items, what, self.progress)]
         futures = [_pool(self.workers).submit(fn, i) for i in items]
-        return [f.result() for f in _progress(futures, what, self.progress)]
+        try:
+            return [f.result() for f in _progress(futures, what, self.progress)]
+        except BrokenProcessPool:
+            raise EngineError(
+                f"a local worker process died during '{what}' (killed, out of memory, or a script that runs its "
+                "pipeline at import time: use `if __name__ == \"__main__\":`); rerun to resume finished work") from None
 
     def _chain_of(self, node: Node) -> tuple[Node, list[MapBatches]]:
         """Walk down fusible MapBatches to the base node (a Source, barrier or shared node)."""
