@@ -45,24 +45,35 @@ def _matches(det: Detector, text: str) -> list[tuple[int, int, int, str]]:
     return out
 
 
-def resolve_overlaps(cands: list[tuple[int, int, int, str]], suppressed: list[int] | None = None) -> list[Finding]:
+def resolve_overlaps(cands: list[tuple], suppressed: list[int] | None = None) -> list[Finding]:
     """Keep a non-overlapping subset: priority first, then earlier start, then longer span.
 
     `suppressed` (optional) gets one entry per candidate dropped for overlapping a
     kept span without lying inside it: only then can a second scrub round find
     something new (see ScrubFn.scrub_units).
+
+    A candidate is `(start, end, priority, entity)`, or with a fifth element
+    `(validator, match)` whose check is deferred to here: a candidate swallowed by
+    a higher-priority kept span is never validated (the costly entropy check of a
+    value that is already an AWS key, say). The result is the same as validating
+    first, because an invalid candidate is never kept and so never blocks another.
     """
     if not cands:
         return []
     cands.sort(key=lambda c: (-c[2], c[0], -(c[1] - c[0]), c[3]))
     taken: list[tuple[int, int]] = []
     kept: list[Finding] = []
-    for a, b, _p, ent in cands:
+    for c in cands:
+        a, b, ent = c[0], c[1], c[3]
+        check = c[4] if len(c) > 4 else None
         if any(a < tb and ta < b for ta, tb in taken):
             # a dropped candidate inside one kept span disappears with it; one sticking out may
             # match again once the kept span is replaced, so the caller must scan again
             if suppressed is not None and not any(ta <= a and b <= tb for ta, tb in taken):
-                suppressed.append(1)
+                if check is None or check[0](check[1], check[1].string):
+                    suppressed.append(1)
+            continue
+        if check is not None and not check[0](check[1], check[1].string):
             continue
         taken.append((a, b))
         kept.append(Finding(a, b, ent))
@@ -197,13 +208,15 @@ def _candidate_lines(text: str, hits: list[str]) -> list[tuple[int, int]]:
     return sorted(set(spans))
 
 
-def _line_matches(det: Detector, text: str, lines: list[tuple[int, int]]) -> list[tuple[int, int, int, str]]:
-    out = []
+def _line_matches(det: Detector, text: str, lines: list[tuple[int, int]]) -> list[tuple]:
+    """Candidates of `det` on `lines`, validation deferred to `resolve_overlaps` (same findings)."""
+    out: list[tuple] = []
+    span, val, prio, ent = det.span, det.validate, det.priority, det.entity
     for a, b in lines:
-        for m in det.finditer(text, a, b):
-            x, y = det.span(m)
+        for m in det.compiled.finditer(text, a, b):
+            x, y = span(m)
             if y > x:
-                out.append((x, y, det.priority, det.entity))
+                out.append((x, y, prio, ent) if val is None else (x, y, prio, ent, (val, m)))
     return out
 
 
@@ -239,7 +252,7 @@ def scan_batch(
     rows = _Rows(texts)
     if strategy not in ("polars", "polars_rows"):
         raise ValueError(f"unknown scan strategy {strategy!r}; use 'polars', 'polars_rows' or 'python'")
-    per_row: dict[int, list[tuple[int, int, int, str]]] = {}
+    per_row: dict[int, list[tuple]] = {}
     if strategy == "polars_rows":
         for det, idx in zip(detectors, candidate_rows(rows, detectors)):
             for i in idx:
