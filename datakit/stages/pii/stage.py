@@ -48,6 +48,7 @@ Prose = "bool | list[tuple[int, int]]"
 _FIM_ORDER = {"prefix": 0, "middle": 1, "suffix": 2}
 _SEGMENTS_TYPE = TRAINING_RECORD_V1.field("segments").type
 _FIM_ROLES = pa.array(sorted(_FIM_ORDER), pa.string())
+_FIM_ROLES_ORDERED = pa.array(sorted(_FIM_ORDER, key=_FIM_ORDER.__getitem__), pa.string())
 _PROSE_ROLES = pa.array(sorted(PROSE_ROLES), pa.string())
 
 
@@ -309,7 +310,6 @@ class ScrubFn:
         offsets = offsets - offsets[0]
         seg_fields = dict(zip([f.name for f in SEGMENT], seg_values.flatten()))
         seg_text: pa.Array = seg_fields["text"]
-        seg_roles: list[str | None] = seg_fields["role"].to_pylist()
         chosen: pa.Array = batch.column("chosen") if "chosen" in names else pa.nulls(n, pa.string())
         rejected: pa.Array = batch.column("rejected") if "rejected" in names else pa.nulls(n, pa.string())
 
@@ -325,7 +325,7 @@ class ScrubFn:
         seg_prose = (pc.fill_null(pc.is_in(roles, _PROSE_ROLES), False).to_numpy(zero_copy_only=False)
                      if want_prose else None)
         simple = bool(n) and bool((lens == 1).all()) and not is_fim.any()
-        unit_idx: list[list[int]] | None = None
+        unit_order: np.ndarray | None = None
         seps: list[str] = []
         prose: list[Prose] = [False] * n
         if simple:
@@ -333,29 +333,31 @@ class ScrubFn:
             if seg_prose is not None:
                 prose = seg_prose.tolist()
         else:
-            seg_roles: list[str | None] = roles.to_pylist()
-            texts_py: list[str | None] = seg_text.to_pylist()
-            unit_idx = []
-            joined: list[str | None] = []
-            for row in range(n):
-                idx = list(range(int(offsets[row]), int(offsets[row + 1])))
-                fim = bool(is_fim[idx].any()) if idx else False
-                if fim:
-                    idx.sort(key=lambda i: _FIM_ORDER.get(seg_roles[i], 3))
-                sep = "" if fim else "\n\n"
-                unit_idx.append(idx)
-                seps.append(sep)
-                joined.append(sep.join(texts_py[i] or "" for i in idx) if len(idx) != 1 else
-                              texts_py[idx[0]] if idx else None)
-                if seg_prose is not None and seg_prose[idx].any():
-                    spans, pos = [], 0
-                    for i in idx:
-                        ln = len(texts_py[i] or "")
+            # several segments per record: order them (FIM: prefix, middle, suffix; else as stored)
+            # and join each record's texts in Arrow, with "" between FIM parts and a blank line
+            # between turns; `order` lists the segments of unit u at offsets[u]:offsets[u + 1]
+            m = len(seg_text)
+            row_of = np.repeat(np.arange(n), lens)
+            row_fim = np.bincount(row_of, weights=is_fim, minlength=n) > 0 if m else np.zeros(n, bool)
+            fim_rank = pc.fill_null(pc.index_in(roles, value_set=_FIM_ROLES_ORDERED), 3).to_numpy(zero_copy_only=False)
+            rank = np.where(row_fim[row_of], fim_rank, 0)
+            order = np.lexsort((np.arange(m), rank, row_of))
+            seps = ["" if f else "\n\n" for f in row_fim.tolist()]
+            ordered = pc.fill_null(seg_text.cast(pa.string()).take(pa.array(order)), "")
+            lists = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), ordered)
+            record_text = pc.if_else(pa.array(lens > 0), pc.binary_join(lists, pa.array(seps, pa.string())),
+                                     pa.nulls(n, pa.string()))
+            unit_order = order
+            if seg_prose is not None:
+                seg_len = pc.fill_null(pc.utf8_length(seg_text.cast(pa.string())), 0).to_numpy(zero_copy_only=False)
+                row_prose = np.bincount(row_of, weights=seg_prose, minlength=n) > 0 if m else np.zeros(n, bool)
+                for row in np.flatnonzero(row_prose).tolist():
+                    spans, pos, sep_len = [], 0, len(seps[row])
+                    for i in order[offsets[row]:offsets[row + 1]].tolist():
                         if seg_prose[i]:
-                            spans.append((pos, pos + ln))
-                        pos += ln + len(sep)
+                            spans.append((pos, pos + int(seg_len[i])))
+                        pos += int(seg_len[i]) + sep_len
                     prose[row] = spans
-            record_text = pa.array(joined, pa.string())
         parts_cols = [record_text.cast(pa.string())]
         scanned = [0]  # unit offset of each scanned column: records 0, chosen n, rejected 2n
         for k, col in ((1, chosen), (2, rejected)):
@@ -375,11 +377,14 @@ class ScrubFn:
         def _unit_parts(u: int) -> list[str | None]:
             if u >= n:
                 return [(chosen if u < 2 * n else rejected)[u % n].as_py()]
-            if unit_idx is None:
+            if unit_order is None:
                 return [seg_text[u].as_py()]
-            return [seg_text[i].as_py() for i in unit_idx[u]]
+            return [seg_text[i].as_py() for i in _segs(u)]
 
-        if hits and unit_idx is None:  # one Arrow take for the records' texts
+        def _segs(u: int) -> list[int]:
+            return [u] if unit_order is None else unit_order[offsets[u]:offsets[u + 1]].tolist()
+
+        if hits and unit_order is None:  # one Arrow take for the records' texts
             rec = [u for u in hits if u < n]
             got = dict(zip(rec, seg_text.take(pa.array(rec, pa.int64())).to_pylist())) if rec else {}
             parts = [[got[u]] if u < n else _unit_parts(u) for u in hits]
@@ -395,7 +400,7 @@ class ScrubFn:
         for u, old_u, new_u, fs in zip(hits, parts, new_parts, found_hits):
             found[u] = fs
             if u < n:
-                for i, t_old, t in zip(unit_idx[u] if unit_idx is not None else [u], old_u, new_u):
+                for i, t_old, t in zip(_segs(u), old_u, new_u):
                     if t != t_old:
                         seg_new[i] = t
             elif new_u[0] != old_u[0]:
