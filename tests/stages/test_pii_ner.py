@@ -113,3 +113,13 @@ def test_model_loads_without_network(monkeypatch: pytest.MonkeyPatch) -> None:
     analyzer = presidio_bridge.ner_analyzer.__wrapped__(MODEL)  # a fresh load, not the process cache
     assert [r.entity_type for r in analyzer.analyze("Ask Maria Garcia.", language="en", entities=["PERSON"])] \
         == ["PERSON"]
+
+
+def test_names_do_not_depend_on_batch_composition(fn) -> None:
+    """Engines cut batches differently (local workers, Spark partitions): NER must not care."""
+    texts = ["Thanks, Anna Schmidt! The parser fails on empty input.", "I talked to Omar Haddad yesterday.",
+             "Return the value unchanged if it is already a string.", "Priya Nguyen asked me about this."]
+    scanner = fn.person
+    together = scanner.names(texts)
+    assert together == [scanner.names([t])[0] for t in texts] == scanner.names(texts[::-1])[::-1]
+    assert sum(map(len, together)) >= 3
