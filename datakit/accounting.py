@@ -92,7 +92,7 @@ def stage_report(plan: Plan, stats: dict[int, NodeStats], rows: dict[int, int]) 
             entry["emits"] = span.emits
         else:
             entry["rows_out"] = emitted
-        entry["dropped"] = dict(sorted(dropped.items()))
+        entry["dropped"] = dict(sorted((k, v) for k, v in dropped.items() if v))  # no zero entries
         if metrics:
             entry["metrics"] = dict(sorted(metrics.items()))
         entry["seconds"] = round(seconds, 3)

@@ -109,3 +109,17 @@ def test_timestamps_normalized_to_utc():
     assert normalize_timestamp("2026-11-01T10:00:00Z") == "2026-11-01T10:00:00.000Z"
     with pytest.raises(ValueError):
         normalize_timestamp("nope")
+
+
+def test_repeated_event_ids_keep_the_first_copy(tmp_path):
+    a = [make_event(i) for i in range(10)]
+    b = [make_event(i, suggestion="retried copy") for i in (3, 4, 11)]
+    write_jsonl(tmp_path / "logs" / "a.jsonl", a)
+    write_jsonl(tmp_path / "logs" / "b.jsonl", b + [make_event(3)])
+    res, out, q = _run(tmp_path, tmp_path / "logs")
+    st = res.stage("ingest")
+    assert st["rows_in"] == 14 and st["rows_out"] == 11 and st["dropped"] == {"duplicate_event_id": 3}
+    t = read_output(str(out))
+    assert sorted(t.column("event_id").to_pylist()) == sorted({e["event_id"] for e in a + b})
+    kept = {r["event_id"]: r["_source_file"] for r in t.select(["event_id", "_source_file"]).to_pylist()}
+    assert kept["ev-000003"].endswith("a.jsonl") and kept["ev-000011"].endswith("b.jsonl")

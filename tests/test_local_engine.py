@@ -103,8 +103,9 @@ class FailOn(StageConfig):
 def test_rerun_after_crash_reuses_finished_work_and_matches_clean_run(tmp_path, monkeypatch):
     logs = _logs(tmp_path)
     def pipe(out):
-        return (Pipeline("t").input(str(logs)).add({"kind": "ingest"}).add({"kind": "test_fail_on"})
-                .output(str(out), shards=2))
+        # without the duplicate-id barrier, parse and the failing stage fuse into one task per input file
+        return (Pipeline("t").input(str(logs)).add({"kind": "ingest", "drop_duplicate_events": False})
+                .add({"kind": "test_fail_on"}).output(str(out), shards=2))
     clean = pipe(tmp_path / "clean").run(workers=1)
     monkeypatch.setenv("DATAKIT_TEST_FAIL", "1")
     with pytest.raises(RuntimeError, match="simulated crash"):

@@ -153,6 +153,7 @@ class ChainTask:
     shards: int = 0
     shard_key: str = ""
     aux_dir: str = ""
+    broadcasts: dict[int, str] = field(default_factory=dict)
 
 
 def _apply_op(op: MapBatches, batch: pa.RecordBatch, st: NodeStats, aux: "_AuxWriters") -> pa.RecordBatch:
@@ -176,6 +177,59 @@ def _apply_op(op: MapBatches, batch: pa.RecordBatch, st: NodeStats, aux: "_AuxWr
                 aux.droplog(op.stage, op.drop_log_key, dropped)
             out = out.filter(keep)
     out = _conform(out, op.schema)
+    st.rows_out += out.num_rows
+    st.seconds += time.perf_counter() - t0
+    return out
+
+
+def _fusible(node: Node) -> bool:
+    return isinstance(node, MapBatches) or (isinstance(node, Join) and node.broadcast)
+
+
+_BROADCAST_CACHE: dict[str, pa.Table] = {}
+
+
+def _broadcast_table(path: str) -> pa.Table:
+    """Each worker process reads a broadcast side once per run (keyed by its file)."""
+    if path not in _BROADCAST_CACHE:
+        _BROADCAST_CACHE.clear()
+        _BROADCAST_CACHE[path] = pq.read_table(path)
+    return _BROADCAST_CACHE[path]
+
+
+def _apply_broadcast_join(op: Join, batch: pa.RecordBatch, st: NodeStats, right: pa.Table) -> pa.RecordBatch:
+    """Join one left batch with the in-memory right side.
+
+    Only keys and row numbers go through Arrow's hash join (its payload columns may
+    not be nested types); the rows are then gathered with `take`. Null keys never
+    match (as in SQL, polars and Spark).
+    """
+    t0 = time.perf_counter()
+    n = batch.num_rows
+    st.rows_in += n
+    knames = [f"__k{i}" for i in range(len(op.left_on))]
+    left = pa.table([batch.column(c) for c in op.left_on] + [pa.array(np.arange(n, dtype=np.int64))],
+                    names=knames + ["__row"])
+    rk = pa.table([right.column(c) for c in op.right_on] + [pa.array(np.arange(right.num_rows, dtype=np.int64))],
+                  names=knames + ["__rrow"])
+    if op.how in ("anti", "semi"):
+        hit = left.join(rk.select(knames).group_by(knames).aggregate([]), keys=knames, join_type="left semi")
+        matched = np.zeros(n, dtype=bool)
+        matched[hit.column("__row").to_numpy()] = True
+        out = batch.filter(pa.array(~matched if op.how == "anti" else matched))
+        if op.how == "anti":
+            st.dropped[op.reason] += n - out.num_rows
+    else:
+        j = left.join(rk, keys=knames, join_type="inner" if op.how == "inner" else "left outer")
+        j = j.sort_by("__row")
+        lrows, rrows = j.column("__row"), j.column("__rrow")
+        cols = {name: batch.column(name).take(lrows) for name in batch.schema.names}
+        for f in op.schema:
+            if f.name not in cols and f.name in right.schema.names:
+                cols[f.name] = right.column(f.name).take(rrows)
+        out = pa.table(cols).combine_chunks()
+        out = out.to_batches()[0] if out.num_rows else pa.RecordBatch.from_pylist([], schema=out.schema)
+    out = _conform(out if isinstance(out, pa.RecordBatch) else out, op.schema)
     st.rows_out += out.num_rows
     st.seconds += time.perf_counter() - t0
     return out
@@ -242,7 +296,10 @@ def run_chain(task: ChainTask) -> dict[str, Any]:
         for batch in task.partition.batches():
             base_rows += batch.num_rows
             for op in task.ops:
-                batch = _apply_op(op, batch, stats[op.id], aux)
+                if isinstance(op, Join):
+                    batch = _apply_broadcast_join(op, batch, stats[op.id], _broadcast_table(task.broadcasts[op.id]))
+                else:
+                    batch = _apply_op(op, batch, stats[op.id], aux)
             if batch.num_rows == 0:
                 continue
             if task.shards:
@@ -372,17 +429,31 @@ class LocalEngine:
                 f"a local worker process died during '{what}' (killed, out of memory, or a script that runs its "
                 "pipeline at import time: use `if __name__ == \"__main__\":`); rerun to resume finished work") from None
 
-    def _chain_of(self, node: Node) -> tuple[Node, list[MapBatches]]:
-        """Walk down fusible MapBatches to the base node (a Source, barrier or shared node)."""
-        ops: list[MapBatches] = []
+    def _chain_of(self, node: Node) -> tuple[Node, list[Node]]:
+        """Walk down fusible nodes (MapBatches, broadcast joins) to the base node (a Source,
+        barrier or shared node). A broadcast join streams its big (left) side through the chain
+        against the small right side held in memory, so the big side is never shuffled or spilled."""
+        ops: list[Node] = []
         cur = node
-        while isinstance(cur, MapBatches) and (cur is node or cur.id not in self._shared):
+        while _fusible(cur) and (cur is node or cur.id not in self._shared):
             ops.append(cur)
-            cur = cur.input
-        if cur is not node and cur.id in self._shared:
-            pass
+            cur = cur.input if isinstance(cur, MapBatches) else cur.left
         ops.reverse()
         return cur, ops
+
+    def _broadcast_tables(self, ops: list[Node]) -> dict[int, str]:
+        """Materialize each broadcast join's right side into one Parquet file the workers load once."""
+        out = {}
+        for op in ops:
+            if isinstance(op, Join):
+                parts = self._materialize(op.right)
+                path = f"{self._work}/broadcast-n{self._index[op.id]:03d}.parquet"
+                files = list(dict.fromkeys(p.url for p in parts))
+                table = (pa.concat_tables([pq.read_table(f) for f in files]) if files
+                         else op.right.schema.empty_table())
+                pq.write_table(table, path)
+                out[op.id] = path
+        return out
 
     def _partitions(self, base: Node) -> list[Partition]:
         if isinstance(base, Source):
@@ -398,9 +469,10 @@ class LocalEngine:
         seg = name or f"n{self._index[node.id]:03d}"
         out_dir = f"{self._work}/{seg}"
         os.makedirs(out_dir, exist_ok=True)
-        tasks = [ChainTask(p, ops, out_dir, f"part-{i:05d}", [o.id for o in ops], base.id, shards, shard_key, self._aux)
-                 for i, p in enumerate(parts)]
-        results = self._map(run_chain, tasks, f"{seg}: {' > '.join(o.name for o in ops) or 'read'}")
+        bcast = self._broadcast_tables(ops)
+        tasks = [ChainTask(p, ops, out_dir, f"part-{i:05d}", [o.id for o in ops], base.id, shards, shard_key, self._aux,
+                           bcast) for i, p in enumerate(parts)]
+        results = self._map(run_chain, tasks, f"{seg}: {' > '.join(getattr(o, 'name', 'join') for o in ops) or 'read'}")
         self._reused += sum(1 for r in results if r.get("reused"))
         if isinstance(base, Source):
             self._rows[base.id] = sum(r["base_rows"] for r in results)
@@ -416,7 +488,7 @@ class LocalEngine:
     def _materialize(self, node: Node) -> list[Partition]:
         if node.id in self._materialized:
             return self._materialized[node.id]
-        if isinstance(node, (MapBatches, Source)):
+        if isinstance(node, (MapBatches, Source)) or _fusible(node):
             results = self._run_chain(node)
             parts = [Partition("spill", f, node.schema) for r in results for f in r["files"]]
         else:
@@ -525,8 +597,9 @@ class LocalEngine:
 
     def _write_aux_outputs(self, out: str) -> None:
         """Gather quarantine and drop-log parts into `_quarantine/` and `_dropped/` (sorted, one file each)."""
-        for prefix, folder, sort in (("quarantine", "_quarantine", ["stage", "source_file", "source_line"]),
-                                     ("droplog", "_dropped", ["stage", "key"])):
+        for prefix, folder, sort in (("quarantine", "_quarantine",
+                                      ["stage", "source_file", "source_line", "reason", "detail", "raw"]),
+                                     ("droplog", "_dropped", ["stage", "key", "reason", "detail"])):
             files = sorted(Path(self._aux).glob(f"{prefix}-*.parquet"))
             target = f"{out.rstrip('/')}/{folder}/part-00000.parquet"
             if not files:

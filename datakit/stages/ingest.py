@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from datakit.contracts import (EDITOR_EVENT_V1, EVENT_TYPES, OUTCOMES, REQUIRED_ALWAYS, REQUIRED_BY_TYPE)
 from datakit.plan import DROP, DROP_DETAIL, Rel
@@ -156,13 +157,63 @@ class IngestFn:
         return out.combine_chunks().to_batches()[0] if out.num_rows else pa.RecordBatch.from_pylist([], schema=out.schema)
 
 
+_LOC_SCHEMA = pa.schema([("event_id", pa.string()), ("_source_file", pa.string()), ("_source_line", pa.int64()),
+                        ("_loc", pa.string())])
+_REPEAT_SCHEMA = pa.schema([("_source_file", pa.string()), ("_source_line", pa.int64())])
+
+
+def _location(batch: pa.RecordBatch) -> pa.Array:
+    """`file\0line` with the line zero-padded, so string order is (file, line) order."""
+    lines = pc.utf8_lpad(pc.cast(batch.column("_source_line"), pa.string()), 12, "0")
+    return pc.binary_join_element_wise(batch.column("_source_file"), lines, "\x00")
+
+
+class EventLocations:
+    """event_id -> where this copy of it was read (for choosing the first copy of a duplicated id)."""
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        return pa.RecordBatch.from_arrays([batch.column("event_id"), batch.column("_source_file"),
+                                           batch.column("_source_line"), _location(batch)], schema=_LOC_SCHEMA)
+
+
+class RepeatedCopies:
+    """Side relation: the locations of every copy of an event id but the first one read.
+
+    It filters with `_drop`, but on a side branch (its own stage name), so these rows
+    are not counted as the stage's drops: the real drop is the anti join below.
+    """
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        first = pc.equal(batch.column("_loc"), batch.column("_first"))
+        drop = pc.if_else(first, pa.scalar("first_copy"), pa.scalar(None, pa.string()))
+        return pa.RecordBatch.from_arrays([batch.column("_source_file"), batch.column("_source_line"), drop],
+                                          names=["_source_file", "_source_line", DROP])
+
+
 @register_stage
 class IngestConfig(StageConfig):
-    """Parse + validate editor events (JSON Lines or Parquet) against editor_event.v1."""
+    """Parse + validate editor events (JSON Lines or Parquet) against editor_event.v1.
+
+    `drop_duplicate_events` (default on): log shippers retry, so the same event can
+    arrive twice; later copies of an `event_id` are dropped (`duplicate_event_id`),
+    keeping the first one read. Without this, every record derived from the event
+    would be duplicated downstream under the same `doc_id`.
+    """
 
     kind: Literal["ingest"] = "ingest"
+    drop_duplicate_events: bool = True
     consumes = "raw"
     produces = "editor_event.v1"
 
     def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
-        return rel.map_batches(IngestFn(), EDITOR_EVENT_V1, name="parse_validate", quarantine=True)
+        events = rel.map_batches(IngestFn(), EDITOR_EVENT_V1, name="parse_validate", quarantine=True)
+        if not self.drop_duplicate_events:
+            return events
+        # A side branch finds the (usually few) repeated copies; the events then stream past
+        # them in a broadcast anti join, so the big relation is never shuffled or joined whole.
+        side = Rel(events.node, f"{rel.stage}:side")
+        locs = side.map_batches(EventLocations(), _LOC_SCHEMA, name="event_locations")
+        firsts = locs.aggregate(["event_id"], {"_first": ("min", "_loc")})
+        repeats = locs.join(firsts, "event_id").map_batches(RepeatedCopies(), _REPEAT_SCHEMA, name="repeated_copies")
+        return events.join(Rel(repeats.node, rel.stage), ["_source_file", "_source_line"], how="anti",
+                           reason="duplicate_event_id", broadcast=True)
