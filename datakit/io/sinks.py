@@ -48,12 +48,26 @@ def table_fingerprint(table: pa.Table) -> str:
 
 
 def sort_shard(table: pa.Table, sort_key: str) -> pa.Table:
-    """Stable order inside a shard: by the sort key, ties (same key) by every other column's bytes is
-    never needed because keys are unique by contract (doc_id); we still add a row hash tiebreak."""
+    """Stable order inside a shard: by the sort key; rows that tie on it (duplicate keys, which the
+    contracts forbid but real data may still bring) are ordered by a hash of their content, so the
+    bytes never depend on arrival order, engine or partitioning."""
     if table.num_rows == 0:
         return table
-    idx = pc.sort_indices(table, sort_keys=[(sort_key, "ascending")])
-    return table.take(idx).combine_chunks()
+    table = table.take(pc.sort_indices(table, sort_keys=[(sort_key, "ascending")])).combine_chunks()
+    keys = table.column(sort_key)
+    if table.num_rows > 1:
+        same_as_next = pc.equal(keys.slice(0, len(keys) - 1), keys.slice(1)).to_numpy(zero_copy_only=False)
+        if same_as_next.any():
+            tie = np.zeros(table.num_rows, dtype=np.uint64)
+            dup = np.zeros(table.num_rows, dtype=bool)
+            dup[:-1] |= same_as_next
+            dup[1:] |= same_as_next
+            for i in np.flatnonzero(dup):
+                row = json.dumps(table.slice(int(i), 1).to_pylist()[0], sort_keys=True, default=str)
+                tie[i] = xxhash.xxh64_intdigest(row.encode())
+            order = pa.table({"k": keys, "t": pa.array(tie)})
+            table = table.take(pc.sort_indices(order, sort_keys=[("k", "ascending"), ("t", "ascending")]))
+    return table.combine_chunks()
 
 
 class ShardWriter(Protocol):
