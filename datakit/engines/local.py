@@ -44,6 +44,7 @@ import pyarrow.parquet as pq
 
 from datakit.accounting import NodeStats, count_drops, stage_report, sum_metrics
 from datakit.io import sinks
+from datakit.io.atomic import sha256_file
 from datakit.io.fs import filesystem
 from datakit.io.readers import iter_parquet, iter_raw_lines
 from datakit.plan import (DROP, DROP_DETAIL, Aggregate, ConnectedComponents, Join, MapBatches, Node, Plan,
@@ -98,7 +99,7 @@ class Partition:
         fs, p = filesystem(self.url)
         info = fs.info(p)
         if self.kind == "spill":
-            digest = hashlib.sha256(Path(p).read_bytes()).hexdigest()
+            digest = sha256_file(self.url)  # chunked: a spill part can be large
             return f"{digest}|{self.row_groups}"
         return f"{self.url}|{info.get('size')}|{info.get('mtime', info.get('LastModified', ''))}"
 
@@ -300,6 +301,7 @@ def run_chain(task: ChainTask) -> dict[str, Any]:
                     batch = _apply_broadcast_join(op, batch, stats[op.id], _broadcast_table(task.broadcasts[op.id]))
                 else:
                     batch = _apply_op(op, batch, stats[op.id], aux)
+            _release_free_memory()
             if batch.num_rows == 0:
                 continue
             if task.shards:
@@ -327,20 +329,77 @@ def run_chain(task: ChainTask) -> dict[str, Any]:
     return result
 
 
-def _writer(writers, files, key: int, task: ChainTask, schema: pa.Schema) -> pq.ParquetWriter:
+def _writer(writers, files, key: int, task: ChainTask, schema: pa.Schema):
+    """Spill writer for one output of a task. Shard shuffles write Arrow IPC streams: a task
+    may hold one writer per shard open, and an IPC writer keeps no page buffers or compression
+    contexts (a Parquet writer each holds megabytes, so memory would grow with the shard count)."""
     if key not in writers:
         sub = f"{task.out_dir}/shard={key:05d}" if task.shards else task.out_dir
         os.makedirs(sub, exist_ok=True)
-        path = f"{sub}/{task.part_name}.parquet"
+        if task.shards:
+            path = f"{sub}/{task.part_name}.arrows"
+            writers[key] = _IpcSpill(path, schema)
+        else:
+            path = f"{sub}/{task.part_name}.parquet"
+            writers[key] = pq.ParquetWriter(path, schema, compression="zstd")
         files[key] = path
-        writers[key] = pq.ParquetWriter(path, schema, compression="zstd")
     return writers[key]
+
+
+class _IpcSpill:
+    """An Arrow IPC stream file that closes its file handle too."""
+
+    def __init__(self, path: str, schema: pa.Schema) -> None:
+        self._file = pa.OSFile(path, "wb")
+        self._writer = pa.ipc.new_stream(self._file, schema)
+
+    def write_batch(self, batch: pa.RecordBatch) -> None:
+        self._writer.write_batch(batch)
+
+    def close(self) -> None:
+        self._writer.close()
+        self._file.close()
+
+
+def _read_spill(path: str) -> pa.Table:
+    if path.endswith(".arrows"):
+        with pa.OSFile(path, "rb") as f:
+            return pa.ipc.open_stream(f).read_all()
+    return pq.read_table(path)
+
+
+def _release_free_memory() -> None:
+    """Give freed heap pages back to the OS after each batch.
+
+    Parsing a batch creates many short-lived large Python strings; glibc keeps the
+    freed pages, so without this the peak RSS of a long stream creeps up with the
+    input size even though live memory stays flat (measured: 3k vs 30k events,
+    330 MB vs 650 MB peak; with the trim the growth is bounded).
+    """
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _load_libc():
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim  # noqa: B018 - glibc only
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+_LIBC = _load_libc()
 
 
 def write_one_shard(args: tuple[list[str], int, Any, pa.Schema]) -> dict[str, Any]:
     """Worker entry point for the sink: read one shard's spill parts and write it."""
     paths, shard, spec, schema = args
-    tables = [pq.read_table(p) for p in paths]
+    _release_free_memory()
+    tables = [_read_spill(p) for p in paths]
     table = pa.concat_tables(tables) if tables else schema.empty_table()
     return sinks.write_shard(table, shard, spec, schema)
 
