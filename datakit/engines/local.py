@@ -21,7 +21,6 @@ How it runs a plan (and why):
 from __future__ import annotations
 
 import atexit
-import hashlib
 import json
 import logging
 import os
@@ -58,7 +57,6 @@ QUARANTINE_SCHEMA = pa.schema([
     ("source_file", pa.string()), ("source_line", pa.int64()), ("raw", pa.binary()),
 ])
 DROPLOG_SCHEMA = pa.schema([("stage", pa.string()), ("key", pa.string()), ("reason", pa.string()), ("detail", pa.string())])
-SHARD_COL = "_shard"
 SPILL_ROW_GROUP = 50_000
 
 
@@ -94,13 +92,13 @@ class Partition:
     url: str
     schema: pa.Schema | None = None
     row_groups: tuple[int, int] | None = None  # a slice of a spilled file's row groups
+    digest: str | None = None  # sha256 of a spill file, computed once by whoever wrote it
 
     def fingerprint(self) -> str:
         fs, p = filesystem(self.url)
         info = fs.info(p)
         if self.kind == "spill":
-            digest = sha256_file(self.url)  # chunked: a spill part can be large
-            return f"{digest}|{self.row_groups}"
+            return f"{self.digest or sha256_file(self.url)}|{self.row_groups}"
         return f"{self.url}|{info.get('size')}|{info.get('mtime', info.get('LastModified', ''))}"
 
     def batches(self) -> Iterator[pa.RecordBatch]:
@@ -150,7 +148,6 @@ class ChainTask:
     out_dir: str
     part_name: str
     node_ids: list[int]
-    base_id: int
     shards: int = 0
     shard_key: str = ""
     aux_dir: str = ""
@@ -254,8 +251,7 @@ class _AuxWriters:
                 return c if c.type == typ else c.cast(typ)
             return pa.nulls(n, typ)
 
-        raw = col("_raw", pa.binary()) if "_raw" in names and rows.schema.field("_raw").type == pa.binary() else (
-            rows.column("_raw").cast(pa.binary()) if "_raw" in names else pa.nulls(n, pa.binary()))
+        raw = col("_raw", pa.binary())
         self.q.append(pa.RecordBatch.from_arrays(
             [pa.array([stage] * n, pa.string()), col(DROP, pa.string()), col(DROP_DETAIL, pa.string()),
              col("_source_file", pa.string()), col("_source_line", pa.int64()), raw], schema=QUARANTINE_SCHEMA))
@@ -286,7 +282,6 @@ def run_chain(task: ChainTask) -> dict[str, Any]:
                 return done
         except (OSError, ValueError, KeyError):
             pass
-    t0 = time.perf_counter()
     stats = {i: NodeStats() for i in task.node_ids}
     base_rows = 0
     aux = _AuxWriters(task.aux_dir, f"{Path(task.out_dir).name}-{task.part_name}")  # unique per chain and part
@@ -318,6 +313,7 @@ def run_chain(task: ChainTask) -> dict[str, Any]:
     result = {
         "fingerprint": fp,
         "files": sorted(files.values()),
+        "digests": {f: sha256_file(f) for f in files.values() if not task.shards},
         "shard_files": {str(k): v for k, v in files.items()},
         "base_rows": base_rows,
         "stats": {str(k): v.to_json() for k, v in stats.items()},
@@ -444,9 +440,10 @@ class LocalEngine:
         try:
             if plan.sink is None:
                 self._materialize(plan.root)
-                manifest, out = None, None
+                out = None
             else:
-                manifest, out = self._sink(plan)
+                out = self._sink(plan)
+            manifest = None
         except BaseException:
             _drop_pool(self.workers)  # a failed task may leave workers mid-job: start fresh next time
             raise
@@ -454,7 +451,7 @@ class LocalEngine:
         seconds = time.perf_counter() - t0
         if plan.sink is not None:
             self._write_aux_outputs(plan.sink.path)
-            manifest = self._commit(plan, stages, manifest, seconds)
+            manifest = self._commit(plan, stages, seconds)
             if not self.keep_work:
                 shutil.rmtree(work, ignore_errors=True)
                 _remove_if_empty(str(Path(work).parent))
@@ -529,8 +526,8 @@ class LocalEngine:
         out_dir = f"{self._work}/{seg}"
         os.makedirs(out_dir, exist_ok=True)
         bcast = self._broadcast_tables(ops)
-        tasks = [ChainTask(p, ops, out_dir, f"part-{i:05d}", [o.id for o in ops], base.id, shards, shard_key, self._aux,
-                           bcast) for i, p in enumerate(parts)]
+        tasks = [ChainTask(p, ops, out_dir, f"part-{i:05d}", [o.id for o in ops], shards, shard_key, self._aux, bcast)
+                 for i, p in enumerate(parts)]
         results = self._map(run_chain, tasks, f"{seg}: {' > '.join(getattr(o, 'name', 'join') for o in ops) or 'read'}")
         self._reused += sum(1 for r in results if r.get("reused"))
         if isinstance(base, Source):
@@ -549,7 +546,8 @@ class LocalEngine:
             return self._materialized[node.id]
         if isinstance(node, (MapBatches, Source)) or _fusible(node):
             results = self._run_chain(node)
-            parts = [Partition("spill", f, node.schema) for r in results for f in r["files"]]
+            parts = [Partition("spill", f, node.schema, digest=r.get("digests", {}).get(f))
+                     for r in results for f in r["files"]]
         else:
             for i in node.inputs:  # inputs first, so the barrier's seconds are its own work only
                 self._materialize(i)
@@ -581,8 +579,9 @@ class LocalEngine:
         groups = meta.num_row_groups
         n_parts = max(1, min(self.workers * 2, groups))
         bounds = np.linspace(0, groups, n_parts + 1).astype(int)
-        return [Partition("spill", path, node.schema, (int(a), int(b))) for a, b in zip(bounds[:-1], bounds[1:])
-                if b > a] or [Partition("spill", path, node.schema, (0, 0))]
+        digest = sha256_file(path)  # once here, not once per row-group partition in every task
+        return [Partition("spill", path, node.schema, (int(a), int(b)), digest)
+                for a, b in zip(bounds[:-1], bounds[1:]) if b > a] or [Partition("spill", path, node.schema, (0, 0), digest)]
 
     def _barrier(self, node: Node) -> list[Partition]:
         if isinstance(node, Join):
@@ -629,14 +628,13 @@ class LocalEngine:
         self._sink_parts = parts
         return max(1, -(-rows // per))
 
-    def _sink(self, plan: Plan) -> tuple[dict[str, Any], str]:
+    def _sink(self, plan: Plan) -> str:
         spec = plan.sink
         shards = self._resolve_shards(plan)
         key = spec.key
         if self._sink_parts is not None:
             # already materialized for the row count: shuffle the spilled parts into shards
-            from datakit.plan import MapBatches as _MB  # noqa: F401  (identity chain)
-            tasks = [ChainTask(p, [], f"{self._work}/sink", f"part-{i:05d}", [], plan.root.id, shards, key, self._aux)
+            tasks = [ChainTask(p, [], f"{self._work}/sink", f"part-{i:05d}", [], shards, key, self._aux)
                      for i, p in enumerate(self._sink_parts)]
             os.makedirs(f"{self._work}/sink", exist_ok=True)
             results = self._map(run_chain, tasks, "shuffle")
@@ -652,7 +650,7 @@ class LocalEngine:
                                             for s in range(shards)], "write shards")
         self._sink_infos = infos
         self._resolved_spec = resolved
-        return {}, spec.path
+        return spec.path
 
     def _write_aux_outputs(self, out: str) -> None:
         """Gather quarantine and drop-log parts into `_quarantine/` and `_dropped/` (sorted, one file each)."""
@@ -667,7 +665,7 @@ class LocalEngine:
             table = table.take(pc.sort_indices(table, sort_keys=[(c, "ascending") for c in sort]))
             sinks.write_parquet(table, target)
 
-    def _commit(self, plan: Plan, stages: list[dict[str, Any]], _m: Any, seconds: float) -> dict[str, Any]:
+    def _commit(self, plan: Plan, stages: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
         from datakit.io.atomic import write_json_atomic
 
         spec = self._resolved_spec
