@@ -35,9 +35,10 @@ def test_prefilter_is_a_superset_of_the_full_pattern() -> None:
             assert pl.Series([case["text"]]).str.contains(det.prefilter)[0], (case["id"], det.entity)
 
 
-def test_polars_and_python_strategies_agree() -> None:
+@pytest.mark.parametrize("strategy", ["polars", "polars_rows", "hyperscan"])
+def test_batch_strategies_agree_with_the_python_reference(strategy: str) -> None:
     texts = [c["text"] for c in CASES] + [None, "", "plain text"] + ["\n".join(c["text"] for c in CASES)]
-    assert scan_batch(texts, strategy="polars") == scan_batch(texts, strategy="python")
+    assert scan_batch(texts, strategy=strategy) == scan_batch(texts, strategy="python")
 
 
 def test_specific_secret_beats_generic_assignment() -> None:

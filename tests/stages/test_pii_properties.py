@@ -47,4 +47,6 @@ def test_scrub_is_idempotent_and_never_adds_detections(text: str) -> None:
 @settings(max_examples=40, deadline=None)
 @given(st.lists(texts, max_size=6))
 def test_batch_strategies_agree(batch: list[str]) -> None:
-    assert scan_batch(batch, strategy="polars") == scan_batch(batch, strategy="python")
+    want = scan_batch(batch, strategy="python")
+    assert scan_batch(batch, strategy="polars") == want
+    assert scan_batch(batch, strategy="hyperscan") == want

@@ -34,7 +34,7 @@ from datakit.plan import DROP, DROP_DETAIL, Rel
 from datakit.stages.base import CompileContext, StageConfig, register_stage
 from datakit.stages.pii.detectors import BY_ENTITY, DETECTORS, Detector, Policy
 from datakit.stages.pii.replace import DEFAULT_KEY_ENV, Replacer, load_key
-from datakit.stages.pii.scan import Finding, Strategy, scan_batch
+from datakit.stages.pii.scan import Finding, Strategy, resolve_strategy, scan_batch
 
 
 METRICS = "_metrics"
@@ -65,7 +65,13 @@ class ScrubPiiConfig(StageConfig):
     ner: Literal["auto", "off"] = "auto"
     extra_recognizers: str | None = Field(
         default=None, description="a presidio recognizer YAML; its recognizers run beside ours (presidio speed)")
-    strategy: Strategy = "polars"
+    strategy: Strategy = "auto"
+
+    @field_validator("strategy")
+    @classmethod
+    def _strategy_runs_here(cls, v: Strategy) -> Strategy:
+        resolve_strategy(v)  # `hyperscan` without the package fails at compile, not in the first batch
+        return v
 
     @field_validator("entities")
     @classmethod
@@ -135,7 +141,7 @@ class ScrubFn:
 
     MAX_ROUNDS = 4
 
-    def __init__(self, detectors: tuple[Detector, ...], replacer: Replacer, strategy: Strategy = "polars",
+    def __init__(self, detectors: tuple[Detector, ...], replacer: Replacer, strategy: Strategy = "auto",
                  person=None, extra=None) -> None:
         self.detectors = detectors
         self.replacer = replacer

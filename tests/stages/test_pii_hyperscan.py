@@ -1,0 +1,92 @@
+"""The hyperscan prefilter path: same findings as the reference on the edges of its Arrow-buffer scan.
+
+Why these cases: hyperscan scans the string column's data buffer as one block,
+so a match can run from one row into the next, offsets are bytes (not
+characters) in rows with non-ASCII text, and a sliced array starts mid-buffer.
+Each would silently shift or lose findings if handled wrong.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pytest
+
+from datakit.stages.pii.detectors import BY_ENTITY
+from datakit.stages.pii.scan import HS_PREFILTERS, resolve_strategy, scan_batch
+
+pytest.importorskip("hyperscan")
+
+HARD = Path(__file__).resolve().parents[1] / "data" / "pii_hard_cases.jsonl"
+CASES = [json.loads(line) for line in HARD.read_text().splitlines() if line.strip()]
+
+SAMPLES = [
+    'password = "Tr0ub4dor&3xyz"\nip = "10.20.30.40"',
+    "contact jane.doe@example.org or +44 20 7946 0958",
+    "IBAN DE89 3704 0044 0532 0130 00 and key sk-ant-api03-" + "a" * 40,
+    'token = "ghp_Zx9Kq2Lm4Np6Rs8Tv0Wy1Ab3Cd5Ef7Gh9Ij2K"',
+]
+
+
+def _ref(texts: list[str | None]):
+    return scan_batch(texts, strategy="python")
+
+
+def test_non_ascii_rows_map_byte_offsets_to_characters() -> None:
+    texts = ["héllo wörld ✓ — " * 3 + s + " ünïcode" for s in SAMPLES] + ["日本語のテキスト " + SAMPLES[1]]
+    got = scan_batch(texts, strategy="hyperscan")
+    assert got == _ref(texts)
+    assert all(got[i] for i in range(len(texts)))  # every row has findings, at shifted offsets
+    for t, fs in zip(texts, got):
+        for f in fs:
+            assert not t[f.start : f.end].startswith(("é", "ö", "✓", " "))
+
+
+def test_a_match_split_across_two_rows_is_not_reported_and_hides_nothing() -> None:
+    # row 0 ends with the first half of an e-mail, row 1 starts with the rest: no finding in either,
+    # but row 1's own e-mail (which ends where the cross-row match ends) must still be found
+    texts = ["write to jane.doe", "@example.org", "tail 555-867-5309", "x@example.org"]
+    assert scan_batch(texts, strategy="hyperscan") == _ref(texts)
+
+
+def test_sliced_and_large_string_arrays() -> None:
+    texts = ["no pii here"] * 3 + SAMPLES + ["plain"] * 2
+    arr = pa.array(texts, pa.string())
+    want = _ref(texts[3:7])
+    assert scan_batch(arr.slice(3, 4), strategy="hyperscan") == want
+    assert scan_batch(pa.array(texts, pa.large_string()).slice(3, 4), strategy="hyperscan") == want
+    assert scan_batch(pa.chunked_array([arr.slice(0, 5), arr.slice(5)]), strategy="hyperscan") == _ref(texts)
+
+
+def test_nulls_and_empty_rows() -> None:
+    texts = [None, "", SAMPLES[0], None, ""]
+    assert scan_batch(texts, strategy="hyperscan") == _ref(texts)
+    assert scan_batch([None, None], strategy="hyperscan") == [[], []]
+    assert scan_batch([], strategy="hyperscan") == []
+
+
+@pytest.mark.parametrize("entity", sorted(HS_PREFILTERS))
+def test_engine_specific_prefilters_are_supersets(entity: str) -> None:
+    """Every text the detector's own prefilter matches, the hyperscan spelling matches too."""
+    det = BY_ENTITY[entity]
+    hits = [c["text"] for c in CASES if any(e["entity"] == entity for e in c["expect"])]
+    hits += [s for s in SAMPLES if pl.Series([s]).str.contains(det.rust_prefilter)[0]]
+    assert hits
+    for t in hits:
+        for m in pl.Series([t]).str.extract_all(det.rust_prefilter)[0]:
+            assert pl.Series([m]).str.contains(HS_PREFILTERS[entity])[0], (entity, len(m))
+
+
+def test_strategy_names() -> None:
+    assert resolve_strategy("auto") == "hyperscan"
+    with pytest.raises(ValueError, match="unknown scan strategy"):
+        resolve_strategy("grep")  # type: ignore[arg-type]
+
+
+def test_overlapping_prefilter_matches_of_one_detector() -> None:
+    # hyperscan reports every match end (overlaps included), polars only leftmost non-overlapping ones:
+    # both must lead to the same validated findings
+    texts = ["4111 1111 1111 1111 1111 1111 1111 1", "1.2.3.4.5.6.7.8 and 10.1.2.3", "::1:2:3:4::5"]
+    assert scan_batch(texts, strategy="hyperscan") == _ref(texts) == scan_batch(texts, strategy="polars")
