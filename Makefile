@@ -34,6 +34,8 @@ lock:
 	/tmp/datakit-lock/bin/pip install -q --upgrade pip
 	/tmp/datakit-lock/bin/pip install -q -r requirements.in
 	/tmp/datakit-lock/bin/pip freeze --exclude-editable | grep -v '^datakit' > requirements.lock
+	# hyperscan has no Linux aarch64 wheel: there scrub_pii falls back to polars (strategy auto)
+	sed -i 's/^hyperscan==\(.*\)$$/hyperscan==\1; platform_machine != "aarch64"/' requirements.lock
 
 clean:
 	rm -rf $(VENV) demo out
