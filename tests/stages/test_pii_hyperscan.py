@@ -90,3 +90,14 @@ def test_overlapping_prefilter_matches_of_one_detector() -> None:
     # both must lead to the same validated findings
     texts = ["4111 1111 1111 1111 1111 1111 1111 1", "1.2.3.4.5.6.7.8 and 10.1.2.3", "::1:2:3:4::5"]
     assert scan_batch(texts, strategy="hyperscan") == _ref(texts) == scan_batch(texts, strategy="polars")
+
+
+def test_null_slot_with_bytes_behind_it_is_not_scanned() -> None:
+    # Arrow allows a null string slot to cover bytes of the data buffer; they are not text
+    data = b"jane.doe@example.org" + b"bob@example.com"
+    offsets = pa.array([0, 20, 35], pa.int32()).buffers()[1]
+    validity = pa.array([False, True]).buffers()[1]
+    arr = pa.Array.from_buffers(pa.string(), 2, [validity, offsets, pa.py_buffer(data)], null_count=1)
+    got = scan_batch(arr, strategy="hyperscan")
+    assert got == [[], scan_batch(["bob@example.com"], strategy="python")[0]]
+    assert got[1] and got[1][0].entity == "email"

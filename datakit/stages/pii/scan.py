@@ -280,6 +280,11 @@ def candidate_ends(rows: _Rows, detectors: Sequence[Detector]) -> list[dict[int,
     ends_a = np.asarray(ends, dtype=np.int64) + lo
     ids_a = np.asarray(ids, dtype=np.int64)
     row_a = np.searchsorted(offsets, ends_a - 1, side="right") - 1
+    if arr.null_count:  # Arrow lets a null slot span arbitrary bytes: its matches are not text
+        keep = arr.is_valid().to_numpy(zero_copy_only=False)[row_a]
+        ends_a, ids_a, row_a = ends_a[keep], ids_a[keep], row_a[keep]
+        if not row_a.size:
+            return out
     pos_a = ends_a - offsets[row_a]
     # rows with multi-byte characters: byte offsets -> character offsets (a prefilter match ends in
     # an ASCII byte, so every end is a character boundary)
