@@ -239,7 +239,10 @@ class Pipeline:
         return result
 
     def _build_index(self, plan: Plan, result: Any) -> None:
-        """Index the committed output's n-grams with the decontaminate stage's settings (or the defaults)."""
+        """Index the committed output's n-grams with the decontaminate stage's settings (or the defaults).
+
+        After a Spark run the index is built with Spark too (executors hash and sort, the driver
+        only concatenates); otherwise on all local cores. Same bytes either way."""
         from datakit.stages.decontam.index import INDEX_DIRNAME, build_index
 
         stage = next((s for s in self.config.stages if s.kind == "decontaminate"), None)
@@ -247,8 +250,20 @@ class Pipeline:
         if stage is not None:
             kw = {"ngram": stage.ngram, "normalization": list(stage.normalizations)}
         out = f"{plan.sink.path.rstrip('/')}/{INDEX_DIRNAME}"
-        info = build_index(plan.sink.path, out, **kw)
-        result.extra["index"] = {"path": out, **({"ngrams": getattr(info, "ngrams")} if hasattr(info, "ngrams") else {})}
+        session = None
+        if getattr(result, "engine", "local") == "spark" and plan.sink.format in ("parquet", "jsonl"):
+            from datakit.stages.decontam.index_spark import active_session
+
+            session = active_session()
+        if session is not None:
+            from datakit.stages.decontam.index_spark import build_index_spark
+
+            info = build_index_spark(session, plan.sink.path, out, **kw)
+        else:
+            info = build_index(plan.sink.path, out, **kw)
+        result.extra["index"] = {"path": out, "engine": "spark" if session is not None else "local",
+                                 **({"ngrams": getattr(info, "ngrams")} if hasattr(info, "ngrams") else {})}
+
     def _validate(self, plan: Plan, result: Any, suite: bool | str) -> None:
         """Run the quality suite on the committed output and record it in `_run.json`."""
         from datakit.io.atomic import write_json_atomic

@@ -2,7 +2,8 @@
 
 Exit codes: 0 clean (every eval's contaminated-item rate <= --threshold),
 1 contaminated, 2 usage or input error (missing file, unknown eval, bad option)
-with a one-line message on stderr.
+with a one-line message on stderr. `build-index` exits 3 when a build task
+fails for another reason (a worker died, a file broke mid-read).
 
 This module is imported by `datakit.cli` at start-up, so it imports nothing
 heavy at module level (numba, pyarrow load only when the command runs).
@@ -91,6 +92,8 @@ def build_index_command(
     text_field: Optional[List[str]] = typer.Option(None, "--text-field", help="Column(s) to index (default: records' texts)."),
     fingerprint_bits: int = typer.Option(32, "--fingerprint-bits", help="32 (~5 B per n-gram, FP ~1e-9) or 16 "
                                                                         "(~3 B, FP ~1e-4)."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes (default: all cores). The index "
+                                                                        "bytes are the same for any count."),
 ) -> None:
     """Build the n-gram index of an existing dataset, so later contamination checks take seconds."""
     from datakit.io.fs import InputError
@@ -108,11 +111,16 @@ def build_index_command(
 
         info = build_index(list(data) if len(data) > 1 else data[0], out, ngram,
                            DEFAULT_NORMALIZATIONS if norms is None else norms, text_fields=_split(text_field),
-                           fingerprint_bits=fingerprint_bits)
+                           fingerprint_bits=fingerprint_bits, workers=workers)
     except InputError as e:
         _fail(str(e))
     except (ValueError, KeyError) as e:
         _fail(str(e.args[0]) if e.args else type(e).__name__)
+    except RuntimeError as e:  # IndexBuildError: a worker died or a file broke mid-read (not a usage error)
+        if type(e).__name__ != "IndexBuildError":
+            raise
+        typer.echo(f"datakit: error: {e}", err=True)
+        raise typer.Exit(3)
     typer.echo(f"indexed {info.documents} documents, {info.ngrams} distinct {ngram}-grams into {out} "
                f"(false-positive rate {info.fp_rate_per_ngram:.1e} per n-gram)")
 

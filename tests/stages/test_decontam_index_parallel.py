@@ -1,0 +1,305 @@
+"""The parallel n-gram index build: same bytes for any worker count, on Spark too, and failures leave nothing.
+
+The reference is a frozen copy of the single-process `build_index` as it was
+before the build went parallel (commit 31f07a4): every new path is compared
+byte for byte against it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from datakit.contracts import TRAINING_RECORD_V1
+from datakit.io.fs import InputError
+from datakit.stages.decontam.check import check
+from datakit.stages.decontam.index import (FP_BITS, INDEX_FORMAT, INDEX_VERSION, IndexBuildError, IndexInfo,
+                                           _bucket_bits, _local_target, _publish, build_index)
+from datakit.stages.decontam.ngrams import hash_strings
+from datakit.stages.decontam.normalize import DEFAULT_NORMALIZATIONS, flags_of, names_of
+from datakit.stages.decontam.plant import idiomatic_code, plant
+from tests.stages.test_decontam import he_rows, humaneval, record  # noqa: F401  (fixtures)
+
+FILES = ("index.json", "offsets.bin", "fingerprints.bin")
+
+
+# -- the pre-parallel implementation, frozen --------------------------------------------------------
+
+def reference_build_index(dataset_path: str | Sequence[str], out_path: str, ngram: int = 13,
+                normalization: Sequence[str] = DEFAULT_NORMALIZATIONS, text_fields: Sequence[str] | None = None,
+                batch_rows: int = 8192, fingerprint_bits: int = FP_BITS) -> IndexInfo:
+    """Index every n-gram of a records dataset (Parquet/JSONL, globs, fsspec URLs) or packed dataset into `out_path`.
+
+    `normalization` is a list of normalization names (see `normalize.py`); the
+    check re-uses the index's n and normalizations automatically.
+    `fingerprint_bits` 32 (default, ~5 B per n-gram, FP ~1e-9 per n-gram) or 16
+    (~3 B per n-gram, FP ~1e-4 per n-gram: harmless under a min-fraction rule,
+    which needs many n-grams of one item, but visible with the any-n-gram rule).
+    """
+    if fingerprint_bits not in (16, 32):
+        raise ValueError("fingerprint_bits must be 16 or 32")
+    fp_dtype = "<u2" if fingerprint_bits == 16 else "<u4"
+    from datakit.stages.decontam.check import _is_packed, _packed_batches, iter_text_batches  # shared readers
+
+    flags = flags_of(normalization)
+    tmp = Path(tempfile.mkdtemp(prefix="dk-ngram-index-"))
+    try:
+        parts = [open(tmp / f"part-{p:02d}.u64", "wb") for p in range(1 << 4)]
+        total = docs = texts = nbytes = 0
+        try:
+            if isinstance(dataset_path, str) and _is_packed(dataset_path):
+                batches = _packed_batches(dataset_path, batch_rows)  # decoded with its own tokenizer
+            else:
+                batches = iter_text_batches(dataset_path, text_fields=text_fields, batch_rows=batch_rows)
+            for batch in batches:
+                docs += batch.rows
+                for src in batch.sources:
+                    texts += len(src.offsets) - 1
+                    nbytes += int(src.offsets[-1] - src.offsets[0]) if len(src.offsets) else 0
+                    h = hash_strings(src.data, src.offsets, ngram, flags)[0]
+                    if not len(h):
+                        continue
+                    total += len(h)
+                    part = (h >> np.uint64(64 - 4)).astype(np.uint8)
+                    order = np.argsort(part, kind="stable")  # radix sort for uint8: O(n)
+                    hs, ps = h[order], part[order]
+                    cuts = np.searchsorted(ps, np.arange((1 << 4) + 1))
+                    for p in range(1 << 4):
+                        if cuts[p + 1] > cuts[p]:
+                            parts[p].write(hs[cuts[p]:cuts[p + 1]].tobytes())
+        finally:
+            for f in parts:
+                f.close()
+        b = _bucket_bits(total)
+        local_out = _local_target(out_path)
+        stage_dir = Path(tempfile.mkdtemp(prefix=".tmp-index-", dir=str(local_out.parent) if local_out else None))
+        n_unique = 0
+        counts = np.zeros(1 << b, dtype=np.int64)
+        with open(stage_dir / "fingerprints.bin", "wb") as fp_out:
+            for p in range(1 << 4):
+                h = _sorted_unique(np.fromfile(tmp / f"part-{p:02d}.u64", dtype=np.uint64))
+                os.unlink(tmp / f"part-{p:02d}.u64")
+                if not len(h):
+                    continue
+                bucket = (h >> np.uint64(64 - b)).astype(np.int64)
+                fps = ((h << np.uint64(b)) >> np.uint64(64 - fingerprint_bits)).astype(fp_dtype)
+                # (bucket, fp) pairs can repeat when two distinct hashes share b+32 bits: store once
+                keep = np.ones(len(h), bool)
+                keep[1:] = (bucket[1:] != bucket[:-1]) | (fps[1:] != fps[:-1])
+                bucket, fps = bucket[keep], fps[keep]
+                counts += np.bincount(bucket, minlength=1 << b)
+                fp_out.write(fps.tobytes())
+                n_unique += len(fps)
+        off_dtype = "<u4" if n_unique < 2**32 else "<u8"
+        offsets = np.zeros((1 << b) + 1, dtype=off_dtype)
+        np.cumsum(counts, out=offsets[1:], dtype=offsets.dtype) if len(counts) else None
+        offsets.tofile(stage_dir / "offsets.bin")
+        fp_rate = n_unique / float(2 ** (b + fingerprint_bits))
+        meta = {
+            "format": INDEX_FORMAT, "format_version": INDEX_VERSION,
+            "ngram": int(ngram), "normalizations": names_of(flags), "hash": "fnv1a-fmix64/window-v1",
+            "ngrams": int(n_unique), "bucket_bits": b, "fingerprint_bits": fingerprint_bits,
+            "offsets_dtype": off_dtype, "fingerprints_dtype": fp_dtype,
+            "fp_rate_per_ngram": fp_rate,
+            "documents": int(docs), "texts": int(texts), "bytes": int(nbytes),
+            "text_fields": list(text_fields) if text_fields else None,
+        }
+        (stage_dir / "index.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        _publish(stage_dir, out_path, local_out)
+        return IndexInfo(out_path, ngram, flags, n_unique, b, fp_rate, docs, texts, nbytes, meta)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _sorted_unique(h: np.ndarray) -> np.ndarray:
+    """Sort in place and drop repeats (numpy 2.x `np.unique` hashes first: ~10x slower here)."""
+    h.sort()
+    if len(h) < 2:
+        return h
+    keep = np.empty(len(h), bool)
+    keep[0] = True
+    np.not_equal(h[1:], h[:-1], out=keep[1:])
+    return h[keep]
+
+
+
+
+# -- fixtures -----------------------------------------------------------------------------------
+
+def _bytes(path: Path) -> dict[str, bytes]:
+    return {f: (path / f).read_bytes() for f in FILES}
+
+
+def _corrupt_pages(path: Path) -> None:
+    """Flip bytes in the middle of a Parquet file's data: the footer stays readable, a page does not."""
+    import struct
+
+    b = bytearray(path.read_bytes())
+    data_end = len(b) - 8 - struct.unpack("<i", b[-8:-4])[0]
+    for i in range(data_end // 2, data_end // 2 + 256):
+        b[i] ^= 0xFF
+    path.write_bytes(bytes(b))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory, he_rows):  # noqa: F811
+    """Three Parquet files of small row groups (so 2-3 workers split them by row group) + one JSONL file;
+    idiomatic code with 8 planted HumanEval leaks."""
+    rng = random.Random(7)
+    root = tmp_path_factory.mktemp("pcorpus")
+    rows = [record(f"c{i:04d}", idiomatic_code(rng, 5)) for i in range(300)]
+    for j, i in enumerate(range(5, 160, 20)):
+        rows.append(record(f"leak{i:03d}", idiomatic_code(rng, 2) + plant(he_rows[i], ("exact", "reformatted")[j % 2], rng)))
+    rows.sort(key=lambda r: r["doc_id"])
+    t = pa.Table.from_pylist(rows, schema=TRAINING_RECORD_V1)
+    for k, (a, n) in enumerate([(0, 120), (120, 100), (220, 50)]):
+        pq.write_table(t.slice(a, n), str(root / f"part-{k:05d}.parquet"), row_group_size=16)
+    with open(root / "part-00003.jsonl", "w") as f:
+        for r in t.slice(270).to_pylist():
+            f.write(json.dumps(r) + "\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def reference(corpus, tmp_path_factory) -> Path:
+    """The index as the pre-parallel implementation wrote it."""
+    out = tmp_path_factory.mktemp("ref") / "idx"
+    reference_build_index(str(corpus), str(out), 13, ["whitespace", "case"])
+    return out
+
+
+# -- local -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_same_bytes_for_any_worker_count_and_as_before(corpus, reference, tmp_path, workers):
+    from datakit.stages.decontam.index import plan_units
+
+    info = build_index(str(corpus), str(tmp_path / "idx"), 13, ["whitespace", "case"], workers=workers)
+    assert _bytes(tmp_path / "idx") == _bytes(reference)
+    assert info.documents == 308 and info.ngrams > 10_000
+    units = plan_units(str(corpus), 4 * workers)
+    if workers > 1:  # the input really was cut below file level, so tasks saw row-group slices
+        assert any(u.row_groups for u in units) and len(units) > 4
+    else:
+        assert [u.row_groups for u in units] == [None] * 4
+
+
+def test_split_partitions_and_16_bit_fingerprints_keep_the_bytes(corpus, tmp_path):
+    """A reduce task over its memory bound splits its partition again; bytes still equal the old build."""
+    ref = tmp_path / "ref16"
+    reference_build_index(str(corpus), str(ref), 8, ["whitespace"], fingerprint_bits=16)
+    build_index(str(corpus), str(tmp_path / "idx"), 8, ["whitespace"], fingerprint_bits=16, workers=2,
+                max_partition_bytes=4096)
+    assert _bytes(tmp_path / "idx") == _bytes(ref)
+    other = tmp_path / "other"  # a different setting must give different bytes (the comparison can fail)
+    build_index(str(corpus), str(other), 8, ["whitespace", "case"], fingerprint_bits=16, workers=1)
+    assert _bytes(other)["fingerprints.bin"] != _bytes(ref)["fingerprints.bin"]
+
+
+def test_fingerprinter_fed_in_chunks_equals_one_array():
+    """Two distinct hashes sharing bucket + fingerprint bits across a chunk boundary are stored once."""
+    from datakit.stages.decontam.index import Fingerprinter
+
+    rng = np.random.default_rng(1)
+    b = 10
+    h = np.unique(rng.integers(0, 2**60, 5000, dtype=np.uint64))  # partition 0 of 4 bits: top 4 bits zero
+    twin = np.uint64(h[2500] | np.uint64(1))  # same top b+32 bits as h[2500], differs only at the bottom
+    h = np.unique(np.concatenate([h, [twin]]))
+    cut = int(np.searchsorted(h, twin))  # the pair straddles the chunk boundary
+    whole = Fingerprinter(0, 4, b, 32)
+    one = whole.add(h)
+    parts = Fingerprinter(0, 4, b, 32)
+    pieces = np.concatenate([parts.add(h[:cut]), parts.add(h[cut:cut]), parts.add(h[cut:])])
+    assert np.array_equal(one, pieces) and np.array_equal(whole.counts, parts.counts)
+    assert whole.entries == parts.entries == len(h) - 1  # the twin pair counted once
+    assert whole.counts.sum() == whole.entries and len(whole.counts) == 1 << (b - 4)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_failing_task_is_a_clear_error_and_publishes_nothing(corpus, tmp_path, workers):
+    ds = tmp_path / "ds"
+    shutil.copytree(corpus, ds)
+    out = tmp_path / "idx"
+    build_index(str(ds), str(out), 13, ["whitespace", "case"], workers=1)
+    before = _bytes(out)
+    pq.write_table(pa.table({"doc_id": [str(i) for i in range(60)], "text": [f"x{i} " * 400 for i in range(60)]}),
+                   str(ds / "part-00009.parquet"), compression="zstd")
+    _corrupt_pages(ds / "part-00009.parquet")
+    with pytest.raises(IndexBuildError, match=r"map task \d+ while reading .*part-00009\.parquet.*OSError"):
+        build_index(str(ds), str(out), 13, ["whitespace", "case"], workers=workers)
+    assert _bytes(out) == before  # the previous index is untouched, not half replaced
+    with pytest.raises(IndexBuildError):
+        build_index(str(ds), str(tmp_path / "fresh"), 13, ["whitespace", "case"], workers=workers)
+    assert not (tmp_path / "fresh").exists()
+    assert not list(tmp_path.glob(".tmp-index-*"))
+    (ds / "part-00009.parquet").write_bytes(b"not parquet at all")  # unreadable input stays a usage error
+    with pytest.raises(InputError, match="cannot read Parquet file"):
+        build_index(str(ds), str(tmp_path / "fresh"), 13, ["whitespace", "case"], workers=workers)
+    assert not (tmp_path / "fresh").exists()
+
+
+def test_contamination_check_results_unchanged(corpus, reference, tmp_path, humaneval):  # noqa: F811
+    build_index(str(corpus), str(tmp_path / "idx"), 13, ["whitespace", "case"], workers=2)
+    for rule in (0.0, None):
+        new = check(str(tmp_path / "idx"), [humaneval], min_fraction=rule).evals[0]
+        old = check(str(reference), [humaneval], min_fraction=rule).evals[0]
+        assert [(i.eval_id, i.ngrams_matched) for i in new.contaminated] == \
+            [(i.eval_id, i.ngrams_matched) for i in old.contaminated]
+    scan = check(str(corpus), [humaneval], use_index=False, min_fraction=0.0).evals[0]
+    found = {i.eval_id for i in check(str(tmp_path / "idx"), [humaneval], min_fraction=0.0).evals[0].contaminated}
+    assert found == {i.eval_id for i in scan.contaminated} and len(found) >= 6  # the planted leaks
+
+
+def test_cli_workers_option(corpus, reference, tmp_path):
+    import typer
+    from typer.testing import CliRunner
+
+    from datakit.stages.decontam.cli import build_index_command
+
+    app = typer.Typer()
+    app.command()(build_index_command)
+    runner = CliRunner()
+    r = runner.invoke(app, [str(corpus), "--out", str(tmp_path / "idx"), "--workers", "2"])
+    assert r.exit_code == 0, r.output
+    assert "indexed 308 documents" in r.output and _bytes(tmp_path / "idx") == _bytes(reference)
+    r = runner.invoke(app, [str(corpus), "--out", str(tmp_path / "idx2"), "--workers", "0"])
+    assert r.exit_code == 2 and not (tmp_path / "idx2").exists()
+
+
+# -- Spark (the shared local[2] session) --------------------------------------------------------------
+
+def test_spark_build_equals_local_bytes(spark, corpus, reference, tmp_path):
+    """Other partitioning (32 partitions, split again past 4 KB) on executors: still the same bytes."""
+    from datakit.stages.decontam.index_spark import build_index_spark
+
+    info = build_index_spark(spark, str(corpus), str(tmp_path / "idx"), 13, ["whitespace", "case"],
+                             part_bits=5, max_partition_bytes=4096)
+    assert _bytes(tmp_path / "idx") == _bytes(reference) and info.documents == 308
+    assert not list(tmp_path.glob(".tmp-index*"))  # the shared work folder is gone
+
+
+def test_pipeline_builds_the_index_with_spark_after_a_spark_run(spark, corpus, reference, tmp_path):
+    from types import SimpleNamespace
+
+    from datakit.engines.local import RunResult
+    from datakit.pipeline import Pipeline
+
+    out = tmp_path / "out"
+    shutil.copytree(corpus, out)
+    plan = SimpleNamespace(sink=SimpleNamespace(path=str(out), format="parquet"))
+    result = RunResult(output_path=str(out), stages=[], manifest=None, seconds=0.0, engine="spark")
+    Pipeline("p")._build_index(plan, result)
+    assert result.extra["index"]["engine"] == "spark"
+    assert _bytes(out / "_ngram_index") == _bytes(reference)
+    local = RunResult(output_path=str(out), stages=[], manifest=None, seconds=0.0, engine="local")
+    Pipeline("p")._build_index(plan, local)
+    assert local.extra["index"]["engine"] == "local" and _bytes(out / "_ngram_index") == _bytes(reference)
