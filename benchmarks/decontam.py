@@ -15,7 +15,8 @@ Sections (all against HumanEval, 164 items, prompt + canonical solution):
    synthetic code; a document is a false positive if it matches any item under
    the rule (the stage's per-record decision); grid of n, rules, normalizations.
 4. index: build an n-gram index of a synthetic corpus (Zipf tokens of a code-like
-   vocabulary) of `--index-mb`, then time `datakit contamination-check` against it
+   vocabulary) of `--index-mb` at each of `--index-workers` (default 1,2: wall,
+   CPU incl. pool workers, the ratio, and that the bytes are identical), then time `datakit contamination-check` against it
    (wall clock of the whole command, process start included) and in-process.
 """
 from __future__ import annotations
@@ -240,14 +241,47 @@ def synth_code_corpus(out: Path, mb: float, seed: int = 0, doc_bytes: int = 4000
                                        pa.StructArray.from_arrays([arr, pa.array(np.ones(n, bool)), pa.array(["code"] * n)],
                                                                   ["text", "train", "role"]))
         tab = pa.table({"doc_id": pa.array([f"z{part:04d}-{i:07d}" for i in range(n)]), "segments": seg})
-        pq.write_table(tab, str(out / f"part-{part:05d}.parquet"), compression="zstd", compression_level=1)
+        # row groups of ~8 MB of text, as a sink writes them: the unit a parallel index build splits on
+        pq.write_table(tab, str(out / f"part-{part:05d}.parquet"), compression="zstd", compression_level=1,
+                       row_group_size=2048)
         total += nb
         part += 1
     return total
 
 
-def bench_index(tmp: Path, index_mb: float) -> None:
+def _cpu_with_children() -> float:
+    """CPU seconds of this process plus its live children (the pool's workers are never reaped, so
+    RUSAGE_CHILDREN would miss them)."""
+    import psutil
+
+    total = time.process_time()
+    for ch in psutil.Process().children(recursive=True):
+        try:
+            t = ch.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def _warm_pool(workers: int) -> None:
+    from datakit.engines.local import _pool
+
+    pool = _pool(workers)  # `exec` of a statement: picklable, returns None; loads imports and numba's cache
+    warm = ("import numpy as np, datakit.stages.decontam.check, datakit.stages.decontam.index\n"
+            "from datakit.stages.decontam.ngrams import hash_strings\n"
+            "hash_strings(np.frombuffer(b'a b c d', np.uint8), np.array([0, 7], np.int64), 2, 3)")
+    list(pool.map(exec, [warm] * (4 * workers)))
+
+
+def _same_index(a: Path, b: Path) -> bool:
+    return all((a / f).read_bytes() == (b / f).read_bytes() for f in ("index.json", "offsets.bin", "fingerprints.bin"))
+
+
+def bench_index(tmp: Path, index_mb: float, workers: list[int] | None = None) -> None:
     from datakit.stages.decontam.index import build_index, iter_index_sizes
+
+    workers = workers or [1, 2]
 
     corpus = tmp / "big"
     corpus.mkdir()
@@ -259,16 +293,28 @@ def bench_index(tmp: Path, index_mb: float) -> None:
     rng = random.Random(3)
     leaks = [plant(he_rows_[i], "exact", rng) for i in range(0, 164, 17)]
     pq.write_table(records(leaks, "leak"), str(corpus / "part-leaks.parquet"))
-    idx = tmp / "big_index"
-    t, c = time.perf_counter(), time.process_time()
-    info = build_index(str(corpus), str(idx), 13, ["whitespace", "case"])
-    build, build_cpu = time.perf_counter() - t, time.process_time() - c
+    print(f"\n## 4. training-set index ({nbytes / 1e9:.2f} GB of synthetic code text; corpus generation {gen:.1f} s)")
+    runs: dict[int, tuple[float, float]] = {}
+    first = None
+    for w in workers:
+        idx = tmp / f"big_index_w{w}"
+        if w > 1:
+            _warm_pool(w)  # spawn + imports once, as in a long-lived process (the engine keeps its pool)
+        t, c = time.perf_counter(), _cpu_with_children()
+        info = build_index(str(corpus), str(idx), 13, ["whitespace", "case"], workers=w)
+        runs[w] = (time.perf_counter() - t, _cpu_with_children() - c)
+        same = "" if first is None else f"; bytes identical to workers={workers[0]}: {_same_index(first, idx)}"
+        first = first or idx
+        print(f"  build workers={w}: {runs[w][0]:.1f} s wall, {runs[w][1]:.1f} s CPU (this process + pool workers) "
+              f"({nbytes / 1e6 / runs[w][0]:.0f} MB/s wall){same}")
+    if len(runs) > 1:
+        (w0, (a, ac)), (w1, (b, bc)) = list(runs.items())[0], list(runs.items())[-1]
+        print(f"  speed-up workers={w1} vs {w0}: {a / b:.2f}x wall, CPU ratio {bc / ac:.2f} "
+              f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} shared cores)")
+    idx = first
     size = sum(s for _, s in iter_index_sizes(str(idx)))
-    print(f"\n## 4. training-set index ({nbytes / 1e9:.2f} GB of synthetic code text, {info.documents} documents)")
-    print(f"  corpus generation {gen:.1f} s; index build {build:.1f} s wall, {build_cpu:.1f} s CPU "
-          f"({nbytes / 1e6 / build_cpu:.0f} MB/s per CPU-second); "
-          f"{info.ngrams:,} distinct 13-grams; index {size / 1e6:.0f} MB ({size / max(info.ngrams, 1):.2f} B/n-gram); "
-          f"stated FP rate {info.fp_rate_per_ngram:.2e} per n-gram")
+    print(f"  {info.documents} documents; {info.ngrams:,} distinct 13-grams; index {size / 1e6:.0f} MB "
+          f"({size / max(info.ngrams, 1):.2f} B/n-gram); stated FP rate {info.fp_rate_per_ngram:.2e} per n-gram")
     # the CLI end to end (new process: interpreter + imports + numba cache load + check)
     cmd = [sys.executable, "-m", "datakit.cli", "contamination-check", "--data", str(idx), "--eval", "humaneval", "-q"]
     import resource
@@ -299,6 +345,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--scan-mb", type=float, default=20)
     ap.add_argument("--index-mb", type=float, default=100)
+    ap.add_argument("--index-workers", default="1,2", help="index build worker counts to time (bytes compared)")
     ap.add_argument("--ngrams", default="8,10,13,16")
     ap.add_argument("--skip", default="", help="comma list of sections to skip: scan,recall,fp,index")
     args = ap.parse_args()
@@ -313,7 +360,7 @@ def main() -> None:
         if "fp" not in skip:
             bench_fp(rules, [int(x) for x in args.ngrams.split(",")])
         if "index" not in skip:
-            bench_index(tmp, args.index_mb)
+            bench_index(tmp, args.index_mb, [int(x) for x in args.index_workers.split(",")])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -205,6 +205,24 @@ def test_split_partitions_and_16_bit_fingerprints_keep_the_bytes(corpus, tmp_pat
     assert _bytes(other)["fingerprints.bin"] != _bytes(ref)["fingerprints.bin"]
 
 
+@pytest.mark.parametrize("bits", [1, 8])
+def test_other_partition_counts_keep_the_bytes(corpus, reference, tmp_path, bits):
+    build_index(str(corpus), str(tmp_path / "idx"), 13, ["whitespace", "case"], workers=2, partition_bits=bits)
+    assert _bytes(tmp_path / "idx") == _bytes(reference)
+
+
+def test_partitions_narrower_than_a_bucket_tiny_data(tmp_path):
+    """A handful of n-grams: bucket_bits is 4, below 6 partition bits, so partitions share buckets."""
+    pq.write_table(pa.table({"text": ["a b c d e f", "g h i j", "", "a b c x y z"]}), str(tmp_path / "t.parquet"))
+    reference_build_index(str(tmp_path / "t.parquet"), str(tmp_path / "ref"), 3, ["whitespace"])
+    info = build_index(str(tmp_path / "t.parquet"), str(tmp_path / "idx"), 3, ["whitespace"], workers=1,
+                       partition_bits=6)
+    assert info.bucket_bits == 4 and info.ngrams == 9 and info.texts == 4  # "a b c" twice: stored once
+    assert _bytes(tmp_path / "idx") == _bytes(tmp_path / "ref")
+    with pytest.raises(ValueError, match="partition_bits"):
+        build_index(str(tmp_path / "t.parquet"), str(tmp_path / "bad"), 3, ["whitespace"], partition_bits=13)
+
+
 def test_fingerprinter_fed_in_chunks_equals_one_array():
     """Two distinct hashes sharing bucket + fingerprint bits across a chunk boundary are stored once."""
     from datakit.stages.decontam.index import Fingerprinter
@@ -273,6 +291,14 @@ def test_cli_workers_option(corpus, reference, tmp_path):
     assert "indexed 308 documents" in r.output and _bytes(tmp_path / "idx") == _bytes(reference)
     r = runner.invoke(app, [str(corpus), "--out", str(tmp_path / "idx2"), "--workers", "0"])
     assert r.exit_code == 2 and not (tmp_path / "idx2").exists()
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    pq.write_table(pa.table({"text": [f"y{i} " * 300 for i in range(50)]}), str(bad / "a.parquet"), compression="zstd")
+    _corrupt_pages(bad / "a.parquet")
+    r = runner.invoke(app, [str(bad), "--out", str(tmp_path / "idx3"), "--workers", "1"])
+    assert r.exit_code == 3 and not (tmp_path / "idx3").exists()
+    err = (r.stderr or r.output).strip()
+    assert err.startswith("datakit: error: n-gram index build failed in map task 0 while reading") and "\n" not in err
 
 
 # -- Spark (the shared local[2] session) --------------------------------------------------------------

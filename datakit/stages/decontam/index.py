@@ -19,10 +19,24 @@ Layout of an index folder (all little-endian raw arrays)::
     offsets.bin         uint32/uint64[2^bucket_bits + 1]: bucket -> first fingerprint
     fingerprints.bin    uint32[N] (or uint16): hash bits [64-b-F, 64-b), sorted within each bucket
 
-Build: `build_index(dataset_path, out_path, ngram, normalization)` streams the
-dataset's texts, spills hashes into 16 partition files by their top 4 bits (so
-memory stays ~ 1/16 of the hashes), then sorts and deduplicates each partition.
-The result is deterministic: same data and settings, same bytes.
+Build: `build_index(dataset_path, out_path, ngram, normalization, workers=N)`
+is a map/reduce on the local engine's spawn pool (all cores by default):
+
+* map: the input is cut into units (files; Parquet row-group ranges when there
+  are fewer files than 4 per worker); each task hashes its units' texts and
+  writes one spill file per partition (top 4 bits of the hash: 16 partitions);
+* reduce: each partition is sorted and deduplicated by one task (one
+  partition's hashes in memory at a time; a partition bigger than
+  `max_partition_bytes` is split again by its next bits), which writes its
+  fingerprints and per-bucket counts;
+* assembly: the per-partition files are concatenated in partition order into
+  `fingerprints.bin`; `offsets.bin` is the running sum of the counts.
+
+The result is deterministic: same data and settings, same bytes, for any
+number of workers (the index is a sorted set; the counts in index.json are
+sums). `index_spark.build_index_spark` runs the same phases on Spark. A failed
+task raises (`IndexBuildError` naming its file, or `InputError`) and nothing
+is published (locally the folder appears by one rename; remote: index.json is uploaded last).
 """
 from __future__ import annotations
 
@@ -100,7 +114,7 @@ class HashSpec:
 def build_index(dataset_path: str | Sequence[str], out_path: str, ngram: int = 13,
                 normalization: Sequence[str] = DEFAULT_NORMALIZATIONS, text_fields: Sequence[str] | None = None,
                 batch_rows: int = 8192, fingerprint_bits: int = FP_BITS, workers: int | None = None,
-                max_partition_bytes: int = MAX_PARTITION_BYTES) -> IndexInfo:
+                max_partition_bytes: int | None = None, partition_bits: int | None = None) -> IndexInfo:
     """Index every n-gram of a records dataset (Parquet/JSONL, globs, fsspec URLs) or packed dataset into `out_path`.
 
     `normalization` is a list of normalization names (see `normalize.py`); the
@@ -110,7 +124,9 @@ def build_index(dataset_path: str | Sequence[str], out_path: str, ngram: int = 1
     which needs many n-grams of one item, but visible with the any-n-gram rule).
     `workers` processes (default: all cores, the local engine's spawn pool);
     the bytes written never depend on it. `max_partition_bytes` bounds the
-    hashes one reduce task holds in memory (a bigger partition is split further).
+    hashes one reduce task holds in memory (a bigger partition is split further;
+    default: a quarter of the free memory shared by the concurrent tasks, <= 1 GB).
+    `partition_bits`: 2^bits reduce partitions (default 16, more above 8 workers; at most 12 bits).
     """
     if fingerprint_bits not in (16, 32):
         raise ValueError("fingerprint_bits must be 16 or 32")
@@ -120,7 +136,12 @@ def build_index(dataset_path: str | Sequence[str], out_path: str, ngram: int = 1
     paths = [dataset_path] if isinstance(dataset_path, str) else list(dataset_path)
     if any(str(p).startswith("memory://") for p in paths + [out_path]):
         workers = 1  # an in-memory filesystem lives in this process only: spawned workers would not see it
-    spec = HashSpec(int(ngram), flags_of(normalization), tuple(text_fields) if text_fields else None, batch_rows)
+    part_bits = partition_bits or min(8, max(_PART_BITS, math.ceil(math.log2(2 * workers))))  # >= 2 per worker
+    if not 1 <= part_bits <= 12:
+        raise ValueError("partition_bits must be 1..12")
+    max_partition_bytes = max_partition_bytes or _default_partition_bytes(min(workers, 1 << part_bits))
+    spec = HashSpec(int(ngram), flags_of(normalization), tuple(text_fields) if text_fields else None, batch_rows,
+                    part_bits)
     tmp = Path(tempfile.mkdtemp(prefix="dk-ngram-index-"))
     stage_dir: Path | None = None
     try:
@@ -155,6 +176,16 @@ def build_index(dataset_path: str | Sequence[str], out_path: str, ngram: int = 1
         if stage_dir is not None:
             shutil.rmtree(stage_dir, ignore_errors=True)  # a failed assembly never leaves a half folder behind
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _default_partition_bytes(concurrent: int) -> int:
+    """Hashes one reduce task may sort at once: sorting needs ~2x (the deduplicated copy), and
+    `concurrent` tasks run side by side; 64 MB .. 1 GB."""
+    try:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not Linux: assume plenty
+        return MAX_PARTITION_BYTES
+    return int(min(MAX_PARTITION_BYTES, max(64 << 20, free // (4 * max(concurrent, 1)))))
 
 
 # -- planning ---------------------------------------------------------------------------------
@@ -285,7 +316,7 @@ def _map_task(t: _MapTask) -> dict[str, Any]:
         raise
     except Exception as e:  # name the file: "map task 3 failed" alone sends nobody anywhere
         raise IndexBuildError(f"n-gram index build failed in map task {t.task} while reading {reading[0]}: "
-                              f"{type(e).__name__}: {e}") from None
+                              f"{_one_line(e)}") from None
     finally:
         for f in files.values():
             f.close()
@@ -480,6 +511,11 @@ def _write_offsets(path: Path, parts: Sequence[dict], b: int, off_dtype: str,
     offsets.tofile(path)
 
 
+def _one_line(e: BaseException) -> str:
+    """`Type: message` on one line (Arrow's messages carry newlines; the CLI prints one line)."""
+    return f"{type(e).__name__}: {' '.join(str(e).split())}"
+
+
 # -- running tasks ---------------------------------------------------------------------------------
 
 def _run_tasks(fn: Callable, tasks: Sequence, workers: int, what: str) -> list:
@@ -495,7 +531,7 @@ def _run_tasks(fn: Callable, tasks: Sequence, workers: int, what: str) -> list:
             except (InputError, IndexBuildError):
                 raise
             except Exception as e:
-                raise IndexBuildError(f"n-gram index build failed in {t.describe()}: {type(e).__name__}: {e}") from e
+                raise IndexBuildError(f"n-gram index build failed in {t.describe()}: {_one_line(e)}") from e
         return out
     from concurrent.futures import wait
     from concurrent.futures.process import BrokenProcessPool
@@ -515,7 +551,7 @@ def _run_tasks(fn: Callable, tasks: Sequence, workers: int, what: str) -> list:
             except (InputError, IndexBuildError):
                 raise
             except Exception as e:
-                raise IndexBuildError(f"n-gram index build failed in {t.describe()}: {type(e).__name__}: {e}") from e
+                raise IndexBuildError(f"n-gram index build failed in {t.describe()}: {_one_line(e)}") from e
     except Exception:
         for f in futures:
             f.cancel()

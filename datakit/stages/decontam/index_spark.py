@@ -66,6 +66,8 @@ def build_index_spark(spark, dataset_path: str | Sequence[str], out_path: str, n
     sc = spark.sparkContext
     if part_bits is None:
         part_bits = min(12, max(4, math.ceil(math.log2(max(2 * sc.defaultParallelism, 1)))))
+    if not 1 <= part_bits <= 12:
+        raise ValueError("part_bits must be 1..12")
     spec = HashSpec(int(ngram), flags_of(normalization), tuple(text_fields) if text_fields else None, batch_rows,
                     int(part_bits))
     units = plan_units(dataset_path, 4 * sc.defaultParallelism)
