@@ -311,6 +311,17 @@ def test_spark_build_equals_local_bytes(spark, corpus, reference, tmp_path):
                              part_bits=5, max_partition_bytes=4096)
     assert _bytes(tmp_path / "idx") == _bytes(reference) and info.documents == 308
     assert not list(tmp_path.glob(".tmp-index*"))  # the shared work folder is gone
+    from datakit.engines.spark_session import SparkJobError
+
+    bad = tmp_path / "bad"
+    shutil.copytree(corpus, bad)
+    pq.write_table(pa.table({"text": [f"y{i} " * 300 for i in range(50)]}), str(bad / "part-00009.parquet"),
+                   compression="zstd")
+    _corrupt_pages(bad / "part-00009.parquet")
+    with pytest.raises(SparkJobError, match=r"building the n-gram index.*part-00009\.parquet"):
+        build_index_spark(spark, str(bad), str(tmp_path / "idx"), 13, ["whitespace", "case"])
+    assert _bytes(tmp_path / "idx") == _bytes(reference)  # the earlier index is untouched
+    assert not list(tmp_path.glob(".tmp-index*"))
 
 
 def test_pipeline_builds_the_index_with_spark_after_a_spark_run(spark, corpus, reference, tmp_path):
@@ -329,3 +340,27 @@ def test_pipeline_builds_the_index_with_spark_after_a_spark_run(spark, corpus, r
     local = RunResult(output_path=str(out), stages=[], manifest=None, seconds=0.0, engine="local")
     Pipeline("p")._build_index(plan, local)
     assert local.extra["index"]["engine"] == "local" and _bytes(out / "_ngram_index") == _bytes(reference)
+
+
+def test_spark_map_function_emits_every_hash_once_under_small_buffers(corpus, monkeypatch):
+    """The executor-side map, called directly (no Spark): with tiny buffer limits it flushes often, and
+    the emitted records still carry exactly the hashes and counts of the local map."""
+    from datakit.stages.decontam import index_spark
+    from datakit.stages.decontam.index import HashSpec, hash_partitions, new_stats, plan_units, unit_batches
+
+    spec = HashSpec(13, flags_of(["whitespace", "case"]), None, 64, 4)
+    units = plan_units(str(corpus), 1)
+    monkeypatch.setattr(index_spark, "_EMIT_BYTES", 4096)
+    monkeypatch.setattr(index_spark, "_HOLD_BYTES", 16384)
+    records = list(index_spark._MapFn(spec)(iter(units)))
+    stats = [v for k, v in records if k == index_spark._STATS]
+    got = {p: np.sort(np.concatenate([np.frombuffer(v, np.uint64) for k, v in records if k == p]))
+           for p in {k for k, _ in records if k >= 0}}
+    want_stats = new_stats()
+    want: dict[int, list] = {}
+    for p, h in hash_partitions((b for u in units for b in unit_batches(u, spec)), spec, want_stats):
+        want.setdefault(p, []).append(h)
+    assert len(stats) == 1 and stats[0] == want_stats and want_stats["documents"] == 308
+    assert sorted(got) == sorted(want) and len(records) > 3 * len(want)  # flushed in many small records
+    for p in want:
+        assert np.array_equal(got[p], np.sort(np.concatenate(want[p])))

@@ -35,16 +35,17 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from datakit.io.fs import filesystem
-from datakit.stages.decontam.index import (FP_BITS, MAX_PARTITION_BYTES, Fingerprinter, HashSpec, IndexInfo, Unit,
-                                           _bucket_bits, _local_target, finish_index, hash_partitions, new_stats,
-                                           plan_units, read_u64_chunks, sorted_unique_chunks, sum_stats,
-                                           unit_batches)
+from datakit.io.fs import InputError, filesystem
+from datakit.stages.decontam.index import (FP_BITS, MAX_PARTITION_BYTES, Fingerprinter, HashSpec, IndexBuildError,
+                                           IndexInfo, Unit, _bucket_bits, _local_target, _one_line, finish_index,
+                                           hash_partitions, new_stats, plan_units, read_u64_chunks,
+                                           sorted_unique_chunks, sum_stats, unit_batches)
 from datakit.stages.decontam.normalize import DEFAULT_NORMALIZATIONS, flags_of
 
 log = logging.getLogger("datakit.decontam.index")
 
 _EMIT_BYTES = 4 << 20  # a map task buffers up to this much per partition before emitting a record
+_HOLD_BYTES = 64 << 20  # ... and up to this much in all
 _STATS = -1  # key of the stats record (routed to partition 0)
 
 
@@ -129,13 +130,31 @@ class _MapFn:
         stats = new_stats()
         buf: dict[int, list[np.ndarray]] = {}
         size: dict[int, int] = {}
-        batches = (b for u in units for b in unit_batches(u, self.spec))
-        for p, h in hash_partitions(batches, self.spec, stats):
-            buf.setdefault(p, []).append(h)
-            size[p] = size.get(p, 0) + h.nbytes
-            if size[p] >= _EMIT_BYTES:
-                yield p, np.concatenate(buf.pop(p)).tobytes()
-                size[p] = 0
+        reading = [""]
+
+        def batches() -> Iterator:
+            for u in units:
+                reading[0] = u.url
+                yield from unit_batches(u, self.spec)
+
+        try:
+            held = 0
+            for p, h in hash_partitions(batches(), self.spec, stats):
+                buf.setdefault(p, []).append(h)
+                size[p] = size.get(p, 0) + h.nbytes
+                held += h.nbytes
+                if size[p] >= _EMIT_BYTES:
+                    held -= size[p]
+                    yield p, np.concatenate(buf.pop(p)).tobytes()
+                    size[p] = 0
+                elif held >= _HOLD_BYTES:  # many partitions: bound the task's buffer, not just each one
+                    for q in sorted(buf):
+                        yield q, np.concatenate(buf[q]).tobytes()
+                    buf, size, held = {}, {}, 0
+        except (InputError, IndexBuildError):
+            raise
+        except Exception as e:  # the driver's one-line SparkJobError then names the file
+            raise IndexBuildError(f"n-gram index map failed while reading {reading[0]}: {_one_line(e)}") from None
         for p in sorted(buf):
             yield p, np.concatenate(buf[p]).tobytes()
         yield _STATS, stats
