@@ -259,6 +259,10 @@ def test_a_failing_task_is_a_clear_error_and_publishes_nothing(corpus, tmp_path,
         build_index(str(ds), str(tmp_path / "fresh"), 13, ["whitespace", "case"], workers=workers)
     assert not (tmp_path / "fresh").exists()
     assert not list(tmp_path.glob(".tmp-index-*"))
+    (ds / "part-00009.parquet").unlink()
+    with pytest.raises(InputError, match="no column nope"):  # raised inside a task: still the usage error
+        build_index(str(ds), str(tmp_path / "fresh"), 13, ["whitespace", "case"], text_fields=["nope"],
+                    workers=workers)
     (ds / "part-00009.parquet").write_bytes(b"not parquet at all")  # unreadable input stays a usage error
     with pytest.raises(InputError, match="cannot read Parquet file"):
         build_index(str(ds), str(tmp_path / "fresh"), 13, ["whitespace", "case"], workers=workers)

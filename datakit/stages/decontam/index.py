@@ -546,8 +546,9 @@ def _run_tasks(fn: Callable, tasks: Sequence, workers: int, what: str) -> list:
                 results.append(f.result())
             except BrokenProcessPool:
                 _drop_pool(workers)
-                raise IndexBuildError(f"a worker process died during the n-gram index {what} phase "
-                                      f"(killed or out of memory; {t.describe()})") from None
+                raise IndexBuildError(f"a worker process died during the n-gram index {what} phase ({t.describe()}): "
+                                      "killed, out of memory, or a script that builds at import time (spawned "
+                                      "workers import it: use `if __name__ == \"__main__\":`)") from None
             except (InputError, IndexBuildError):
                 raise
             except Exception as e:
