@@ -71,7 +71,7 @@ def run(
     except ImportError as e:
         _fail(f"{e} (is the engine's package installed? `make venv` installs everything)")
     except Exception as e:  # an engine/runtime failure: short message, detail in the log
-        if type(e).__name__ in ("EngineError", "SparkSetupError", "SparkJobError"):
+        if type(e).__name__ in ("EngineError", "SparkSetupError", "SparkJobError", "IndexBuildError"):
             _fail(str(e), 3)
         raise
     if json_out:
