@@ -235,14 +235,14 @@ class Pipeline:
         if o is not None and o.quality and plan.sink is not None and plan.sink.format == "parquet":
             self._validate(plan, result, o.quality)
         if o is not None and o.index and plan.sink is not None:
-            self._build_index(plan, result)
+            self._build_index(plan, result, engine_options.get("workers") if engine == "local" else None)
         return result
 
-    def _build_index(self, plan: Plan, result: Any) -> None:
+    def _build_index(self, plan: Plan, result: Any, workers: int | None = None) -> None:
         """Index the committed output's n-grams with the decontaminate stage's settings (or the defaults).
 
         After a Spark run the index is built with Spark too (executors hash and sort, the driver
-        only concatenates); otherwise on all local cores. Same bytes either way."""
+        only concatenates); otherwise on the local run's workers (default: all cores). Same bytes either way."""
         from datakit.stages.decontam.index import INDEX_DIRNAME, build_index
 
         stage = next((s for s in self.config.stages if s.kind == "decontaminate"), None)
@@ -260,7 +260,7 @@ class Pipeline:
 
             info = build_index_spark(session, plan.sink.path, out, **kw)
         else:
-            info = build_index(plan.sink.path, out, **kw)
+            info = build_index(plan.sink.path, out, workers=workers, **kw)
         result.extra["index"] = {"path": out, "engine": "spark" if session is not None else "local",
                                  **({"ngrams": getattr(info, "ngrams")} if hasattr(info, "ngrams") else {})}
 
