@@ -163,8 +163,18 @@ class ScrubFn:
         `prose[i]` says where text i is natural language: True (all of it), False,
         or a list of (start, end) spans (the chat turns of a joined record). Only
         those texts become Python strings for NER.
+
+        Secrets split across string literals (`"ghp_abc" "def..."`, `"sk-" + "..."`)
+        are joined by `literals.find_split_secrets` (rows picked by a Rust regex gate)
+        and merged with the scanner's findings by detector priority, so the joined
+        token replaces the generic finding on its first fragment.
         """
+        from datakit.stages.pii.literals import find_split_secrets, merge_findings
+
         found = scan_batch(texts, self.detectors, self.strategy, suppressed)
+        split = find_split_secrets(texts, self.detectors, gated=self.strategy != "python")
+        if split:
+            found = merge_findings(found, split, {d.entity: d.priority for d in self.detectors}, suppressed)
         if self.person is not None and prose is not None:
             want = [i for i, p in enumerate(prose) if p]
             if want:
