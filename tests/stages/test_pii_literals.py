@@ -308,3 +308,18 @@ def test_scrub_with_split_literals_is_idempotent_and_never_adds_detections(text:
     assert find_split_secrets([text]) == find_split_secrets([text], gated=False)
     for a, b, _p, _e in scan_text_split(text):
         assert a < b
+
+
+def test_candidate_rows_from_a_scanners_own_pass() -> None:
+    """A scanner that already ran ROW_GATE/GATE_CONT may hand over its rows: same findings, no first pass."""
+    import polars as pl
+
+    from datakit.stages.pii.literals import ROW_GATE
+
+    texts = [c["text"] for c in ALL_CASES] + [None, "plain"]
+    s = pl.Series(texts, dtype=pl.String)
+    rows = (s.str.contains(ROW_GATE) | s.str.contains(GATE_CONT)).fill_null(False).arg_true().to_list()
+    assert len(rows) < len(texts)
+    assert find_split_secrets(texts, candidate_rows=rows) == find_split_secrets(texts)
+    assert find_split_secrets(texts, candidate_rows=range(len(texts))) == find_split_secrets(texts)
+    assert find_split_secrets(texts, candidate_rows=[]) == {}
