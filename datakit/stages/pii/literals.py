@@ -313,6 +313,8 @@ def run_candidates(text: str, run: Run, token_dets: Sequence[Detector], assign_d
     out: list[tuple[int, int, int, str]] = []
     content = run.content
     for det in token_dets:
+        if det.compiled.search(content) is None:  # the common case, without a generator per detector
+            continue
         for m in det.finditer(content):
             if not _crosses(run, *m.span()):
                 continue
@@ -323,6 +325,8 @@ def run_candidates(text: str, run: Run, token_dets: Sequence[Detector], assign_d
         head = f'{ctx.group("k")} = "'
         synthetic = f'{head}{content}"'
         for det in assign_dets:
+            if det.compiled.search(synthetic) is None:
+                continue
             for m in det.finditer(synthetic):
                 a, b = det.span(m)
                 if det.entity == "high_entropy" and _has_alphabet_run(synthetic[a:b]):
