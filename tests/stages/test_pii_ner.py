@@ -23,7 +23,8 @@ pytestmark = pytest.mark.skipif(MODEL is None, reason="no spaCy English pipeline
 
 ASSISTANT = ("Sure. Maria Garcia reported the same crash last week; the fix is in `load_user_config`:\n\n"
              "```python\ndef load_user_config(path):\n    return UserConfig.parse(path)\n```\n")
-CODE = "# TODO(John Smith): drop this shim\nclass UserManager:\n    pass\n"
+# a name with no code context (the `person` pattern detector reads author lines, TODO(name)...)
+CODE = "# John Smith wrote this shim\nclass UserManager:\n    pass\n"
 
 
 def _rec(doc_id: str, kind: str, segments: list[tuple[str, bool, str]]) -> dict:
