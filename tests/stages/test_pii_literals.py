@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from datakit.contracts import TRAINING_RECORD_V1
@@ -237,7 +237,8 @@ def test_stage_fn_on_a_record_batch() -> None:
             {"text": f'token = ("{a}"\n         ', "train": False, "role": "prefix"},
             {"text": "print(token)\n", "train": False, "role": "suffix"}],
          "chosen": None, "rejected": None, "source": None, "meta": "{}"},
-        {"doc_id": "pref", "kind": "preference", "segments": [{"text": "set the key", "train": False, "role": "prompt"}],
+        {"doc_id": "pref", "kind": "preference",
+         "segments": [{"text": "set the key", "train": False, "role": "prompt"}],
          "chosen": 'KEY = "sk-proj-Qm7Xv2Lp9Rt4Kw8Z" + "b3Nc6Yh1Jd5Fs0Gu2Ae4Hi7Oj"', "rejected": "no",
          "source": None, "meta": "{}"},
         {"doc_id": "clean", "kind": "code", "segments": [
@@ -300,6 +301,10 @@ texts = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(alphabet="abXY09_
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(texts)
+# found by hypothesis: the replaced OpenAI key joined lines 1-2, so the stray `'` on line 1 closed
+# on line 2 and the GitHub run on lines 2-3 lexed only after the first scrub (settle_line_merges)
+@example('\'api_key = "sk-proj-Qm7Xv2Lp9Rt4Kw8Z" + "b3Nc6Yh1Jd5Fs0Gu2Ae4Hi7Oj"\n"0\'token = ("ghp_R7kQ2mX9vL4pN8wZ"\n'
+         '         "c3Tb6Yh1Jd5Fs0Gu2Ae4")\n')
 def test_scrub_with_split_literals_is_idempotent_and_never_adds_detections(text: str) -> None:
     for fn in (FN, PSEUDO):
         once = _scrub(text, fn)

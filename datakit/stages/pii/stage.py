@@ -169,12 +169,23 @@ class ScrubFn:
         and merged with the scanner's findings by detector priority, so the joined
         token replaces the generic finding on its first fragment.
         """
-        from datakit.stages.pii.literals import find_split_secrets, merge_findings
+        from datakit.stages.pii.literals import find_split_secrets, merge_findings, settle_line_merges
 
         found = scan_batch(texts, self.detectors, self.strategy, suppressed)
         split = find_split_secrets(texts, self.detectors, gated=self.strategy != "python")
+        priority = {d.entity: d.priority for d in self.detectors}
         if split:
-            found = merge_findings(found, split, {d.entity: d.priority for d in self.detectors}, suppressed)
+            found = merge_findings(found, split, priority, suppressed)
+        # a replaced span that crosses lines (a split secret, a PEM block) joins them, which can
+        # change how the literals after it lex: settle those rows here, as later rounds do not
+        multiline = {d.entity for d in self.detectors if d.multiline}
+        joined = sorted(set(split) | {i for i, fs in enumerate(found) if fs and any(f.entity in multiline for f in fs)})
+        if joined:
+            got = (texts.take(pa.array(joined, pa.int64())).to_pylist() if isinstance(texts, pa.Array)
+                   else [texts[i] for i in joined])
+            found = list(found)
+            settle_line_merges({i: t for i, t in zip(joined, got) if t}, found, self.detectors, priority,
+                               self.replacer.token, suppressed)
         if self.person is not None and prose is not None:
             want = [i for i, p in enumerate(prose) if p]
             if want:
