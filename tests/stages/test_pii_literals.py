@@ -328,3 +328,11 @@ def test_candidate_rows_from_a_scanners_own_pass() -> None:
     assert find_split_secrets(texts, candidate_rows=rows) == find_split_secrets(texts)
     assert find_split_secrets(texts, candidate_rows=range(len(texts))) == find_split_secrets(texts)
     assert find_split_secrets(texts, candidate_rows=[]) == {}
+
+
+def test_scan_takes_lists_arrow_arrays_and_chunked_arrays_alike() -> None:
+    texts = [c["text"] for c in SPLIT] + [None]
+    want = FN.scan(texts)
+    assert sum(map(len, want)) >= len(SPLIT_POS)
+    assert FN.scan(pa.array(texts, pa.string())) == want
+    assert FN.scan(pa.chunked_array([texts[:5], texts[5:]], pa.string())) == want

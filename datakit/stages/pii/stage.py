@@ -181,8 +181,8 @@ class ScrubFn:
         multiline = {d.entity for d in self.detectors if d.multiline}
         joined = sorted(set(split) | {i for i, fs in enumerate(found) if fs and any(f.entity in multiline for f in fs)})
         if joined:
-            got = (texts.take(pa.array(joined, pa.int64())).to_pylist() if isinstance(texts, pa.Array)
-                   else [texts[i] for i in joined])
+            got = (texts.take(pa.array(joined, pa.int64())).to_pylist()
+                   if isinstance(texts, (pa.Array, pa.ChunkedArray)) else [texts[i] for i in joined])
             found = list(found)
             settle_line_merges({i: t for i, t in zip(joined, got) if t}, found, self.detectors, priority,
                                self.replacer.token, suppressed)
