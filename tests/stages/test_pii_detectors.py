@@ -51,6 +51,12 @@ def test_validators() -> None:
     assert iban_ok("DE89370400440532013000") and not iban_ok("DE89370400440532013001")
     assert not iban_ok("DE8937040044053201300")  # wrong length for DE
     assert shannon_entropy("aaaa") == 0.0
+    # the table-driven form equals the textbook -sum(p*log2(p))
+    import math
+    from collections import Counter
+    for s in ("ab", "aab", "q8Zr4Kx2Vb9Lm3Np7Ts1Wy6Hd0Gf5Jc", "x" * 300 + "y" * 7):
+        want = -sum(c / len(s) * math.log2(c / len(s)) for c in Counter(s).values())
+        assert abs(shannon_entropy(s) - want) < 1e-12
     assert shannon_entropy("q8Zr4Kx2Vb9Lm3Np7Ts1Wy6Hd0Gf5Jc") > 4.5
 
 

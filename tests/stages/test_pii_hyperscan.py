@@ -101,3 +101,29 @@ def test_null_slot_with_bytes_behind_it_is_not_scanned() -> None:
     got = scan_batch(arr, strategy="hyperscan")
     assert got == [[], scan_batch(["bob@example.com"], strategy="python")[0]]
     assert got[1] and got[1][0].entity == "email"
+
+
+def test_split_literal_gates_ride_along_in_the_single_pass() -> None:
+    """The stage hands literals.GATE/GATE_CONT to the hyperscan pass and finds split secrets from their
+    match ends: the same as lexing every text whole, and the same as the gates' own polars pass."""
+    import inspect
+    import textwrap
+
+    from datakit.stages.pii import literals
+    from datakit.stages.pii.literals import GATE, GATE_CONT, find_split_secrets
+
+    forms = ['t = ("ghp_R7kQ2mX9vL4pN8wZ"\r\n     "c3Tb6Yh1Jd5Fs0Gu2Ae4x1yZ")', 'k = "sk-proj-Qm7Xv2Lp9R\\\nt4Kw8Zb3Nc6Yh1Jd5Fs0Gu2Ae4Hi7Oj"',
+             'k = "ghp_R7kQ2mX9vL4pN8wZ" +\n\n   \n  "c3Tb6Yh1Jd5Fs0Gu2Ae4x1yZ"', "é = 'ünï' + 'ghp_R7kQ2mX9vL4pN8wZ' 'c3Tb6Yh1Jd5Fs0Gu2Ae4x1yZ'"]
+    texts = [c["text"] for c in CASES] + [inspect.getsource(m) for m in (textwrap, literals)] + forms + [None, ""]
+    ends: list[dict[int, list[int]]] = []
+    found = scan_batch(texts, strategy="hyperscan", gates=(GATE, GATE_CONT), gate_ends=ends)
+    assert found == _ref(texts)  # the gates change no detector finding
+    assert len(ends) == 2 and ends[0] and ends[1]
+    want = find_split_secrets(texts, gated=False)
+    assert len(want) >= 10
+    assert find_split_secrets(texts, gate_ends=(ends[0], ends[1])) == want == find_split_secrets(texts)
+    assert find_split_secrets(pa.array(texts, pa.string()), gate_ends=(ends[0], ends[1])) == want
+    # under the other strategies the caller's list stays empty (it runs its own gate pass)
+    other: list[dict[int, list[int]]] = []
+    scan_batch(texts, strategy="polars", gates=(GATE,), gate_ends=other)
+    assert other == []

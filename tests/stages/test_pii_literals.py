@@ -336,3 +336,26 @@ def test_scan_takes_lists_arrow_arrays_and_chunked_arrays_alike() -> None:
     assert sum(map(len, want)) >= len(SPLIT_POS)
     assert FN.scan(pa.array(texts, pa.string())) == want
     assert FN.scan(pa.chunked_array([texts[:5], texts[5:]], pa.string())) == want
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(texts)
+@example('\'api_key = "sk-proj-Qm7Xv2Lp9Rt4Kw8Z" + "b3Nc6Yh1Jd5Fs0Gu2Ae4Hi7Oj"\n"0\'token = ("ghp_R7kQ2mX9vL4pN8wZ"\n'
+         '         "c3Tb6Yh1Jd5Fs0Gu2Ae4")\n')
+def test_settling_line_merges_around_the_joined_lines_equals_rescanning_everything(text: str) -> None:
+    """`settle_line_merges` rescans only the runs around lines a replacement joined: same as the whole text."""
+    from datakit.stages.pii.literals import merge_findings, settle_line_merges
+
+    priority = {d.entity: d.priority for d in FN.detectors}
+    from datakit.stages.pii.scan import scan_batch
+
+    base = scan_batch([text], FN.detectors, "python")
+    split = find_split_secrets([text], FN.detectors, gated=False)
+    if split:
+        base = merge_findings(base, split, priority)
+    results = []
+    for whole in (False, True):
+        found = list(base)
+        settle_line_merges({0: text}, found, FN.detectors, priority, FN.replacer.token, None, whole_text=whole)
+        results.append(found)
+    assert results[0] == results[1]

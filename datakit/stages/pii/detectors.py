@@ -122,10 +122,21 @@ def iban_ok(raw: str) -> bool:
     return int(num) % 97 == 1
 
 
+_C_LOG2_C = [0.0] + [c * math.log2(c) for c in range(1, 257)]  # c*log2(c), looked up (validators run per candidate)
+
+
 def shannon_entropy(s: str) -> float:
-    """Bits per character of `s` (a random base64 string of 32 chars is ~4.5-5)."""
+    """Bits per character of `s` (a random base64 string of 32 chars is ~4.5-5).
+
+    Computed as log2(n) - sum(c*log2(c))/n over the character counts c, with
+    c*log2(c) from a table: the same value as -sum(p*log2(p)) up to rounding.
+    """
     n = len(s)
-    return -sum(c / n * math.log2(c / n) for c in Counter(s).values())
+    if n == 0:
+        return 0.0
+    counts = Counter(s).values()
+    total = sum(map(_C_LOG2_C.__getitem__, counts)) if n < 257 else sum(c * math.log2(c) for c in counts)
+    return max(0.0, math.log2(n) - total / n)
 
 
 _HEX = re.compile(r"[0-9a-fA-F]+")
@@ -267,7 +278,7 @@ def high_entropy_ok(m: re.Match[str], text: str) -> bool:
     v = m.group("v")
     if _HEX.fullmatch(v) or v[0] in "/.~" or "://" in v:  # digests, paths, URLs
         return False
-    if not (_LOWER.search(v) and _UPPER.search(v)):
+    if v.lower() == v or v.upper() == v:  # one case only (the token class is ASCII)
         return False
     if _ENTROPY_KEY_SKIP.search(m.group("k")) or _UUID.fullmatch(v) or _SHA_PREFIX.match(v):
         return False
@@ -279,7 +290,7 @@ def high_entropy_ok(m: re.Match[str], text: str) -> bool:
     if "/" in v and _PATHLIKE.fullmatch(v) and not _DIGITS2.search(v):
         return False
     # long pronounceable runs of letters are words (identifiers), not random tokens
-    if any(sum(ch in "aeiou" for ch in w) >= 0.3 * len(w) for w in _LOWER_RUN.findall(v)):
+    if any(sum(map(w.count, "aeiou")) >= 0.3 * len(w) for w in _LOWER_RUN.findall(v)):
         return False
     camel_words = [w for w in _CAMEL.findall(v) if _VOWEL.search(w, 1)]
     if sum(map(len, camel_words)) >= 0.6 * len(v):  # SomeLongClassName2: an identifier

@@ -169,10 +169,14 @@ class ScrubFn:
         and merged with the scanner's findings by detector priority, so the joined
         token replaces the generic finding on its first fragment.
         """
-        from datakit.stages.pii.literals import find_split_secrets, merge_findings, settle_line_merges
+        from datakit.stages.pii.literals import GATE_CONT, ROW_GATE, find_split_secrets, merge_findings, settle_line_merges
 
-        found = scan_batch(texts, self.detectors, self.strategy, suppressed)
-        split = find_split_secrets(texts, self.detectors, gated=self.strategy != "python")
+        # the split-literal row gate rides along in hyperscan's one pass; the finer GATE then runs on
+        # the rows it picks (under the other strategies find_split_secrets runs its own gate passes)
+        gate_ends: list[dict[int, list[int]]] = []
+        found = scan_batch(texts, self.detectors, self.strategy, suppressed, (ROW_GATE, GATE_CONT), gate_ends)
+        split = find_split_secrets(texts, self.detectors, gated=self.strategy != "python",
+                                   candidate_rows=sorted(set(gate_ends[0]) | set(gate_ends[1])) if gate_ends else None)
         priority = {d.entity: d.priority for d in self.detectors}
         if split:
             found = merge_findings(found, split, priority, suppressed)
