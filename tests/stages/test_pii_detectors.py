@@ -72,3 +72,19 @@ def test_detectors_have_unique_names_and_valid_prefilters() -> None:
     s = pl.Series(["x"])
     for d in DETECTORS:
         s.str.contains(d.prefilter)  # raises if the Rust regex engine rejects it
+
+
+def test_keyword_trie_matches_like_the_flat_alternation() -> None:
+    """`_trie_regex` (used in the Python patterns) prefers the same keyword as a longest-first flat alternation."""
+    import re
+
+    from datakit.stages.pii.detectors import _SECRET_KEYWORDS, _trie_regex
+
+    words = _SECRET_KEYWORDS.split("|") + ["pass", "passwordless", "a", "ab", "abc"]
+    flat = re.compile("(?:" + "|".join(sorted(set(words), key=lambda w: (-len(w), w))) + r")(?P<tail>\w*)=")
+    trie = re.compile(_trie_regex(words) + r"(?P<tail>\w*)=")
+    texts = [w + t for w in words for t in ("=", "_key=", "x=", "")] + ["abcd=", "passwd_hash=", "no keyword"]
+    for text in texts:
+        assert [(m.span(), m.group("tail")) for m in flat.finditer(text)] == \
+               [(m.span(), m.group("tail")) for m in trie.finditer(text)], text
+    assert trie.fullmatch("password_key=") and not trie.fullmatch("pas=")

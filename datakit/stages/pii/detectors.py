@@ -659,7 +659,9 @@ DETECTORS: tuple[Detector, ...] = (
         "secret_assignment", "SECRET_ASSIGNMENT", "secret",
         # starts at the keyword (a `DB_`/`self.` prefix does not change the value found, and a
         # leading `[\w.-]*` made Python retry every position of every word)
-        r"(?P<k>(?:" + _SECRET_KEYWORDS + r")(?i:[_-]?(?:key|value|str|string|hash))?)"
+        # the keywords as a trie in Python (shared prefixes fail fast); flat in the prefilter (Rust and
+        # hyperscan turn a flat literal set into a SIMD multi-literal search)
+        r"(?P<k>" + _trie_regex(_SECRET_KEYWORDS.split("|")) + r"(?i:[_-]?(?:key|value|str|string|hash))?)"
         r"[\"']?[ \t]*(?:(?<![=!<>]):?=(?!=)|=>|:)[ \t]*(?:[rbuRBU]{0,2}(?P<q>[\"'`])(?P<v>[^\"'`\n]{4,200})(?P=q)"
         r"|(?P<v2>(?<=[=:])[^\s\"'`#,;(){}\[\]][^\s\"'`,;(){}\[\]]{5,199}"
         r"|(?<=[=:] )[^\s\"'`#,;(){}\[\]][^\s\"'`,;(){}\[\]]{5,199})(?=[ \t]*(?:#.*)?$))",
