@@ -20,7 +20,6 @@ How it runs a plan (and why):
 """
 from __future__ import annotations
 
-import atexit
 import json
 import logging
 import os
@@ -28,10 +27,8 @@ import shutil
 import tempfile
 import time
 from collections import Counter, defaultdict
-from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -48,6 +45,7 @@ from datakit.io.fs import filesystem
 from datakit.io.readers import iter_parquet, iter_raw_lines
 from datakit.plan import (DROP, DROP_DETAIL, Aggregate, ConnectedComponents, Join, MapBatches, Node, Plan,
                           Source)
+from datakit.workers import drop_pool, pool
 
 log = logging.getLogger("datakit.engine.local")
 
@@ -445,7 +443,7 @@ class LocalEngine:
                 out = self._sink(plan)
             manifest = None
         except BaseException:
-            _drop_pool(self.workers)  # a failed task may leave workers mid-job: start fresh next time
+            drop_pool(self.workers)  # a failed task may leave workers mid-job: start fresh next time
             raise
         stages = stage_report(plan, self._stats, self._rows)
         seconds = time.perf_counter() - t0
@@ -477,7 +475,7 @@ class LocalEngine:
             return []
         if self.workers == 1 or len(items) == 1:
             return [fn(i) for i in _progress(items, what, self.progress)]
-        futures = [_pool(self.workers).submit(fn, i) for i in items]
+        futures = [pool(self.workers).submit(fn, i) for i in items]
         try:
             return [f.result() for f in _progress(futures, what, self.progress)]
         except BrokenProcessPool:
@@ -733,34 +731,6 @@ def _progress(items, what: str, enabled: bool | None):
         list(track(as_completed(items), total=len(items), description=what, transient=True))
         return items
     return track(items, description=what, transient=True)
-
-
-_POOLS: dict[int, tuple[ProcessPoolExecutor, int]] = {}
-
-
-def _pool(workers: int) -> ProcessPoolExecutor:
-    """A process pool kept alive across runs: spawning workers (and importing pyarrow, polars,
-    numba kernels in each) costs seconds, which a notebook re-running a pipeline should pay once.
-    `spawn`, not `fork`: polars and numba hold threads that a fork would copy mid-lock."""
-    env = hash(frozenset(os.environ.items()))  # workers see the environment of their birth (credentials!)
-    pool, born = _POOLS.get(workers, (None, None))
-    if pool is None or born != env or getattr(pool, "_broken", False):
-        _drop_pool(workers)
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"))
-        _POOLS[workers] = (pool, env)
-    return pool
-
-
-def _drop_pool(workers: int) -> None:
-    pool, _ = _POOLS.pop(workers, (None, None))
-    if pool is not None:
-        pool.shutdown(wait=False, cancel_futures=True)
-
-
-@atexit.register
-def _shutdown_pools() -> None:
-    for w in list(_POOLS):
-        _drop_pool(w)
 
 
 def _remove_if_empty(path: str) -> None:

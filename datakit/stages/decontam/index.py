@@ -20,7 +20,7 @@ Layout of an index folder (all little-endian raw arrays)::
     fingerprints.bin    uint32[N] (or uint16): hash bits [64-b-F, 64-b), sorted within each bucket
 
 Build: `build_index(dataset_path, out_path, ngram, normalization, workers=N)`
-is a map/reduce on the local engine's spawn pool (all cores by default):
+is a map/reduce on the shared spawn pool (`datakit.workers`, also the local engine's; all cores by default):
 
 * map: the input is cut into units (files; Parquet row-group ranges when there
   are fewer files than 4 per worker); each task hashes its units' texts and
@@ -122,7 +122,7 @@ def build_index(dataset_path: str | Sequence[str], out_path: str, ngram: int = 1
     `fingerprint_bits` 32 (default, ~5 B per n-gram, FP ~1e-9 per n-gram) or 16
     (~3 B per n-gram, FP ~1e-4 per n-gram: harmless under a min-fraction rule,
     which needs many n-grams of one item, but visible with the any-n-gram rule).
-    `workers` processes (default: all cores, the local engine's spawn pool);
+    `workers` processes (default: all cores, the shared `datakit.workers` pool);
     the bytes written never depend on it. `max_partition_bytes` bounds the
     hashes one reduce task holds in memory (a bigger partition is split further;
     default: a quarter of the free memory shared by the concurrent tasks, <= 1 GB).
@@ -519,7 +519,7 @@ def _one_line(e: BaseException) -> str:
 # -- running tasks ---------------------------------------------------------------------------------
 
 def _run_tasks(fn: Callable, tasks: Sequence, workers: int, what: str) -> list:
-    """Run `fn` over `tasks` in this process (workers=1) or on the local engine's spawn pool.
+    """Run `fn` over `tasks` in this process (workers=1) or on the shared spawn pool (`datakit.workers`).
 
     A failure names its task; the others are cancelled (or waited for, if running) before the
     caller removes the temporary folder they write into. InputError passes through unchanged."""
@@ -536,16 +536,16 @@ def _run_tasks(fn: Callable, tasks: Sequence, workers: int, what: str) -> list:
     from concurrent.futures import wait
     from concurrent.futures.process import BrokenProcessPool
 
-    from datakit.engines.local import _drop_pool, _pool
+    from datakit.workers import drop_pool, pool
 
-    futures = [_pool(workers).submit(fn, t) for t in tasks]
+    futures = [pool(workers).submit(fn, t) for t in tasks]
     results = []
     try:
         for t, f in zip(tasks, futures):
             try:
                 results.append(f.result())
             except BrokenProcessPool:
-                _drop_pool(workers)
+                drop_pool(workers)
                 raise IndexBuildError(f"a worker process died during the n-gram index {what} phase ({t.describe()}): "
                                       "killed, out of memory, or a script that builds at import time (spawned "
                                       "workers import it: use `if __name__ == \"__main__\":`)") from None
@@ -559,7 +559,7 @@ def _run_tasks(fn: Callable, tasks: Sequence, workers: int, what: str) -> list:
         wait(futures)  # running tasks finish before their folder is removed
         raise
     except BaseException:  # Ctrl-C: do not wait for long tasks
-        _drop_pool(workers)
+        drop_pool(workers)
         raise
     return results
 
