@@ -127,3 +127,45 @@ def test_split_literal_gates_ride_along_in_the_single_pass() -> None:
     other: list[dict[int, list[int]]] = []
     scan_batch(texts, strategy="polars", gates=(GATE,), gate_ends=other)
     assert other == []
+
+
+# ---------------------------------------------------------------- found in review
+
+def test_no_line_detector_left_is_not_a_hyperscan_error() -> None:
+    """`entities: [private_key]`: the token-line recheck has no line detectors (hyperscan refuses 0 patterns)."""
+    from datakit.stages.pii.stage import ScrubPiiConfig
+
+    assert scan_batch(["x", None], (), strategy="hyperscan") == [[], []]
+    pem = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun\n-----END RSA PRIVATE KEY-----"
+    fn = ScrubPiiConfig(ner="off", entities=["private_key"], strategy="hyperscan").build_fn()
+    assert fn.scrub(["x" + pem + "x", "plain"])[0] == ["x<PRIVATE_KEY>x", "plain"]
+
+
+def test_string_view_and_dictionary_columns() -> None:
+    texts = SAMPLES + [None]
+    want = _ref(texts)
+    for typ in (pa.string_view(), pa.dictionary(pa.int32(), pa.string())):
+        arr = pa.array(texts, pa.string()).cast(typ)
+        for strategy in ("hyperscan", "polars"):
+            assert scan_batch(arr, strategy=strategy) == want, (typ, strategy)
+
+
+def test_hyperscan_spellings_checked_with_hyperscan() -> None:
+    """Each HS_PREFILTERS spelling, compiled by hyperscan itself, matches where the Rust prefilter matches."""
+    import hyperscan
+
+    for entity, spelling in HS_PREFILTERS.items():
+        det = BY_ENTITY[entity]
+        texts = [c["text"] for c in CASES if any(e["entity"] == entity for e in c["expect"])]
+        assert texts, entity
+        db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        db.compile(expressions=[spelling.encode()], ids=[0], elements=1, flags=[0])
+        for t in texts:
+            data = t.encode()
+            ends: list[int] = []
+            db.scan(data, match_event_handler=lambda _i, _a, end, _f, _c: ends.append(end))
+            for m in pl.Series([t]).str.extract_all(det.rust_prefilter)[0]:
+                # the end of the Rust prefilter's match (in bytes) lies on a line hyperscan reports
+                at = t.find(m)
+                line = t.count("\n", 0, at)
+                assert any(data.count(b"\n", 0, e - 1) == line for e in ends), (entity, line)

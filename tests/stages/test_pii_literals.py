@@ -294,7 +294,9 @@ def test_any_cut_of_a_token_is_found_and_scrubs_to_valid_python(case: tuple[str,
 
 FRAGMENTS = ([c["text"] for c in SPLIT] + TOKENS + [t[:9] for t in TOKENS] + [t[9:] for t in TOKENS]
              + ['"', "'", "`", " + ", " . ", " .. ", "\\\n", "\n", " ", "(", ")", ",", "password = ", "token = (",
-                "<SECRET>", "<GITHUB_TOKEN>", "@", "://", "a:b", "f", "b"])
+                "<SECRET>", "<GITHUB_TOKEN>", "@", "://", "a:b", "f", "b",
+                # values that hold a quote: replacing them re-pairs the quotes after them (found in review)
+                "# Author: Pat O'Brien ", "# Copyright 2020 Pat O'Brien, key=", "https://u:p`w@h.io "])
 texts = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(alphabet="abXY09_-+.\"' \n\\", max_size=12)),
                  max_size=10).map("".join)
 
@@ -359,3 +361,37 @@ def test_settling_line_merges_around_the_joined_lines_equals_rescanning_everythi
         settle_line_merges({0: text}, found, FN.detectors, priority, FN.replacer.token, None, whole_text=whole)
         results.append(found)
     assert results[0] == results[1]
+
+
+# ---------------------------------------------------------------- found in review
+
+@pytest.mark.parametrize("strategy", ["python", "polars", "hyperscan"])
+def test_a_quote_inside_a_replaced_value_does_not_hide_a_split_secret(strategy: str) -> None:
+    """`O'Brien` (a person) or a backtick in URL credentials re-pairs the quotes after it once replaced."""
+    a, b = GITHUB[:20], GITHUB[20:]
+    fn = ScrubPiiConfig(ner="off", strategy=strategy).build_fn()
+    for text, want in (
+        (f"# Author: Pat O'Brien '{a}' '{b}'", "# Author: <PERSON> '<GITHUB_TOKEN>'"),
+        (f"# Copyright 2020 Pat O'Brien, key='{a}' '{b}'", "# Copyright 2020 <PERSON>, key='<GITHUB_TOKEN>'"),
+        (f"echo https://u:p`w@h.io `{a}` `{b}`", "echo https://<CREDENTIALS>@h.io `<GITHUB_TOKEN>`"),
+    ):
+        once = fn.scrub([text])[0][0]
+        assert once == want
+        assert fn.scrub([once])[0][0] == once
+
+
+def test_windows_of_a_minified_line_grow_once() -> None:
+    """Thousands of gate hits on one long line: same windows as growing each, without re-growing each."""
+    from datakit.stages.pii.literals import _grow, _windows_at
+
+    line = 'x="ab"+"cd";' * 2000 + "\n" + 'k = ("ghp_R7kQ2mX9vL4pN8wZ"\n  "c3Tb6Yh1Jd5Fs0Gu2Ae4x1yZ")\n'
+    ends = [m.end() for m in re.finditer(r'"\+"c|"\n  "c', line)]
+    got = _windows_at(line, ends, [])
+    every: list[tuple[int, int]] = []
+    for a, b in sorted(_grow(line, line.rfind("\n", 0, e - 1) + 1, e) for e in ends):
+        if every and a <= every[-1][1]:
+            every[-1] = (every[-1][0], max(every[-1][1], b))
+        else:
+            every.append((a, b))
+    assert got == every and len(got) == 2
+    assert find_split_secrets([line], gated=True) == find_split_secrets([line], gated=False) != {}

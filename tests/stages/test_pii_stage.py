@@ -10,7 +10,7 @@ import pytest
 
 from datakit.contracts import TRAINING_RECORD_V1
 from datakit.stages.base import stage_class
-from datakit.stages.pii.stage import ScrubPiiConfig
+from datakit.stages.pii.stage import ScrubFn, ScrubPiiConfig
 
 PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo\n-----END RSA PRIVATE KEY-----"
 SECRETS = ["jane@acme-corp.com", "AKIAIOSFODNN7EXAMPLE", "415-555-0132", "Tr0ub4dor&3"]
@@ -134,3 +134,35 @@ def test_large_string_input_gives_the_same_rows() -> None:
     b = _batch()
     got = fn(pa.RecordBatch.from_pylist(b.to_pylist(), schema=large)).to_pylist()
     assert got == fn(b).to_pylist()
+
+
+def test_scan_of_a_chunked_array_hands_strings_to_ner_and_team_recognizers() -> None:
+    """Found in review: a ChunkedArray reached NER as Arrow scalars and a team's recognizers as Arrow."""
+    import pyarrow as pa
+
+    from datakit.stages.pii.detectors import DETECTORS
+    from datakit.stages.pii.replace import Replacer
+
+    seen: dict[str, object] = {}
+
+    class Names:  # stands in for the spaCy scanner: records what it is given
+        def add_names(self, texts, prose, found):
+            seen["ner"] = [type(t).__name__ for t in texts]
+            return found
+
+    class Team:
+        def add(self, texts, found):
+            seen["extra"] = [type(t).__name__ for t in texts]
+            return found
+
+    fn = ScrubFn(DETECTORS, Replacer({}, None), "auto", Names(), Team())
+    col = pa.chunked_array([["hi jane@example.org"], ["plain", None]], pa.string())
+    found = fn.scan(col, [True, True, False])
+    assert [f.entity for f in found[0]] == ["email"]
+    assert seen == {"ner": ["str", "str"], "extra": ["str", "str", "NoneType"]}
+
+
+def test_entropy_is_stable_at_thresholds() -> None:
+    from datakit.stages.pii.detectors import shannon_entropy
+
+    assert shannon_entropy("0123456789abcdef" * 6) == 4.0  # the table form gave 3.9999999999999996

@@ -391,6 +391,7 @@ def _windows(text: str, hits: list[str], cont_hits: list[str]) -> list[tuple[int
     spans: list[tuple[int, int]] = []
     for hs, look_behind in ((hits, False), (cont_hits, True)):
         pos = 0
+        last_capped = True
         for h in hs:
             at = text.find(h, pos)
             if at < 0:  # cannot happen for the gate's own output; stay correct if it does
@@ -400,7 +401,10 @@ def _windows(text: str, hits: list[str], cont_hits: list[str]) -> list[tuple[int
             pos = at + len(h)
             if look_behind and (at == 0 or text[at - 1] not in BOUNDARY_CHARS):
                 continue
+            if spans and not last_capped and spans[-1][0] <= at and pos <= spans[-1][1]:
+                continue  # inside the last window (see `_windows_at`)
             spans.append(_grow(text, at, pos))
+            last_capped = _capped(text, spans[-1])
     merged: list[tuple[int, int]] = []
     for a, b in sorted(spans):
         if merged and a <= merged[-1][1]:
@@ -564,6 +568,11 @@ def _find_at_ends(texts: pa.Array | pa.ChunkedArray | Sequence[str | None], dete
     return out
 
 
+def _capped(text: str, span: tuple[int, int]) -> bool:
+    """Did `_grow` stop at its line limit (so a window grown from a later line could reach further)?"""
+    return text.count("\n", span[0], span[1]) >= _MAX_WINDOW_LINES - 1
+
+
 def _windows_at(text: str, gate_ends: Sequence[int], cont_ends: Sequence[int]) -> list[tuple[int, int]]:
     """`_windows` from match *end* offsets (hyperscan reports ends, not starts).
 
@@ -575,9 +584,16 @@ def _windows_at(text: str, gate_ends: Sequence[int], cont_ends: Sequence[int]) -
     """
     spans: list[tuple[int, int]] = []
     n = len(text)
-    for e in gate_ends:
-        if 0 < e <= n:
-            spans.append(_grow(text, text.rfind("\n", 0, e - 1) + 1, e))
+    last_capped = True
+    for e in gate_ends:  # sorted
+        if not 0 < e <= n:
+            continue
+        if spans and not last_capped and spans[-1][0] <= e - 1 < spans[-1][1]:
+            # inside the last window: growing from here gives a part of it (a minified line with
+            # thousands of gate ends would otherwise re-grow the same window each time)
+            continue
+        spans.append(_grow(text, text.rfind("\n", 0, e - 1) + 1, e))
+        last_capped = _capped(text, spans[-1])
     for e in cont_ends:
         if not 3 <= e <= n:
             continue
@@ -672,6 +688,17 @@ def _scan_around(text: str, spans: list[tuple[int, int]], detectors: Sequence[De
     return scan_text_split(text, detectors, merged) if merged else []
 
 
+# entities whose matched value can hold a quote (`O'Brien`; a backtick in URL credentials): replacing
+# it changes how the rest of its line pairs quotes, like a replacement that joins lines
+QUOTE_SPAN_ENTITIES = frozenset({"person", "url_credentials"})
+_RELEX_CHARS = frozenset("\n\"'`")
+
+
+def relexes(value: str) -> bool:
+    """Does replacing `value` change how literals lex around it? (It joins lines or removes a quote.)"""
+    return not _RELEX_CHARS.isdisjoint(value)
+
+
 def settle_line_merges(texts: dict[int, str], found: list[list[Finding]], detectors: Sequence[Detector],
                        priority: dict[str, int], token: Callable[[str, str], str],
                        suppressed: set[int] | None = None, whole_text: bool = False) -> None:
@@ -681,6 +708,8 @@ def settle_line_merges(texts: dict[int, str], found: list[list[Finding]], detect
     a PEM block) joins those lines, so a quote the lexer saw unterminated on the
     first line may now close on the joined line, the literals after it lex
     differently, and a split secret appears that the first scan could not see.
+    Replacing a value that holds a quote (`# Author: Pat O'Brien 'ghp_..' '..'`)
+    does the same on its own line.
     The stage's later rounds recheck only the token lines with the line scanner,
     so that would break idempotence. The replacement is simulated here instead
     (with the replacer's own tokens; lexing only sees that they hold no quote)
@@ -690,21 +719,24 @@ def settle_line_merges(texts: dict[int, str], found: list[list[Finding]], detect
     Only rows with a finding that spans a line break can change this way (on one
     line, removing quotes from inside a run cannot make an earlier quote close).
     """
-    pending = {i: t for i, t in texts.items() if any("\n" in t[f.start : f.end] for f in found[i])}
+    pending = {i: t for i, t in texts.items() if any(relexes(t[f.start : f.end]) for f in found[i])}
     for _ in range(_MAX_SETTLE):
         if not pending:
             return
         nxt: dict[int, str] = {}
         for i in sorted(pending):
-            new_text, spans = _apply(pending[i], found[i], token)
+            # simulate only the replacements that re-pair quotes: the others put a quote-free token where
+            # quote-free text was (no change to lexing), and replacing them here would cut the very
+            # fragment a newly visible split secret starts in (`key='<SECRET>' 'rest-of-token'`)
+            relexing = [f for f in found[i] if relexes(pending[i][f.start : f.end])]
+            new_text, spans = _apply(pending[i], relexing, token)
             # lexing is line-local (continuations and glue lines aside, which `_grow` follows), so
-            # only the runs around the joined lines can change: scan there, not the whole text
-            joins = [sp for sp, f in zip(spans, found[i]) if "\n" in pending[i][f.start : f.end]]
-            cands = _scan_few(new_text, detectors) if whole_text else _scan_around(new_text, joins, detectors)
+            # only the runs around the changed lines can change: scan there, not the whole text
+            cands = _scan_few(new_text, detectors) if whole_text else _scan_around(new_text, spans, detectors)
             if not cands:
                 continue
             back = _replaced_to_original
-            mapped = [(back(a, spans, found[i], False), back(b, spans, found[i], True), p, e) for a, b, p, e in cands]
+            mapped = [(back(a, spans, relexing, False), back(b, spans, relexing, True), p, e) for a, b, p, e in cands]
             sup: list[int] = []
             new = resolve_overlaps([(f.start, f.end, priority.get(f.entity, 0), f.entity) for f in found[i]]
                                    + [c for c in mapped if c[1] > c[0]], sup)

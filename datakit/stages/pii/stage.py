@@ -169,8 +169,11 @@ class ScrubFn:
         and merged with the scanner's findings by detector priority, so the joined
         token replaces the generic finding on its first fragment.
         """
-        from datakit.stages.pii.literals import GATE_CONT, ROW_GATE, find_split_secrets, merge_findings, settle_line_merges
+        from datakit.stages.pii.literals import (GATE_CONT, QUOTE_SPAN_ENTITIES, ROW_GATE, find_split_secrets,
+                                                 merge_findings, settle_line_merges)
 
+        if isinstance(texts, pa.ChunkedArray):
+            texts = texts.combine_chunks()
         # the split-literal row gate rides along in hyperscan's one pass; the finer GATE then runs on
         # the rows it picks (under the other strategies find_split_secrets runs its own gate passes)
         gate_ends: list[dict[int, list[int]]] = []
@@ -180,16 +183,6 @@ class ScrubFn:
         priority = {d.entity: d.priority for d in self.detectors}
         if split:
             found = merge_findings(found, split, priority, suppressed)
-        # a replaced span that crosses lines (a split secret, a PEM block) joins them, which can
-        # change how the literals after it lex: settle those rows here, as later rounds do not
-        multiline = {d.entity for d in self.detectors if d.multiline}
-        joined = sorted(set(split) | {i for i, fs in enumerate(found) if fs and any(f.entity in multiline for f in fs)})
-        if joined:
-            got = (texts.take(pa.array(joined, pa.int64())).to_pylist()
-                   if isinstance(texts, (pa.Array, pa.ChunkedArray)) else [texts[i] for i in joined])
-            found = list(found)
-            settle_line_merges({i: t for i, t in zip(joined, got) if t}, found, self.detectors, priority,
-                               self.replacer.token, suppressed)
         if self.person is not None and prose is not None:
             want = [i for i, p in enumerate(prose) if p]
             if want:
@@ -204,6 +197,20 @@ class ScrubFn:
         if self.extra is not None:
             py = texts.to_pylist() if isinstance(texts, pa.Array) else texts
             found = self.extra.add(py, found)
+        # a replacement that joins lines (a split secret, a PEM block) or removes a quote (`O'Brien`) can
+        # change how the literals after it lex: settle those rows here (later rounds recheck lines only).
+        # Rows: split secrets, multi-line spans, values that can hold a quote (NER names too) and a team's
+        # entities (unknown shapes); settle_line_merges then checks the actual values
+        relex = {d.entity for d in self.detectors if d.multiline} | QUOTE_SPAN_ENTITIES
+        known = {d.entity for d in self.detectors} | {"person"}
+        joined = sorted(set(split) | {i for i, fs in enumerate(found)
+                                      if fs and any(f.entity in relex or f.entity not in known for f in fs)})
+        if joined:
+            got = (texts.take(pa.array(joined, pa.int64())).to_pylist()
+                   if isinstance(texts, (pa.Array, pa.ChunkedArray)) else [texts[i] for i in joined])
+            found = list(found)
+            settle_line_merges({i: t for i, t in zip(joined, got) if t}, found, self.detectors, priority,
+                               self.replacer.token, suppressed)
         return found
 
     def scrub(self, texts: list[str | None], prose: "list[Prose] | None" = None
