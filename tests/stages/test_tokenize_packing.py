@@ -345,3 +345,15 @@ def test_spark_engine_writes_the_same_bytes(tmp_path, spark):
              .output(str(tmp_path / "out"), format=fmt, shards=2))
         sums = assert_conformant(p, tmp_path / fmt, variants=LOCAL_VARIANTS[:1] + spark_variants((1, 3)))
         assert any(f.startswith("tokens-") for f in sums)
+
+
+def test_packed_output_without_tokenize_stage_fails_at_compile(tmp_path):
+    """The pipeline says so before running any stage (not when the sink writes, after all the work)."""
+    from datakit import Pipeline
+    from datakit.pipeline import PipelineError
+
+    (tmp_path / "a.jsonl").write_text("{}\n")
+    p = (Pipeline("no-tokenize").input(str(tmp_path / "*.jsonl")).add({"kind": "ingest"})
+         .output(str(tmp_path / "out"), format="packed"))
+    with pytest.raises(PipelineError, match="needs a tokenize stage"):
+        p.compile()
