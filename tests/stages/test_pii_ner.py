@@ -124,3 +124,18 @@ def test_names_do_not_depend_on_batch_composition(fn) -> None:
     together = scanner.names(texts)
     assert together == [scanner.names([t])[0] for t in texts] == scanner.names(texts[::-1])[::-1]
     assert sum(map(len, together)) >= 3
+
+
+def test_only_paragraphs_that_could_hold_a_name_go_to_ner() -> None:
+    """A name needs a capital that is not a sentence starter; such paragraphs (and runs of them) are kept."""
+    from datakit.stages.pii.presidio_bridge import name_paragraphs
+
+    text = ("The fix is in. It works now.\n\n"          # only sentence starters: skipped
+            "Ask Élodie about the parser.\n\n"         # a name (accented capital): kept
+            "Will said hi.\n   \n"                      # `Will` may be a name: kept, and joined with the next
+            "thanks, i will check\n\n"                  # no capital at all: skipped
+            "```\n\n```\n\n"
+            "Jane fixed it.")                           # a name at the start of a sentence: kept
+    runs = [text[a:b] for a, b in name_paragraphs(text)]
+    assert runs == ["Ask Élodie about the parser.\n\nWill said hi.", "Jane fixed it."]
+    assert name_paragraphs("") == [] and name_paragraphs("It is what it is.") == []
