@@ -149,3 +149,23 @@ def test_memory_stays_bounded_on_ten_times_the_input(tmp_path):
     # the big input holds ~130 MB of text; a run that kept it in memory would add that (and several
     # times more as Python objects) to its peak. Measured here: ~250 MB vs ~420 MB (1.6-1.7x for 10x).
     assert b["rss_mb"] < a["rss_mb"] * 2.0, (a, b)
+
+
+def test_small_input_runs_in_process_unless_workers_are_given(tmp_path, monkeypatch):
+    """Without `workers`, a small local input skips the process pool (it costs more than it saves)."""
+    from datakit.engines import local
+    from datakit.engines.local import LocalEngine
+
+    logs = _logs(tmp_path, files=2, per=10)
+    plan = Pipeline("t").input(str(logs)).add({"kind": "ingest"}).output(str(tmp_path / "a")).compile()
+    auto = LocalEngine()
+    auto.execute(plan)
+    assert auto.workers == 1
+    given = LocalEngine(workers=2)
+    given.execute(Pipeline("t").input(str(logs)).add({"kind": "ingest"}).output(str(tmp_path / "b")).compile())
+    assert given.workers == 2
+    monkeypatch.setattr(local, "SMALL_INPUT_BYTES", 0)  # "big" input: all cores again, on the same engine
+    auto.execute(Pipeline("t").input(str(logs)).add({"kind": "ingest"}).output(str(tmp_path / "c")).compile())
+    assert auto.workers == (os.cpu_count() or 1)
+    assert output_checksums(str(tmp_path / "a")) == output_checksums(str(tmp_path / "b")) \
+        == output_checksums(str(tmp_path / "c"))
