@@ -88,3 +88,13 @@ def test_keyword_trie_matches_like_the_flat_alternation() -> None:
         assert [(m.span(), m.group("tail")) for m in flat.finditer(text)] == \
                [(m.span(), m.group("tail")) for m in trie.finditer(text)], text
     assert trie.fullmatch("password_key=") and not trie.fullmatch("pas=")
+
+
+def test_entropy_key_skip_trie_equals_the_case_insensitive_alternation() -> None:
+    from datakit.stages.pii.detectors import _ENTROPY_KEY_SKIP, _ENTROPY_KEY_SKIP_LOWER
+
+    keys = ["api_key", "SHA256_SUM", "fileName", "my_TOKEN", "x", "Integrity", "revision_id", "secret",
+            "DOCS_URL", "alphabetical", "mode", "model", "token_sha1", "kSecret"]
+    for k in keys:
+        assert bool(_ENTROPY_KEY_SKIP.search(k)) == bool(_ENTROPY_KEY_SKIP_LOWER.search(k.lower())), k
+    assert _ENTROPY_KEY_SKIP_LOWER.search("sha512") and not _ENTROPY_KEY_SKIP_LOWER.search("api_key")
