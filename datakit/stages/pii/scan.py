@@ -387,6 +387,7 @@ def scan_batch(
     suppressed: set[int] | None = None,
     gates: Sequence[str] = (),
     gate_ends: list[dict[int, list[int]]] | None = None,
+    texts_out: dict[int, str | None] | None = None,
 ) -> list[list[Finding]]:
     """Findings per row of a string column. All strategies return identical results (tested).
 
@@ -395,7 +396,9 @@ def scan_batch(
     in the same single pass; for each, `{row: [end offsets]}` of its matches is
     appended to `gate_ends` (every match end, overlapping ones included; a match
     may start in the row before). Under the other strategies `gate_ends` stays
-    empty and the caller runs its own pass.
+    empty and the caller runs its own pass. `texts_out` (optional) receives the
+    rows that became Python strings here (row -> text), so a caller need not
+    convert them again.
 
     - "python": every Python detector on every whole text (the reference).
     - "polars_rows": Rust prefilter per detector picks rows; Python scans those whole rows.
@@ -460,6 +463,8 @@ def scan_batch(
                 found = _matches(det, text) if det.multiline else _line_matches(det, text, _candidate_lines(text, h))
                 if found:
                     per_row.setdefault(i, []).extend(found)
+    if texts_out is not None:
+        texts_out.update(rows.cache)
     result: list[list[Finding]] = [[] for _ in rows]
     for i, cands in per_row.items():
         sup: list[int] = []

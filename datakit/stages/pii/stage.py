@@ -157,7 +157,8 @@ class ScrubFn:
         return f"ScrubFn({len(self.detectors)} detectors, strategy={self.strategy})"
 
     def scan(self, texts: "list[str | None] | pa.Array", prose: "list[Prose] | None" = None,
-             suppressed: set[int] | None = None) -> list[list[Finding]]:
+             suppressed: set[int] | None = None, texts_out: dict[int, str | None] | None = None
+             ) -> list[list[Finding]]:
         """Findings per text: the batch scanner, plus NER names in `prose` parts, plus a team's recognizers.
 
         `prose[i]` says where text i is natural language: True (all of it), False,
@@ -177,7 +178,9 @@ class ScrubFn:
         # the split-literal row gate rides along in hyperscan's one pass; the finer GATE then runs on
         # the rows it picks (under the other strategies find_split_secrets runs its own gate passes)
         gate_ends: list[dict[int, list[int]]] = []
-        found = scan_batch(texts, self.detectors, self.strategy, suppressed, (ROW_GATE, GATE_CONT), gate_ends)
+        strings: dict[int, str | None] = {} if texts_out is None else texts_out  # rows already in Python
+        found = scan_batch(texts, self.detectors, self.strategy, suppressed, (ROW_GATE, GATE_CONT), gate_ends,
+                           strings)
         split = find_split_secrets(texts, self.detectors, gated=self.strategy != "python",
                                    candidate_rows=sorted(set(gate_ends[0]) | set(gate_ends[1])) if gate_ends else None)
         priority = {d.entity: d.priority for d in self.detectors}
@@ -206,8 +209,7 @@ class ScrubFn:
         joined = sorted(set(split) | {i for i, fs in enumerate(found)
                                       if fs and any(f.entity in relex or f.entity not in known for f in fs)})
         if joined:
-            got = (texts.take(pa.array(joined, pa.int64())).to_pylist()
-                   if isinstance(texts, (pa.Array, pa.ChunkedArray)) else [texts[i] for i in joined])
+            got = _strings(texts, joined, strings)
             found = list(found)
             settle_line_merges({i: t for i, t in zip(joined, got) if t}, found, self.detectors, priority,
                                self.replacer.token, suppressed)
@@ -405,7 +407,8 @@ class ScrubFn:
                 prose += [True] * n
         column = parts_cols[0] if len(parts_cols) == 1 else pa.concat_arrays(parts_cols)
         suppressed_c: set[int] = set()
-        found_c = self.scan(column, prose if want_prose else None, suppressed_c)
+        strings: dict[int, str | None] = {}  # column rows the scan already made Python strings
+        found_c = self.scan(column, prose if want_prose else None, suppressed_c, strings)
         # column position -> unit id (u < n: record, n <= u < 2n: chosen, 2n <= u: rejected)
         unit_of = lambda c: scanned[c // n] + c % n  # noqa: E731
         hit_c = [c for c, fs in enumerate(found_c) if fs]
@@ -424,7 +427,7 @@ class ScrubFn:
 
         if hits and unit_order is None:  # one Arrow take for the records' texts
             rec = [u for u in hits if u < n]
-            got = dict(zip(rec, seg_text.take(pa.array(rec, pa.int64())).to_pylist())) if rec else {}
+            got = dict(zip(rec, _strings(column, rec, strings)))  # records are the column's first n rows
             parts = [[got[u]] if u < n else _unit_parts(u) for u in hits]
         else:
             parts = [_unit_parts(u) for u in hits]
@@ -510,6 +513,17 @@ def _merge_lines(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int
         else:
             out.append((la, lb))
     return out
+
+
+def _strings(texts: "list[str | None] | pa.Array", idx: list[int], known: dict[int, str | None]) -> list[str | None]:
+    """`texts[i]` for i in `idx` as Python strings: from `known` where the scan already converted them,
+    else with one Arrow `take` for the rest (and remembered in `known`)."""
+    if not isinstance(texts, (pa.Array, pa.ChunkedArray)):
+        return [texts[i] for i in idx]
+    missing = [i for i in idx if i not in known]
+    if missing:
+        known.update(zip(missing, texts.take(pa.array(missing, pa.int64())).to_pylist()))
+    return [known[i] for i in idx]
 
 
 def _replace(arr: pa.Array, new: dict[int, str | None]) -> pa.Array:
