@@ -255,7 +255,6 @@ def candidate_ends(rows: _Rows, detectors: Sequence[Detector], gates: Sequence[s
     their results follow the detectors'.
     """
     import numpy as np
-    import pyarrow.compute as pc
 
     arr = rows.arrow
     if arr is None:
@@ -297,24 +296,22 @@ def candidate_ends(rows: _Rows, detectors: Sequence[Detector], gates: Sequence[s
     pos_a = ends_a - offsets[row_a]
     # rows with multi-byte characters: byte offsets -> character offsets (a prefilter match ends in
     # an ASCII byte, so every end is a character boundary): the number of UTF-8 lead bytes before it
-    hit_rows = np.unique(row_a)
-    wide = hit_rows[(pc.binary_length(arr.take(pa.array(hit_rows))).to_numpy(zero_copy_only=False)
-                     != pc.utf8_length(arr.take(pa.array(hit_rows))).to_numpy(zero_copy_only=False))]
-    if wide.size:
-        raw_all = np.frombuffer(data, dtype=np.uint8)
+    raw_all = np.frombuffer(data, dtype=np.uint8)
+    non_ascii = np.flatnonzero(raw_all[lo:hi] > 0x7F)
+    if non_ascii.size:
+        wide = np.intersect1d(np.unique(np.searchsorted(offsets, non_ascii + lo, side="right") - 1), row_a)
         for r in wide.tolist():
             sel = np.flatnonzero(row_a == r)
             lead = np.cumsum((raw_all[offsets[r] : offsets[r + 1]] & 0xC0) != 0x80)
             pos_a[sel] = lead[pos_a[sel] - 1]
     order = np.lexsort((pos_a, row_a, ids_a))
-    ids_s, row_s, pos_s = ids_a[order].tolist(), row_a[order].tolist(), pos_a[order].tolist()
-    cur = None
-    for i, r, p in zip(ids_s, row_s, pos_s):
-        if (i, r) != cur:
-            cur = (i, r)
-            lst: list[int] = []
-            out[i][r] = lst
-        lst.append(p)
+    ids_o, row_o = ids_a[order], row_a[order]
+    pos_s = pos_a[order].tolist()
+    # one slice per (pattern, row) group, found with numpy (not a Python step per match)
+    starts = np.flatnonzero(np.r_[True, (ids_o[1:] != ids_o[:-1]) | (row_o[1:] != row_o[:-1])])
+    bounds = np.r_[starts, len(pos_s)].tolist()
+    for k, (i, r) in enumerate(zip(ids_o[starts].tolist(), row_o[starts].tolist())):
+        out[i][r] = pos_s[bounds[k] : bounds[k + 1]]
     return out
 
 
