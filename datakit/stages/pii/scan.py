@@ -62,6 +62,11 @@ def resolve_overlaps(cands: list[tuple], suppressed: list[int] | None = None) ->
     """
     if not cands:
         return []
+    if len(cands) == 1:  # the common case: nothing to resolve
+        c = cands[0]
+        if len(c) > 4 and not c[4][0](c[4][1], c[4][1].string):
+            return []
+        return [Finding(c[0], c[1], c[3])]
     cands.sort(key=lambda c: (-c[2], c[0], -(c[1] - c[0]), c[3]))
     # kept spans never overlap, so sorted by start they are sorted by end too: an overlap check is
     # two neighbours found by bisection (a linear scan was quadratic on files with many candidates)
