@@ -169,3 +169,18 @@ def test_small_input_runs_in_process_unless_workers_are_given(tmp_path, monkeypa
     assert auto.workers == (os.cpu_count() or 1)
     assert output_checksums(str(tmp_path / "a")) == output_checksums(str(tmp_path / "b")) \
         == output_checksums(str(tmp_path / "c"))
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_rerun_after_the_input_changed_does_not_reuse_the_old_broadcast_side(tmp_path, workers):
+    """Found in review: the broadcast side (ingest's repeated event ids) was cached by file path, and a
+    rerun of the same pipeline writes the same path, so the second run joined against the first's table."""
+    e0, e1, e2 = make_event(0), make_event(1), make_event(2)
+    f = tmp_path / "logs" / "a.jsonl"
+    p = Pipeline("t").input(str(tmp_path / "logs")).add({"kind": "ingest"}).output(str(tmp_path / "out"))
+    write_jsonl(f, [e0, e0, e1])
+    first = p.run(workers=workers).stages[0]
+    assert (first["rows_out"], first["dropped"]) == (2, {"duplicate_event_id": 1})
+    write_jsonl(f, [e0, e2, e1])  # no repeat any more; same path, same pipeline, same process
+    second = p.run(workers=workers).stages[0]
+    assert (second["rows_out"], second["dropped"]) == (3, {})

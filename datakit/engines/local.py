@@ -182,15 +182,23 @@ def _fusible(node: Node) -> bool:
     return isinstance(node, MapBatches) or (isinstance(node, Join) and node.broadcast)
 
 
-_BROADCAST_CACHE: dict[str, pa.Table] = {}
+_BROADCAST_CACHE: dict[tuple[str, int, int], pa.Table] = {}
 
 
 def _broadcast_table(path: str) -> pa.Table:
-    """Each worker process reads a broadcast side once per run (keyed by its file)."""
-    if path not in _BROADCAST_CACHE:
+    """Each worker process reads a broadcast side once per run.
+
+    Keyed by the file's path, size and mtime, not the path alone: a rerun of the
+    same pipeline writes the same path (the work folder is named by the config
+    hash) with new contents, and a kept worker process (or an in-process run)
+    must not join against the previous run's table.
+    """
+    st = os.stat(path)
+    key = (path, st.st_size, st.st_mtime_ns)
+    if key not in _BROADCAST_CACHE:
         _BROADCAST_CACHE.clear()
-        _BROADCAST_CACHE[path] = pq.read_table(path)
-    return _BROADCAST_CACHE[path]
+        _BROADCAST_CACHE[key] = pq.read_table(path)
+    return _BROADCAST_CACHE[key]
 
 
 def _apply_broadcast_join(op: Join, batch: pa.RecordBatch, st: NodeStats, right: pa.Table) -> pa.RecordBatch:
@@ -450,6 +458,7 @@ class LocalEngine:
                                "put the run under `if __name__ == \"__main__\":` (worker processes are spawned)")
         t0 = time.perf_counter()
         self.workers = self._all_workers
+        _BROADCAST_CACHE.clear()  # this process's copy (pool workers check size and mtime of the file)
         if self._auto_workers and self.workers > 1:
             size = _input_bytes(plan)
             if size is not None and size < SMALL_INPUT_BYTES:
