@@ -15,7 +15,7 @@ import pytest
 
 from datakit.contracts import TRAINING_RECORD_V1
 from datakit.stages.pii import presidio_bridge
-from datakit.stages.pii.presidio_bridge import installed_spacy_model, ner_analyzer, plausible_name
+from datakit.stages.pii.presidio_bridge import installed_spacy_model, ner_analyzer, person_scanner, plausible_name
 from datakit.stages.pii.stage import ScrubPiiConfig
 
 MODEL = installed_spacy_model()
@@ -127,15 +127,27 @@ def test_names_do_not_depend_on_batch_composition(fn) -> None:
 
 
 def test_only_paragraphs_that_could_hold_a_name_go_to_ner() -> None:
-    """A name needs a capital that is not a sentence starter; such paragraphs (and runs of them) are kept."""
+    """A name needs a capital that is not a sentence starter; such paragraphs are read with the paragraph
+    before and after them (spaCy needs the context), the rest is skipped."""
     from datakit.stages.pii.presidio_bridge import name_paragraphs
 
-    text = ("The fix is in. It works now.\n\n"          # only sentence starters: skipped
-            "Ask Élodie about the parser.\n\n"         # a name (accented capital): kept
-            "Will said hi.\n   \n"                      # `Will` may be a name: kept, and joined with the next
-            "thanks, i will check\n\n"                  # no capital at all: skipped
-            "```\n\n```\n\n"
-            "Jane fixed it.")                           # a name at the start of a sentence: kept
+    text = ("The fix is in. It works now.\n\n"          # only sentence starters, but next to a candidate
+            "Ask Élodie about the parser.\n\n"         # a name (accented capital)
+            "Will said hi.\n   \n"                      # `Will` may be a name
+            "thanks, i will check\n\n"                  # no capital: read as Will's neighbour
+            "It is done.\n\n"                           # skipped: no candidate on either side
+            "It is.\n\n"                                # read as the neighbour of the next one
+            "Jane fixed it.")                           # a name at the start of a sentence
     runs = [text[a:b] for a, b in name_paragraphs(text)]
-    assert runs == ["Ask Élodie about the parser.\n\nWill said hi.", "Jane fixed it."]
-    assert name_paragraphs("") == [] and name_paragraphs("It is what it is.") == []
+    assert runs == ["The fix is in. It works now.\n\nAsk Élodie about the parser.\n\nWill said hi.\n   \n"
+                    "thanks, i will check", "It is.\n\nJane fixed it."]
+    assert name_paragraphs("") == [] and name_paragraphs("It is what it is.\n\nThe end.") == []
+
+
+def test_a_name_that_needs_its_neighbouring_paragraphs_is_found() -> None:
+    """Found in review: spaCy finds `Sato` only with the paragraphs around it."""
+    scanner = person_scanner()
+    if scanner is None:
+        pytest.skip("no spaCy model installed")
+    text = "Yes, that is right.\n\nSato fixed that.\n\nThe end."
+    assert [text[f.start:f.end] for f in scanner.names([text])[0]] == ["Sato"]

@@ -216,14 +216,17 @@ yourselves hi hello hey great good nice right yeah
 
 
 def name_paragraphs(text: str) -> list[tuple[int, int]]:
-    """(start, end) of the runs of paragraphs that could hold a name: a capitalized word that is not a
-    function word capitalized to start a sentence.
+    """(start, end) of the runs of paragraphs NER should read: each paragraph that could hold a name
+    (a capitalized word that is not a function word capitalized to start a sentence), with the
+    paragraph before and after it as context.
 
     Why: spaCy NER is ~1000x the pattern detectors and reads every token; a person
     name is name-shaped (some word capitalized, see `plausible_name`), so a paragraph
-    whose only capitals are sentence starters ("The", "It", "I") cannot give one.
-    In editor chat ~60% of prose bytes are such paragraphs. Consecutive candidate
-    paragraphs stay together, so NER sees the same neighbours within them.
+    whose only capitals are sentence starters ("The", "It", "I") cannot be one.
+    Why the neighbours: spaCy's decision depends on context: "Sato fixed that."
+    alone gives no entity, inside "Yes, that is right. / Sato fixed that. / The end."
+    it does. Reading each candidate with its neighbouring paragraphs lost none of
+    364 names in a review's constructed chats (the candidates alone lost 11%).
     """
     spans: list[tuple[int, int]] = []
     pos = 0
@@ -231,9 +234,11 @@ def name_paragraphs(text: str) -> list[tuple[int, int]]:
         spans.append((pos, m.start()))
         pos = m.end()
     spans.append((pos, len(text)))
+    cand = [any(w[0].isupper() and w.lower() not in _SENTENCE_STARTERS for w in _WORD.findall(text, a, b))
+            for a, b in spans]
     runs: list[tuple[int, int]] = []
-    for a, b in spans:
-        if not any(w[0].isupper() and w.lower() not in _SENTENCE_STARTERS for w in _WORD.findall(text, a, b)):
+    for k, (a, b) in enumerate(spans):
+        if not (cand[k] or (k > 0 and cand[k - 1]) or (k + 1 < len(spans) and cand[k + 1])):
             continue
         if runs and not text[runs[-1][1] : a].strip():  # only a paragraph break between: one run
             runs[-1] = (runs[-1][0], b)
