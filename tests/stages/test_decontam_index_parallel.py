@@ -368,3 +368,37 @@ def test_spark_map_function_emits_every_hash_once_under_small_buffers(corpus, mo
     assert sorted(got) == sorted(want) and len(records) > 3 * len(want)  # flushed in many small records
     for p in want:
         assert np.array_equal(got[p], np.sort(np.concatenate(want[p])))
+
+
+def test_a_failed_upload_to_an_object_store_leaves_no_mix_of_old_and_new(tmp_path, monkeypatch):
+    """Found in review: the upload overwrote the old data files first, so a failure left old metadata over
+    new data. Now the old metadata goes first: a reader sees "not an index", never a corrupt mix."""
+    import fsspec
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from datakit.io.fs import InputError
+    from datakit.stages.decontam.index import NgramIndex, build_index
+
+    texts = [f"def f{i}(x):\n    return x * {i} + some_other_name_{i} - yet_another thing {i}" for i in range(50)]
+    pq.write_table(pa.table({"doc_id": [str(i) for i in range(50)], "text": texts}), tmp_path / "a.parquet")
+    url = f"memory://idx-{tmp_path.name}"
+    build_index(str(tmp_path / "a.parquet"), url, 5, ["whitespace"], text_fields=["text"], workers=1)
+    assert NgramIndex(url).meta["ngram"] == 5
+    fs = fsspec.filesystem("memory")
+    real_put, calls = type(fs).put, [0]
+
+    def failing_put(self, *a, **k):
+        calls[0] += 1
+        if calls[0] == 2:
+            raise OSError("network down")
+        return real_put(self, *a, **k)
+
+    monkeypatch.setattr(type(fs), "put", failing_put)
+    with pytest.raises(OSError):
+        build_index(str(tmp_path / "a.parquet"), url, 8, ["whitespace"], text_fields=["text"], workers=1)
+    monkeypatch.setattr(type(fs), "put", real_put)
+    with pytest.raises(InputError, match="not an n-gram index"):
+        NgramIndex(url)
+    build_index(str(tmp_path / "a.parquet"), url, 8, ["whitespace"], text_fields=["text"], workers=1)
+    assert NgramIndex(url).meta["ngram"] == 8

@@ -121,6 +121,9 @@ def build_index_command(
             raise
         typer.echo(f"datakit: error: {e}", err=True)
         raise typer.Exit(3)
+    except OSError as e:  # writing the index failed (disk full, object store unreachable): a job failure
+        typer.echo(f"datakit: error: writing the index to {out} failed: {type(e).__name__}: {e}", err=True)
+        raise typer.Exit(3)
     typer.echo(f"indexed {info.documents} documents, {info.ngrams} distinct {ngram}-grams into {out} "
                f"(false-positive rate {info.fp_rate_per_ngram:.1e} per n-gram)")
 

@@ -584,16 +584,36 @@ def _local_target(out_path: str) -> Path | None:
 
 
 def _publish(stage_dir: Path, out_path: str, local_out: Path | None) -> None:
-    """Move the finished folder into place (atomic rename locally; upload for remote URLs)."""
+    """Move the finished folder into place.
+
+    Locally: the old index is renamed aside, the new one renamed in, then the old
+    one removed, so there is always a whole index at `out_path` (the old or the
+    new) and never a mix. Object stores have no rename: the old `index.json` is
+    deleted first, so if an upload then fails a reader finds "not an index"
+    (never old data files under new metadata or the reverse); `index.json` is
+    uploaded last.
+    """
     if local_out is not None:
+        old = None
         if local_out.exists():
-            shutil.rmtree(local_out)
-        os.replace(stage_dir, local_out)
+            old = local_out.with_name(f".{local_out.name}.old-{os.getpid()}")
+            os.replace(local_out, old)
+        try:
+            os.replace(stage_dir, local_out)
+        except BaseException:
+            if old is not None:
+                os.replace(old, local_out)  # put the old index back
+            raise
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
         return
     fs, p = filesystem(out_path)
+    base = p.rstrip("/")
     try:
+        if fs.exists(f"{base}/index.json"):
+            fs.rm(f"{base}/index.json")
         for name in ("offsets.bin", "fingerprints.bin", "index.json"):  # metadata last
-            fs.put(str(stage_dir / name), f"{p.rstrip('/')}/{name}")
+            fs.put(str(stage_dir / name), f"{base}/{name}")
     finally:
         shutil.rmtree(stage_dir, ignore_errors=True)
 
