@@ -20,9 +20,23 @@ from multiprocessing import get_context
 _POOLS: dict[int, tuple[ProcessPoolExecutor, int]] = {}
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, as a container or `taskset` sets it), not the host's."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def pool(workers: int) -> ProcessPoolExecutor:
-    """A spawn pool of `workers` processes, kept alive across calls (and runs) in this process."""
+    """A spawn pool of `workers` processes, kept alive across calls (and runs) in this process.
+
+    One pool at a time: asking for another size shuts the other down, so idle
+    workers (each holding imported models) do not pile up.
+    """
     env = hash(frozenset(os.environ.items()))
+    for other in [w for w in _POOLS if w != workers]:
+        drop_pool(other)
     existing, born = _POOLS.get(workers, (None, None))
     if existing is None or born != env or getattr(existing, "_broken", False):
         drop_pool(workers)
@@ -31,11 +45,15 @@ def pool(workers: int) -> ProcessPoolExecutor:
     return existing
 
 
-def drop_pool(workers: int) -> None:
-    """Shut a pool down (after a failure its workers may be mid-task): the next `pool()` starts fresh."""
+def drop_pool(workers: int, wait: bool = False) -> None:
+    """Shut a pool down (after a failure its workers may be mid-task): the next `pool()` starts fresh.
+
+    `wait=True` lets tasks already running finish (queued ones are cancelled), so
+    nothing writes into a work folder after the caller has moved on.
+    """
     existing, _ = _POOLS.pop(workers, (None, None))
     if existing is not None:
-        existing.shutdown(wait=False, cancel_futures=True)
+        existing.shutdown(wait=wait, cancel_futures=True)
 
 
 @atexit.register
@@ -44,4 +62,4 @@ def _shutdown_pools() -> None:
         drop_pool(w)
 
 
-__all__ = ["pool", "drop_pool"]
+__all__ = ["pool", "drop_pool", "usable_cpus"]

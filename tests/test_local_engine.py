@@ -166,7 +166,9 @@ def test_small_input_runs_in_process_unless_workers_are_given(tmp_path, monkeypa
     assert given.workers == 2
     monkeypatch.setattr(local, "SMALL_INPUT_BYTES", 0)  # "big" input: all cores again, on the same engine
     auto.execute(Pipeline("t").input(str(logs)).add({"kind": "ingest"}).output(str(tmp_path / "c")).compile())
-    assert auto.workers == (os.cpu_count() or 1)
+    from datakit.workers import usable_cpus
+
+    assert auto.workers == usable_cpus()
     assert output_checksums(str(tmp_path / "a")) == output_checksums(str(tmp_path / "b")) \
         == output_checksums(str(tmp_path / "c"))
 
@@ -184,3 +186,25 @@ def test_rerun_after_the_input_changed_does_not_reuse_the_old_broadcast_side(tmp
     write_jsonl(f, [e0, e2, e1])  # no repeat any more; same path, same pipeline, same process
     second = p.run(workers=workers).stages[0]
     assert (second["rows_out"], second["dropped"]) == (3, {})
+
+
+def test_a_run_without_output_leaves_no_temp_folder(tmp_path, monkeypatch):
+    """Found in review: a plan without a sink spilled into a mkdtemp folder that nobody removed."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    logs = _logs(tmp_path, files=2, per=5)
+    res = Pipeline("t").input(str(logs)).add({"kind": "ingest"}).run(workers=1)
+    assert res.stages[0]["rows_out"] == 10
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_one_kept_pool_at_a_time():
+    from datakit import workers
+
+    a = workers.pool(2)
+    b = workers.pool(3)
+    assert list(workers._POOLS) == [3] and a is not b
+    workers.drop_pool(3)
+    assert workers.usable_cpus() >= 1

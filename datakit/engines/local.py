@@ -45,7 +45,7 @@ from datakit.io.fs import filesystem
 from datakit.io.readers import iter_parquet, iter_raw_lines
 from datakit.plan import (DROP, DROP_DETAIL, Aggregate, ConnectedComponents, Join, MapBatches, Node, Plan,
                           Source)
-from datakit.workers import drop_pool, pool
+from datakit.workers import drop_pool, pool, usable_cpus
 
 log = logging.getLogger("datakit.engine.local")
 
@@ -408,13 +408,14 @@ def write_one_shard(args: tuple[list[str], int, Any, pa.Schema]) -> dict[str, An
 
 # --------------------------------------------------------------------------- the engine
 
-# Below this much input (compressed files counted at ~5x their size on disk) a run stays in this
-# process unless `workers` is given: spawning a pool and importing pyarrow/polars/numba/spaCy in each
-# worker costs ~3 s, more than two cores save on it (measured on the quickstart pipeline, 2 cores:
-# 3k events (2 MB .zst) 7.9 s in-process vs 11.5 s with 2 workers; 6k (3.6 MB) 9.9 vs 10.8 s;
-# 20k (13 MB) 24.6 vs 21.9 s).
+# Below this much input (compressed files and Parquet counted at ~5x their size on disk) a 2-core run
+# stays in this process unless `workers` is given: spawning a pool and importing pyarrow/polars/numba/
+# spaCy in each worker costs ~3 s, more than a second core saves on it (measured on the quickstart
+# pipeline, 2 cores: 3k events (2 MB .zst) 7.9 s in-process vs 11.5 s with 2 workers; 6k (3.6 MB)
+# 9.9 vs 10.8 s; 20k (13 MB) 24.6 vs 21.9 s). With more cores the pool pays off sooner: the
+# threshold is divided by (workers - 1).
 SMALL_INPUT_BYTES = 32 << 20
-_COMPRESSED = (".zst", ".gz", ".zstd", ".bz2", ".xz")
+_COMPRESSED = (".zst", ".gz", ".zstd", ".bz2", ".xz", ".parquet", ".pq")
 
 
 def _input_bytes(plan: Plan) -> int | None:
@@ -441,7 +442,7 @@ class LocalEngine:
 
     def __init__(self, workers: int | None = None, work_dir: str | None = None, progress: bool | None = None,
                  keep_work: bool = False) -> None:
-        self.workers = max(1, workers or os.cpu_count() or 1)
+        self.workers = max(1, workers or usable_cpus())
         self._auto_workers = workers is None
         self._all_workers = self.workers
         self.work_dir = work_dir
@@ -461,7 +462,7 @@ class LocalEngine:
         _BROADCAST_CACHE.clear()  # this process's copy (pool workers check size and mtime of the file)
         if self._auto_workers and self.workers > 1:
             size = _input_bytes(plan)
-            if size is not None and size < SMALL_INPUT_BYTES:
+            if size is not None and size < SMALL_INPUT_BYTES // (self.workers - 1):
                 log.info("small input (%d MB): running in-process (pass workers=N to use a pool)", size >> 20)
                 self.workers = 1
         self._plan = plan
@@ -485,17 +486,22 @@ class LocalEngine:
             else:
                 out = self._sink(plan)
             manifest = None
-        except BaseException:
-            drop_pool(self.workers)  # a failed task may leave workers mid-job: start fresh next time
+        except Exception:
+            # a failed task may leave workers mid-job: start fresh next time, and let tasks that are
+            # still running finish first, so a rerun (resume) never races them in the work folder
+            drop_pool(self.workers, wait=True)
+            raise
+        except BaseException:  # Ctrl-C: the workers got it too; do not wait on them
+            drop_pool(self.workers)
             raise
         stages = stage_report(plan, self._stats, self._rows)
         seconds = time.perf_counter() - t0
         if plan.sink is not None:
             self._write_aux_outputs(plan.sink.path)
             manifest = self._commit(plan, stages, seconds)
-            if not self.keep_work:
-                shutil.rmtree(work, ignore_errors=True)
-                _remove_if_empty(str(Path(work).parent))
+        if not self.keep_work:  # (a run without a sink used a temp folder: nothing in it is kept either)
+            shutil.rmtree(work, ignore_errors=True)
+            _remove_if_empty(str(Path(work).parent))
         return RunResult(output_path=out, stages=stages, manifest=manifest, seconds=seconds,
                          extra={"reused_tasks": self._reused,
                                 "reused_shards": sum(1 for i in getattr(self, "_sink_infos", []) if i.get("reused"))})

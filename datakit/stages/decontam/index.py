@@ -132,7 +132,9 @@ def build_index(dataset_path: str | Sequence[str], out_path: str, ngram: int = 1
         raise ValueError("fingerprint_bits must be 16 or 32")
     from datakit.stages.decontam.check import _is_packed
 
-    workers = max(1, workers or os.cpu_count() or 1)
+    from datakit.workers import usable_cpus
+
+    workers = max(1, workers or usable_cpus())
     paths = [dataset_path] if isinstance(dataset_path, str) else list(dataset_path)
     if any(str(p).startswith("memory://") for p in paths + [out_path]):
         workers = 1  # an in-memory filesystem lives in this process only: spawned workers would not see it
