@@ -239,7 +239,9 @@ class Pipeline:
         if o is not None and o.quality and plan.sink is not None and plan.sink.format == "parquet":
             self._validate(plan, result, o.quality)
         if o is not None and o.index and plan.sink is not None:
-            self._build_index(plan, result, engine_options.get("workers") if engine == "local" else None)
+            # the index build uses as many workers as the run did (a small input ran in-process)
+            workers = (engine_options.get("workers") or (result.extra or {}).get("workers")) if engine == "local" else None
+            self._build_index(plan, result, workers)
         return result
 
     def _build_index(self, plan: Plan, result: Any, workers: int | None = None) -> None:

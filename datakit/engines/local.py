@@ -503,7 +503,7 @@ class LocalEngine:
             shutil.rmtree(work, ignore_errors=True)
             _remove_if_empty(str(Path(work).parent))
         return RunResult(output_path=out, stages=stages, manifest=manifest, seconds=seconds,
-                         extra={"reused_tasks": self._reused,
+                         extra={"reused_tasks": self._reused, "workers": self.workers,
                                 "reused_shards": sum(1 for i in getattr(self, "_sink_infos", []) if i.get("reused"))})
 
     # -- work folder
