@@ -378,6 +378,17 @@ def scan_text_split(text: str | None, detectors: Sequence[Detector] = DETECTORS,
 # ---------------------------------------------------------------- the gated batch path
 
 
+def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Windows sorted, with overlapping ones merged into one (so no run is lexed twice)."""
+    merged: list[tuple[int, int]] = []
+    for a, b in sorted(spans):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
 def _windows(text: str, hits: list[str], cont_hits: list[str]) -> list[tuple[int, int]]:
     """Line ranges to lex around each gate hit, grown while a run could continue past an edge.
 
@@ -405,13 +416,7 @@ def _windows(text: str, hits: list[str], cont_hits: list[str]) -> list[tuple[int
                 continue  # inside the last window (see `_windows_at`)
             spans.append(_grow(text, at, pos))
             last_capped = _capped(text, spans[-1])
-    merged: list[tuple[int, int]] = []
-    for a, b in sorted(spans):
-        if merged and a <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
-        else:
-            merged.append((a, b))
-    return merged
+    return _merge(spans)
 
 
 def _ends_in_glue(line: str) -> bool:
@@ -601,13 +606,7 @@ def _windows_at(text: str, gate_ends: Sequence[int], cont_ends: Sequence[int]) -
         if at < 0 or text[at] != "\\" or at == 0 or text[at - 1] not in BOUNDARY_CHARS:
             continue
         spans.append(_grow(text, at, e))
-    merged: list[tuple[int, int]] = []
-    for a, b in sorted(spans):
-        if merged and a <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
-        else:
-            merged.append((a, b))
-    return merged
+    return _merge(spans)
 
 
 def merge_findings(found: list[list[Finding]], split: dict[int, list[tuple[int, int, int, str]]],
@@ -679,12 +678,7 @@ def _scan_few(text: str, detectors: Sequence[Detector]) -> list[tuple[int, int, 
 def _scan_around(text: str, spans: list[tuple[int, int]], detectors: Sequence[Detector]
                  ) -> list[tuple[int, int, int, str]]:
     """Split-secret candidates of the runs touching the lines of `spans` (grown like `_windows`)."""
-    merged: list[tuple[int, int]] = []
-    for a, b in sorted(_grow(text, a, b) for a, b in spans):
-        if merged and a <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
-        else:
-            merged.append((a, b))
+    merged = _merge([_grow(text, a, b) for a, b in spans])
     return scan_text_split(text, detectors, merged) if merged else []
 
 

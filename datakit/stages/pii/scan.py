@@ -148,8 +148,7 @@ class _Rows:
         import polars as pl
 
         if self.arrow is not None:
-            arr = self.arrow if self.arrow.type in (pa.string(), pa.large_string()) else self.arrow.cast(pa.string())
-            return pl.from_arrow(arr).rename("t")
+            return pl.from_arrow(self.arrow).rename("t")
         return pl.Series("t", self.seq, dtype=pl.String)
 
 
@@ -261,11 +260,7 @@ def candidate_ends(rows: _Rows, detectors: Sequence[Detector], gates: Sequence[s
     """
     import numpy as np
 
-    arr = rows.arrow
-    if arr is None:
-        arr = pa.array(rows.seq, pa.string())  # type: ignore[arg-type]
-    if arr.type not in (pa.string(), pa.large_string()):
-        arr = arr.cast(pa.string())
+    arr = rows.arrow if rows.arrow is not None else pa.array(rows.seq, pa.string())  # _Rows made it string
     n = len(arr)
     out: list[dict[int, list[int]]] = [{} for _ in range(len(detectors) + len(gates))]
     if n == 0 or not out:  # hyperscan refuses an empty pattern set (`entities: [private_key]` rechecks)

@@ -189,10 +189,7 @@ class ScrubFn:
         if self.person is not None and prose is not None:
             want = [i for i, p in enumerate(prose) if p]
             if want:
-                if isinstance(texts, pa.Array):
-                    sub = texts.take(pa.array(want, pa.int64())).to_pylist()
-                else:
-                    sub = [texts[i] for i in want]
+                sub = _strings(texts, want, strings)
                 named = self.person.add_names(sub, [prose[i] for i in want], [found[i] for i in want])
                 found = list(found)
                 for i, fs in zip(want, named):
