@@ -648,7 +648,7 @@ class Generator:
 def _gap_ms(a: str, b: str) -> int:
     """Milliseconds from timestamp `a` to `b` (the generator's own ISO format)."""
     fmt = "%Y-%m-%dT%H:%M:%S.%fZ"
-    return int((dt.datetime.strptime(b, fmt) - dt.datetime.strptime(a, fmt)).total_seconds() * 1000)
+    return (dt.datetime.strptime(b, fmt) - dt.datetime.strptime(a, fmt)) // dt.timedelta(milliseconds=1)
 
 
 def _throwaway(rng: random.Random, lang: str) -> str:

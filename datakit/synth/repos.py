@@ -135,7 +135,7 @@ def _es_import(rng: random.Random, src: str, dst: str, lang: str) -> str:
         common += 1
     rel = "/".join([".."] * (len(a) - common) + b[common:])
     spec = (rel if rel.startswith("..") else "./" + rel).rsplit(".", 1)[0]
-    name = b[-1].split(".")[0]
+    name = b[-1].split(".")[0] + "Mod"  # never a keyword ("export")
     if lang == "javascript" and rng.random() < 0.4:
         return f'const {name} = require("{spec}");'
     return f'import {{ {name} }} from "{spec}";'
