@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from datakit.accounting import NodeStats, count_drops, stage_report, sum_metrics
-from datakit.io import sinks
+from datakit.io import identity, publish, sinks
 from datakit.io.atomic import sha256_file
 from datakit.io.fs import filesystem
 from datakit.io.readers import iter_parquet, iter_raw_lines
@@ -457,6 +457,12 @@ class LocalEngine:
             # a spawned worker is importing the user's script, which runs the pipeline at top level
             raise RuntimeError("datakit: a worker process imported your script and it started a pipeline; "
                                "put the run under `if __name__ == \"__main__\":` (worker processes are spawned)")
+        if plan.sink is None:
+            return self._execute(plan)
+        with publish.output_lock(plan.sink.path):  # one writer per folder; preflight of the path
+            return self._execute(plan)
+
+    def _execute(self, plan: Plan) -> RunResult:
         t0 = time.perf_counter()
         self.workers = self._all_workers
         _BROADCAST_CACHE.clear()  # this process's copy (pool workers check size and mtime of the file)
@@ -473,6 +479,9 @@ class LocalEngine:
         self._index = {n.id: i for i, n in enumerate(order)}
         consumers: Counter = Counter(i.id for n in order for i in n.inputs)
         self._shared = {nid for nid, c in consumers.items() if c > 1}
+        self._inputs = identity.input_files(plan.input_files())
+        if plan.sink is not None:
+            publish.retract(plan.sink.path)  # readers see no dataset until the new one is committed
         work = self._work_root(plan)
         self._work = work
         self._aux = f"{work}/aux"
@@ -498,23 +507,36 @@ class LocalEngine:
         seconds = time.perf_counter() - t0
         if plan.sink is not None:
             self._write_aux_outputs(plan.sink.path)
+            publish.sweep(plan.sink.path)  # temp files of interrupted earlier writes
             manifest = self._commit(plan, stages, seconds)
         if not self.keep_work:  # (a run without a sink used a temp folder: nothing in it is kept either)
             shutil.rmtree(work, ignore_errors=True)
             _remove_if_empty(str(Path(work).parent))
+            if plan.sink is not None and not self.work_dir:
+                publish.remove_work(plan.sink.path)  # work folders of earlier runs with another identity
         return RunResult(output_path=out, stages=stages, manifest=manifest, seconds=seconds,
                          extra={"reused_tasks": self._reused, "workers": self.workers,
                                 "reused_shards": sum(1 for i in getattr(self, "_sink_infos", []) if i.get("reused"))})
 
     # -- work folder
     def _work_root(self, plan: Plan) -> str:
+        """The work folder, named by the full run identity (config hash + input files with sizes and
+        mtimes + output), so a rerun of the same run finds its finished tasks and a run over other
+        input never picks up another run's parts or quarantine rows.
+
+        Where: `<out>/_work/` for a local output; for an object-store output a fixed local folder
+        per output URL (workers spill to local files), so a rerun on this machine resumes too
+        (finished shards are reused from anywhere: their sidecars live under the output prefix)."""
+        rid = identity.run_id(plan.config_hash, self._inputs, plan.sink.path if plan.sink else None)
         if self.work_dir:
             root = self.work_dir
         elif plan.sink is not None and "://" not in plan.sink.path:
             root = str(Path(plan.sink.path) / "_work")
+        elif plan.sink is not None:
+            root = str(Path(tempfile.gettempdir()) / "datakit-work" / identity.digest(plan.sink.path)[:16])
         else:
             root = tempfile.mkdtemp(prefix="datakit-work-")
-        path = f"{root}/{plan.config_hash[:16]}"
+        path = f"{root}/{rid[:16]}"
         os.makedirs(path, exist_ok=True)
         return path
 
@@ -707,6 +729,7 @@ class LocalEngine:
             files = sorted(Path(self._aux).glob(f"{prefix}-*.parquet"))
             target = f"{out.rstrip('/')}/{folder}/part-00000.parquet"
             if not files:
+                _remove_stale(target)  # an earlier run's side output must not pass for this run's
                 continue
             table = pa.concat_tables([pq.read_table(f) for f in files])
             table = table.take(pc.sort_indices(table, sort_keys=[(c, "ascending") for c in sort]))
@@ -716,9 +739,7 @@ class LocalEngine:
         from datakit.io.atomic import write_json_atomic
 
         spec = self._resolved_spec
-        manifest = sinks.commit(spec, self._sink_infos, {
-            "pipeline": plan.config, "pipeline_hash": plan.config_hash, "seed": plan.seed,
-        })
+        manifest = sinks.commit(spec, self._sink_infos, identity.manifest_fields(plan, self._inputs))
         run = {
             "run_report_version": 1,
             "engine": self.name,
@@ -780,6 +801,15 @@ def _progress(items, what: str, enabled: bool | None):
         list(track(as_completed(items), total=len(items), description=what, transient=True))
         return items
     return track(items, description=what, transient=True)
+
+
+def _remove_stale(url: str) -> None:
+    fs, p = filesystem(url)
+    try:
+        if fs.exists(p):
+            fs.rm(p)
+    except FileNotFoundError:
+        pass
 
 
 def _remove_if_empty(path: str) -> None:
