@@ -105,6 +105,7 @@ def synth(
     days: int = typer.Option(3, help="Days of activity (one dt=YYYY-MM-DD folder each)."),
     start_date: str = typer.Option("2026-11-01", help="First day, YYYY-MM-DD."),
     rows_per_part: int = typer.Option(100_000, help="Events per part file before a new one starts."),
+    repositories: int = typer.Option(0, help="Multi-file repository projects (imports, feedback ground truth) on top."),
 ) -> None:
     """Generate realistic synthetic editor logs with planted duplicates, PII, leaks and bad lines.
 
@@ -114,7 +115,7 @@ def synth(
     from datakit import synth as synth_mod
 
     summary = synth_mod.generate(str(out_dir), events=events, seed=seed, days=days, start_date=start_date,
-                                 rows_per_part=rows_per_part)
+                                 rows_per_part=rows_per_part, repositories=repositories)
     typer.echo(json.dumps(summary, indent=2, default=str))
 
 
