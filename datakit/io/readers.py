@@ -109,15 +109,17 @@ def iter_raw_lines(url: str, batch_rows: int = DEFAULT_BATCH_ROWS, max_line_byte
     lines: list[bytes | None] = []
     numbers: list[int] = []
     errors: list[str | None] = []
+    offsets: list[int] = []
     lineno = 0
+    pos = 0  # byte offset of the next line in the decompressed stream
 
     def flush() -> pa.RecordBatch:
         batch = pa.RecordBatch.from_arrays(
             [pa.array(lines, pa.binary()), pa.array([url] * len(lines), pa.string()),
-             pa.array(numbers, pa.int64()), pa.array(errors, pa.string())],
+             pa.array(numbers, pa.int64()), pa.array(errors, pa.string()), pa.array(offsets, pa.int64())],
             schema=RAW_LINES,
         )
-        lines.clear(); numbers.clear(); errors.clear()
+        lines.clear(); numbers.clear(); errors.clear(); offsets.clear()
         return batch
 
     with raw:
@@ -128,12 +130,16 @@ def iter_raw_lines(url: str, batch_rows: int = DEFAULT_BATCH_ROWS, max_line_byte
                 if not line:
                     break
                 lineno += 1
+                offsets.append(pos)
+                pos += len(line)
                 if lineno == 1 and line.startswith(_BOM):
                     line = line[len(_BOM):]
+                    offsets[-1] += len(_BOM)
                 if len(line) > max_line_bytes and not line.endswith(b"\n"):
                     # keep a prefix for the quarantine, skip the rest of this line
                     while True:
                         rest = stream.readline(max_line_bytes)
+                        pos += len(rest)
                         if not rest or rest.endswith(b"\n"):
                             break
                     lines.append(line[:4096]); numbers.append(lineno); errors.append("line_too_long")
@@ -147,7 +153,9 @@ def iter_raw_lines(url: str, batch_rows: int = DEFAULT_BATCH_ROWS, max_line_byte
                     yield flush()
         except (zstandard.ZstdError, EOFError, OSError, zlib.error) as e:
             # truncated/corrupt compressed stream: keep what was read, record the failure
-            lines.append(None); numbers.append(lineno + 1)
+            if len(offsets) > len(lines):  # the failing read was counted as a line start
+                offsets.pop()
+            lines.append(None); numbers.append(lineno + 1); offsets.append(pos)
             errors.append(f"truncated_file: {type(e).__name__}")
         if lines:
             yield flush()
@@ -268,7 +276,8 @@ def iter_parquet_rows(url: str, batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterato
     def batch_of(raws, errs, start) -> pa.RecordBatch:
         return pa.RecordBatch.from_arrays(
             [pa.array(raws, pa.binary()), pa.array([url] * len(raws), pa.string()),
-             pa.array(range(start + 1, start + len(raws) + 1), pa.int64()), pa.array(errs, pa.string())],
+             pa.array(range(start + 1, start + len(raws) + 1), pa.int64()), pa.array(errs, pa.string()),
+             pa.nulls(len(raws), pa.int64())],
             schema=RAW_LINES)
 
     try:
