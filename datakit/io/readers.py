@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 import zstandard
 
 from datakit.contracts import EDITOR_EVENT_V1, RAW_LINES
+from datakit.io import storage
 from datakit.io.fs import InputError, filesystem, open_file
 
 DEFAULT_BATCH_ROWS = 4096
@@ -104,8 +105,14 @@ def iter_raw_lines(url: str, batch_rows: int = DEFAULT_BATCH_ROWS, max_line_byte
         raw = open_file(url, "rb")
     except FileNotFoundError:
         raise InputError(f"input not found: {url}") from None
-    except (PermissionError, OSError) as e:
+    except PermissionError as e:
         raise InputError(f"cannot read {url}: {e.__class__.__name__}") from None
+    except Exception as e:
+        if storage.is_storage_error(e):  # still failing after the IO layer's retries: a job failure
+            raise storage.describe(e, url, "open") from None
+        if isinstance(e, OSError):  # a folder, a broken link...: the user's input
+            raise InputError(f"cannot read {url}: {e.__class__.__name__}") from None
+        raise
     lines: list[bytes | None] = []
     numbers: list[int] = []
     errors: list[str | None] = []
@@ -151,8 +158,9 @@ def iter_raw_lines(url: str, batch_rows: int = DEFAULT_BATCH_ROWS, max_line_byte
                         lines.append(stripped); numbers.append(lineno); errors.append(None)
                 if len(lines) >= batch_rows:
                     yield flush()
-        except (zstandard.ZstdError, EOFError, OSError, zlib.error) as e:
-            # truncated/corrupt compressed stream: keep what was read, record the failure
+        except (zstandard.ZstdError, EOFError, gzip.BadGzipFile, zlib.error) as e:
+            # truncated/corrupt compressed stream: keep what was read, record the failure.
+            # (Any other OSError is storage failing, not the file: it propagates, never "truncated".)
             if len(offsets) > len(lines):  # the failing read was counted as a line start
                 offsets.pop()
             lines.append(None); numbers.append(lineno + 1); offsets.append(pos)
@@ -285,6 +293,8 @@ def iter_parquet_rows(url: str, batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterato
     except FileNotFoundError:
         raise InputError(f"input not found: {url}") from None
     except Exception as e:  # noqa: BLE001 - pyarrow raises ArrowInvalid/OSError for non-Parquet bytes
+        if not _parquet_damage(e):
+            raise
         yield batch_of([None], [f"unreadable_file: {type(e).__name__}"], 0)
         return
     try:
@@ -293,7 +303,15 @@ def iter_parquet_rows(url: str, batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterato
             yield batch_of(raws, errs, row)
             row += batch.num_rows
     except Exception as e:  # noqa: BLE001 - a corrupt page/row group: keep what was read
+        if not _parquet_damage(e):
+            raise
         yield batch_of([None], [f"truncated_file: {type(e).__name__}"], row)
+
+
+def _parquet_damage(e: BaseException) -> bool:
+    """pyarrow's own errors mean the bytes are not (valid) Parquet; errors raised by the storage
+    stack under it (botocore, aiohttp, s3fs) mean reading failed and must not pass as bad input."""
+    return (type(e).__module__ or "").startswith("pyarrow")
 
 
 def read_table(paths: list[str], columns: list[str] | None = None) -> pa.Table:
