@@ -110,6 +110,7 @@ def synth(
     days: int = typer.Option(3, help="Days of activity (one dt=YYYY-MM-DD folder each)."),
     start_date: str = typer.Option("2026-11-01", help="First day, YYYY-MM-DD."),
     rows_per_part: int = typer.Option(100_000, help="Events per part file before a new one starts."),
+    repositories: int = typer.Option(0, help="Multi-file repository projects (imports, feedback ground truth) on top."),
 ) -> None:
     """Generate realistic synthetic editor logs with planted duplicates, PII, leaks and bad lines.
 
@@ -119,8 +120,18 @@ def synth(
     from datakit import synth as synth_mod
 
     summary = synth_mod.generate(str(out_dir), events=events, seed=seed, days=days, start_date=start_date,
-                                 rows_per_part=rows_per_part)
+                                 rows_per_part=rows_per_part, repositories=repositories)
     typer.echo(json.dumps(summary, indent=2, default=str))
+
+
+@app.command()
+def warmup() -> None:
+    """Compile every numba kernel once into this installation's cache (run after install, in an image
+    build or before venv-pack), so later processes start without compiling. See datakit/jit.py."""
+    from datakit.warmup import warm_up
+
+    info = warm_up()
+    typer.echo(f"kernels ready: {info['compile_seconds']:.1f}s of compilation in {info['seconds']:.1f}s")
 
 
 def _register_optional_commands() -> None:

@@ -247,6 +247,12 @@ class Pipeline:
             # the index build uses as many workers as the run did (a small input ran in-process)
             workers = (engine_options.get("workers") or (result.extra or {}).get("workers")) if engine == "local" else None
             self._build_index(plan, result, workers)
+        if plan.sink is not None and self.config.stages and self.config.stages[-1].kind == "kto" \
+                and plan.sink.format == "parquet":
+            from datakit.stages.feedback_report import REPORT_FILE, write_report
+
+            # reward summaries from the committed rows (identical on both engines): _reports/feedback.json
+            result.extra["feedback"] = {"report": REPORT_FILE, **write_report(plan.sink.path)}
         return result
 
     def _build_index(self, plan: Plan, result: Any, workers: int | None = None) -> None:

@@ -26,6 +26,7 @@ BUILTIN_STAGE_MODULES: dict[str, str] = {
     "dedup": "datakit.stages.dedup.stage",
     "decontaminate": "datakit.stages.decontam.stage",
     "tokenize": "datakit.stages.tokenize.stage",
+    "kto": "datakit.stages.kto",
 }
 
 _REGISTRY: dict[str, type["StageConfig"]] = {}
