@@ -32,7 +32,8 @@ def records(tmp_path_factory):
 
 def _pipe(records: str, out, tok=None, shards=2, seed=0, fmt="packed") -> Pipeline:
     return (Pipeline("reuse", seed=seed).input(records, format="parquet", schema="training_record.v1")
-            .add({"kind": "tokenize", **BASE, **(tok or {})}).output(str(out), format=fmt, shards=shards))
+            .add({"kind": "tokenize", **BASE, **(tok or {})})
+            .output(str(out), format=fmt, shards=shards, allow_unmasked=fmt == "megatron"))
 
 
 def _mtimes(folder) -> dict[str, int]:
