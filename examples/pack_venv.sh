@@ -35,5 +35,7 @@ if [ -z "$VENV_PACK" ]; then
   "$ENV_DIR/bin/pip" install --quiet venv-pack
   VENV_PACK="$ENV_DIR/bin/venv-pack"
 fi
-"$VENV_PACK" --prefix "$ENV_DIR" --output "$OUT" --force --quiet
+# .tar.gz, not .tar or .zip: Spark unpacks .tar.gz with the system `tar`; its Java code for .tar and
+# .zip loses the bin/python symlinks. COMPRESS_LEVEL=1 packs several times faster than the default 4.
+"$VENV_PACK" --prefix "$ENV_DIR" --output "$OUT" --compress-level "${COMPRESS_LEVEL:-4}" --force --quiet
 echo "packed $ENV_DIR -> $OUT ($(du -h "$OUT" | cut -f1))"

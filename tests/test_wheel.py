@@ -1,5 +1,6 @@
 """datakit as a user installs it: the wheel (built from the sdist) in a fresh venv runs every stage,
-from a folder outside the checkout, on both engines, with byte-identical output.
+from a folder outside the checkout, on both engines, with byte-identical output. (`datakit run
+--engine spark` of the installed package runs in tests/engines/test_spark_packed_cluster.py.)
 
 Why: a cluster node has the installed package, never the source tree. Before the package
 data moved into datakit/, a wheel from main failed at import (schemas/ outside site-packages).
@@ -104,18 +105,30 @@ def test_datakit_is_imported_from_the_wheel_not_the_checkout(installed, job):
     assert not Path(where).is_relative_to(ROOT)
 
 
-@pytest.mark.timeout(1500)  # two runs with a JVM start on a loaded 2-core machine
-@pytest.mark.parametrize("name, kinds", [
-    ("records", {"ingest", "consent", "extract", "scrub_pii", "dedup", "decontaminate", "tokenize"}),
-    ("feedback", {"ingest", "extract", "forget", "kto"}),
-])
-def test_installed_wheel_runs_every_stage_on_both_engines_outside_the_checkout(installed, job, name, kinds):
+SPARK_RUNS = """\
+import sys
+from datakit import Pipeline
+
+for name in sys.argv[1:]:  # one JVM for both pipelines
+    Pipeline.from_yaml(f"{name}.yaml").run(engine="spark", master="local[2]", partitions=2,
+                                           output=f"out/{name}-spark")
+"""
+
+
+@pytest.mark.timeout(1800)  # a JVM start and two pipelines on each engine, on a loaded 2-core machine
+def test_installed_wheel_runs_every_stage_on_both_engines_outside_the_checkout(installed, job):
     py, _, _ = installed
-    _run(py, ["run", f"{name}.yaml", "--output", f"out/{name}-local"], job)
-    _run(py, ["run", f"{name}.yaml", "--engine", "spark", "--master", "local[2]", "--partitions", "2",
-              "--output", f"out/{name}-spark"], job)
-    local, spark = job / "out" / f"{name}-local", job / "out" / f"{name}-spark"
-    assert _checksums(local) == _checksums(spark)
-    assert _counts(local) == _counts(spark)
-    assert json.loads((local / "manifest.json").read_text())["rows"] > 0
-    assert {s[0] for s in _counts(local)} == kinds
+    expected = {"records": {"ingest", "consent", "extract", "scrub_pii", "dedup", "decontaminate", "tokenize"},
+                "feedback": {"ingest", "extract", "forget", "kto"}}
+    for name in expected:
+        _run(py, ["run", f"{name}.yaml", "--output", f"out/{name}-local"], job)  # the CLI, local engine
+    (job / "spark_runs.py").write_text(SPARK_RUNS)  # the Python API, Spark engine
+    res = subprocess.run([str(py), "spark_runs.py", *expected], cwd=job, capture_output=True, text=True,
+                         env=clean_env(py.parent.parent), timeout=1500)
+    assert res.returncode == 0, res.stderr[-3000:]
+    for name, kinds in expected.items():
+        local, spark = job / "out" / f"{name}-local", job / "out" / f"{name}-spark"
+        assert _checksums(local) == _checksums(spark)
+        assert _counts(local) == _counts(spark)
+        assert json.loads((local / "manifest.json").read_text())["rows"] > 0
+        assert {s[0] for s in _counts(local)} == kinds
