@@ -71,8 +71,13 @@ def run(
     except ImportError as e:
         _fail(f"{e} (is the engine's package installed? `make venv` installs everything)")
     except Exception as e:  # an engine/runtime failure: short message, detail in the log
-        if type(e).__name__ in ("EngineError", "SparkSetupError", "SparkJobError", "IndexBuildError"):
+        if type(e).__name__ in ("EngineError", "SparkSetupError", "SparkJobError", "IndexBuildError", "StorageError"):
             _fail(str(e), 3)
+        from datakit.io import storage
+
+        if storage.is_storage_error(e):  # raised outside any task that could name its path
+            where = output or ", ".join(input or []) or str(pipeline)
+            _fail(str(storage.describe(e, where, "read or write under")), 3)
         raise
     if json_out:
         typer.echo(json.dumps({"output": result.output_path, "stages": result.stages}, indent=2))

@@ -92,6 +92,9 @@ RAW_LINES = pa.schema(
         ("_source_file", pa.string()),
         ("_source_line", pa.int64()),
         ("_read_error", pa.string()),
+        # byte offset of the line in the (decompressed) file; null for Parquet rows. With
+        # `quarantine: {raw: hash}` it locates a quarantined line without keeping its text.
+        ("_offset", pa.int64()),
     ]
 )
 

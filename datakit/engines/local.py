@@ -23,8 +23,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import shutil
-import tempfile
 import time
 from collections import Counter, defaultdict
 from concurrent.futures.process import BrokenProcessPool
@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from datakit.accounting import NodeStats, count_drops, stage_report, sum_metrics
-from datakit.io import sinks
+from datakit.io import sinks, storage, tempwork
 from datakit.io.atomic import sha256_file
 from datakit.io.fs import filesystem
 from datakit.io.readers import iter_source
@@ -404,6 +404,39 @@ def write_one_shard(args: tuple[list[str], int, Any, pa.Schema]) -> dict[str, An
     return sinks.write_shard(table, shard, spec, schema)
 
 
+class _Guarded:
+    """A worker entry point whose failure reaches the parent as what it was, in one line.
+
+    A storage failure (after the IO layer's retries) becomes a `StorageError` naming
+    the task's file; an exception that cannot be pickled back to the parent
+    (aiohttp's carry a `multidict`) becomes its text, instead of the pool's
+    unrelated "can't pickle" error hiding it.
+    """
+
+    def __init__(self, fn: Callable) -> None:
+        self.fn = fn
+
+    def __call__(self, item: Any) -> Any:
+        try:
+            return self.fn(item)
+        except Exception as e:
+            if storage.is_storage_error(e):
+                raise storage.describe(e, _task_path(item), "read or write") from None
+            try:
+                pickle.loads(pickle.dumps(e))
+            except Exception:  # noqa: BLE001 - any pickling failure: send the text
+                raise EngineError(f"{type(e).__name__}: {e}") from None
+            raise
+
+
+def _task_path(item: Any) -> str:
+    if isinstance(item, ChainTask):
+        return item.partition.url
+    if isinstance(item, tuple) and len(item) == 4 and hasattr(item[2], "path"):  # write_one_shard
+        return f"{item[2].path.rstrip('/')} (shard {item[1]})"
+    return str(item)[:200]
+
+
 # --------------------------------------------------------------------------- the engine
 
 # Below this much input (compressed files and Parquet counted at ~5x their size on disk) a 2-core run
@@ -477,6 +510,7 @@ class LocalEngine:
         os.makedirs(self._aux, exist_ok=True)
         self._reused = 0
         self._sink_parts = None
+        where = plan.sink.path if plan.sink is not None else "the input"
         try:
             if plan.sink is None:
                 self._materialize(plan.root)
@@ -484,34 +518,46 @@ class LocalEngine:
             else:
                 out = self._sink(plan)
             manifest = None
-        except Exception:
+        except Exception as e:
             # a failed task may leave workers mid-job: start fresh next time, and let tasks that are
             # still running finish first, so a rerun (resume) never races them in the work folder
             drop_pool(self.workers, wait=True)
+            tempwork.discard(self._temp_root)
+            if storage.is_storage_error(e):
+                raise storage.describe(e, where, "read or write under") from None
             raise
         except BaseException:  # Ctrl-C: the workers got it too; do not wait on them
             drop_pool(self.workers)
+            tempwork.discard(self._temp_root)
             raise
         stages = stage_report(plan, self._stats, self._rows)
         seconds = time.perf_counter() - t0
         if plan.sink is not None:
-            self._write_aux_outputs(plan.sink.path)
-            manifest = self._commit(plan, stages, seconds)
+            try:
+                self._write_aux_outputs(plan.sink.path)
+                manifest = self._commit(plan, stages, seconds)
+            except Exception as e:
+                tempwork.discard(self._temp_root)
+                if storage.is_storage_error(e):
+                    raise storage.describe(e, where, "write the outputs under") from None
+                raise
         if not self.keep_work:  # (a run without a sink used a temp folder: nothing in it is kept either)
             shutil.rmtree(work, ignore_errors=True)
             _remove_if_empty(str(Path(work).parent))
+            tempwork.discard(self._temp_root)
         return RunResult(output_path=out, stages=stages, manifest=manifest, seconds=seconds,
                          extra={"reused_tasks": self._reused, "workers": self.workers,
                                 "reused_shards": sum(1 for i in getattr(self, "_sink_infos", []) if i.get("reused"))})
 
     # -- work folder
     def _work_root(self, plan: Plan) -> str:
+        self._temp_root = None
         if self.work_dir:
             root = self.work_dir
         elif plan.sink is not None and "://" not in plan.sink.path:
             root = str(Path(plan.sink.path) / "_work")
-        else:
-            root = tempfile.mkdtemp(prefix="datakit-work-")
+        else:  # removed on failure too; a killed run's folder goes at the next run (io/tempwork.py)
+            root = self._temp_root = tempwork.make()
         path = f"{root}/{plan.config_hash[:16]}"
         os.makedirs(path, exist_ok=True)
         return path
@@ -520,6 +566,7 @@ class LocalEngine:
     def _map(self, fn: Callable, items: list, what: str) -> list:
         if not items:
             return []
+        fn = _Guarded(fn)
         if self.workers == 1 or len(items) == 1:
             return [fn(i) for i in _progress(items, what, self.progress)]
         futures = [pool(self.workers).submit(fn, i) for i in items]

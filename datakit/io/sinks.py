@@ -22,9 +22,11 @@ import xxhash
 
 from datakit.io.atomic import atomic_path, sha256_file, write_json_atomic
 from datakit.io.fs import filesystem
+from datakit.io.layout import data_file, manifest_files, prune_data, write_card
 from datakit.plan import SinkSpec
 
-FORMAT_VERSION = 1
+# 2: data files under data/ (schemas/output_layout.md); a version-1 shard is never reused
+FORMAT_VERSION = 2
 
 
 def shard_ids(keys: pa.Array | pa.ChunkedArray, shards: int) -> np.ndarray:
@@ -118,7 +120,7 @@ class ParquetShardWriter:
     name = "parquet"
 
     def write(self, table: pa.Table, shard: int, out_url: str, spec: SinkSpec) -> dict[str, Any]:
-        fname = f"part-{shard:05d}.parquet"
+        fname = data_file(f"part-{shard:05d}.parquet")
         write_parquet(table, f"{out_url.rstrip('/')}/{fname}")
         return {"files": [fname], "rows": table.num_rows}
 
@@ -138,7 +140,7 @@ def write_shard(table: pa.Table, shard: int, spec: SinkSpec, schema: pa.Schema |
     if fs.exists(sp):
         try:
             info = json.loads(fs.cat_file(sp))
-            if info.get("fingerprint") == fingerprint and all(
+            if info.get("fingerprint") == fingerprint and info.get("format_version") == FORMAT_VERSION and all(
                 sha256_file(f"{out}/{f}") == info["sha256"][f] for f in info["files"]
             ):
                 info["reused"] = True
@@ -149,6 +151,7 @@ def write_shard(table: pa.Table, shard: int, spec: SinkSpec, schema: pa.Schema |
     info = writer.write(table, shard, out, spec)
     info["shard"] = shard
     info["fingerprint"] = fingerprint
+    info["format_version"] = FORMAT_VERSION
     info["sha256"] = {f: sha256_file(f"{out}/{f}") for f in info["files"]}
     write_json_atomic(sidecar, info)
     info["reused"] = False
@@ -156,19 +159,23 @@ def write_shard(table: pa.Table, shard: int, spec: SinkSpec, schema: pa.Schema |
 
 
 def commit(spec: SinkSpec, shards: list[dict[str, Any]], manifest: dict[str, Any]) -> dict[str, Any]:
-    """Write manifest.json (last, atomically) and `_SUCCESS`. Returns the manifest."""
+    """Write the dataset card, manifest.json (atomically, after every data file), then drop data files
+    the manifest does not list and write `_SUCCESS`. Returns the manifest."""
     out = spec.path.rstrip("/")
     shards = sorted(shards, key=lambda s: s["shard"])
     writer = writer_for(spec.format)
     body = {
         "format": spec.format,
         "format_version": FORMAT_VERSION,
-        "shards": [{k: v for k, v in s.items() if k not in ("reused", "fingerprint")} for s in shards],
+        "shards": [{k: v for k, v in s.items() if k not in ("reused", "fingerprint", "format_version")}
+                   for s in shards],
         "rows": int(sum(s["rows"] for s in shards)),
         **manifest,
         **writer.manifest_extra(spec, shards),
     }
+    write_card(out, body)
     write_json_atomic(f"{out}/manifest.json", body)
+    prune_data(out, manifest_files(body))
     fs, p = filesystem(f"{out}/_SUCCESS")
     with fs.open(p, "wb") as f:
         f.write(b"")

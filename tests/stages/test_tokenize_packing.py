@@ -216,12 +216,12 @@ def test_megatron_export_reads_back_with_independent_reader(tmp_path, mixed_reco
     expect = {r["doc_id"]: r for r in encoded.to_pylist() if r["kind"] != "preference"}
     seen = 0
     for s in m["shards"]:
-        prefix = tmp_path / "meg" / f"tokens-{s['shard']:05d}"
+        prefix = tmp_path / "meg" / "data" / f"tokens-{s['shard']:05d}"
         dtype, seqs, doc_idx = read_megatron(prefix)
         assert dtype == np.uint16
         assert doc_idx.tolist() == list(range(len(seqs) + 1))  # one sequence per document
-        docs = pq.read_table(tmp_path / "meg" / f"docs-{s['shard']:05d}.parquet").column("doc_id").to_pylist()
-        _, masks, _ = read_megatron(tmp_path / "meg" / f"loss_mask-{s['shard']:05d}")  # SFT/FIM masks kept
+        docs = pq.read_table(tmp_path / "meg" / "data" / f"docs-{s['shard']:05d}.parquet").column("doc_id").to_pylist()
+        _, masks, _ = read_megatron(tmp_path / "meg" / "data" / f"loss_mask-{s['shard']:05d}")  # SFT/FIM masks kept
         for doc_id, ids, mask in zip(docs, seqs, masks, strict=True):
             assert ids.tolist() == expect[doc_id]["input_ids"]
             assert mask.tolist() == expect[doc_id]["loss_mask"]
@@ -230,7 +230,7 @@ def test_megatron_export_reads_back_with_independent_reader(tmp_path, mixed_reco
     # the packed layout and megatron see the same documents in the same shuffle order
     p = build_dataset(mixed_records, str(tmp_path / "pk"), cfg, shards=2, format="packed")
     for s_meg, s_pk in zip(m["shards"], p["shards"]):
-        a = pq.read_table(tmp_path / "meg" / f"docs-{s_meg['shard']:05d}.parquet").column("doc_id")
+        a = pq.read_table(tmp_path / "meg" / "data" / f"docs-{s_meg['shard']:05d}.parquet").column("doc_id")
         b = pq.read_table(tmp_path / "pk" / s_pk["arrays"]["docs"]).column("doc_id")
         assert a.equals(b)
 
@@ -248,7 +248,7 @@ def test_pipeline_local_engine_is_byte_identical_across_workers(tmp_path, mixed_
          .add({"kind": "tokenize", "tokenizer": TOKENIZER, "seq_len": 256, "packing": "best_fit", "fim_rate": 0.5})
          .output(str(tmp_path / "out"), format="packed", shards=2))
     sums = assert_conformant(p, tmp_path)
-    assert any(f.startswith("tokens-") for f in sums)
+    assert any(f.startswith("data/tokens-") for f in sums)
     out = next(tmp_path.glob("conf-0-*"))
     manifest = json.loads((out / "manifest.json").read_text())
     run = json.loads((out / "_run.json").read_text())
@@ -287,13 +287,13 @@ def test_tokenize_stage_from_yaml_with_relative_tokenizer(tmp_path, mixed_record
     m = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert m["layout"] == "megatron.mmidx.v1" and m["seq_len"] == 64
     assert m["tokenizer"]["sha256"] == load_tokenizer(TOKENIZER).sha256
-    _, seqs, _ = read_megatron(tmp_path / "out" / "tokens-00000")
+    _, seqs, _ = read_megatron(tmp_path / "out" / "data" / "tokens-00000")
     assert len(seqs) == m["totals"]["documents"] == res.stages[0]["rows_out"] - m["totals"]["preference_pairs"]
     from datakit.stages.tokenize.inspect import inspect_dataset
 
     shown = inspect_dataset(tmp_path / "out", sequences=2, max_chars=10_000)
     tok = load_tokenizer(TOKENIZER)
-    assert "tokens-00000 document 1:" in shown and tok.decode(seqs[1].tolist()) in shown
+    assert "data/tokens-00000 document 1:" in shown and tok.decode(seqs[1].tolist()) in shown
 
 
 def test_large_vocab_uses_int32_and_loader_reads_it(tmp_path, mixed_records):
@@ -344,7 +344,7 @@ def test_spark_engine_writes_the_same_bytes(tmp_path, spark):
              .add({"kind": "tokenize", "tokenizer": TOKENIZER, "seq_len": 256, "packing": "best_fit", "fim_rate": 0.5})
              .output(str(tmp_path / "out"), format=fmt, shards=2))
         sums = assert_conformant(p, tmp_path / fmt, variants=LOCAL_VARIANTS[:1] + spark_variants((1, 3)))
-        assert any(f.startswith("tokens-") for f in sums)
+        assert any(f.startswith("data/tokens-") for f in sums)
 
 
 def test_packed_output_without_tokenize_stage_fails_at_compile(tmp_path):
