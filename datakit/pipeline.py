@@ -165,10 +165,12 @@ class Pipeline:
     # -- compile and run
     def compile(self, input_override: str | list[str] | None = None, output_override: str | None = None) -> Plan:
         """Turn the config into a logical plan (resolving globs now, so errors come early)."""
+        from datakit.io.identity import base_environment
+
         cfg = self.config
         if cfg.input is None:
             raise PipelineError(f"{cfg.name}: no input (set `input:` or call .input())")
-        ctx = CompileContext(seed=cfg.seed, base_dir=self.base_dir)
+        ctx = CompileContext(seed=cfg.seed, base_dir=self.base_dir, environment=base_environment())
         paths = input_override if input_override is not None else cfg.input.path
         paths = [paths] if isinstance(paths, str) else list(paths)
         resolved = expand([ctx.resolve(p) for p in paths],
@@ -203,6 +205,7 @@ class Pipeline:
             names[stage.kind] = names.get(stage.kind, 0) + 1
             name = stage.kind if names[stage.kind] == 1 else f"{stage.kind}_{names[stage.kind]}"
             stage_rel = Rel(rel.node, name)
+            ctx.stage = name
             try:
                 out = stage.compile(stage_rel, ctx)
             except (ValueError, KeyError, FileNotFoundError) as e:  # a config that only fails when resolved
@@ -228,7 +231,17 @@ class Pipeline:
             if options.get("packing") == "repository" and o.format != "packed":
                 raise PipelineError(f"{cfg.name}: packing: repository needs output format 'packed' (got {o.format!r})")
             sink = SinkSpec(path=out_path, format=o.format, shards=shards, key=key, sort_key=sort_key, options=options)
-        return Plan(root=rel.node, sink=sink, spans=spans, config=self.to_dict(), seed=cfg.seed)
+        config = self.to_dict()
+        # the run's real input and output (a `--input`/`--output` override replaces the file's paths):
+        # the config hash and the manifest describe what was run, not what the file said
+        if input_override is not None:
+            config["input"]["path"] = input_override
+        if out_path and config.get("output") is not None:
+            config["output"]["path"] = output_override or config["output"]["path"]
+        elif out_path:
+            config["output"] = {"path": out_path}
+        return Plan(root=rel.node, sink=sink, spans=spans, config=config, seed=cfg.seed,
+                    environment=ctx.environment)
 
     def explain(self, **kw: Any) -> str:
         return self.compile(**kw).explain()

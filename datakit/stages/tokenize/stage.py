@@ -141,6 +141,11 @@ class TokenizeConfig(StageConfig):
                              add_bos=self.add_bos, seq_len=self.seq_len, overlong=self.overlong)
         ctx.artifacts.setdefault("sink_options", {}).update(self.sink_options(tok, ctx.seed))
         ctx.artifacts["tokenizer"] = tok.manifest_fields()
+        # the encoding depends on the tokenizer file and on the library that runs it
+        from datakit.io.identity import library_version
+
+        ctx.record("tokenizer_sha256", tok.sha256)
+        ctx.record("tokenizers", library_version("tokenizers"))
         if self.packing == "repository":
             from datakit.stages.tokenize.repository import GROUP, compile_repository
 
