@@ -132,8 +132,9 @@ def test_repository_files_are_whole_contiguous_and_in_import_order(projects, tmp
     # the loader sees unit boundaries as document boundaries (attention never crosses repositories)
     ds = PackedDataset(str(tmp_path / "out"))
     s = ds[0]
-    assert s["cu_seqlens"][0] == 0 and s["cu_seqlens"][-1] == seq_len
-    assert (s["position_ids"][s["cu_seqlens"][:-1]] == 0).all()
+    cu = s["cu_seqlens"][: int(s["num_segments"]) + 1]
+    assert cu[0] == 0 and cu[-1] == seq_len
+    assert (s["position_ids"][cu[:-1]] == 0).all()
 
 
 def test_fill_at_32k_on_a_realistic_corpus(tmp_path):
