@@ -52,6 +52,35 @@ class OutputConfig(BaseModel):
                                            "`datakit contamination-check` of a new eval takes seconds")
     quality: bool | str = Field(False, description="run a great-expectations suite from quality/ on the output "
                                                     "(true = the suite of the output's contract)")
+    allow_unmasked: bool = Field(False, description="write records whose tokens are partly without loss (SFT, "
+                                                    "editor FIM) to a format whose standard readers ignore loss "
+                                                    "masks (megatron); off = a compile-time error")
+
+
+# record kinds whose every token carries loss (code, incl. FIM-transformed code); preference pairs go to
+# Parquet, where trainers mask the prompt themselves
+_FULL_LOSS_KINDS = {"code", "preference"}
+
+
+def _check_loss_masks(cfg: "PipelineConfig", fmt: str) -> None:
+    """Refuse, at compile time, masked training data for a format that cannot carry the masks to the trainer.
+
+    Why: Megatron's standard GPTDataset reads only the token files; our loss-mask side files would be
+    ignored and every SFT prompt token trained on, silently. Kinds are known from the extract stage;
+    with records as input (no extract stage) they are unknown, so masked data is assumed.
+    """
+    from datakit.io.sinks import writer_for
+
+    if getattr(writer_for(fmt), "carries_loss_mask", True) or not any(s.kind == "tokenize" for s in cfg.stages):
+        return
+    extract = next((s for s in cfg.stages if s.kind == "extract"), None)
+    kinds = set(getattr(extract, "kinds", None) or []) if extract is not None else None
+    masked = sorted(kinds - _FULL_LOSS_KINDS) if kinds is not None else ["sft", "fim (records input)"]
+    if masked:
+        raise PipelineError(
+            f"{cfg.name}: output format {fmt!r} cannot carry loss masks to a trainer (its standard reader "
+            f"ignores them), but {', '.join(masked)} records train only some tokens; use format: packed, or set "
+            f"output.allow_unmasked: true to write them anyway (masks then only in data/loss_mask-*)")
 
 
 class PipelineConfig(BaseModel):
@@ -230,6 +259,8 @@ class Pipeline:
                                     f"({{kind: tokenize, ...}}) before it; use format: parquet for records")
             if options.get("packing") == "repository" and o.format != "packed":
                 raise PipelineError(f"{cfg.name}: packing: repository needs output format 'packed' (got {o.format!r})")
+            if not o.allow_unmasked:
+                _check_loss_masks(cfg, o.format)
             sink = SinkSpec(path=out_path, format=o.format, shards=shards, key=key, sort_key=sort_key, options=options)
         config = self.to_dict()
         # the run's real input and output (a `--input`/`--output` override replaces the file's paths):

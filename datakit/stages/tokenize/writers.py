@@ -255,6 +255,7 @@ class MegatronShardWriter:
     """
 
     name = "megatron"
+    carries_loss_mask = False  # Megatron's GPTDataset reads only the token files (pipeline checks at compile)
 
     def write(self, table: pa.Table, shard: int, out_url: str, spec: SinkSpec) -> dict[str, Any]:
         o = _options(spec)
