@@ -264,7 +264,7 @@ class Pipeline:
         sink = None
         if out_path:
             o = cfg.output or OutputConfig(path=out_path)
-            key = o.key or ("event_id" if current == "editor_event.v1" else "doc_id")
+            key = o.key or ctx.artifacts.get("sink_key") or ("event_id" if current == "editor_event.v1" else "doc_id")
             options = dict(ctx.artifacts.get("sink_options", {}))
             options["rows_per_shard"] = o.rows_per_shard
             shards = 0 if o.shards == "auto" else o.shards
@@ -273,6 +273,8 @@ class Pipeline:
                 # found out at compile, not after every stage has run and the sink tries to write
                 raise PipelineError(f"{cfg.name}: output format {o.format!r} needs a tokenize stage "
                                     f"({{kind: tokenize, ...}}) before it; use format: parquet for records")
+            if options.get("packing") == "repository" and o.format != "packed":
+                raise PipelineError(f"{cfg.name}: packing: repository needs output format 'packed' (got {o.format!r})")
             if not o.allow_unmasked:
                 _check_loss_masks(cfg, o.format)
             if key not in rel.schema.names:
