@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from datakit.accounting import NodeStats, count_drops, stage_report, sum_metrics
-from datakit.io import sinks, storage, tempwork
+from datakit.io import identity, publish, sinks, storage, tempwork
 from datakit.io.atomic import sha256_file
 from datakit.io.fs import filesystem
 from datakit.io.readers import iter_source
@@ -493,6 +493,12 @@ class LocalEngine:
             # a spawned worker is importing the user's script, which runs the pipeline at top level
             raise RuntimeError("datakit: a worker process imported your script and it started a pipeline; "
                                "put the run under `if __name__ == \"__main__\":` (worker processes are spawned)")
+        if plan.sink is None:
+            return self._execute(plan)
+        with publish.output_lock(plan.sink.path):  # one writer per folder; preflight of the path
+            return self._execute(plan)
+
+    def _execute(self, plan: Plan) -> RunResult:
         t0 = time.perf_counter()
         self.workers = self._all_workers
         _BROADCAST_CACHE.clear()  # this process's copy (pool workers check size and mtime of the file)
@@ -509,6 +515,9 @@ class LocalEngine:
         self._index = {n.id: i for i, n in enumerate(order)}
         consumers: Counter = Counter(i.id for n in order for i in n.inputs)
         self._shared = {nid for nid, c in consumers.items() if c > 1}
+        self._inputs = identity.input_files(plan.input_files())
+        if plan.sink is not None:
+            publish.retract(plan.sink.path)  # readers see no dataset until the new one is committed
         work = self._work_root(plan)
         self._work = work
         self._aux = f"{work}/aux"
@@ -540,6 +549,7 @@ class LocalEngine:
         if plan.sink is not None:
             try:
                 self._write_aux_outputs(plan.sink.path)
+                publish.sweep(plan.sink.path)  # temp files of interrupted earlier writes
                 manifest = self._commit(plan, stages, seconds)
             except Exception as e:
                 tempwork.discard(self._temp_root)
@@ -550,12 +560,22 @@ class LocalEngine:
             shutil.rmtree(work, ignore_errors=True)
             _remove_if_empty(str(Path(work).parent))
             tempwork.discard(self._temp_root)
+            if plan.sink is not None and not self.work_dir:
+                publish.remove_work(plan.sink.path)  # work folders of earlier runs with another identity
         return RunResult(output_path=out, stages=stages, manifest=manifest, seconds=seconds,
                          extra={"reused_tasks": self._reused, "workers": self.workers,
                                 "reused_shards": sum(1 for i in getattr(self, "_sink_infos", []) if i.get("reused"))})
 
     # -- work folder
     def _work_root(self, plan: Plan) -> str:
+        """The work folder, named by the full run identity (config hash + input files with sizes and
+        mtimes + output), so a rerun of the same run finds its finished tasks and a run over other
+        input never picks up another run's parts or quarantine rows.
+
+        Where: `<out>/_work/` for a local output. For an object-store output the workers' spills go
+        to a temp folder of this run (io/tempwork.py); a rerun then reuses the finished *shards*,
+        whose sidecars live under the output prefix."""
+        rid = identity.run_id(plan.config_hash, self._inputs, plan.sink.path if plan.sink else None)
         self._temp_root = None
         if self.work_dir:
             root = self.work_dir
@@ -563,7 +583,7 @@ class LocalEngine:
             root = str(Path(plan.sink.path) / "_work")
         else:  # removed on failure too; a killed run's folder goes at the next run (io/tempwork.py)
             root = self._temp_root = tempwork.make()
-        path = f"{root}/{plan.config_hash[:16]}"
+        path = f"{root}/{rid[:16]}"
         os.makedirs(path, exist_ok=True)
         return path
 
@@ -758,6 +778,7 @@ class LocalEngine:
             files = sorted(Path(self._aux).glob(f"{prefix}-*.parquet"))
             target = f"{out.rstrip('/')}/{folder}/part-00000.parquet"
             if not files:
+                _remove_stale(target)  # an earlier run's side output must not pass for this run's
                 continue
             table = pa.concat_tables([pq.read_table(f) for f in files])
             table = table.take(pc.sort_indices(table, sort_keys=[(c, "ascending") for c in sort]))
@@ -767,9 +788,7 @@ class LocalEngine:
         from datakit.io.atomic import write_json_atomic
 
         spec = self._resolved_spec
-        manifest = sinks.commit(spec, self._sink_infos, {
-            "pipeline": plan.config, "pipeline_hash": plan.config_hash, "seed": plan.seed,
-        })
+        manifest = sinks.commit(spec, self._sink_infos, identity.manifest_fields(plan, self._inputs))
         run = {
             "run_report_version": 1,
             "engine": self.name,
@@ -831,6 +850,15 @@ def _progress(items, what: str, enabled: bool | None):
         list(track(as_completed(items), total=len(items), description=what, transient=True))
         return items
     return track(items, description=what, transient=True)
+
+
+def _remove_stale(url: str) -> None:
+    fs, p = filesystem(url)
+    try:
+        if fs.exists(p):
+            fs.rm(p)
+    except FileNotFoundError:
+        pass
 
 
 def _remove_if_empty(path: str) -> None:

@@ -281,7 +281,7 @@ def test_tokenize_stage_from_yaml_with_relative_tokenizer(tmp_path, mixed_record
     (tmp_path / "p.yaml").write_text(
         "name: t\nseed: 2\ninput: {path: in.parquet, format: parquet, schema: training_record.v1}\n"
         "stages:\n  - {kind: tokenize, tokenizer: tok, seq_len: 64, packing: concat, fim_rate: 0.5}\n"
-        "output: {path: out, format: megatron, shards: 1}\n")
+        "output: {path: out, format: megatron, shards: 1, allow_unmasked: true}\n")
     p = Pipeline.from_yaml(str(tmp_path / "p.yaml"))
     res = p.run(engine="local", workers=1)
     m = json.loads((tmp_path / "out" / "manifest.json").read_text())
@@ -342,9 +342,35 @@ def test_spark_engine_writes_the_same_bytes(tmp_path, spark):
              .input(str(tmp_path / "logs" / "**" / "*.jsonl.zst"), format="jsonl", schema="editor_event.v1")
              .add({"kind": "ingest"}).add({"kind": "extract", "kinds": ["code", "fim", "sft"]})
              .add({"kind": "tokenize", "tokenizer": TOKENIZER, "seq_len": 256, "packing": "best_fit", "fim_rate": 0.5})
-             .output(str(tmp_path / "out"), format=fmt, shards=2))
+             .output(str(tmp_path / "out"), format=fmt, shards=2, allow_unmasked=fmt == "megatron"))
         sums = assert_conformant(p, tmp_path / fmt, variants=LOCAL_VARIANTS[:1] + spark_variants((1, 3)))
         assert any(f.startswith("data/tokens-") for f in sums)
+
+
+@pytest.mark.parametrize("kinds,fails", [(["code", "sft"], True), (["code"], False), (None, True)])
+def test_masked_data_to_megatron_is_a_compile_error_unless_opted_out(tmp_path, kinds, fails):
+    from datakit import Pipeline
+    from datakit.pipeline import PipelineError
+
+    def pipe(**kw):
+        p = Pipeline("m").input(str(tmp_path / "logs"))
+        if kinds is None:  # records as input: kinds unknown, masks assumed
+            p = Pipeline("m").input(str(tmp_path / "in.parquet"), format="parquet", schema="training_record.v1")
+        else:
+            p = p.add({"kind": "ingest"}).add({"kind": "extract", "kinds": kinds})
+        return p.add({"kind": "tokenize", "tokenizer": TOKENIZER}).output(str(tmp_path / "o"), format="megatron", **kw)
+
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "a.jsonl").write_text("{}\n")
+    pq.write_table(pa.table({"doc_id": ["x"]}), tmp_path / "in.parquet")
+    if fails:
+        with pytest.raises(PipelineError, match="cannot carry loss masks.*allow_unmasked"):
+            pipe().compile()
+    else:
+        pipe().compile()
+    pipe(allow_unmasked=True).compile()  # the opt-out
+    Pipeline("m").input(str(tmp_path / "in.parquet"), format="parquet", schema="training_record.v1").add(
+        {"kind": "tokenize", "tokenizer": TOKENIZER}).output(str(tmp_path / "o"), format="packed").compile()
 
 
 def test_packed_output_without_tokenize_stage_fails_at_compile(tmp_path):
