@@ -173,7 +173,10 @@ def test_a_killed_run_leaves_no_temp_work_folder(s3_endpoint, tmp_path):  # noqa
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert list(tmp.glob("datakit-work-*"))  # the kill left it (nothing can clean up after SIGKILL)
-    r = subprocess.run(cmd + ["--json"], env=env, capture_output=True, text=True, timeout=600)
+    # the next run on this machine (here into another prefix: the killed run's lease on s3://killed/out
+    # stays until it expires) removes the dead run's temp folder, and its own when it is done
+    r = subprocess.run(cmd + ["--output", "s3://killed/out2", "--json"], env=env, capture_output=True, text=True,
+                       timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads(r.stdout)["stages"][0]["rows_out"] == 300
     assert list(tmp.glob("datakit-work-*")) == []  # the dead run's folder and its own are gone

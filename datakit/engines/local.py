@@ -45,7 +45,8 @@ from datakit.io.fs import filesystem
 from datakit.io.readers import iter_source
 from datakit.plan import (DROP, DROP_DETAIL, Aggregate, ConnectedComponents, Join, MapBatches, Node, Plan,
                           Source)
-from datakit.workers import drop_pool, pool, usable_cpus
+from datakit import watchdog
+from datakit.workers import drop_pool, usable_cpus
 
 log = logging.getLogger("datakit.engine.local")
 
@@ -301,6 +302,7 @@ def run_chain(task: ChainTask) -> dict[str, Any]:
                 else:
                     batch = _apply_op(op, batch, stats[op.id], aux)
             _release_free_memory()
+            watchdog.beat()
             if batch.num_rows == 0:
                 continue
             if task.shards:
@@ -399,7 +401,10 @@ def write_one_shard(args: tuple[list[str], int, Any, pa.Schema]) -> dict[str, An
     """Worker entry point for the sink: read one shard's spill parts and write it."""
     paths, shard, spec, schema = args
     _release_free_memory()
-    tables = [_read_spill(p) for p in paths]
+    tables = []
+    for p in paths:
+        tables.append(_read_spill(p))
+        watchdog.beat()
     table = pa.concat_tables(tables) if tables else schema.empty_table()
     return sinks.write_shard(table, shard, spec, schema)
 
@@ -591,9 +596,10 @@ class LocalEngine:
         fn = _Guarded(fn)
         if self.workers == 1 or len(items) == 1:
             return [fn(i) for i in _progress(items, what, self.progress)]
-        futures = [pool(self.workers).submit(fn, i) for i in items]
         try:
-            return [f.result() for f in _progress(futures, what, self.progress)]
+            return watchdog.map_watched(fn, items, self.workers, f"{self._work}/_beats", what, _task_path)
+        except watchdog.TaskStalled as e:
+            raise EngineError(str(e)) from None
         except BrokenProcessPool:
             raise EngineError(
                 f"a local worker process died during '{what}' (killed, out of memory, or a script that runs its "

@@ -136,6 +136,7 @@ def test_bad_rows_are_quarantined_alike_on_spark(spark, tmp_path):
         (tmp_path / sub).mkdir()
         assert_conformant(pipe, tmp_path / sub, variants=variants)
         outs = sorted((tmp_path / sub).glob("conf-*"))
+        assert (outs[0] / "_quarantine/part-00000.parquet").exists()
         assert _sha(outs[0] / "_quarantine/part-00000.parquet") == _sha(outs[1] / "_quarantine/part-00000.parquet")
     run = json.loads((sorted((tmp_path / "p").glob("conf-*"))[1] / "_run.json").read_text())
     assert run["stages"][0]["dropped"] == {"wrong_type": 12, "missing_field": 3}
