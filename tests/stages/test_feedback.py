@@ -103,7 +103,8 @@ def test_labels_rewards_and_retention_match_the_synth_ground_truth(projects, tmp
 
 def test_kto_output_and_reward_report(projects, tmp_path):
     out = tmp_path / "kto"
-    res = _pipeline(projects, {"ignored": "negative"}, kto=True).run(output=str(out), workers=1)
+    res = _pipeline(projects, {"ignored": "negative"}, kto=True).output(str(out), quality=True).run(workers=1)
+    assert res.extra["quality"]["suite"] == "kto_example.v1" and res.extra["quality"]["success"], res.extra["quality"]
     t = read_output(str(out))
     assert t.schema.names[:4] == ["prompt", "completion", "label", "reward"]
     assert str(t.schema.field("label").type) == "bool" and str(t.schema.field("prompt").type) == "string"
