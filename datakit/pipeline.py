@@ -366,8 +366,11 @@ class Pipeline:
         from datakit.io.fs import filesystem
         from datakit.quality import validate_output
 
-        name = suite if isinstance(suite, str) else (
-            "editor_event.v1" if plan.sink.key == "event_id" else "training_record.v1")
+        from datakit.resources import suite_names
+
+        produced = self.config.stages[-1].produces if self.config.stages else None
+        name = suite if isinstance(suite, str) else (produced if produced in suite_names() else (
+            "editor_event.v1" if plan.sink.key == "event_id" else "training_record.v1"))
         q = validate_output(plan.sink.path, name)
         result.extra["quality"] = q.to_json()
         run_path = f"{plan.sink.path.rstrip('/')}/_run.json"
