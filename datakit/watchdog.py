@@ -97,7 +97,7 @@ def _read_beat(path: str) -> tuple[int, float, float] | None:
 
 
 def map_watched(fn: Callable, items: list, workers: int, beat_dir: str, what: str,
-                label: Callable[[Any], str]) -> list:
+                label: Callable[[Any], str], on_done: Callable[[], None] | None = None) -> list:
     """`[fn(i) for i in items]` on the shared pool, watched for stalled tasks (see module doc)."""
     os.makedirs(beat_dir, exist_ok=True)
     n = len(items)
@@ -127,6 +127,8 @@ def map_watched(fn: Callable, items: list, workers: int, beat_dir: str, what: st
                     results[i] = f.result()  # a task's own error propagates as it is
                     done.add(i)
                     last_progress = now
+                    if on_done is not None:
+                        on_done()
                     b = _read_beat(path)
                     if b is not None:
                         longest = max(longest, now - b[1])

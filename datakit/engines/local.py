@@ -28,6 +28,7 @@ import shutil
 import time
 from collections import Counter, defaultdict
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -597,7 +598,9 @@ class LocalEngine:
         if self.workers == 1 or len(items) == 1:
             return [fn(i) for i in _progress(items, what, self.progress)]
         try:
-            return watchdog.map_watched(fn, items, self.workers, f"{self._work}/_beats", what, _task_path)
+            with _progress_bar(len(items), what, self.progress) as advance:
+                return watchdog.map_watched(fn, items, self.workers, f"{self._work}/_beats", what, _task_path,
+                                            advance)
         except watchdog.TaskStalled as e:
             raise EngineError(str(e)) from None
         except BrokenProcessPool:
@@ -838,6 +841,21 @@ def _chunk(a):
     return a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a
 
 
+@contextmanager
+def _progress_bar(total: int, what: str, enabled: bool | None) -> Iterator[Callable[[], None]]:
+    """A rich progress bar advanced once per finished task (when stderr is a terminal, or forced on)."""
+    import sys
+
+    if enabled is False or (enabled is None and not sys.stderr.isatty()) or total < 2:
+        yield lambda: None
+        return
+    from rich.progress import Progress
+
+    with Progress(transient=True) as bar:
+        task = bar.add_task(what, total=total)
+        yield lambda: bar.advance(task)
+
+
 def _progress(items, what: str, enabled: bool | None):
     """A rich progress bar over items when stderr is a terminal (or forced on)."""
     import sys
@@ -846,11 +864,6 @@ def _progress(items, what: str, enabled: bool | None):
         return items
     from rich.progress import track
 
-    if items and hasattr(items[0], "result"):
-        from concurrent.futures import as_completed
-
-        list(track(as_completed(items), total=len(items), description=what, transient=True))
-        return items
     return track(items, description=what, transient=True)
 
 
