@@ -331,7 +331,7 @@ class Pipeline:
             from datakit.stages.feedback_report import REPORT_FILE, write_report
 
             # reward summaries from the committed rows (identical on both engines): _reports/feedback.json
-            result.extra["feedback"] = {"report": REPORT_FILE, **write_report(plan.sink.path)}
+            result.extra["feedback"] = {**write_report(plan.sink.path), "file": REPORT_FILE}
         return result
 
     def _build_index(self, plan: Plan, result: Any, workers: int | None = None) -> None:
