@@ -16,6 +16,10 @@ second). The parent waits with a timeout and checks the files:
   the killed attempt can no longer write, so two attempts never mix);
 * the same task stalling twice fails the run with one line naming the task.
 
+A task silent for `min(threshold / 2, max(60 s, 3 x the longest task))` is
+logged once as a warning, so a long stall is never silent even when it ends by
+itself.
+
 Tasks queued but not started have no heartbeat yet and are not judged one by one;
 but when nothing at all (no task finishing, no heartbeat) happened for the
 threshold while tasks are pending, the pool is treated as stalled the same way
@@ -104,6 +108,7 @@ def map_watched(fn: Callable, items: list, workers: int, beat_dir: str, what: st
     results: list[Any] = [None] * n
     done: set[int] = set()
     stalls: dict[int, int] = {}
+    warned: set[int] = set()
     longest = 0.0
     while len(done) < n:
         ex = pool(workers)
@@ -133,12 +138,17 @@ def map_watched(fn: Callable, items: list, workers: int, beat_dir: str, what: st
                     if b is not None:
                         longest = max(longest, now - b[1])
                 threshold = max(floor_seconds(), FACTOR * longest)
+                warn_after = min(threshold / 2, max(60.0, FACTOR * longest))
                 for f in pending:
                     i, path = futures[f]
                     b = _read_beat(path)
                     if b is None:
                         continue
                     last_progress = max(last_progress, b[2])
+                    if now - b[2] > warn_after and i not in warned:
+                        warned.add(i)  # a slow task is said once, long before it counts as stalled
+                        log.warning("task %s of '%s' has made no progress for %.0f s (stalled after %.0f s)",
+                                    label(items[i]), what, now - b[2], threshold)
                     if now - b[2] > threshold:
                         stalled = (i, threshold)
                         _kill(b[0])
