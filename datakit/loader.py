@@ -80,10 +80,14 @@ class PackedDataset:
         self._n = int(self._cum[-1])
         self._arange = np.arange(self.seq_len, dtype=np.int64)
         self._open: dict[int, dict[str, np.ndarray]] = {}
-        for s in self.shards:
+        for s in self.shards:  # always: every file present with its recorded size (one stat each)
+            sizes = s.get("bytes") or {}
             for f in s["files"]:
                 if not (self.path / f).is_file():
                     raise DatasetError(f"{self.path}: shard file {f} is missing")
+                if f in sizes and (self.path / f).stat().st_size != sizes[f]:
+                    raise DatasetError(f"{self.path}: shard file {f} has {(self.path / f).stat().st_size} bytes, "
+                                       f"the manifest says {sizes[f]} (interrupted rewrite or changed file)")
         if verify:
             self.verify()
 

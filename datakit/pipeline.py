@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from datakit import contracts
 from datakit.io.fs import expand
@@ -52,6 +52,22 @@ class OutputConfig(BaseModel):
                                            "`datakit contamination-check` of a new eval takes seconds")
     quality: bool | str = Field(False, description="run a great-expectations suite from quality/ on the output "
                                                     "(true = the suite of the output's contract)")
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, v: str) -> str:
+        from datakit.io.sinks import known_formats
+
+        if v not in known_formats():  # found at load, not after every stage has run
+            raise ValueError(f"unknown output format {v!r}; known: {', '.join(known_formats())}")
+        return v
+
+    @field_validator("shards")
+    @classmethod
+    def _positive_shards(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and v < 1:
+            raise ValueError(f"shards must be a positive number or 'auto' (got {v})")
+        return v
     allow_unmasked: bool = Field(False, description="write records whose tokens are partly without loss (SFT, "
                                                     "editor FIM) to a format whose standard readers ignore loss "
                                                     "masks (megatron); off = a compile-time error")
@@ -258,7 +274,7 @@ class Pipeline:
         sink = None
         if out_path:
             o = cfg.output or OutputConfig(path=out_path)
-            key = o.key or ("event_id" if current == "editor_event.v1" else "doc_id")
+            key = o.key or ctx.artifacts.get("sink_key") or ("event_id" if current == "editor_event.v1" else "doc_id")
             options = dict(ctx.artifacts.get("sink_options", {}))
             options["rows_per_shard"] = o.rows_per_shard
             shards = 0 if o.shards == "auto" else o.shards
@@ -267,8 +283,23 @@ class Pipeline:
                 # found out at compile, not after every stage has run and the sink tries to write
                 raise PipelineError(f"{cfg.name}: output format {o.format!r} needs a tokenize stage "
                                     f"({{kind: tokenize, ...}}) before it; use format: parquet for records")
+            if options.get("packing") == "repository" and o.format != "packed":
+                raise PipelineError(f"{cfg.name}: packing: repository needs output format 'packed' (got {o.format!r})")
             if not o.allow_unmasked:
                 _check_loss_masks(cfg, o.format)
+            if key not in rel.schema.names:
+                raise PipelineError(f"{cfg.name}: output: key {key!r} is not a column of the output "
+                                    f"({', '.join(rel.schema.names)})")
+            if o.quality and o.format != "parquet":
+                raise PipelineError(f"{cfg.name}: output: quality checks run on Parquet records; "
+                                    f"format {o.format!r} has none (remove `quality:` or use format: parquet)")
+            if isinstance(o.quality, str):
+                from datakit.quality.gx import load_suite
+
+                try:
+                    load_suite(o.quality)
+                except (FileNotFoundError, ValueError) as e:
+                    raise PipelineError(f"{cfg.name}: output: quality: {e.args[0] if e.args else e}") from None
             sink = SinkSpec(path=out_path, format=o.format, shards=shards, key=key, sort_key=sort_key, options=options)
         config = self.to_dict()
         # the run's real input and output (a `--input`/`--output` override replaces the file's paths):
@@ -290,10 +321,14 @@ class Pipeline:
         """Compile and execute; returns the engine's `RunResult` (per-stage counts, manifest, output path)."""
         from datakit.engines import get_engine
 
-        plan = self.compile(input_override=input, output_override=output)
         if engine == "spark" and self.config.spark:
             engine_options["conf"] = {**self.config.spark, **(engine_options.get("conf") or {})}
-        result = get_engine(engine, **engine_options).execute(plan)
+        try:  # engine options are checked before any work (and before the output folder is touched)
+            runner = get_engine(engine, **engine_options)
+        except (ValueError, TypeError) as e:
+            raise PipelineError(f"{self.config.name}: {e.args[0] if e.args else e}") from None
+        plan = self.compile(input_override=input, output_override=output)
+        result = runner.execute(plan)
         o = self.config.output
         if o is not None and o.quality and plan.sink is not None and plan.sink.format == "parquet":
             self._validate(plan, result, o.quality)

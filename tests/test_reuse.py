@@ -101,3 +101,26 @@ def test_manifest_records_environment_and_input_files(tmp_path, records):
     assert env["datakit"] and env["libraries"]["pyarrow"]
     tok = env["stages"]["tokenize"]
     assert tok["tokenizers"] == identity.library_version("tokenizers") and len(tok["tokenizer_sha256"]) == 64
+
+
+def test_resume_after_a_crash_is_refused_when_a_stage_option_changed(tmp_path, monkeypatch):
+    """The other direction of test_local_engine's resume test: finished tasks of a crashed run are
+    not reused by a rerun whose config differs (here an ingest option), and its output follows."""
+    import tests.test_local_engine as tle
+
+    logs = tle._logs(tmp_path)
+
+    def pipe(out, raw: str):
+        return (Pipeline("t").input(str(logs)).add({"kind": "ingest", "drop_duplicate_events": False,
+                                                    "quarantine": {"raw": raw}})
+                .add({"kind": "test_fail_on"}).output(str(out), shards=2))
+    monkeypatch.setenv("DATAKIT_TEST_FAIL", "1")
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        pipe(tmp_path / "o", "scrubbed").run(workers=1)
+    monkeypatch.delenv("DATAKIT_TEST_FAIL")
+    changed = pipe(tmp_path / "o", "hash").run(workers=1)
+    assert changed.extra["reused_tasks"] == 0
+    pipe(tmp_path / "fresh", "hash").run(workers=1)
+    assert output_checksums(str(tmp_path / "o")) == output_checksums(str(tmp_path / "fresh"))
+    quarantine = "_quarantine/part-00000.parquet"
+    assert (tmp_path / "o" / quarantine).read_bytes() == (tmp_path / "fresh" / quarantine).read_bytes()

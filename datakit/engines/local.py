@@ -473,6 +473,8 @@ class LocalEngine:
 
     def __init__(self, workers: int | None = None, work_dir: str | None = None, progress: bool | None = None,
                  keep_work: bool = False) -> None:
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+            raise ValueError(f"workers must be a positive number (got {workers!r}); leave it unset for all cores")
         self.workers = max(1, workers or usable_cpus())
         self._auto_workers = workers is None
         self._all_workers = self.workers

@@ -627,7 +627,8 @@ class Generator:
         pq.write_table(table, self.out / OPTOUTS_FILE, compression="zstd")
 
     def _summary(self, files: list[str]) -> dict:
-        return {
+        extra = {"repositories": self.repositories, "ordinary_events": self.events} if self.repositories else {}
+        return {**extra,
             "format": GROUND_TRUTH_VERSION, "seed": self.seed, "events": self.index, "days": self.days,
             "start_date": self.start.isoformat(), "files": files,
             "users": len(self.users), "orgs": len({u.org_id for u in self.users}),
