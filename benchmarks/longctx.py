@@ -100,7 +100,9 @@ def main() -> int:
           f"(one 256K sequence of tokens + mask = {262144 * 3 / 2**20:.2f} MB)")
     comps = [comparison(f"longctx peak RSS @{s // 1024}K (repository vs best_fit packing)",
                         by[("repository", s)]["peak_rss_mb"], by[("best_fit", s)]["peak_rss_mb"], "MB",
-                        "best_fit packing", "same records, same tokenizer, one shard",
+                        "best_fit packing",
+                        f"same input records and tokenizer, one shard; repository packing keeps only the newest "
+                        f"version of each file ({by[('repository', s)]['tokens']:,} of {by[('best_fit', s)]['tokens']:,} tokens)",
                         f"{by[('repository', s)]['tokens']:,} tokens, workers=1", higher_is_better=False)
              for s in SEQ_LENS]
     write("longctx", comps, {"runs": rows})

@@ -341,7 +341,7 @@ class Pipeline:
             from datakit.stages.feedback_report import REPORT_FILE, write_report
 
             # reward summaries from the committed rows (identical on both engines): _reports/feedback.json
-            result.extra["feedback"] = {"report": REPORT_FILE, **write_report(plan.sink.path)}
+            result.extra["feedback"] = {**write_report(plan.sink.path), "file": REPORT_FILE}
         return result
 
     def _build_index(self, plan: Plan, result: Any, workers: int | None = None) -> None:
@@ -376,8 +376,11 @@ class Pipeline:
         from datakit.io.fs import filesystem
         from datakit.quality import validate_output
 
-        name = suite if isinstance(suite, str) else (
-            "editor_event.v1" if plan.sink.key == "event_id" else "training_record.v1")
+        from datakit.resources import suite_names
+
+        produced = self.config.stages[-1].produces if self.config.stages else None
+        name = suite if isinstance(suite, str) else (produced if produced in suite_names() else (
+            "editor_event.v1" if plan.sink.key == "event_id" else "training_record.v1"))
         q = validate_output(plan.sink.path, name)
         result.extra["quality"] = q.to_json()
         run_path = f"{plan.sink.path.rstrip('/')}/_run.json"

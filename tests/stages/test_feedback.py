@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 
+import jsonschema
 import pytest
 
 from datakit import Pipeline
+from datakit.contracts import load_contract
 from datakit.io.dataset import read_output
 from datakit.stages.extract_feedback import FeedbackOptions, reward_of
 from datakit.synth import generate, read_ground_truth
@@ -101,7 +103,8 @@ def test_labels_rewards_and_retention_match_the_synth_ground_truth(projects, tmp
 
 def test_kto_output_and_reward_report(projects, tmp_path):
     out = tmp_path / "kto"
-    res = _pipeline(projects, {"ignored": "negative"}, kto=True).run(output=str(out), workers=1)
+    res = _pipeline(projects, {"ignored": "negative"}, kto=True).output(str(out), quality=True).run(workers=1)
+    assert res.extra["quality"]["suite"] == "kto_example.v1" and res.extra["quality"]["success"], res.extra["quality"]
     t = read_output(str(out))
     assert t.schema.names[:4] == ["prompt", "completion", "label", "reward"]
     assert str(t.schema.field("label").type) == "bool" and str(t.schema.field("prompt").type) == "string"
@@ -112,6 +115,9 @@ def test_kto_output_and_reward_report(projects, tmp_path):
         assert r["prompt"].startswith(head + "<fim_prefix>")
     assert {r["label"] for r in rows} == {True, False}
     report = json.loads((out / "_reports" / "feedback.json").read_text())
+    jsonschema.validate(report, load_contract("feedback_report.v1"))
+    kto_doc = load_contract("kto_example.v1")
+    assert list(kto_doc["properties"]) == t.schema.names
     assert json.loads((out / "_run.json").read_text())["reports"]["feedback"] == "_reports/feedback.json"
     assert res.extra["feedback"]["total"] == report["total"]
     assert report["total"]["examples"] == len(rows)
