@@ -78,6 +78,12 @@ class OutputConfig(BaseModel):
 _FULL_LOSS_KINDS = {"code", "preference"}
 
 
+def _extract_kinds(cfg: "PipelineConfig") -> set[str] | None:
+    """The record kinds the pipeline's extract stage makes (None: records come in as input, kinds unknown)."""
+    extract = next((s for s in cfg.stages if s.kind == "extract"), None)
+    return set(getattr(extract, "kinds", None) or []) if extract is not None else None
+
+
 def _check_loss_masks(cfg: "PipelineConfig", fmt: str) -> None:
     """Refuse, at compile time, masked training data for a format that cannot carry the masks to the trainer.
 
@@ -89,8 +95,7 @@ def _check_loss_masks(cfg: "PipelineConfig", fmt: str) -> None:
 
     if getattr(writer_for(fmt), "carries_loss_mask", True) or not any(s.kind == "tokenize" for s in cfg.stages):
         return
-    extract = next((s for s in cfg.stages if s.kind == "extract"), None)
-    kinds = set(getattr(extract, "kinds", None) or []) if extract is not None else None
+    kinds = _extract_kinds(cfg)
     masked = sorted(kinds - _FULL_LOSS_KINDS) if kinds is not None else ["sft", "fim (records input)"]
     if masked:
         raise PipelineError(
@@ -261,6 +266,11 @@ class Pipeline:
             current = stage.produces
         if current == "raw":
             raise PipelineError(f"{cfg.name}: event input needs an ingest stage ({{kind: ingest}}) first")
+        if current == "tokenized_record.v1" and (cfg.output is None or cfg.output.format == "parquet") \
+                and _extract_kinds(cfg) == {"preference"}:
+            from datakit.stages.tokenize.stage import preference_only
+
+            rel = preference_only(rel)  # no always-null packing columns in a preference-only Parquet output
         sink = None
         if out_path:
             o = cfg.output or OutputConfig(path=out_path)

@@ -23,7 +23,8 @@ from pydantic import Field, field_validator
 
 from datakit.plan import Rel
 from datakit.stages.base import CompileContext, StageConfig, register_stage
-from datakit.stages.tokenize.encode import ENCODED_SCHEMA, EncodeOptions, encode_table
+from datakit.stages.tokenize.encode import (ENCODED_SCHEMA, PREFERENCE_COLUMNS, PREFERENCE_SCHEMA, EncodeOptions,
+                                            encode_table)
 from datakit.resources import BUILTIN_TOKENIZER_PREFIX
 from datakit.stages.tokenize.tokenizers import LoadedTokenizer, file_sep_text, load_tokenizer
 
@@ -61,6 +62,27 @@ class EncodeFn:
 
     def __call__(self, batch: pa.RecordBatch) -> pa.Table:
         return encode_table(batch, self.tok(), self.opts)
+
+
+class SelectColumns:
+    """Picklable batch function: keep `names` (a projection; drops nothing)."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = list(names)
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        return batch.select(self.names)
+
+
+def preference_only(rel: Rel) -> Rel:
+    """Tokenized preference pairs as trainers read them: only PREFERENCE_COLUMNS.
+
+    Why: a preference-only Parquet output would otherwise carry the packing
+    columns (`input_ids`, `loss_mask`, `n_tokens`, ...) null or zero in every row.
+    A side node (not counted as a stage): it only projects.
+    """
+    side = Rel(rel.node, f"{rel.stage}:side")
+    return side.map_batches(SelectColumns(PREFERENCE_COLUMNS), PREFERENCE_SCHEMA, name="preference_columns")
 
 
 class RepoEncodeFn(EncodeFn):
