@@ -84,9 +84,9 @@ def test_a_stuck_attempt_killed_mid_write_leaves_the_winners_shard_intact(tmp_pa
     loser.start()
     try:
         end = time.monotonic() + 120
-        while not list(out.glob(".tmp-part-*")) and time.monotonic() < end:
+        while not list(out.rglob(".tmp-part-*")) and time.monotonic() < end:
             time.sleep(0.05)
-        assert list(out.glob(".tmp-part-*")), "the stuck attempt never started writing"
+        assert list(out.rglob(".tmp-part-*")), "the stuck attempt never started writing"
         winner = write_shard(_table(), 0, _spec(out))
         assert not winner["reused"]
     finally:
