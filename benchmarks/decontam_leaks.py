@@ -62,9 +62,9 @@ LAYOUTS = {
                  solution=lambda r: r["code"], fields=["prompt", "code", "test_list"], id="task_id"),
 }
 
-RULES = {"any13": dict(min_fraction=0.0, ngram=13, normalizations=["whitespace", "case"], max_items_per_ngram=1),
-         "old": dict(min_fraction=0.05, ngram=13, normalizations=["whitespace", "case"], max_items_per_ngram=1),
-         "default": {}}
+_OLD = dict(ngram=13, normalizations=["whitespace", "case"], max_items_per_ngram=1, robust=False, reference=None,
+            min_ngrams_any=0)
+RULES = {"any13": dict(_OLD, min_fraction=0.0), "old": dict(_OLD, min_fraction=0.05), "default": {}}
 
 
 def haystack_chunks(lines_per_doc: int = 40, limit: int = 20000) -> list[str]:

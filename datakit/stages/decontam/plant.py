@@ -8,8 +8,8 @@ shared the matcher's tokenizer could hide its bugs. Kinds:
 - `renamed`: every user identifier consistently renamed (strings/docstrings untouched).
 - `prompt_only`: the prompt (signature + docstring) without the solution.
 - `solution_only`: the solution body without the prompt.
-- `comments_changed`: the item's own comments removed, other comments inserted every few lines.
-- `partial`: the signature and the first half of the solution's lines (a half-written copy).
+- `comments_changed`: about half of the item's comment lines reworded, new comment lines every few lines.
+- `partial`: the signature and the first half of the solution body's lines (a half-written copy).
 - `escaped_json`: the item as a JSON line (an eval file checked into a repo): every newline is `\\n`.
 - `near_miss`: the same signature and imports with a different body; NOT a leak (must not match).
 
@@ -158,14 +158,15 @@ _NEW_COMMENTS = ["handle the edge case first", "TODO: simplify", "main loop", "s
 
 
 def change_comments(code: str, rng: random.Random) -> str:
-    """Drop whole-line comments, rewrite trailing ones, and insert new comment lines every 2-4 lines."""
+    """Reword about half of the whole-line comments and insert new comment lines every 2-4 lines."""
     marker = "//" if re.search(r"^\s*//", code, re.M) or "fn " in code else "#"
     out: list[str] = []
     next_at = rng.randint(2, 4)
     for i, line in enumerate(code.splitlines()):
-        if _COMMENT_LINE.match(line):
-            continue
-        if i >= next_at and line.strip():
+        m = _COMMENT_LINE.match(line)
+        if m and rng.random() < 0.5:
+            line = f"{m.group(1)}{m.group(2)} {rng.choice(_NEW_COMMENTS)}"
+        elif i >= next_at and line.strip():
             indent = line[: len(line) - len(line.lstrip())]
             out.append(f"{indent}{marker} {rng.choice(_NEW_COMMENTS)}")
             next_at = i + rng.randint(2, 4)
@@ -186,11 +187,20 @@ def signature(prompt: str, solution: str = "") -> str:
 
 
 def partial_solution(prompt: str, solution: str) -> str:
-    """The signature and the first half (by lines, at least one) of the solution."""
-    has_sig = re.search(r"^\s*(?:pub\s+)?(?:async\s+)?(?:def|fn)\s", prompt, re.M)
+    """The signature and the first half (by lines, at least one) of the solution's body.
+
+    A solution that starts with its own imports and `def` line (MBPP) keeps them
+    as its signature; the half is taken of the lines after them.
+    """
     lines = solution.splitlines()
-    half = "\n".join(lines[: max(1, (len(lines) + 1) // 2)]) + "\n"
-    return (signature(prompt) if has_sig else "") + half
+    head = 0
+    while head < len(lines) and (not lines[head].strip() or re.match(
+            r"\s*(?:from\s+\S+\s+import|import|use|(?:pub\s+)?(?:async\s+)?(?:def|fn))\s", lines[head])):
+        head += 1
+    body = lines[head:]
+    half = body[: max(1, (len(body) + 1) // 2)]
+    sig = "\n".join(lines[:head]) + "\n" if head else signature(prompt)
+    return sig + "\n".join(half) + "\n"
 
 
 def near_miss(prompt: str, solution: str, other_body: str) -> str:
