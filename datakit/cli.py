@@ -71,8 +71,14 @@ def run(
     except ImportError as e:
         _fail(f"{e} (is the engine's package installed? `make venv` installs everything)")
     except Exception as e:  # an engine/runtime failure: short message, detail in the log
-        if type(e).__name__ in ("EngineError", "SparkSetupError", "SparkJobError", "IndexBuildError"):
+        if type(e).__name__ in ("EngineError", "SparkSetupError", "SparkJobError", "IndexBuildError", "StorageError",
+                                  "OutputBusyError"):
             _fail(str(e), 3)
+        from datakit.io import storage
+
+        if storage.is_storage_error(e):  # raised outside any task that could name its path
+            where = output or ", ".join(input or []) or str(pipeline)
+            _fail(str(storage.describe(e, where, "read or write under")), 3)
         raise
     if json_out:
         typer.echo(json.dumps({"output": result.output_path, "stages": result.stages}, indent=2))
@@ -80,6 +86,11 @@ def run(
         _print_stages(result.stages)
         typer.echo(f"output: {result.output_path}  ({result.manifest['rows'] if result.manifest else 0} rows, "
                    f"{result.seconds:.1f}s)")
+        fb = (result.extra or {}).get("feedback")
+        if fb:  # reward summaries of a kto output: the first thing to look at before training on it
+            t = fb["total"]
+            typer.echo(f"rewards: {t['examples']} examples, acceptance {t['acceptance_rate']:.1%}, label rate "
+                       f"{t['label_rate']:.1%}, mean reward {t['mean_reward']:.3f}  ({fb['file']})")
 
 
 @app.command()
@@ -105,6 +116,7 @@ def synth(
     days: int = typer.Option(3, help="Days of activity (one dt=YYYY-MM-DD folder each)."),
     start_date: str = typer.Option("2026-11-01", help="First day, YYYY-MM-DD."),
     rows_per_part: int = typer.Option(100_000, help="Events per part file before a new one starts."),
+    repositories: int = typer.Option(0, help="Multi-file repository projects (imports, feedback ground truth) on top."),
 ) -> None:
     """Generate realistic synthetic editor logs with planted duplicates, PII, leaks and bad lines.
 
@@ -114,8 +126,18 @@ def synth(
     from datakit import synth as synth_mod
 
     summary = synth_mod.generate(str(out_dir), events=events, seed=seed, days=days, start_date=start_date,
-                                 rows_per_part=rows_per_part)
+                                 rows_per_part=rows_per_part, repositories=repositories)
     typer.echo(json.dumps(summary, indent=2, default=str))
+
+
+@app.command()
+def warmup() -> None:
+    """Compile every numba kernel once into this installation's cache (run after install, in an image
+    build or before venv-pack), so later processes start without compiling. See datakit/jit.py."""
+    from datakit.warmup import warm_up
+
+    info = warm_up()
+    typer.echo(f"kernels ready: {info['compile_seconds']:.1f}s of compilation in {info['seconds']:.1f}s")
 
 
 def _register_optional_commands() -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from datakit import contracts
 from datakit.io.fs import expand
@@ -52,6 +52,56 @@ class OutputConfig(BaseModel):
                                            "`datakit contamination-check` of a new eval takes seconds")
     quality: bool | str = Field(False, description="run a great-expectations suite from quality/ on the output "
                                                     "(true = the suite of the output's contract)")
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, v: str) -> str:
+        from datakit.io.sinks import known_formats
+
+        if v not in known_formats():  # found at load, not after every stage has run
+            raise ValueError(f"unknown output format {v!r}; known: {', '.join(known_formats())}")
+        return v
+
+    @field_validator("shards")
+    @classmethod
+    def _positive_shards(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and v < 1:
+            raise ValueError(f"shards must be a positive number or 'auto' (got {v})")
+        return v
+    allow_unmasked: bool = Field(False, description="write records whose tokens are partly without loss (SFT, "
+                                                    "editor FIM) to a format whose standard readers ignore loss "
+                                                    "masks (megatron); off = a compile-time error")
+
+
+# record kinds whose every token carries loss (code, incl. FIM-transformed code); preference pairs go to
+# Parquet, where trainers mask the prompt themselves
+_FULL_LOSS_KINDS = {"code", "preference"}
+
+
+def _extract_kinds(cfg: "PipelineConfig") -> set[str] | None:
+    """The record kinds the pipeline's extract stage makes (None: records come in as input, kinds unknown)."""
+    extract = next((s for s in cfg.stages if s.kind == "extract"), None)
+    return set(getattr(extract, "kinds", None) or []) if extract is not None else None
+
+
+def _check_loss_masks(cfg: "PipelineConfig", fmt: str) -> None:
+    """Refuse, at compile time, masked training data for a format that cannot carry the masks to the trainer.
+
+    Why: Megatron's standard GPTDataset reads only the token files; our loss-mask side files would be
+    ignored and every SFT prompt token trained on, silently. Kinds are known from the extract stage;
+    with records as input (no extract stage) they are unknown, so masked data is assumed.
+    """
+    from datakit.io.sinks import writer_for
+
+    if getattr(writer_for(fmt), "carries_loss_mask", True) or not any(s.kind == "tokenize" for s in cfg.stages):
+        return
+    kinds = _extract_kinds(cfg)
+    masked = sorted(kinds - _FULL_LOSS_KINDS) if kinds is not None else ["sft", "fim (records input)"]
+    if masked:
+        raise PipelineError(
+            f"{cfg.name}: output format {fmt!r} cannot carry loss masks to a trainer (its standard reader "
+            f"ignores them), but {', '.join(masked)} records train only some tokens; use format: packed, or set "
+            f"output.allow_unmasked: true to write them anyway (masks then only in data/loss_mask-*)")
 
 
 class PipelineConfig(BaseModel):
@@ -165,10 +215,12 @@ class Pipeline:
     # -- compile and run
     def compile(self, input_override: str | list[str] | None = None, output_override: str | None = None) -> Plan:
         """Turn the config into a logical plan (resolving globs now, so errors come early)."""
+        from datakit.io.identity import base_environment
+
         cfg = self.config
         if cfg.input is None:
             raise PipelineError(f"{cfg.name}: no input (set `input:` or call .input())")
-        ctx = CompileContext(seed=cfg.seed, base_dir=self.base_dir)
+        ctx = CompileContext(seed=cfg.seed, base_dir=self.base_dir, environment=base_environment())
         paths = input_override if input_override is not None else cfg.input.path
         paths = [paths] if isinstance(paths, str) else list(paths)
         resolved = expand([ctx.resolve(p) for p in paths],
@@ -181,9 +233,14 @@ class Pipeline:
         if cfg.input.format == "jsonl":
             rel = source(resolved, "jsonl", contracts.RAW_LINES, schema_name)
             current = "raw"
+        elif schema_name == "editor_event.v1":
+            # raw events for ingest: each row reaches the validator as JSON (readers.iter_parquet_rows),
+            # so Parquet and JSON Lines follow one rule set and a bad row costs one quarantine row
+            rel = source(resolved, "parquet", contracts.RAW_LINES, schema_name)
+            current = "raw"
         else:
             rel = source(resolved, "parquet", contract, schema_name)
-            current = "raw" if schema_name == "editor_event.v1" else schema_name
+            current = schema_name
         out_path = output_override or (cfg.output.path if cfg.output else None)
         if out_path:
             out_path = ctx.resolve(out_path)
@@ -192,12 +249,14 @@ class Pipeline:
         names: dict[str, int] = {}
         for i, stage in enumerate(cfg.stages):
             where = f"{cfg.name}: stage {i + 1} ({stage.kind})"
-            if stage.consumes != current and not (stage.consumes == "raw" and current == "editor_event.v1"):
+            passes = current in getattr(stage, "passes_through", ())  # a filter that also reads this contract
+            if stage.consumes != current and not passes and not (stage.consumes == "raw" and current == "editor_event.v1"):
                 hint = " (add {kind: ingest} first)" if current == "raw" else ""
                 raise PipelineError(f"{where}: needs {stage.consumes} input but gets {current}{hint}")
             names[stage.kind] = names.get(stage.kind, 0) + 1
             name = stage.kind if names[stage.kind] == 1 else f"{stage.kind}_{names[stage.kind]}"
             stage_rel = Rel(rel.node, name)
+            ctx.stage = name
             try:
                 out = stage.compile(stage_rel, ctx)
             except (ValueError, KeyError, FileNotFoundError) as e:  # a config that only fails when resolved
@@ -205,13 +264,18 @@ class Pipeline:
                 raise PipelineError(f"{where}: {msg}") from None
             spans.append(StageSpan(name=name, kind=stage.kind, input=rel.node, output=out.node, emits=stage.emits))
             rel = out
-            current = stage.produces
+            current = current if passes else stage.produces
         if current == "raw":
             raise PipelineError(f"{cfg.name}: event input needs an ingest stage ({{kind: ingest}}) first")
+        if current == "tokenized_record.v1" and (cfg.output is None or cfg.output.format == "parquet") \
+                and _extract_kinds(cfg) == {"preference"}:
+            from datakit.stages.tokenize.stage import preference_only
+
+            rel = preference_only(rel)  # no always-null packing columns in a preference-only Parquet output
         sink = None
         if out_path:
             o = cfg.output or OutputConfig(path=out_path)
-            key = o.key or ("event_id" if current == "editor_event.v1" else "doc_id")
+            key = o.key or ctx.artifacts.get("sink_key") or ("event_id" if current == "editor_event.v1" else "doc_id")
             options = dict(ctx.artifacts.get("sink_options", {}))
             options["rows_per_shard"] = o.rows_per_shard
             shards = 0 if o.shards == "auto" else o.shards
@@ -220,8 +284,35 @@ class Pipeline:
                 # found out at compile, not after every stage has run and the sink tries to write
                 raise PipelineError(f"{cfg.name}: output format {o.format!r} needs a tokenize stage "
                                     f"({{kind: tokenize, ...}}) before it; use format: parquet for records")
+            if options.get("packing") == "repository" and o.format != "packed":
+                raise PipelineError(f"{cfg.name}: packing: repository needs output format 'packed' (got {o.format!r})")
+            if not o.allow_unmasked:
+                _check_loss_masks(cfg, o.format)
+            if key not in rel.schema.names:
+                raise PipelineError(f"{cfg.name}: output: key {key!r} is not a column of the output "
+                                    f"({', '.join(rel.schema.names)})")
+            if o.quality and o.format != "parquet":
+                raise PipelineError(f"{cfg.name}: output: quality checks run on Parquet records; "
+                                    f"format {o.format!r} has none (remove `quality:` or use format: parquet)")
+            if isinstance(o.quality, str):
+                from datakit.quality.gx import load_suite
+
+                try:
+                    load_suite(o.quality)
+                except (FileNotFoundError, ValueError) as e:
+                    raise PipelineError(f"{cfg.name}: output: quality: {e.args[0] if e.args else e}") from None
             sink = SinkSpec(path=out_path, format=o.format, shards=shards, key=key, sort_key=sort_key, options=options)
-        return Plan(root=rel.node, sink=sink, spans=spans, config=self.to_dict(), seed=cfg.seed)
+        config = self.to_dict()
+        # the run's real input and output (a `--input`/`--output` override replaces the file's paths):
+        # the config hash and the manifest describe what was run, not what the file said
+        if input_override is not None:
+            config["input"]["path"] = input_override
+        if out_path and config.get("output") is not None:
+            config["output"]["path"] = output_override or config["output"]["path"]
+        elif out_path:
+            config["output"] = {"path": out_path}
+        return Plan(root=rel.node, sink=sink, spans=spans, config=config, seed=cfg.seed,
+                    environment=ctx.environment)
 
     def explain(self, **kw: Any) -> str:
         return self.compile(**kw).explain()
@@ -231,10 +322,14 @@ class Pipeline:
         """Compile and execute; returns the engine's `RunResult` (per-stage counts, manifest, output path)."""
         from datakit.engines import get_engine
 
-        plan = self.compile(input_override=input, output_override=output)
         if engine == "spark" and self.config.spark:
             engine_options["conf"] = {**self.config.spark, **(engine_options.get("conf") or {})}
-        result = get_engine(engine, **engine_options).execute(plan)
+        try:  # engine options are checked before any work (and before the output folder is touched)
+            runner = get_engine(engine, **engine_options)
+        except (ValueError, TypeError) as e:
+            raise PipelineError(f"{self.config.name}: {e.args[0] if e.args else e}") from None
+        plan = self.compile(input_override=input, output_override=output)
+        result = runner.execute(plan)
         o = self.config.output
         if o is not None and o.quality and plan.sink is not None and plan.sink.format == "parquet":
             self._validate(plan, result, o.quality)
@@ -242,6 +337,12 @@ class Pipeline:
             # the index build uses as many workers as the run did (a small input ran in-process)
             workers = (engine_options.get("workers") or (result.extra or {}).get("workers")) if engine == "local" else None
             self._build_index(plan, result, workers)
+        if plan.sink is not None and self.config.stages and self.config.stages[-1].kind == "kto" \
+                and plan.sink.format == "parquet":
+            from datakit.stages.feedback_report import REPORT_FILE, write_report
+
+            # reward summaries from the committed rows (identical on both engines): _reports/feedback.json
+            result.extra["feedback"] = {**write_report(plan.sink.path), "file": REPORT_FILE}
         return result
 
     def _build_index(self, plan: Plan, result: Any, workers: int | None = None) -> None:
@@ -276,8 +377,11 @@ class Pipeline:
         from datakit.io.fs import filesystem
         from datakit.quality import validate_output
 
-        name = suite if isinstance(suite, str) else (
-            "editor_event.v1" if plan.sink.key == "event_id" else "training_record.v1")
+        from datakit.resources import suite_names
+
+        produced = self.config.stages[-1].produces if self.config.stages else None
+        name = suite if isinstance(suite, str) else (produced if produced in suite_names() else (
+            "editor_event.v1" if plan.sink.key == "event_id" else "training_record.v1"))
         q = validate_output(plan.sink.path, name)
         result.extra["quality"] = q.to_json()
         run_path = f"{plan.sink.path.rstrip('/')}/_run.json"

@@ -33,11 +33,14 @@ def s3_endpoint():
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        for _ in range(100):
+        deadline = time.monotonic() + 120  # a loaded CI machine can take many seconds to start it
+        while True:
             try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
                 break
             except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the moto S3 server did not start on port {port}") from None
                 time.sleep(0.1)
         yield url
     finally:
@@ -63,7 +66,9 @@ def test_pipeline_reads_and_writes_s3(s3_endpoint, tmp_path):
     assert res.stage("ingest")["rows_out"] == 25 and res.stage("ingest")["dropped"] == {"bad_json": 1}
     fs.invalidate_cache()
     names = sorted(f.rsplit("/", 1)[1] for f in fs.ls("logs-bucket/out"))
-    assert "manifest.json" in names and "part-00001.parquet" in names and "_run.json" in names
+    assert "manifest.json" in names and "README.md" in names and "_run.json" in names
+    assert sorted(f.rsplit("/", 1)[1] for f in fs.ls("logs-bucket/out/data")) == ["part-00000.parquet",
+                                                                                 "part-00001.parquet"]
     assert not [n for n in names if n.startswith(".tmp-")]
     assert read_output("s3://logs-bucket/out").num_rows == 25
     run = json.loads(fs.cat_file("logs-bucket/out/_run.json"))

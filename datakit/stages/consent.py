@@ -30,7 +30,7 @@ arrives after an output was written is applied with the lineage in `source`
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -104,6 +104,10 @@ class ParseOptOutLines:
         lines = batch.column("_source_line").to_pylist()
         errors = batch.column("_read_error").to_pylist()
         for raw, f, ln, err in zip(raws, files, lines, errors, strict=True):
+            if err == "blank_line":  # an all-null row: matches nobody (null keys never join)
+                users.append(None)
+                orgs.append(None)
+                continue
             if err is not None:
                 raise InputError(f"opt-out list {f}: {err}")
             try:
@@ -147,6 +151,8 @@ def read_id_lists(paths: list[str], columns: tuple[str, ...] = ("user_id", "org_
         for b in iter_raw_lines(url):
             for raw, ln, err in zip(b.column("_raw").to_pylist(), b.column("_source_line").to_pylist(),
                                     b.column("_read_error").to_pylist()):
+                if err == "blank_line":
+                    continue
                 if err is not None:
                     raise InputError(f"opt-out list {url}: {err}")
                 try:
@@ -228,6 +234,8 @@ class ConsentConfig(StageConfig):
         files = self.optout_files(ctx)
         if self.resolved_mode(files) == "broadcast":
             users, orgs = load_optouts(files)
+            # loaded now, not read as plan input: their content is part of the run's identity
+            ctx.record("optouts", _ids_digest(users, orgs))
             return rel.map_batches(ConsentFn(users, orgs), rel.schema, name="consent")
         out = rel.map_batches(ConsentFn(), rel.schema, name="privacy_mode")
         parquet = [f for f in files if f.endswith(".parquet")]
@@ -244,6 +252,13 @@ class ConsentConfig(StageConfig):
             for right in lists:
                 out = out.join(right, column, column, how="anti", reason=reason, broadcast=True)
         return out
+
+
+def _ids_digest(*id_sets) -> str:
+    """sha256 of id lists loaded at compile (order-free): what a consent/forget run's output depends on."""
+    from datakit.io.identity import digest
+
+    return digest([sorted(set(ids)) for ids in id_sets])
 
 
 # ------------------------------------------------------------------ deletions applied to existing outputs
@@ -297,10 +312,13 @@ class ForgetConfig(StageConfig):
 
     consumes = "training_record.v1"
     produces = "training_record.v1"
+    # other outputs that carry the same lineage (`source`, `meta`): filtered the same way, contract unchanged
+    passes_through: ClassVar[tuple[str, ...]] = ("kto_example.v1",)
 
     def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
         paths = [self.optouts] if isinstance(self.optouts, str) else list(self.optouts)
         files = expand([ctx.resolve(p) for p in paths], suffixes=OPTOUT_SUFFIXES)
         lists = read_id_lists(files, ("user_id", "org_id", "event_id"))
+        ctx.record("optouts", _ids_digest(lists["user_id"], lists["org_id"], lists["event_id"]))
         fn = ForgetFn(lists["user_id"], lists["org_id"], lists["event_id"])
         return rel.map_batches(fn, rel.schema, name="forget", drop_log_key="doc_id")

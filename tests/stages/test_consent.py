@@ -50,7 +50,7 @@ def test_fn_survives_pickling():
 
 def test_load_optouts_parquet_and_jsonl(tmp_path):
     pq.write_table(pa.table({"user_id": ["u1", None, "u2"], "org_id": [None, "o1", None]}), tmp_path / "a.parquet")
-    (tmp_path / "b.jsonl").write_text('{"user_id": 42}\n{"org_id": "o2"}\n{"user_id": "u3", "org_id": null}\n')
+    (tmp_path / "b.jsonl").write_text('{"user_id": 42}\n\n{"org_id": "o2"}\n{"user_id": "u3", "org_id": null}\n')
     pq.write_table(pa.table({"org_id": ["o3"]}), tmp_path / "orgs_only.parquet")
     users, orgs = load_optouts([str(tmp_path / n) for n in ("a.parquet", "b.jsonl", "orgs_only.parquet")])
     assert users == ("42", "u1", "u2", "u3") and orgs == ("o1", "o2", "o3")
@@ -97,7 +97,7 @@ def _run(root: Path, name: str, stage: dict):
          .add({"kind": "ingest"}).add(stage).output(str(root / name), shards=2))
     res = p.run(engine="local", workers=1)
     st = next(s for s in res.stages if s["name"] == "consent")
-    files = sorted((root / name).glob("part-*.parquet"))
+    files = sorted((root / name).glob("data/part-*.parquet"))
     return st, [f.read_bytes() for f in files], pq.read_table(files).to_pylist() if files else []
 
 
@@ -121,7 +121,7 @@ def test_jsonl_lists_and_globs_in_join_mode(logs, tmp_path):
     table = pq.read_table(root / "logs" / "optouts.parquet").to_pylist()
     lists = tmp_path / "lists"
     lists.mkdir()
-    (lists / "users.jsonl").write_text("".join(json.dumps({"user_id": r["user_id"]}) + "\n" for r in table if r["user_id"]))
+    (lists / "users.jsonl").write_text("\n" + "".join(json.dumps({"user_id": r["user_id"]}) + "\n" for r in table if r["user_id"]))
     (lists / "orgs.jsonl").write_text("".join(json.dumps({"org_id": r["org_id"]}) + "\n" for r in table if r["org_id"]))
     st, _, _ = _run(root, "jsonl_join", {"kind": "consent", "optouts": [str(lists / "*.jsonl")], "mode": "join"})
     assert st["dropped"] == {k: v for k, v in summary["expected_consent_drops"].items() if v}
@@ -164,13 +164,13 @@ def test_forget_on_an_existing_output_equals_a_fresh_run(logs, tmp_path):
         (Pipeline("x", seed=0).input(src).add({"kind": "ingest"}).add({"kind": "consent", **consent})
          .add({"kind": "extract", "kinds": ["code", "fim", "sft", "preference"]}).output(str(out), shards=2)
          .run(engine="local", workers=1))
-        return pq.read_table(sorted(Path(out).glob("part-*.parquet")))
+        return pq.read_table(sorted(Path(out).glob("data/part-*.parquet")))
 
     before = extract(tmp_path / "before", {})  # privacy mode only: the deletion has not arrived yet
     fresh = extract(tmp_path / "fresh", {"optouts": optouts})
-    res = (Pipeline("forget", seed=0).input(str(tmp_path / "before" / "part-*.parquet"), format="parquet", schema="training_record.v1")
+    res = (Pipeline("forget", seed=0).input(str(tmp_path / "before"), format="parquet", schema="training_record.v1")
            .add({"kind": "forget", "optouts": optouts}).output(str(tmp_path / "after"), shards=2).run(engine="local", workers=1))
-    after = pq.read_table(sorted((tmp_path / "after").glob("part-*.parquet")))
+    after = pq.read_table(sorted((tmp_path / "after").glob("data/part-*.parquet")))
     assert after.sort_by("doc_id").to_pylist() == fresh.sort_by("doc_id").to_pylist()
     st = res.stage("forget")
     assert sum(st["dropped"].values()) == before.num_rows - fresh.num_rows > 0
