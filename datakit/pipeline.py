@@ -249,7 +249,8 @@ class Pipeline:
         names: dict[str, int] = {}
         for i, stage in enumerate(cfg.stages):
             where = f"{cfg.name}: stage {i + 1} ({stage.kind})"
-            if stage.consumes != current and not (stage.consumes == "raw" and current == "editor_event.v1"):
+            passes = current in getattr(stage, "passes_through", ())  # a filter that also reads this contract
+            if stage.consumes != current and not passes and not (stage.consumes == "raw" and current == "editor_event.v1"):
                 hint = " (add {kind: ingest} first)" if current == "raw" else ""
                 raise PipelineError(f"{where}: needs {stage.consumes} input but gets {current}{hint}")
             names[stage.kind] = names.get(stage.kind, 0) + 1
@@ -263,7 +264,7 @@ class Pipeline:
                 raise PipelineError(f"{where}: {msg}") from None
             spans.append(StageSpan(name=name, kind=stage.kind, input=rel.node, output=out.node, emits=stage.emits))
             rel = out
-            current = stage.produces
+            current = current if passes else stage.produces
         if current == "raw":
             raise PipelineError(f"{cfg.name}: event input needs an ingest stage ({{kind: ingest}}) first")
         if current == "tokenized_record.v1" and (cfg.output is None or cfg.output.format == "parquet") \

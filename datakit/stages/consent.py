@@ -30,7 +30,7 @@ arrives after an output was written is applied with the lineage in `source`
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -312,6 +312,8 @@ class ForgetConfig(StageConfig):
 
     consumes = "training_record.v1"
     produces = "training_record.v1"
+    # other outputs that carry the same lineage (`source`, `meta`): filtered the same way, contract unchanged
+    passes_through: ClassVar[tuple[str, ...]] = ("kto_example.v1",)
 
     def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
         paths = [self.optouts] if isinstance(self.optouts, str) else list(self.optouts)

@@ -173,3 +173,25 @@ def test_retention_join_is_identical_on_spark(tmp_path, spark):
                "feedback": {"ignored": "negative", "retention": {"window_s": 60, "use": "weight"}}}))
     sums = assert_conformant(p, tmp_path, variants=[("local", {"workers": 1}), ("spark", {"partitions": 2})])
     assert sums
+
+
+def test_forget_applies_to_a_kto_output(projects, tmp_path):
+    """A later deletion reaches the feedback examples through their lineage, like any record output."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "kto"
+    _pipeline(projects, {}, kto=True).run(output=str(out), workers=1)
+    rows = read_output(str(out)).to_pylist()
+    victim = sorted({r["source"]["user_id"] for r in rows})[0]
+    pq.write_table(pa.table({"user_id": [victim]}), tmp_path / "deletions.parquet")
+    m = json.loads((out / "manifest.json").read_text())
+    data = [str(out / f) for s in m["shards"] for f in s["files"]]
+    res = (Pipeline("forget").input(data, format="parquet", schema="kto_example.v1")
+           .add({"kind": "forget", "optouts": str(tmp_path / "deletions.parquet")})
+           .output(str(tmp_path / "forgotten"))).run(workers=1)
+    kept = read_output(str(tmp_path / "forgotten"))
+    assert kept.schema.names[:3] == ["prompt", "completion", "label"]
+    gone = sum(1 for r in rows if r["source"]["user_id"] == victim)
+    assert gone and kept.num_rows == len(rows) - gone
+    assert res.stages[-1]["dropped"] == {"opt_out_user": gone}

@@ -16,6 +16,7 @@ per-epoch permutation of sequences on top.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -26,7 +27,7 @@ from datakit.stages.base import CompileContext, StageConfig, register_stage
 from datakit.stages.tokenize.encode import (ENCODED_SCHEMA, PREFERENCE_COLUMNS, PREFERENCE_SCHEMA, EncodeOptions,
                                             encode_table)
 from datakit.resources import BUILTIN_TOKENIZER_PREFIX
-from datakit.stages.tokenize.tokenizers import LoadedTokenizer, file_sep_text, load_tokenizer
+from datakit.stages.tokenize.tokenizers import LoadedTokenizer, file_sep_text, hub_id, load_tokenizer
 
 
 class EncodeFn:
@@ -132,6 +133,8 @@ class TokenizeConfig(StageConfig):
     def load(self, ctx: CompileContext | None = None) -> LoadedTokenizer:
         named = self.tokenizer.startswith(("tiktoken:", BUILTIN_TOKENIZER_PREFIX))  # names, not paths
         path = ctx.resolve(self.tokenizer) if ctx is not None and not named else self.tokenizer
+        if path != self.tokenizer and hub_id(self.tokenizer) is not None and not Path(path).exists():
+            path = self.tokenizer  # `Org/Name` is a Hub model id, not a path below the pipeline's folder
         return load_tokenizer(path, self.overrides(path), roles=self.chat_roles)
 
     def overrides(self, path: str) -> dict[str, str]:
