@@ -45,6 +45,7 @@ import pyarrow.compute as pc
 from datakit.accounting import NodeStats, count_drops, stage_report, sum_metrics
 from datakit.engines.local import DROPLOG_SCHEMA, METRICS, QUARANTINE_SCHEMA, RunResult, _conform, _remove_stale
 from datakit.engines.spark_session import (SparkError, SparkJobError, executor_environment, get_session, log_file,
+                                           straggler_conf,
                                            translate_errors)
 from datakit.io import identity, publish, sinks
 from datakit.io.readers import iter_source
@@ -299,7 +300,8 @@ class SparkEngine:
         return RunResult(output_path=out, stages=stages, manifest=manifest, seconds=seconds, engine="spark",
                          extra={"master": spark.sparkContext.master, "partitions": run.n,
                                 "reused_shards": sum(1 for i in run.infos if i.get("reused")),
-                                "log": str(log_file()), **({"executors": executors} if executors else {})})
+                                "log": str(log_file()), **({"executors": executors} if executors else {}),
+                                "straggler_conf": straggler_conf(spark)})
 
 
 class _runtime_conf:

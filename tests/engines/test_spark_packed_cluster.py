@@ -131,6 +131,9 @@ def test_packed_env_on_a_standalone_cluster_matches_local_byte_for_byte(deploy, 
     fs = deploy["fs"]
     assert _checksums(fs, "out/cluster") == _checksums(fs, "out/local")
     assert _counts(fs, "out/cluster") == _counts(fs, "out/local")
+    # inside spark-submit the session got datakit's straggler defaults for what the operator left unset
+    assert info["straggler_conf"]["spark.speculation"] == "true"
+    assert info["straggler_conf"]["spark.speculation.minTaskRuntime"] == "30s"
     # every executor's Python came from the unpacked archive, and datakit from the wheel inside it
     envs = info["executors"]
     assert envs, info
@@ -203,8 +206,9 @@ def test_stalled_executor_is_overtaken_and_output_is_identical(deploy, packed_cl
             os.killpg(proc.pid, signal.SIGKILL)
     assert info["rows"] > 0
     log = proc.stderr_text if hasattr(proc, "stderr_text") else ""
-    print(f"\nstalled executor {victim}: job done; driver log: {log.count('speculat')} speculation lines, "
+    print(f"\nstalled executor {victim}: job done; driver log: {log.count('as speculatable')} tasks speculated, "
           f"{log.count('Lost executor')} lost-executor lines")
+    assert info["straggler_conf"]["spark.network.timeout"] == "45s"  # the operator's --conf wins
     assert _checksums(fs, "out/stalled") == _checksums(fs, "out/local")
     assert _counts(fs, "out/stalled") == _counts(fs, "out/local")
 
