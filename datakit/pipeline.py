@@ -318,6 +318,15 @@ class Pipeline:
         except (ValueError, TypeError) as e:
             raise PipelineError(f"{self.config.name}: {e.args[0] if e.args else e}") from None
         plan = self.compile(input_override=input, output_override=output)
+        if plan.sink is None:
+            return runner.execute(plan)
+        from datakit.io.publish import output_lock
+
+        with output_lock(plan.sink.path):  # the run and what it writes after the commit: one writer
+            return self._run_and_finish(plan, runner, engine, engine_options)
+
+    def _run_and_finish(self, plan: Plan, runner: Any, engine: str, engine_options: dict[str, Any]):
+        """Execute, then the steps that read the committed output (quality, index, reports)."""
         result = runner.execute(plan)
         o = self.config.output
         if o is not None and o.quality and plan.sink is not None and plan.sink.format == "parquet":
