@@ -238,6 +238,27 @@ class PackedDataset:
         return [{"start": int(s), "end": int(e), "doc_id": self._docs[k][int(row)] if row >= 0 else None,
                  "doc_offset": int(off)} for (s, row, off), e in zip(segs.tolist(), ends)]
 
+    @cached_property
+    def _repo_files(self) -> list[dict[int, list[dict[str, Any]]]]:
+        import pyarrow.parquet as pq
+
+        out: list[dict[int, list[dict[str, Any]]]] = []
+        for s in self.shards:
+            by_seq: dict[int, list[dict[str, Any]]] = {}
+            name = s["arrays"].get("repo_files")
+            if name:
+                cols = ["sequence", "position", "path", "repo", "doc_id", "n_tokens"]
+                for f in pq.read_table(self.path / name, columns=cols).to_pylist():
+                    by_seq.setdefault(f.pop("sequence"), []).append(f)
+            out.append(by_seq)
+        return out
+
+    def files(self, i: int) -> list[dict[str, Any]]:
+        """Repository packing (`packing: repository`): the files whose `[file_sep]` header starts in
+        sequence i, in order: position, path, repo, doc_id, n_tokens. [] for other packings."""
+        k, r = self.locate(i)
+        return sorted(self._repo_files[k].get(r, []), key=lambda f: f["position"])
+
     # -- data-parallel iteration ------------------------------------------------------
     def iterator(self, rank: int = 0, world_size: int = 1, seed: int = 0, epoch: int = 0,
                  shuffle: bool = True, drop_last: bool = False) -> "PackedIterator":
@@ -406,8 +427,9 @@ def torch_iterable(ds: PackedDataset, rank: int = 0, world_size: int = 1, seed: 
     With DataLoader workers, worker w of W yields every W-th sample of the
     rank's slice, so the union is still the rank's slice exactly. Resume via
     `.iterator.state_dict()` is exact only with `num_workers=0` (workers hold
-    copies: the main process's iterator never moves). With workers, batch with
-    `torch_loader` instead (map-style, exact resume through torchdata).
+    copies: the main process's iterator never moves). With workers, wrap it in
+    torchdata's `StatefulDataLoader` (the dataset is `Stateful`: each worker's
+    copy saves and restores its own position), or batch with `torch_loader`.
     """
     try:
         import torch
@@ -419,6 +441,14 @@ def torch_iterable(ds: PackedDataset, rank: int = 0, world_size: int = 1, seed: 
     class _TorchPacked(IterableDataset):  # type: ignore[misc, valid-type]
         def __init__(self) -> None:
             self.iterator = ds.iterator(rank, world_size, seed, epoch, shuffle, drop_last)
+
+        # torchdata's Stateful protocol: StatefulDataLoader calls these in every worker on that
+        # worker's copy, so resume is exact with workers too (each copy knows its own position)
+        def state_dict(self) -> dict[str, Any]:
+            return self.iterator.state_dict()
+
+        def load_state_dict(self, state: dict[str, Any]) -> None:
+            self.iterator = ds.iterator_from_state(state)
 
         def __iter__(self):
             info = get_worker_info()

@@ -28,6 +28,7 @@ import shutil
 import time
 from collections import Counter, defaultdict
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -46,7 +47,8 @@ from datakit.io.fs import filesystem
 from datakit.io.readers import iter_source
 from datakit.plan import (DROP, DROP_DETAIL, Aggregate, ConnectedComponents, Join, MapBatches, Node, Plan,
                           Source)
-from datakit.workers import drop_pool, pool, usable_cpus
+from datakit import watchdog
+from datakit.workers import drop_pool, usable_cpus
 
 log = logging.getLogger("datakit.engine.local")
 
@@ -302,6 +304,7 @@ def run_chain(task: ChainTask) -> dict[str, Any]:
                 else:
                     batch = _apply_op(op, batch, stats[op.id], aux)
             _release_free_memory()
+            watchdog.beat()
             if batch.num_rows == 0:
                 continue
             if task.shards:
@@ -400,7 +403,10 @@ def write_one_shard(args: tuple[list[str], int, Any, pa.Schema]) -> dict[str, An
     """Worker entry point for the sink: read one shard's spill parts and write it."""
     paths, shard, spec, schema = args
     _release_free_memory()
-    tables = [_read_spill(p) for p in paths]
+    tables = []
+    for p in paths:
+        tables.append(_read_spill(p))
+        watchdog.beat()
     table = pa.concat_tables(tables) if tables else schema.empty_table()
     return sinks.write_shard(table, shard, spec, schema)
 
@@ -592,9 +598,12 @@ class LocalEngine:
         fn = _Guarded(fn)
         if self.workers == 1 or len(items) == 1:
             return [fn(i) for i in _progress(items, what, self.progress)]
-        futures = [pool(self.workers).submit(fn, i) for i in items]
         try:
-            return [f.result() for f in _progress(futures, what, self.progress)]
+            with _progress_bar(len(items), what, self.progress) as advance:
+                return watchdog.map_watched(fn, items, self.workers, f"{self._work}/_beats", what, _task_path,
+                                            advance)
+        except watchdog.TaskStalled as e:
+            raise EngineError(str(e)) from None
         except BrokenProcessPool:
             raise EngineError(
                 f"a local worker process died during '{what}' (killed, out of memory, or a script that runs its "
@@ -833,6 +842,21 @@ def _chunk(a):
     return a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a
 
 
+@contextmanager
+def _progress_bar(total: int, what: str, enabled: bool | None) -> Iterator[Callable[[], None]]:
+    """A rich progress bar advanced once per finished task (when stderr is a terminal, or forced on)."""
+    import sys
+
+    if enabled is False or (enabled is None and not sys.stderr.isatty()) or total < 2:
+        yield lambda: None
+        return
+    from rich.progress import Progress
+
+    with Progress(transient=True) as bar:
+        task = bar.add_task(what, total=total)
+        yield lambda: bar.advance(task)
+
+
 def _progress(items, what: str, enabled: bool | None):
     """A rich progress bar over items when stderr is a terminal (or forced on)."""
     import sys
@@ -841,11 +865,6 @@ def _progress(items, what: str, enabled: bool | None):
         return items
     from rich.progress import track
 
-    if items and hasattr(items[0], "result"):
-        from concurrent.futures import as_completed
-
-        list(track(as_completed(items), total=len(items), description=what, transient=True))
-        return items
     return track(items, description=what, transient=True)
 
 

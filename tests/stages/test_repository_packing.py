@@ -47,10 +47,10 @@ def test_dependency_order_breaks_cycles_and_keeps_path_order_without_edges():
     assert dependency_order(["a", "b", "c"], {"a": {"b"}, "b": {"a"}, "c": set()}) == ["c", "a", "b"]
 
 
-def _run(logs: Path, out: Path, seq_len: int, shards: int):
+def _run(logs: Path, out: Path, seq_len: int, shards: int, kinds=("code",)):
     return (Pipeline("longctx", seed=0).input(str(logs / "dt=*" / "*.jsonl.zst")).add({"kind": "ingest"})
             .add({"kind": "consent", "optouts": str(logs / "optouts.parquet")})
-            .add({"kind": "extract", "kinds": ["code"]})
+            .add({"kind": "extract", "kinds": list(kinds)})
             .add({"kind": "tokenize", "tokenizer": TOKENIZER, "seq_len": seq_len, "packing": "repository"})
             .output(str(out), format="packed", shards=shards)).run(workers=1)
 
@@ -146,3 +146,27 @@ def test_fill_at_32k_on_a_realistic_corpus(tmp_path):
     totals = json.loads((tmp_path / "out" / "manifest.json").read_text())["totals"]
     assert totals["split_documents"] == 0 and totals["split_repositories"] > 0
     assert totals["fill_rate"] >= 0.95, totals
+
+
+def test_256k_sequences_hold_whole_repositories(projects, tmp_path):
+    """At 256K every project fits one unit: one sequence carries whole repositories, none split.
+    Other kinds ride along: fim records are units of their own, preference pairs go to Parquet."""
+    _run(projects, tmp_path / "out", 262144, shards=1, kinds=("code", "fim", "preference"))
+    files, m = _files_of(tmp_path / "out")
+    assert m["totals"]["preference_pairs"] > 0 and (tmp_path / "out" / m["shards"][0]["preference_file"]).exists()
+    docs = pq.read_table(tmp_path / "out" / m["shards"][0]["arrays"]["docs"]).to_pylist()
+    assert {d["kind"] for d in docs} == {"repository", "fim"}
+    assert m["seq_len"] == 262144 and m["totals"]["split_repositories"] == 0
+    repos = read_ground_truth(projects, "repository")
+    for repo in repos:
+        mine = [f for f in files if f["repo"] == f"{repo['repo_id']}@{repo['commit']}"]
+        assert len(mine) == len(repo["files"]) and len({f["doc_row"] for f in mine}) == 1
+        assert len({f["sequence"] for f in mine}) == 1
+    # the loader lists the files of a sequence where their headers start
+    ds = PackedDataset(str(tmp_path / "out"))
+    listed = [f for i in range(len(ds)) for f in ds.files(i)]
+    assert sorted(f["doc_id"] for f in listed) == sorted(f["doc_id"] for f in files)
+    sep = m["tokenizer"]["special_tokens"]["file_sep"]["id"]
+    for i in range(len(ds)):
+        ids = ds[i]["input_ids"]
+        assert [f["position"] for f in ds.files(i)] == np.flatnonzero(ids == sep).tolist()
