@@ -152,6 +152,9 @@ class Pipeline:
     def to_dict(self) -> dict[str, Any]:
         d = self.config.model_dump(mode="json", by_alias=True, exclude_defaults=False)
         d["stages"] = [s.model_dump(mode="json", by_alias=True) for s in self.config.stages]
+        for st in d["stages"]:
+            if not st.get("expect"):
+                st.pop("expect", None)  # absent when unused: a pipeline's hash does not change with this field
         if not d.get("spark"):
             d.pop("spark", None)
         return d
@@ -189,6 +192,7 @@ class Pipeline:
             out_path = ctx.resolve(out_path)
         ctx.output_path = out_path
         spans: list[StageSpan] = []
+        checks: list[dict[str, Any]] = []
         names: dict[str, int] = {}
         for i, stage in enumerate(cfg.stages):
             where = f"{cfg.name}: stage {i + 1} ({stage.kind})"
@@ -203,6 +207,12 @@ class Pipeline:
             except (ValueError, KeyError, FileNotFoundError) as e:  # a config that only fails when resolved
                 msg = e.args[0] if e.args else str(e)
                 raise PipelineError(f"{where}: {msg}") from None
+            try:
+                last = i == len(cfg.stages) - 1
+                lengths = last or cfg.stages[i + 1].kind == "tokenize"  # the report's length histograms
+                out = self._quality_nodes(out, stage, last, lengths, checks)
+            except ValueError as e:
+                raise PipelineError(f"{where}: expect: {e.args[0] if e.args else e}") from None
             spans.append(StageSpan(name=name, kind=stage.kind, input=rel.node, output=out.node, emits=stage.emits))
             rel = out
             current = stage.produces
@@ -221,14 +231,33 @@ class Pipeline:
                 raise PipelineError(f"{cfg.name}: output format {o.format!r} needs a tokenize stage "
                                     f"({{kind: tokenize, ...}}) before it; use format: parquet for records")
             sink = SinkSpec(path=out_path, format=o.format, shards=shards, key=key, sort_key=sort_key, options=options)
-        return Plan(root=rel.node, sink=sink, spans=spans, config=self.to_dict(), seed=cfg.seed)
+        return Plan(root=rel.node, sink=sink, spans=spans, config=self.to_dict(), seed=cfg.seed, checks=checks)
+
+    def _quality_nodes(self, rel: Rel, stage: StageConfig, last: bool, lengths: bool,
+                       checks: list[dict[str, Any]]) -> Rel:
+        """After a stage: its `expect:` checks, the boundary suite (with `output.quality`), the report's profile."""
+        from datakit.quality import expect, profile, suites
+
+        if stage.expect:
+            rel = expect.attach(rel, list(stage.expect), checks)
+        o = self.config.output
+        if o is not None and o.quality:
+            for suite in suites.boundary_suites(stage.kind, o.quality, last):
+                n = len(checks)
+                rel = expect.attach(rel, suites.expectations(suite, rel.schema), checks)
+                for c in checks[n:]:
+                    c["suite"] = suite["name"]
+        return profile.attach(rel, lengths=lengths)
 
     def explain(self, **kw: Any) -> str:
         return self.compile(**kw).explain()
 
     def run(self, engine: str = "local", *, input: str | list[str] | None = None, output: str | None = None,
-            **engine_options: Any):
-        """Compile and execute; returns the engine's `RunResult` (per-stage counts, manifest, output path)."""
+            report: bool = False, **engine_options: Any):
+        """Compile and execute; returns the engine's `RunResult` (per-stage counts, manifest, output path).
+
+        `report=True` also writes OUTPUT/report.html (plots of counts, lengths, findings; `datakit run`
+        does by default). It is a view of `_run.json`, not data, so it is not part of the config."""
         from datakit.engines import get_engine
 
         plan = self.compile(input_override=input, output_override=output)
@@ -242,6 +271,10 @@ class Pipeline:
             # the index build uses as many workers as the run did (a small input ran in-process)
             workers = (engine_options.get("workers") or (result.extra or {}).get("workers")) if engine == "local" else None
             self._build_index(plan, result, workers)
+        if report and plan.sink is not None:
+            from datakit.quality.report import write_report
+
+            result.extra["report"] = write_report(plan.sink.path)
         return result
 
     def _build_index(self, plan: Plan, result: Any, workers: int | None = None) -> None:

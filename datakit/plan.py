@@ -172,6 +172,8 @@ class Plan:
     spans: list[StageSpan]
     config: dict[str, Any]
     seed: int = 0
+    # expectations checked inside the run (datakit.quality.expect): one dict per check node's counters
+    checks: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         # Stable node ids (topological position): a resumed run recognises the counters

@@ -35,6 +35,11 @@ class QualityResult:
         return {"suite": self.suite, "success": self.success, "rows": self.rows, "failed": self.failed}
 
 
+def list_suites() -> list[str]:
+    """Names of the suites shipped in quality/."""
+    return sorted(f.stem for f in QUALITY_DIR.glob("*.json"))
+
+
 def load_suite(name_or_path: str) -> dict[str, Any]:
     """A suite by name (quality/NAME.json) or by path."""
     p = Path(name_or_path)
