@@ -174,6 +174,7 @@ class Plan:
     seed: int = 0
     # expectations checked inside the run (datakit.quality.expect): one dict per check node's counters
     checks: list[dict[str, Any]] = field(default_factory=list)
+    gate: bool = True  # a failed `error` check stops the run before commit (validate only reports)
 
     def __post_init__(self) -> None:
         # Stable node ids (topological position): a resumed run recognises the counters

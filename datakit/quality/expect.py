@@ -65,6 +65,13 @@ class Expectation(BaseModel):
         k = self.kwargs
         return [c for c in (k.get("column"), k.get("column_A"), k.get("column_B")) if c]
 
+    def frame_columns(self, available: set[str]) -> set[str]:
+        """The columns GX needs to see: the named ones and those a `row_condition` mentions."""
+        import re
+
+        cond = str(self.kwargs.get("row_condition") or "")
+        return set(self.columns()) | (set(re.findall(r"[A-Za-z_][\w.]*", cond)) & available)
+
     def label(self) -> str:
         """`type(column=...)` for messages (never a value from the data)."""
         cols = ", ".join(f"{k}={self.kwargs[k]}" for k in ("column", "column_A", "column_B") if k in self.kwargs)
@@ -150,7 +157,11 @@ _GX: dict[str, Any] = {}
 def _gx_batch(df: Any):
     """A GX batch over a pandas frame; the ephemeral context is made once per process."""
     if "bd" not in _GX:
+        import logging
+
         import great_expectations as gx
+
+        logging.getLogger("great_expectations").setLevel(logging.WARNING)  # no INFO chatter in job logs
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
         ctx = gx.get_context(mode="ephemeral")
@@ -190,7 +201,10 @@ class CheckFn:
             if e.type in ROW_COUNT:
                 metrics[f"expect.{i}.n"] = batch.num_rows
         if maps:
-            df = frame(batch, {c for _, e in maps for c in e.columns()})
+            from datakit.quality.columns import available
+
+            avail = available(batch.schema)
+            df = frame(batch, {c for _, e in maps for c in e.frame_columns(avail)})
             gx_batch = _gx_batch(df)
             for i, e in maps:
                 kwargs = {k: v for k, v in e.kwargs.items() if k != "mostly"}  # applied to the whole stage
