@@ -201,6 +201,16 @@ def report(path: str = typer.Argument(..., help="A datakit output with _run.json
         _fail(e.args[0] if e.args else str(e))
 
 
+@app.command()
+def warmup() -> None:
+    """Compile every numba kernel once into this installation's cache (run after install, in an image
+    build or before venv-pack), so later processes start without compiling. See datakit/jit.py."""
+    from datakit.warmup import warm_up
+
+    info = warm_up()
+    typer.echo(f"kernels ready: {info['compile_seconds']:.1f}s of compilation in {info['seconds']:.1f}s")
+
+
 def _register_optional_commands() -> None:
     """Commands that live with their capability (decontamination, packed datasets)."""
     try:

@@ -42,7 +42,7 @@ from datakit.accounting import NodeStats, count_drops, stage_report, sum_metrics
 from datakit.io import sinks
 from datakit.io.atomic import sha256_file
 from datakit.io.fs import filesystem
-from datakit.io.readers import iter_parquet, iter_raw_lines
+from datakit.io.readers import iter_source
 from datakit.plan import (DROP, DROP_DETAIL, Aggregate, ConnectedComponents, Join, MapBatches, Node, Plan,
                           Source)
 from datakit.workers import drop_pool, pool, usable_cpus
@@ -100,10 +100,8 @@ class Partition:
         return f"{self.url}|{info.get('size')}|{info.get('mtime', info.get('LastModified', ''))}"
 
     def batches(self) -> Iterator[pa.RecordBatch]:
-        if self.kind == "jsonl":
-            yield from iter_raw_lines(self.url)
-        elif self.kind == "parquet":
-            for b in iter_parquet(self.url):
+        if self.kind in ("jsonl", "parquet"):
+            for b in iter_source(self.url, self.kind, self.schema):
                 yield _conform(b, self.schema) if self.schema is not None else b
         else:
             pf = pq.ParquetFile(self.url)
