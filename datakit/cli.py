@@ -51,12 +51,20 @@ def run(
     conf: Optional[List[str]] = typer.Option(None, "--conf", help="Spark setting KEY=VALUE (repeatable)."),
     json_out: bool = typer.Option(False, "--json", help="Print the run report as JSON instead of a table."),
     report: bool = typer.Option(True, "--report/--no-report", help="Write OUTPUT/report.html (plots of the run)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress and no table; warnings and errors only."),
+    log_format: str = typer.Option("text", "--log-format", help="text, or json: one JSON object per line "
+                                   "(progress with rows, rate and ETA) for schedulers."),
 ) -> None:
     """Run a pipeline file end to end and print per-stage counts (also written to OUTPUT/_run.json)."""
     from datakit.io.fs import InputError
     from datakit.pipeline import Pipeline, PipelineError
     from datakit.quality.expect import QualityGateError
 
+    if log_format not in ("text", "json"):
+        _fail(f"unknown --log-format {log_format!r}; choose text or json")
+    from datakit.logs import configure
+
+    configure(log_format, quiet)  # type: ignore[arg-type]
     try:
         p = Pipeline.from_yaml(pipeline)
         opts: dict = {}
@@ -80,6 +88,13 @@ def run(
         raise
     if json_out:
         typer.echo(json.dumps({"output": result.output_path, "stages": result.stages}, indent=2))
+    elif quiet:
+        pass
+    elif log_format == "json":
+        log.info("run finished: %s rows to %s", result.manifest["rows"] if result.manifest else 0,
+                 result.output_path, extra={"progress": {"step": "run", "done": True, "seconds": round(result.seconds, 3),
+                                                        "stages": [{k: s[k] for k in ("name", "rows_in", "rows_out")}
+                                                                   for s in result.stages]}})
     else:
         _print_stages(result.stages)
         typer.echo(f"output: {result.output_path}  ({result.manifest['rows'] if result.manifest else 0} rows, "
@@ -232,7 +247,9 @@ _register_optional_commands()
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from datakit.logs import configure
+
+    configure("text", quiet=False)  # commands with --quiet / --log-format reconfigure
     app()
 
 

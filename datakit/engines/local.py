@@ -27,6 +27,7 @@ import shutil
 import tempfile
 import time
 from collections import Counter, defaultdict
+from concurrent.futures import as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from datakit import progress
 from datakit.accounting import NodeStats, count_drops, stage_report, sum_metrics
 from datakit.io import sinks
 from datakit.io.atomic import sha256_file
@@ -517,18 +519,31 @@ class LocalEngine:
         return path
 
     # -- scheduling
-    def _map(self, fn: Callable, items: list, what: str) -> list:
+    def _map(self, fn: Callable, items: list, what: str, label: str | None = None) -> list:
         if not items:
             return []
-        if self.workers == 1 or len(items) == 1:
-            return [fn(i) for i in _progress(items, what, self.progress)]
-        futures = [pool(self.workers).submit(fn, i) for i in items]
+        st = progress.step(label or what, len(items), self.progress)
+        ok = False
         try:
-            return [f.result() for f in _progress(futures, what, self.progress)]
-        except BrokenProcessPool:
-            raise EngineError(
-                f"a local worker process died during '{what}' (killed, out of memory, or a script that runs its "
-                "pipeline at import time: use `if __name__ == \"__main__\":`); rerun to resume finished work") from None
+            if self.workers == 1 or len(items) == 1:
+                out = []
+                for i in items:
+                    out.append(fn(i))
+                    st.advance(rows=_task_rows(out[-1]))
+                ok = True
+                return out
+            futures = [pool(self.workers).submit(fn, i) for i in items]
+            try:
+                for f in as_completed(futures):
+                    st.advance(rows=_task_rows(f.result()))
+                ok = True
+                return [f.result() for f in futures]
+            except BrokenProcessPool:
+                raise EngineError(
+                    f"a local worker process died during '{what}' (killed, out of memory, or a script that runs its "
+                    "pipeline at import time: use `if __name__ == \"__main__\":`); rerun to resume finished work") from None
+        finally:
+            st.finish(ok=ok)
 
     def _chain_of(self, node: Node) -> tuple[Node, list[Node]]:
         """Walk down fusible nodes (MapBatches, broadcast joins) to the base node (a Source,
@@ -573,7 +588,9 @@ class LocalEngine:
         bcast = self._broadcast_tables(ops)
         tasks = [ChainTask(p, ops, out_dir, f"part-{i:05d}", [o.id for o in ops], shards, shard_key, self._aux, bcast)
                  for i, p in enumerate(parts)]
-        results = self._map(run_chain, tasks, f"{seg}: {' > '.join(getattr(o, 'name', 'join') for o in ops) or 'read'}")
+        stages = list(dict.fromkeys(o.stage for o in ops if ":" not in o.stage and o.stage != "input")) or [node.stage]
+        results = self._map(run_chain, tasks, f"{seg}: {' > '.join(getattr(o, 'name', 'join') for o in ops) or 'read'}",
+                            label=f"{', '.join(stages)}{' -> shards' if shards else ''}")
         self._reused += sum(1 for r in results if r.get("reused"))
         if isinstance(base, Source):
             self._rows[base.id] = sum(r["base_rows"] for r in results)
@@ -764,20 +781,9 @@ def _chunk(a):
     return a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a
 
 
-def _progress(items, what: str, enabled: bool | None):
-    """A rich progress bar over items when stderr is a terminal (or forced on)."""
-    import sys
-
-    if enabled is False or (enabled is None and not sys.stderr.isatty()) or len(items) < 2:
-        return items
-    from rich.progress import track
-
-    if items and hasattr(items[0], "result"):
-        from concurrent.futures import as_completed
-
-        list(track(as_completed(items), total=len(items), description=what, transient=True))
-        return items
-    return track(items, description=what, transient=True)
+def _task_rows(result: Any) -> int:
+    """Rows a finished task read (chain tasks report `base_rows`)."""
+    return int(result.get("base_rows", 0)) if isinstance(result, dict) else 0
 
 
 def _remove_if_empty(path: str) -> None:

@@ -36,12 +36,14 @@ import tempfile
 import time
 import uuid
 from collections import Counter, defaultdict
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from datakit import progress
 from datakit.accounting import NodeStats, count_drops, stage_report, sum_metrics
 from datakit.engines.local import DROPLOG_SCHEMA, METRICS, QUARANTINE_SCHEMA, RunResult, _conform
 from datakit.engines.spark_session import (SparkError, SparkJobError, get_session, log_file,
@@ -353,7 +355,8 @@ class _Run:
                             and isinstance(cs[0], MapBatches))
                 self.current = f"stage {node.stage!r} ({node.describe()})"
                 t = time.perf_counter()
-                self._run_node(node, deferred)
+                with self._progress(f"{node.stage}: {node.describe()}", node):
+                    self._run_node(node, deferred)
                 # a fused chain's time is shared by its ops, as the local engine reports it
                 ops = self._chain_of(node)[1] if isinstance(node, MapBatches) else [node]
                 for op in ops:
@@ -369,10 +372,26 @@ class _Run:
             if plan.sink is None:
                 return stages, None, None
             self.current = "writing the output shards"
-            self._sink()
+            with self._progress("writing the output shards", plan.root):
+                self._sink()
             self.current = "writing quarantine and drop log"
             self._side_outputs()
         return stages, {}, plan.sink.path
+
+    @contextmanager
+    def _progress(self, label: str, node: Node) -> Iterator[None]:
+        """Tasks of this step's Spark jobs (status tracker, polled) and its rows once counted."""
+        st = progress.step(label)
+        group = f"datakit-{uuid.uuid4().hex[:8]}"
+        self.sc.setJobGroup(group, label[:200], False)
+        ok = False
+        try:
+            with progress.SparkPoller(self.sc, group, st):
+                yield
+            ok = True
+        finally:
+            self.sc.setJobGroup("datakit", "", False)
+            st.finish(rows=self.rows.get(node.id), ok=ok)
 
     def _run_node(self, node: Node, deferred: bool = False) -> None:
         if isinstance(node, (Source, MapBatches)):
