@@ -50,8 +50,9 @@ class OutputConfig(BaseModel):
     key: str | None = None  # default: doc_id for records, event_id for events
     index: bool = Field(False, description="emit an n-gram index (_ngram_index/) beside the output, so "
                                            "`datakit contamination-check` of a new eval takes seconds")
-    quality: bool | str = Field(False, description="run a great-expectations suite from quality/ on the output "
-                                                    "(true = the suite of the output's contract)")
+    quality: bool | str = Field(False, description="great-expectations suites inside the run: true = after every "
+                                                    "stage the shipped suites whose `after` names its kind; NAME = that "
+                                                    "suite after the last stage (docs/quality.md)")
 
 
 class PipelineConfig(BaseModel):
@@ -270,8 +271,8 @@ class Pipeline:
             engine_options["conf"] = {**self.config.spark, **(engine_options.get("conf") or {})}
         result = get_engine(engine, **engine_options).execute(plan)
         o = self.config.output
-        if o is not None and o.quality and plan.sink is not None and plan.sink.format == "parquet":
-            self._validate(plan, result, o.quality)
+        if o is not None and o.quality and plan.sink is not None:
+            self._validate(plan, result, engine, engine_options)
         if o is not None and o.index and plan.sink is not None:
             # the index build uses as many workers as the run did (a small input ran in-process)
             workers = (engine_options.get("workers") or (result.extra or {}).get("workers")) if engine == "local" else None
@@ -308,18 +309,31 @@ class Pipeline:
         result.extra["index"] = {"path": out, "engine": "spark" if session is not None else "local",
                                  **({"ngrams": getattr(info, "ngrams")} if hasattr(info, "ngrams") else {})}
 
-    def _validate(self, plan: Plan, result: Any, suite: bool | str) -> None:
-        """Run the quality suite on the committed output and record it in `_run.json`."""
+    def _validate(self, plan: Plan, result: Any, engine: str, engine_options: dict[str, Any]) -> None:
+        """Record the output's quality in `_run.json`: the last stage's suite results (checked inside the
+        run, before commit, on exactly the rows written) and, for packed outputs, the per-shard array
+        checks, which need the written files and manifest. A failed array check fails the run (exit 1)."""
         from datakit.io.atomic import write_json_atomic
         from datakit.io.fs import filesystem
-        from datakit.quality import validate_output
+        from datakit.quality.expect import QualityGateError, failure_line
+        from datakit.quality.packed import check_packed
 
-        name = suite if isinstance(suite, str) else (
-            "editor_event.v1" if plan.sink.key == "event_id" else "training_record.v1")
-        q = validate_output(plan.sink.path, name)
-        result.extra["quality"] = q.to_json()
+        last = result.stages[-1] if result.stages else {}
+        checks = [r for r in last.get("expectations", []) if r.get("suite")]
+        if plan.sink.format == "packed":
+            opts = {k: v for k, v in engine_options.items() if k in ("workers", "master", "conf")}
+            checks += [{**r, "suite": "packed"} for r in check_packed(plan.sink.path, result.manifest, None, engine, **opts)]
+        q = {"suite": ", ".join(sorted({r["suite"] for r in checks})), "success": all(r["success"] or r["severity"] != "error"
+                                                                                  for r in checks),
+             "rows": last.get("emitted", last.get("rows_out", 0)),
+             "failed": [{"expectation": r["type"], "column": r.get("column"), "unexpected_count": r["unexpected"]}
+                        for r in checks if not r["success"]]}
+        result.extra["quality"] = q
         run_path = f"{plan.sink.path.rstrip('/')}/_run.json"
         fs, p = filesystem(run_path)
         run = json.loads(fs.cat_file(p))
-        run["quality"] = q.to_json()
+        run["quality"] = q
         write_json_atomic(run_path, run)
+        bad = next((r for r in checks if not r["success"] and r["severity"] == "error"), None)
+        if bad is not None:
+            raise QualityGateError(failure_line("output", bad) + " (the output was written; do not use it)")
