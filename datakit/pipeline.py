@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from datakit import contracts
 from datakit.io.fs import expand
@@ -53,6 +53,51 @@ class OutputConfig(BaseModel):
     quality: bool | str = Field(False, description="great-expectations suites inside the run: true = after every "
                                                     "stage the shipped suites whose `after` names its kind; NAME = that "
                                                     "suite after the last stage (docs/quality.md)")
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, v: str) -> str:
+        from datakit.io.sinks import known_formats
+
+        if v not in known_formats():  # found at load, not after every stage has run
+            raise ValueError(f"unknown output format {v!r}; known: {', '.join(known_formats())}")
+        return v
+
+    @field_validator("shards")
+    @classmethod
+    def _positive_shards(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and v < 1:
+            raise ValueError(f"shards must be a positive number or 'auto' (got {v})")
+        return v
+    allow_unmasked: bool = Field(False, description="write records whose tokens are partly without loss (SFT, "
+                                                    "editor FIM) to a format whose standard readers ignore loss "
+                                                    "masks (megatron); off = a compile-time error")
+
+
+# record kinds whose every token carries loss (code, incl. FIM-transformed code); preference pairs go to
+# Parquet, where trainers mask the prompt themselves
+_FULL_LOSS_KINDS = {"code", "preference"}
+
+
+def _check_loss_masks(cfg: "PipelineConfig", fmt: str) -> None:
+    """Refuse, at compile time, masked training data for a format that cannot carry the masks to the trainer.
+
+    Why: Megatron's standard GPTDataset reads only the token files; our loss-mask side files would be
+    ignored and every SFT prompt token trained on, silently. Kinds are known from the extract stage;
+    with records as input (no extract stage) they are unknown, so masked data is assumed.
+    """
+    from datakit.io.sinks import writer_for
+
+    if getattr(writer_for(fmt), "carries_loss_mask", True) or not any(s.kind == "tokenize" for s in cfg.stages):
+        return
+    extract = next((s for s in cfg.stages if s.kind == "extract"), None)
+    kinds = set(getattr(extract, "kinds", None) or []) if extract is not None else None
+    masked = sorted(kinds - _FULL_LOSS_KINDS) if kinds is not None else ["sft", "fim (records input)"]
+    if masked:
+        raise PipelineError(
+            f"{cfg.name}: output format {fmt!r} cannot carry loss masks to a trainer (its standard reader "
+            f"ignores them), but {', '.join(masked)} records train only some tokens; use format: packed, or set "
+            f"output.allow_unmasked: true to write them anyway (masks then only in data/loss_mask-*)")
 
 
 class PipelineConfig(BaseModel):
@@ -169,10 +214,12 @@ class Pipeline:
     # -- compile and run
     def compile(self, input_override: str | list[str] | None = None, output_override: str | None = None) -> Plan:
         """Turn the config into a logical plan (resolving globs now, so errors come early)."""
+        from datakit.io.identity import base_environment
+
         cfg = self.config
         if cfg.input is None:
             raise PipelineError(f"{cfg.name}: no input (set `input:` or call .input())")
-        ctx = CompileContext(seed=cfg.seed, base_dir=self.base_dir)
+        ctx = CompileContext(seed=cfg.seed, base_dir=self.base_dir, environment=base_environment())
         paths = input_override if input_override is not None else cfg.input.path
         paths = [paths] if isinstance(paths, str) else list(paths)
         resolved = expand([ctx.resolve(p) for p in paths],
@@ -208,6 +255,7 @@ class Pipeline:
             names[stage.kind] = names.get(stage.kind, 0) + 1
             name = stage.kind if names[stage.kind] == 1 else f"{stage.kind}_{names[stage.kind]}"
             stage_rel = Rel(rel.node, name)
+            ctx.stage = name
             try:
                 out = stage.compile(stage_rel, ctx)
             except (ValueError, KeyError, FileNotFoundError) as e:  # a config that only fails when resolved
@@ -227,7 +275,7 @@ class Pipeline:
         sink = None
         if out_path:
             o = cfg.output or OutputConfig(path=out_path)
-            key = o.key or ("event_id" if current == "editor_event.v1" else "doc_id")
+            key = o.key or ctx.artifacts.get("sink_key") or ("event_id" if current == "editor_event.v1" else "doc_id")
             options = dict(ctx.artifacts.get("sink_options", {}))
             options["rows_per_shard"] = o.rows_per_shard
             shards = 0 if o.shards == "auto" else o.shards
@@ -236,8 +284,35 @@ class Pipeline:
                 # found out at compile, not after every stage has run and the sink tries to write
                 raise PipelineError(f"{cfg.name}: output format {o.format!r} needs a tokenize stage "
                                     f"({{kind: tokenize, ...}}) before it; use format: parquet for records")
+            if options.get("packing") == "repository" and o.format != "packed":
+                raise PipelineError(f"{cfg.name}: packing: repository needs output format 'packed' (got {o.format!r})")
+            if not o.allow_unmasked:
+                _check_loss_masks(cfg, o.format)
+            if key not in rel.schema.names:
+                raise PipelineError(f"{cfg.name}: output: key {key!r} is not a column of the output "
+                                    f"({', '.join(rel.schema.names)})")
+            if o.quality and o.format != "parquet":
+                raise PipelineError(f"{cfg.name}: output: quality checks run on Parquet records; "
+                                    f"format {o.format!r} has none (remove `quality:` or use format: parquet)")
+            if isinstance(o.quality, str):
+                from datakit.quality.gx import load_suite
+
+                try:
+                    load_suite(o.quality)
+                except (FileNotFoundError, ValueError) as e:
+                    raise PipelineError(f"{cfg.name}: output: quality: {e.args[0] if e.args else e}") from None
             sink = SinkSpec(path=out_path, format=o.format, shards=shards, key=key, sort_key=sort_key, options=options)
-        return Plan(root=rel.node, sink=sink, spans=spans, config=self.to_dict(), seed=cfg.seed, checks=checks)
+        config = self.to_dict()
+        # the run's real input and output (a `--input`/`--output` override replaces the file's paths):
+        # the config hash and the manifest describe what was run, not what the file said
+        if input_override is not None:
+            config["input"]["path"] = input_override
+        if out_path and config.get("output") is not None:
+            config["output"]["path"] = output_override or config["output"]["path"]
+        elif out_path:
+            config["output"] = {"path": out_path}
+        return Plan(root=rel.node, sink=sink, spans=spans, config=config, seed=cfg.seed,
+                    environment=ctx.environment, checks=checks)
 
     def _quality_nodes(self, rel: Rel, stage: StageConfig, last: bool, lengths: bool,
                        checks: list[dict[str, Any]]) -> Rel:
@@ -262,14 +337,18 @@ class Pipeline:
             report: bool = False, **engine_options: Any):
         """Compile and execute; returns the engine's `RunResult` (per-stage counts, manifest, output path).
 
-        `report=True` also writes OUTPUT/report.html (plots of counts, lengths, findings; `datakit run`
+        `report=True` also writes OUTPUT/_report.html (plots of counts, lengths, findings; `datakit run`
         does by default). It is a view of `_run.json`, not data, so it is not part of the config."""
         from datakit.engines import get_engine
 
-        plan = self.compile(input_override=input, output_override=output)
         if engine == "spark" and self.config.spark:
             engine_options["conf"] = {**self.config.spark, **(engine_options.get("conf") or {})}
-        result = get_engine(engine, **engine_options).execute(plan)
+        try:  # engine options are checked before any work (and before the output folder is touched)
+            runner = get_engine(engine, **engine_options)
+        except (ValueError, TypeError) as e:
+            raise PipelineError(f"{self.config.name}: {e.args[0] if e.args else e}") from None
+        plan = self.compile(input_override=input, output_override=output)
+        result = runner.execute(plan)
         o = self.config.output
         if o is not None and o.quality and plan.sink is not None:
             self._validate(plan, result, engine, engine_options)
@@ -281,6 +360,13 @@ class Pipeline:
             from datakit.quality.report import write_report
 
             result.extra["report"] = write_report(plan.sink.path)
+
+        if plan.sink is not None and self.config.stages and self.config.stages[-1].kind == "kto" \
+                and plan.sink.format == "parquet":
+            from datakit.stages.feedback_report import REPORT_FILE, write_report
+
+            # reward summaries from the committed rows (identical on both engines): _reports/feedback.json
+            result.extra["feedback"] = {"report": REPORT_FILE, **write_report(plan.sink.path)}
         return result
 
     def _build_index(self, plan: Plan, result: Any, workers: int | None = None) -> None:

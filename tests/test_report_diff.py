@@ -1,4 +1,4 @@
-"""report.html rendered by headless Chromium with every section, and `datakit diff` on matched runs."""
+"""_report.html rendered by headless Chromium with every section, and `datakit diff` on matched runs."""
 from __future__ import annotations
 
 import json
@@ -42,7 +42,7 @@ def quickstart(logs: Path, out: Path, threshold: float = 0.8) -> Pipeline:
 def run_a(logs, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("a") / "out"
     res = quickstart(logs, out).run(workers=1, report=True)
-    assert res.extra["report"].endswith("report.html")
+    assert res.extra["report"].endswith("_report.html")
     return out
 
 
@@ -57,7 +57,7 @@ def test_report_renders_in_headless_chromium_with_every_section(run_a, tmp_path)
     from PIL import Image
 
     exe = _chromium()
-    page = run_a / "report.html"
+    page = run_a / "_report.html"
     text = page.read_text()
     assert "http://" not in text and "https://" not in text and "<script" not in text  # self-contained
     args = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
@@ -83,7 +83,7 @@ def test_report_shows_no_text_of_the_data(run_a):
     """Counts and names only: no document text (the planted PII and secrets in particular)."""
     import pyarrow.parquet as pq
 
-    page = (run_a / "report.html").read_text()
+    page = (run_a / "_report.html").read_text()
 
     ids = pq.read_table(run_a / "docs-00000.parquet").column("doc_id").to_pylist()
     assert ids and not any(i in page for i in ids)

@@ -23,8 +23,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import shutil
-import tempfile
 import time
 from collections import Counter, defaultdict
 from concurrent.futures import as_completed
@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 
 from datakit import progress
 from datakit.accounting import NodeStats, count_drops, stage_report, sum_metrics
-from datakit.io import sinks
+from datakit.io import identity, publish, sinks, storage, tempwork
 from datakit.io.atomic import sha256_file
 from datakit.io.fs import filesystem
 from datakit.io.readers import iter_source
@@ -406,6 +406,39 @@ def write_one_shard(args: tuple[list[str], int, Any, pa.Schema]) -> dict[str, An
     return sinks.write_shard(table, shard, spec, schema)
 
 
+class _Guarded:
+    """A worker entry point whose failure reaches the parent as what it was, in one line.
+
+    A storage failure (after the IO layer's retries) becomes a `StorageError` naming
+    the task's file; an exception that cannot be pickled back to the parent
+    (aiohttp's carry a `multidict`) becomes its text, instead of the pool's
+    unrelated "can't pickle" error hiding it.
+    """
+
+    def __init__(self, fn: Callable) -> None:
+        self.fn = fn
+
+    def __call__(self, item: Any) -> Any:
+        try:
+            return self.fn(item)
+        except Exception as e:
+            if storage.is_storage_error(e):
+                raise storage.describe(e, _task_path(item), "read or write") from None
+            try:
+                pickle.loads(pickle.dumps(e))
+            except Exception:  # noqa: BLE001 - any pickling failure: send the text
+                raise EngineError(f"{type(e).__name__}: {e}") from None
+            raise
+
+
+def _task_path(item: Any) -> str:
+    if isinstance(item, ChainTask):
+        return item.partition.url
+    if isinstance(item, tuple) and len(item) == 4 and hasattr(item[2], "path"):  # write_one_shard
+        return f"{item[2].path.rstrip('/')} (shard {item[1]})"
+    return str(item)[:200]
+
+
 # --------------------------------------------------------------------------- the engine
 
 # Below this much input (compressed files and Parquet counted at ~5x their size on disk) a 2-core run
@@ -442,6 +475,8 @@ class LocalEngine:
 
     def __init__(self, workers: int | None = None, work_dir: str | None = None, progress: bool | None = None,
                  keep_work: bool = False) -> None:
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+            raise ValueError(f"workers must be a positive number (got {workers!r}); leave it unset for all cores")
         self.workers = max(1, workers or usable_cpus())
         self._auto_workers = workers is None
         self._all_workers = self.workers
@@ -457,6 +492,12 @@ class LocalEngine:
             # a spawned worker is importing the user's script, which runs the pipeline at top level
             raise RuntimeError("datakit: a worker process imported your script and it started a pipeline; "
                                "put the run under `if __name__ == \"__main__\":` (worker processes are spawned)")
+        if plan.sink is None:
+            return self._execute(plan)
+        with publish.output_lock(plan.sink.path):  # one writer per folder; preflight of the path
+            return self._execute(plan)
+
+    def _execute(self, plan: Plan) -> RunResult:
         t0 = time.perf_counter()
         self.workers = self._all_workers
         _BROADCAST_CACHE.clear()  # this process's copy (pool workers check size and mtime of the file)
@@ -473,12 +514,16 @@ class LocalEngine:
         self._index = {n.id: i for i, n in enumerate(order)}
         consumers: Counter = Counter(i.id for n in order for i in n.inputs)
         self._shared = {nid for nid, c in consumers.items() if c > 1}
+        self._inputs = identity.input_files(plan.input_files())
+        if plan.sink is not None:
+            publish.retract(plan.sink.path)  # readers see no dataset until the new one is committed
         work = self._work_root(plan)
         self._work = work
         self._aux = f"{work}/aux"
         os.makedirs(self._aux, exist_ok=True)
         self._reused = 0
         self._sink_parts = None
+        where = plan.sink.path if plan.sink is not None else "the input"
         try:
             if plan.sink is None:
                 self._materialize(plan.root)
@@ -486,35 +531,58 @@ class LocalEngine:
             else:
                 out = self._sink(plan)
             manifest = None
-        except Exception:
+        except Exception as e:
             # a failed task may leave workers mid-job: start fresh next time, and let tasks that are
             # still running finish first, so a rerun (resume) never races them in the work folder
             drop_pool(self.workers, wait=True)
+            tempwork.discard(self._temp_root)
+            if storage.is_storage_error(e):
+                raise storage.describe(e, where, "read or write under") from None
             raise
         except BaseException:  # Ctrl-C: the workers got it too; do not wait on them
             drop_pool(self.workers)
+            tempwork.discard(self._temp_root)
             raise
         stages = stage_report(plan, self._stats, self._rows)
         seconds = time.perf_counter() - t0
         if plan.sink is not None:
-            self._write_aux_outputs(plan.sink.path)
-            manifest = self._commit(plan, stages, seconds)
+            try:
+                self._write_aux_outputs(plan.sink.path)
+                publish.sweep(plan.sink.path)  # temp files of interrupted earlier writes
+                manifest = self._commit(plan, stages, seconds)
+            except Exception as e:
+                tempwork.discard(self._temp_root)
+                if storage.is_storage_error(e):
+                    raise storage.describe(e, where, "write the outputs under") from None
+                raise
         if not self.keep_work:  # (a run without a sink used a temp folder: nothing in it is kept either)
             shutil.rmtree(work, ignore_errors=True)
             _remove_if_empty(str(Path(work).parent))
+            tempwork.discard(self._temp_root)
+            if plan.sink is not None and not self.work_dir:
+                publish.remove_work(plan.sink.path)  # work folders of earlier runs with another identity
         return RunResult(output_path=out, stages=stages, manifest=manifest, seconds=seconds,
                          extra={"reused_tasks": self._reused, "workers": self.workers,
                                 "reused_shards": sum(1 for i in getattr(self, "_sink_infos", []) if i.get("reused"))})
 
     # -- work folder
     def _work_root(self, plan: Plan) -> str:
+        """The work folder, named by the full run identity (config hash + input files with sizes and
+        mtimes + output), so a rerun of the same run finds its finished tasks and a run over other
+        input never picks up another run's parts or quarantine rows.
+
+        Where: `<out>/_work/` for a local output. For an object-store output the workers' spills go
+        to a temp folder of this run (io/tempwork.py); a rerun then reuses the finished *shards*,
+        whose sidecars live under the output prefix."""
+        rid = identity.run_id(plan.config_hash, self._inputs, plan.sink.path if plan.sink else None)
+        self._temp_root = None
         if self.work_dir:
             root = self.work_dir
         elif plan.sink is not None and "://" not in plan.sink.path:
             root = str(Path(plan.sink.path) / "_work")
-        else:
-            root = tempfile.mkdtemp(prefix="datakit-work-")
-        path = f"{root}/{plan.config_hash[:16]}"
+        else:  # removed on failure too; a killed run's folder goes at the next run (io/tempwork.py)
+            root = self._temp_root = tempwork.make()
+        path = f"{root}/{rid[:16]}"
         os.makedirs(path, exist_ok=True)
         return path
 
@@ -522,6 +590,7 @@ class LocalEngine:
     def _map(self, fn: Callable, items: list, what: str, label: str | None = None) -> list:
         if not items:
             return []
+        fn = _Guarded(fn)
         st = progress.step(label or what, len(items), self.progress)
         ok = False
         try:
@@ -722,6 +791,7 @@ class LocalEngine:
             files = sorted(Path(self._aux).glob(f"{prefix}-*.parquet"))
             target = f"{out.rstrip('/')}/{folder}/part-00000.parquet"
             if not files:
+                _remove_stale(target)  # an earlier run's side output must not pass for this run's
                 continue
             table = pa.concat_tables([pq.read_table(f) for f in files])
             table = table.take(pc.sort_indices(table, sort_keys=[(c, "ascending") for c in sort]))
@@ -731,9 +801,7 @@ class LocalEngine:
         from datakit.io.atomic import write_json_atomic
 
         spec = self._resolved_spec
-        manifest = sinks.commit(spec, self._sink_infos, {
-            "pipeline": plan.config, "pipeline_hash": plan.config_hash, "seed": plan.seed,
-        })
+        manifest = sinks.commit(spec, self._sink_infos, identity.manifest_fields(plan, self._inputs))
         run = {
             "run_report_version": 1,
             "engine": self.name,
@@ -784,6 +852,15 @@ def _chunk(a):
 def _task_rows(result: Any) -> int:
     """Rows a finished task read (chain tasks report `base_rows`)."""
     return int(result.get("base_rows", 0)) if isinstance(result, dict) else 0
+
+
+def _remove_stale(url: str) -> None:
+    fs, p = filesystem(url)
+    try:
+        if fs.exists(p):
+            fs.rm(p)
+    except FileNotFoundError:
+        pass
 
 
 def _remove_if_empty(path: str) -> None:

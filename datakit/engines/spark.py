@@ -45,10 +45,10 @@ import pyarrow.compute as pc
 
 from datakit import progress
 from datakit.accounting import NodeStats, count_drops, stage_report, sum_metrics
-from datakit.engines.local import DROPLOG_SCHEMA, METRICS, QUARANTINE_SCHEMA, RunResult, _conform
+from datakit.engines.local import DROPLOG_SCHEMA, METRICS, QUARANTINE_SCHEMA, RunResult, _conform, _remove_stale
 from datakit.engines.spark_session import (SparkError, SparkJobError, get_session, log_file,
                                            translate_errors)
-from datakit.io import sinks
+from datakit.io import identity, publish, sinks
 from datakit.io.readers import iter_source
 from datakit.plan import (DROP, DROP_DETAIL, Aggregate, ConnectedComponents, Join, MapBatches, Node, Plan,
                           SinkSpec, Source)
@@ -262,6 +262,9 @@ class SparkEngine:
 
     def __init__(self, master: str | None = None, conf: dict[str, Any] | None = None, partitions: int | None = None,
                  workers: int | None = None, checkpoint_dir: str | None = None, **_ignored: Any) -> None:
+        for name, v in (("partitions", partitions), ("workers", workers)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"{name} must be a positive number (got {v!r})")
         if master is None and workers:
             master = f"local[{int(workers)}]"
         self.master = master
@@ -270,9 +273,18 @@ class SparkEngine:
         self.checkpoint_dir = checkpoint_dir
 
     def execute(self, plan: Plan) -> RunResult:
+        if plan.sink is None:
+            return self._execute(plan)
+        with publish.output_lock(plan.sink.path):  # one writer per folder; preflight of the path
+            return self._execute(plan)
+
+    def _execute(self, plan: Plan) -> RunResult:
         t0 = time.perf_counter()
         spark = get_session(self.master, self.conf)
         run = _Run(self, spark, plan)
+        run.inputs = identity.input_files(plan.input_files())
+        if plan.sink is not None:
+            publish.retract(plan.sink.path)  # readers see no dataset until the new one is committed
         try:
             with _runtime_conf(spark, run.runtime_conf()):
                 stages, manifest, out = run.go()
@@ -280,7 +292,10 @@ class SparkEngine:
             run.cleanup()
         seconds = time.perf_counter() - t0
         if plan.sink is not None:
+            publish.sweep(plan.sink.path)  # temp files of interrupted earlier writes
             manifest = run.commit(stages, seconds)
+            if not self.checkpoint_dir:
+                publish.remove_work(plan.sink.path)
         return RunResult(output_path=out, stages=stages, manifest=manifest, seconds=seconds, engine="spark",
                          extra={"master": spark.sparkContext.master, "partitions": run.n,
                                 "reused_shards": sum(1 for i in run.infos if i.get("reused")),
@@ -325,6 +340,7 @@ class _Run:
         self.spec: SinkSpec | None = None
         self.current = "starting"
         self._ckpt: str | None = None
+        self.inputs: list[dict[str, Any]] = []
 
     def runtime_conf(self) -> dict[str, str]:
         conf = {"spark.sql.shuffle.partitions": str(self.n),
@@ -606,6 +622,7 @@ class _Run:
                 (self.quarantine, "_quarantine", QUARANTINE_SCHEMA, ["stage", "source_file", "source_line"]),
                 (self.droplog, "_dropped", DROPLOG_SCHEMA, ["stage", "key"])):
             if not frames:
+                _remove_stale(f"{out}/{folder}/part-00000.parquet")  # not an earlier run's side output
                 continue
             df = frames[0]
             for f in frames[1:]:
@@ -617,9 +634,7 @@ class _Run:
         from datakit.io.atomic import write_json_atomic
 
         plan, spec = self.plan, self.spec
-        manifest = sinks.commit(spec, self.infos, {
-            "pipeline": plan.config, "pipeline_hash": plan.config_hash, "seed": plan.seed,
-        })
+        manifest = sinks.commit(spec, self.infos, identity.manifest_fields(plan, self.inputs))
         run = {
             "run_report_version": 1,
             "engine": "spark",

@@ -189,7 +189,7 @@ def _fmt(v: Any) -> str:
 
 
 def to_html(d: dict[str, Any]) -> str:
-    """The diff as one self-contained page (same style as report.html; plot of the token mix)."""
+    """The diff as one self-contained page (same style as _report.html; plot of the token mix)."""
     from datakit.quality.report import _CSS, _barh, _table
 
     cfg = d["config"]

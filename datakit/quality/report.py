@@ -1,4 +1,4 @@
-"""`report.html`: the page a person opens after a run (beside `_run.json`).
+"""`_report.html`: the page a person opens after a run (beside `_run.json`).
 
 Why a static file with embedded PNGs: it must open anywhere (a laptop, a CI
 artifact viewer, an air-gapped cluster) with no network and no server; one
@@ -298,7 +298,7 @@ def _read_json(url: str) -> dict[str, Any] | None:
 
 
 def write_report(path: str) -> str:
-    """Render `PATH/report.html` from `PATH/_run.json` (+ manifest.json); returns the report's path."""
+    """Render `PATH/_report.html` from `PATH/_run.json` (+ manifest.json); returns the report's path."""
     from datakit.io.atomic import write_bytes_atomic
 
     base = path.rstrip("/")
@@ -306,5 +306,5 @@ def write_report(path: str) -> str:
     if run is None:
         raise FileNotFoundError(f"{base}: no _run.json (not a datakit output, or the run did not finish)")
     page = render(run, _read_json(f"{base}/manifest.json"))
-    write_bytes_atomic(f"{base}/report.html", page.encode())
-    return f"{base}/report.html"
+    write_bytes_atomic(f"{base}/_report.html", page.encode())
+    return f"{base}/_report.html"

@@ -228,6 +228,8 @@ class ConsentConfig(StageConfig):
         files = self.optout_files(ctx)
         if self.resolved_mode(files) == "broadcast":
             users, orgs = load_optouts(files)
+            # loaded now, not read as plan input: their content is part of the run's identity
+            ctx.record("optouts", _ids_digest(users, orgs))
             return rel.map_batches(ConsentFn(users, orgs), rel.schema, name="consent")
         out = rel.map_batches(ConsentFn(), rel.schema, name="privacy_mode")
         parquet = [f for f in files if f.endswith(".parquet")]
@@ -244,6 +246,13 @@ class ConsentConfig(StageConfig):
             for right in lists:
                 out = out.join(right, column, column, how="anti", reason=reason, broadcast=True)
         return out
+
+
+def _ids_digest(*id_sets) -> str:
+    """sha256 of id lists loaded at compile (order-free): what a consent/forget run's output depends on."""
+    from datakit.io.identity import digest
+
+    return digest([sorted(set(ids)) for ids in id_sets])
 
 
 # ------------------------------------------------------------------ deletions applied to existing outputs
@@ -302,5 +311,6 @@ class ForgetConfig(StageConfig):
         paths = [self.optouts] if isinstance(self.optouts, str) else list(self.optouts)
         files = expand([ctx.resolve(p) for p in paths], suffixes=OPTOUT_SUFFIXES)
         lists = read_id_lists(files, ("user_id", "org_id", "event_id"))
+        ctx.record("optouts", _ids_digest(lists["user_id"], lists["org_id"], lists["event_id"]))
         fn = ForgetFn(lists["user_id"], lists["org_id"], lists["event_id"])
         return rel.map_batches(fn, rel.schema, name="forget", drop_log_key="doc_id")

@@ -44,6 +44,23 @@ ROLE_TOKENS: dict[str, str] = {
 # no BOS is used unless asked for, and PAD falls back to EOS).
 REQUIRED = ("eos", "fim_prefix", "fim_middle", "fim_suffix")
 DEFAULT_EOS = "<|endoftext|>"
+# The file separator of repository packing (StarCoder2, Qwen2.5-Coder spellings); only looked up
+# (or added) when a pipeline packs by repository, so other outputs keep their exact vocabulary.
+FILE_SEP_CANDIDATES = ("<file_sep>", "<|file_sep|>")
+
+
+def file_sep_text(name: str) -> str:
+    """The tokenizer's own file separator text, else `<file_sep>` (added as a special token on load)."""
+    path = _resolve_hf_path(name) if not name.startswith("tiktoken:") else None
+    if path is None:
+        return FILE_SEP_CANDIDATES[0]
+    from tokenizers import Tokenizer
+
+    try:
+        vocab = Tokenizer.from_file(str(path)).get_vocab(with_added_tokens=True)
+    except Exception:  # a broken file fails with a clear message in load_tokenizer
+        return FILE_SEP_CANDIDATES[0]
+    return next((c for c in FILE_SEP_CANDIDATES if c in vocab), FILE_SEP_CANDIDATES[0])
 
 
 class TokenizerError(Exception):
