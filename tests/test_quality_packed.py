@@ -59,8 +59,7 @@ def test_packed_output_passes_and_each_broken_invariant_fails(request, packed_ou
     breaks = {
         "packed.ids_below_vocab": lambda d: _poke(d, "tokens", lambda a: a.__setitem__((0, 3), vocab)),
         "packed.mask_binary": lambda d: _poke(d, "loss_mask", lambda a: a.__setitem__((1, 2), 2)),
-        "packed.sequence_length": lambda d: _save(d / "tokens-00000.npy",
-                                                  np.load(d / "tokens-00000.npy")[:, :-1].copy()),
+        "packed.sequence_length": lambda d: _save(_arr(d, "tokens"), np.load(_arr(d, "tokens"))[:, :-1].copy()),
         "packed.boundaries_monotonic": lambda d: _poke(d, "segments", lambda a: a.__setitem__((1, 0), 0)
                                                        if a[1, 0] != 0 else a.__setitem__((1, 0), 70)),
         "packed.counts_match_manifest": lambda d: _edit_manifest(d),
@@ -73,12 +72,18 @@ def test_packed_output_passes_and_each_broken_invariant_fails(request, packed_ou
         assert got[name]["sample"].startswith(("shard", "totals"))
 
 
+def _arr(d: Path, array: str) -> Path:
+    """Shard 0's file of `array`, as the manifest names it (relative to the output folder)."""
+    m = json.loads((d / "manifest.json").read_text())
+    return d / m["shards"][0]["arrays"][array]
+
+
 def _poke(d: Path, array: str, fn) -> None:
     """Change one value of shard 0's array (the first sequence with more than one segment for `segments`)."""
-    path = d / f"{array}-00000.npy"
+    path = _arr(d, array)
     a = np.load(path).copy()
     if array == "segments":
-        idx = np.load(d / "seq_index-00000.npy")
+        idx = np.load(_arr(d, "seq_index"))
         seq = next(i for i in range(len(idx) - 1) if idx[i + 1] - idx[i] > 1)
         sub = a[idx[seq]:idx[seq] + 2]
         fn(sub)
