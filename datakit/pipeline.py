@@ -79,6 +79,12 @@ class OutputConfig(BaseModel):
 _FULL_LOSS_KINDS = {"code", "preference"}
 
 
+def _extract_kinds(cfg: "PipelineConfig") -> set[str] | None:
+    """The record kinds the pipeline's extract stage makes (None: records come in as input, kinds unknown)."""
+    extract = next((s for s in cfg.stages if s.kind == "extract"), None)
+    return set(getattr(extract, "kinds", None) or []) if extract is not None else None
+
+
 def _check_loss_masks(cfg: "PipelineConfig", fmt: str) -> None:
     """Refuse, at compile time, masked training data for a format that cannot carry the masks to the trainer.
 
@@ -90,8 +96,7 @@ def _check_loss_masks(cfg: "PipelineConfig", fmt: str) -> None:
 
     if getattr(writer_for(fmt), "carries_loss_mask", True) or not any(s.kind == "tokenize" for s in cfg.stages):
         return
-    extract = next((s for s in cfg.stages if s.kind == "extract"), None)
-    kinds = set(getattr(extract, "kinds", None) or []) if extract is not None else None
+    kinds = _extract_kinds(cfg)
     masked = sorted(kinds - _FULL_LOSS_KINDS) if kinds is not None else ["sft", "fim (records input)"]
     if masked:
         raise PipelineError(
@@ -249,7 +254,8 @@ class Pipeline:
         names: dict[str, int] = {}
         for i, stage in enumerate(cfg.stages):
             where = f"{cfg.name}: stage {i + 1} ({stage.kind})"
-            if stage.consumes != current and not (stage.consumes == "raw" and current == "editor_event.v1"):
+            passes = current in getattr(stage, "passes_through", ())  # a filter that also reads this contract
+            if stage.consumes != current and not passes and not (stage.consumes == "raw" and current == "editor_event.v1"):
                 hint = " (add {kind: ingest} first)" if current == "raw" else ""
                 raise PipelineError(f"{where}: needs {stage.consumes} input but gets {current}{hint}")
             names[stage.kind] = names.get(stage.kind, 0) + 1
@@ -269,9 +275,14 @@ class Pipeline:
                 raise PipelineError(f"{where}: expect: {e.args[0] if e.args else e}") from None
             spans.append(StageSpan(name=name, kind=stage.kind, input=rel.node, output=out.node, emits=stage.emits))
             rel = out
-            current = stage.produces
+            current = current if passes else stage.produces
         if current == "raw":
             raise PipelineError(f"{cfg.name}: event input needs an ingest stage ({{kind: ingest}}) first")
+        if current == "tokenized_record.v1" and (cfg.output is None or cfg.output.format == "parquet") \
+                and _extract_kinds(cfg) == {"preference"}:
+            from datakit.stages.tokenize.stage import preference_only
+
+            rel = preference_only(rel)  # no always-null packing columns in a preference-only Parquet output
         sink = None
         if out_path:
             o = cfg.output or OutputConfig(path=out_path)
@@ -366,7 +377,7 @@ class Pipeline:
             from datakit.stages.feedback_report import REPORT_FILE, write_report
 
             # reward summaries from the committed rows (identical on both engines): _reports/feedback.json
-            result.extra["feedback"] = {"report": REPORT_FILE, **write_report(plan.sink.path)}
+            result.extra["feedback"] = {**write_report(plan.sink.path), "file": REPORT_FILE}
         return result
 
     def _build_index(self, plan: Plan, result: Any, workers: int | None = None) -> None:

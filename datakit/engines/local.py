@@ -27,7 +27,6 @@ import pickle
 import shutil
 import time
 from collections import Counter, defaultdict
-from concurrent.futures import as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +46,8 @@ from datakit.io.fs import filesystem
 from datakit.io.readers import iter_source
 from datakit.plan import (DROP, DROP_DETAIL, Aggregate, ConnectedComponents, Join, MapBatches, Node, Plan,
                           Source)
-from datakit.workers import drop_pool, pool, usable_cpus
+from datakit import watchdog
+from datakit.workers import drop_pool, usable_cpus
 
 log = logging.getLogger("datakit.engine.local")
 
@@ -303,6 +303,7 @@ def run_chain(task: ChainTask) -> dict[str, Any]:
                 else:
                     batch = _apply_op(op, batch, stats[op.id], aux)
             _release_free_memory()
+            watchdog.beat()
             if batch.num_rows == 0:
                 continue
             if task.shards:
@@ -401,7 +402,10 @@ def write_one_shard(args: tuple[list[str], int, Any, pa.Schema]) -> dict[str, An
     """Worker entry point for the sink: read one shard's spill parts and write it."""
     paths, shard, spec, schema = args
     _release_free_memory()
-    tables = [_read_spill(p) for p in paths]
+    tables = []
+    for p in paths:
+        tables.append(_read_spill(p))
+        watchdog.beat()
     table = pa.concat_tables(tables) if tables else schema.empty_table()
     return sinks.write_shard(table, shard, spec, schema)
 
@@ -601,16 +605,17 @@ class LocalEngine:
                     st.advance(rows=_task_rows(out[-1]))
                 ok = True
                 return out
-            futures = [pool(self.workers).submit(fn, i) for i in items]
             try:
-                for f in as_completed(futures):
-                    st.advance(rows=_task_rows(f.result()))
-                ok = True
-                return [f.result() for f in futures]
+                out = watchdog.map_watched(fn, items, self.workers, f"{self._work}/_beats", what, _task_path,
+                                           lambda r: st.advance(rows=_task_rows(r)))
+            except watchdog.TaskStalled as e:
+                raise EngineError(str(e)) from None
             except BrokenProcessPool:
                 raise EngineError(
                     f"a local worker process died during '{what}' (killed, out of memory, or a script that runs its "
                     "pipeline at import time: use `if __name__ == \"__main__\":`); rerun to resume finished work") from None
+            ok = True
+            return out
         finally:
             st.finish(ok=ok)
 

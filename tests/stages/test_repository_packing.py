@@ -146,3 +146,23 @@ def test_fill_at_32k_on_a_realistic_corpus(tmp_path):
     totals = json.loads((tmp_path / "out" / "manifest.json").read_text())["totals"]
     assert totals["split_documents"] == 0 and totals["split_repositories"] > 0
     assert totals["fill_rate"] >= 0.95, totals
+
+
+def test_256k_sequences_hold_whole_repositories(projects, tmp_path):
+    """At 256K every project fits one unit: one sequence carries whole repositories, none split."""
+    _run(projects, tmp_path / "out", 262144, shards=1)
+    files, m = _files_of(tmp_path / "out")
+    assert m["seq_len"] == 262144 and m["totals"]["split_repositories"] == 0
+    repos = read_ground_truth(projects, "repository")
+    for repo in repos:
+        mine = [f for f in files if f["repo"] == f"{repo['repo_id']}@{repo['commit']}"]
+        assert len(mine) == len(repo["files"]) and len({f["doc_row"] for f in mine}) == 1
+        assert len({f["sequence"] for f in mine}) == 1
+    # the loader lists the files of a sequence where their headers start
+    ds = PackedDataset(str(tmp_path / "out"))
+    listed = [f for i in range(len(ds)) for f in ds.files(i)]
+    assert sorted(f["doc_id"] for f in listed) == sorted(f["doc_id"] for f in files)
+    sep = m["tokenizer"]["special_tokens"]["file_sep"]["id"]
+    for i in range(len(ds)):
+        ids = ds[i]["input_ids"]
+        assert [f["position"] for f in ds.files(i)] == np.flatnonzero(ids == sep).tolist()

@@ -16,6 +16,7 @@ per-epoch permutation of sequences on top.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -23,9 +24,10 @@ from pydantic import Field, field_validator
 
 from datakit.plan import Rel
 from datakit.stages.base import CompileContext, StageConfig, register_stage
-from datakit.stages.tokenize.encode import ENCODED_SCHEMA, EncodeOptions, encode_table
+from datakit.stages.tokenize.encode import (ENCODED_SCHEMA, PREFERENCE_COLUMNS, PREFERENCE_SCHEMA, EncodeOptions,
+                                            encode_table)
 from datakit.resources import BUILTIN_TOKENIZER_PREFIX
-from datakit.stages.tokenize.tokenizers import LoadedTokenizer, file_sep_text, load_tokenizer
+from datakit.stages.tokenize.tokenizers import LoadedTokenizer, file_sep_text, hub_id, load_tokenizer
 
 
 class EncodeFn:
@@ -61,6 +63,27 @@ class EncodeFn:
 
     def __call__(self, batch: pa.RecordBatch) -> pa.Table:
         return encode_table(batch, self.tok(), self.opts)
+
+
+class SelectColumns:
+    """Picklable batch function: keep `names` (a projection; drops nothing)."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = list(names)
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        return batch.select(self.names)
+
+
+def preference_only(rel: Rel) -> Rel:
+    """Tokenized preference pairs as trainers read them: only PREFERENCE_COLUMNS.
+
+    Why: a preference-only Parquet output would otherwise carry the packing
+    columns (`input_ids`, `loss_mask`, `n_tokens`, ...) null or zero in every row.
+    A side node (not counted as a stage): it only projects.
+    """
+    side = Rel(rel.node, f"{rel.stage}:side")
+    return side.map_batches(SelectColumns(PREFERENCE_COLUMNS), PREFERENCE_SCHEMA, name="preference_columns")
 
 
 class RepoEncodeFn(EncodeFn):
@@ -110,6 +133,8 @@ class TokenizeConfig(StageConfig):
     def load(self, ctx: CompileContext | None = None) -> LoadedTokenizer:
         named = self.tokenizer.startswith(("tiktoken:", BUILTIN_TOKENIZER_PREFIX))  # names, not paths
         path = ctx.resolve(self.tokenizer) if ctx is not None and not named else self.tokenizer
+        if path != self.tokenizer and hub_id(self.tokenizer) is not None and not Path(path).exists():
+            path = self.tokenizer  # `Org/Name` is a Hub model id, not a path below the pipeline's folder
         return load_tokenizer(path, self.overrides(path), roles=self.chat_roles)
 
     def overrides(self, path: str) -> dict[str, str]:

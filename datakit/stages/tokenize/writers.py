@@ -26,6 +26,7 @@ from datakit.io.fs import filesystem
 from datakit.io.layout import data_file
 from datakit.io.sinks import register_writer, write_parquet
 from datakit.plan import SinkSpec
+from datakit.stages.tokenize.encode import PREFERENCE_COLUMNS
 from datakit.stages.tokenize.packing import PACKING_ALGORITHMS, gather_index, materialize, pack
 
 PACKED_FORMAT = "datakit.packed.v1"
@@ -106,7 +107,7 @@ def _ordered_docs(packable: pa.Table) -> tuple[np.ndarray, tuple[np.ndarray, ...
 
 def _preference_table(pref: pa.Table) -> pa.Table:
     """The columns preference trainers (TRL DPO & co.) expect, plus token ids and doc_id."""
-    return pref.select(["prompt", "chosen", "rejected", "prompt_ids", "chosen_ids", "rejected_ids", "doc_id"])
+    return pref.select(list(PREFERENCE_COLUMNS))
 
 
 def _manifest_common(spec: SinkSpec, o: dict[str, Any], shards: list[dict[str, Any]]) -> dict[str, Any]:
