@@ -371,7 +371,9 @@ class _Run:
                             and isinstance(cs[0], MapBatches))
                 self.current = f"stage {node.stage!r} ({node.describe()})"
                 t = time.perf_counter()
-                with self._progress(f"{node.stage}: {node.describe()}", node):
+                chain = self._chain_of(node)[1] if isinstance(node, MapBatches) else [node]
+                stages = list(dict.fromkeys(o.stage for o in chain if ":" not in o.stage and o.stage != "input"))
+                with self._progress(", ".join(stages) or node.stage, node):
                     self._run_node(node, deferred)
                 # a fused chain's time is shared by its ops, as the local engine reports it
                 ops = self._chain_of(node)[1] if isinstance(node, MapBatches) else [node]

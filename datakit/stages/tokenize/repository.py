@@ -243,8 +243,6 @@ def write_repository_shard(table: pa.Table, shard: int, out: str, o: dict[str, A
     eos = int(o["special_tokens"]["eos"]["id"])
     seed = int((o.get("shuffle") or {}).get("seed", 0))
     packable, pref = split(table)
-    if pref.num_rows:
-        raise ValueError("packing: repository does not take preference records (use best_fit for them)")
     order = pc.sort_indices(packable, sort_keys=[("doc_id", "ascending")])
     packable = packable.take(order).combine_chunks()
     if packable.num_rows:
@@ -356,5 +354,11 @@ def write_repository_shard(table: pa.Table, shard: int, out: str, o: dict[str, A
         "split_repositories": sum(1 for c in Counter(u["group"] for u in units if u["files"]).values() if c > 1),
         "preference_pairs": 0, "arrays": names,
     }
-    info["files"] = sorted(names.values())
+    if pref.num_rows:  # preference pairs are not packed: the same Parquet file as with the other packings
+        from datakit.stages.tokenize.writers import _preference_table, shuffle_order
+
+        names_pref = f"preference-{shard:05d}.parquet"
+        write_parquet(_preference_table(pref.take(pa.array(shuffle_order(pref)))), f"{out}/{names_pref}")
+        info["preference_file"], info["preference_pairs"] = names_pref, pref.num_rows
+    info["files"] = sorted(list(names.values()) + ([info["preference_file"]] if pref.num_rows else []))
     return info
