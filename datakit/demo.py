@@ -27,6 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     from datakit import Pipeline, synth
     from datakit.cli import _print_stages
 
+    if not Path(args.pipeline).is_file():  # an installed package has no pipelines/ folder
+        print(f"error: no pipeline file {args.pipeline}: the demo runs from a source checkout "
+              "(`make demo`); elsewhere pass --pipeline FILE", file=sys.stderr)
+        return 2
+
     logs = ROOT / "demo" / "logs"
     marker = logs / synth.SUMMARY_FILE
     made = json.loads(marker.read_text()) if marker.exists() else {}

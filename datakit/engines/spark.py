@@ -44,7 +44,7 @@ import pyarrow.compute as pc
 
 from datakit.accounting import NodeStats, count_drops, stage_report, sum_metrics
 from datakit.engines.local import DROPLOG_SCHEMA, METRICS, QUARANTINE_SCHEMA, RunResult, _conform, _remove_stale
-from datakit.engines.spark_session import (SparkError, SparkJobError, get_session, log_file,
+from datakit.engines.spark_session import (SparkError, SparkJobError, executor_environment, get_session, log_file,
                                            translate_errors)
 from datakit.io import identity, publish, sinks
 from datakit.io.readers import iter_source
@@ -279,6 +279,8 @@ class SparkEngine:
     def _execute(self, plan: Plan) -> RunResult:
         t0 = time.perf_counter()
         spark = get_session(self.master, self.conf)
+        remote = not spark.sparkContext.master.startswith("local")
+        executors = executor_environment(spark) if remote else None  # same datakit on every executor
         run = _Run(self, spark, plan)
         run.inputs = identity.input_files(plan.input_files())
         if plan.sink is not None:
@@ -297,7 +299,7 @@ class SparkEngine:
         return RunResult(output_path=out, stages=stages, manifest=manifest, seconds=seconds, engine="spark",
                          extra={"master": spark.sparkContext.master, "partitions": run.n,
                                 "reused_shards": sum(1 for i in run.infos if i.get("reused")),
-                                "log": str(log_file())})
+                                "log": str(log_file()), **({"executors": executors} if executors else {})})
 
 
 class _runtime_conf:
