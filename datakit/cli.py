@@ -241,12 +241,13 @@ def warmup() -> None:
 def _register_optional_commands() -> None:
     """Commands that live with their capability (decontamination, packed datasets)."""
     try:
-        from datakit.stages.decontam.cli import build_index_command, contamination_check
+        from datakit.stages.decontam.cli import build_index_command, contamination_check, evals_app
     except ImportError:
         pass
     else:
         app.command("contamination-check")(contamination_check)
         app.command("build-index")(build_index_command)
+        app.add_typer(evals_app, name="evals")
     try:
         from datakit.stages.tokenize.inspect import inspect_command
     except ImportError:
