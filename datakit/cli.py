@@ -84,7 +84,7 @@ def run(
         _fail(f"{e} (is the engine's package installed? `make venv` installs everything)")
     except Exception as e:  # an engine/runtime failure: short message, detail in the log
         if type(e).__name__ in ("EngineError", "SparkSetupError", "SparkJobError", "IndexBuildError", "StorageError",
-                                  "OutputBusyError"):
+                                  "OutputBusyError", "StageOutputError"):
             _fail(str(e), 3)
         from datakit.io import storage
 

@@ -40,6 +40,7 @@ import pyarrow.parquet as pq
 
 from datakit import progress
 from datakit.accounting import NodeStats, count_drops, stage_report, sum_metrics
+from datakit.engines.contract import conform_output
 from datakit.io import identity, publish, sinks, storage, tempwork
 from datakit.io.atomic import sha256_file
 from datakit.io.fs import filesystem
@@ -172,7 +173,7 @@ def _apply_op(op: MapBatches, batch: pa.RecordBatch, st: NodeStats, aux: "_AuxWr
             elif op.drop_log_key:
                 aux.droplog(op.stage, op.drop_log_key, dropped)
             out = out.filter(keep)
-    out = _conform(out, op.schema)
+    out = conform_output(out, op.schema, op.stage, op.name)  # a batch off its declared schema fails the run
     st.rows_out += out.num_rows
     st.seconds += time.perf_counter() - t0
     return out

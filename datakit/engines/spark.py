@@ -45,6 +45,7 @@ import pyarrow.compute as pc
 
 from datakit import progress
 from datakit.accounting import NodeStats, count_drops, stage_report, sum_metrics
+from datakit.engines.contract import conform_output
 from datakit.engines.local import DROPLOG_SCHEMA, METRICS, QUARANTINE_SCHEMA, RunResult, _conform, _remove_stale
 from datakit.engines.spark_session import (SparkError, SparkJobError, executor_environment, get_session, log_file,
                                            translate_errors)
@@ -162,7 +163,7 @@ class _ChainFn:
                         if side is not None:
                             yield side
                         out = out.filter(keep)
-                batch = _conform(out, op["schema"])
+                batch = conform_output(out, op["schema"], op["stage"], op["name"])  # off-schema: a stage bug
                 outs[i] += batch.num_rows
                 if batch.num_rows == 0:
                     break
@@ -497,8 +498,8 @@ class _Run:
         for op in ops:
             bc = self.sc.broadcast(cloudpickle.dumps(op.fn))
             self.broadcasts.append(bc)
-            op_specs.append({"bc": bc, "token": uuid.uuid4().hex, "schema": op.schema,
-                             "quarantine": op.quarantine, "drop_log_key": op.drop_log_key})
+            op_specs.append({"bc": bc, "token": uuid.uuid4().hex, "schema": op.schema, "stage": op.stage,
+                             "name": op.name, "quarantine": op.quarantine, "drop_log_key": op.drop_log_key})
         fn = _ChainFn(base.format if read_files else None, base.schema if read_files else None,
                       in_schema, op_specs, data_schema, out_schema)
         out = self._persist(inp.mapInArrow(fn, from_arrow_schema(out_schema)))
