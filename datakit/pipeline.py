@@ -225,6 +225,13 @@ class Pipeline:
         if cfg.input is None:
             raise PipelineError(f"{cfg.name}: no input (set `input:` or call .input())")
         ctx = CompileContext(seed=cfg.seed, base_dir=self.base_dir, environment=base_environment())
+        if cfg.output is not None and isinstance(cfg.output.quality, str):
+            from datakit.quality.gx import load_suite
+
+            try:  # an unknown suite is one line before any work, not a traceback from inside the compile
+                load_suite(cfg.output.quality)
+            except (FileNotFoundError, ValueError) as e:
+                raise PipelineError(f"{cfg.name}: output: quality: {e.args[0] if e.args else e}") from None
         paths = input_override if input_override is not None else cfg.input.path
         paths = [paths] if isinstance(paths, str) else list(paths)
         resolved = expand([ctx.resolve(p) for p in paths],
@@ -302,16 +309,6 @@ class Pipeline:
             if key not in rel.schema.names:
                 raise PipelineError(f"{cfg.name}: output: key {key!r} is not a column of the output "
                                     f"({', '.join(rel.schema.names)})")
-            if o.quality and o.format != "parquet":
-                raise PipelineError(f"{cfg.name}: output: quality checks run on Parquet records; "
-                                    f"format {o.format!r} has none (remove `quality:` or use format: parquet)")
-            if isinstance(o.quality, str):
-                from datakit.quality.gx import load_suite
-
-                try:
-                    load_suite(o.quality)
-                except (FileNotFoundError, ValueError) as e:
-                    raise PipelineError(f"{cfg.name}: output: quality: {e.args[0] if e.args else e}") from None
             sink = SinkSpec(path=out_path, format=o.format, shards=shards, key=key, sort_key=sort_key, options=options)
         config = self.to_dict()
         # the run's real input and output (a `--input`/`--output` override replaces the file's paths):
@@ -364,9 +361,10 @@ class Pipeline:
         from datakit.io.publish import output_lock
 
         with output_lock(plan.sink.path):  # the run and what it writes after the commit: one writer
-            return self._run_and_finish(plan, runner, engine, engine_options)
+            return self._run_and_finish(plan, runner, engine, engine_options, report)
 
-    def _run_and_finish(self, plan: Plan, runner: Any, engine: str, engine_options: dict[str, Any]):
+    def _run_and_finish(self, plan: Plan, runner: Any, engine: str, engine_options: dict[str, Any],
+                        report: bool = False):
         """Execute, then the steps that read the committed output (quality, index, reports)."""
         result = runner.execute(plan)
         o = self.config.output
