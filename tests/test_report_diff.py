@@ -132,3 +132,17 @@ def test_diff_of_identical_runs_says_same_data(logs, run_a, tmp_path):
     (c / "manifest.json").write_text(json.dumps(m))
     d = diff(str(run_a), str(c))
     assert d["verdict"] == "data differs" and d["files"]["differing"] == [rel]
+
+
+def test_diff_of_event_outputs_compares_event_ids(tmp_path):
+    from tests.eventgen import make_event, write_jsonl
+
+    for name, n in (("a", 20), ("b", 18)):
+        write_jsonl(tmp_path / f"logs-{name}" / "a.jsonl", [make_event(i) for i in range(n)])
+        (Pipeline("events").input(str(tmp_path / f"logs-{name}")).add({"kind": "ingest"})
+         .output(str(tmp_path / name), shards=2).run(workers=1))
+    d = diff(str(tmp_path / "a"), str(tmp_path / "b"))
+    assert d["documents"]["key"] == "event_id"
+    assert (d["documents"]["removed"], d["documents"]["added"], d["documents"]["common"]) == (2, 0, 18)
+    assert d["documents"]["removed_ids"] == ["ev-000018", "ev-000019"]
+    assert [c["path"] for c in d["config"]] == ["input.path"]

@@ -93,7 +93,8 @@ def _key_files(path: str, manifest: dict[str, Any]) -> tuple[str, list[list[str]
     """The key column and, per shard, the files holding it (Parquet records or packed docs tables)."""
     base = path.rstrip("/")
     fmt = manifest.get("format")
-    key = manifest.get("key") or ("event_id" if manifest.get("schema") == "editor_event.v1" else "doc_id")
+    out_cfg = (manifest.get("pipeline") or {}).get("output") or {}
+    key = out_cfg.get("key") or "doc_id"
     shards = []
     for s in manifest.get("shards", []):
         if fmt == "packed":
@@ -105,7 +106,7 @@ def _key_files(path: str, manifest: dict[str, Any]) -> tuple[str, list[list[str]
     return key, shards
 
 
-def _keys(files: list[str], key: str) -> set[str]:
+def _keys(files: list[str], key: str, used: list[str] | None = None) -> set[str]:
     import pyarrow.parquet as pq
 
     from datakit.io.fs import filesystem
@@ -114,9 +115,12 @@ def _keys(files: list[str], key: str) -> set[str]:
     for url in files:
         fs, p = filesystem(url)
         f = pq.ParquetFile(p, filesystem=fs)
-        col = key if key in f.schema_arrow.names else ("doc_id" if "doc_id" in f.schema_arrow.names else None)
+        names = f.schema_arrow.names
+        col = next((c for c in (key, "doc_id", "event_id") if c in names), None)  # records, or events outputs
         if col is None:
             continue
+        if used is not None and col not in used:
+            used.append(col)
         for b in f.iter_batches(columns=[col], batch_size=65536):
             out.update(v for v in b.column(0).to_pylist() if v is not None)
     return out
@@ -129,15 +133,16 @@ def document_diff(pa_: str, ma: dict[str, Any], pb: str, mb: dict[str, Any]) -> 
     added: list[str] = []
     removed: list[str] = []
     n_added = n_removed = n_common = 0
+    used: list[str] = []
     for fa, fb in pairs:
-        a, b = _keys(fa, ka), _keys(fb, kb)
+        a, b = _keys(fa, ka, used), _keys(fb, kb, used)
         plus, minus = b - a, a - b
         n_added += len(plus)
         n_removed += len(minus)
         n_common += len(a & b)
         added = sorted(added + sorted(plus)[:MAX_LISTED])[:MAX_LISTED]
         removed = sorted(removed + sorted(minus)[:MAX_LISTED])[:MAX_LISTED]
-    return {"key": ka, "added": n_added, "removed": n_removed, "common": n_common,
+    return {"key": used[0] if used else ka, "added": n_added, "removed": n_removed, "common": n_common,
             "added_ids": added, "removed_ids": removed, "shard_by_shard": len(sa) == len(sb)}
 
 
@@ -242,5 +247,6 @@ def summary_lines(d: dict[str, Any]) -> list[str]:
     docs = d["documents"]
     lines.append(f"documents: {docs['added']} only in B, {docs['removed']} only in A, {docs['common']} in both")
     t = d["tokens"]["total"]
-    lines.append(f"{d['tokens']['unit']}: {t['a']} -> {t['b']} ({t['delta']:+d})")
+    if d["tokens"]["groups"]:  # records or tokens were profiled (an events output has no kind/language mix)
+        lines.append(f"{d['tokens']['unit']}: {t['a']} -> {t['b']} ({t['delta']:+d})")
     return lines
