@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"reusing synthetic logs in {logs}")
     pipeline = Pipeline.from_yaml(args.pipeline)
     print(f"running {args.pipeline} on the local engine ...")
-    result = pipeline.run(engine="local", workers=args.workers)
+    result = pipeline.run(engine="local", workers=args.workers, report=True)
     _print_stages(result.stages)
     m = result.manifest or {}
     print(f"\noutput: {result.output_path}")
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         value = m.get(key, totals.get(key))
         if value is not None:
             print(f"  {key}={value}")
-    print(f"  run report: {result.output_path}/_run.json")
+    print(f"  run report: {result.output_path}/_run.json, for people: {result.extra.get('report')}")
     return 0
 
 
