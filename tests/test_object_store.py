@@ -32,6 +32,7 @@ def s3_endpoint():
            "AWS_ENDPOINT_URL": url}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
+    _forget_s3_clients()  # an s3fs instance cached by an earlier module still points at its server
     try:
         deadline = time.monotonic() + 120  # a loaded CI machine can take many seconds to start it
         while True:
@@ -51,6 +52,14 @@ def s3_endpoint():
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        _forget_s3_clients()
+
+
+def _forget_s3_clients() -> None:
+    """s3fs caches filesystem instances by their arguments, not by the endpoint taken from the environment."""
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
 
 
 def test_pipeline_reads_and_writes_s3(s3_endpoint, tmp_path):
