@@ -265,7 +265,7 @@ def _cpu_with_children() -> float:
 
 
 def _warm_pool(workers: int) -> None:
-    from datakit.engines.local import _pool
+    from datakit.workers import pool as _pool
 
     pool = _pool(workers)  # `exec` of a statement: picklable, returns None; loads imports and numba's cache
     warm = ("import numpy as np, datakit.stages.decontam.check, datakit.stages.decontam.index\n"

@@ -246,3 +246,25 @@ def test_packed_readers_check_sizes_always_and_checksums_on_request(tmp_path):
         PackedDataset(out, verify=True)  # ...the full one does not
     r = CliRunner().invoke(app, ["inspect", str(out), "--verify"])
     assert r.exit_code == 2 and "sha256" in r.stderr
+
+
+def test_lock_is_reentrant_in_a_thread_and_exclusive_across_threads(tmp_path):
+    import threading
+
+    out = str(tmp_path / "out")
+    seen: list[BaseException] = []
+    with publish.output_lock(out), publish.output_lock(out):  # Pipeline.run, then the engine
+        t = threading.Thread(target=lambda: _try_lock(out, seen))
+        t.start()
+        t.join()
+    assert len(seen) == 1 and isinstance(seen[0], publish.OutputBusyError)
+    with publish.output_lock(out):  # released: free again
+        pass
+
+
+def _try_lock(out: str, seen: list) -> None:
+    try:
+        with publish.output_lock(out):
+            pass
+    except publish.OutputBusyError as e:
+        seen.append(e)

@@ -28,7 +28,6 @@ import shutil
 import time
 from collections import Counter, defaultdict
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -39,7 +38,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from datakit import progress
 from datakit.accounting import NodeStats, count_drops, stage_report, sum_metrics
+from datakit.engines.contract import conform_output
 from datakit.io import identity, publish, sinks, storage, tempwork
 from datakit.io.atomic import sha256_file
 from datakit.io.fs import filesystem
@@ -172,7 +173,7 @@ def _apply_op(op: MapBatches, batch: pa.RecordBatch, st: NodeStats, aux: "_AuxWr
             elif op.drop_log_key:
                 aux.droplog(op.stage, op.drop_log_key, dropped)
             out = out.filter(keep)
-    out = _conform(out, op.schema)
+    out = conform_output(out, op.schema, op.stage, op.name)  # a batch off its declared schema fails the run
     st.rows_out += out.num_rows
     st.seconds += time.perf_counter() - t0
     return out
@@ -591,22 +592,33 @@ class LocalEngine:
         return path
 
     # -- scheduling
-    def _map(self, fn: Callable, items: list, what: str) -> list:
+    def _map(self, fn: Callable, items: list, what: str, label: str | None = None) -> list:
         if not items:
             return []
         fn = _Guarded(fn)
-        if self.workers == 1 or len(items) == 1:
-            return [fn(i) for i in _progress(items, what, self.progress)]
+        st = progress.step(label or what, len(items), self.progress)
+        ok = False
         try:
-            with _progress_bar(len(items), what, self.progress) as advance:
-                return watchdog.map_watched(fn, items, self.workers, f"{self._work}/_beats", what, _task_path,
-                                            advance)
-        except watchdog.TaskStalled as e:
-            raise EngineError(str(e)) from None
-        except BrokenProcessPool:
-            raise EngineError(
-                f"a local worker process died during '{what}' (killed, out of memory, or a script that runs its "
-                "pipeline at import time: use `if __name__ == \"__main__\":`); rerun to resume finished work") from None
+            if self.workers == 1 or len(items) == 1:
+                out = []
+                for i in items:
+                    out.append(fn(i))
+                    st.advance(rows=_task_rows(out[-1]))
+                ok = True
+                return out
+            try:
+                out = watchdog.map_watched(fn, items, self.workers, f"{self._work}/_beats", what, _task_path,
+                                           lambda r: st.advance(rows=_task_rows(r)))
+            except watchdog.TaskStalled as e:
+                raise EngineError(str(e)) from None
+            except BrokenProcessPool:
+                raise EngineError(
+                    f"a local worker process died during '{what}' (killed, out of memory, or a script that runs its "
+                    "pipeline at import time: use `if __name__ == \"__main__\":`); rerun to resume finished work") from None
+            ok = True
+            return out
+        finally:
+            st.finish(ok=ok)
 
     def _chain_of(self, node: Node) -> tuple[Node, list[Node]]:
         """Walk down fusible nodes (MapBatches, broadcast joins) to the base node (a Source,
@@ -651,7 +663,9 @@ class LocalEngine:
         bcast = self._broadcast_tables(ops)
         tasks = [ChainTask(p, ops, out_dir, f"part-{i:05d}", [o.id for o in ops], shards, shard_key, self._aux, bcast)
                  for i, p in enumerate(parts)]
-        results = self._map(run_chain, tasks, f"{seg}: {' > '.join(getattr(o, 'name', 'join') for o in ops) or 'read'}")
+        stages = list(dict.fromkeys(o.stage for o in ops if ":" not in o.stage and o.stage != "input")) or [node.stage]
+        results = self._map(run_chain, tasks, f"{seg}: {' > '.join(getattr(o, 'name', 'join') for o in ops) or 'read'}",
+                            label=f"{', '.join(stages)}{' -> shards' if shards else ''}")
         self._reused += sum(1 for r in results if r.get("reused"))
         if isinstance(base, Source):
             self._rows[base.id] = sum(r["base_rows"] for r in results)
@@ -841,30 +855,9 @@ def _chunk(a):
     return a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a
 
 
-@contextmanager
-def _progress_bar(total: int, what: str, enabled: bool | None) -> Iterator[Callable[[], None]]:
-    """A rich progress bar advanced once per finished task (when stderr is a terminal, or forced on)."""
-    import sys
-
-    if enabled is False or (enabled is None and not sys.stderr.isatty()) or total < 2:
-        yield lambda: None
-        return
-    from rich.progress import Progress
-
-    with Progress(transient=True) as bar:
-        task = bar.add_task(what, total=total)
-        yield lambda: bar.advance(task)
-
-
-def _progress(items, what: str, enabled: bool | None):
-    """A rich progress bar over items when stderr is a terminal (or forced on)."""
-    import sys
-
-    if enabled is False or (enabled is None and not sys.stderr.isatty()) or len(items) < 2:
-        return items
-    from rich.progress import track
-
-    return track(items, description=what, transient=True)
+def _task_rows(result: Any) -> int:
+    """Rows a finished task read (chain tasks report `base_rows`)."""
+    return int(result.get("base_rows", 0)) if isinstance(result, dict) else 0
 
 
 def _remove_stale(url: str) -> None:

@@ -8,7 +8,7 @@ index) write into the same folder, and all of them must obey the same rules:
   run never leaves a stale lock). On object stores (no locks) it is a *lease* object created
   with a conditional put (`If-None-Match: *`), refreshed by a heartbeat thread and taken over
   only once it has expired. The second run fails at once with one line (`OutputBusyError`).
-  Re-entrant within a process (`Pipeline.run` holds it across the engine run and the index build).
+  Re-entrant within a thread (`Pipeline.run` holds it across the engine run and the index build).
 * **Retract before overwrite.** `retract(path)` deletes `_SUCCESS` and `manifest.json` of a
   finished dataset *before* the first shard is rewritten: readers go through the manifest, so
   during a rerun (or after one that was killed) they see "no dataset", never new shards under
@@ -82,7 +82,27 @@ def preflight(path: str) -> None:
 
 # ------------------------------------------------------------------------------------------ the lock
 
-_HELD: dict[str, "_Lock"] = {}
+def _holder_is_dead(held: dict) -> bool:
+    """A lease taken by a process of *this* host that no longer exists (a killed driver being rerun).
+
+    Why: without this, rerunning a job whose driver was killed waits out the whole lease
+    (LEASE_SECONDS) on an object store. Only a same-host, provably gone pid counts; a lease
+    from another host is trusted until it expires.
+    """
+    if held.get("host") != socket.gethostname() or not isinstance(held.get("pid"), int):
+        return False
+    if held["pid"] == os.getpid():
+        return False
+    try:
+        os.kill(held["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # exists, owned by someone else
+        return False
+    return False
+
+
+_HELD: dict[tuple[str, int], "_Lock"] = {}
 _HELD_GUARD = threading.Lock()
 
 
@@ -152,7 +172,7 @@ class _Lock:
                     held = json.loads(fs.cat_file(p))
                 except (OSError, ValueError):
                     held = {}
-                if held.get("expires", 0) > time.time():
+                if held.get("expires", 0) > time.time() and not _holder_is_dead(held):
                     raise OutputBusyError(
                         f"output folder {self.path} is being written by another run (pid {held.get('pid')} on "
                         f"{held.get('host')} since {held.get('since')}); wait for it to finish") from None
@@ -207,8 +227,9 @@ def _read_holder(fd: int) -> str:
 def output_lock(path: str) -> Iterator[None]:
     """Hold the folder's writer lock for the block (re-entrant in one process); preflight first."""
     key = path.rstrip("/")
+    held = (key, threading.get_ident())  # re-entrant in one thread; another thread is another writer
     with _HELD_GUARD:
-        lock = _HELD.get(key)
+        lock = _HELD.get(held)
         if lock is not None:
             lock.count += 1
     if lock is None:
@@ -220,7 +241,7 @@ def output_lock(path: str) -> Iterator[None]:
             lock.acquire_remote()
         lock.count = 1
         with _HELD_GUARD:
-            _HELD[key] = lock
+            _HELD[held] = lock
     try:
         yield
     finally:
@@ -228,7 +249,7 @@ def output_lock(path: str) -> Iterator[None]:
             lock.count -= 1
             last = lock.count == 0
             if last:
-                _HELD.pop(key, None)
+                _HELD.pop(held, None)
         if last:
             lock.release_local() if _is_local(key) else lock.release_remote()
 

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from datakit.plan import Rel
+from datakit.quality.expect import Expectation
 
 # Built-in stages are imported lazily (kind -> module), so `import datakit` stays
 # fast and a stage's heavy dependencies (presidio, tokenizers) load only when used.
@@ -56,12 +57,6 @@ class CompileContext:
         when it differs (see docs/architecture.md, "The determinism contract")."""
         self.environment.setdefault("stages", {}).setdefault(self.stage or "?", {})[key] = value
 
-    def record_files(self, key: str, urls: list[str]) -> None:
-        """`record` the sha256 of each file a stage loads at compile time (in the given order)."""
-        from datakit.io.identity import file_digest
-
-        self.record(key, [file_digest(u) for u in urls])
-
     def resolve(self, path: str) -> str:
         """Resolve a pipeline-relative local path; URLs (s3://, memory://) pass through."""
         if "://" in path or Path(path).is_absolute():
@@ -75,6 +70,8 @@ class StageConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: str
+    # great-expectations checks of this stage's output rows, inside the run (datakit/quality/expect.py)
+    expect: list[Expectation] = Field(default_factory=list)
     # the input contract the stage needs and the one it produces ("editor_event.v1" / "training_record.v1")
     consumes: ClassVar[str] = "training_record.v1"
     produces: ClassVar[str] = "training_record.v1"
