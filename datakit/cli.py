@@ -52,6 +52,7 @@ def run(
     json_out: bool = typer.Option(False, "--json", help="Print the run report as JSON instead of a table."),
 ) -> None:
     """Run a pipeline file end to end and print per-stage counts (also written to OUTPUT/_run.json)."""
+    from datakit.engines import EngineOptionError
     from datakit.io.fs import InputError
     from datakit.pipeline import Pipeline, PipelineError
 
@@ -66,7 +67,7 @@ def run(
         else:
             _fail(f"unknown engine {engine!r}; choose local or spark")
         result = p.run(engine=engine, input=list(input) if input else None, output=output, **opts)
-    except (PipelineError, InputError) as e:
+    except (PipelineError, InputError, EngineOptionError) as e:
         _fail(str(e))
     except ImportError as e:
         _fail(f"{e} (is the engine's package installed? `make venv` installs everything)")

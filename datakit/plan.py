@@ -27,6 +27,8 @@ BatchFn = Callable[[pa.RecordBatch], "pa.RecordBatch | pa.Table"]
 
 DROP = "_drop"
 DROP_DETAIL = "_drop_detail"
+# a string column of JSON objects {name: count} a MapBatches fn may add; summed into the stage's `metrics`
+METRICS = "_metrics"
 
 _ids = itertools.count()
 

@@ -38,46 +38,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from datakit.accounting import NodeStats, count_drops, stage_report, sum_metrics
+from datakit.accounting import NodeStats, stage_report
+from datakit.engines.core import (RunResult, apply_map, commit_run, conform, droplog_rows, quarantine_rows,
+                                  remove_if_empty, resolve_sink, reused_shards, write_side_output)
 from datakit.io import sinks
 from datakit.io.atomic import sha256_file
 from datakit.io.fs import filesystem
 from datakit.io.readers import iter_parquet, iter_raw_lines
-from datakit.plan import (DROP, DROP_DETAIL, Aggregate, ConnectedComponents, Join, MapBatches, Node, Plan,
-                          Source)
+from datakit.plan import Aggregate, ConnectedComponents, Join, MapBatches, Node, Plan, Source
 from datakit.workers import drop_pool, pool, usable_cpus
 
 log = logging.getLogger("datakit.engine.local")
 
-METRICS = "_metrics"
-QUARANTINE_SCHEMA = pa.schema([
-    ("stage", pa.string()), ("reason", pa.string()), ("detail", pa.string()),
-    ("source_file", pa.string()), ("source_line", pa.int64()), ("raw", pa.binary()),
-])
-DROPLOG_SCHEMA = pa.schema([("stage", pa.string()), ("key", pa.string()), ("reason", pa.string()), ("detail", pa.string())])
 SPILL_ROW_GROUP = 50_000
 
 
 class EngineError(RuntimeError):
     """The job failed for a reason that is not the user's input (a worker died); the CLI exits 3."""
-
-
-@dataclass
-class RunResult:
-    """What `engine.execute` returns: per-stage accounting plus where things went."""
-
-    output_path: str | None
-    stages: list[dict[str, Any]]
-    manifest: dict[str, Any] | None
-    seconds: float
-    engine: str = "local"
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def stage(self, name: str) -> dict[str, Any]:
-        for s in self.stages:
-            if s["name"] == name:
-                return s
-        raise KeyError(name)
 
 
 # --------------------------------------------------------------------------- partitions
@@ -104,31 +81,14 @@ class Partition:
             yield from iter_raw_lines(self.url)
         elif self.kind == "parquet":
             for b in iter_parquet(self.url):
-                yield _conform(b, self.schema) if self.schema is not None else b
+                yield conform(b, self.schema) if self.schema is not None else b
         else:
             pf = pq.ParquetFile(self.url)
             groups = range(*self.row_groups) if self.row_groups else None
             if groups is not None and len(groups) == 0:
                 return
             for b in pf.iter_batches(batch_size=8192, row_groups=groups):
-                yield _conform(b, self.schema) if self.schema is not None else b
-
-
-def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    """Select and cast a batch to `schema` (polars writes large_string etc.; we want the contract types).
-
-    Columns not in the schema are dropped (a Parquet input may carry extra fields);
-    missing nullable columns become nulls.
-    """
-    cols, fields = [], []
-    for f in schema:
-        if f.name in batch.schema.names:
-            col = batch.column(f.name)
-            cols.append(col if col.type == f.type else col.cast(f.type))
-        else:
-            cols.append(pa.nulls(batch.num_rows, f.type))
-        fields.append(f)
-    return pa.RecordBatch.from_arrays(cols, schema=pa.schema(fields))
+                yield conform(b, self.schema) if self.schema is not None else b
 
 
 # --------------------------------------------------------------------------- chain execution (in workers)
@@ -155,27 +115,17 @@ class ChainTask:
 def _apply_op(op: MapBatches, batch: pa.RecordBatch, st: NodeStats, aux: "_AuxWriters") -> pa.RecordBatch:
     st.rows_in += batch.num_rows
     t0 = time.perf_counter()
-    out = op.fn(batch)
-    if isinstance(out, pa.Table):
-        out = out.combine_chunks().to_batches()[0] if out.num_rows else pa.RecordBatch.from_pylist([], schema=out.schema)
-    names = out.schema.names
-    if METRICS in names:
-        st.metrics.update(sum_metrics(out.column(METRICS)))
-    if DROP in names:
-        drop_col = out.column(DROP)
-        keep = pc.is_null(drop_col)
-        if drop_col.null_count != len(drop_col):
-            dropped = out.filter(pc.invert(keep))
-            st.dropped.update(count_drops(dropped))
-            if op.quarantine:
-                aux.quarantine(op.stage, dropped)
-            elif op.drop_log_key:
-                aux.droplog(op.stage, op.drop_log_key, dropped)
-            out = out.filter(keep)
-    out = _conform(out, op.schema)
-    st.rows_out += out.num_rows
+    r = apply_map(op.fn, batch, op.schema)
+    st.metrics.update(r.metrics)
+    if r.dropped is not None:
+        st.dropped.update(r.drops)
+        if op.quarantine:
+            aux.q.append(quarantine_rows(op.stage, r.dropped))
+        elif op.drop_log_key:
+            aux.d.append(droplog_rows(op.stage, op.drop_log_key, r.dropped))
+    st.rows_out += r.kept.num_rows
     st.seconds += time.perf_counter() - t0
-    return out
+    return r.kept
 
 
 def _fusible(node: Node) -> bool:
@@ -233,7 +183,7 @@ def _apply_broadcast_join(op: Join, batch: pa.RecordBatch, st: NodeStats, right:
                 cols[f.name] = right.column(f.name).take(rrows)
         out = pa.table(cols).combine_chunks()
         out = out.to_batches()[0] if out.num_rows else pa.RecordBatch.from_pylist([], schema=out.schema)
-    out = _conform(out if isinstance(out, pa.RecordBatch) else out, op.schema)
+    out = conform(out, op.schema)
     st.rows_out += out.num_rows
     st.seconds += time.perf_counter() - t0
     return out
@@ -246,28 +196,6 @@ class _AuxWriters:
         self.aux_dir, self.part_name = aux_dir, part_name
         self.q: list[pa.RecordBatch] = []
         self.d: list[pa.RecordBatch] = []
-
-    def quarantine(self, stage: str, rows: pa.RecordBatch) -> None:
-        n = rows.num_rows
-        names = rows.schema.names
-
-        def col(name, typ):
-            if name in names:
-                c = rows.column(name)
-                return c if c.type == typ else c.cast(typ)
-            return pa.nulls(n, typ)
-
-        raw = col("_raw", pa.binary())
-        self.q.append(pa.RecordBatch.from_arrays(
-            [pa.array([stage] * n, pa.string()), col(DROP, pa.string()), col(DROP_DETAIL, pa.string()),
-             col("_source_file", pa.string()), col("_source_line", pa.int64()), raw], schema=QUARANTINE_SCHEMA))
-
-    def droplog(self, stage: str, key: str, rows: pa.RecordBatch) -> None:
-        n = rows.num_rows
-        detail = rows.column(DROP_DETAIL) if DROP_DETAIL in rows.schema.names else pa.nulls(n, pa.string())
-        self.d.append(pa.RecordBatch.from_arrays(
-            [pa.array([stage] * n, pa.string()), rows.column(key).cast(pa.string()), rows.column(DROP), detail.cast(pa.string())],
-            schema=DROPLOG_SCHEMA))
 
     def close(self) -> None:
         if self.q:
@@ -501,10 +429,10 @@ class LocalEngine:
             manifest = self._commit(plan, stages, seconds)
         if not self.keep_work:  # (a run without a sink used a temp folder: nothing in it is kept either)
             shutil.rmtree(work, ignore_errors=True)
-            _remove_if_empty(str(Path(work).parent))
+            remove_if_empty(str(Path(work).parent))
         return RunResult(output_path=out, stages=stages, manifest=manifest, seconds=seconds,
                          extra={"reused_tasks": self._reused, "workers": self.workers,
-                                "reused_shards": sum(1 for i in getattr(self, "_sink_infos", []) if i.get("reused"))})
+                                "reused_shards": reused_shards(getattr(self, "_sink_infos", []))})
 
     # -- work folder
     def _work_root(self, plan: Plan) -> str:
@@ -664,21 +592,15 @@ class LocalEngine:
         raise NotImplementedError(f"local engine cannot run {type(node).__name__}")
 
     # -- sink and commit
-    def _resolve_shards(self, plan: Plan) -> int:
-        spec = plan.sink
-        if isinstance(spec.shards, int) and spec.shards > 0:
-            return spec.shards
-        # "auto": from the row count of the final relation (same on every engine)
-        parts = self._materialize(plan.root)
-        rows = self._rows[plan.root.id]
-        per = int(spec.options.get("rows_per_shard", 100_000))
-        self._sink_parts = parts
-        return max(1, -(-rows // per))
-
     def _sink(self, plan: Plan) -> str:
         spec = plan.sink
-        shards = self._resolve_shards(plan)
-        key = spec.key
+        rows = 0
+        if not (isinstance(spec.shards, int) and spec.shards > 0):
+            # "auto": from the row count of the final relation, so materialize it first
+            self._sink_parts = self._materialize(plan.root)
+            rows = self._rows[plan.root.id]
+        resolved = resolve_sink(spec, rows)
+        shards, key = resolved.shards, spec.key
         if self._sink_parts is not None:
             # already materialized for the row count: shuffle the spilled parts into shards
             tasks = [ChainTask(p, [], f"{self._work}/sink", f"part-{i:05d}", [], shards, key, self._aux)
@@ -692,7 +614,6 @@ class LocalEngine:
         for r in results:
             for s, f in r["shard_files"].items():
                 by_shard[int(s)].append(f)
-        resolved = sinks.SinkSpec(**{**spec.__dict__, "shards": shards})
         infos = self._map(write_one_shard, [(sorted(by_shard.get(s, [])), s, resolved, plan.root.schema)
                                             for s in range(shards)], "write shards")
         self._sink_infos = infos
@@ -700,38 +621,15 @@ class LocalEngine:
         return spec.path
 
     def _write_aux_outputs(self, out: str) -> None:
-        """Gather quarantine and drop-log parts into `_quarantine/` and `_dropped/` (sorted, one file each)."""
-        for prefix, folder, sort in (("quarantine", "_quarantine",
-                                      ["stage", "source_file", "source_line", "reason", "detail", "raw"]),
-                                     ("droplog", "_dropped", ["stage", "key", "reason", "detail"])):
-            files = sorted(Path(self._aux).glob(f"{prefix}-*.parquet"))
-            target = f"{out.rstrip('/')}/{folder}/part-00000.parquet"
-            if not files:
-                continue
-            table = pa.concat_tables([pq.read_table(f) for f in files])
-            table = table.take(pc.sort_indices(table, sort_keys=[(c, "ascending") for c in sort]))
-            sinks.write_parquet(table, target)
+        """Gather the tasks' quarantine and drop-log parts into `_quarantine/` and `_dropped/`."""
+        for side in ("quarantine", "droplog"):
+            files = sorted(Path(self._aux).glob(f"{side}-*.parquet"))
+            if files:
+                write_side_output(pa.concat_tables([pq.read_table(f) for f in files]), out, side)
 
     def _commit(self, plan: Plan, stages: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
-        from datakit.io.atomic import write_json_atomic
-
-        spec = self._resolved_spec
-        manifest = sinks.commit(spec, self._sink_infos, {
-            "pipeline": plan.config, "pipeline_hash": plan.config_hash, "seed": plan.seed,
-        })
-        run = {
-            "run_report_version": 1,
-            "engine": self.name,
-            "pipeline": plan.config,
-            "pipeline_hash": plan.config_hash,
-            "stages": stages,
-            "output": {"path": spec.path, "format": spec.format, "shards": spec.shards, "rows": manifest["rows"],
-                       "reused_shards": sum(1 for i in self._sink_infos if i.get("reused"))},
-            "resume": {"reused_tasks": self._reused},
-            "seconds": round(seconds, 3),
-        }
-        write_json_atomic(f"{spec.path.rstrip('/')}/_run.json", run)
-        return manifest
+        return commit_run(plan, self._resolved_spec, self._sink_infos, stages, seconds, engine=self.name,
+                          reused_tasks=self._reused, runtime={"workers": self.workers})
 
 
 def connected_components_table(src: pa.Array, dst: pa.Array) -> pa.Table:
@@ -781,9 +679,3 @@ def _progress(items, what: str, enabled: bool | None):
         return items
     return track(items, description=what, transient=True)
 
-
-def _remove_if_empty(path: str) -> None:
-    try:
-        os.rmdir(path)
-    except OSError:
-        pass

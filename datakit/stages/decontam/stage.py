@@ -34,14 +34,13 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from datakit.plan import DROP, DROP_DETAIL, Rel
+from datakit.plan import DROP, DROP_DETAIL, METRICS, Rel
 from datakit.stages.base import CompileContext, StageConfig, register_stage
 from datakit.stages.decontam.evals import _NAMED, EvalSet, load_eval
 from datakit.stages.decontam.matcher import (BatchMatches, EvalTable, Rule, default_min_fraction, match_batch,
                                              merge_spans, text_sources)
 from datakit.stages.decontam.normalize import DEFAULT_NORMALIZATIONS, NORMALIZATIONS, flags_of
 
-METRICS = "_metrics"
 
 
 class EvalSpec(BaseModel):

@@ -30,14 +30,13 @@ import pyarrow.compute as pc
 from pydantic import Field, field_validator, model_validator
 
 from datakit.contracts import SEGMENT, TRAINING_RECORD_V1
-from datakit.plan import DROP, DROP_DETAIL, Rel
+from datakit.plan import DROP, DROP_DETAIL, METRICS, Rel
 from datakit.stages.base import CompileContext, StageConfig, register_stage
 from datakit.stages.pii.detectors import BY_ENTITY, DETECTORS, Detector, Policy
 from datakit.stages.pii.replace import DEFAULT_KEY_ENV, Replacer, load_key
 from datakit.stages.pii.scan import Finding, Strategy, resolve_strategy, scan_batch
 
 
-METRICS = "_metrics"
 METRIC_PREFIX = "pii."
 # segment roles that hold natural language (person-name NER runs only there, when available)
 # (not "tool": tool output is file contents and command output, i.e. code)
