@@ -14,6 +14,7 @@ $(STAMP): requirements.lock pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.lock
 	$(PY) -m pip install -q --no-deps -e .
+	$(PY) -m datakit.cli warmup   # compile the numba kernels once into the package's cache (datakit/jit.py)
 	@touch $(STAMP)
 
 demo: venv

@@ -56,6 +56,7 @@ import json  # noqa: E402
 import logging  # noqa: E402
 import random  # noqa: E402
 import string  # noqa: E402
+import sysconfig  # noqa: E402
 import time  # noqa: E402
 import uuid  # noqa: E402
 from collections import defaultdict  # noqa: E402
@@ -67,7 +68,7 @@ sys.path.insert(0, str(ROOT))
 from datakit.stages.pii.detectors import IBAN_LENGTHS, luhn_ok  # noqa: E402
 from datakit.stages.pii.scan import scan_batch  # noqa: E402
 
-STDLIB = Path("/root/.pyenv/versions/3.11.7/lib/python3.11")
+STDLIB = Path(sysconfig.get_paths()["stdlib"])  # the running interpreter's own standard library
 HARD = ROOT / "tests" / "data" / "pii_hard_cases.jsonl"
 LABELS = ROOT / "tests" / "data" / "pii_hard_cases.stdlib_labels.json"
 

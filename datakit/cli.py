@@ -119,6 +119,16 @@ def synth(
     typer.echo(json.dumps(summary, indent=2, default=str))
 
 
+@app.command()
+def warmup() -> None:
+    """Compile every numba kernel once into this installation's cache (run after install, in an image
+    build or before venv-pack), so later processes start without compiling. See datakit/jit.py."""
+    from datakit.warmup import warm_up
+
+    info = warm_up()
+    typer.echo(f"kernels ready: {info['compile_seconds']:.1f}s of compilation in {info['seconds']:.1f}s")
+
+
 def _register_optional_commands() -> None:
     """Commands that live with their capability (decontamination, packed datasets)."""
     try:

@@ -3,16 +3,15 @@
 Why a module and not only JSON files: every stage and both engines need the
 *same* `pyarrow.Schema` objects — byte-identical output starts with identical
 types (e.g. `string`, never `large_string`). The human-readable contract lives
-in `schemas/*.json`; `tests/test_contracts.py` checks the two agree.
+in `datakit/schemas/*.json` (shipped in the package, read with importlib.resources;
+the repository's top-level `schemas/` is a symlink to it); `tests/test_contracts.py`
+checks the two agree.
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pyarrow as pa
 
-SCHEMAS_DIR = Path(__file__).resolve().parent.parent / "schemas"
+from datakit.resources import schema_document
 
 EVENT_TYPES = ("tab_completion", "inline_edit", "chat_turn", "agent_step")
 OUTCOMES = ("accepted", "rejected", "partial", "ignored")
@@ -97,15 +96,15 @@ def schema_by_name(name: str) -> pa.Schema:
 
 
 def load_contract(name: str) -> dict:
-    """The JSON contract document for `name` (from the top-level schemas/ folder)."""
-    return json.loads((SCHEMAS_DIR / f"{name}.json").read_text())
+    """The JSON contract document for `name` (shipped in the package: datakit/schemas/NAME.json)."""
+    return schema_document(name)
 
 
 # Which fields an editor event must carry (non-null), by event_type: read from the JSON
 # contract (schemas/editor_event.v1.json, "required" and "x-required-by-type") so the
 # document people read and the validator that runs can never disagree.
 def _required() -> tuple[tuple[str, ...], dict[str, tuple[str, ...]]]:
-    doc = json.loads((SCHEMAS_DIR / "editor_event.v1.json").read_text())
+    doc = schema_document("editor_event.v1")
     always = tuple(doc["required"])
     by_type = {t: tuple(f for f in fields if f not in always) for t, fields in doc["x-required-by-type"].items()}
     return always, by_type

@@ -181,9 +181,14 @@ class Pipeline:
         if cfg.input.format == "jsonl":
             rel = source(resolved, "jsonl", contracts.RAW_LINES, schema_name)
             current = "raw"
+        elif schema_name == "editor_event.v1":
+            # raw events for ingest: each row reaches the validator as JSON (readers.iter_parquet_rows),
+            # so Parquet and JSON Lines follow one rule set and a bad row costs one quarantine row
+            rel = source(resolved, "parquet", contracts.RAW_LINES, schema_name)
+            current = "raw"
         else:
             rel = source(resolved, "parquet", contract, schema_name)
-            current = "raw" if schema_name == "editor_event.v1" else schema_name
+            current = schema_name
         out_path = output_override or (cfg.output.path if cfg.output else None)
         if out_path:
             out_path = ctx.resolve(out_path)

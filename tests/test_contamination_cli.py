@@ -173,3 +173,98 @@ def test_build_index_command_then_check_uses_it(data, tmp_path):
     assert r.exit_code == 1 and json.loads((tmp_path / "r.json").read_text())["data"][0]["mode"] == "index"
     r = runner.invoke(app, [str(tmp_path / "missing")])
     assert r.exit_code == 2 and "input not found" in (r.stderr or r.output)
+
+
+# ---- the gate never says clean about data it could not read (#12.5) --------------------------------
+
+def _one_line_error(r, *needles):
+    err = (r.stderr or r.output).strip()
+    assert r.exit_code == 2, r.output
+    assert len(err.splitlines()) == 1 and "Traceback" not in r.output and "Aborted" not in r.output, err
+    for n in needles:
+        assert n in err, err
+
+
+def test_data_with_no_readable_document_exits_2(tmp_path):
+    bad = tmp_path / "garbage.jsonl"
+    bad.write_text("garbage\nnot json {\n[1, 2]\n")
+    _one_line_error(run("--data", str(bad), "--eval", "humaneval"), "no readable document", "3 unreadable lines")
+    empty = tmp_path / "empty.parquet"
+    pq.write_table(pa.Table.from_pylist([], schema=TRAINING_RECORD_V1), str(empty))
+    _one_line_error(run("--data", str(empty), "--eval", "humaneval"), "no readable document")
+
+
+def test_truncated_gz_data_and_eval_exit_2(tmp_path):
+    he = _he()
+    rows = "".join(json.dumps({"id": f"d{i}", "text": f"def f{i}(x):\n    return x + {i}\n"}) + "\n" for i in range(3000))
+    blob = gzip.compress(rows.encode())
+    data = tmp_path / "d.jsonl.gz"
+    data.write_bytes(blob[: len(blob) // 2])  # the first half decodes to ~1500 good documents, then EOF
+    _one_line_error(run("--data", str(data), "--eval", "humaneval"), "truncated", str(data))
+    good = tmp_path / "good.jsonl"
+    good.write_text(rows)
+    ev = gzip.compress("".join(json.dumps(r) + "\n" for r in he[:50]).encode())
+    evf = tmp_path / "ev.jsonl.gz"
+    evf.write_bytes(ev[: len(ev) // 2])
+    _one_line_error(run("--data", str(good), "--eval", str(evf)), "truncated", "ev.jsonl.gz")
+
+
+def test_skipped_lines_are_counted_and_said(tmp_path):
+    he = _he()
+    d = tmp_path / "d.jsonl"
+    d.write_text("not json\n" + json.dumps({"id": "a", "text": he[3]["prompt"] + he[3]["canonical_solution"]})
+                 + "\n{broken\n" + json.dumps({"id": "b", "text": "x = 1"}) + "\n")
+    r = run("--data", str(d), "--eval", "humaneval", "--json", str(tmp_path / "r.json"))
+    assert r.exit_code == 1, r.output
+    rep = json.loads((tmp_path / "r.json").read_text())
+    jsonschema.validate(rep, load_contract("contamination_report.v1"))
+    assert rep["skipped_lines"] == 2 and rep["data"][0]["skipped_lines"] == 2 and rep["data"][0]["documents"] == 2
+    assert "2 unreadable line(s) skipped" in r.output
+
+
+# ---- redaction first, clipping after; a fallback is recorded (#12.6) --------------------------------
+
+def test_a_clip_never_cuts_through_a_secret(tmp_path):
+    """The key sits where the 240-character clip falls: clipped first, it would escape the detector."""
+    key = "AKIAIOSFODNN7EXAMPLE"
+    head = "def upload(bucket, payload):\n    client = make_client(region='eu-west-1', retries=5, timeout=30)\n"
+    pad = "    # " + "x" * (230 - len(head) - 7 - len("    client.put(bucket, payload, key='")) + "\n"
+    body = head + pad + f"    client.put(bucket, payload, key='{key}', acl='private')\n    return client.close()\n"
+    assert body.index(key) < 240 < body.index(key) + len(key)
+    (tmp_path / "ev.jsonl").write_text(json.dumps({"id": "u1", "code": body}) + "\n")
+    d = tmp_path / "d"
+    d.mkdir()
+    pq.write_table(pa.Table.from_pylist([_rec("x", body)], schema=TRAINING_RECORD_V1), str(d / "p.parquet"))
+    r = run("--data", str(d), "--eval", str(tmp_path / "ev.jsonl"), "--json", str(tmp_path / "r.json"),
+            "--html", str(tmp_path / "r.html"))
+    assert r.exit_code == 1, r.output
+    for out in (r.output, (tmp_path / "r.json").read_text(), (tmp_path / "r.html").read_text()):
+        assert key[:8] not in out
+
+
+def test_redaction_fallback_is_logged_and_recorded(tmp_path, monkeypatch, caplog):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_pii(name, *a, **k):
+        if name == "datakit.stages.pii.stage":
+            raise ImportError("presidio missing (simulated)")
+        return real_import(name, *a, **k)
+
+    he = _he()
+    d = tmp_path / "d"
+    d.mkdir()
+    pq.write_table(pa.Table.from_pylist([_rec("x", "# mail bob@corp.example.com\n" + he[5]["prompt"]
+                                              + he[5]["canonical_solution"])], schema=TRAINING_RECORD_V1),
+                   str(d / "p.parquet"))
+    monkeypatch.setattr(builtins, "__import__", no_pii)
+    with caplog.at_level("WARNING"):
+        r = run("--data", str(d), "--eval", "humaneval", "--json", str(tmp_path / "r.json"))
+    monkeypatch.setattr(builtins, "__import__", real_import)
+    assert r.exit_code == 1, r.output
+    rep = json.loads((tmp_path / "r.json").read_text())
+    jsonschema.validate(rep, load_contract("contamination_report.v1"))
+    assert rep["redaction"]["method"] == "regex_fallback" and "ImportError" in rep["redaction"]["reason"]
+    assert any("regex fallback" in rec.getMessage() for rec in caplog.records)
+    assert "regex fallback" in r.output and "bob@corp.example.com" not in (tmp_path / "r.json").read_text()

@@ -44,7 +44,7 @@ from datakit.engines.core import (RunResult, apply_map, commit_run, conform, dro
 from datakit.io import sinks
 from datakit.io.atomic import sha256_file
 from datakit.io.fs import filesystem
-from datakit.io.readers import iter_parquet, iter_raw_lines
+from datakit.io.readers import iter_source
 from datakit.plan import Aggregate, ConnectedComponents, Join, MapBatches, Node, Plan, Source
 from datakit.workers import drop_pool, pool, usable_cpus
 
@@ -77,10 +77,8 @@ class Partition:
         return f"{self.url}|{info.get('size')}|{info.get('mtime', info.get('LastModified', ''))}"
 
     def batches(self) -> Iterator[pa.RecordBatch]:
-        if self.kind == "jsonl":
-            yield from iter_raw_lines(self.url)
-        elif self.kind == "parquet":
-            for b in iter_parquet(self.url):
+        if self.kind in ("jsonl", "parquet"):
+            for b in iter_source(self.url, self.kind, self.schema):
                 yield conform(b, self.schema) if self.schema is not None else b
         else:
             pf = pq.ParquetFile(self.url)

@@ -46,7 +46,7 @@ from datakit.engines.core import (RunResult, apply_map, commit_run, conform, rem
 from datakit.engines.spark_session import (SparkError, SparkJobError, get_session, log_file,
                                            translate_errors)
 from datakit.io import sinks
-from datakit.io.readers import iter_parquet, iter_raw_lines
+from datakit.io.readers import iter_source
 from datakit.plan import (DROP, DROP_DETAIL, Aggregate, ConnectedComponents, Join, MapBatches, Node, Plan,
                           SinkSpec, Source)
 
@@ -120,11 +120,8 @@ class _ChainFn:
                 yield _cast_in(b, self.in_schema)
                 continue
             for url in b.column("path").to_pylist():
-                if self.source_format == "jsonl":
-                    yield from iter_raw_lines(url)
-                else:
-                    for rb in iter_parquet(url):
-                        yield conform(rb, self.source_schema)
+                for rb in iter_source(url, self.source_format, self.source_schema):
+                    yield rb if self.source_format == "jsonl" else conform(rb, self.source_schema)
 
     def _emit(self, n: int, cols: dict[str, pa.Array]) -> pa.RecordBatch:
         arrays = []

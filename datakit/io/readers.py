@@ -5,11 +5,26 @@ schema) with file and line number, and the ingest stage parses and validates
 them, so one bad line becomes one quarantine row instead of a dead job. A
 truncated or corrupt compressed file ends its stream with a row carrying
 `_read_error`, after every line that could still be read.
+
+Every physical line becomes exactly one row (a blank line is a row with
+`_read_error = "blank_line"`), so `lines in the file == rows into ingest` and
+nothing is skipped uncounted. A UTF-8 byte-order mark at the start of a file is
+removed (Windows tools write one; it is not part of the first event).
+
+Parquet *event* files take the same road (`iter_parquet_rows`): each row is
+encoded as one JSON object in `_raw`, so ingest applies one rule set to both
+formats, a file with a foreign schema or an unconvertible value costs
+quarantine rows instead of the job, and a `"false"` string is never cast to a
+boolean behind the validator's back.
 """
 from __future__ import annotations
 
+import base64
+import datetime as _dt
+import decimal
 import gzip
 import io
+import json
 import zlib
 from typing import Iterator
 
@@ -17,13 +32,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
-from datakit.contracts import RAW_LINES
+from datakit.contracts import EDITOR_EVENT_V1, RAW_LINES
 from datakit.io.fs import InputError, filesystem, open_file
 
 DEFAULT_BATCH_ROWS = 4096
 # A line longer than this is not split further in memory than needed: the reader
 # keeps only the first bytes and ingest quarantines it as `line_too_long`.
 MAX_LINE_BYTES = 8 * 1024 * 1024
+_BOM = b"\xef\xbb\xbf"
 
 
 def _decompressed(url: str, raw) -> io.BufferedIOBase:
@@ -48,12 +64,15 @@ class _ZstdFrames(io.RawIOBase):
         self._d = zstandard.ZstdDecompressor().decompressobj()
         self._buf = b""
         self._in_frame = False
+        self._error: Exception | None = None
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, b) -> int:
         while not self._buf:
+            if self._error is not None:
+                raise self._error
             chunk = self._raw.read(1 << 18)
             if not chunk:
                 if self._in_frame:
@@ -61,7 +80,12 @@ class _ZstdFrames(io.RawIOBase):
                 return 0
             while chunk:
                 self._in_frame = True
-                self._buf += self._d.decompress(chunk)
+                try:
+                    self._buf += self._d.decompress(chunk)
+                except zstandard.ZstdError as e:
+                    # garbage after a good frame: hand out what was decoded first, then fail
+                    self._error = e
+                    break
                 if self._d.eof:
                     chunk = self._d.unused_data
                     self._d = zstandard.ZstdDecompressor().decompressobj()
@@ -104,6 +128,8 @@ def iter_raw_lines(url: str, batch_rows: int = DEFAULT_BATCH_ROWS, max_line_byte
                 if not line:
                     break
                 lineno += 1
+                if lineno == 1 and line.startswith(_BOM):
+                    line = line[len(_BOM):]
                 if len(line) > max_line_bytes and not line.endswith(b"\n"):
                     # keep a prefix for the quarantine, skip the rest of this line
                     while True:
@@ -113,9 +139,10 @@ def iter_raw_lines(url: str, batch_rows: int = DEFAULT_BATCH_ROWS, max_line_byte
                     lines.append(line[:4096]); numbers.append(lineno); errors.append("line_too_long")
                 else:
                     stripped = line.rstrip(b"\r\n")
-                    if not stripped.strip():
-                        continue
-                    lines.append(stripped); numbers.append(lineno); errors.append(None)
+                    if not stripped.strip():  # counted, not skipped: ingest drops it as `blank_line`
+                        lines.append(None); numbers.append(lineno); errors.append("blank_line")
+                    else:
+                        lines.append(stripped); numbers.append(lineno); errors.append(None)
                 if len(lines) >= batch_rows:
                     yield flush()
         except (zstandard.ZstdError, EOFError, OSError, zlib.error) as e:
@@ -145,6 +172,121 @@ def iter_parquet(url: str, batch_rows: int = 65536, columns: list[str] | None = 
         yield batch
 
 
+def iter_source(url: str, fmt: str, schema: pa.Schema | None) -> Iterator[pa.RecordBatch]:
+    """The batches of one Source file, the same on both engines.
+
+    JSON Lines and Parquet *raw events* (a Source declared with the `RAW_LINES`
+    schema, i.e. read for the ingest stage) yield `RAW_LINES`; other Parquet
+    yields the file's own batches, which the engine conforms to the contract.
+    """
+    if fmt == "jsonl":
+        yield from iter_raw_lines(url)
+    elif schema is not None and schema.equals(RAW_LINES):
+        yield from iter_parquet_rows(url)
+    else:
+        yield from iter_parquet(url)
+
+
+def _json_default(v):
+    """JSON for the Python values Arrow hands out that JSON has no type for.
+
+    Timestamps and dates become ISO-8601 strings (a typed timestamp *is* a
+    timestamp); every other non-JSON value (bytes, decimals, durations) becomes
+    a tagged object, so the validator sees "not a string" and quarantines the
+    row as `wrong_type` instead of guessing a conversion.
+    """
+    if isinstance(v, (_dt.datetime, _dt.date)):
+        return v.isoformat()
+    if isinstance(v, (bytes, bytearray)):
+        return {"$binary": base64.b64encode(bytes(v)).decode()}
+    if isinstance(v, decimal.Decimal):
+        return {"$decimal": str(v)}
+    return {"$value": type(v).__name__}
+
+
+def _column_values(col: pa.Array) -> tuple[list, list[bool]]:
+    """Python values of one column; values Arrow cannot convert (a timestamp beyond year 9999,
+    say) are None with a flag, so one bad cell costs its row, never the batch."""
+    try:
+        return col.to_pylist(), [False] * len(col)
+    except Exception:  # noqa: BLE001 - any conversion error is that cell's problem
+        vals, bad = [], []
+        for i in range(len(col)):
+            try:
+                vals.append(col[i].as_py()); bad.append(False)
+            except Exception:  # noqa: BLE001
+                vals.append(None); bad.append(True)
+        return vals, bad
+
+
+def _rows_as_json(batch: pa.RecordBatch, known: frozenset[str]) -> tuple[list[bytes | None], list[str | None]]:
+    """Encode each row of a Parquet batch as one JSON object (bytes), or give the row's read error.
+
+    Two columns with the same name are read like duplicate JSON keys: equal values
+    are fine, different values make the row `duplicate_key` (a second
+    `privacy_mode` column must never be able to turn privacy off).
+    """
+    n = batch.num_rows
+    names = batch.schema.names
+    cols = [_column_values(c) for c in batch.columns]
+    raws: list[bytes | None] = []
+    errs: list[str | None] = []
+    for i in range(n):
+        row: dict = {}
+        err = None
+        for name, (vals, bad) in zip(names, cols):
+            label = name if name in known else "(other column)"
+            if bad[i]:
+                err = err or f"bad_value: {label}"
+            elif name in row and row[name] != vals[i]:
+                err = err or f"duplicate_key: {label}"
+            else:
+                row[name] = vals[i]
+        if err is None:
+            try:
+                raws.append(json.dumps(row, default=_json_default, ensure_ascii=False).encode("utf-8"))
+            except (ValueError, TypeError, RecursionError) as e:
+                raws.append(None); errs.append(f"bad_value: {type(e).__name__}")
+                continue
+            errs.append(None)
+        else:
+            raws.append(None); errs.append(err)
+    return raws, errs
+
+
+def iter_parquet_rows(url: str, batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """Yield RAW_LINES batches for one Parquet file of editor events: one JSON object per row.
+
+    A file that is not Parquet at all is one `unreadable_file` row; a file that
+    breaks after some row groups keeps the rows read and ends with a
+    `truncated_file` row -- the same promises the JSON Lines reader makes.
+    """
+    known = frozenset(EDITOR_EVENT_V1.names)
+    fs, p = filesystem(url)
+    row = 0
+
+    def batch_of(raws, errs, start) -> pa.RecordBatch:
+        return pa.RecordBatch.from_arrays(
+            [pa.array(raws, pa.binary()), pa.array([url] * len(raws), pa.string()),
+             pa.array(range(start + 1, start + len(raws) + 1), pa.int64()), pa.array(errs, pa.string())],
+            schema=RAW_LINES)
+
+    try:
+        pf = pq.ParquetFile(p, filesystem=fs)
+    except FileNotFoundError:
+        raise InputError(f"input not found: {url}") from None
+    except Exception as e:  # noqa: BLE001 - pyarrow raises ArrowInvalid/OSError for non-Parquet bytes
+        yield batch_of([None], [f"unreadable_file: {type(e).__name__}"], 0)
+        return
+    try:
+        for batch in pf.iter_batches(batch_size=batch_rows):
+            raws, errs = _rows_as_json(batch, known)
+            yield batch_of(raws, errs, row)
+            row += batch.num_rows
+    except Exception as e:  # noqa: BLE001 - a corrupt page/row group: keep what was read
+        yield batch_of([None], [f"truncated_file: {type(e).__name__}"], row)
+
+
 def read_table(paths: list[str], columns: list[str] | None = None) -> pa.Table:
     """Read small side inputs (opt-out lists, eval files) fully: Parquet or JSON Lines by suffix."""
     import json
@@ -157,7 +299,10 @@ def read_table(paths: list[str], columns: list[str] | None = None) -> pa.Table:
         else:
             rows = []
             for batch in iter_raw_lines(url):
+                errors = batch.column("_read_error").to_pylist()
                 for i, line in enumerate(batch.column("_raw").to_pylist()):
+                    if errors[i] == "blank_line":
+                        continue
                     if line is None:
                         raise InputError(f"{url}: {batch.column('_read_error')[i].as_py()}")
                     try:

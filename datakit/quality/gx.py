@@ -1,9 +1,10 @@
-"""Glue to great-expectations 1.x: run a JSON suite from `quality/` over a table or a committed output.
+"""Glue to great-expectations 1.x: run a JSON suite from `datakit/quality/suites/` over a table or a committed output.
 
 Why GX and not hand-written asserts: the suites are data, reviewable by people
 who do not read our code, and GX's result documents say exactly which
 expectation failed on how many rows. Why our own JSON files: GX 1.x suites are
-plain `{type, kwargs}` lists, so we keep them in the repo and build the GX
+plain `{type, kwargs}` lists, so we ship them inside the package (the repo's
+top-level `quality/` is a symlink to `datakit/quality/suites/`) and build the GX
 objects at run time in an ephemeral context (no GX project folder to manage).
 
 Nested columns are flattened with dots (`source.user_id`), and two derived
@@ -20,7 +21,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-QUALITY_DIR = Path(__file__).resolve().parent.parent.parent / "quality"
+from datakit.resources import suite_document, suite_names
+
 log = logging.getLogger("datakit.quality")
 
 
@@ -36,13 +38,15 @@ class QualityResult:
 
 
 def load_suite(name_or_path: str) -> dict[str, Any]:
-    """A suite by name (quality/NAME.json) or by path."""
+    """A suite by name (shipped: datakit/quality/suites/NAME.json) or by path to a .json file."""
     p = Path(name_or_path)
     if p.suffix != ".json":
-        p = QUALITY_DIR / f"{name_or_path}.json"
+        doc = suite_document(name_or_path)
+        if doc is None:
+            raise FileNotFoundError(f"no quality suite {name_or_path!r}; known: {suite_names()}")
+        return doc
     if not p.exists():
-        known = sorted(f.stem for f in QUALITY_DIR.glob("*.json"))
-        raise FileNotFoundError(f"no quality suite {name_or_path!r}; known: {known}")
+        raise FileNotFoundError(f"no quality suite file {name_or_path!r}; known suites: {suite_names()}")
     return json.loads(p.read_text())
 
 

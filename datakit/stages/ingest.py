@@ -6,11 +6,19 @@ precise enough for an operator to fix the producer (`bad_json`, `missing_field`
 with the field's *name* — never its value, which may be personal data).
 
 Reasons: `bad_utf8`, `bad_json`, `not_an_object`, `unknown_event_type`,
-`missing_field`, `wrong_type`, `bad_timestamp`, `line_too_long`, `truncated_file`.
+`missing_field`, `wrong_type`, `bad_value`, `duplicate_key`, `bad_timestamp`,
+`line_too_long`, `truncated_file`, `unreadable_file`, `blank_line`, and the
+safety net `unconvertible` (a value Arrow refused that no rule above caught).
+
+The strict rule (README, "Input rules"): no coercion -- a field has its JSON
+type or the line is quarantined; a key repeated with different values is
+`duplicate_key` (so a conflicting `privacy_mode` can never mean "off"); Parquet
+rows are checked by the very same code (the reader hands them over as JSON).
 """
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timezone
 from typing import Any, Literal
 
@@ -37,16 +45,70 @@ class InvalidEvent(ValueError):
         self.reason, self.detail = reason, detail
 
 
+_INT64_MAX = 2**63 - 1
+_IDS = ("event_id", "user_id", "org_id", "session_id")
+_KNOWN_KEYS = frozenset(_FIELD_TYPES) | frozenset(_STRUCTS) | {k for ks in _STRUCTS.values() for k in ks} | {
+    "messages", "role", "content", "tool_name"}
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _strict_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """`json.loads` object hook: a key given twice with *different* values makes the line invalid.
+
+    Python's json keeps the last value silently, so `{"privacy_mode": true, ...,
+    "privacy_mode": false}` would turn privacy off. The rule is the same for every
+    field (equal repeats are harmless and accepted): a conflict is `duplicate_key`.
+    The detail names the key only if it is a contract field (a key is input text).
+    """
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen: dict[str, Any] = {}
+        for k, v in pairs:
+            if k in seen and seen[k] != v:
+                raise InvalidEvent("duplicate_key", k if k in _KNOWN_KEYS else "")
+            seen[k] = v
+    return d
+
+
+def _has_lone_surrogate(v: Any) -> bool:
+    """A `\\ud800`-style escape decodes to a str that cannot be encoded as UTF-8 (Arrow would raise)."""
+    if isinstance(v, str):
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(v, dict):
+        return any(_has_lone_surrogate(x) for x in v.values())
+    if isinstance(v, list):
+        return any(_has_lone_surrogate(x) for x in v)
+    return False
+
+
 def normalize_timestamp(value: str) -> str:
-    """ISO-8601 -> canonical UTC `YYYY-MM-DDTHH:MM:SS.mmmZ` (naive times are taken as UTC)."""
+    """ISO-8601 -> canonical UTC `YYYY-MM-DDTHH:MM:SS.mmmZ` (naive times are taken as UTC).
+
+    Raises ValueError for text that is not ISO-8601 *and* for a valid time whose
+    UTC value falls outside years 1..9999 (`0001-01-01T00:00:00+01:00`).
+    """
     dt = datetime.fromisoformat(value)
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
-    return dt.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    try:
+        return dt.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    except OverflowError:
+        raise ValueError("timestamp out of range in UTC") from None
 
 
 def validate_event(obj: Any) -> dict[str, Any]:
-    """Return the event as a dict of the contract's fields, or raise `InvalidEvent`."""
+    """Return the event as a dict of the contract's fields, or raise `InvalidEvent`.
+
+    Types are strict, with no coercion: a string field takes a JSON string, a
+    boolean a JSON `true`/`false` (never `"false"` or `0`), an integer a JSON
+    integer within int64 (`latency_ms` also >= 0, as the contract says). Ids are
+    non-empty (contract: minLength 1) and hold no NUL character (tools that treat
+    ids as C strings cut them there, so two different ids would collide).
+    """
     if not isinstance(obj, dict):
         raise InvalidEvent("not_an_object")
     et = obj.get("event_type")
@@ -92,6 +154,12 @@ def validate_event(obj: Any) -> dict[str, Any]:
             out[name] = msgs
     if out["outcome"] is not None and out["outcome"] not in OUTCOMES:
         raise InvalidEvent("wrong_type", "outcome")
+    lat = out["latency_ms"]
+    if lat is not None and not 0 <= lat <= _INT64_MAX:
+        raise InvalidEvent("bad_value", "latency_ms")
+    for name in _IDS:
+        if not out[name] or "\x00" in out[name]:
+            raise InvalidEvent("bad_value", name)
     try:
         out["timestamp"] = normalize_timestamp(out["timestamp"])
     except ValueError:
@@ -99,25 +167,60 @@ def validate_event(obj: Any) -> dict[str, Any]:
     return out
 
 
+def parse_line(raw: bytes) -> dict[str, Any]:
+    """One raw line -> a valid event dict, or `InvalidEvent` (never any other exception)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidEvent("bad_utf8") from None
+    try:
+        obj = json.loads(text, object_pairs_hook=_strict_object)
+    except InvalidEvent:
+        raise
+    except RecursionError:
+        raise InvalidEvent("bad_json", "nesting too deep") from None
+    except ValueError:  # also int('9'*5000): Python's int-digits limit
+        raise InvalidEvent("bad_json") from None
+    event = validate_event(obj)
+    if _SURROGATE_ESCAPE.search(raw) and _has_lone_surrogate(event):
+        raise InvalidEvent("bad_utf8", "lone surrogate escape")
+    return event
+
+
+def _to_arrow(rows: list[dict[str, Any]], drops: list, details: list, raws: list, kept_raw: list) -> pa.Table:
+    """Rows -> EDITOR_EVENT_V1 table. The validator should have caught every value Arrow
+    refuses; if one slips through anyway, *that row* is quarantined (`unconvertible`,
+    detail = the error class), found by converting rows one at a time -- never the job."""
+    try:
+        return pa.Table.from_pylist(rows, schema=EDITOR_EVENT_V1)
+    except (pa.ArrowException, OverflowError, ValueError, TypeError, UnicodeError):
+        pass
+    for i, row in enumerate(rows):
+        if drops[i] is not None:
+            continue
+        try:
+            pa.Table.from_pylist([row], schema=EDITOR_EVENT_V1)
+        except (pa.ArrowException, OverflowError, ValueError, TypeError, UnicodeError) as e:
+            empty = dict.fromkeys(_OUT_FIELDS)
+            empty["_source_file"], empty["_source_line"] = row["_source_file"], row["_source_line"]
+            rows[i] = empty
+            drops[i], details[i], raws[i] = "unconvertible", type(e).__name__, kept_raw[i]
+    return pa.Table.from_pylist(rows, schema=EDITOR_EVENT_V1)
+
+
 class IngestFn:
-    """Picklable batch function: RAW_LINES (or parsed Parquet rows) -> EDITOR_EVENT_V1 (+ `_drop`)."""
+    """Picklable batch function: RAW_LINES (JSON Lines, or Parquet rows as JSON) -> EDITOR_EVENT_V1 (+ `_drop`)."""
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        names = batch.schema.names
         files = batch.column("_source_file").to_pylist()
         lines = batch.column("_source_line").to_pylist()
+        raw_col = batch.column("_raw").to_pylist()
+        errs = batch.column("_read_error").to_pylist()
         rows: list[dict[str, Any]] = []
         drops: list[str | None] = []
         details: list[str | None] = []
         raws: list[bytes | None] = []
-        if "_raw" in names:
-            raw_col = batch.column("_raw").to_pylist()
-            errs = batch.column("_read_error").to_pylist()
-            items = zip(raw_col, errs)
-        else:  # Parquet input: rows are already structured
-            items = ((None, None) for _ in range(batch.num_rows))
-            structured = batch.to_pylist()
-        for i, (raw, err) in enumerate(items):
+        for i, (raw, err) in enumerate(zip(raw_col, errs)):
             reason = detail = None
             event = None
             if err is not None:
@@ -125,32 +228,19 @@ class IngestFn:
                 detail = err.split(":", 1)[1].strip() if ":" in err else None
             else:
                 try:
-                    if raw is not None:
-                        try:
-                            text = raw.decode("utf-8")
-                        except UnicodeDecodeError:
-                            raise InvalidEvent("bad_utf8") from None
-                        try:
-                            obj = json.loads(text)
-                        except ValueError:
-                            raise InvalidEvent("bad_json") from None
-                    else:
-                        obj = structured[i]
-                    event = validate_event(obj)
+                    event = parse_line(raw)
                 except InvalidEvent as e:
                     reason, detail = e.reason, e.detail or None
-                except RecursionError:
-                    reason, detail = "bad_json", "nesting too deep"
             if event is None:
                 event = dict.fromkeys(_OUT_FIELDS)
-                raws.append(raw if raw is not None else (json.dumps(structured[i], default=str).encode() if "_raw" not in names else None))
+                raws.append(raw)
             else:
                 raws.append(None)
             event["_source_file"], event["_source_line"] = files[i], lines[i]
             rows.append(event)
             drops.append(reason)
             details.append(detail)
-        out = pa.Table.from_pylist(rows, schema=EDITOR_EVENT_V1)
+        out = _to_arrow(rows, drops, details, raws, raw_col)
         out = out.append_column(DROP, pa.array(drops, pa.string()))
         out = out.append_column(DROP_DETAIL, pa.array(details, pa.string()))
         out = out.append_column("_raw", pa.array(raws, pa.binary()))

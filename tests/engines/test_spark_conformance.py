@@ -107,3 +107,37 @@ def test_rerun_into_the_same_folder_reuses_finished_shards(spark, tmp_path):
     assert first.extra["reused_shards"] == 0 and second.extra["reused_shards"] == 3
     assert output_checksums(str(tmp_path / "out")) == before
     assert json.loads((tmp_path / "out" / "_run.json").read_text())["output"]["reused_shards"] == 3
+
+
+def test_bad_rows_are_quarantined_alike_on_spark(spark, tmp_path):
+    """Parquet events with a foreign-schema file, a nested value where a string belongs, a `"false"`
+    privacy flag, and JSON Lines with a blank line and a conflicting duplicate key: Spark keeps,
+    counts and quarantines exactly what the local engine does (the readers are shared)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from datakit.contracts import EDITOR_EVENT_V1
+    from tests.eventgen import make_event, write_jsonl
+
+    names = [f.name for f in EDITOR_EVENT_V1 if not f.name.startswith("_")]
+    evs = [make_event(i) for i in range(12)]
+    schema = pa.schema([pa.field("privacy_mode", pa.string()) if n == "privacy_mode" else EDITOR_EVENT_V1.field(n)
+                        for n in names])
+    rows = [{n: (str(e[n]).lower() if n == "privacy_mode" and isinstance(e[n], bool) else e.get(n)) for n in names}
+            for e in evs]
+    (tmp_path / "pq").mkdir()
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp_path / "pq" / "a.parquet")
+    pq.write_table(pa.table({"x": [1, 2, 3]}), tmp_path / "pq" / "b.parquet")
+    p = Pipeline("badpq").input(str(tmp_path / "pq"), format="parquet").add({"kind": "ingest"}).output("x", shards=2)
+    variants = [("local", {"workers": 1}), ("spark", {"partitions": 2})]
+    write_jsonl(tmp_path / "js" / "a.jsonl", [make_event(1), b"", json.dumps(make_event(2))[:-1] + ', "privacy_mode": true}'])
+    pj = Pipeline("badjs").input(str(tmp_path / "js")).add({"kind": "ingest"}).output("x", shards=2)
+    for pipe, sub in ((p, "p"), (pj, "j")):
+        (tmp_path / sub).mkdir()
+        assert_conformant(pipe, tmp_path / sub, variants=variants)
+        outs = sorted((tmp_path / sub).glob("conf-*"))
+        assert _sha(outs[0] / "_quarantine/part-00000.parquet") == _sha(outs[1] / "_quarantine/part-00000.parquet")
+    run = json.loads((sorted((tmp_path / "p").glob("conf-*"))[1] / "_run.json").read_text())
+    assert run["stages"][0]["dropped"] == {"wrong_type": 12, "missing_field": 3}
+    run = json.loads((sorted((tmp_path / "j").glob("conf-*"))[1] / "_run.json").read_text())
+    assert run["stages"][0]["dropped"] == {"blank_line": 1, "duplicate_key": 1}

@@ -15,11 +15,9 @@ is checked through the index when the settings agree.
 """
 from __future__ import annotations
 
-import html
 import json
-import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Iterator, Sequence
 
@@ -31,10 +29,11 @@ from datakit.stages.decontam.evals import EvalSet
 from datakit.stages.decontam.matcher import (EvalTable, Rule, TextSource, default_min_fraction, match_batch, merge_spans,
                                              text_sources)
 from datakit.stages.decontam.normalize import DEFAULT_NORMALIZATIONS, flags_of, names_of
+from datakit.stages.decontam.redact import Redaction, clip, excerpt, redact
+from datakit.stages.decontam.render import render_html  # noqa: F401  (re-exported: callers import it from here)
+from datakit.stages.decontam.result import REPORT_SCHEMA, CheckResult, EvalResult, ItemResult, Match  # noqa: F401
 
-REPORT_SCHEMA = "contamination_report.v1"
 DATA_SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.zstd", ".ndjson")
-SNIPPET_CHARS = 240
 DEFAULT_NGRAM = 13
 
 
@@ -121,7 +120,12 @@ def _jsonl_batches(url: str, text_fields, batch_rows: int, stats: dict | None) -
     first = 0
     seen = 0
     for rb in iter_raw_lines(url, batch_rows=batch_rows):
-        for raw, err in zip(rb.column("_raw").to_pylist(), rb.column("_read_error").to_pylist()):
+        for raw, err, lineno in zip(rb.column("_raw").to_pylist(), rb.column("_read_error").to_pylist(),
+                                    rb.column("_source_line").to_pylist()):
+            if err is not None and err.startswith("truncated_file"):
+                # the rest of the file is unknown: a gate must not answer for data it never saw
+                raise InputError(f"{url}: truncated or corrupt compressed file (unreadable from line {lineno}); "
+                                 f"nothing was checked")
             if err is not None or raw is None:
                 if stats is not None:
                     stats["skipped_lines"] = stats.get("skipped_lines", 0) + 1
@@ -161,160 +165,6 @@ def _str(v: Any) -> str | None:
     if v is None or isinstance(v, str):
         return v
     return json.dumps(v, sort_keys=True, ensure_ascii=False)
-
-
-# ---------------------------------------------------------------------------------------------
-# result
-# ---------------------------------------------------------------------------------------------
-
-@dataclass
-class ItemResult:
-    eval_id: str
-    ngrams: int
-    ngrams_matched: int
-    overlap: float
-    documents: int | None
-
-
-@dataclass
-class Match:
-    eval_id: str
-    doc_id: str | None
-    data: str
-    overlap: float
-    ngrams_matched: int
-    snippet: str
-
-
-@dataclass
-class EvalResult:
-    name: str
-    source: str
-    fields: list[str]
-    items: int
-    items_without_ngrams: int
-    contaminated: list[ItemResult] = field(default_factory=list)
-    matches: list[Match] = field(default_factory=list)
-
-    @property
-    def contaminated_items(self) -> int:
-        return len(self.contaminated)
-
-    @property
-    def rate(self) -> float:
-        return self.contaminated_items / self.items if self.items else 0.0
-
-
-@dataclass
-class CheckResult:
-    ngram: int
-    normalizations: list[str]
-    rule: Rule
-    threshold: float
-    data: list[dict[str, Any]]
-    evals: list[EvalResult]
-    max_items_per_ngram: int = 1
-    ignored_common: int = 0
-    seconds: float = 0.0
-
-    @property
-    def contaminated(self) -> bool:
-        return any(e.rate > self.threshold for e in self.evals)
-
-    @property
-    def exit_code(self) -> int:
-        return 1 if self.contaminated else 0
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON report (schemas/contamination_report.v1.json). No timings: same input, same bytes."""
-        return {
-            "schema": REPORT_SCHEMA,
-            "settings": {"ngram": self.ngram, "normalizations": self.normalizations,
-                         "min_ngrams": self.rule.min_ngrams, "min_fraction": self.rule.min_fraction,
-                         "threshold": self.threshold, "max_items_per_ngram": self.max_items_per_ngram},
-            "eval_ngrams_ignored_common": self.ignored_common,
-            "contaminated": self.contaminated,
-            "data": self.data,
-            "evals": [{
-                "name": e.name, "source": e.source, "fields": e.fields, "items": e.items,
-                "items_without_ngrams": e.items_without_ngrams, "contaminated_items": e.contaminated_items,
-                "rate": round(e.rate, 6), "contaminated": [asdict(i) for i in e.contaminated],
-                "matches": [asdict(m) for m in e.matches],
-            } for e in self.evals],
-        }
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-
-    def write_json(self, path: str) -> None:
-        from datakit.io.atomic import write_bytes_atomic
-
-        write_bytes_atomic(path, self.to_json().encode())
-
-    def write_html(self, path: str) -> None:
-        from datakit.io.atomic import write_bytes_atomic
-
-        write_bytes_atomic(path, render_html(self).encode())
-
-    def print_table(self, console=None, examples: int = 3) -> None:
-        from rich.console import Console
-        from rich.table import Table
-
-        console = console or Console()
-        t = Table(title=f"contamination check ({self.ngram}-grams, {'+'.join(self.normalizations) or 'raw'})",
-                  caption=f"a document matches an item if it shares {self.rule.describe()}")
-        for col in ("eval", "items", "contaminated", "rate", "status"):
-            t.add_column(col, justify="right" if col in ("items", "contaminated", "rate") else "left")
-        for e in self.evals:
-            bad = e.rate > self.threshold
-            t.add_row(e.name, str(e.items), str(e.contaminated_items), f"{e.rate:.1%}",
-                      "[red]CONTAMINATED[/red]" if bad else "[green]clean[/green]")
-        console.print(t)
-        for e in self.evals:
-            shown = 0
-            for m in e.matches:
-                if shown >= examples:
-                    break
-                where = m.doc_id if m.doc_id is not None else "(index)"
-                console.print(f"  [bold]{e.name}[/bold] {m.eval_id} <- {where}  overlap {m.overlap:.0%}", highlight=False)
-                console.print("    " + " ".join(m.snippet.split()), markup=False, highlight=False,
-                              no_wrap=True, overflow="ellipsis", crop=True)
-                shown += 1
-        total_docs = sum(int(d.get("documents") or 0) for d in self.data)
-        console.print(f"{total_docs} documents, {len(self.data)} source(s), threshold {self.threshold:.1%}, "
-                      f"{self.seconds:.2f}s", highlight=False)
-
-
-# ---------------------------------------------------------------------------------------------
-# redaction (snippets only ever leave redacted)
-# ---------------------------------------------------------------------------------------------
-
-_FALLBACK_PII = [
-    (re.compile(r"[\w.+-]+@[\w-]+\.[\w.-]+"), "<EMAIL>"),
-    (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), "<AWS_ACCESS_KEY>"),
-    (re.compile(r"\b(?:ghp|gho|ghs|ghu|github_pat)_[A-Za-z0-9_]{20,}\b"), "<GITHUB_TOKEN>"),
-    (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}\b"), "<API_KEY>"),
-    (re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}\b"), "<SLACK_TOKEN>"),
-    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)"), "<PRIVATE_KEY>"),
-    (re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}\b"), "<IP_ADDRESS>"),
-]
-
-
-def redact(texts: list[str]) -> list[str]:
-    """PII/secret redaction of report snippets: the pii stage's scrubber, or a small regex fallback."""
-    if not texts:
-        return texts
-    try:
-        from datakit.stages.pii.stage import scrub_texts
-
-        return [t if t is not None else "" for t in scrub_texts(list(texts))]
-    except Exception:  # the pii stage is optional here; never fail a check on it
-        out = []
-        for t in texts:
-            for rx, rep in _FALLBACK_PII:
-                t = rx.sub(rep, t)
-            out.append(t)
-        return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -401,6 +251,10 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
             ords = base + inv
             doc_hits.append((m.items[ok].astype(np.int64), ords, m.shared[ok]))
             _collect_snippets(table, tb, m, ok, ords, doc_names, p, max_examples, cand)
+        if docs == 0:
+            skipped = stats.get("skipped_lines", 0)
+            raise InputError(f"{p}: no readable document" + (f" ({skipped} unreadable line{'s' * (skipped != 1)} "
+                                                             f"skipped)" if skipped else "") + "; nothing was checked")
         entry: dict[str, Any] = {"path": p, "mode": kind, "documents": docs, "texts": texts, "bytes": nbytes}
         if stats.get("skipped_lines"):
             entry["skipped_lines"] = stats["skipped_lines"]
@@ -439,9 +293,9 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
             if best[it] == 0:
                 er.matches.append(_index_match(it, table, pairs_idx, plan))
         results.append(er)
-    _redact_matches(results)
+    redaction = _redact_matches(results)
     return CheckResult(n, names_of(flags), rule, threshold, data_report, results, max_items_per_ngram,
-                       table.ignored_common, time.perf_counter() - t0)
+                       table.ignored_common, time.perf_counter() - t0, redaction)
 
 
 def _plan_inputs(paths: list[str], ngram: int | None, flags_req: int | None, text_fields, use_index: bool
@@ -505,11 +359,11 @@ def _collect_snippets(table: EvalTable, tb: TextBatch, m, ok: np.ndarray, ords: 
         spans = merge_spans(list(zip(m.hit_a[same].tolist(), m.hit_b[same].tolist())))
         a, b = max(spans, key=lambda ab: (ab[1] - ab[0], -ab[0]))  # the longest overlapping run
         text = tb.sources[src].strings[s].as_py() or ""
-        snippet = text.encode()[a:b].decode("utf-8", "replace")
+        snippet = excerpt(text, a, b)[0]  # whole lines, unclipped: redacted first, clipped after
         tot = int(table.item_ngrams[it])
         cand[(it, int(ords[j]))] = Match(table.item_ids[it], doc_names[int(ords[j])], path,
                                          round(shared[j] / max(tot, 1), 6), shared[j],
-                                         _clip(snippet))
+                                         snippet)
 
 
 def _top_matches(it: int, table: EvalTable, di, dd, ds, doc_names, cand, k: int) -> list[Match]:
@@ -535,22 +389,21 @@ def _index_match(it: int, table: EvalTable, pairs: np.ndarray, plan) -> Match:
         fname = spans[0][0]
         merged = merge_spans([(a, b) for f, a, b in spans if f == fname])
         a, b = merged[0]
-        snippet = table.item_texts[it][fname].encode()[a:b].decode("utf-8", "replace")
+        snippet = excerpt(table.item_texts[it][fname], a, b)[0]
     tot = int(table.item_ngrams[it])
     shared = len(hashes)
     src = next((p for k, p, _ in plan if k == "index"), "")
-    return Match(table.item_ids[it], None, src, round(shared / max(tot, 1), 6), shared, _clip(snippet))
+    return Match(table.item_ids[it], None, src, round(shared / max(tot, 1), 6), shared, snippet)
 
 
-def _clip(s: str) -> str:
-    return s if len(s) <= SNIPPET_CHARS else s[:SNIPPET_CHARS] + "…"
-
-
-def _redact_matches(results: list[EvalResult]) -> None:
+def _redact_matches(results: list[EvalResult]) -> Redaction:
+    """Redact every snippet (whole lines), then clip: a clip never cuts through unredacted PII."""
+    info = Redaction()
     ms = [m for e in results for m in e.matches]
-    red = redact([m.snippet for m in ms])
+    red = redact([m.snippet for m in ms], info)
     for m, r in zip(ms, red):
-        m.snippet = r
+        m.snippet = clip(r)
+    return info
 
 
 # ---------------------------------------------------------------------------------------------
@@ -618,45 +471,3 @@ def _decoder(manifest: dict, path: str):
         raise InputError(f"{path}: cannot decode packed tokens (no tokenizer library available)") from None
     except Exception as e:
         raise InputError(f"{path}: cannot load tokenizer {name!r}: {type(e).__name__}") from None
-
-
-# ---------------------------------------------------------------------------------------------
-# HTML
-# ---------------------------------------------------------------------------------------------
-
-def render_html(res: CheckResult) -> str:
-    """A self-contained HTML report (no scripts, no external assets)."""
-    e_ = html.escape
-    rows = "".join(
-        f"<tr class='{'bad' if e.rate > res.threshold else 'ok'}'><td>{e_(e.name)}</td><td>{e.items}</td>"
-        f"<td>{e.contaminated_items}</td><td>{e.rate:.2%}</td><td>{e.items_without_ngrams}</td></tr>"
-        for e in res.evals)
-    sections = []
-    for e in res.evals:
-        items = "".join(
-            f"<tr><td>{e_(i.eval_id)}</td><td>{i.ngrams_matched}/{i.ngrams}</td><td>{i.overlap:.0%}</td>"
-            f"<td>{'' if i.documents is None else i.documents}</td></tr>" for i in e.contaminated)
-        matches = "".join(
-            f"<tr><td>{e_(m.eval_id)}</td><td>{e_(m.doc_id or '(index)')}</td><td>{m.overlap:.0%}</td>"
-            f"<td><pre>{e_(m.snippet)}</pre></td></tr>" for m in e.matches)
-        sections.append(
-            f"<h2>{e_(e.name)}</h2><p>source: {e_(e.source)}; fields: {e_(', '.join(e.fields))}</p>"
-            + (f"<table><tr><th>item</th><th>n-grams found</th><th>overlap</th><th>documents</th></tr>{items}</table>"
-               f"<h3>examples (PII redacted)</h3><table><tr><th>item</th><th>document</th><th>overlap</th>"
-               f"<th>overlapping text</th></tr>{matches}</table>" if e.contaminated else "<p>no contaminated items</p>"))
-    data = "".join(f"<li>{e_(str(d.get('path')))} ({e_(str(d.get('mode')))}, {d.get('documents')} documents)</li>"
-                   for d in res.data)
-    verdict = "CONTAMINATED" if res.contaminated else "clean"
-    return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>contamination check: {verdict}</title>
-<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;
-padding:4px 8px;vertical-align:top}}tr.bad td{{background:#fdd}}tr.ok td{{background:#dfd}}pre{{margin:0;
-white-space:pre-wrap;max-width:60em}}</style></head><body>
-<h1>Contamination check: {verdict}</h1>
-<p>{res.ngram}-grams; normalizations: {e_(', '.join(res.normalizations) or 'none')}; rule: {e_(res.rule.describe())};
-threshold: {res.threshold:.2%}</p>
-<h2>data</h2><ul>{data}</ul>
-<table><tr><th>eval</th><th>items</th><th>contaminated</th><th>rate</th><th>items too short</th></tr>{rows}</table>
-{''.join(sections)}
-</body></html>
-"""

@@ -119,12 +119,7 @@ def _read_rows(url: str) -> list[dict]:
             blob = raw.read()
     except OSError as e:
         raise EvalError(f"cannot read eval file {url}: {type(e).__name__}") from None
-    if url.endswith(".gz"):
-        blob = gzip.decompress(blob)
-    elif url.endswith((".zst", ".zstd")):
-        import zstandard
-
-        blob = zstandard.ZstdDecompressor().decompressobj().decompress(blob)
+    blob = _decompress(url, blob)
     text = blob.decode("utf-8", "replace")
     if url.endswith(".json") and text.lstrip().startswith("["):
         try:
@@ -139,6 +134,27 @@ def _read_rows(url: str) -> list[dict]:
             except ValueError:
                 raise EvalError(f"{url}:{lineno}: not valid JSON") from None
     return rows
+
+
+def _decompress(url: str, blob: bytes) -> bytes:
+    """The file's bytes, decompressed; a truncated or corrupt archive is an input error (exit 2), never
+    an `EOFError` escaping to the CLI (click turns that into `Aborted!`, exit 1: the "contaminated" code)."""
+    import zlib
+
+    import zstandard
+
+    try:
+        if url.endswith(".gz"):
+            return gzip.decompress(blob)
+        if url.endswith((".zst", ".zstd")):
+            d = zstandard.ZstdDecompressor().decompressobj()
+            out = d.decompress(blob)
+            if not d.eof:
+                raise EOFError("zstd frame not finished")
+            return out
+    except (EOFError, OSError, zlib.error, zstandard.ZstdError) as e:
+        raise EvalError(f"cannot read eval file {url}: truncated or corrupt ({type(e).__name__})") from None
+    return blob
 
 
 def _from_rows(name: str, source: str, rows: list[dict], fields: list[str] | None, id_field: str | None) -> EvalSet:

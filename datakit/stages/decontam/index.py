@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
-from numba import njit
+from datakit.jit import njit
 
 from datakit.io.fs import InputError, expand, filesystem
 from datakit.stages.decontam.normalize import DEFAULT_NORMALIZATIONS, flags_of, names_of

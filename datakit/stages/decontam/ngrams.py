@@ -20,8 +20,9 @@ import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from numba import njit, prange
+from numba import prange
 
+from datakit.jit import njit
 from datakit.stages.decontam.normalize import (
     DEFAULT_NORMALIZATIONS, F_IDENT, MASK64, U64, _fmix, flags_of, fmix_ref, keyword_hashes, lex, tokenize_ref,
 )

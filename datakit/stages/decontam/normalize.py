@@ -35,7 +35,7 @@ import re
 from typing import Iterable, Literal, Sequence
 
 import numpy as np
-from numba import njit
+from datakit.jit import njit
 
 Normalization = Literal["whitespace", "case", "comments", "identifiers"]
 NORMALIZATIONS: dict[str, int] = {"whitespace": 1, "case": 2, "comments": 4, "identifiers": 8}

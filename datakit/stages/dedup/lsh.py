@@ -15,7 +15,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
-from numba import njit
+from datakit.jit import njit
 from scipy.integrate import quad
 
 

@@ -23,9 +23,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.extending import intrinsic
 
+from datakit.jit import njit
 from datakit.stages.dedup.shingles import (
     SHINGLE_KINDS,
     ShingleKind,

@@ -36,7 +36,7 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from numba import njit
+from datakit.jit import njit
 
 ShingleKind = Literal["token", "word", "char"]
 SHINGLE_KINDS = ("token", "word", "char")

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
-from numba import njit
+from datakit.jit import njit
 
 from datakit.stages.dedup.shingles import WS_TABLE, arrow_buffers, normalize_texts
 

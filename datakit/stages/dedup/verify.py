@@ -15,7 +15,7 @@ cuts those false edges before the closure.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from datakit.jit import njit
 
 from datakit.stages.dedup.minhash import shingle_hashes
 from datakit.stages.dedup.shingles import ShingleKind

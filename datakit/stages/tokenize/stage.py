@@ -24,6 +24,7 @@ from pydantic import Field, field_validator
 from datakit.plan import Rel
 from datakit.stages.base import CompileContext, StageConfig, register_stage
 from datakit.stages.tokenize.encode import ENCODED_SCHEMA, EncodeOptions, encode_table
+from datakit.resources import BUILTIN_TOKENIZER_PREFIX
 from datakit.stages.tokenize.tokenizers import LoadedTokenizer, load_tokenizer
 
 
@@ -70,7 +71,8 @@ class TokenizeConfig(StageConfig):
     """
 
     kind: Literal["tokenize"] = "tokenize"
-    tokenizer: str = Field(description="tokenizer.json (or its folder), or tiktoken:ENCODING (offline files)")
+    tokenizer: str = Field(description="tokenizer.json (or its folder), datakit:NAME (shipped with datakit, "
+                                       "e.g. datakit:demo-bpe), or tiktoken:ENCODING (offline files)")
     seq_len: int = Field(2048, ge=8, le=1 << 20)
     packing: Literal["concat", "best_fit"] = "best_fit"
     fim_rate: float = Field(0.0, ge=0.0, le=1.0, description="share of code documents FIM-transformed")
@@ -95,7 +97,8 @@ class TokenizeConfig(StageConfig):
         return v
 
     def load(self, ctx: CompileContext | None = None) -> LoadedTokenizer:
-        path = ctx.resolve(self.tokenizer) if ctx is not None and not self.tokenizer.startswith("tiktoken:") else self.tokenizer
+        named = self.tokenizer.startswith(("tiktoken:", BUILTIN_TOKENIZER_PREFIX))  # names, not paths
+        path = ctx.resolve(self.tokenizer) if ctx is not None and not named else self.tokenizer
         return load_tokenizer(path, self.special_tokens, roles=self.chat_roles)
 
     def sink_options(self, tok: LoadedTokenizer, seed: int) -> dict[str, Any]:

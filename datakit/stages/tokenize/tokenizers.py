@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from datakit.resources import builtin_tokenizer_bytes
+
 # Candidate spellings, first match wins. The tokenizer's own tokens are preferred
 # over adding new ones, so datakit ids line up with the model's.
 SPECIAL_CANDIDATES: dict[str, tuple[str, ...]] = {
@@ -138,7 +140,8 @@ def _resolve_hf_path(name: str) -> Path | None:
 
 
 def load_tokenizer(name: str, overrides: dict[str, str] | None = None, roles: bool = True) -> LoadedTokenizer:
-    """Load `name` (a tokenizer.json path, a folder holding one, or `tiktoken:ENCODING`).
+    """Load `name` (a tokenizer.json path, a folder holding one, `datakit:NAME` for one shipped
+    in the package (e.g. `datakit:demo-bpe`), or `tiktoken:ENCODING`).
 
     `overrides` pins the text of a special token (e.g. {"eos": "</s>"}); a token
     that is not in the vocabulary is added. `roles` adds the chat role markers.
@@ -148,21 +151,26 @@ def load_tokenizer(name: str, overrides: dict[str, str] | None = None, roles: bo
     overrides = dict(overrides or {})
     if name.startswith("tiktoken:"):
         return _load_tiktoken(name, overrides)
-    path = _resolve_hf_path(name)
-    if path is None:
-        raise TokenizerError(
-            f"tokenizer not found: {name!r} (give a tokenizer.json file or a folder holding one; "
-            "datakit never downloads tokenizers at run time)"
-        )
+    try:
+        raw = builtin_tokenizer_bytes(name)  # `datakit:NAME`: shipped in the package, same on every node
+    except FileNotFoundError as e:
+        raise TokenizerError(str(e)) from None
+    if raw is None:
+        path = _resolve_hf_path(name)
+        if path is None:
+            raise TokenizerError(
+                f"tokenizer not found: {name!r} (give a tokenizer.json file or a folder holding one, or a "
+                "built-in datakit:NAME; datakit never downloads tokenizers at run time)"
+            )
+        raw = path.read_bytes()
     try:
         from tokenizers import AddedToken, Tokenizer
     except ImportError:  # pragma: no cover - tokenizers is a core dependency
         raise TokenizerError("the `tokenizers` package is required for tokenizer.json files") from None
-    raw = path.read_bytes()
     try:
         tok = Tokenizer.from_str(raw.decode("utf-8"))
     except Exception as e:  # tokenizers raises a generic Exception on bad JSON
-        raise TokenizerError(f"cannot load tokenizer {str(path)!r}: {str(e)[:200]}") from None
+        raise TokenizerError(f"cannot load tokenizer {name!r}: {str(e)[:200]}") from None
 
     vocab = tok.get_vocab(with_added_tokens=True)
     special_text: dict[str, str] = {}

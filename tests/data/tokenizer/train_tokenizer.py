@@ -2,7 +2,9 @@
 
 Why we ship our own: tests must never download a model's tokenizer at run time,
 yet should exercise a real `tokenizer.json` of the kind open models publish
-(byte-level BPE, special tokens). It is trained on real code: the top-level
+(byte-level BPE, special tokens). It ships inside the package as the
+built-in `datakit:demo-bpe`, so `make demo` and the example pipelines run from an
+installed wheel too. It is trained on real code: the top-level
 modules of the CPython standard library, read in sorted order so a rerun with
 the same Python gives the same file.
 
@@ -23,6 +25,9 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 VOCAB_SIZE = 4096
 SPECIAL_TOKENS = ["<|endoftext|>", "<|pad|>", "<fim_prefix>", "<fim_middle>", "<fim_suffix>"]
 HERE = Path(__file__).resolve().parent
+# Shipped in the package as the built-in `datakit:demo-bpe` (the demo pipelines use it on any node);
+# tests/data/tokenizer/tokenizer.json is a symlink to it.
+OUT = HERE.parents[2] / "datakit" / "tokenizers" / "demo-bpe.json"
 
 
 def stdlib_files(root: Path) -> list[str]:
@@ -48,5 +53,5 @@ def train(root: Path, out: Path) -> Tokenizer:
 
 if __name__ == "__main__":
     root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(sysconfig.get_paths()["stdlib"])
-    tok = train(root, HERE / "tokenizer.json")
-    print(f"vocab={tok.get_vocab_size()} size={(HERE / 'tokenizer.json').stat().st_size} bytes")
+    tok = train(root, OUT)
+    print(f"vocab={tok.get_vocab_size()} size={OUT.stat().st_size} bytes")

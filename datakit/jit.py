@@ -1,0 +1,145 @@
+"""numba kernels compile once per installation, not once per process tree.
+
+Why this module: numba caches a compiled kernel in `__pycache__` beside its source when that
+folder is writable, and otherwise in `~/.cache/numba` under a hash of the source's absolute
+path. So a wheel in a read-only site-packages (a container image run as a user), a packed venv
+unpacked at a new path on every Spark executor, or a fresh CI clone paid 16-21 s of kernel
+compilation in every new process tree before reading any data.
+
+What changes:
+- `datakit warmup` (`warm_up()`) compiles every kernel once - at image build, before
+  `venv-pack`, in `make venv` - into the package's own `__pycache__` folders, which travel
+  with the installed files;
+- when the package folder is read-only, a kernel's cache files are copied from there into a
+  writable per-user folder (`$DATAKIT_JIT_CACHE`, else `~/.cache/datakit/jit/<datakit>-<numba>`),
+  keyed by the module's path inside the package, not by where the package happens to be
+  unpacked, and loaded from there; a missing entry is compiled and saved there.
+
+Nothing here can change output: numba keys every entry on the source file's content hash, the
+numba and Python versions and the CPU, and recompiles whatever does not match.
+Every kernel module imports `njit` from here (not from numba), so the locator is registered
+before its first kernel is declared.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+import numba
+from numba.core.caching import CacheImpl, InTreeCacheLocator
+
+PACKAGE_ROOT = Path(__file__).resolve().parent
+
+
+def user_cache_root() -> Path:
+    """Where kernels of a read-only installation are cached (one folder per datakit + numba version)."""
+    from datakit import __version__
+
+    env = os.environ.get("DATAKIT_JIT_CACHE")
+    base = Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "datakit" / "jit"
+    return base / f"{__version__}-numba{numba.__version__}"
+
+
+def _inside_package(py_file: str) -> Path | None:
+    try:
+        return Path(py_file).resolve().relative_to(PACKAGE_ROOT)
+    except ValueError:
+        return None
+
+
+class _SeededUserLocator(InTreeCacheLocator):
+    """A writable per-user cache folder for one module, first filled from the read-only in-tree one."""
+
+    def __init__(self, py_func: Any, py_file: str, rel: Path) -> None:
+        super().__init__(py_func, py_file)
+        self._seed_from = self._cache_path  # the package's own __pycache__ (read-only here)
+        self._cache_path = str(user_cache_root() / rel.parent)
+
+    def seed(self) -> None:
+        """Copy the module's prebuilt cache files (index .nbi, data .nbc) that the user folder lacks."""
+        src = Path(self._seed_from)
+        if not src.is_dir():
+            return
+        stem = Path(self._py_file).stem + "."
+        for f in src.iterdir():
+            dst = Path(self._cache_path) / f.name
+            if f.name.startswith(stem) and f.suffix in (".nbi", ".nbc") and not dst.exists():
+                tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+                shutil.copyfile(f, tmp)
+                os.replace(tmp, dst)  # another process may seed the same file: last whole copy wins
+
+
+class DatakitCacheLocator(InTreeCacheLocator):
+    """numba cache locator for datakit's own kernels (see the module docstring)."""
+
+    @classmethod
+    def from_function(cls, py_func: Any, py_file: str) -> InTreeCacheLocator | None:
+        rel = _inside_package(py_file)
+        if rel is None:
+            return None  # not ours: numba's own locators decide
+        in_tree = cls(py_func, py_file)
+        try:
+            in_tree.ensure_cache_path()
+            if os.access(in_tree.get_cache_path(), os.W_OK):
+                return in_tree
+        except OSError:
+            pass
+        user = _SeededUserLocator(py_func, py_file, rel)
+        try:
+            user.ensure_cache_path()
+            user.seed()
+        except OSError:
+            return None  # nowhere to cache: numba falls back to its own locators (or compiles)
+        return user
+
+
+if DatakitCacheLocator not in CacheImpl._locator_classes:
+    CacheImpl._locator_classes.insert(0, DatakitCacheLocator)
+
+
+def njit(*args: Any, **kwargs: Any) -> Callable:
+    """`numba.njit` with `cache=True` by default (every datakit kernel is cached)."""
+    kwargs.setdefault("cache", True)
+    return numba.njit(*args, **kwargs)
+
+
+@functools.lru_cache(maxsize=1)
+def _compile_timer() -> "list[float]":
+    """A process-wide listener summing numba compile seconds (for run reports and warm-up output)."""
+    from numba.core import event
+
+    total = [0.0]
+
+    class _Timer(event.Listener):
+        def __init__(self) -> None:
+            self._depth = 0
+            self._t0 = 0.0
+
+        def on_start(self, ev: Any) -> None:
+            import time
+
+            if self._depth == 0:
+                self._t0 = time.perf_counter()
+            self._depth += 1
+
+        def on_end(self, ev: Any) -> None:
+            import time
+
+            self._depth -= 1
+            if self._depth == 0:
+                total[0] += time.perf_counter() - self._t0
+
+    event.register("numba:compile", _Timer())
+    return total
+
+
+def compile_seconds() -> float:
+    """Seconds this process has spent compiling numba kernels since the timer was first asked for."""
+    return _compile_timer()[0]
+
+
+def start_compile_timer() -> None:
+    _compile_timer()

@@ -1,0 +1,126 @@
+"""One bad line or row never kills the job (issue 18): each value that used to crash ingest, or slip
+through it, is now exactly one quarantine row with a precise reason, and the good lines go on."""
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from datakit import Pipeline
+from datakit.contracts import EDITOR_EVENT_V1
+from tests.eventgen import make_event, write_jsonl
+
+
+def _run(tmp_path, path, fmt="jsonl"):
+    out = tmp_path / "out"
+    res = (Pipeline("t").input(str(path), format=fmt).add({"kind": "ingest"})
+           .output(str(out), shards=1).run(workers=1))
+    q = out / "_quarantine" / "part-00000.parquet"
+    return res.stage("ingest"), (pq.read_table(q).to_pylist() if q.exists() else [])
+
+
+def _line(i: int, **over) -> bytes:
+    return json.dumps(make_event(i, **over)).encode()
+
+
+# (raw line, reason, detail): each crashed the job (first four) or was accepted though wrong before
+BAD_LINES = {
+    "utc_before_year_1": (_line(50, timestamp="0001-01-01T00:00:00+01:00"), "bad_timestamp", "timestamp"),
+    "utc_after_year_9999": (_line(51, timestamp="9999-12-31T23:30:00-05:00"), "bad_timestamp", "timestamp"),
+    "int_beyond_int64": (_line(52, latency_ms=2**70), "bad_value", "latency_ms"),
+    "lone_surrogate": (_line(53, client_version="X").replace(b'"X"', b'"a\\ud800"'), "bad_utf8",
+                       "lone surrogate escape"),
+    "negative_latency": (_line(54, latency_ms=-5), "bad_value", "latency_ms"),
+    "nul_in_event_id": (_line(55, event_id="ev\u0000x"), "bad_value", "event_id"),
+    "empty_user_id": (_line(56, user_id=""), "bad_value", "user_id"),
+    "privacy_conflict": (_line(57, privacy_mode=True)[:-1] + b', "privacy_mode": false}', "duplicate_key",
+                         "privacy_mode"),
+    "privacy_as_string": (_line(58, privacy_mode="false"), "wrong_type", "privacy_mode"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_LINES))
+def test_bad_line_is_one_quarantine_row(tmp_path, case):
+    raw, reason, detail = BAD_LINES[case]
+    f = write_jsonl(tmp_path / "in" / "a.jsonl", [make_event(1), raw, make_event(2)])
+    st, q = _run(tmp_path, f)
+    assert (st["rows_in"], st["rows_out"], st["dropped"]) == (3, 2, {reason: 1})
+    assert [(r["source_line"], r["reason"], r["detail"]) for r in q] == [(2, reason, detail)]
+
+
+def test_equal_duplicate_keys_are_harmless(tmp_path):
+    raw = _line(60)[:-1] + b', "privacy_mode": false}'  # the same value twice: no conflict
+    st, q = _run(tmp_path, write_jsonl(tmp_path / "in" / "a.jsonl", [raw]))
+    assert st["rows_out"] == 1 and q == []
+
+
+def test_blank_lines_are_counted_and_a_bom_is_not_an_error(tmp_path):
+    data = b"\xef\xbb\xbf" + _line(1) + b"\r\n\r\n" + _line(2) + b"\n   \n" + _line(3) + b"\n"
+    f = tmp_path / "in" / "a.jsonl"
+    f.parent.mkdir()
+    f.write_bytes(data)
+    st, q = _run(tmp_path, f)
+    assert (st["rows_in"], st["rows_out"], st["dropped"]) == (5, 3, {"blank_line": 2})
+    assert sorted(r["source_line"] for r in q) == [2, 4]
+
+
+def _event_columns(evs, overrides: dict[str, pa.Field] | None = None) -> pa.Table:
+    names = [f.name for f in EDITOR_EVENT_V1 if not f.name.startswith("_")]
+    fields = [(overrides or {}).get(n, EDITOR_EVENT_V1.field(n)) for n in names]
+    return pa.Table.from_pylist([{n: e.get(n) for n in names} for e in evs], schema=pa.schema(fields))
+
+
+def test_parquet_nested_type_where_a_string_is_expected(tmp_path):
+    evs = [make_event(i) for i in (2, 1, 3, 6)]  # chat/agent events need no suggestion
+    for e in evs:
+        e["suggestion"] = {"text": "x"} if e["event_id"] == "ev-000001" else None
+    t = _event_columns(evs, {"suggestion": pa.field("suggestion", pa.struct([("text", pa.string())]))})
+    (tmp_path / "in").mkdir()
+    pq.write_table(t, tmp_path / "in" / "ev.parquet")
+    st, q = _run(tmp_path, tmp_path / "in" / "ev.parquet", "parquet")
+    assert st["rows_in"] == 4 and st["dropped"] == {"wrong_type": 1}
+    assert [(r["source_line"], r["detail"]) for r in q] == [(2, "suggestion")]
+
+
+def test_parquet_privacy_mode_string_is_quarantined_like_jsonl(tmp_path):
+    evs = [make_event(i) for i in range(3)]
+    for e in evs:
+        e["privacy_mode"] = "false"
+    t = _event_columns(evs, {"privacy_mode": pa.field("privacy_mode", pa.string())})
+    (tmp_path / "in").mkdir()
+    pq.write_table(t, tmp_path / "in" / "ev.parquet")
+    st, q = _run(tmp_path, tmp_path / "in" / "ev.parquet", "parquet")
+    assert st["rows_out"] == 0 and st["dropped"] == {"wrong_type": 3}
+    assert {r["detail"] for r in q} == {"privacy_mode"}
+
+
+def test_parquet_glob_with_foreign_schema_and_corrupt_file(tmp_path):
+    d = tmp_path / "in"
+    d.mkdir()
+    pq.write_table(_event_columns([make_event(i) for i in range(5)]), d / "a.parquet")
+    pq.write_table(pa.table({"x": [1, 2], "y": [[1], [2, 3]]}), d / "b.parquet")  # someone else's table
+    (d / "c.parquet").write_bytes(b"PAR1 this is not parquet")
+    # a timestamp column Arrow cannot turn into a Python datetime (year > 9999)
+    far = pa.array([253402300800 * 1000 * 50], pa.timestamp("ms"))
+    pq.write_table(_event_columns([make_event(9)]).set_column(2, "timestamp", far), d / "d.parquet")
+    st, q = _run(tmp_path, str(d / "*.parquet"), "parquet")
+    assert st["rows_in"] == 5 + 2 + 1 + 1 and st["rows_out"] == 5
+    assert st["dropped"] == {"missing_field": 2, "unreadable_file": 1, "bad_value": 1}
+    assert {(r["source_file"].rsplit("/", 1)[1], r["reason"]) for r in q} == {
+        ("b.parquet", "missing_field"), ("c.parquet", "unreadable_file"), ("d.parquet", "bad_value")}
+
+
+def test_parquet_typed_timestamps_still_accepted(tmp_path):
+    evs = [make_event(i) for i in range(3)]
+    t = _event_columns(evs)
+    ts = pa.array([1793527200123 + i for i in range(3)], pa.timestamp("ms", tz="UTC"))
+    t = t.set_column(t.schema.get_field_index("timestamp"), "timestamp", ts)
+    (tmp_path / "in").mkdir()
+    pq.write_table(t, tmp_path / "in" / "ev.parquet")
+    st, q = _run(tmp_path, tmp_path / "in" / "ev.parquet", "parquet")
+    assert st["rows_out"] == 3 and q == []
+    from datakit.io.dataset import read_output
+
+    assert read_output(str(tmp_path / "out")).column("timestamp").to_pylist()[0].endswith(".123Z")

@@ -1,0 +1,102 @@
+"""Kernels compile once per installation: a second process, or a read-only installation run by
+another user, loads them from the cache instead of compiling (datakit/jit.py)."""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import datakit
+
+PROBE = '''
+from datakit.jit import njit
+
+@njit
+def add_one(x):
+    return x + 1
+'''
+# runs in a fresh interpreter: calls the probe kernel, prints how many numba compiles happened
+RUN = '''
+import json, sys
+from numba.core import event
+import datakit._jit_probe as probe
+with event.install_recorder("numba:compile") as rec:
+    assert probe.add_one(41) == 42
+starts = [e for _, e in rec.buffer if e.is_start]
+from datakit.jit import PACKAGE_ROOT
+print(json.dumps({"compiles": len(starts), "root": str(PACKAGE_ROOT),
+                  "cache": probe.add_one._cache._cache_path}))
+'''
+
+
+def _run(root: Path, env_extra: dict[str, str], read_only: bool = False) -> dict:
+    """RUN in a fresh interpreter; `read_only`: with the package copy mounted read-only (EROFS even
+    for root: a private mount namespace, `unshare -m`, and a read-only bind mount of it)."""
+    env = {**os.environ, "PYTHONPATH": str(root), **env_extra}
+    env.pop("NUMBA_CACHE_DIR", None)
+    cmd = [sys.executable, "-c", RUN]
+    if read_only:
+        pkg = shlex.quote(str(root / "datakit"))
+        cmd = ["unshare", "-m", "sh", "-c", f"mount --bind {pkg} {pkg} && mount -o remount,bind,ro {pkg} && "
+               f"exec {shlex.quote(sys.executable)} -c {shlex.quote(RUN)}"]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=str(root))
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _can_mount_read_only() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    d = tempfile.mkdtemp()
+    try:
+        r = subprocess.run(["unshare", "-m", "sh", "-c", f"mount --bind {d} {d} && mount -o remount,bind,ro {d}"],
+                           capture_output=True, timeout=30)
+        return r.returncode == 0
+    finally:
+        os.rmdir(d)
+
+
+@pytest.fixture()
+def package_copy():
+    """A copy of the datakit package (sources only) with a one-kernel probe module."""
+    tmp = Path(tempfile.mkdtemp(prefix="datakit-jit-"))
+    src = Path(datakit.__file__).parent
+    shutil.copytree(src, tmp / "datakit", ignore=shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc"))
+    (tmp / "datakit" / "_jit_probe.py").write_text(PROBE)
+    yield tmp
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_second_process_loads_the_kernel_instead_of_compiling(package_copy: Path) -> None:
+    first = _run(package_copy, {})
+    assert first["compiles"] == 1 and first["root"] == str(package_copy / "datakit")
+    assert first["cache"] == str(package_copy / "datakit" / "__pycache__")  # in-tree when writable
+    assert _run(package_copy, {})["compiles"] == 0
+
+
+@pytest.mark.skipif(not _can_mount_read_only(), reason="needs `unshare -m` + bind mounts (root) to make a read-only installation")
+def test_read_only_installation_seeds_a_user_cache_and_does_not_compile(package_copy: Path) -> None:
+    """An image built with a warm-up into the package, then run from a read-only file system."""
+    assert _run(package_copy, {})["compiles"] == 1  # the warm-up, at image build
+    user_cache = Path(tempfile.mkdtemp(prefix="datakit-jit-user-"))
+    try:
+        env = {"DATAKIT_JIT_CACHE": str(user_cache)}
+        got = _run(package_copy, env, read_only=True)
+        assert got["compiles"] == 0, "the read-only installation's prebuilt kernel was compiled again"
+        assert got["cache"].startswith(str(user_cache))
+        assert any(p.suffix == ".nbi" for p in user_cache.rglob("*"))
+        # with no prebuilt kernel, the user cache still works: compile once, then load
+        shutil.rmtree(user_cache)
+        for p in (package_copy / "datakit" / "__pycache__").glob("_jit_probe*.nb*"):
+            p.unlink()
+        assert _run(package_copy, env, read_only=True)["compiles"] == 1
+        assert _run(package_copy, env, read_only=True)["compiles"] == 0
+    finally:
+        shutil.rmtree(user_cache, ignore_errors=True)
