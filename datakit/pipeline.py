@@ -254,7 +254,7 @@ class Pipeline:
 
         After a Spark run the index is built with Spark too (executors hash and sort, the driver
         only concatenates); otherwise on the local run's workers (default: all cores). Same bytes either way."""
-        from datakit.stages.decontam.index import INDEX_DIRNAME, build_index
+        from datakit.stages.decontaminate.index import INDEX_DIRNAME, build_index
 
         stage = next((s for s in self.config.stages if s.kind == "decontaminate"), None)
         kw: dict[str, Any] = {}
@@ -263,11 +263,11 @@ class Pipeline:
         out = f"{plan.sink.path.rstrip('/')}/{INDEX_DIRNAME}"
         session = None
         if getattr(result, "engine", "local") == "spark" and plan.sink.format in ("parquet", "jsonl"):
-            from datakit.stages.decontam.index_spark import active_session
+            from datakit.stages.decontaminate.index_spark import active_session
 
             session = active_session()
         if session is not None:
-            from datakit.stages.decontam.index_spark import build_index_spark
+            from datakit.stages.decontaminate.index_spark import build_index_spark
 
             info = build_index_spark(session, plan.sink.path, out, **kw)
         else:

@@ -49,7 +49,7 @@ def test_index_beside_output_and_check_uses_it(tmp_path):
 
 def test_index_build_after_a_small_local_run_uses_the_runs_worker_count(tmp_path, monkeypatch):
     """A small input runs in-process; the index build after it should not spawn a pool of all cores."""
-    from datakit.stages.decontam import index as index_mod
+    from datakit.stages.decontaminate import index as index_mod
 
     seen: dict[str, object] = {}
     real = index_mod.build_index

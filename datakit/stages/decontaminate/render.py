@@ -9,7 +9,7 @@ import html
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from datakit.stages.decontam.result import CheckResult
+    from datakit.stages.decontaminate.result import CheckResult
 
 
 def print_table(res: "CheckResult", console=None, examples: int = 3) -> None:

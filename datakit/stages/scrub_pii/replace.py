@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from datakit.stages.pii.detectors import BY_ENTITY, Policy
-from datakit.stages.pii.scan import Finding
+from datakit.stages.scrub_pii.detectors import BY_ENTITY, Policy
+from datakit.stages.scrub_pii.scan import Finding
 
 DEFAULT_KEY_ENV = "DATAKIT_PII_KEY"
 

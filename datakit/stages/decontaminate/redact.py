@@ -55,7 +55,7 @@ def redact(texts: list[str], info: Redaction | None = None) -> list[str]:
     if not texts:
         return texts
     try:
-        from datakit.stages.pii.stage import scrub_texts
+        from datakit.stages.scrub_pii.stage import scrub_texts
 
         return [t if t is not None else "" for t in scrub_texts(list(texts))]
     except (ImportError, OSError) as e:

@@ -36,11 +36,11 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from datakit.io.fs import InputError, filesystem
-from datakit.stages.decontam.index import (FP_BITS, MAX_PARTITION_BYTES, Fingerprinter, HashSpec, IndexBuildError,
+from datakit.stages.decontaminate.index import (FP_BITS, MAX_PARTITION_BYTES, Fingerprinter, HashSpec, IndexBuildError,
                                            IndexInfo, Unit, _bucket_bits, _local_target, _one_line, finish_index,
                                            hash_partitions, new_stats, plan_units, read_u64_chunks,
                                            sorted_unique_chunks, sum_stats, unit_batches)
-from datakit.stages.decontam.normalize import DEFAULT_NORMALIZATIONS, flags_of
+from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS, flags_of
 
 log = logging.getLogger("datakit.decontam.index")
 

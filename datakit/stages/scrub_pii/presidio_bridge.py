@@ -27,8 +27,8 @@ from presidio_analyzer import AnalyzerEngine, EntityRecognizer, LocalRecognizer,
 from presidio_analyzer.nlp_engine import NlpArtifacts, NlpEngineProvider
 from presidio_analyzer.recognizer_registry import RecognizerRegistry
 
-from datakit.stages.pii.detectors import DETECTORS, Detector
-from datakit.stages.pii.scan import Finding, resolve_overlaps
+from datakit.stages.scrub_pii.detectors import DETECTORS, Detector
+from datakit.stages.scrub_pii.scan import Finding, resolve_overlaps
 
 log = logging.getLogger("datakit.pii")
 

@@ -7,11 +7,10 @@ fails for another reason (a worker died, a file broke mid-read).
 
 This module is imported by `datakit.cli` at start-up, so it imports nothing
 heavy at module level (numba, pyarrow load only when the command runs).
-Also runnable alone: `python -m datakit.stages.decontam.cli --data ... --eval ...`.
+Also runnable as `python -m datakit.cli contamination-check --data ... --eval ...`.
 """
 from __future__ import annotations
 
-import sys
 from typing import List, Optional
 
 import typer
@@ -60,7 +59,7 @@ def contamination_check(
     if norms == ["none"]:
         norms = []
     try:
-        from datakit.stages.decontam.check import check
+        from datakit.stages.decontaminate.check import check
 
         res = check(list(data), list(eval), ngram=ngram, normalizations=norms, min_ngrams=min_ngrams,
                     min_fraction=min_fraction, threshold=threshold, eval_fields=_split(eval_field),
@@ -106,8 +105,8 @@ def build_index_command(
             _fail("--out is required for several paths or a glob")
         out = f"{data[0].rstrip('/')}/_ngram_index"
     try:
-        from datakit.stages.decontam.index import build_index
-        from datakit.stages.decontam.normalize import DEFAULT_NORMALIZATIONS
+        from datakit.stages.decontaminate.index import build_index
+        from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS
 
         info = build_index(list(data) if len(data) > 1 else data[0], out, ngram,
                            DEFAULT_NORMALIZATIONS if norms is None else norms, text_fields=_split(text_field),
@@ -132,8 +131,3 @@ def _app() -> typer.Typer:
     app = typer.Typer(add_completion=False, rich_markup_mode=None)
     app.command()(contamination_check)
     return app
-
-
-if __name__ == "__main__":  # pragma: no cover - exercised by subprocess in tests
-    _app()(prog_name="contamination-check")
-    sys.exit(0)

@@ -18,9 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datakit.stages.decontam.evals import EvalSet
-from datakit.stages.decontam.normalize import F_IDENT
-from datakit.stages.decontam.ngrams import arrow_text_buffers, build_table, hash_strings, scan_strings, texts_to_buffers
+from datakit.stages.decontaminate.evals import EvalSet
+from datakit.stages.decontaminate.normalize import F_IDENT
+from datakit.stages.decontaminate.ngrams import arrow_text_buffers, build_table, hash_strings, scan_strings, texts_to_buffers
 
 # Columns scanned in a table that is not a training record (first one present wins unless told).
 GENERIC_TEXT_FIELDS = ("text", "content", "code")

@@ -73,8 +73,8 @@ from typing import Callable, NamedTuple, Sequence
 
 import pyarrow as pa
 
-from datakit.stages.pii.detectors import DETECTORS, Detector
-from datakit.stages.pii.scan import Finding, _Rows, candidate_ends, hyperscan_available, resolve_overlaps
+from datakit.stages.scrub_pii.detectors import DETECTORS, Detector
+from datakit.stages.scrub_pii.scan import Finding, _Rows, candidate_ends, hyperscan_available, resolve_overlaps
 
 # characters a split secret has on both sides of the split (every token-format detector's class,
 # plus punctuation that occurs in passwords); a space, bracket, comma or quote there ends a run

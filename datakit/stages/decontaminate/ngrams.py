@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from numba import prange
 
 from datakit.jit import njit
-from datakit.stages.decontam.normalize import (
+from datakit.stages.decontaminate.normalize import (
     DEFAULT_NORMALIZATIONS, F_IDENT, MASK64, U64, _fmix, flags_of, fmix_ref, keyword_hashes, lex, tokenize_ref,
 )
 

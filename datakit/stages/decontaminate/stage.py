@@ -36,10 +36,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from datakit.plan import DROP, DROP_DETAIL, METRICS, Rel
 from datakit.stages.base import CompileContext, StageConfig, register_stage
-from datakit.stages.decontam.evals import _NAMED, EvalSet, load_eval
-from datakit.stages.decontam.matcher import (BatchMatches, EvalTable, Rule, default_min_fraction, match_batch,
+from datakit.stages.decontaminate.evals import _NAMED, EvalSet, load_eval
+from datakit.stages.decontaminate.matcher import (BatchMatches, EvalTable, Rule, default_min_fraction, match_batch,
                                              merge_spans, text_sources)
-from datakit.stages.decontam.normalize import DEFAULT_NORMALIZATIONS, NORMALIZATIONS, flags_of
+from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS, NORMALIZATIONS, flags_of
 
 
 

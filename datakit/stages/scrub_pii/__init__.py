@@ -6,7 +6,7 @@ scanner over an Arrow column), `replace` (placeholder / pseudonym / drop),
 names), `stage` (the pipeline stage config). Importing this package is cheap:
 presidio loads only when the bridge is used.
 """
-from datakit.stages.pii.detectors import DETECTORS, ENTITIES, Detector
-from datakit.stages.pii.scan import Finding, scan_batch, scan_text
+from datakit.stages.scrub_pii.detectors import DETECTORS, ENTITIES, Detector
+from datakit.stages.scrub_pii.scan import Finding, scan_batch, scan_text
 
 __all__ = ["DETECTORS", "ENTITIES", "Detector", "Finding", "scan_batch", "scan_text"]

@@ -55,8 +55,8 @@ import numpy as np
 from datakit.jit import njit
 
 from datakit.io.fs import InputError, expand, filesystem
-from datakit.stages.decontam.normalize import DEFAULT_NORMALIZATIONS, flags_of, names_of
-from datakit.stages.decontam.ngrams import hash_strings
+from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS, flags_of, names_of
+from datakit.stages.decontaminate.ngrams import hash_strings
 
 INDEX_FORMAT = "datakit-ngram-index"
 INDEX_VERSION = 1
@@ -130,7 +130,7 @@ def build_index(dataset_path: str | Sequence[str], out_path: str, ngram: int = 1
     """
     if fingerprint_bits not in (16, 32):
         raise ValueError("fingerprint_bits must be 16 or 32")
-    from datakit.stages.decontam.check import _is_packed
+    from datakit.stages.decontaminate.check import _is_packed
 
     from datakit.workers import usable_cpus
 
@@ -195,7 +195,7 @@ def _default_partition_bytes(concurrent: int) -> int:
 def plan_units(paths: str | Sequence[str], target: int) -> list[Unit]:
     """The input as units of work, in file order: whole files when there are enough of them, else
     Parquet row-group ranges (so 3 big files still keep 8 cores busy). Reads footers only then."""
-    from datakit.stages.decontam.check import DATA_SUFFIXES
+    from datakit.stages.decontaminate.check import DATA_SUFFIXES
 
     files = expand(paths, suffixes=DATA_SUFFIXES)
     if len(files) >= target:
@@ -232,7 +232,7 @@ def _open_parquet(url: str):
 
 def unit_batches(unit: Unit, spec: HashSpec) -> Iterator:
     """The TextBatches of one unit, through the check's readers (same columns, same texts)."""
-    from datakit.stages.decontam.check import _columns_for, _to_text_batch, iter_text_batches
+    from datakit.stages.decontaminate.check import _columns_for, _to_text_batch, iter_text_batches
 
     if unit.row_groups is None:
         yield from iter_text_batches(unit.url, text_fields=spec.text_fields, batch_rows=spec.batch_rows)
@@ -294,7 +294,7 @@ class _MapTask:
 
 def _map_task(t: _MapTask) -> dict[str, Any]:
     """Hash the task's units into its own spill file per partition (raw uint64, in arrival order)."""
-    from datakit.stages.decontam.check import _packed_batches
+    from datakit.stages.decontaminate.check import _packed_batches
 
     stats: dict[str, Any] = new_stats()
     reading = [t.packed or ""]

@@ -132,14 +132,14 @@ def warmup() -> None:
 def _register_optional_commands() -> None:
     """Commands that live with their capability (decontamination, packed datasets)."""
     try:
-        from datakit.stages.decontam.cli import build_index_command, contamination_check
+        from datakit.cli.contamination import build_index_command, contamination_check
     except ImportError:
         pass
     else:
         app.command("contamination-check")(contamination_check)
         app.command("build-index")(build_index_command)
     try:
-        from datakit.stages.tokenize.inspect import inspect_command
+        from datakit.cli.inspect import inspect_command
     except ImportError:
         pass
     else:
@@ -153,6 +153,3 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     app()
 
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """Extract: editor events -> training records (code, fim, sft, preference).
 
-The rules live in `datakit.stages.extract_rules`; this module is the stage:
+The rules live in `datakit.stages.extract.rules`; this module is the stage:
 config, the batch function, and the plan for preference pairing.
 
 Accounting of an expanding stage: the batch function returns the records of a
@@ -29,7 +29,7 @@ from pydantic import Field, field_validator
 from datakit.contracts import RECORD_KINDS, TRAINING_RECORD_V1
 from datakit.plan import DROP, DROP_DETAIL, Rel
 from datakit.stages.base import CompileContext, StageConfig, register_stage
-from datakit.stages.extract_rules import extract_event, preference_candidate
+from datakit.stages.extract.rules import extract_event, preference_candidate
 
 PREF_CTX, PREF_ACC, PREF_REJ = "_pref_ctx", "_pref_acc", "_pref_rej"
 PAIR_ACC, PAIR_REJ = "_pair_acc", "_pair_rej"

@@ -32,9 +32,9 @@ from pydantic import Field, field_validator, model_validator
 from datakit.contracts import SEGMENT, TRAINING_RECORD_V1
 from datakit.plan import DROP, DROP_DETAIL, METRICS, Rel
 from datakit.stages.base import CompileContext, StageConfig, register_stage
-from datakit.stages.pii.detectors import BY_ENTITY, DETECTORS, Detector, Policy
-from datakit.stages.pii.replace import DEFAULT_KEY_ENV, Replacer, load_key
-from datakit.stages.pii.scan import Finding, Strategy, resolve_strategy, scan_batch
+from datakit.stages.scrub_pii.detectors import BY_ENTITY, DETECTORS, Detector, Policy
+from datakit.stages.scrub_pii.replace import DEFAULT_KEY_ENV, Replacer, load_key
+from datakit.stages.scrub_pii.scan import Finding, Strategy, resolve_strategy, scan_batch
 
 
 METRIC_PREFIX = "pii."
@@ -113,12 +113,12 @@ class ScrubPiiConfig(StageConfig):
             key = load_key(self.key_env, key_file)
         person = None
         if self.ner == "auto":
-            from datakit.stages.pii.presidio_bridge import person_scanner
+            from datakit.stages.scrub_pii.presidio_bridge import person_scanner
 
             person = person_scanner()
         extra = None
         if self.extra_recognizers:
-            from datakit.stages.pii.presidio_bridge import ExtraRecognizers
+            from datakit.stages.scrub_pii.presidio_bridge import ExtraRecognizers
 
             path = self.extra_recognizers
             if base_dir is not None:
@@ -169,7 +169,7 @@ class ScrubFn:
         and merged with the scanner's findings by detector priority, so the joined
         token replaces the generic finding on its first fragment.
         """
-        from datakit.stages.pii.literals import (GATE_CONT, QUOTE_SPAN_ENTITIES, ROW_GATE, find_split_secrets,
+        from datakit.stages.scrub_pii.literals import (GATE_CONT, QUOTE_SPAN_ENTITIES, ROW_GATE, find_split_secrets,
                                                  merge_findings, settle_line_merges)
 
         if isinstance(texts, pa.ChunkedArray):

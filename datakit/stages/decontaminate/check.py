@@ -25,13 +25,13 @@ import numpy as np
 import pyarrow as pa
 
 from datakit.io.fs import InputError, expand, filesystem
-from datakit.stages.decontam.evals import EvalSet
-from datakit.stages.decontam.matcher import (EvalTable, Rule, TextSource, default_min_fraction, match_batch, merge_spans,
+from datakit.stages.decontaminate.evals import EvalSet
+from datakit.stages.decontaminate.matcher import (EvalTable, Rule, TextSource, default_min_fraction, match_batch, merge_spans,
                                              text_sources)
-from datakit.stages.decontam.normalize import DEFAULT_NORMALIZATIONS, flags_of, names_of
-from datakit.stages.decontam.redact import Redaction, clip, excerpt, redact
-from datakit.stages.decontam.render import render_html  # noqa: F401  (re-exported: callers import it from here)
-from datakit.stages.decontam.result import REPORT_SCHEMA, CheckResult, EvalResult, ItemResult, Match  # noqa: F401
+from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS, flags_of, names_of
+from datakit.stages.decontaminate.redact import Redaction, clip, excerpt, redact
+from datakit.stages.decontaminate.render import render_html  # noqa: F401  (re-exported: callers import it from here)
+from datakit.stages.decontaminate.result import REPORT_SCHEMA, CheckResult, EvalResult, ItemResult, Match  # noqa: F401
 
 DATA_SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.zstd", ".ndjson")
 DEFAULT_NGRAM = 13
@@ -182,7 +182,7 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
     settings when every data path is an index. Raises `InputError` for missing
     or unreadable inputs and unknown evals.
     """
-    from datakit.stages.decontam.stage import load_evals
+    from datakit.stages.decontaminate.stage import load_evals
 
     t0 = time.perf_counter()
     paths = [data] if isinstance(data, str) else list(data)
@@ -306,7 +306,7 @@ def _plan_inputs(paths: list[str], ngram: int | None, flags_req: int | None, tex
     for an index given directly, and a fall-back to scanning for one found beside
     a dataset.
     """
-    from datakit.stages.decontam.index import INDEX_DIRNAME, NgramIndex, is_index
+    from datakit.stages.decontaminate.index import INDEX_DIRNAME, NgramIndex, is_index
 
     plan: list[tuple[str, str, Any]] = []  # (kind, path, index-or-None)
     for p in paths:

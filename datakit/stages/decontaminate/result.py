@@ -10,8 +10,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from datakit.stages.decontam.matcher import Rule
-from datakit.stages.decontam.redact import Redaction
+from datakit.stages.decontaminate.matcher import Rule
+from datakit.stages.decontaminate.redact import Redaction
 
 REPORT_SCHEMA = "contamination_report.v1"
 
@@ -109,11 +109,11 @@ class CheckResult:
 
     def write_html(self, path: str) -> None:
         from datakit.io.atomic import write_bytes_atomic
-        from datakit.stages.decontam.render import render_html
+        from datakit.stages.decontaminate.render import render_html
 
         write_bytes_atomic(path, render_html(self).encode())
 
     def print_table(self, console=None, examples: int = 3) -> None:
-        from datakit.stages.decontam.render import print_table
+        from datakit.stages.decontaminate.render import print_table
 
         print_table(self, console, examples)

@@ -25,7 +25,7 @@ from typing import Iterable, Literal, NamedTuple, Sequence
 
 import pyarrow as pa
 
-from datakit.stages.pii.detectors import DETECTORS, Detector
+from datakit.stages.scrub_pii.detectors import DETECTORS, Detector
 
 Strategy = Literal["auto", "hyperscan", "polars", "polars_rows", "python"]
 
