@@ -71,7 +71,7 @@ def main() -> int:
         # extract alone on already-parsed events (what the stage's batch function costs)
         import pyarrow.parquet as pq
 
-        events = pq.read_table(sorted((tmp / "consent-broadcast").glob("part-*.parquet")))
+        events = pq.read_table(sorted((tmp / "consent-broadcast").glob("data/part-*.parquet")))
         batches = events.to_batches(max_chunksize=4096)
         fn = ExtractFn(("code", "fim", "sft"))
         t = time.perf_counter()

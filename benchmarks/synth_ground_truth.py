@@ -66,7 +66,7 @@ def main() -> int:
         for f in sorted((out / "_quarantine").rglob("*.parquet")):
             for r in pq.read_table(f).to_pylist():
                 quarantine[(Path(r["source_file"]).relative_to(logs).as_posix(), r["source_line"])] = r["reason"]
-        rows = pq.read_table(sorted(out.glob("part-*.parquet"))).to_pylist()
+        rows = pq.read_table(sorted(out.glob("data/part-*.parquet"))).to_pylist()
 
         print("\n## ingest: planted malformed lines quarantined with the planted reason")
         by_kind: Counter = Counter()

@@ -15,7 +15,7 @@ from datakit.resources import schema_document
 
 EVENT_TYPES = ("tab_completion", "inline_edit", "chat_turn", "agent_step")
 OUTCOMES = ("accepted", "rejected", "partial", "ignored")
-RECORD_KINDS = ("code", "fim", "sft", "preference")
+RECORD_KINDS = ("code", "fim", "sft", "preference", "feedback")
 
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string()), ("tool_name", pa.string())])
 
@@ -71,6 +71,20 @@ TRAINING_RECORD_V1 = pa.schema(
     ]
 )
 
+# What the `kto` stage writes: TRL's unpaired-preference columns (KTOTrainer / BCOTrainer read
+# prompt, completion, label directly), the reward, and the record's lineage.
+KTO_EXAMPLE_V1 = pa.schema(
+    [
+        ("prompt", pa.string()),
+        ("completion", pa.string()),
+        ("label", pa.bool_()),
+        ("reward", pa.float64()),
+        ("doc_id", pa.string()),
+        ("source", RECORD_SOURCE),
+        ("meta", pa.string()),
+    ]
+)
+
 # What a raw-line source yields before ingest parses it.
 RAW_LINES = pa.schema(
     [
@@ -78,12 +92,16 @@ RAW_LINES = pa.schema(
         ("_source_file", pa.string()),
         ("_source_line", pa.int64()),
         ("_read_error", pa.string()),
+        # byte offset of the line in the (decompressed) file; null for Parquet rows. With
+        # `quarantine: {raw: hash}` it locates a quarantined line without keeping its text.
+        ("_offset", pa.int64()),
     ]
 )
 
 SCHEMAS: dict[str, pa.Schema] = {
     "editor_event.v1": EDITOR_EVENT_V1,
     "training_record.v1": TRAINING_RECORD_V1,
+    "kto_example.v1": KTO_EXAMPLE_V1,
 }
 
 

@@ -5,7 +5,10 @@ nothing but numpy (no datakit engine, no Arrow), straight from the page cache;
 torch is an optional thin adapter (`torch_iterable`), imported only when called.
 
     ds = PackedDataset("out/packed")
-    len(ds); ds[i]  # input_ids, labels, loss_mask, position_ids, cu_seqlens
+    len(ds); ds[i]  # input_ids, labels, loss_mask, position_ids, cu_seqlens (fixed shapes)
+    DataLoader(ds, batch_size=8, num_workers=2, collate_fn=collate)  # + flattened varlen cu_seqlens
+    loader = torch_loader(ds, batch_size=8, num_workers=2, rank=r, world_size=w)  # exact resume
+    state = loader.state_dict(); ...; loader.load_state_dict(state)
     it = ds.iterator(rank=r, world_size=w, seed=0, epoch=e)
     for sample in it: ...; state = it.state_dict()
     it = ds.iterator_from_state(state)  # resumes exactly after the last sample yielded
@@ -22,6 +25,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
+import warnings
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator
@@ -76,10 +80,14 @@ class PackedDataset:
         self._n = int(self._cum[-1])
         self._arange = np.arange(self.seq_len, dtype=np.int64)
         self._open: dict[int, dict[str, np.ndarray]] = {}
-        for s in self.shards:
+        for s in self.shards:  # always: every file present with its recorded size (one stat each)
+            sizes = s.get("bytes") or {}
             for f in s["files"]:
                 if not (self.path / f).is_file():
                     raise DatasetError(f"{self.path}: shard file {f} is missing")
+                if f in sizes and (self.path / f).stat().st_size != sizes[f]:
+                    raise DatasetError(f"{self.path}: shard file {f} has {(self.path / f).stat().st_size} bytes, "
+                                       f"the manifest says {sizes[f]} (interrupted rewrite or changed file)")
         if verify:
             self.verify()
 
@@ -136,28 +144,45 @@ class PackedDataset:
         lo, hi = a["seq_index"][r : r + 2].tolist()
         return a["tokens"][r], a["loss_mask"][r], a["segments"][lo:hi]
 
+    @cached_property
+    def max_segments(self) -> int:
+        """The most segments any sequence of the dataset has (fixes the length of a sample's cu_seqlens)."""
+        most = 1
+        for k in range(len(self.shards)):
+            si = self._arrays(k)["seq_index"]
+            if len(si) > 1:
+                most = max(most, int(np.diff(si).max()))
+        return most
+
     def __getitem__(self, i: int) -> dict[str, np.ndarray]:
-        """One training sample.
+        """One training sample; every field has the same shape for every i (so torch's default collate
+        batches them: `DataLoader(ds, batch_size=B, num_workers=W)` works as it is).
 
         input_ids int64 [seq_len]; loss_mask uint8 (0 on padding and untrained
         tokens); labels int64 = input_ids, IGNORE_INDEX where loss_mask is 0 and
         at the first token of every segment after the first (HF convention: the
         model shifts labels, so this stops predictions across a document
-        boundary); position_ids restart at 0 in every segment; cu_seqlens int32
-        = segment starts + [seq_len] (padding is its own final segment).
+        boundary); position_ids restart at 0 in every segment (what HF
+        transformers derives flash-attention varlen boundaries from);
+        cu_seqlens int32 [max_segments + 1] = segment starts + [seq_len]
+        (padding is its own final segment), then seq_len repeated up to the
+        fixed length (zero-length segments, which varlen kernels accept);
+        num_segments = the real segment count; index = i. `collate` turns a
+        list of samples into one batch with the flattened, exact cu_seqlens.
         """
         tokens, mask, segs = self.raw(i)
         input_ids = tokens.astype(np.int64)
         loss_mask = mask.copy()
         starts = segs[:, 0]
-        cu = np.empty(len(starts) + 1, dtype=np.int32)
-        cu[:-1] = starts
-        cu[-1] = self.seq_len
+        n = len(starts)
+        cu = np.full(self.max_segments + 1, self.seq_len, dtype=np.int32)
+        cu[:n] = starts
         labels = np.where(loss_mask, input_ids, IGNORE_INDEX)
         labels[starts[1:]] = IGNORE_INDEX
-        position_ids = self._arange - np.repeat(starts, np.diff(cu))
+        position_ids = self._arange - np.repeat(starts, np.diff(cu[: n + 1]))
         return {"input_ids": input_ids, "labels": labels, "loss_mask": loss_mask,
-                "position_ids": position_ids, "cu_seqlens": cu}
+                "position_ids": position_ids, "cu_seqlens": cu, "num_segments": np.int64(n),
+                "index": np.int64(i if i >= 0 else i + self._n)}
 
     def get_batch(self, indices: np.ndarray | list[int], raw: bool = False) -> dict[str, np.ndarray]:
         """Many samples at once, vectorized (the fast path for a trainer's collate step).
@@ -269,13 +294,120 @@ class PackedIterator:
                 "drop_last": self.drop_last, "position": self.position}
 
 
+FIXED_FIELDS = ("input_ids", "labels", "loss_mask", "position_ids")
+
+
+def collate_numpy(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """A batch from `PackedDataset` samples: fixed fields stacked [B, seq_len], plus the document
+    boundaries of the flattened batch (B * seq_len tokens) in the form flash-attention's varlen
+    kernels take: `cu_seqlens` int32 (exact: no zero-length segments) and `max_seqlen` int."""
+    if not samples:
+        raise ValueError("collate needs at least one sample")
+    out: dict[str, Any] = {k: np.stack([np.asarray(s[k]) for s in samples]) for k in FIXED_FIELDS}
+    L = out["input_ids"].shape[1]
+    parts = []
+    for j, s in enumerate(samples):
+        cu = np.asarray(s["cu_seqlens"])
+        n = int(s["num_segments"]) if "num_segments" in s else int(np.searchsorted(cu, L))
+        parts.append(cu[:n].astype(np.int64) + j * L)
+    cu = np.append(np.concatenate(parts), len(samples) * L).astype(np.int32)
+    out["cu_seqlens"] = cu
+    out["max_seqlen"] = int(np.diff(cu).max())
+    if all("index" in s for s in samples):
+        out["index"] = np.array([int(s["index"]) for s in samples], dtype=np.int64)
+    return out
+
+
+def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """`collate_numpy` as torch tensors (the `collate_fn` for a torch DataLoader over PackedDataset)."""
+    import torch
+
+    return {k: (torch.from_numpy(v) if isinstance(v, np.ndarray) else v) for k, v in collate_numpy(
+        [{k: (v.numpy() if hasattr(v, "numpy") else v) for k, v in s.items()} for s in samples]).items()}
+
+
+class PackedSampler:
+    """The sampler of one rank for a torch DataLoader: the rank's slice of the epoch order
+    (the same indices as `PackedDataset.iterator`). Deterministic, so a resumed loader can
+    skip what was consumed; `set_epoch(e)` moves to another epoch's order."""
+
+    def __init__(self, ds: PackedDataset, rank: int = 0, world_size: int = 1, seed: int = 0, epoch: int = 0,
+                 shuffle: bool = True, drop_last: bool = False) -> None:
+        self.ds, self.rank, self.world_size, self.seed = ds, rank, world_size, seed
+        self.epoch, self.shuffle, self.drop_last = epoch, shuffle, drop_last
+        self._check = PackedIterator(ds, rank, world_size, seed, epoch, shuffle, drop_last)  # validates rank
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def indices(self) -> np.ndarray:
+        return PackedIterator(self.ds, self.rank, self.world_size, self.seed, self.epoch,
+                              self.shuffle, self.drop_last).indices
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices().tolist())
+
+    def __len__(self) -> int:
+        return len(self.indices())
+
+    def identity(self) -> dict[str, Any]:
+        return {"dataset": self.ds.fingerprint, "rank": self.rank, "world_size": self.world_size,
+                "seed": self.seed, "shuffle": self.shuffle, "drop_last": self.drop_last}
+
+
+def torch_loader(ds: PackedDataset, batch_size: int, num_workers: int = 0, rank: int = 0, world_size: int = 1,
+                 seed: int = 0, epoch: int = 0, shuffle: bool = True, drop_last: bool = False, **kwargs: Any):
+    """A torchdata `StatefulDataLoader` over one rank's slice, batched with `collate`.
+
+    Why torchdata: with `num_workers > 0` the samples a worker has prefetched
+    but the trainer has not consumed must not count as done; StatefulDataLoader
+    snapshots the sampler and the workers at the batch the trainer last received,
+    so `loader.state_dict()` after k batches resumes at batch k+1 exactly, for any
+    number of workers (the same number on resume). The state also names the
+    dataset and the rank's slice; loading it into a loader over other data or
+    another slice is a `DatasetError`, never a silent repeat. `set_epoch(e)`
+    before iterating moves to epoch e (its own order).
+    """
+    try:
+        from torchdata.stateful_dataloader import StatefulDataLoader
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise ImportError("torch_loader needs torchdata (pip install torchdata): its StatefulDataLoader "
+                          "makes resume exact with workers") from None
+
+    class PackedLoader(StatefulDataLoader):  # type: ignore[misc, valid-type]
+        def set_epoch(self, e: int) -> None:
+            self.sampler.set_epoch(e)
+
+        def state_dict(self) -> dict[str, Any]:
+            return {"datakit": {**self.sampler.identity(), "epoch": self.sampler.epoch,
+                                "batch_size": self.batch_size, "num_workers": self.num_workers},
+                    "loader": super().state_dict()}
+
+        def load_state_dict(self, state: dict[str, Any]) -> None:
+            mine = {**self.sampler.identity(), "batch_size": self.batch_size, "num_workers": self.num_workers}
+            theirs = dict(state.get("datakit") or {})
+            diff = sorted(k for k in mine if theirs.get(k) != mine[k])
+            if diff:
+                raise DatasetError(f"resume state does not fit this loader (differs in: {', '.join(diff)})")
+            self.sampler.set_epoch(int(theirs["epoch"]))
+            super().load_state_dict(state["loader"])
+
+    sampler = PackedSampler(ds, rank, world_size, seed, epoch, shuffle, drop_last)
+    with warnings.catch_warnings():  # torchdata 0.11 calls a deprecated torch API on every construction
+        warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
+        return PackedLoader(ds, batch_size=batch_size, sampler=sampler, num_workers=num_workers,
+                            collate_fn=kwargs.pop("collate_fn", collate), **kwargs)
+
+
 def torch_iterable(ds: PackedDataset, rank: int = 0, world_size: int = 1, seed: int = 0, epoch: int = 0,
                    shuffle: bool = True, drop_last: bool = False):
     """A `torch.utils.data.IterableDataset` over one rank's slice (needs torch; not a dependency).
 
     With DataLoader workers, worker w of W yields every W-th sample of the
     rank's slice, so the union is still the rank's slice exactly. Resume via
-    `.iterator.state_dict()` is exact with `num_workers=0`.
+    `.iterator.state_dict()` is exact only with `num_workers=0` (workers hold
+    copies: the main process's iterator never moves). With workers, batch with
+    `torch_loader` instead (map-style, exact resume through torchdata).
     """
     try:
         import torch

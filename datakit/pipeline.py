@@ -52,6 +52,35 @@ class OutputConfig(BaseModel):
                                            "`datakit contamination-check` of a new eval takes seconds")
     quality: bool | str = Field(False, description="run a great-expectations suite from quality/ on the output "
                                                     "(true = the suite of the output's contract)")
+    allow_unmasked: bool = Field(False, description="write records whose tokens are partly without loss (SFT, "
+                                                    "editor FIM) to a format whose standard readers ignore loss "
+                                                    "masks (megatron); off = a compile-time error")
+
+
+# record kinds whose every token carries loss (code, incl. FIM-transformed code); preference pairs go to
+# Parquet, where trainers mask the prompt themselves
+_FULL_LOSS_KINDS = {"code", "preference"}
+
+
+def _check_loss_masks(cfg: "PipelineConfig", fmt: str) -> None:
+    """Refuse, at compile time, masked training data for a format that cannot carry the masks to the trainer.
+
+    Why: Megatron's standard GPTDataset reads only the token files; our loss-mask side files would be
+    ignored and every SFT prompt token trained on, silently. Kinds are known from the extract stage;
+    with records as input (no extract stage) they are unknown, so masked data is assumed.
+    """
+    from datakit.io.sinks import writer_for
+
+    if getattr(writer_for(fmt), "carries_loss_mask", True) or not any(s.kind == "tokenize" for s in cfg.stages):
+        return
+    extract = next((s for s in cfg.stages if s.kind == "extract"), None)
+    kinds = set(getattr(extract, "kinds", None) or []) if extract is not None else None
+    masked = sorted(kinds - _FULL_LOSS_KINDS) if kinds is not None else ["sft", "fim (records input)"]
+    if masked:
+        raise PipelineError(
+            f"{cfg.name}: output format {fmt!r} cannot carry loss masks to a trainer (its standard reader "
+            f"ignores them), but {', '.join(masked)} records train only some tokens; use format: packed, or set "
+            f"output.allow_unmasked: true to write them anyway (masks then only in data/loss_mask-*)")
 
 
 class PipelineConfig(BaseModel):
@@ -165,10 +194,12 @@ class Pipeline:
     # -- compile and run
     def compile(self, input_override: str | list[str] | None = None, output_override: str | None = None) -> Plan:
         """Turn the config into a logical plan (resolving globs now, so errors come early)."""
+        from datakit.io.identity import base_environment
+
         cfg = self.config
         if cfg.input is None:
             raise PipelineError(f"{cfg.name}: no input (set `input:` or call .input())")
-        ctx = CompileContext(seed=cfg.seed, base_dir=self.base_dir)
+        ctx = CompileContext(seed=cfg.seed, base_dir=self.base_dir, environment=base_environment())
         paths = input_override if input_override is not None else cfg.input.path
         paths = [paths] if isinstance(paths, str) else list(paths)
         resolved = expand([ctx.resolve(p) for p in paths],
@@ -203,6 +234,7 @@ class Pipeline:
             names[stage.kind] = names.get(stage.kind, 0) + 1
             name = stage.kind if names[stage.kind] == 1 else f"{stage.kind}_{names[stage.kind]}"
             stage_rel = Rel(rel.node, name)
+            ctx.stage = name
             try:
                 out = stage.compile(stage_rel, ctx)
             except (ValueError, KeyError, FileNotFoundError) as e:  # a config that only fails when resolved
@@ -225,8 +257,20 @@ class Pipeline:
                 # found out at compile, not after every stage has run and the sink tries to write
                 raise PipelineError(f"{cfg.name}: output format {o.format!r} needs a tokenize stage "
                                     f"({{kind: tokenize, ...}}) before it; use format: parquet for records")
+            if not o.allow_unmasked:
+                _check_loss_masks(cfg, o.format)
             sink = SinkSpec(path=out_path, format=o.format, shards=shards, key=key, sort_key=sort_key, options=options)
-        return Plan(root=rel.node, sink=sink, spans=spans, config=self.to_dict(), seed=cfg.seed)
+        config = self.to_dict()
+        # the run's real input and output (a `--input`/`--output` override replaces the file's paths):
+        # the config hash and the manifest describe what was run, not what the file said
+        if input_override is not None:
+            config["input"]["path"] = input_override
+        if out_path and config.get("output") is not None:
+            config["output"]["path"] = output_override or config["output"]["path"]
+        elif out_path:
+            config["output"] = {"path": out_path}
+        return Plan(root=rel.node, sink=sink, spans=spans, config=config, seed=cfg.seed,
+                    environment=ctx.environment)
 
     def explain(self, **kw: Any) -> str:
         return self.compile(**kw).explain()
@@ -247,6 +291,12 @@ class Pipeline:
             # the index build uses as many workers as the run did (a small input ran in-process)
             workers = (engine_options.get("workers") or (result.extra or {}).get("workers")) if engine == "local" else None
             self._build_index(plan, result, workers)
+        if plan.sink is not None and self.config.stages and self.config.stages[-1].kind == "kto" \
+                and plan.sink.format == "parquet":
+            from datakit.stages.feedback_report import REPORT_FILE, write_report
+
+            # reward summaries from the committed rows (identical on both engines): _reports/feedback.json
+            result.extra["feedback"] = {"report": REPORT_FILE, **write_report(plan.sink.path)}
         return result
 
     def _build_index(self, plan: Plan, result: Any, workers: int | None = None) -> None:

@@ -152,6 +152,9 @@ class SinkSpec:
     key: str = "doc_id"  # rows go to shard xxh64(key) % shards and are sorted by `sort_key` in a shard
     sort_key: str | None = None  # default: `key`; a seeded shuffle uses a hash column
     options: dict[str, Any] = field(default_factory=dict)  # format-specific (tokenizer, seq_len, ...)
+    # the run's config hash (pipeline + environment): a finished shard is reused only when it was
+    # written under the same identity and writer settings (see `datakit.io.sinks.shard_reuse_key`)
+    identity: str = ""
 
 
 @dataclass
@@ -174,16 +177,28 @@ class Plan:
     spans: list[StageSpan]
     config: dict[str, Any]
     seed: int = 0
+    # what else the bytes depend on, resolved at compile: library versions, artifact digests,
+    # environment-dependent choices (spaCy model, scan strategy). Folded into `config_hash`.
+    environment: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Stable node ids (topological position): a resumed run recognises the counters
         # of work finished by an earlier process, whose global id counter differed.
         for i, n in enumerate(self.nodes()):
             n.id = i
+        if self.sink is not None and not self.sink.identity:
+            self.sink.identity = self.config_hash
 
     @property
     def config_hash(self) -> str:
-        return config_hash(self.config)
+        """sha256 of the pipeline config and the environment it resolved to (the determinism contract)."""
+        if not self.environment:
+            return config_hash(self.config)
+        return config_hash({"pipeline": self.config, "environment": self.environment})
+
+    def input_files(self) -> list[str]:
+        """Every file the plan reads (its Source nodes: the input and side inputs such as opt-out lists)."""
+        return sorted({p for n in self.nodes() if isinstance(n, Source) for p in n.paths})
 
     def nodes(self) -> list[Node]:
         """All nodes in dependency order (inputs before users)."""

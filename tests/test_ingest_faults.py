@@ -124,3 +124,43 @@ def test_parquet_typed_timestamps_still_accepted(tmp_path):
     from datakit.io.dataset import read_output
 
     assert read_output(str(tmp_path / "out")).column("timestamp").to_pylist()[0].endswith(".123Z")
+
+
+SECRET = "AKIAIOSFODNN7EXAMPLE"
+EMAIL = "jane.doe@example.com"
+
+
+def _planted(tmp_path):
+    # well-formed events rejected only for a new event type / a bad field: whole conversations
+    chat = make_event(2, event_type="voice_note", messages=[{"role": "user", "content": f"key {SECRET} mail {EMAIL}"}])
+    bad = make_event(6, latency_ms=-1, messages=[{"role": "user", "content": f"ping {EMAIL}"}])
+    return write_jsonl(tmp_path / "in" / "a.jsonl", [make_event(1), chat, bad])
+
+
+@pytest.mark.parametrize("mode", ["default", "scrubbed", "hash"])
+def test_quarantine_never_keeps_planted_secrets_or_emails(tmp_path, mode):
+    f = _planted(tmp_path)
+    stage = {"kind": "ingest"} if mode == "default" else {"kind": "ingest", "quarantine": {"raw": mode}}
+    out = tmp_path / "out"
+    res = Pipeline("t").input(str(f)).add(stage).output(str(out)).run(workers=1)
+    assert res.stage("ingest")["dropped"] == {"unknown_event_type": 1, "bad_value": 1}
+    blob = b"".join(p.read_bytes() for p in (out / "_quarantine").rglob("*"))
+    rows = pq.read_table(out / "_quarantine" / "part-00000.parquet").to_pylist()
+    assert SECRET.encode() not in blob and EMAIL.encode() not in blob
+    raws = [r["raw"] for r in rows]
+    if mode == "hash":
+        line2 = f.read_bytes().split(b"\n")[1]
+        import hashlib
+
+        start = len(f.read_bytes().split(b"\n")[0]) + 1
+        assert raws[0] == f"sha256={hashlib.sha256(line2).hexdigest()};bytes={start}-{start + len(line2)}".encode()
+    else:  # scrubbed: the line is still there to read, with placeholders
+        assert b"voice_note" in raws[0] and b"ping" in raws[1]
+
+
+def test_quarantine_verbatim_is_explicit(tmp_path):
+    f = _planted(tmp_path)
+    out = tmp_path / "out"
+    Pipeline("t").input(str(f)).add({"kind": "ingest", "quarantine": {"raw": "verbatim"}}).output(str(out)).run(workers=1)
+    rows = pq.read_table(out / "_quarantine" / "part-00000.parquet").to_pylist()
+    assert rows[0]["raw"] == f.read_bytes().split(b"\n")[1]

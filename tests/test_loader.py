@@ -30,6 +30,10 @@ def test_len_and_sample_fields(dataset):
         s = dataset[i]
         ids, labels, mask, pos, cu = s["input_ids"], s["labels"], s["loss_mask"], s["position_ids"], s["cu_seqlens"]
         assert ids.shape == labels.shape == mask.shape == pos.shape == (128,) and ids.dtype == np.int64
+        n = int(s["num_segments"])
+        assert cu.shape == (dataset.max_segments + 1,) and int(s["index"]) == i % len(dataset)
+        assert (cu[n:] == 128).all()  # fixed length: trailing zero-length segments
+        cu = cu[: n + 1]
         assert cu[0] == 0 and cu[-1] == 128 and (np.diff(cu) > 0).all() and cu.dtype == np.int32
         # positions restart in every segment
         for a, b in zip(cu[:-1], cu[1:]):
@@ -57,7 +61,8 @@ def test_get_batch_matches_single_reads(dataset):
         for key in ("input_ids", "labels", "loss_mask", "position_ids"):
             assert np.array_equal(b[key][row], one[key]), key
     # batch cu_seqlens = every sample's cu_seqlens shifted to its place in the flattened batch
-    want = np.concatenate([dataset[i]["cu_seqlens"][:-1] + row * L for row, i in enumerate(idx)] + [[len(idx) * L]])
+    want = np.concatenate([dataset[i]["cu_seqlens"][:int(dataset[i]["num_segments"])] + row * L
+                           for row, i in enumerate(idx)] + [[len(idx) * L]])
     assert np.array_equal(b["cu_seqlens"], want) and b["cu_seqlens"].dtype == np.int32
     with pytest.raises(IndexError):
         dataset.get_batch([len(dataset)])

@@ -63,7 +63,9 @@ def test_pipeline_reads_and_writes_s3(s3_endpoint, tmp_path):
     assert res.stage("ingest")["rows_out"] == 25 and res.stage("ingest")["dropped"] == {"bad_json": 1}
     fs.invalidate_cache()
     names = sorted(f.rsplit("/", 1)[1] for f in fs.ls("logs-bucket/out"))
-    assert "manifest.json" in names and "part-00001.parquet" in names and "_run.json" in names
+    assert "manifest.json" in names and "README.md" in names and "_run.json" in names
+    assert sorted(f.rsplit("/", 1)[1] for f in fs.ls("logs-bucket/out/data")) == ["part-00000.parquet",
+                                                                                 "part-00001.parquet"]
     assert not [n for n in names if n.startswith(".tmp-")]
     assert read_output("s3://logs-bucket/out").num_rows == 25
     run = json.loads(fs.cat_file("logs-bucket/out/_run.json"))

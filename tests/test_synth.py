@@ -246,3 +246,57 @@ def test_regenerating_into_a_folder_leaves_no_stale_parts(tmp_path):
     assert (tmp_path / "logs" / "notes.txt").read_text() == "mine"
     with pytest.raises(ValueError, match="rows_per_part"):
         generate(tmp_path / "x", events=10, rows_per_part=0)
+
+
+def test_repository_projects_carry_their_ground_truth(tmp_path):
+    """generate(repositories=N): multi-file projects whose import edges, final texts and feedback
+    retention are what the ground truth says (checked on the events themselves)."""
+    out = tmp_path / "repos"
+    s = generate(out, events=60, seed=2, days=2, repositories=5)
+    validator = jsonschema.Draft202012Validator(load_contract("synth_ground_truth.v1"))
+    for row in read_ground_truth(out):
+        validator.validate(row)
+    events = _by_id(out)
+    assert s["events"] == len(events) > 60
+    repos = read_ground_truth(out, "repository")
+    files = read_ground_truth(out, "repo_file")
+    assert len(repos) == 5 and len(files) == sum(len(r["files"]) for r in repos)
+    # imports form a DAG inside the repository
+    for r in repos:
+        deps = {f["path"]: f["imports"] for f in files if f["repo_id"] == r["repo_id"]}
+        seen: set[str] = set()
+        order: list[str] = []
+
+        def visit(p: str, stack: tuple[str, ...] = ()) -> None:
+            assert p not in stack, f"import cycle through {p}"
+            if p not in seen:
+                for d in deps[p]:
+                    assert d in deps
+                    visit(d, stack + (p,))
+                seen.add(p)
+                order.append(p)
+
+        for p in sorted(deps):
+            visit(p)
+    # the newest accepted completion of each file rebuilds its final text
+    newest: dict[tuple[str, str], dict] = {}
+    for e in events.values():
+        if e["repo"]["repo_id"] in {r["repo_id"] for r in repos} and e["outcome"] == "accepted":
+            key = (e["repo"]["repo_id"], e["file"]["path"])
+            if key not in newest or e["timestamp"] > newest[key]["timestamp"]:
+                newest[key] = e
+    for f in files:
+        e = newest[(f["repo_id"], f["path"])]
+        text = e["context"]["prefix"] + e["accepted_text"] + e["context"]["suffix"]
+        assert hashlib.sha256(text.encode()).hexdigest() == f["sha256"]
+    # retention: the accepted text is in the next event's file iff the ground truth says it was kept
+    fb = read_ground_truth(out, "feedback")
+    assert {r["outcome"] for r in fb} == {"accepted", "partial", "rejected", "ignored"}
+    assert {r["retained"] for r in fb} == {True, False, None}
+    for r in fb:
+        e = events[r["event_id"]]
+        assert e["outcome"] == r["outcome"] and e["latency_ms"] == r["latency_ms"]
+        if r["retained"] is not None:
+            nxt = events[r["next_event_id"]]
+            assert nxt["session_id"] == e["session_id"] and nxt["file"]["path"] == e["file"]["path"]
+            assert (e["accepted_text"] in nxt["context"]["prefix"] + nxt["context"]["suffix"]) == r["retained"]

@@ -72,8 +72,14 @@ def run(
     except ImportError as e:
         _fail(f"{e} (is the engine's package installed? `make venv` installs everything)")
     except Exception as e:  # an engine/runtime failure: short message, detail in the log
-        if type(e).__name__ in ("EngineError", "SparkSetupError", "SparkJobError", "IndexBuildError"):
+        if type(e).__name__ in ("EngineError", "SparkSetupError", "SparkJobError", "IndexBuildError", "StorageError",
+                                  "OutputBusyError"):
             _fail(str(e), 3)
+        from datakit.io import storage
+
+        if storage.is_storage_error(e):  # raised outside any task that could name its path
+            where = output or ", ".join(input or []) or str(pipeline)
+            _fail(str(storage.describe(e, where, "read or write under")), 3)
         raise
     if json_out:
         typer.echo(json.dumps({"output": result.output_path, "stages": result.stages}, indent=2))
@@ -106,6 +112,7 @@ def synth(
     days: int = typer.Option(3, help="Days of activity (one dt=YYYY-MM-DD folder each)."),
     start_date: str = typer.Option("2026-11-01", help="First day, YYYY-MM-DD."),
     rows_per_part: int = typer.Option(100_000, help="Events per part file before a new one starts."),
+    repositories: int = typer.Option(0, help="Multi-file repository projects (imports, feedback ground truth) on top."),
 ) -> None:
     """Generate realistic synthetic editor logs with planted duplicates, PII, leaks and bad lines.
 
@@ -115,7 +122,7 @@ def synth(
     from datakit import synth as synth_mod
 
     summary = synth_mod.generate(str(out_dir), events=events, seed=seed, days=days, start_date=start_date,
-                                 rows_per_part=rows_per_part)
+                                 rows_per_part=rows_per_part, repositories=repositories)
     typer.echo(json.dumps(summary, indent=2, default=str))
 
 

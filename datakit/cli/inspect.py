@@ -85,13 +85,16 @@ def _clip(text: str, max_chars: int) -> str:
     return text if len(text) <= max_chars else text[:max_chars] + f"… [{len(text) - max_chars} more chars]"
 
 
-def inspect_dataset(path: str | Path, sequences: int = 2, max_chars: int = 1500) -> str:
+def inspect_dataset(path: str | Path, sequences: int = 2, max_chars: int = 1500, verify: bool = False) -> str:
     """The text `datakit inspect PATH` prints: summary + the first `sequences` sequences decoded."""
     path = Path(path)
     mf = path / "manifest.json"
     if not mf.is_file():
         raise FileNotFoundError(f"{path}: no manifest.json (not a finished dataset)")
     m = json.loads(mf.read_text())
+    from datakit.io.verify import verify_dataset
+
+    verify_dataset(str(path), m, checksums=verify)  # sizes always; sha256 with --verify
     if m.get("format") not in ("packed", "megatron"):
         raise ValueError(f"{path}: format {m.get('format')!r} is not a tokenized dataset (packed or megatron)")
     lines = _summary(m, path)
@@ -137,11 +140,15 @@ def inspect_command(
     path: Path = typer.Argument(..., help="A packed (or megatron) dataset folder written by datakit."),
     sequences: int = typer.Option(2, "--sequences", "-n", help="How many sequences to decode and show."),
     max_chars: int = typer.Option(1500, help="Clip each decoded segment to this many characters."),
+    verify: bool = typer.Option(False, "--verify", help="Also compare every data file's sha256 with the manifest."),
 ) -> None:
     """Show a packed dataset: manifest summary, token/document/padding stats, first sequences decoded."""
+    from datakit.io.fs import InputError
+    from datakit.loader import DatasetError
+
     try:
-        text = inspect_dataset(path, sequences=sequences, max_chars=max_chars)
-    except (FileNotFoundError, ValueError, KeyError) as e:
+        text = inspect_dataset(path, sequences=sequences, max_chars=max_chars, verify=verify)
+    except (FileNotFoundError, ValueError, KeyError, InputError, DatasetError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
     typer.echo(text)

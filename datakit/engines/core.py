@@ -17,8 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from datakit.accounting import count_drops, sum_metrics
-from datakit.io import sinks
+from datakit.io import identity, sinks
 from datakit.io.atomic import write_json_atomic
+from datakit.io.fs import filesystem
 from datakit.plan import DROP, DROP_DETAIL, METRICS, Plan, SinkSpec
 
 __all__ = ["METRICS", "QUARANTINE_SCHEMA", "DROPLOG_SCHEMA", "SIDE_OUTPUTS", "RunResult", "MapOutput",
@@ -122,13 +123,17 @@ def _side_rows(rows: pa.RecordBatch, schema: pa.Schema, stage: str, source: dict
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
-def write_side_output(table: pa.Table, out: str, side: str) -> None:
+def write_side_output(table: pa.Table | None, out: str, side: str) -> None:
     """Write one side output (`quarantine` / `droplog`) as one file, sorted by all its columns.
 
     Sorting by every column makes ties impossible, so neither arrival order nor
-    partitioning can change a byte.
+    partitioning can change a byte. No rows (`None`): an earlier run's file is
+    removed, so it cannot pass for this run's.
     """
     folder, schema = SIDE_OUTPUTS[side]
+    if table is None:
+        _remove_stale(f"{out.rstrip('/')}/{folder}/part-00000.parquet")
+        return
     table = table.select(schema.names).cast(schema)
     idx = pc.sort_indices(table, sort_keys=[(c, "ascending") for c in schema.names])
     sinks.write_parquet(table.take(idx).combine_chunks(), f"{out.rstrip('/')}/{folder}/part-00000.parquet")
@@ -147,16 +152,15 @@ def resolve_sink(spec: SinkSpec, rows: int) -> SinkSpec:
     return SinkSpec(**{**spec.__dict__, "shards": shard_count(spec, rows)})
 
 
-def commit_run(plan: Plan, spec: SinkSpec, infos: list[dict[str, Any]], stages: list[dict[str, Any]],
+def commit_run(plan: Plan, inputs: list[dict[str, Any]], spec: SinkSpec, infos: list[dict[str, Any]], stages: list[dict[str, Any]],
                seconds: float, engine: str, reused_tasks: int, runtime: dict[str, Any]) -> dict[str, Any]:
     """Commit the manifest and write `_run.json`; the same shape on every engine.
 
+    `inputs` are the run's input files (`io.identity.input_files`), recorded in the manifest;
     `runtime` holds what only that engine knows (local: workers; Spark: master,
     partitions, log file); every other key is common. Returns the manifest.
     """
-    manifest = sinks.commit(spec, infos, {
-        "pipeline": plan.config, "pipeline_hash": plan.config_hash, "seed": plan.seed,
-    })
+    manifest = sinks.commit(spec, infos, identity.manifest_fields(plan, inputs))
     run = {
         "run_report_version": 1,
         "engine": engine,
@@ -182,4 +186,13 @@ def remove_if_empty(path: str) -> None:
     try:
         os.rmdir(path)
     except OSError:
+        pass
+
+
+def _remove_stale(url: str) -> None:
+    fs, p = filesystem(url)
+    try:
+        if fs.exists(p):
+            fs.rm(p)
+    except FileNotFoundError:
         pass

@@ -45,7 +45,7 @@ from datakit.engines.core import (RunResult, apply_map, commit_run, conform, rem
                                   reused_shards, write_side_output)
 from datakit.engines.spark_session import (SparkError, SparkJobError, get_session, log_file,
                                            translate_errors)
-from datakit.io import sinks
+from datakit.io import identity, publish, sinks
 from datakit.io.readers import iter_source
 from datakit.plan import (DROP, DROP_DETAIL, Aggregate, ConnectedComponents, Join, MapBatches, Node, Plan,
                           SinkSpec, Source)
@@ -253,9 +253,18 @@ class SparkEngine:
         self.checkpoint_dir = checkpoint_dir
 
     def execute(self, plan: Plan) -> RunResult:
+        if plan.sink is None:
+            return self._execute(plan)
+        with publish.output_lock(plan.sink.path):  # one writer per folder; preflight of the path
+            return self._execute(plan)
+
+    def _execute(self, plan: Plan) -> RunResult:
         t0 = time.perf_counter()
         spark = get_session(self.master, self.conf)
         run = _Run(self, spark, plan)
+        run.inputs = identity.input_files(plan.input_files())
+        if plan.sink is not None:
+            publish.retract(plan.sink.path)  # readers see no dataset until the new one is committed
         try:
             with _runtime_conf(spark, run.runtime_conf()):
                 stages, manifest, out = run.go()
@@ -263,7 +272,10 @@ class SparkEngine:
             run.cleanup()
         seconds = time.perf_counter() - t0
         if plan.sink is not None:
+            publish.sweep(plan.sink.path)  # temp files of interrupted earlier writes
             manifest = run.commit(stages, seconds)
+            if not self.checkpoint_dir:
+                publish.remove_work(plan.sink.path)
         return RunResult(output_path=out, stages=stages, manifest=manifest, seconds=seconds, engine="spark",
                          extra={"master": spark.sparkContext.master, "partitions": run.n,
                                 "reused_shards": reused_shards(run.infos),
@@ -308,6 +320,7 @@ class _Run:
         self.spec: SinkSpec | None = None
         self.current = "starting"
         self._ckpt: str | None = None
+        self.inputs: list[dict[str, Any]] = []
 
     def runtime_conf(self) -> dict[str, str]:
         conf = {"spark.sql.shuffle.partitions": str(self.n),
@@ -569,6 +582,7 @@ class _Run:
         out = self.plan.sink.path.rstrip("/")
         for frames, side in ((self.quarantine, "quarantine"), (self.droplog, "droplog")):
             if not frames:
+                write_side_output(None, out, side)  # removes an earlier run's side output
                 continue
             df = frames[0]
             for f in frames[1:]:
@@ -577,7 +591,7 @@ class _Run:
              .applyInArrow(_table_fn(_WriteSide(out, side)), "rows long").collect())
 
     def commit(self, stages: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
-        return commit_run(self.plan, self.spec, self.infos, stages, seconds, engine="spark", reused_tasks=0,
+        return commit_run(self.plan, self.inputs, self.spec, self.infos, stages, seconds, engine="spark", reused_tasks=0,
                           runtime={"master": self.sc.master, "partitions": self.n, "log": str(log_file())})
 
     def cleanup(self) -> None:

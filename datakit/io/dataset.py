@@ -21,12 +21,18 @@ def read_manifest(path: str) -> dict:
     return json.loads(fs.cat_file(p))
 
 
-def read_output(path: str, columns: list[str] | None = None) -> pa.Table:
-    """All rows of a committed Parquet output, shard by shard (each shard sorted by its key)."""
+def read_output(path: str, columns: list[str] | None = None, verify: bool = False) -> pa.Table:
+    """All rows of a committed Parquet output, shard by shard (each shard sorted by its key).
+
+    Every listed file is checked against the manifest's size first (a dataset that fails is refused,
+    never read as a mix); `verify=True` compares full sha256 checksums too."""
+    from datakit.io.verify import verify_dataset
+
     path = str(path)
     m = read_manifest(path)
     if m.get("format") != "parquet":
         raise InputError(f"{path} is a {m.get('format')!r} dataset; use datakit.loader for packed data")
+    verify_dataset(path, m, checksums=verify)
     tables = []
     for shard in m["shards"]:
         for f in shard["files"]:

@@ -11,6 +11,10 @@ from typing import Iterable
 import fsspec
 from fsspec.core import url_to_fs
 
+from datakit.io import storage
+
+storage.configure()  # bounded, logged retries of transient object-store faults (datakit/io/storage.py)
+
 
 class InputError(Exception):
     """An input path is missing or unreadable. The CLI turns it into exit code 2."""
@@ -45,14 +49,21 @@ def expand(paths: str | Iterable[str], suffixes: tuple[str, ...] = ()) -> list[s
     out: set[str] = set()
     for raw in paths:
         fs, p = filesystem(raw)
-        if any(c in p for c in _GLOB_CHARS):
-            found = [f for f in fs.glob(p) if fs.isfile(f)]
-        elif fs.isdir(p):
-            found = [f for f in fs.find(p) if not _hidden(f, p)]
-        elif fs.exists(p):
-            found = [p]
-        else:
-            raise InputError(f"input not found: {raw}")
+        try:
+            if any(c in p for c in _GLOB_CHARS):
+                found = [f for f in fs.glob(p) if fs.isfile(f)]
+            elif fs.isdir(p):
+                found = [f for f in fs.find(p) if not _hidden(f, p)]
+            elif fs.exists(p):
+                found = [p]
+            else:
+                raise InputError(f"input not found: {raw}")
+        except InputError:
+            raise
+        except Exception as e:
+            if storage.is_storage_error(e):
+                raise storage.describe(e, raw, "list") from None
+            raise
         if suffixes:
             found = [f for f in found if f.endswith(suffixes)]
         if not found:

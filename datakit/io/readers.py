@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 import zstandard
 
 from datakit.contracts import EDITOR_EVENT_V1, RAW_LINES
+from datakit.io import storage
 from datakit.io.fs import InputError, filesystem, open_file
 
 DEFAULT_BATCH_ROWS = 4096
@@ -104,20 +105,28 @@ def iter_raw_lines(url: str, batch_rows: int = DEFAULT_BATCH_ROWS, max_line_byte
         raw = open_file(url, "rb")
     except FileNotFoundError:
         raise InputError(f"input not found: {url}") from None
-    except (PermissionError, OSError) as e:
+    except PermissionError as e:
         raise InputError(f"cannot read {url}: {e.__class__.__name__}") from None
+    except Exception as e:
+        if storage.is_storage_error(e):  # still failing after the IO layer's retries: a job failure
+            raise storage.describe(e, url, "open") from None
+        if isinstance(e, OSError):  # a folder, a broken link...: the user's input
+            raise InputError(f"cannot read {url}: {e.__class__.__name__}") from None
+        raise
     lines: list[bytes | None] = []
     numbers: list[int] = []
     errors: list[str | None] = []
+    offsets: list[int] = []
     lineno = 0
+    pos = 0  # byte offset of the next line in the decompressed stream
 
     def flush() -> pa.RecordBatch:
         batch = pa.RecordBatch.from_arrays(
             [pa.array(lines, pa.binary()), pa.array([url] * len(lines), pa.string()),
-             pa.array(numbers, pa.int64()), pa.array(errors, pa.string())],
+             pa.array(numbers, pa.int64()), pa.array(errors, pa.string()), pa.array(offsets, pa.int64())],
             schema=RAW_LINES,
         )
-        lines.clear(); numbers.clear(); errors.clear()
+        lines.clear(); numbers.clear(); errors.clear(); offsets.clear()
         return batch
 
     with raw:
@@ -128,12 +137,16 @@ def iter_raw_lines(url: str, batch_rows: int = DEFAULT_BATCH_ROWS, max_line_byte
                 if not line:
                     break
                 lineno += 1
+                offsets.append(pos)
+                pos += len(line)
                 if lineno == 1 and line.startswith(_BOM):
                     line = line[len(_BOM):]
+                    offsets[-1] += len(_BOM)
                 if len(line) > max_line_bytes and not line.endswith(b"\n"):
                     # keep a prefix for the quarantine, skip the rest of this line
                     while True:
                         rest = stream.readline(max_line_bytes)
+                        pos += len(rest)
                         if not rest or rest.endswith(b"\n"):
                             break
                     lines.append(line[:4096]); numbers.append(lineno); errors.append("line_too_long")
@@ -145,9 +158,12 @@ def iter_raw_lines(url: str, batch_rows: int = DEFAULT_BATCH_ROWS, max_line_byte
                         lines.append(stripped); numbers.append(lineno); errors.append(None)
                 if len(lines) >= batch_rows:
                     yield flush()
-        except (zstandard.ZstdError, EOFError, OSError, zlib.error) as e:
-            # truncated/corrupt compressed stream: keep what was read, record the failure
-            lines.append(None); numbers.append(lineno + 1)
+        except (zstandard.ZstdError, EOFError, gzip.BadGzipFile, zlib.error) as e:
+            # truncated/corrupt compressed stream: keep what was read, record the failure.
+            # (Any other OSError is storage failing, not the file: it propagates, never "truncated".)
+            if len(offsets) > len(lines):  # the failing read was counted as a line start
+                offsets.pop()
+            lines.append(None); numbers.append(lineno + 1); offsets.append(pos)
             errors.append(f"truncated_file: {type(e).__name__}")
         if lines:
             yield flush()
@@ -268,7 +284,8 @@ def iter_parquet_rows(url: str, batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterato
     def batch_of(raws, errs, start) -> pa.RecordBatch:
         return pa.RecordBatch.from_arrays(
             [pa.array(raws, pa.binary()), pa.array([url] * len(raws), pa.string()),
-             pa.array(range(start + 1, start + len(raws) + 1), pa.int64()), pa.array(errs, pa.string())],
+             pa.array(range(start + 1, start + len(raws) + 1), pa.int64()), pa.array(errs, pa.string()),
+             pa.nulls(len(raws), pa.int64())],
             schema=RAW_LINES)
 
     try:
@@ -276,6 +293,8 @@ def iter_parquet_rows(url: str, batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterato
     except FileNotFoundError:
         raise InputError(f"input not found: {url}") from None
     except Exception as e:  # noqa: BLE001 - pyarrow raises ArrowInvalid/OSError for non-Parquet bytes
+        if not _parquet_damage(e):
+            raise
         yield batch_of([None], [f"unreadable_file: {type(e).__name__}"], 0)
         return
     try:
@@ -284,7 +303,15 @@ def iter_parquet_rows(url: str, batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterato
             yield batch_of(raws, errs, row)
             row += batch.num_rows
     except Exception as e:  # noqa: BLE001 - a corrupt page/row group: keep what was read
+        if not _parquet_damage(e):
+            raise
         yield batch_of([None], [f"truncated_file: {type(e).__name__}"], row)
+
+
+def _parquet_damage(e: BaseException) -> bool:
+    """pyarrow's own errors mean the bytes are not (valid) Parquet; errors raised by the storage
+    stack under it (botocore, aiohttp, s3fs) mean reading failed and must not pass as bad input."""
+    return (type(e).__module__ or "").startswith("pyarrow")
 
 
 def read_table(paths: list[str], columns: list[str] | None = None) -> pa.Table:

@@ -4,8 +4,10 @@ The contract: an engine groups the final rows by `shard_ids(key)`, hands each
 shard's rows (any order) to `write_shard`, collects the returned `ShardInfo`
 dicts, and calls `commit` once. `write_shard` sorts, writes atomically and is
 resumable: if the final file exists and its sidecar says it was written from
-the same content fingerprint, it is reused (checksum verified) instead of
-rewritten. Formats register a `ShardWriter` (parquet here; `packed` and
+the same content fingerprint *under the same reuse key* (the run's config hash,
+which covers the pipeline, library versions and artifact digests, plus the
+writer settings: format, shard count, key, options such as packing and
+seq_len), it is reused (checksum verified) instead of rewritten. Formats register a `ShardWriter` (parquet here; `packed` and
 `megatron` in `datakit.stages.tokenize`).
 """
 from __future__ import annotations
@@ -22,9 +24,11 @@ import xxhash
 
 from datakit.io.atomic import atomic_path, sha256_file, write_json_atomic
 from datakit.io.fs import filesystem
+from datakit.io.layout import data_file, manifest_files, prune_data, write_card
 from datakit.plan import SinkSpec
 
-FORMAT_VERSION = 1
+# 2: data files under data/ (schemas/output_layout.md); a version-1 shard is never reused
+FORMAT_VERSION = 2
 
 
 def shard_ids(keys: pa.Array | pa.ChunkedArray, shards: int) -> np.ndarray:
@@ -118,7 +122,7 @@ class ParquetShardWriter:
     name = "parquet"
 
     def write(self, table: pa.Table, shard: int, out_url: str, spec: SinkSpec) -> dict[str, Any]:
-        fname = f"part-{shard:05d}.parquet"
+        fname = data_file(f"part-{shard:05d}.parquet")
         write_parquet(table, f"{out_url.rstrip('/')}/{fname}")
         return {"files": [fname], "rows": table.num_rows}
 
@@ -126,49 +130,79 @@ class ParquetShardWriter:
         return {}
 
 
+def shard_reuse_key(spec: SinkSpec) -> str:
+    """Everything besides a shard's rows that determines its bytes: the run's identity (config hash:
+    pipeline, library versions, artifact digests) and the writer settings, plus the format version."""
+    from datakit import __version__
+
+    blob = json.dumps({"identity": spec.identity, "format": spec.format, "format_version": FORMAT_VERSION,
+                       "datakit": __version__, "shards": spec.shards, "key": spec.key, "sort_key": spec.sort_key,
+                       "options": spec.options}, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
 def write_shard(table: pa.Table, shard: int, spec: SinkSpec, schema: pa.Schema | None = None) -> dict[str, Any]:
-    """Sort one shard, write it with the spec's format (or reuse a finished identical one), return its info."""
+    """Sort one shard, write it with the spec's format (or reuse a finished identical one), return its info.
+
+    Reuse needs the same rows (content fingerprint) *and* the same reuse key: a rerun with another
+    packing, seq_len, tokenizer, shard count or stage option rewrites the shard."""
     out = spec.path.rstrip("/")
     if schema is not None:
         table = table.select(schema.names).cast(schema)
     table = sort_shard(table, spec.sort_key or spec.key)
     fingerprint = table_fingerprint(table)
+    reuse_key = shard_reuse_key(spec)
     sidecar = f"{out}/_shards/shard-{shard:05d}.json"
     fs, sp = filesystem(sidecar)
     if fs.exists(sp):
         try:
             info = json.loads(fs.cat_file(sp))
-            if info.get("fingerprint") == fingerprint and all(
+            if info.get("fingerprint") == fingerprint and info.get("reuse_key") == reuse_key and all(
                 sha256_file(f"{out}/{f}") == info["sha256"][f] for f in info["files"]
             ):
+                info["bytes"] = _sizes(out, info["files"])
                 info["reused"] = True
                 return info
         except (OSError, ValueError, KeyError):
             pass  # stale or partial sidecar: rewrite the shard
+        fs.rm(sp)  # from here on the old shard is not reusable, even if this write is interrupted
     writer = writer_for(spec.format)
     info = writer.write(table, shard, out, spec)
     info["shard"] = shard
     info["fingerprint"] = fingerprint
+    info["reuse_key"] = reuse_key  # covers FORMAT_VERSION too
+    info["format_version"] = FORMAT_VERSION
     info["sha256"] = {f: sha256_file(f"{out}/{f}") for f in info["files"]}
+    info["bytes"] = _sizes(out, info["files"])
     write_json_atomic(sidecar, info)
     info["reused"] = False
     return info
 
 
+def _sizes(out: str, files: list[str]) -> dict[str, int]:
+    """File name -> size in bytes (the manifest records them; readers check them on every open)."""
+    fs, _ = filesystem(out)
+    return {f: int(fs.size(filesystem(f"{out}/{f}")[1])) for f in files}
+
+
 def commit(spec: SinkSpec, shards: list[dict[str, Any]], manifest: dict[str, Any]) -> dict[str, Any]:
-    """Write manifest.json (last, atomically) and `_SUCCESS`. Returns the manifest."""
+    """Write the dataset card, manifest.json (atomically, after every data file), then drop data files
+    the manifest does not list and write `_SUCCESS`. Returns the manifest."""
     out = spec.path.rstrip("/")
     shards = sorted(shards, key=lambda s: s["shard"])
     writer = writer_for(spec.format)
     body = {
         "format": spec.format,
         "format_version": FORMAT_VERSION,
-        "shards": [{k: v for k, v in s.items() if k not in ("reused", "fingerprint")} for s in shards],
+        "shards": [{k: v for k, v in s.items() if k not in ("reused", "fingerprint", "format_version", "reuse_key")}
+                   for s in shards],
         "rows": int(sum(s["rows"] for s in shards)),
         **manifest,
         **writer.manifest_extra(spec, shards),
     }
+    write_card(out, body)
     write_json_atomic(f"{out}/manifest.json", body)
+    prune_data(out, manifest_files(body))
     fs, p = filesystem(f"{out}/_SUCCESS")
     with fs.open(p, "wb") as f:
         f.write(b"")

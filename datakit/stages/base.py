@@ -26,6 +26,7 @@ BUILTIN_STAGE_MODULES: dict[str, str] = {
     "dedup": "datakit.stages.dedup.stage",
     "decontaminate": "datakit.stages.decontaminate.stage",
     "tokenize": "datakit.stages.tokenize.stage",
+    "kto": "datakit.stages.kto",
 }
 
 _REGISTRY: dict[str, type["StageConfig"]] = {}
@@ -43,6 +44,23 @@ class CompileContext:
     base_dir: Path = field(default_factory=Path.cwd)
     output_path: str | None = None
     artifacts: dict[str, Any] = field(default_factory=dict)
+    # what the output depends on beyond the config (recorded in the manifest, folded into the
+    # config hash): `record` files it under the stage being compiled (`stage`, set by the compiler)
+    environment: dict[str, Any] = field(default_factory=dict)
+    stage: str = ""
+
+    def record(self, key: str, value: Any) -> None:
+        """Note something this stage's output depends on that the config alone does not pin:
+        an artifact's digest, a library version, a choice made from what is installed.
+        It lands in the manifest and in the config hash, so reuse of earlier work is refused
+        when it differs (see docs/architecture.md, "The determinism contract")."""
+        self.environment.setdefault("stages", {}).setdefault(self.stage or "?", {})[key] = value
+
+    def record_files(self, key: str, urls: list[str]) -> None:
+        """`record` the sha256 of each file a stage loads at compile time (in the given order)."""
+        from datakit.io.identity import file_digest
+
+        self.record(key, [file_digest(u) for u in urls])
 
     def resolve(self, path: str) -> str:
         """Resolve a pipeline-relative local path; URLs (s3://, memory://) pass through."""

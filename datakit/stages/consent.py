@@ -228,6 +228,8 @@ class ConsentConfig(StageConfig):
         files = self.optout_files(ctx)
         if self.resolved_mode(files) == "broadcast":
             users, orgs = load_optouts(files)
+            # loaded now, not read as plan input: their content is part of the run's identity
+            ctx.record("optouts", ids_digest(users, orgs))
             return rel.map_batches(ConsentFn(users, orgs), rel.schema, name="consent")
         out = rel.map_batches(ConsentFn(), rel.schema, name="privacy_mode")
         parquet = [f for f in files if f.endswith(".parquet")]
@@ -244,3 +246,10 @@ class ConsentConfig(StageConfig):
             for right in lists:
                 out = out.join(right, column, column, how="anti", reason=reason, broadcast=True)
         return out
+
+
+def ids_digest(*id_sets) -> str:
+    """sha256 of id lists loaded at compile (order-free): what a consent/forget run's output depends on."""
+    from datakit.io.identity import digest
+
+    return digest([sorted(set(ids)) for ids in id_sets])

@@ -16,7 +16,7 @@ from pydantic import Field
 from datakit.io.fs import expand
 from datakit.plan import DROP, Rel
 from datakit.stages.base import CompileContext, StageConfig, register_stage
-from datakit.stages.consent import OPTOUT_SUFFIXES, read_id_lists
+from datakit.stages.consent import OPTOUT_SUFFIXES, ids_digest, read_id_lists
 
 class ForgetFn:
     """Batch function over training records: `_drop` = opt_out_user / opt_out_org / deleted_event by lineage.
@@ -70,5 +70,6 @@ class ForgetConfig(StageConfig):
         paths = [self.optouts] if isinstance(self.optouts, str) else list(self.optouts)
         files = expand([ctx.resolve(p) for p in paths], suffixes=OPTOUT_SUFFIXES)
         lists = read_id_lists(files, ("user_id", "org_id", "event_id"))
+        ctx.record("optouts", ids_digest(lists["user_id"], lists["org_id"], lists["event_id"]))
         fn = ForgetFn(lists["user_id"], lists["org_id"], lists["event_id"])
         return rel.map_batches(fn, rel.schema, name="forget", drop_log_key="doc_id")

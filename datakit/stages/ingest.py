@@ -17,17 +17,22 @@ rows are checked by the very same code (the reader hands them over as JSON).
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import re
 from datetime import datetime, timezone
 from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import BaseModel, ConfigDict, Field
 
 from datakit.contracts import (EDITOR_EVENT_V1, EVENT_TYPES, OUTCOMES, REQUIRED_ALWAYS, REQUIRED_BY_TYPE)
 from datakit.plan import DROP, DROP_DETAIL, Rel
 from datakit.stages.base import CompileContext, StageConfig, register_stage
+
+log = logging.getLogger(__name__)
 
 _STR = (str,)
 _FIELD_TYPES: dict[str, Any] = {
@@ -208,8 +213,58 @@ def _to_arrow(rows: list[dict[str, Any]], drops: list, details: list, raws: list
     return pa.Table.from_pylist(rows, schema=EDITOR_EVENT_V1)
 
 
+QuarantineRaw = Literal["scrubbed", "hash", "verbatim"]
+_SCRUBBER: Any = None
+
+
+def _scrub(texts: list[str]) -> list[str]:
+    """`scrub_pii`'s detectors (secrets and personal data, placeholder policy, no NER), built once per process."""
+    global _SCRUBBER
+    if _SCRUBBER is None:
+        from datakit.stages.scrub_pii.stage import ScrubPiiConfig
+
+        _SCRUBBER = ScrubPiiConfig(ner="off", default_policy="placeholder").build_fn()
+    return _SCRUBBER.scrub(texts)[0]
+
+
+def _fingerprint(raw: bytes, offset: int | None) -> bytes:
+    where = f"bytes={offset}-{offset + len(raw)}" if offset is not None else f"length={len(raw)}"
+    return f"sha256={hashlib.sha256(raw).hexdigest()};{where}".encode()
+
+
+def quarantine_raw(raws: list[bytes | None], offsets: list[int | None], mode: QuarantineRaw) -> list[bytes | None]:
+    """What `_quarantine/` keeps of each rejected line (issue 18: quarantine is next to the dataset and
+    read by operators, so it must not be a back door for the secrets and personal data the pipeline removes).
+
+    * `scrubbed` (default): the line with `scrub_pii`'s findings replaced by placeholders;
+      if the scrubber cannot be loaded the line is hashed instead (never kept verbatim);
+    * `hash`: `sha256=<hex>;bytes=<start>-<end>` -- enough to find the line in the input;
+    * `verbatim`: the line as read (only for inputs known to be clean).
+    """
+    if mode == "verbatim":
+        return raws
+    idx = [i for i, r in enumerate(raws) if r is not None]
+    out = list(raws)
+    if mode == "scrubbed" and idx:
+        try:
+            clean = _scrub([raws[i].decode("utf-8", "replace") for i in idx])
+        except (ImportError, OSError) as e:
+            log.warning("quarantine: scrubber unavailable (%s); quarantined lines are hashed", type(e).__name__)
+            mode = "hash"
+        else:
+            for i, text in zip(idx, clean):
+                out[i] = (text or "").encode("utf-8", "replace")
+            return out
+    for i in idx:
+        out[i] = _fingerprint(raws[i], offsets[i])
+    return out
+
+
 class IngestFn:
     """Picklable batch function: RAW_LINES (JSON Lines, or Parquet rows as JSON) -> EDITOR_EVENT_V1 (+ `_drop`)."""
+
+    def __init__(self, raw_mode: QuarantineRaw = "scrubbed") -> None:
+        self.raw_mode = raw_mode
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         files = batch.column("_source_file").to_pylist()
@@ -241,9 +296,11 @@ class IngestFn:
             drops.append(reason)
             details.append(detail)
         out = _to_arrow(rows, drops, details, raws, raw_col)
+        offsets = (batch.column("_offset").to_pylist() if "_offset" in batch.schema.names
+                   else [None] * batch.num_rows)
         out = out.append_column(DROP, pa.array(drops, pa.string()))
         out = out.append_column(DROP_DETAIL, pa.array(details, pa.string()))
-        out = out.append_column("_raw", pa.array(raws, pa.binary()))
+        out = out.append_column("_raw", pa.array(quarantine_raw(raws, offsets, self.raw_mode), pa.binary()))
         return out.combine_chunks().to_batches()[0] if out.num_rows else pa.RecordBatch.from_pylist([], schema=out.schema)
 
 
@@ -280,6 +337,13 @@ class RepeatedCopies:
                                           names=["_source_file", "_source_line", DROP])
 
 
+class QuarantineOptions(BaseModel):
+    """`quarantine: {raw: scrubbed | hash | verbatim}` -- what `_quarantine/` keeps of a rejected line."""
+
+    model_config = ConfigDict(extra="forbid")
+    raw: QuarantineRaw = "scrubbed"
+
+
 @register_stage
 class IngestConfig(StageConfig):
     """Parse + validate editor events (JSON Lines or Parquet) against editor_event.v1.
@@ -292,11 +356,12 @@ class IngestConfig(StageConfig):
 
     kind: Literal["ingest"] = "ingest"
     drop_duplicate_events: bool = True
+    quarantine: QuarantineOptions = Field(default_factory=lambda: QuarantineOptions())
     consumes = "raw"
     produces = "editor_event.v1"
 
     def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
-        events = rel.map_batches(IngestFn(), EDITOR_EVENT_V1, name="parse_validate", quarantine=True)
+        events = rel.map_batches(IngestFn(self.quarantine.raw), EDITOR_EVENT_V1, name="parse_validate", quarantine=True)
         if not self.drop_duplicate_events:
             return events
         # A side branch finds the (usually few) repeated copies; the events then stream past

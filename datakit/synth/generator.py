@@ -13,6 +13,7 @@ same arguments give byte-identical files.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import heapq
 import io
 import json
@@ -29,6 +30,7 @@ import zstandard
 
 from datakit.synth import events as ev
 from datakit.synth import plants as pl
+from datakit.synth import repos as rp
 from datakit.synth.corpus import shared_corpus
 
 GROUND_TRUTH_FILE = "_ground_truth.jsonl"
@@ -133,7 +135,7 @@ class Generator:
     def __init__(self, out_dir: str | os.PathLike, events: int, seed: int, *, days: int, start_date: str,
                  users: int | None, orgs: int | None, rows_per_part: int, plant_scale: float,
                  malformed_rate: float, other_languages: float, zstd_level: int,
-                 code_roots: tuple[str, ...] = ()) -> None:
+                 code_roots: tuple[str, ...] = (), repositories: int = 0) -> None:
         if events < 1:
             raise ValueError("events must be >= 1")
         if days < 1:
@@ -142,6 +144,9 @@ class Generator:
             raise ValueError("rows_per_part must be >= 1")
         if not 0.0 <= other_languages <= 1.0:
             raise ValueError("other_languages is a share: between 0 and 1")
+        if repositories < 0:
+            raise ValueError("repositories must be >= 0")
+        self.repositories = repositories
         self.out = Path(out_dir)
         self.events, self.seed, self.days = events, seed, days
         self.start = dt.date.fromisoformat(start_date)
@@ -468,6 +473,8 @@ class Generator:
                 writer = _PartWriter(self.out, day.isoformat(), self.rows_per_part, self.zstd_level)
                 try:
                     self._day(d, day, budget, writer)
+                    for k in range(d, self.repositories, self.days):
+                        self._project(k, day, writer)
                 finally:
                     writer.close()
                 files += writer.files
@@ -523,6 +530,79 @@ class Generator:
                 s.remaining -= len(produced)
             budget -= s.length_done
 
+    # ------------------------------------------------------------ repository projects
+    def _project(self, k: int, day: dt.date, w: _PartWriter) -> None:
+        """One developer writing a multi-file project (synth/repos.py) in one session, file by file.
+
+        Ground truth: `repository` and `repo_file` rows (final text digest, import
+        edges) and one `feedback` row per completion (outcome, accepted share, and
+        whether the accepted text is still there at the next event on that file).
+        Projects belong to consenting users, so their records reach every stage.
+        """
+        rng = random.Random(f"datakit-synth:{self.seed}:repo:{k}")
+        user = rng.choice(self.clean_users)
+        repo = rp.build_repository(rng, self.corpus, user.org_id, k)
+        start = dt.datetime.combine(day, dt.time(8)) + dt.timedelta(seconds=rng.randint(0, 8 * 3600))
+        s = Session(user, f"s_{_hex(rng, 16)}", repo.repo_id, repo.commit, False, start, 0)
+        self._gt_write({"kind": "repository", "repo_id": repo.repo_id, "commit": repo.commit,
+                        "language": repo.language, "files": [f.path for f in repo.files]})
+        for f in repo.files:
+            self._gt_write({"kind": "repo_file", "repo_id": repo.repo_id, "commit": repo.commit, "path": f.path,
+                            "language": repo.language, "imports": f.imports,
+                            "sha256": hashlib.sha256(f.text.encode()).hexdigest()})
+        order = list(repo.files)
+        rng.shuffle(order)  # the order files are written in says nothing about their imports
+        for f in order:
+            produced = self._write_file(rng, s, f, repo.language)
+            for i, (e, retained) in enumerate(produced):
+                nxt = produced[i + 1][0] if i + 1 < len(produced) else None
+                _, ln = w.write(_dumps(e).encode())
+                self._count(e)
+                acc = e.get("accepted_text")
+                self._gt_write({
+                    "kind": "feedback", "event_id": e["event_id"], "repo_id": repo.repo_id, "path": f.path,
+                    "language": repo.language, "outcome": e["outcome"], "latency_ms": e["latency_ms"],
+                    "suggestion_chars": len(e["suggestion"]), "accepted_chars": len(acc) if acc is not None else 0,
+                    "retained": retained if nxt is not None and acc is not None else None,
+                    "next_event_id": nxt["event_id"] if nxt is not None else None,
+                    "gap_ms": _gap_ms(e["timestamp"], nxt["timestamp"]) if nxt is not None else None})
+
+    def _write_file(self, rng: random.Random, s: "Session", f: "rp.RepoFile", lang: str) -> list[tuple[dict, bool | None]]:
+        """Completions that write `f.text` from the top in a few steps: (event, is the accepted text kept?)."""
+        text, path = f.text, f.path
+        offs = ev._line_offsets(text)
+        n = len(offs) - 1
+        steps = max(1, min(4, n // 12))
+        cuts = sorted(rng.sample(range(1, n), steps - 1)) + [n] if n > steps else [n]
+        out: list[tuple[dict, bool | None]] = []
+        prev = 0
+        for j, c in enumerate(cuts):
+            pre, truth = text[:offs[prev]], text[offs[prev]:offs[c]]
+            last = j == len(cuts) - 1
+            if rng.random() < 0.25:
+                out.append((self._tab(rng, s, text, path, lang, outcome="ignored", split=(pre, truth, ""),
+                                      suggestion=truth if rng.random() < 0.5 else _throwaway(rng, lang)), None))
+            if rng.random() < 0.25:
+                out.append((self._tab(rng, s, text, path, lang, outcome="rejected", split=(pre, truth, ""),
+                                      suggestion=_throwaway(rng, lang)), None))
+            r = rng.random()
+            if r < 0.12:  # accepted, then deleted: the next event at this cursor no longer has it
+                out.append((self._tab(rng, s, text, path, lang, outcome="accepted", split=(pre, truth, ""),
+                                      suggestion=_throwaway(rng, lang)), False))
+                out.append((self._tab(rng, s, text, path, lang, outcome="accepted", split=(pre, truth, ""),
+                                      suggestion=truth), True))
+            elif r < 0.32 and not last:  # partial: the kept part is a prefix of the truth, the user types the rest
+                out.append((self._tab(rng, s, text, path, lang, outcome="partial", split=(pre, truth, ""),
+                                      suggestion=truth), True))
+            else:
+                out.append((self._tab(rng, s, text, path, lang, outcome="accepted", split=(pre, truth, ""),
+                                      suggestion=truth), True))
+            prev = c
+        if rng.random() < 0.7:  # a follow-up at the end of the finished file
+            out.append((self._tab(rng, s, text, path, lang, outcome=rng.choice(["ignored", "rejected"]),
+                                  split=(text, "", ""), suggestion=_throwaway(rng, lang)), None))
+        return out
+
     def _placeable(self, p: Plant, user: User) -> bool:
         """A second copy of a duplicate goes to another user (a fork), unless only one user consents."""
         return p.args.get("first_user") != user.user_id or len(self.clean_users) == 1
@@ -565,6 +645,19 @@ class Generator:
         }
 
 
+def _gap_ms(a: str, b: str) -> int:
+    """Milliseconds from timestamp `a` to `b` (the generator's own ISO format)."""
+    fmt = "%Y-%m-%dT%H:%M:%S.%fZ"
+    return (dt.datetime.strptime(b, fmt) - dt.datetime.strptime(a, fmt)) // dt.timedelta(milliseconds=1)
+
+
+def _throwaway(rng: random.Random, lang: str) -> str:
+    """A suggestion that appears nowhere else (a fresh identifier): if accepted and then deleted, it is gone."""
+    name = f"tmp_{_hex(rng, 10)}"
+    return {"python": f"{name} = None\n", "go": f"var {name} = 0\n", "rust": f"let {name} = 0;\n"}.get(
+        lang, f"const {name} = null;\n")
+
+
 @dataclass
 class Session:
     user: User
@@ -587,7 +680,8 @@ class Session:
 def generate(out_dir: str | os.PathLike, events: int = 1000, seed: int = 0, *, days: int = 3,
              start_date: str = "2026-11-01", users: int | None = None, orgs: int | None = None,
              rows_per_part: int = 100_000, plant_scale: float = 1.0, malformed_rate: float = 0.003,
-             other_languages: float = 0.1, zstd_level: int = 3, code_roots: list[str] | tuple[str, ...] = ()) -> dict:
+             other_languages: float = 0.1, zstd_level: int = 3, code_roots: list[str] | tuple[str, ...] = (),
+             repositories: int = 0) -> dict:
     """Write synthetic editor logs with planted ground truth into `out_dir`; return the summary.
 
     Layout written::
@@ -605,7 +699,16 @@ def generate(out_dir: str | os.PathLike, events: int = 1000, seed: int = 0, *, d
     `events` counts valid events (malformed lines come on top). `plant_scale`
     multiplies plant rates (0 disables plants except malformed lines, which
     `malformed_rate=0` disables). Same arguments -> byte-identical files.
+
+    `repositories=N` adds N project sessions (after the ordinary sessions of a
+    day, spread over the days): a consenting user writes a multi-file repository
+    with real imports (Python, TypeScript, JavaScript, Go, Rust) through tab
+    completions that are accepted, partly accepted, rejected or ignored, some
+    accepted ones deleted again; ground truth kinds `repository`, `repo_file`
+    and `feedback`. Their events come on top of `events` (the summary counts
+    all). `repositories=0` (the default) writes exactly what earlier versions did.
     """
     return Generator(out_dir, events, seed, days=days, start_date=start_date, users=users, orgs=orgs,
                      rows_per_part=rows_per_part, plant_scale=plant_scale, malformed_rate=malformed_rate,
-                     other_languages=other_languages, zstd_level=zstd_level, code_roots=tuple(code_roots)).run()
+                     other_languages=other_languages, zstd_level=zstd_level, code_roots=tuple(code_roots),
+                     repositories=repositories).run()

@@ -97,7 +97,7 @@ def _run(root: Path, name: str, stage: dict):
          .add({"kind": "ingest"}).add(stage).output(str(root / name), shards=2))
     res = p.run(engine="local", workers=1)
     st = next(s for s in res.stages if s["name"] == "consent")
-    files = sorted((root / name).glob("part-*.parquet"))
+    files = sorted((root / name).glob("data/part-*.parquet"))
     return st, [f.read_bytes() for f in files], pq.read_table(files).to_pylist() if files else []
 
 
@@ -164,13 +164,13 @@ def test_forget_on_an_existing_output_equals_a_fresh_run(logs, tmp_path):
         (Pipeline("x", seed=0).input(src).add({"kind": "ingest"}).add({"kind": "consent", **consent})
          .add({"kind": "extract", "kinds": ["code", "fim", "sft", "preference"]}).output(str(out), shards=2)
          .run(engine="local", workers=1))
-        return pq.read_table(sorted(Path(out).glob("part-*.parquet")))
+        return pq.read_table(sorted(Path(out).glob("data/part-*.parquet")))
 
     before = extract(tmp_path / "before", {})  # privacy mode only: the deletion has not arrived yet
     fresh = extract(tmp_path / "fresh", {"optouts": optouts})
-    res = (Pipeline("forget", seed=0).input(str(tmp_path / "before" / "part-*.parquet"), format="parquet", schema="training_record.v1")
+    res = (Pipeline("forget", seed=0).input(str(tmp_path / "before"), format="parquet", schema="training_record.v1")
            .add({"kind": "forget", "optouts": optouts}).output(str(tmp_path / "after"), shards=2).run(engine="local", workers=1))
-    after = pq.read_table(sorted((tmp_path / "after").glob("part-*.parquet")))
+    after = pq.read_table(sorted((tmp_path / "after").glob("data/part-*.parquet")))
     assert after.sort_by("doc_id").to_pylist() == fresh.sort_by("doc_id").to_pylist()
     st = res.stage("forget")
     assert sum(st["dropped"].values()) == before.num_rows - fresh.num_rows > 0

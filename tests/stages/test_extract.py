@@ -282,7 +282,7 @@ def _run(inp: str, out: Path, kinds: list[str], workers: int = 1, optouts: str |
         p = p.add({"kind": "consent", "optouts": optouts})
     p = p.add({"kind": "extract", "kinds": kinds}).output(str(out), shards=2)
     res = p.run(engine="local", workers=workers)
-    files = sorted(out.glob("part-*.parquet"))
+    files = sorted(out.glob("data/part-*.parquet"))
     return res, pq.read_table(files).to_pylist(), [f.read_bytes() for f in files]
 
 

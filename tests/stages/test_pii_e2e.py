@@ -33,7 +33,7 @@ def scrubbed(tmp_path_factory):
         res = p.run(engine="local", workers=2)
     finally:
         logging.getLogger().removeHandler(handler)
-    rows = pq.read_table(sorted(out.glob("part-*.parquet"))).to_pylist()
+    rows = pq.read_table(sorted(out.glob("data/part-*.parquet"))).to_pylist()
     return root, res, rows, handler.text()
 
 

@@ -70,14 +70,14 @@ def test_sliced_batches_give_the_same_rows() -> None:
 
 
 def test_no_spacy_model_logs_once_and_runs(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without a spaCy pipeline (simulated: one may be installed here) the stage runs pattern-only."""
+    """Without a spaCy pipeline (simulated: one may be installed here) `ner: auto` runs pattern-only."""
     from datakit.stages.scrub_pii import presidio_bridge
 
     monkeypatch.setattr(presidio_bridge, "installed_spacy_model", lambda: None)
     monkeypatch.setattr(presidio_bridge, "_ner_warned", False)
     with caplog.at_level(logging.WARNING, logger="datakit.pii"):
-        fn = ScrubPiiConfig().build_fn()
-        ScrubPiiConfig().build_fn()
+        fn = ScrubPiiConfig(ner="auto").build_fn()
+        ScrubPiiConfig(ner="auto").build_fn()
     msgs = [r.getMessage() for r in caplog.records if "spaCy" in r.getMessage()]
     assert len(msgs) == 1 and "pattern detectors only" in msgs[0]
     assert fn.person is None

@@ -216,12 +216,12 @@ def test_megatron_export_reads_back_with_independent_reader(tmp_path, mixed_reco
     expect = {r["doc_id"]: r for r in encoded.to_pylist() if r["kind"] != "preference"}
     seen = 0
     for s in m["shards"]:
-        prefix = tmp_path / "meg" / f"tokens-{s['shard']:05d}"
+        prefix = tmp_path / "meg" / "data" / f"tokens-{s['shard']:05d}"
         dtype, seqs, doc_idx = read_megatron(prefix)
         assert dtype == np.uint16
         assert doc_idx.tolist() == list(range(len(seqs) + 1))  # one sequence per document
-        docs = pq.read_table(tmp_path / "meg" / f"docs-{s['shard']:05d}.parquet").column("doc_id").to_pylist()
-        _, masks, _ = read_megatron(tmp_path / "meg" / f"loss_mask-{s['shard']:05d}")  # SFT/FIM masks kept
+        docs = pq.read_table(tmp_path / "meg" / "data" / f"docs-{s['shard']:05d}.parquet").column("doc_id").to_pylist()
+        _, masks, _ = read_megatron(tmp_path / "meg" / "data" / f"loss_mask-{s['shard']:05d}")  # SFT/FIM masks kept
         for doc_id, ids, mask in zip(docs, seqs, masks, strict=True):
             assert ids.tolist() == expect[doc_id]["input_ids"]
             assert mask.tolist() == expect[doc_id]["loss_mask"]
@@ -230,7 +230,7 @@ def test_megatron_export_reads_back_with_independent_reader(tmp_path, mixed_reco
     # the packed layout and megatron see the same documents in the same shuffle order
     p = build_dataset(mixed_records, str(tmp_path / "pk"), cfg, shards=2, format="packed")
     for s_meg, s_pk in zip(m["shards"], p["shards"]):
-        a = pq.read_table(tmp_path / "meg" / f"docs-{s_meg['shard']:05d}.parquet").column("doc_id")
+        a = pq.read_table(tmp_path / "meg" / "data" / f"docs-{s_meg['shard']:05d}.parquet").column("doc_id")
         b = pq.read_table(tmp_path / "pk" / s_pk["arrays"]["docs"]).column("doc_id")
         assert a.equals(b)
 
@@ -248,7 +248,7 @@ def test_pipeline_local_engine_is_byte_identical_across_workers(tmp_path, mixed_
          .add({"kind": "tokenize", "tokenizer": TOKENIZER, "seq_len": 256, "packing": "best_fit", "fim_rate": 0.5})
          .output(str(tmp_path / "out"), format="packed", shards=2))
     sums = assert_conformant(p, tmp_path)
-    assert any(f.startswith("tokens-") for f in sums)
+    assert any(f.startswith("data/tokens-") for f in sums)
     out = next(tmp_path.glob("conf-0-*"))
     manifest = json.loads((out / "manifest.json").read_text())
     run = json.loads((out / "_run.json").read_text())
@@ -281,19 +281,19 @@ def test_tokenize_stage_from_yaml_with_relative_tokenizer(tmp_path, mixed_record
     (tmp_path / "p.yaml").write_text(
         "name: t\nseed: 2\ninput: {path: in.parquet, format: parquet, schema: training_record.v1}\n"
         "stages:\n  - {kind: tokenize, tokenizer: tok, seq_len: 64, packing: concat, fim_rate: 0.5}\n"
-        "output: {path: out, format: megatron, shards: 1}\n")
+        "output: {path: out, format: megatron, shards: 1, allow_unmasked: true}\n")
     p = Pipeline.from_yaml(str(tmp_path / "p.yaml"))
     res = p.run(engine="local", workers=1)
     m = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert m["layout"] == "megatron.mmidx.v1" and m["seq_len"] == 64
     assert m["tokenizer"]["sha256"] == load_tokenizer(TOKENIZER).sha256
-    _, seqs, _ = read_megatron(tmp_path / "out" / "tokens-00000")
+    _, seqs, _ = read_megatron(tmp_path / "out" / "data" / "tokens-00000")
     assert len(seqs) == m["totals"]["documents"] == res.stages[0]["rows_out"] - m["totals"]["preference_pairs"]
     from datakit.cli.inspect import inspect_dataset
 
     shown = inspect_dataset(tmp_path / "out", sequences=2, max_chars=10_000)
     tok = load_tokenizer(TOKENIZER)
-    assert "tokens-00000 document 1:" in shown and tok.decode(seqs[1].tolist()) in shown
+    assert "data/tokens-00000 document 1:" in shown and tok.decode(seqs[1].tolist()) in shown
 
 
 def test_large_vocab_uses_int32_and_loader_reads_it(tmp_path, mixed_records):
@@ -342,9 +342,35 @@ def test_spark_engine_writes_the_same_bytes(tmp_path, spark):
              .input(str(tmp_path / "logs" / "**" / "*.jsonl.zst"), format="jsonl", schema="editor_event.v1")
              .add({"kind": "ingest"}).add({"kind": "extract", "kinds": ["code", "fim", "sft"]})
              .add({"kind": "tokenize", "tokenizer": TOKENIZER, "seq_len": 256, "packing": "best_fit", "fim_rate": 0.5})
-             .output(str(tmp_path / "out"), format=fmt, shards=2))
+             .output(str(tmp_path / "out"), format=fmt, shards=2, allow_unmasked=fmt == "megatron"))
         sums = assert_conformant(p, tmp_path / fmt, variants=LOCAL_VARIANTS[:1] + spark_variants((1, 3)))
-        assert any(f.startswith("tokens-") for f in sums)
+        assert any(f.startswith("data/tokens-") for f in sums)
+
+
+@pytest.mark.parametrize("kinds,fails", [(["code", "sft"], True), (["code"], False), (None, True)])
+def test_masked_data_to_megatron_is_a_compile_error_unless_opted_out(tmp_path, kinds, fails):
+    from datakit import Pipeline
+    from datakit.pipeline import PipelineError
+
+    def pipe(**kw):
+        p = Pipeline("m").input(str(tmp_path / "logs"))
+        if kinds is None:  # records as input: kinds unknown, masks assumed
+            p = Pipeline("m").input(str(tmp_path / "in.parquet"), format="parquet", schema="training_record.v1")
+        else:
+            p = p.add({"kind": "ingest"}).add({"kind": "extract", "kinds": kinds})
+        return p.add({"kind": "tokenize", "tokenizer": TOKENIZER}).output(str(tmp_path / "o"), format="megatron", **kw)
+
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "a.jsonl").write_text("{}\n")
+    pq.write_table(pa.table({"doc_id": ["x"]}), tmp_path / "in.parquet")
+    if fails:
+        with pytest.raises(PipelineError, match="cannot carry loss masks.*allow_unmasked"):
+            pipe().compile()
+    else:
+        pipe().compile()
+    pipe(allow_unmasked=True).compile()  # the opt-out
+    Pipeline("m").input(str(tmp_path / "in.parquet"), format="parquet", schema="training_record.v1").add(
+        {"kind": "tokenize", "tokenizer": TOKENIZER}).output(str(tmp_path / "o"), format="packed").compile()
 
 
 def test_packed_output_without_tokenize_stage_fails_at_compile(tmp_path):

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -41,6 +40,7 @@ from datakit.engines.local.barriers import barrier_query
 from datakit.engines.local.broadcast import clear_broadcast_cache
 from datakit.engines.local.chain import ChainTask, fusible, run_chain, write_one_shard
 from datakit.engines.local.spill import SPILL_ROW_GROUP, Partition
+from datakit.io import identity, publish, storage, tempwork
 from datakit.io.atomic import sha256_file
 from datakit.plan import Join, MapBatches, Node, Plan, Source
 from datakit.workers import drop_pool, usable_cpus
@@ -72,6 +72,12 @@ class LocalEngine:
             # a spawned worker is importing the user's script, which runs the pipeline at top level
             raise RuntimeError("datakit: a worker process imported your script and it started a pipeline; "
                                "put the run under `if __name__ == \"__main__\":` (worker processes are spawned)")
+        if plan.sink is None:
+            return self._execute(plan)
+        with publish.output_lock(plan.sink.path):  # one writer per folder; preflight of the path
+            return self._execute(plan)
+
+    def _execute(self, plan: Plan) -> RunResult:
         t0 = time.perf_counter()
         self.workers = self._all_workers
         clear_broadcast_cache()
@@ -85,12 +91,16 @@ class LocalEngine:
         self._index = {n.id: i for i, n in enumerate(order)}
         consumers: Counter = Counter(i.id for n in order for i in n.inputs)
         self._shared = {nid for nid, c in consumers.items() if c > 1}
+        self._inputs = identity.input_files(plan.input_files())
+        if plan.sink is not None:
+            publish.retract(plan.sink.path)  # readers see no dataset until the new one is committed
         work = self._work_root(plan)
         self._work = work
         self._aux = f"{work}/aux"
         os.makedirs(self._aux, exist_ok=True)
         self._reused = 0
         self._sink_parts = None
+        where = plan.sink.path if plan.sink is not None else "the input"
         try:
             if plan.sink is None:
                 self._materialize(plan.root)
@@ -98,35 +108,58 @@ class LocalEngine:
             else:
                 out = self._sink(plan)
             manifest = None
-        except Exception:
+        except Exception as e:
             # a failed task may leave workers mid-job: start fresh next time, and let tasks that are
             # still running finish first, so a rerun (resume) never races them in the work folder
             drop_pool(self.workers, wait=True)
+            tempwork.discard(self._temp_root)
+            if storage.is_storage_error(e):
+                raise storage.describe(e, where, "read or write under") from None
             raise
         except BaseException:  # Ctrl-C: the workers got it too; do not wait on them
             drop_pool(self.workers)
+            tempwork.discard(self._temp_root)
             raise
         stages = stage_report(plan, self._stats, self._rows)
         seconds = time.perf_counter() - t0
         if plan.sink is not None:
-            self._write_aux_outputs(plan.sink.path)
-            manifest = self._commit(plan, stages, seconds)
+            try:
+                self._write_aux_outputs(plan.sink.path)
+                publish.sweep(plan.sink.path)  # temp files of interrupted earlier writes
+                manifest = self._commit(plan, stages, seconds)
+            except Exception as e:
+                tempwork.discard(self._temp_root)
+                if storage.is_storage_error(e):
+                    raise storage.describe(e, where, "write the outputs under") from None
+                raise
         if not self.keep_work:  # (a run without a sink used a temp folder: nothing in it is kept either)
             shutil.rmtree(work, ignore_errors=True)
             remove_if_empty(str(Path(work).parent))
+            tempwork.discard(self._temp_root)
+            if plan.sink is not None and not self.work_dir:
+                publish.remove_work(plan.sink.path)  # work folders of earlier runs with another identity
         return RunResult(output_path=out, stages=stages, manifest=manifest, seconds=seconds,
                          extra={"reused_tasks": self._reused, "workers": self.workers,
                                 "reused_shards": reused_shards(getattr(self, "_sink_infos", []))})
 
     # -- work folder
     def _work_root(self, plan: Plan) -> str:
+        """The work folder, named by the full run identity (config hash + input files with sizes and
+        mtimes + output), so a rerun of the same run finds its finished tasks and a run over other
+        input never picks up another run's parts or quarantine rows.
+
+        Where: `<out>/_work/` for a local output. For an object-store output the workers' spills go
+        to a temp folder of this run (io/tempwork.py); a rerun then reuses the finished *shards*,
+        whose sidecars live under the output prefix."""
+        rid = identity.run_id(plan.config_hash, self._inputs, plan.sink.path if plan.sink else None)
+        self._temp_root = None
         if self.work_dir:
             root = self.work_dir
         elif plan.sink is not None and "://" not in plan.sink.path:
             root = str(Path(plan.sink.path) / "_work")
-        else:
-            root = tempfile.mkdtemp(prefix="datakit-work-")
-        path = f"{root}/{plan.config_hash[:16]}"
+        else:  # removed on failure too; a killed run's folder goes at the next run (io/tempwork.py)
+            root = self._temp_root = tempwork.make()
+        path = f"{root}/{rid[:16]}"
         os.makedirs(path, exist_ok=True)
         return path
 
@@ -276,10 +309,9 @@ class LocalEngine:
         """Gather the tasks' quarantine and drop-log parts into `_quarantine/` and `_dropped/`."""
         for side in ("quarantine", "droplog"):
             files = sorted(Path(self._aux).glob(f"{side}-*.parquet"))
-            if files:
-                write_side_output(pa.concat_tables([pq.read_table(f) for f in files]), out, side)
+            write_side_output(pa.concat_tables([pq.read_table(f) for f in files]) if files else None, out, side)
 
     def _commit(self, plan: Plan, stages: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
-        return commit_run(plan, self._resolved_spec, self._sink_infos, stages, seconds, engine=self.name,
-                          reused_tasks=self._reused, runtime={"workers": self.workers})
+        return commit_run(plan, self._inputs, self._resolved_spec, self._sink_infos, stages, seconds,
+                          engine=self.name, reused_tasks=self._reused, runtime={"workers": self.workers})
 

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 from concurrent.futures.process import BrokenProcessPool
-from typing import Callable
+from typing import Any, Callable
 
+from datakit.io import storage
 from datakit.plan import Plan, Source
 from datakit.workers import pool
 
@@ -52,6 +54,7 @@ def run_tasks(fn: Callable, items: list, what: str, workers: int, progress: bool
     """`fn` over `items`, in this process (one worker or one item) or on the kept pool, results in order."""
     if not items:
         return []
+    fn = _Guarded(fn)
     if workers == 1 or len(items) == 1:
         return [fn(i) for i in progress_bar(items, what, progress)]
     futures = [pool(workers).submit(fn, i) for i in items]
@@ -61,6 +64,39 @@ def run_tasks(fn: Callable, items: list, what: str, workers: int, progress: bool
         raise EngineError(
             f"a local worker process died during '{what}' (killed, out of memory, or a script that runs its "
             "pipeline at import time: use `if __name__ == \"__main__\":`); rerun to resume finished work") from None
+
+
+class _Guarded:
+    """A worker entry point whose failure reaches the parent as what it was, in one line.
+
+    A storage failure (after the IO layer's retries) becomes a `StorageError` naming
+    the task's file; an exception that cannot be pickled back to the parent
+    (aiohttp's carry a `multidict`) becomes its text, instead of the pool's
+    unrelated "can't pickle" error hiding it.
+    """
+
+    def __init__(self, fn: Callable) -> None:
+        self.fn = fn
+
+    def __call__(self, item: Any) -> Any:
+        try:
+            return self.fn(item)
+        except Exception as e:
+            if storage.is_storage_error(e):
+                raise storage.describe(e, _task_path(item), "read or write") from None
+            try:
+                pickle.loads(pickle.dumps(e))
+            except Exception:  # noqa: BLE001 - any pickling failure: send the text
+                raise EngineError(f"{type(e).__name__}: {e}") from None
+            raise
+
+
+def _task_path(item: Any) -> str:
+    if hasattr(item, "partition"):  # a chain task
+        return item.partition.url
+    if isinstance(item, tuple) and len(item) == 4 and hasattr(item[2], "path"):  # write_one_shard
+        return f"{item[2].path.rstrip('/')} (shard {item[1]})"
+    return str(item)[:200]
 
 
 def progress_bar(items, what: str, enabled: bool | None):

@@ -117,7 +117,14 @@ class DecontaminateConfig(StageConfig):
         return DecontamFn(self.build_table(ctx), self.rule(), self.mode, self.mask_with)
 
     def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
-        return rel.map_batches(self.build_fn(ctx), rel.schema, name="decontaminate", drop_log_key="doc_id")
+        evals = load_evals(list(self.evals), ctx, self.eval_fields)
+        # the eval items themselves (a file or a package's bundled data may change under the same name)
+        from datakit.io.identity import digest
+
+        ctx.record("evals", {e.name: digest([(it.id, it.fields) for it in e.items]) for e in evals})
+        table = EvalTable.build(evals, self.ngram, flags_of(self.normalizations), self.max_items_per_ngram)
+        fn = DecontamFn(table, self.rule(), self.mode, self.mask_with)
+        return rel.map_batches(fn, rel.schema, name="decontaminate", drop_log_key="doc_id")
 
 
 class DecontamFn:

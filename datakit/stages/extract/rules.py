@@ -161,7 +161,8 @@ def _ctx(e: dict) -> tuple[str, str]:
 def code_records(e: dict) -> tuple[list[dict], str | None]:
     et, outcome = e.get("event_type"), e.get("outcome")
     file = e.get("file") or {}
-    meta = {"event_type": et, "outcome": outcome, "language": file.get("language"), "path": file.get("path")}
+    meta = {"event_type": et, "outcome": outcome, "language": file.get("language"), "path": file.get("path"),
+            "commit": (e.get("repo") or {}).get("commit")}  # repository packing groups by (repo_id, commit)
     if et == "tab_completion":
         kept = accepted_text(e) if outcome == "accepted" else None
         if kept is None:

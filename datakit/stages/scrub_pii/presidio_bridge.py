@@ -270,11 +270,31 @@ class PersonNameScanner:
 
     def __init__(self, model: str) -> None:
         self.model = model
+        self.version = model_version(model)
+        self._checked = False
 
     def __getstate__(self) -> dict:
-        return {"model": self.model}  # the analyzer is per process (ner_analyzer's cache), never pickled
+        # the analyzer is per process (ner_analyzer's cache), never pickled
+        return {"model": self.model, "version": self.version}
+
+    def __setstate__(self, state: dict) -> None:
+        self.model, self.version = state["model"], state.get("version")
+        self._checked = False
+
+    def environment(self) -> dict[str, str | None]:
+        """What the names found depend on: the model package and the libraries that run it."""
+        from datakit.io.identity import library_version
+
+        return {"model": self.model, "model_version": self.version, "spacy": library_version("spacy"),
+                "presidio_analyzer": library_version("presidio_analyzer")}
 
     def analyzer(self) -> AnalyzerEngine:
+        if not self._checked:  # a worker or executor with another model version would find other names
+            have = model_version(self.model)
+            if have != self.version:
+                raise ValueError(f"scrub_pii: spaCy model {self.model!r} is {have or 'not installed'} here, "
+                                 f"but the pipeline was compiled with {self.version}")
+            self._checked = True
         return ner_analyzer(self.model)
 
     def names(self, texts: Sequence[str]) -> list[list[Finding]]:
@@ -319,17 +339,40 @@ class PersonNameScanner:
         return out
 
 
-def person_scanner() -> PersonNameScanner | None:
-    """A NER scanner if a spaCy model is installed; otherwise None and one log line per process."""
+def person_scanner(model: str | None = None, required: bool = False) -> PersonNameScanner | None:
+    """A NER scanner over `model` (default: the preferred installed English spaCy model).
+
+    Without a model: an error when `required` (`ner: spacy`, the default: output must not depend
+    on what happens to be installed), else None and one log line per process (`ner: auto`, which
+    allows it; the manifest records that no model ran)."""
     global _ner_warned
+    if model is not None:
+        if model_version(model) is None:
+            raise ValueError(f"scrub_pii: spaCy model {model!r} (ner_model) is not installed; it is never downloaded")
+        return PersonNameScanner(model)
     model = installed_spacy_model()
     if model is None:
+        if required:
+            raise ValueError("scrub_pii: person-name NER (ner: spacy, the default) needs an installed English "
+                             "spaCy model and none is installed; install one (e.g. en_core_web_sm), set "
+                             "`ner: off`, or `ner: auto` to allow running without it")
         if not _ner_warned:
             log.warning("scrub_pii: no spaCy model installed; person names are not detected "
                         "(pattern detectors only)")
             _ner_warned = True
         return None
     return PersonNameScanner(model)
+
+
+def model_version(model: str) -> str | None:
+    """The installed version of a spaCy model package, or None when it is not installed."""
+    try:
+        import spacy.util
+    except ImportError:
+        return None
+    if not spacy.util.is_package(model):
+        return None
+    return spacy.util.get_package_version(model)
 
 
 # ---------------------------------------------------------------- a team's own recognizers

@@ -6,7 +6,8 @@ Pipeline file::
       policy: {email: pseudonym, ipv4: placeholder, private_key: drop}   # per entity (optional)
       default_policy: placeholder     # for entities not listed (optional; else each detector's default)
       key_file: /run/secrets/pii_key  # only for pseudonym; else the env var named by key_env
-      ner: auto                       # presidio NER for person names if a spaCy model is installed
+      ner: spacy                      # person-name NER with an installed spaCy model (default; error if
+                                      # none); `auto`: use one if installed (recorded); `off`
 
 What is scrubbed: the `text` of every segment, plus `chosen` and `rejected`
 (preference pairs). The schema stays `training_record.v1`.
@@ -20,6 +21,7 @@ never a matched value, in metrics, drop details, logs or errors.
 """
 from __future__ import annotations
 
+import hmac
 import json
 from pathlib import Path
 from typing import Literal
@@ -61,7 +63,12 @@ class ScrubPiiConfig(StageConfig):
     default_policy: Policy | None = Field(default=None, description="policy for entities not in `policy`")
     key_env: str = Field(default=DEFAULT_KEY_ENV, description="env var holding the pseudonym HMAC key")
     key_file: str | None = Field(default=None, description="path to a file holding the pseudonym key")
-    ner: Literal["auto", "off"] = "auto"
+    ner: Literal["spacy", "auto", "off"] = Field(
+        "spacy", description="person-name NER: `spacy` needs an installed English spaCy model (an error "
+                             "otherwise: output must not depend on what happens to be installed); `auto` "
+                             "allows running without one; `off`. The model used is recorded in the manifest")
+    ner_model: str | None = Field(None, description="pin the spaCy model package (default: the preferred "
+                                                    "installed English one)")
     extra_recognizers: str | None = Field(
         default=None, description="a presidio recognizer YAML; its recognizers run beside ours (presidio speed)")
     strategy: Strategy = "auto"
@@ -112,10 +119,10 @@ class ScrubPiiConfig(StageConfig):
                 key_file = CompileContext(base_dir=Path(base_dir)).resolve(key_file)
             key = load_key(self.key_env, key_file)
         person = None
-        if self.ner == "auto":
+        if self.ner != "off":
             from datakit.stages.scrub_pii.presidio_bridge import person_scanner
 
-            person = person_scanner()
+            person = person_scanner(self.ner_model, required=self.ner == "spacy")
         extra = None
         if self.extra_recognizers:
             from datakit.stages.scrub_pii.presidio_bridge import ExtraRecognizers
@@ -128,10 +135,12 @@ class ScrubPiiConfig(StageConfig):
             bad = sorted(set(self.policy) - known)
             if bad:
                 raise ValueError(f"scrub_pii: policy names unknown entities {bad}; known: {sorted(known)}")
-        return ScrubFn(self.detectors(), Replacer(pol, key), self.strategy, person, extra)
+        return ScrubFn(self.detectors(), Replacer(pol, key), resolve_strategy(self.strategy), person, extra)
 
     def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
         fn = self.build_fn(str(ctx.base_dir))
+        for k, v in fn.environment().items():  # what the output depends on beyond this config
+            ctx.record(k, v)
         return rel.map_batches(fn, TRAINING_RECORD_V1, name="scrub_pii", drop_log_key="doc_id")
 
 
@@ -154,6 +163,28 @@ class ScrubFn:
 
     def __repr__(self) -> str:  # never show the key
         return f"ScrubFn({len(self.detectors)} detectors, strategy={self.strategy})"
+
+    def environment(self) -> dict[str, object]:
+        """What this function's output depends on besides its config: the scan strategy it resolved to,
+        the NER model and library versions, the pseudonym key (as a one-way fingerprint), a team's
+        recognizer file. Recorded in the manifest and folded into the config hash."""
+        import hashlib
+
+        from datakit.io.identity import library_version
+
+        env: dict[str, object] = {"strategy": self.strategy}
+        if self.strategy == "hyperscan":
+            env["hyperscan"] = library_version("hyperscan")
+        env["ner"] = self.person.environment() if self.person is not None else None
+        if self.replacer.key is not None:
+            env["pseudonym_key"] = hmac.new(self.replacer.key, b"datakit key fingerprint",
+                                            hashlib.sha256).hexdigest()[:16]
+        if self.extra is not None:
+            from datakit.io.identity import file_digest
+
+            env["extra_recognizers"] = file_digest(self.extra.conf_file)
+            env["presidio_analyzer"] = library_version("presidio_analyzer")
+        return env
 
     def scan(self, texts: "list[str | None] | pa.Array", prose: "list[Prose] | None" = None,
              suppressed: set[int] | None = None, texts_out: dict[int, str | None] | None = None

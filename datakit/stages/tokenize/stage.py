@@ -124,4 +124,9 @@ class TokenizeConfig(StageConfig):
         fn = EncodeFn(tok.name, dict(self.special_tokens), self.chat_roles, opts, tok.sha256)
         ctx.artifacts.setdefault("sink_options", {}).update(self.sink_options(tok, ctx.seed))
         ctx.artifacts["tokenizer"] = tok.manifest_fields()
+        # the encoding depends on the tokenizer file and on the library that runs it
+        from datakit.io.identity import library_version
+
+        ctx.record("tokenizer_sha256", tok.sha256)
+        ctx.record("tokenizers", library_version("tokenizers"))
         return rel.map_batches(fn, ENCODED_SCHEMA, name="tokenize", drop_log_key="doc_id")

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from datakit.io.atomic import atomic_path, write_bytes_atomic
 from datakit.io.fs import filesystem
+from datakit.io.layout import data_file
 from datakit.io.sinks import register_writer, write_parquet
 from datakit.plan import SinkSpec
 from datakit.stages.tokenize.packing import PACKING_ALGORITHMS, gather_index, materialize, pack
@@ -153,11 +154,11 @@ class PackedShardWriter:
 
         out = out_url.rstrip("/")
         names = {
-            "tokens": f"tokens-{shard:05d}.npy",
-            "loss_mask": f"loss_mask-{shard:05d}.npy",
-            "segments": f"segments-{shard:05d}.npy",
-            "seq_index": f"seq_index-{shard:05d}.npy",
-            "docs": f"docs-{shard:05d}.parquet",
+            "tokens": data_file(f"tokens-{shard:05d}.npy"),
+            "loss_mask": data_file(f"loss_mask-{shard:05d}.npy"),
+            "segments": data_file(f"segments-{shard:05d}.npy"),
+            "seq_index": data_file(f"seq_index-{shard:05d}.npy"),
+            "docs": data_file(f"docs-{shard:05d}.parquet"),
         }
         _save_npy(f"{out}/{names['tokens']}", packed.tokens)
         _save_npy(f"{out}/{names['loss_mask']}", packed.loss_mask)
@@ -167,7 +168,7 @@ class PackedShardWriter:
         write_parquet(docs, f"{out}/{names['docs']}")
         info: dict[str, Any] = {"rows": table.num_rows, **packed.stats, "arrays": names}
         if pref.num_rows:
-            names_pref = f"preference-{shard:05d}.parquet"
+            names_pref = data_file(f"preference-{shard:05d}.parquet")
             write_parquet(_preference_table(pref.take(pa.array(shuffle_order(pref)))), f"{out}/{names_pref}")
             info["preference_file"] = names_pref
         info["preference_pairs"] = pref.num_rows
@@ -248,6 +249,7 @@ class MegatronShardWriter:
     """
 
     name = "megatron"
+    carries_loss_mask = False  # Megatron's GPTDataset reads only the token files (pipeline checks at compile)
 
     def write(self, table: pa.Table, shard: int, out_url: str, spec: SinkSpec) -> dict[str, Any]:
         o = _options(spec)
@@ -257,17 +259,20 @@ class MegatronShardWriter:
         seq_mask = mvalues[gather_index(mstarts, lengths)].view(np.uint8)
         bounds = np.concatenate([[0], np.cumsum(lengths)])
         out = out_url.rstrip("/")
-        files = write_mmidx(f"{out}/tokens-{shard:05d}", seq_values, bounds, megatron_dtype(int(o["vocab_size"])))
+        files = [data_file(f) for f in write_mmidx(f"{out}/{data_file(f'tokens-{shard:05d}')}", seq_values, bounds,
+                                                   megatron_dtype(int(o["vocab_size"])))]
         if len(seq_mask) and not bool((seq_mask == 1).all()):
-            files += write_mmidx(f"{out}/loss_mask-{shard:05d}", seq_mask, bounds, np.dtype(np.uint8))
+            files += [data_file(f) for f in write_mmidx(f"{out}/{data_file(f'loss_mask-{shard:05d}')}", seq_mask,
+                                                        bounds, np.dtype(np.uint8))]
+        docs_name = data_file(f"docs-{shard:05d}.parquet")
         write_parquet(packable.select(["doc_id", "kind", "n_tokens", "fim_mode"]).take(pa.array(order)),
-                      f"{out}/docs-{shard:05d}.parquet")
-        files.append(f"docs-{shard:05d}.parquet")
+                      f"{out}/{docs_name}")
+        files.append(docs_name)
         info: dict[str, Any] = {"rows": table.num_rows, "documents": packable.num_rows, "tokens": int(len(seq_values)),
                                 "loss_tokens": int(seq_mask.sum()) if len(seq_mask) else 0,
                                 "preference_pairs": pref.num_rows}
         if pref.num_rows:
-            name = f"preference-{shard:05d}.parquet"
+            name = data_file(f"preference-{shard:05d}.parquet")
             write_parquet(_preference_table(pref.take(pa.array(shuffle_order(pref)))), f"{out}/{name}")
             files.append(name)
         info["files"] = sorted(files)
@@ -280,7 +285,7 @@ class MegatronShardWriter:
             "tokenizer": _manifest_common(spec, o, shards),
             "dtype": megatron_dtype(int(o["vocab_size"])).name,
             "seq_len": int(o["seq_len"]),
-            "data_prefixes": [f"tokens-{s['shard']:05d}" for s in sorted(shards, key=lambda s: s["shard"])],
+            "data_prefixes": [data_file(f"tokens-{s['shard']:05d}") for s in sorted(shards, key=lambda s: s["shard"])],
             "totals": {"documents": _sum(shards, "documents"), "tokens": _sum(shards, "tokens"),
                        "loss_tokens": _sum(shards, "loss_tokens"),
                        "preference_pairs": _sum(shards, "preference_pairs")},

@@ -1,0 +1,110 @@
+"""The output folder layout that standard readers open as it is (schemas/output_layout.md).
+
+    OUT/README.md        dataset card; its `configs:` YAML names the data files for HF `datasets`
+    OUT/manifest.json    the committed dataset (written last); `_SUCCESS` after it
+    OUT/tokenizer.json   tokenized formats only
+    OUT/data/...         the data files the manifest lists, and nothing else
+    OUT/_*               side outputs: `_dropped/`, `_quarantine/`, `_shards/`, `_run.json`, `_ngram_index/`
+
+Why a `data/` prefix: the folder root must hold the card and the manifest, which
+pyarrow.dataset, polars.scan_parquet and duckdb would try to read as data; a
+prefix that holds only the manifest's files is one path every reader takes
+(`OUT/data`), and HF `datasets` is told the same files by the card. Why `_`
+names for everything else: pyarrow, polars, Spark and our own `expand` skip
+`_`/`.` names when they list a folder.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+from datakit.io.atomic import write_bytes_atomic
+from datakit.io.fs import filesystem
+
+DATA_PREFIX = "data"
+CARD = "README.md"
+
+
+def data_file(name: str) -> str:
+    """The manifest path of a data file called `name` (relative to the output folder)."""
+    return f"{DATA_PREFIX}/{name}"
+
+
+def manifest_files(manifest: dict[str, Any]) -> list[str]:
+    """Every data file the manifest lists, in shard order."""
+    return [f for s in sorted(manifest.get("shards", []), key=lambda s: s["shard"]) for f in s["files"]]
+
+
+def hf_configs(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The card's `configs:` entries: one `default` config, one `train` split, the exact file list.
+
+    The files are listed one by one (not a glob) so a stale file in the folder
+    can never add rows; only Parquet data has a config (packed/megatron arrays
+    are read with datakit.loader / Megatron, not as a table). A packed or
+    megatron output that holds preference pairs gets them as the `default` config.
+    """
+    files = manifest_files(manifest)
+    if manifest.get("format") == "parquet":
+        tables = [f for f in files if f.endswith(".parquet")]
+    else:
+        tables = [f for f in files if f.rsplit("/", 1)[-1].startswith("preference-")]
+    if not tables:
+        return []
+    return [{"config_name": "default", "data_files": [{"split": "train", "path": tables}]}]
+
+
+def card_text(manifest: dict[str, Any]) -> str:
+    """README.md: YAML front matter HF reads, then a short human description (no row content, so no PII)."""
+    front: dict[str, Any] = {}
+    configs = hf_configs(manifest)
+    if configs:
+        front["configs"] = configs
+    front["tags"] = ["datakit", f"datakit-format-{manifest.get('format')}"]
+    pipe = manifest.get("pipeline") or {}
+    name = pipe.get("name", "datakit output")
+    fmt = manifest.get("format")
+    lines = ["---", yaml.safe_dump(front, sort_keys=False).rstrip(), "---", "",
+             f"# {name}", "",
+             f"Written by datakit: format `{fmt}`, {manifest.get('rows', 0)} rows in "
+             f"{len(manifest.get('shards', []))} shard(s), pipeline hash `{manifest.get('pipeline_hash', '')}`.",
+             "", "Data files are under `data/` (exactly the files `manifest.json` lists); names starting with `_`",
+             "are side outputs (drop log, quarantine, run report) that readers skip.", "", "```python"]
+    if fmt == "parquet":
+        lines += ["import datasets; ds = datasets.load_dataset(\"PATH\", split=\"train\")",
+                  "import pyarrow.dataset as pads; t = pads.dataset(\"PATH/data\").to_table()",
+                  "import polars as pl; df = pl.scan_parquet(\"PATH/data\").collect()",
+                  "import duckdb; duckdb.sql(\"SELECT count(*) FROM 'PATH/data/*.parquet'\")"]
+    elif fmt == "packed":
+        lines += ["from datakit.loader import PackedDataset, collate",
+                  "ds = PackedDataset(\"PATH\")  # see the README's 'Use the output' section"]
+    else:
+        lines += [f"# Megatron data prefixes: {json.dumps(manifest.get('data_prefixes', [])[:2])} ..."]
+    lines += ["```", ""]
+    return "\n".join(lines)
+
+
+def write_card(out: str, manifest: dict[str, Any]) -> None:
+    """Write OUT/README.md atomically (before the manifest: the manifest stays the last file written)."""
+    write_bytes_atomic(f"{out.rstrip('/')}/{CARD}", card_text(manifest).encode())
+
+
+def prune_data(out: str, keep: list[str]) -> list[str]:
+    """Remove files under OUT/data that the committed manifest does not list (a rerun with fewer shards).
+
+    Why: readers pointed at OUT/data must see exactly the manifest's rows. Runs
+    after the manifest is written, so a reader of the old manifest keeps its files
+    until the new one is in place. Returns the removed names.
+    """
+    fs, root = filesystem(f"{out.rstrip('/')}/{DATA_PREFIX}")
+    if not fs.exists(root):
+        return []
+    keep_set = set(keep)
+    removed = []
+    for f in fs.find(root):
+        rel = f"{DATA_PREFIX}/{f[len(root.rstrip('/')) + 1:]}"
+        if rel not in keep_set:
+            fs.rm(f)
+            removed.append(rel)
+    return removed

@@ -1,0 +1,288 @@
+"""Safe output folders: one writer at a time, a reader sees the old dataset or the new one, never a mix.
+
+Why here (not in an engine): both engines and the steps after a run (quality report, n-gram
+index) write into the same folder, and all of them must obey the same rules:
+
+* **Lock.** `output_lock(path)` makes a run the only writer of a folder. On a local disk it is
+  an `flock` on `<out>/.datakit-lock` (the kernel drops it when the process dies, so a killed
+  run never leaves a stale lock). On object stores (no locks) it is a *lease* object created
+  with a conditional put (`If-None-Match: *`), refreshed by a heartbeat thread and taken over
+  only once it has expired. The second run fails at once with one line (`OutputBusyError`).
+  Re-entrant within a process (`Pipeline.run` holds it across the engine run and the index build).
+* **Retract before overwrite.** `retract(path)` deletes `_SUCCESS` and `manifest.json` of a
+  finished dataset *before* the first shard is rewritten: readers go through the manifest, so
+  during a rerun (or after one that was killed) they see "no dataset", never new shards under
+  the old manifest.
+* **Preflight.** An output path that is a file, or a folder that cannot be written, is one line
+  (`OutputPathError`, an `InputError`: exit 2) before any work.
+* **Finish clean.** `sweep(path)` removes temp files (`.tmp-*`) that killed runs left behind, and
+  the engine removes its `_work/` folder, so a finished dataset holds only what it lists.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from typing import Iterator
+
+from datakit.io.fs import InputError, filesystem
+
+log = logging.getLogger("datakit.publish")
+
+LOCK_NAME = ".datakit-lock"
+LEASE_SECONDS = 120.0  # an object-store lease not refreshed for this long belongs to a dead run
+
+
+class OutputPathError(InputError):
+    """The output path cannot hold a dataset (it is a file, or not writable). Exit 2."""
+
+
+class OutputBusyError(RuntimeError):
+    """Another run holds the output folder's lock. Exit 3 (the job could not run now)."""
+
+
+def _is_local(path: str) -> bool:
+    return "://" not in path or path.startswith("file://")
+
+
+def _local(path: str) -> str:
+    return path[len("file://"):] if path.startswith("file://") else path
+
+
+def preflight(path: str) -> None:
+    """Fail early, in one line, when `path` cannot be an output folder."""
+    path = path.rstrip("/")
+    if _is_local(path):
+        p = _local(path)
+        if os.path.exists(p) and not os.path.isdir(p):
+            raise OutputPathError(f"output path {path} is a file, not a folder")
+        try:
+            os.makedirs(p, exist_ok=True)
+        except (NotADirectoryError, FileExistsError):
+            raise OutputPathError(f"output path {path} is inside a file, not a folder") from None
+        except OSError as e:
+            raise OutputPathError(f"cannot create output folder {path}: {e.strerror or e}") from None
+        if not os.access(p, os.W_OK | os.X_OK):
+            raise OutputPathError(f"output folder {path} is not writable")
+        return
+    fs, p = filesystem(path)
+    try:
+        if fs.isfile(p):
+            raise OutputPathError(f"output path {path} is a file, not a folder")
+    except OutputPathError:
+        raise
+    except OSError as e:
+        raise OutputPathError(f"cannot reach output folder {path}: {e}") from None
+
+
+# ------------------------------------------------------------------------------------------ the lock
+
+_HELD: dict[str, "_Lock"] = {}
+_HELD_GUARD = threading.Lock()
+
+
+class _Lock:
+    """One acquired lock on a folder (local flock or object-store lease) with a re-entry count."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path.rstrip("/")
+        self.count = 0
+        self.owner = {"run": uuid.uuid4().hex, "host": socket.gethostname(), "pid": os.getpid(),
+                      "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        self._fd: int | None = None
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+
+    # -- local disk
+    def acquire_local(self) -> None:
+        import fcntl
+
+        lock = f"{_local(self.path)}/{LOCK_NAME}"
+        while True:
+            try:
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise OutputPathError(f"cannot write in output folder {self.path}: {e.strerror or e}") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _read_holder(fd)
+                os.close(fd)
+                raise OutputBusyError(f"output folder {self.path} is being written by another run{holder}; "
+                                      "wait for it to finish (two runs must not write one folder)") from None
+            # the holder before us may have unlinked the file between our open and our flock
+            try:
+                same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps(self.owner).encode())
+        self._fd = fd
+
+    def release_local(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            os.unlink(f"{_local(self.path)}/{LOCK_NAME}")  # unlink while locked: see the inode check above
+        except OSError:
+            pass
+        os.close(self._fd)  # closing drops the flock
+        self._fd = None
+
+    # -- object stores
+    def _lease(self) -> bytes:
+        return json.dumps({**self.owner, "expires": time.time() + LEASE_SECONDS}).encode()
+
+    def acquire_remote(self) -> None:
+        fs, p = filesystem(f"{self.path}/{LOCK_NAME}")
+        for _attempt in range(2):
+            try:
+                fs.pipe_file(p, self._lease(), mode="create")  # conditional put: only if absent
+                break
+            except FileExistsError:
+                try:
+                    held = json.loads(fs.cat_file(p))
+                except (OSError, ValueError):
+                    held = {}
+                if held.get("expires", 0) > time.time():
+                    raise OutputBusyError(
+                        f"output folder {self.path} is being written by another run (pid {held.get('pid')} on "
+                        f"{held.get('host')} since {held.get('since')}); wait for it to finish") from None
+                log.warning("taking over the expired lock of %s (run %s)", self.path, held.get("run"))
+                try:
+                    fs.rm(p)
+                except FileNotFoundError:
+                    pass
+        else:
+            raise OutputBusyError(f"output folder {self.path}: another run took its lock at the same time")
+        fs.invalidate_cache()
+        try:
+            mine = json.loads(fs.cat_file(p)).get("run") == self.owner["run"]
+        except (OSError, ValueError):
+            mine = False
+        if not mine:  # a store without conditional puts: the last writer won, and it was not us
+            raise OutputBusyError(f"output folder {self.path}: another run took its lock at the same time")
+        self._beat = threading.Thread(target=self._heartbeat, name="datakit-lease", daemon=True)
+        self._beat.start()
+
+    def _heartbeat(self) -> None:
+        fs, p = filesystem(f"{self.path}/{LOCK_NAME}")
+        while not self._stop.wait(LEASE_SECONDS / 4):
+            try:
+                fs.pipe_file(p, self._lease())
+            except Exception as e:  # a missed beat is survivable; the next one retries
+                log.warning("could not refresh the lock of %s: %s", self.path, e)
+
+    def release_remote(self) -> None:
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join(timeout=5)
+        fs, p = filesystem(f"{self.path}/{LOCK_NAME}")
+        try:
+            fs.invalidate_cache()
+            if json.loads(fs.cat_file(p)).get("run") == self.owner["run"]:
+                fs.rm(p)
+        except (OSError, ValueError):
+            pass
+
+
+def _read_holder(fd: int) -> str:
+    try:
+        os.lseek(fd, 0, 0)
+        held = json.loads(os.read(fd, 4096) or b"{}")
+        return f" (pid {held['pid']} on {held['host']} since {held['since']})"
+    except (OSError, ValueError, KeyError):
+        return ""
+
+
+@contextmanager
+def output_lock(path: str) -> Iterator[None]:
+    """Hold the folder's writer lock for the block (re-entrant in one process); preflight first."""
+    key = path.rstrip("/")
+    with _HELD_GUARD:
+        lock = _HELD.get(key)
+        if lock is not None:
+            lock.count += 1
+    if lock is None:
+        preflight(key)
+        lock = _Lock(key)
+        if _is_local(key):
+            lock.acquire_local()
+        else:
+            lock.acquire_remote()
+        lock.count = 1
+        with _HELD_GUARD:
+            _HELD[key] = lock
+    try:
+        yield
+    finally:
+        with _HELD_GUARD:
+            lock.count -= 1
+            last = lock.count == 0
+            if last:
+                _HELD.pop(key, None)
+        if last:
+            lock.release_local() if _is_local(key) else lock.release_remote()
+
+
+# ------------------------------------------------------------------------------------------ publish
+
+def retract(path: str) -> bool:
+    """Withdraw a finished dataset before it is rewritten (`_SUCCESS`, then `manifest.json`).
+
+    Returns True when there was one. Readers open a dataset through its manifest, so from here
+    until the new commit they see no dataset rather than new shards under the old manifest."""
+    out = path.rstrip("/")
+    found = False
+    for name in ("_SUCCESS", "manifest.json"):
+        fs, p = filesystem(f"{out}/{name}")
+        try:
+            if fs.exists(p):
+                fs.rm(p)
+                found = True
+        except FileNotFoundError:
+            pass
+    if found:
+        log.info("retracted the finished dataset at %s before rewriting it", out)
+    return found
+
+
+def sweep(path: str) -> list[str]:
+    """Remove temp files (`.tmp-*`) that interrupted writes left in the folder; returns what went."""
+    out = path.rstrip("/")
+    fs, p = filesystem(out)
+    try:
+        fs.invalidate_cache()
+        found = [f for f in fs.find(p) if f.rsplit("/", 1)[-1].startswith(".tmp-")]
+    except (OSError, FileNotFoundError):
+        return []
+    for f in found:
+        try:
+            fs.rm(f)
+        except FileNotFoundError:
+            pass
+    return found
+
+
+def remove_work(path: str) -> None:
+    """Remove `<out>/_work` (a finished run needs none of it; a later rerun starts its own)."""
+    import shutil
+
+    out = path.rstrip("/")
+    if _is_local(out):
+        shutil.rmtree(f"{_local(out)}/_work", ignore_errors=True)
+        return
+    fs, p = filesystem(f"{out}/_work")
+    try:
+        if fs.exists(p):
+            fs.rm(p, recursive=True)
+    except (OSError, FileNotFoundError):
+        pass

@@ -1,0 +1,107 @@
+"""Storage faults: transient errors are retried with backoff inside the IO layer; the rest is one line.
+
+Why here and not around each call site: every byte datakit moves on an object
+store goes through s3fs (our readers, pyarrow's Parquet reads through fsspec,
+the sinks), and s3fs runs every S3 request through one retry loop
+(`s3fs.core._error_wrapper`, backoff `min(0.1 * 1.7**i, 15)` seconds). We make
+that loop the only retry layer, bounded and logged:
+
+* `s3fs.core.set_custom_error_handler` decides which errors are transient
+  (HTTP 5xx, throttling codes, dropped connections) and logs each retry;
+* botocore's own retries are switched off by default (`fsspec.config`), so a
+  request is not retried 5 x 5 times with two different backoffs;
+* `S3FileSystem.retries` bounds the attempts (`DATAKIT_STORAGE_RETRIES`,
+  default 12: at a 50% fault rate a request fails for good once in 4096).
+
+What is still failing after that is a `StorageError` whose message is one
+line naming the path (the CLI exits 3). `describe()` also turns exceptions that
+cannot cross a process boundary (aiohttp errors hold a `multidict`, which does
+not pickle) into plain text, so a worker's storage error reaches the user as
+what it was.
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+log = logging.getLogger("datakit.io.storage")
+
+DEFAULT_RETRIES = 12
+_THROTTLE_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout",
+                   "InternalError", "ServiceUnavailable", "503", "500", "502", "504"}
+
+
+class StorageError(RuntimeError):
+    """A read or write on storage failed for good (after retries). One line; the CLI exits 3."""
+
+
+def retries() -> int:
+    try:
+        return max(1, int(os.environ.get("DATAKIT_STORAGE_RETRIES", DEFAULT_RETRIES)))
+    except ValueError:
+        return DEFAULT_RETRIES
+
+
+def is_transient(e: BaseException) -> bool:
+    """A fault worth retrying: the service said "later" (5xx, throttling) or the connection broke."""
+    resp = getattr(e, "response", None)
+    if isinstance(resp, dict):  # botocore ClientError
+        status = resp.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+        code = str(resp.get("Error", {}).get("Code", ""))
+        return status >= 500 or code in _THROTTLE_CODES
+    name = type(e).__name__
+    mod = type(e).__module__ or ""
+    if mod.startswith(("aiohttp", "botocore")) and ("Connect" in name or "Timeout" in name or "Payload" in name
+                                                    or "Disconnected" in name or "ServerError" in name):
+        return True
+    return isinstance(e, (ConnectionError, TimeoutError))
+
+
+def _retry_handler(e: BaseException) -> bool:
+    transient = is_transient(e)
+    if transient:
+        log.info("storage: transient %s, retrying with backoff", short_reason(e))
+    return transient
+
+
+def short_reason(e: BaseException) -> str:
+    """`ServiceUnavailable (HTTP 503)`-style text: the error class and code, never a payload."""
+    resp = getattr(e, "response", None)
+    if isinstance(resp, dict):
+        code = resp.get("Error", {}).get("Code", "")
+        status = resp.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        return f"{code or type(e).__name__}" + (f" (HTTP {status})" if status else "")
+    text = str(e).splitlines()[0] if str(e) else ""
+    return f"{type(e).__name__}: {text[:200]}" if text else type(e).__name__
+
+
+def describe(e: BaseException, path: str, what: str = "access") -> StorageError:
+    """One picklable line for a failed storage operation on `path`."""
+    cause = e.__cause__ or e.__context__
+    reason = short_reason(e)
+    if cause is not None and getattr(cause, "response", None) is not None:
+        reason = short_reason(cause)
+    return StorageError(f"storage error: cannot {what} {path}: {reason} (after up to {retries()} attempts)")
+
+
+def is_storage_error(e: BaseException) -> bool:
+    """Errors that come from the storage stack (not from our code or the data)."""
+    if isinstance(e, StorageError):
+        return False
+    mod = type(e).__module__ or ""
+    if mod.startswith(("botocore", "aiobotocore", "aiohttp", "s3fs", "fsspec")):
+        return True
+    return isinstance(e, OSError) and not isinstance(e, (FileNotFoundError, IsADirectoryError, NotADirectoryError))
+
+
+def configure() -> None:
+    """Install the retry policy for this process (each worker process runs it on import of datakit.io.fs)."""
+    try:
+        import fsspec.config
+        import s3fs.core
+    except ImportError:  # no s3fs: nothing to configure
+        return
+    s3fs.core.set_custom_error_handler(_retry_handler)
+    s3fs.core.S3FileSystem.retries = retries()
+    conf = fsspec.config.conf.setdefault("s3", {})
+    conf.setdefault("config_kwargs", {"retries": {"mode": "standard", "total_max_attempts": 1}})

@@ -1,0 +1,39 @@
+"""Check a committed dataset against its manifest before reading it.
+
+Why always: a rerun killed mid-write, a copy that stopped early, or a file edited in place leave
+a folder whose manifest no longer describes its data; reading it anyway silently trains on a mix.
+Every data file the manifest lists must exist with the size it records (cheap: one stat per
+file); on request (`checksums=True`) each file's sha256 is compared too (reads everything).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from datakit.io.atomic import sha256_file
+from datakit.io.fs import InputError, filesystem
+
+
+class DatasetVerifyError(InputError):
+    """A committed dataset does not match its manifest (missing, resized or changed file). Exit 2."""
+
+
+def verify_dataset(path: str, manifest: dict[str, Any], checksums: bool = False) -> None:
+    """Raise `DatasetVerifyError` (one line) unless every listed file is present, sized and (optionally)
+    hashed as the manifest says. Manifests written before sizes were recorded get existence checks."""
+    root = str(path).rstrip("/")
+    for shard in manifest.get("shards", []):
+        sizes = shard.get("bytes") or {}
+        hashes = shard.get("sha256") or {}
+        for name in shard.get("files", []):
+            fs, p = filesystem(f"{root}/{name}")
+            try:
+                size = fs.size(p)
+            except FileNotFoundError:
+                raise DatasetVerifyError(f"{root}: data file {name} is missing (the dataset is incomplete; "
+                                         "rerun the pipeline)") from None
+            if name in sizes and size != sizes[name]:
+                raise DatasetVerifyError(f"{root}: data file {name} has {size} bytes, the manifest says "
+                                         f"{sizes[name]} (interrupted rewrite or changed file; rerun the pipeline)")
+            if checksums and name in hashes and sha256_file(f"{root}/{name}") != hashes[name]:
+                raise DatasetVerifyError(f"{root}: data file {name} fails its sha256 check (changed since it "
+                                         "was committed; rerun the pipeline)")

@@ -1,0 +1,82 @@
+"""The output folder opens as it is with the real clients users reach for (schemas/output_layout.md):
+HF `datasets` through the dataset card, pyarrow.dataset / polars / duckdb through `data/`. Each must
+give exactly the manifest's rows and ids, side outputs (`_dropped`, `_quarantine`, `_run.json`,
+manifest) never mixed in."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from datakit import Pipeline, synth
+from datakit.io.dataset import read_output
+
+TOKENIZER = str(Path(__file__).parent / "data" / "tokenizer" / "tokenizer.json")
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory):
+    """Two real runs over synthetic logs with bad lines and duplicates: records and preference pairs."""
+    root = tmp_path_factory.mktemp("layout")
+    synth.generate(str(root / "logs"), events=1500, seed=0)
+    src = str(root / "logs" / "dt=*" / "*.jsonl.zst")
+    rec = (Pipeline("records", seed=0).input(src).add({"kind": "ingest"})
+           .add({"kind": "extract", "kinds": ["code", "fim", "sft"]}).add({"kind": "dedup", "exact": True})
+           .output(str(root / "records"), shards=3))
+    rec.run(engine="local", workers=1)
+    pref = (Pipeline("pref", seed=0).input(src).add({"kind": "ingest"})
+            .add({"kind": "extract", "kinds": ["preference"]})
+            .add({"kind": "tokenize", "tokenizer": TOKENIZER, "seq_len": 512})
+            .output(str(root / "preference"), format="parquet", shards=2))
+    pref.run(engine="local", workers=1)
+    return root
+
+
+def _clients(out: Path, cache: Path) -> dict[str, list[str]]:
+    """doc_ids as each real client reads them (the way the README tells users to)."""
+    os.environ["HF_DATASETS_OFFLINE"] = "1"
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    import datasets
+    import duckdb
+    import polars as pl
+    import pyarrow.dataset as pads
+
+    hf = datasets.load_dataset(str(out), split="train", cache_dir=str(cache))
+    return {
+        "datasets": hf["doc_id"],
+        "pyarrow": pads.dataset(str(out / "data")).to_table(columns=["doc_id"]).column(0).to_pylist(),
+        "polars": pl.scan_parquet(str(out / "data")).select("doc_id").collect()["doc_id"].to_list(),
+        "duckdb": [r[0] for r in duckdb.sql(f"SELECT doc_id FROM '{out}/data/*.parquet'").fetchall()],
+    }
+
+
+@pytest.mark.parametrize("name", ["records", "preference"])
+def test_every_client_reads_exactly_the_manifest_rows(outputs, tmp_path, name):
+    out = outputs / name
+    manifest = json.loads((out / "manifest.json").read_text())
+    ids = read_output(str(out), columns=["doc_id"]).column(0).to_pylist()
+    assert len(ids) == manifest["rows"] > 0 and len(set(ids)) == len(ids)
+    side = [p for p in ("_dropped", "_quarantine") if (out / p).is_dir()]
+    assert "_quarantine" in side and (name != "records" or "_dropped" in side)  # side rows exist to be skipped
+    for client, got in _clients(out, tmp_path / "hf").items():
+        assert sorted(got) == sorted(ids), client
+    # the data prefix holds exactly the manifest's files
+    listed = sorted(f for s in manifest["shards"] for f in s["files"])
+    assert sorted(str(p.relative_to(out)) for p in (out / "data").rglob("*") if p.is_file()) == listed
+
+
+def test_rerun_with_fewer_shards_leaves_no_stale_data_file(tmp_path):
+    from datakit.io.layout import card_text
+
+    synth.generate(str(tmp_path / "logs"), events=200, seed=1)
+    p = (Pipeline("x", seed=0).input(str(tmp_path / "logs" / "dt=*" / "*.jsonl.zst")).add({"kind": "ingest"})
+         .add({"kind": "extract", "kinds": ["code"]}))
+    p.output(str(tmp_path / "o"), shards=3).run(engine="local", workers=1)
+    assert len(list((tmp_path / "o" / "data").iterdir())) == 3
+    p.output(str(tmp_path / "o"), shards=2).run(engine="local", workers=1)
+    m = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert sorted(x.name for x in (tmp_path / "o" / "data").iterdir()) == ["part-00000.parquet", "part-00001.parquet"]
+    card = (tmp_path / "o" / "README.md").read_text()
+    assert card == card_text(m) and "data/part-00002.parquet" not in card and "data/part-00001.parquet" in card

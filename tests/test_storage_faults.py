@@ -1,0 +1,179 @@
+"""Object-store faults (issue 18): a proxy on loopback in front of the moto S3 server fails a share of
+the requests with HTTP 503/500. Transient faults are retried inside the IO layer; what still fails is
+one line naming the path, exit 3 -- never a traceback, never a `can't pickle` hiding the cause; and a
+killed run leaves no temp work folder behind for long."""
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlparse
+
+import pytest
+
+from datakit import Pipeline
+from tests.eventgen import make_event, write_jsonl
+from tests.test_object_store import s3_endpoint  # noqa: F401 - the moto server fixture
+
+_ERR = b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>injected fault</Message></Error>'
+
+
+class _FaultyProxy(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, target: str, rate: float, seed: int = 0) -> None:
+        u = urlparse(target)
+        self.target, self.rate = (u.hostname, u.port), rate
+        self.rnd, self.lock = random.Random(seed), threading.Lock()
+        self.requests = self.faults = 0
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+    def decide(self) -> bool:
+        with self.lock:
+            self.requests += 1
+            fail = self.rnd.random() < self.rate
+            self.faults += fail
+            return fail
+
+
+def _read_chunked(f) -> bytes:
+    out = b""
+    while True:
+        size = int(f.readline().split(b";")[0].strip() or b"0", 16)
+        if size == 0:
+            while f.readline() not in (b"\r\n", b"\n", b""):
+                pass
+            return out
+        out += f.read(size)
+        f.readline()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+    def _any(self) -> None:
+        chunked = self.headers.get("Transfer-Encoding", "").lower() == "chunked"
+        n = int(self.headers.get("Content-Length") or 0)
+        body = _read_chunked(self.rfile) if chunked else (self.rfile.read(n) if n else b"")
+        if self.server.decide():
+            status, code = random.choice([(503, b"ServiceUnavailable"), (500, b"InternalError"), (503, b"SlowDown")])
+            payload = _ERR % code
+            self.send_response(status)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(payload)
+            return
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("transfer-encoding", "connection")}
+        if chunked:
+            headers["Content-Length"] = str(len(body))
+        conn = http.client.HTTPConnection(*self.server.target, timeout=60)
+        conn.request(self.command, self.path, body=body, headers=headers)
+        r = conn.getresponse()
+        data = r.read()
+        conn.close()
+        self.send_response(r.status)
+        for k, v in r.getheaders():
+            if k.lower() not in ("transfer-encoding", "connection", "content-length", "server", "date"):
+                self.send_header(k, v)
+        length = r.getheader("Content-Length", "0") if self.command == "HEAD" else str(len(data))
+        self.send_header("Content-Length", length)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
+
+
+@pytest.fixture
+def faulty(s3_endpoint, monkeypatch):  # noqa: F811
+    """Start a proxy failing `rate` of requests; point every S3 client (and worker) at it."""
+    import s3fs
+
+    proxies = []
+
+    def start(rate: float) -> _FaultyProxy:
+        p = _FaultyProxy(s3_endpoint, rate)
+        threading.Thread(target=p.serve_forever, daemon=True).start()
+        proxies.append(p)
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{p.server_address[1]}")
+        s3fs.S3FileSystem.clear_instance_cache()
+        return p
+
+    yield start
+    for p in proxies:
+        p.shutdown()
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
+def _bucket_with_logs(s3_endpoint, tmp_path, bucket: str, events: int = 40):  # noqa: F811
+    import s3fs
+
+    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_endpoint}, skip_instance_cache=True)
+    fs.mkdir(bucket)
+    for part in range(3):
+        local = write_jsonl(tmp_path / f"p{part}.jsonl.zst",
+                            [make_event(part * 100 + i) for i in range(events // 3)] + [b"nope"])
+        fs.put(str(local), f"{bucket}/raw/p{part}.jsonl.zst")
+    return fs
+
+
+def test_half_the_requests_failing_still_gives_the_right_output(s3_endpoint, faulty, tmp_path):  # noqa: F811
+    _bucket_with_logs(s3_endpoint, tmp_path, "half")
+    proxy = faulty(0.5)
+    p = Pipeline("s3").input("s3://half/raw/*.jsonl.zst").add({"kind": "ingest"}).output("s3://half/out", shards=2)
+    res = p.run(workers=2)
+    st = res.stage("ingest")
+    assert (st["rows_in"], st["rows_out"], st["dropped"]) == (42, 39, {"bad_json": 3})
+    assert proxy.faults > 10  # the faults really happened
+    assert res.manifest["rows"] == 39
+
+
+def test_85_percent_faults_fail_in_one_line_naming_the_path(s3_endpoint, faulty, tmp_path):  # noqa: F811
+    _bucket_with_logs(s3_endpoint, tmp_path, "worse")
+    proxy = faulty(0.85)
+    (tmp_path / "p.yaml").write_text("name: s3\ninput: {path: 's3://worse/raw/*.jsonl.zst'}\nstages: [{kind: ingest}]\n"
+                                     "output: {path: 's3://worse/out', shards: 2}\n")
+    env = dict(os.environ, DATAKIT_STORAGE_RETRIES="3")
+    r = subprocess.run([sys.executable, "-m", "datakit.cli", "run", str(tmp_path / "p.yaml"), "--workers", "2"],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert proxy.faults > 0
+    assert r.returncode == 3, r.stderr[-3000:]
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("datakit: error: storage error: cannot "), r.stderr[-3000:]
+    assert "s3://worse/" in lines[0] or "worse/" in lines[0]
+    assert "Traceback" not in r.stderr and "pickle" not in r.stderr
+
+
+def test_a_killed_run_leaves_no_temp_work_folder(s3_endpoint, tmp_path):  # noqa: F811
+    _bucket_with_logs(s3_endpoint, tmp_path, "killed", events=300)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    (tmp_path / "p.yaml").write_text("name: s3\ninput: {path: 's3://killed/raw/*.jsonl.zst'}\n"
+                                     "stages: [{kind: ingest}, {kind: extract}, {kind: scrub_pii, ner: 'off'}]\n"
+                                     "output: {path: 's3://killed/out', shards: 2}\n")
+    env = dict(os.environ, TMPDIR=str(tmp))
+    cmd = [sys.executable, "-m", "datakit.cli", "run", str(tmp_path / "p.yaml"), "--workers", "1"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not list(tmp.glob("datakit-work-*")) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert list(tmp.glob("datakit-work-*"))  # the kill left it (nothing can clean up after SIGKILL)
+    r = subprocess.run(cmd + ["--json"], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout)["stages"][0]["rows_out"] == 300
+    assert list(tmp.glob("datakit-work-*")) == []  # the dead run's folder and its own are gone
