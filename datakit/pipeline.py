@@ -272,8 +272,9 @@ class Pipeline:
         return Plan(root=rel.node, sink=sink, spans=spans, config=config, seed=cfg.seed,
                     environment=ctx.environment)
 
-    def explain(self, **kw: Any) -> str:
-        return self.compile(**kw).explain()
+    def explain(self, format: str = "text", **kw: Any) -> str:
+        """The compiled plan as text (each node once, inputs by id) or Graphviz `dot`."""
+        return self.compile(**kw).explain(format)
 
     def run(self, engine: str = "local", *, input: str | list[str] | None = None, output: str | None = None,
             **engine_options: Any):

@@ -93,13 +93,16 @@ def run(
 def explain(
     pipeline: Path = typer.Argument(..., help="Pipeline YAML file."),
     input: Optional[List[str]] = typer.Option(None, "--input", help="Override the input path/glob."),
+    format: str = typer.Option("text", "--format", help="text (each node once, inputs by #id) or dot (Graphviz)."),
 ) -> None:
     """Print the logical plan a pipeline compiles to (nodes, stages, sink) without running it."""
+    if format not in ("text", "dot"):
+        _fail(f"unknown --format {format!r}; choose text or dot")
     from datakit.io.fs import InputError
     from datakit.pipeline import Pipeline, PipelineError
 
     try:
-        typer.echo(Pipeline.from_yaml(pipeline).explain(input_override=list(input) if input else None))
+        typer.echo(Pipeline.from_yaml(pipeline).explain(format, input_override=list(input) if input else None))
     except (PipelineError, InputError) as e:
         _fail(str(e))
 
@@ -130,7 +133,7 @@ def synth(
 def warmup() -> None:
     """Compile every numba kernel once into this installation's cache (run after install, in an image
     build or before venv-pack), so later processes start without compiling. See datakit/jit.py."""
-    from datakit.warmup import warm_up
+    from datakit.cli.warmup import warm_up
 
     info = warm_up()
     typer.echo(f"kernels ready: {info['compile_seconds']:.1f}s of compilation in {info['seconds']:.1f}s")
