@@ -238,6 +238,27 @@ class PackedDataset:
         return [{"start": int(s), "end": int(e), "doc_id": self._docs[k][int(row)] if row >= 0 else None,
                  "doc_offset": int(off)} for (s, row, off), e in zip(segs.tolist(), ends)]
 
+    @cached_property
+    def _repo_files(self) -> list[dict[int, list[dict[str, Any]]]]:
+        import pyarrow.parquet as pq
+
+        out: list[dict[int, list[dict[str, Any]]]] = []
+        for s in self.shards:
+            by_seq: dict[int, list[dict[str, Any]]] = {}
+            name = s["arrays"].get("repo_files")
+            if name:
+                cols = ["sequence", "position", "path", "repo", "doc_id", "n_tokens"]
+                for f in pq.read_table(self.path / name, columns=cols).to_pylist():
+                    by_seq.setdefault(f.pop("sequence"), []).append(f)
+            out.append(by_seq)
+        return out
+
+    def files(self, i: int) -> list[dict[str, Any]]:
+        """Repository packing (`packing: repository`): the files whose `[file_sep]` header starts in
+        sequence i, in order: position, path, repo, doc_id, n_tokens. [] for other packings."""
+        k, r = self.locate(i)
+        return sorted(self._repo_files[k].get(r, []), key=lambda f: f["position"])
+
     # -- data-parallel iteration ------------------------------------------------------
     def iterator(self, rank: int = 0, world_size: int = 1, seed: int = 0, epoch: int = 0,
                  shuffle: bool = True, drop_last: bool = False) -> "PackedIterator":

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from datakit import contracts
 from datakit.io.fs import expand
@@ -52,6 +52,22 @@ class OutputConfig(BaseModel):
                                            "`datakit contamination-check` of a new eval takes seconds")
     quality: bool | str = Field(False, description="run a great-expectations suite from quality/ on the output "
                                                     "(true = the suite of the output's contract)")
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, v: str) -> str:
+        from datakit.io.sinks import known_formats
+
+        if v not in known_formats():  # found at load, not after every stage has run
+            raise ValueError(f"unknown output format {v!r}; known: {', '.join(known_formats())}")
+        return v
+
+    @field_validator("shards")
+    @classmethod
+    def _positive_shards(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and v < 1:
+            raise ValueError(f"shards must be a positive number or 'auto' (got {v})")
+        return v
     allow_unmasked: bool = Field(False, description="write records whose tokens are partly without loss (SFT, "
                                                     "editor FIM) to a format whose standard readers ignore loss "
                                                     "masks (megatron); off = a compile-time error")
@@ -60,6 +76,12 @@ class OutputConfig(BaseModel):
 # record kinds whose every token carries loss (code, incl. FIM-transformed code); preference pairs go to
 # Parquet, where trainers mask the prompt themselves
 _FULL_LOSS_KINDS = {"code", "preference"}
+
+
+def _extract_kinds(cfg: "PipelineConfig") -> set[str] | None:
+    """The record kinds the pipeline's extract stage makes (None: records come in as input, kinds unknown)."""
+    extract = next((s for s in cfg.stages if s.kind == "extract"), None)
+    return set(getattr(extract, "kinds", None) or []) if extract is not None else None
 
 
 def _check_loss_masks(cfg: "PipelineConfig", fmt: str) -> None:
@@ -73,8 +95,7 @@ def _check_loss_masks(cfg: "PipelineConfig", fmt: str) -> None:
 
     if getattr(writer_for(fmt), "carries_loss_mask", True) or not any(s.kind == "tokenize" for s in cfg.stages):
         return
-    extract = next((s for s in cfg.stages if s.kind == "extract"), None)
-    kinds = set(getattr(extract, "kinds", None) or []) if extract is not None else None
+    kinds = _extract_kinds(cfg)
     masked = sorted(kinds - _FULL_LOSS_KINDS) if kinds is not None else ["sft", "fim (records input)"]
     if masked:
         raise PipelineError(
@@ -228,7 +249,8 @@ class Pipeline:
         names: dict[str, int] = {}
         for i, stage in enumerate(cfg.stages):
             where = f"{cfg.name}: stage {i + 1} ({stage.kind})"
-            if stage.consumes != current and not (stage.consumes == "raw" and current == "editor_event.v1"):
+            passes = current in getattr(stage, "passes_through", ())  # a filter that also reads this contract
+            if stage.consumes != current and not passes and not (stage.consumes == "raw" and current == "editor_event.v1"):
                 hint = " (add {kind: ingest} first)" if current == "raw" else ""
                 raise PipelineError(f"{where}: needs {stage.consumes} input but gets {current}{hint}")
             names[stage.kind] = names.get(stage.kind, 0) + 1
@@ -242,13 +264,18 @@ class Pipeline:
                 raise PipelineError(f"{where}: {msg}") from None
             spans.append(StageSpan(name=name, kind=stage.kind, input=rel.node, output=out.node, emits=stage.emits))
             rel = out
-            current = stage.produces
+            current = current if passes else stage.produces
         if current == "raw":
             raise PipelineError(f"{cfg.name}: event input needs an ingest stage ({{kind: ingest}}) first")
+        if current == "tokenized_record.v1" and (cfg.output is None or cfg.output.format == "parquet") \
+                and _extract_kinds(cfg) == {"preference"}:
+            from datakit.stages.tokenize.stage import preference_only
+
+            rel = preference_only(rel)  # no always-null packing columns in a preference-only Parquet output
         sink = None
         if out_path:
             o = cfg.output or OutputConfig(path=out_path)
-            key = o.key or ("event_id" if current == "editor_event.v1" else "doc_id")
+            key = o.key or ctx.artifacts.get("sink_key") or ("event_id" if current == "editor_event.v1" else "doc_id")
             options = dict(ctx.artifacts.get("sink_options", {}))
             options["rows_per_shard"] = o.rows_per_shard
             shards = 0 if o.shards == "auto" else o.shards
@@ -257,8 +284,23 @@ class Pipeline:
                 # found out at compile, not after every stage has run and the sink tries to write
                 raise PipelineError(f"{cfg.name}: output format {o.format!r} needs a tokenize stage "
                                     f"({{kind: tokenize, ...}}) before it; use format: parquet for records")
+            if options.get("packing") == "repository" and o.format != "packed":
+                raise PipelineError(f"{cfg.name}: packing: repository needs output format 'packed' (got {o.format!r})")
             if not o.allow_unmasked:
                 _check_loss_masks(cfg, o.format)
+            if key not in rel.schema.names:
+                raise PipelineError(f"{cfg.name}: output: key {key!r} is not a column of the output "
+                                    f"({', '.join(rel.schema.names)})")
+            if o.quality and o.format != "parquet":
+                raise PipelineError(f"{cfg.name}: output: quality checks run on Parquet records; "
+                                    f"format {o.format!r} has none (remove `quality:` or use format: parquet)")
+            if isinstance(o.quality, str):
+                from datakit.quality.gx import load_suite
+
+                try:
+                    load_suite(o.quality)
+                except (FileNotFoundError, ValueError) as e:
+                    raise PipelineError(f"{cfg.name}: output: quality: {e.args[0] if e.args else e}") from None
             sink = SinkSpec(path=out_path, format=o.format, shards=shards, key=key, sort_key=sort_key, options=options)
         config = self.to_dict()
         # the run's real input and output (a `--input`/`--output` override replaces the file's paths):
@@ -281,10 +323,14 @@ class Pipeline:
         """Compile and execute; returns the engine's `RunResult` (per-stage counts, manifest, output path)."""
         from datakit.engines import get_engine
 
-        plan = self.compile(input_override=input, output_override=output)
         if engine == "spark" and self.config.spark:
             engine_options["conf"] = {**self.config.spark, **(engine_options.get("conf") or {})}
-        result = get_engine(engine, **engine_options).execute(plan)
+        try:  # engine options are checked before any work (and before the output folder is touched)
+            runner = get_engine(engine, **engine_options)
+        except (ValueError, TypeError) as e:
+            raise PipelineError(f"{self.config.name}: {e.args[0] if e.args else e}") from None
+        plan = self.compile(input_override=input, output_override=output)
+        result = runner.execute(plan)
         o = self.config.output
         if o is not None and o.quality and plan.sink is not None and plan.sink.format == "parquet":
             self._validate(plan, result, o.quality)
@@ -297,7 +343,7 @@ class Pipeline:
             from datakit.stages.feedback_report import REPORT_FILE, write_report
 
             # reward summaries from the committed rows (identical on both engines): _reports/feedback.json
-            result.extra["feedback"] = {"report": REPORT_FILE, **write_report(plan.sink.path)}
+            result.extra["feedback"] = {**write_report(plan.sink.path), "file": REPORT_FILE}
         return result
 
     def _build_index(self, plan: Plan, result: Any, workers: int | None = None) -> None:
@@ -332,8 +378,11 @@ class Pipeline:
         from datakit.io.fs import filesystem
         from datakit.quality import validate_output
 
-        name = suite if isinstance(suite, str) else (
-            "editor_event.v1" if plan.sink.key == "event_id" else "training_record.v1")
+        from datakit.resources import suite_names
+
+        produced = self.config.stages[-1].produces if self.config.stages else None
+        name = suite if isinstance(suite, str) else (produced if produced in suite_names() else (
+            "editor_event.v1" if plan.sink.key == "event_id" else "training_record.v1"))
         q = validate_output(plan.sink.path, name)
         result.extra["quality"] = q.to_json()
         run_path = f"{plan.sink.path.rstrip('/')}/_run.json"

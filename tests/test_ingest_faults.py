@@ -164,3 +164,27 @@ def test_quarantine_verbatim_is_explicit(tmp_path):
     Pipeline("t").input(str(f)).add({"kind": "ingest", "quarantine": {"raw": "verbatim"}}).output(str(out)).run(workers=1)
     rows = pq.read_table(out / "_quarantine" / "part-00000.parquet").to_pylist()
     assert rows[0]["raw"] == f.read_bytes().split(b"\n")[1]
+
+
+def test_arrow_refusing_a_value_costs_that_row_only():
+    """The safety net behind the validator: a value Arrow cannot hold quarantines its row (`unconvertible`)."""
+    from datakit.stages.ingest import _OUT_FIELDS, _to_arrow
+
+    rows = [dict.fromkeys(_OUT_FIELDS) | {"event_id": f"e{i}", "_source_file": "f", "_source_line": i}
+            for i in range(3)]
+    rows[1]["latency_ms"] = 2**70  # as if a rule were missing
+    drops, details, raws = [None] * 3, [None] * 3, [None] * 3
+    t = _to_arrow(rows, drops, details, raws, [b"l0", b"l1", b"l2"])
+    assert drops == [None, "unconvertible", None] and details[1] == "OverflowError" and raws[1] == b"l1"
+    assert t.column("event_id").to_pylist() == ["e0", None, "e2"]
+
+
+def test_quarantine_hashes_when_the_scrubber_cannot_load(monkeypatch):
+    import datakit.stages.ingest as ingest
+
+    def unavailable(texts):
+        raise ImportError("no presidio")
+
+    monkeypatch.setattr(ingest, "_scrub", unavailable)
+    out = ingest.quarantine_raw([f"key {SECRET}".encode(), None], [10, None], "scrubbed")
+    assert out[1] is None and out[0].startswith(b"sha256=") and out[0].endswith(b";bytes=10-34")

@@ -33,11 +33,14 @@ def s3_endpoint():
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        for _ in range(100):
+        deadline = time.monotonic() + 120  # a loaded CI machine can take many seconds to start it
+        while True:
             try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
                 break
             except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the moto S3 server did not start on port {port}") from None
                 time.sleep(0.1)
         yield url
     finally:

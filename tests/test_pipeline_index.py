@@ -65,3 +65,26 @@ def test_index_build_after_a_small_local_run_uses_the_runs_worker_count(tmp_path
     res = (Pipeline("idx").input(str(src), format="parquet", schema="training_record.v1")
            .output(str(tmp_path / "out"), index=True).run())  # no workers=: small input, in-process
     assert res.extra["workers"] == 1 and seen["workers"] == 1
+
+
+def test_rerun_without_index_retracts_the_old_one(tmp_path):
+    """Found in review (#12 class: stale reuse): a rerun into the folder with `index: false` left the
+    previous data's index beside the new data, and `contamination-check --data OUT` used it."""
+    from datakit.io.publish import SIDE_COMMITS
+    from datakit.stages.decontaminate.index import INDEX_DIRNAME, is_index
+
+    assert all(s.startswith(f"{INDEX_DIRNAME}/") for s in SIDE_COMMITS)
+    src = tmp_path / "records.parquet"
+    pq.write_table(pa.Table.from_pylist([_record("0001", "# copied\n" + _humaneval_prompt(3))],
+                                        schema=TRAINING_RECORD_V1), src)
+    out = tmp_path / "out"
+
+    def pipe(index: bool):
+        return (Pipeline("idx").input(str(src), format="parquet", schema="training_record.v1")
+                .output(str(out), index=index))
+    pipe(True).run(workers=1)
+    assert is_index(str(out / INDEX_DIRNAME))
+    pq.write_table(pa.Table.from_pylist([_record("0002", "def clean():\n    return 1\n")], schema=TRAINING_RECORD_V1),
+                   src)
+    pipe(False).run(workers=1)
+    assert not is_index(str(out / INDEX_DIRNAME))  # the check scans the new data instead

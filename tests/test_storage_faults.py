@@ -173,7 +173,43 @@ def test_a_killed_run_leaves_no_temp_work_folder(s3_endpoint, tmp_path):  # noqa
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert list(tmp.glob("datakit-work-*"))  # the kill left it (nothing can clean up after SIGKILL)
-    r = subprocess.run(cmd + ["--json"], env=env, capture_output=True, text=True, timeout=600)
+    # the next run on this machine (here into another prefix: the killed run's lease on s3://killed/out
+    # stays until it expires) removes the dead run's temp folder, and its own when it is done
+    r = subprocess.run(cmd + ["--output", "s3://killed/out2", "--json"], env=env, capture_output=True, text=True,
+                       timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads(r.stdout)["stages"][0]["rows_out"] == 300
     assert list(tmp.glob("datakit-work-*")) == []  # the dead run's folder and its own are gone
+
+
+class _Unpicklable(Exception):
+    """Like aiohttp's errors, which carry a `multidict` of headers: cannot cross a process boundary."""
+
+    def __init__(self) -> None:
+        super().__init__("upstream said no")
+        self.lock = threading.Lock()
+
+
+def _raise_unpicklable(item):
+    raise _Unpicklable()
+
+
+def _raise_connection_reset(item):
+    raise ConnectionResetError(104, "Connection reset by peer")
+
+
+def test_worker_errors_reach_the_parent_intact():
+    """The pool used to report "cannot pickle ..." instead of the worker's error; a storage error
+    is one line naming the task's path."""
+    from datakit.engines.local.scheduler import EngineError, _Guarded
+    from datakit.io.storage import StorageError
+    from datakit.workers import drop_pool, pool
+
+    try:
+        with pytest.raises(EngineError, match="_Unpicklable: upstream said no"):
+            pool(2).submit(_Guarded(_raise_unpicklable), "x").result()
+        with pytest.raises(StorageError, match=r"^storage error: cannot read or write s3://b/k\.jsonl: "
+                                               r"ConnectionResetError.*attempts\)$"):
+            pool(2).submit(_Guarded(_raise_connection_reset), "s3://b/k.jsonl").result()
+    finally:
+        drop_pool(2)

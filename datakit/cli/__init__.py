@@ -87,6 +87,11 @@ def run(
         _print_stages(result.stages)
         typer.echo(f"output: {result.output_path}  ({result.manifest['rows'] if result.manifest else 0} rows, "
                    f"{result.seconds:.1f}s)")
+        fb = (result.extra or {}).get("feedback")
+        if fb:  # reward summaries of a kto output: the first thing to look at before training on it
+            t = fb["total"]
+            typer.echo(f"rewards: {t['examples']} examples, acceptance {t['acceptance_rate']:.1%}, label rate "
+                       f"{t['label_rate']:.1%}, mean reward {t['mean_reward']:.3f}  ({fb['file']})")
 
 
 @app.command()

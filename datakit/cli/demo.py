@@ -18,6 +18,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--events", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repositories", type=int, default=40,
+                    help="multi-file repository projects on top of --events (for pipelines/longctx.yaml, feedback.yaml)")
     ap.add_argument("--pipeline", default=str(ROOT / "pipelines" / "quickstart.yaml"))
     ap.add_argument("--workers", type=int, default=None)
     args = ap.parse_args(argv)
@@ -27,9 +29,10 @@ def main(argv: list[str] | None = None) -> int:
 
     logs = ROOT / "demo" / "logs"
     marker = logs / synth.SUMMARY_FILE
-    if not marker.exists() or json.loads(marker.read_text()).get("events") != args.events:
+    made = json.loads(marker.read_text()) if marker.exists() else {}
+    if made.get("ordinary_events", made.get("events")) != args.events or made.get("repositories", 0) != args.repositories:
         t0 = time.perf_counter()
-        summary = synth.generate(str(logs), events=args.events, seed=args.seed)
+        summary = synth.generate(str(logs), events=args.events, seed=args.seed, repositories=args.repositories)
         print(f"synthesized {summary.get('events', args.events)} editor events into {logs} "
               f"({time.perf_counter() - t0:.1f}s)")
     else:

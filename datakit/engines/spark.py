@@ -245,6 +245,9 @@ class SparkEngine:
 
     def __init__(self, master: str | None = None, conf: dict[str, Any] | None = None, partitions: int | None = None,
                  workers: int | None = None, checkpoint_dir: str | None = None) -> None:
+        for name, v in (("partitions", partitions), ("workers", workers)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"{name} must be a positive number (got {v!r})")
         if master is None and workers:
             master = f"local[{int(workers)}]"
         self.master = master

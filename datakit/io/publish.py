@@ -235,14 +235,21 @@ def output_lock(path: str) -> Iterator[None]:
 
 # ------------------------------------------------------------------------------------------ publish
 
+# Side outputs that describe the data and have their own commit marker: retracted with the dataset,
+# so a rerun that does not rebuild them leaves none describing the old data (the n-gram index beside
+# a dataset: `datakit.stages.decontaminate.index.INDEX_DIRNAME`, whose index.json is written last).
+SIDE_COMMITS = ("_ngram_index/index.json",)
+
+
 def retract(path: str) -> bool:
-    """Withdraw a finished dataset before it is rewritten (`_SUCCESS`, then `manifest.json`).
+    """Withdraw a finished dataset before it is rewritten (`_SUCCESS`, then `manifest.json`, then the
+    commit markers of side outputs derived from the data).
 
     Returns True when there was one. Readers open a dataset through its manifest, so from here
     until the new commit they see no dataset rather than new shards under the old manifest."""
     out = path.rstrip("/")
     found = False
-    for name in ("_SUCCESS", "manifest.json"):
+    for name in ("_SUCCESS", "manifest.json", *SIDE_COMMITS):
         fs, p = filesystem(f"{out}/{name}")
         try:
             if fs.exists(p):

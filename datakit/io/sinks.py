@@ -95,6 +95,11 @@ def register_writer(name: str):
     return deco
 
 
+def known_formats() -> list[str]:
+    """Output formats a pipeline may name: registered writers and the built-in lazy ones."""
+    return sorted(set(_WRITERS) | set(_LAZY))
+
+
 def writer_for(fmt: str) -> ShardWriter:
     if fmt not in _WRITERS and fmt in _LAZY:
         import importlib

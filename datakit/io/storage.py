@@ -81,7 +81,8 @@ def describe(e: BaseException, path: str, what: str = "access") -> StorageError:
     reason = short_reason(e)
     if cause is not None and getattr(cause, "response", None) is not None:
         reason = short_reason(cause)
-    return StorageError(f"storage error: cannot {what} {path}: {reason} (after up to {retries()} attempts)")
+    retried = f" (after up to {retries()} attempts)" if "://" in path else ""  # local disks are not retried
+    return StorageError(f"storage error: cannot {what} {path}: {reason}{retried}")
 
 
 def is_storage_error(e: BaseException) -> bool:

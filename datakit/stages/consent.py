@@ -104,6 +104,10 @@ class ParseOptOutLines:
         lines = batch.column("_source_line").to_pylist()
         errors = batch.column("_read_error").to_pylist()
         for raw, f, ln, err in zip(raws, files, lines, errors, strict=True):
+            if err == "blank_line":  # an all-null row: matches nobody (null keys never join)
+                users.append(None)
+                orgs.append(None)
+                continue
             if err is not None:
                 raise InputError(f"opt-out list {f}: {err}")
             try:
@@ -147,6 +151,8 @@ def read_id_lists(paths: list[str], columns: tuple[str, ...] = ("user_id", "org_
         for b in iter_raw_lines(url):
             for raw, ln, err in zip(b.column("_raw").to_pylist(), b.column("_source_line").to_pylist(),
                                     b.column("_read_error").to_pylist()):
+                if err == "blank_line":
+                    continue
                 if err is not None:
                     raise InputError(f"opt-out list {url}: {err}")
                 try:

@@ -8,7 +8,7 @@ pipeline. The lists are the same files `consent` reads, plus an `event_id` colum
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import ClassVar, Literal
 
 import pyarrow as pa
 from pydantic import Field
@@ -65,6 +65,8 @@ class ForgetConfig(StageConfig):
 
     consumes = "training_record.v1"
     produces = "training_record.v1"
+    # other outputs that carry the same lineage (`source`, `meta`): filtered the same way, contract unchanged
+    passes_through: ClassVar[tuple[str, ...]] = ("kto_example.v1",)
 
     def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
         paths = [self.optouts] if isinstance(self.optouts, str) else list(self.optouts)

@@ -323,6 +323,19 @@ class EventLocations:
                                            batch.column("_source_line"), _location(batch)], schema=_LOC_SCHEMA)
 
 
+_REPEATED_IDS_SCHEMA = pa.schema([("event_id", pa.string()), ("_first", pa.string())])
+
+
+class RepeatedIds:
+    """Side relation: the event ids read more than once, with the location of their first copy."""
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        once = pc.equal(batch.column("_copies"), 1)
+        drop = pc.if_else(once, pa.scalar("single_copy"), pa.scalar(None, pa.string()))
+        return pa.RecordBatch.from_arrays([batch.column("event_id"), batch.column("_first"), drop],
+                                          names=["event_id", "_first", DROP])
+
+
 class RepeatedCopies:
     """Side relation: the locations of every copy of an event id but the first one read.
 
@@ -366,9 +379,13 @@ class IngestConfig(StageConfig):
             return events
         # A side branch finds the (usually few) repeated copies; the events then stream past
         # them in a broadcast anti join, so the big relation is never shuffled or joined whole.
+        # One aggregation is the only shuffle: it also counts the copies, so only ids read more
+        # than once (small) are joined back -- broadcast -- to their locations (docs/scaling.md).
         side = Rel(events.node, f"{rel.stage}:side")
         locs = side.map_batches(EventLocations(), _LOC_SCHEMA, name="event_locations")
-        firsts = locs.aggregate(["event_id"], {"_first": ("min", "_loc")})
-        repeats = locs.join(firsts, "event_id").map_batches(RepeatedCopies(), _REPEAT_SCHEMA, name="repeated_copies")
+        firsts = locs.aggregate(["event_id"], {"_first": ("min", "_loc"), "_copies": ("count", "_loc")})
+        repeated = firsts.map_batches(RepeatedIds(), _REPEATED_IDS_SCHEMA, name="repeated_ids")
+        repeats = (locs.join(repeated, "event_id", broadcast=True)
+                   .map_batches(RepeatedCopies(), _REPEAT_SCHEMA, name="repeated_copies"))
         return events.join(Rel(repeats.node, rel.stage), ["_source_file", "_source_line"], how="anti",
                            reason="duplicate_event_id", broadcast=True)

@@ -47,6 +47,16 @@ AGENT_TASKS = [
 ]
 
 
+def weighted(rng: random.Random, table: tuple[tuple[str, float], ...]) -> str:
+    """A name drawn from (name, weight) pairs."""
+    x = rng.random() * sum(w for _, w in table)
+    for name, w in table:
+        x -= w
+        if x < 0:
+            return name
+    return table[-1][0]
+
+
 def _names(text: str) -> list[str]:
     return [m for m in dict.fromkeys(_IDENT.findall(text)) if m not in _KEYWORDS]
 

@@ -46,15 +46,6 @@ NEAR_DUP_VARIANTS = ("fork", "copy_edit", "reformat")
 CLIENT_VERSIONS = ("0.41.2", "0.42.0", "0.42.3", "0.43.1", "1.0.0-beta.2")
 
 
-def _weighted(rng: random.Random, table: tuple[tuple[str, float], ...]) -> str:
-    x = rng.random() * sum(w for _, w in table)
-    for name, w in table:
-        x -= w
-        if x < 0:
-            return name
-    return table[-1][0]
-
-
 def _hex(rng: random.Random, n: int) -> str:
     return f"{rng.getrandbits(4 * n):0{n}x}"
 
@@ -266,7 +257,7 @@ class Generator:
             mode = mode or rng.choices(["normal", "midline", "empty_prefix", "eof"], [0.7, 0.2, 0.04, 0.06])[0]
             split = ev.split_for_completion(rng, text, mode=mode)
         prefix, truth, suffix = split
-        outcome = outcome or _weighted(rng, TAB_OUTCOMES)
+        outcome = outcome or ev.weighted(rng, TAB_OUTCOMES)
         if suggestion is None:
             suggestion = truth if outcome in ("accepted", "partial") or rng.random() < 0.3 else ev.wrong_completion(rng, text, truth)
         accepted = suggestion if outcome == "accepted" else (ev.partial_of(rng, suggestion) if outcome == "partial" else None)
@@ -287,7 +278,7 @@ class Generator:
         instr, new_region = ev.edit_region(rng, region, lang)
         before, after = text, text[:offs[a]] + new_region + text[offs[b]:]
         b_new = a + len(ev._lines(new_region))
-        outcome = outcome or _weighted(rng, EDIT_OUTCOMES)
+        outcome = outcome or ev.weighted(rng, EDIT_OUTCOMES)
         e.update({"file": {"path": path, "language": lang}, "context": {"prefix": text[:offs[a]], "suffix": text[offs[a]:]},
                   "suggestion": new_region, "outcome": outcome, "accepted_text": new_region if outcome == "accepted" else None,
                   "messages": [{"role": "user", "content": instr, "tool_name": None}],
@@ -320,7 +311,7 @@ class Generator:
         """One ordinary event (or a rejected-then-accepted pair at the same cursor)."""
         pool = s.user.language if rng.random() >= self.other_languages else rng.choice(sorted(self.corpus.pools))
         text, path, lang = self._chunk(rng, pool)
-        etype = _weighted(rng, EVENT_MIX)
+        etype = ev.weighted(rng, EVENT_MIX)
         if etype == "tab_completion":
             e = self._tab(rng, s, text, path, lang)
             if e["outcome"] == "rejected" and rng.random() < 0.4 and s.remaining > 1:
@@ -627,7 +618,8 @@ class Generator:
         pq.write_table(table, self.out / OPTOUTS_FILE, compression="zstd")
 
     def _summary(self, files: list[str]) -> dict:
-        return {
+        extra = {"repositories": self.repositories, "ordinary_events": self.events} if self.repositories else {}
+        return {**extra,
             "format": GROUND_TRUTH_VERSION, "seed": self.seed, "events": self.index, "days": self.days,
             "start_date": self.start.isoformat(), "files": files,
             "users": len(self.users), "orgs": len({u.org_id for u in self.users}),

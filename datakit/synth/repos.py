@@ -24,6 +24,8 @@ import random
 import re
 from dataclasses import dataclass, field
 
+from datakit.synth.events import weighted
+
 LANG_WEIGHTS = (("python", 0.55), ("typescript", 0.15), ("javascript", 0.1), ("go", 0.12), ("rust", 0.08))
 _WORDS = ("util", "models", "client", "server", "config", "parser", "cache", "store", "auth", "api", "events",
           "handlers", "schema", "metrics", "queue", "worker", "render", "session", "tokens", "paths", "errors",
@@ -50,15 +52,6 @@ class Repository:
         """Whether `order` (paths) puts every file after the files it imports."""
         pos = {p: i for i, p in enumerate(order)}
         return all(pos[d] < pos[f.path] for f in self.files for d in f.imports if d in pos and f.path in pos)
-
-
-def _weighted(rng: random.Random, table: tuple[tuple[str, float], ...]) -> str:
-    x = rng.random() * sum(w for _, w in table)
-    for name, w in table:
-        x -= w
-        if x < 0:
-            return name
-    return table[-1][0]
 
 
 def _neutralise_imports(text: str) -> str:
@@ -143,7 +136,7 @@ def _es_import(rng: random.Random, src: str, dst: str, lang: str) -> str:
 
 def build_repository(rng: random.Random, corpus, org: str, number: int) -> Repository:
     """One project: files, their text and the import edges between them (a DAG)."""
-    lang = _weighted(rng, LANG_WEIGHTS)
+    lang = weighted(rng, LANG_WEIGHTS)
     name = f"{rng.choice(_WORDS)}-{number}"
     repo_id = f"{org}/{name}"
     commit = f"{rng.getrandbits(160):040x}"

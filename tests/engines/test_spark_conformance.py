@@ -111,7 +111,8 @@ def test_rerun_into_the_same_folder_reuses_finished_shards(spark, tmp_path):
 
 def test_bad_rows_are_quarantined_alike_on_spark(spark, tmp_path):
     """Parquet events with a foreign-schema file, a nested value where a string belongs, a `"false"`
-    privacy flag, and JSON Lines with a blank line and a conflicting duplicate key: Spark keeps,
+    privacy flag, and JSON Lines with a blank line, a conflicting duplicate key and an event id read
+    twice (in two files): Spark keeps,
     counts and quarantines exactly what the local engine does (the readers are shared)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -131,13 +132,15 @@ def test_bad_rows_are_quarantined_alike_on_spark(spark, tmp_path):
     p = Pipeline("badpq").input(str(tmp_path / "pq"), format="parquet").add({"kind": "ingest"}).output("x", shards=2)
     variants = [("local", {"workers": 1}), ("spark", {"partitions": 2})]
     write_jsonl(tmp_path / "js" / "a.jsonl", [make_event(1), b"", json.dumps(make_event(2))[:-1] + ', "privacy_mode": true}'])
+    write_jsonl(tmp_path / "js" / "b.jsonl", [make_event(3), make_event(1, suggestion="retried copy")])
     pj = Pipeline("badjs").input(str(tmp_path / "js")).add({"kind": "ingest"}).output("x", shards=2)
     for pipe, sub in ((p, "p"), (pj, "j")):
         (tmp_path / sub).mkdir()
         assert_conformant(pipe, tmp_path / sub, variants=variants)
         outs = sorted((tmp_path / sub).glob("conf-*"))
+        assert (outs[0] / "_quarantine/part-00000.parquet").exists()
         assert _sha(outs[0] / "_quarantine/part-00000.parquet") == _sha(outs[1] / "_quarantine/part-00000.parquet")
     run = json.loads((sorted((tmp_path / "p").glob("conf-*"))[1] / "_run.json").read_text())
     assert run["stages"][0]["dropped"] == {"wrong_type": 12, "missing_field": 3}
     run = json.loads((sorted((tmp_path / "j").glob("conf-*"))[1] / "_run.json").read_text())
-    assert run["stages"][0]["dropped"] == {"blank_line": 1, "duplicate_key": 1}
+    assert run["stages"][0]["dropped"] == {"blank_line": 1, "duplicate_key": 1, "duplicate_event_id": 1}

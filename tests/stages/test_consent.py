@@ -50,7 +50,7 @@ def test_fn_survives_pickling():
 
 def test_load_optouts_parquet_and_jsonl(tmp_path):
     pq.write_table(pa.table({"user_id": ["u1", None, "u2"], "org_id": [None, "o1", None]}), tmp_path / "a.parquet")
-    (tmp_path / "b.jsonl").write_text('{"user_id": 42}\n{"org_id": "o2"}\n{"user_id": "u3", "org_id": null}\n')
+    (tmp_path / "b.jsonl").write_text('{"user_id": 42}\n\n{"org_id": "o2"}\n{"user_id": "u3", "org_id": null}\n')
     pq.write_table(pa.table({"org_id": ["o3"]}), tmp_path / "orgs_only.parquet")
     users, orgs = load_optouts([str(tmp_path / n) for n in ("a.parquet", "b.jsonl", "orgs_only.parquet")])
     assert users == ("42", "u1", "u2", "u3") and orgs == ("o1", "o2", "o3")
@@ -121,7 +121,7 @@ def test_jsonl_lists_and_globs_in_join_mode(logs, tmp_path):
     table = pq.read_table(root / "logs" / "optouts.parquet").to_pylist()
     lists = tmp_path / "lists"
     lists.mkdir()
-    (lists / "users.jsonl").write_text("".join(json.dumps({"user_id": r["user_id"]}) + "\n" for r in table if r["user_id"]))
+    (lists / "users.jsonl").write_text("\n" + "".join(json.dumps({"user_id": r["user_id"]}) + "\n" for r in table if r["user_id"]))
     (lists / "orgs.jsonl").write_text("".join(json.dumps({"org_id": r["org_id"]}) + "\n" for r in table if r["org_id"]))
     st, _, _ = _run(root, "jsonl_join", {"kind": "consent", "optouts": [str(lists / "*.jsonl")], "mode": "join"})
     assert st["dropped"] == {k: v for k, v in summary["expected_consent_drops"].items() if v}

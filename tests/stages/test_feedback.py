@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 
+import jsonschema
 import pytest
 
 from datakit import Pipeline
+from datakit.contracts import load_contract
 from datakit.io.dataset import read_output
 from datakit.stages.extract.feedback import FeedbackOptions, reward_of
 from datakit.synth import generate, read_ground_truth
@@ -101,7 +103,8 @@ def test_labels_rewards_and_retention_match_the_synth_ground_truth(projects, tmp
 
 def test_kto_output_and_reward_report(projects, tmp_path):
     out = tmp_path / "kto"
-    res = _pipeline(projects, {"ignored": "negative"}, kto=True).run(output=str(out), workers=1)
+    res = _pipeline(projects, {"ignored": "negative"}, kto=True).output(str(out), quality=True).run(workers=1)
+    assert res.extra["quality"]["suite"] == "kto_example.v1" and res.extra["quality"]["success"], res.extra["quality"]
     t = read_output(str(out))
     assert t.schema.names[:4] == ["prompt", "completion", "label", "reward"]
     assert str(t.schema.field("label").type) == "bool" and str(t.schema.field("prompt").type) == "string"
@@ -112,6 +115,9 @@ def test_kto_output_and_reward_report(projects, tmp_path):
         assert r["prompt"].startswith(head + "<fim_prefix>")
     assert {r["label"] for r in rows} == {True, False}
     report = json.loads((out / "_reports" / "feedback.json").read_text())
+    jsonschema.validate(report, load_contract("feedback_report.v1"))
+    kto_doc = load_contract("kto_example.v1")
+    assert list(kto_doc["properties"]) == t.schema.names
     assert json.loads((out / "_run.json").read_text())["reports"]["feedback"] == "_reports/feedback.json"
     assert res.extra["feedback"]["total"] == report["total"]
     assert report["total"]["examples"] == len(rows)
@@ -167,3 +173,25 @@ def test_retention_join_is_identical_on_spark(tmp_path, spark):
                "feedback": {"ignored": "negative", "retention": {"window_s": 60, "use": "weight"}}}))
     sums = assert_conformant(p, tmp_path, variants=[("local", {"workers": 1}), ("spark", {"partitions": 2})])
     assert sums
+
+
+def test_forget_applies_to_a_kto_output(projects, tmp_path):
+    """A later deletion reaches the feedback examples through their lineage, like any record output."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "kto"
+    _pipeline(projects, {}, kto=True).run(output=str(out), workers=1)
+    rows = read_output(str(out)).to_pylist()
+    victim = sorted({r["source"]["user_id"] for r in rows})[0]
+    pq.write_table(pa.table({"user_id": [victim]}), tmp_path / "deletions.parquet")
+    m = json.loads((out / "manifest.json").read_text())
+    data = [str(out / f) for s in m["shards"] for f in s["files"]]
+    res = (Pipeline("forget").input(data, format="parquet", schema="kto_example.v1")
+           .add({"kind": "forget", "optouts": str(tmp_path / "deletions.parquet")})
+           .output(str(tmp_path / "forgotten"))).run(workers=1)
+    kept = read_output(str(tmp_path / "forgotten"))
+    assert kept.schema.names[:3] == ["prompt", "completion", "label"]
+    gone = sum(1 for r in rows if r["source"]["user_id"] == victim)
+    assert gone and kept.num_rows == len(rows) - gone
+    assert res.stages[-1]["dropped"] == {"opt_out_user": gone}

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from datakit import watchdog
 from datakit.accounting import NodeStats
 from datakit.engines.core import apply_map, conform, droplog_rows, quarantine_rows
 from datakit.engines.local.broadcast import broadcast_table
@@ -145,6 +146,7 @@ def run_chain(task: ChainTask) -> dict[str, Any]:
                 else:
                     batch = _apply_op(op, batch, stats[op.id], aux)
             release_free_memory()
+            watchdog.beat()
             if batch.num_rows == 0:
                 continue
             if task.shards:
@@ -194,6 +196,9 @@ def write_one_shard(args: tuple[list[str], int, Any, pa.Schema]) -> dict[str, An
     """Worker entry point for the sink: read one shard's spill parts and write it."""
     paths, shard, spec, schema = args
     release_free_memory()
-    tables = [read_spill(p) for p in paths]
+    tables = []
+    for p in paths:
+        tables.append(read_spill(p))
+        watchdog.beat()
     table = pa.concat_tables(tables) if tables else schema.empty_table()
     return sinks.write_shard(table, shard, spec, schema)

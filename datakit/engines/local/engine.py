@@ -57,6 +57,8 @@ class LocalEngine:
 
     def __init__(self, workers: int | None = None, work_dir: str | None = None, progress: bool | None = None,
                  keep_work: bool = False) -> None:
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+            raise ValueError(f"workers must be a positive number (got {workers!r}); leave it unset for all cores")
         self.workers = max(1, workers or usable_cpus())
         self._auto_workers = workers is None
         self._all_workers = self.workers
@@ -165,7 +167,7 @@ class LocalEngine:
 
     # -- scheduling
     def _map(self, fn: Callable, items: list, what: str) -> list:
-        return scheduler.run_tasks(fn, items, what, self.workers, self.progress)
+        return scheduler.run_tasks(fn, items, what, self.workers, self.progress, f"{self._work}/_beats")
 
     def _chain_of(self, node: Node) -> tuple[Node, list[Node]]:
         """Walk down fusible nodes (MapBatches, broadcast joins) to the base node (a Source,

@@ -5,11 +5,12 @@ import logging
 import os
 import pickle
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
+from datakit import watchdog
 from datakit.io import storage
 from datakit.plan import Plan, Source
-from datakit.workers import pool
 
 log = logging.getLogger("datakit.engine.local")
 
@@ -50,16 +51,21 @@ def workers_for(plan: Plan, workers: int) -> int:
     return workers
 
 
-def run_tasks(fn: Callable, items: list, what: str, workers: int, progress: bool | None) -> list:
-    """`fn` over `items`, in this process (one worker or one item) or on the kept pool, results in order."""
+def run_tasks(fn: Callable, items: list, what: str, workers: int, progress: bool | None, beat_dir: str) -> list:
+    """`fn` over `items`, in this process (one worker or one item) or on the kept pool, results in order.
+
+    Pool tasks are watched (`datakit.watchdog`): a task whose heartbeat in `beat_dir` stops is
+    reported as stalled instead of hanging the run."""
     if not items:
         return []
     fn = _Guarded(fn)
     if workers == 1 or len(items) == 1:
-        return [fn(i) for i in progress_bar(items, what, progress)]
-    futures = [pool(workers).submit(fn, i) for i in items]
+        return [fn(i) for i in _progress(items, what, progress)]
     try:
-        return [f.result() for f in progress_bar(futures, what, progress)]
+        with _progress_bar(len(items), what, progress) as advance:
+            return watchdog.map_watched(fn, items, workers, beat_dir, what, _task_path, advance)
+    except watchdog.TaskStalled as e:
+        raise EngineError(str(e)) from None
     except BrokenProcessPool:
         raise EngineError(
             f"a local worker process died during '{what}' (killed, out of memory, or a script that runs its "
@@ -99,7 +105,22 @@ def _task_path(item: Any) -> str:
     return str(item)[:200]
 
 
-def progress_bar(items, what: str, enabled: bool | None):
+@contextmanager
+def _progress_bar(total: int, what: str, enabled: bool | None) -> Iterator[Callable[[], None]]:
+    """A rich progress bar advanced once per finished task (when stderr is a terminal, or forced on)."""
+    import sys
+
+    if enabled is False or (enabled is None and not sys.stderr.isatty()) or total < 2:
+        yield lambda: None
+        return
+    from rich.progress import Progress
+
+    with Progress(transient=True) as bar:
+        task = bar.add_task(what, total=total)
+        yield lambda: bar.advance(task)
+
+
+def _progress(items, what: str, enabled: bool | None):
     """A rich progress bar over items when stderr is a terminal (or forced on)."""
     import sys
 
@@ -107,9 +128,4 @@ def progress_bar(items, what: str, enabled: bool | None):
         return items
     from rich.progress import track
 
-    if items and hasattr(items[0], "result"):
-        from concurrent.futures import as_completed
-
-        list(track(as_completed(items), total=len(items), description=what, transient=True))
-        return items
     return track(items, description=what, transient=True)

@@ -126,6 +126,8 @@ def _jsonl_batches(url: str, text_fields, batch_rows: int, stats: dict | None) -
                 # the rest of the file is unknown: a gate must not answer for data it never saw
                 raise InputError(f"{url}: truncated or corrupt compressed file (unreadable from line {lineno}); "
                                  f"nothing was checked")
+            if err == "blank_line":  # not data: never counted as a skipped line
+                continue
             if err is not None or raw is None:
                 if stats is not None:
                     stats["skipped_lines"] = stats.get("skipped_lines", 0) + 1

@@ -36,6 +36,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from datakit.plan import DROP, Rel
+from datakit.stages.extract.rules import accepted_text
 
 SEP = "\x1f"
 RT_NEXT = "_rt_next"  # the column the extract function reads: "<ms>\x1f<event id>\x1f<0|1>" or null
@@ -79,14 +80,6 @@ def epoch_ms(ts: str | None) -> int | None:
     return (t - _EPOCH) // dt.timedelta(milliseconds=1)  # integer arithmetic: no float rounding
 
 
-def _accepted(e: dict) -> str | None:
-    if e.get("outcome") == "accepted":
-        return e.get("accepted_text") if e.get("accepted_text") is not None else e.get("suggestion")
-    if e.get("outcome") == "partial":
-        return e.get("accepted_text")
-    return None
-
-
 def parse_next(payload: str | None) -> tuple[bool | None, str | None, int | None]:
     """(retained, next event id, its time in ms) from the retention join's payload."""
     if not payload:
@@ -106,7 +99,7 @@ def reward_of(e: dict, opts: FeedbackOptions, retained: bool | None) -> tuple[fl
         policy = opts.partial if outcome == "partial" else opts.ignored
         if policy == "drop":
             return None, f"no_example:{outcome}"
-        kept = _accepted(e) or ""
+        kept = accepted_text(e) or ""
         reward = 0.0 if policy == "negative" or not suggestion else min(1.0, len(kept) / len(suggestion))
     else:
         return None, f"no_example:{outcome or 'no_outcome'}"
@@ -126,7 +119,7 @@ def feedback_records(e: dict, opts: FeedbackOptions, next_payload: str | None,
     if not suggestion:
         return [], "no_example:no_suggestion"
     retained, next_id, next_ms = parse_next(next_payload) if opts.retention is not None else (None, None, None)
-    if _accepted(e) is None:
+    if accepted_text(e) is None:
         retained = None
     reward, why = reward_of(e, opts, retained)
     if why:
@@ -140,7 +133,7 @@ def feedback_records(e: dict, opts: FeedbackOptions, next_payload: str | None,
              {"text": c.get("suffix") or "", "train": False, "role": "suffix"},
              {"text": suggestion, "train": True, "role": "completion"}]
     file = e.get("file") or {}
-    kept = _accepted(e)
+    kept = accepted_text(e)
     meta: dict[str, Any] = {"event_type": et, "outcome": e.get("outcome"), "reward": reward,
                             "label": reward >= opts.label_threshold, "latency_ms": e.get("latency_ms"),
                             "language": file.get("language"), "path": file.get("path"),
@@ -177,7 +170,7 @@ class RetentionKeysFn:
             if key is None or ms is None or e["context"] is None:
                 continue
             if self.side == "left":
-                text = _accepted(e) if e["event_type"] in FEEDBACK_EVENT_TYPES else None
+                text = accepted_text(e) if e["event_type"] in FEEDBACK_EVENT_TYPES else None
                 if not text:
                     continue
                 for b in (ms // W, ms // W + 1):  # any event within (ms, ms + W] sits in one of these buckets

@@ -23,7 +23,9 @@ Rules (the `kinds` an extract stage may select):
 - `preference`: in one session, tab completions at the same context (path,
   prefix, suffix): the accepted suggestion is `chosen`, a rejected one `rejected`,
   the prefix the prompt. Pairing is global (an aggregate + join in the stage); the
-  pair is emitted by the accepted event, the rejected one's id is in meta.
+  pair is emitted by the accepted event, the rejected one's id is in meta. A pair
+  with an empty prompt (`no_example:empty_prompt`) or a whitespace-only side
+  (`no_example:blank_completion`) is dropped; whitespace-only chat messages are skipped.
 
 An event yielding nothing gets a reason `no_example:<why>`.
 """
@@ -227,7 +229,7 @@ def sft_records(e: dict) -> tuple[list[dict], str | None]:
             text = _tool_call_text(tool, content)
         else:
             text = content or ""
-        if not text:
+        if not text.strip():  # whitespace-only turns teach nothing (and would be trained on)
             continue
         segs.append({"text": text, "train": role == "assistant", "role": role})
         tools.append(tool)
@@ -275,6 +277,10 @@ def preference_records(e: dict, pair_acc: str | None, pair_rej: str | None) -> t
     rej_id, _, rejected = pair_rej.partition(SEP)
     chosen = mine.partition(SEP)[2]
     prefix, suffix = _ctx(e)
+    if not prefix.strip():
+        return [], "no_example:empty_prompt"  # nothing to condition on: the pair teaches no preference
+    if not chosen.strip() or not rejected.strip():
+        return [], "no_example:blank_completion"
     file = e.get("file") or {}
     meta = {"rejected_event_id": rej_id, "event_ids": sorted([e["event_id"], rej_id]), "language": file.get("language"),
             "path": file.get("path"), "suffix_chars": len(suffix)}

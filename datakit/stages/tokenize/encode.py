@@ -22,6 +22,11 @@ Layouts (`[X]` is a special token, `text` is the encoded text, `^` marks loss):
   model learns to end its turn; role markers and EOS carry none.
 - preference: not packed; `prompt` (segments joined), `chosen`, `rejected`
   texts plus their token ids (`[BOS]? prompt`, `chosen [EOS]`, `rejected [EOS]`).
+  The prompt ends on a token boundary (`token_boundary`): when the cursor was
+  mid-word, the prompt's last partial token moves to the front of both
+  completions, so a trainer that tokenizes `prompt` and `prompt + completion`
+  (TRL) gets exactly our ids. Empty prompts (`empty_prompt`) and whitespace-only
+  completions (`blank_completion`) are dropped with those reasons.
 """
 from __future__ import annotations
 
@@ -56,6 +61,45 @@ ENCODED_SCHEMA = pa.schema(
         ("rejected_ids", IDS),
     ]
 )
+
+# What a preference row means to a trainer (TRL DPO & co.): the only columns of a preference-only
+# Parquet output (`packed`/`megatron` outputs write them to preference-*.parquet)
+PREFERENCE_COLUMNS = ("prompt", "chosen", "rejected", "prompt_ids", "chosen_ids", "rejected_ids", "doc_id")
+PREFERENCE_SCHEMA = pa.schema([ENCODED_SCHEMA.field(c) for c in PREFERENCE_COLUMNS])
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def token_boundary(tok: LoadedTokenizer, prompt: str, chosen: str, rejected: str
+                   ) -> tuple[str, str, str, list[int], list[int], list[int]]:
+    """Move the prompt's end to a token boundary that tokenizing `prompt + completion` keeps.
+
+    Returns the (possibly shortened) prompt, both completions with the moved
+    tail in front, and the ids: prompt = tok(prompt), completion =
+    tok(prompt + completion) after the prompt's ids. This is TRL's rule
+    (`DPOTrainer` tokenizes prompt and prompt+completion and splits at their
+    common prefix); cutting where they agree makes that prefix the whole prompt,
+    so nothing of the prompt is lost and both sides see the same ids.
+    """
+    rounds = 8  # each round cuts at least one character; real prompts settle in one or two
+    for r in range(rounds):
+        p, pc, pr = tok.encode_batch([prompt, prompt + chosen, prompt + rejected])
+        k = min(_common_prefix(p, pc), _common_prefix(p, pr))
+        if k == len(p) or r == rounds - 1 or not prompt:
+            return prompt, chosen, rejected, p[:k], pc[k:], pr[k:]  # the last resort is TRL's own split
+        head = tok.decode(p[:k]).rstrip("\ufffd")  # a byte-level split can end inside a character
+        cut = len(head) if prompt.startswith(head) and len(head) < len(prompt) else len(prompt) - 1
+        tail = prompt[cut:]
+        prompt, chosen, rejected = prompt[:cut], tail + chosen, tail + rejected
+    raise AssertionError("unreachable")
+
 
 # Independent streams of per-document randomness: the shuffle order and the FIM
 # draws must not be correlated, so each hashes under its own salt.
@@ -213,6 +257,12 @@ def encode_table(table: pa.Table | pa.RecordBatch, tok: LoadedTokenizer, o: Enco
                     drop[i] = "empty_document"
                     detail[i] = "preference pair without chosen/rejected"
                     continue
+                if not prompt.strip():
+                    drop[i] = "empty_prompt"
+                    continue
+                if not chosen_col[i].strip() or not rejected_col[i].strip():
+                    drop[i] = "blank_completion"
+                    continue
                 pref[i] = (prompt, chosen_col[i], rejected_col[i])
             else:
                 drop[i] = "unknown_kind"
@@ -226,9 +276,12 @@ def encode_table(table: pa.Table | pa.RecordBatch, tok: LoadedTokenizer, o: Enco
     for parts in doc_parts:
         if parts:
             texts.extend(p[1] for p in parts if p[0] == "t")
-    for prompt, ch, rej in pref.values():
-        texts += [prompt, ch, rej]
     encoded = tok.encode_batch(texts) if texts else []
+    for i, (prompt, ch, rej) in list(pref.items()):
+        pref[i] = token_boundary(tok, prompt, ch, rej)
+        if not pref[i][0].strip():  # the whole prompt was one partial word
+            drop[i] = "empty_prompt"
+            del pref[i]
 
     ids_flat: list[int] = []
     mask_flat: list[int] = []
@@ -259,11 +312,10 @@ def encode_table(table: pa.Table | pa.RecordBatch, tok: LoadedTokenizer, o: Enco
     p_ids: list[list[int] | None] = [None] * n
     c_ids: list[list[int] | None] = [None] * n
     r_ids: list[list[int] | None] = [None] * n
-    for i in pref:
-        p_ids[i] = bos + encoded[k]
-        c_ids[i] = encoded[k + 1] + eos
-        r_ids[i] = encoded[k + 2] + eos
-        k += 3
+    for i, (_, _, _, pi, ci, ri) in pref.items():
+        p_ids[i] = bos + pi
+        c_ids[i] = ci + eos
+        r_ids[i] = ri + eos
 
     values = pa.array(np.asarray(ids_flat, dtype=np.int32))
     mvalues = pa.array(np.asarray(mask_flat, dtype=np.int8))

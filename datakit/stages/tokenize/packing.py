@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-PACKING_ALGORITHMS = ("concat", "best_fit")
+PACKING_ALGORITHMS = ("concat", "best_fit", "repository")  # repository: see repository.py
 
 
 @dataclass

@@ -16,6 +16,7 @@ per-epoch permutation of sequences on top.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -23,9 +24,10 @@ from pydantic import Field, field_validator
 
 from datakit.plan import Rel
 from datakit.stages.base import CompileContext, StageConfig, register_stage
-from datakit.stages.tokenize.encode import ENCODED_SCHEMA, EncodeOptions, encode_table
+from datakit.stages.tokenize.encode import (ENCODED_SCHEMA, PREFERENCE_COLUMNS, PREFERENCE_SCHEMA, EncodeOptions,
+                                            encode_table)
 from datakit.resources import BUILTIN_TOKENIZER_PREFIX
-from datakit.stages.tokenize.tokenizers import LoadedTokenizer, load_tokenizer
+from datakit.stages.tokenize.tokenizers import LoadedTokenizer, file_sep_text, hub_id, load_tokenizer
 
 
 class EncodeFn:
@@ -63,6 +65,36 @@ class EncodeFn:
         return encode_table(batch, self.tok(), self.opts)
 
 
+class SelectColumns:
+    """Picklable batch function: keep `names` (a projection; drops nothing)."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = list(names)
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        return batch.select(self.names)
+
+
+def preference_only(rel: Rel) -> Rel:
+    """Tokenized preference pairs as trainers read them: only PREFERENCE_COLUMNS.
+
+    Why: a preference-only Parquet output would otherwise carry the packing
+    columns (`input_ids`, `loss_mask`, `n_tokens`, ...) null or zero in every row.
+    A side node (not counted as a stage): it only projects.
+    """
+    side = Rel(rel.node, f"{rel.stage}:side")
+    return side.map_batches(SelectColumns(PREFERENCE_COLUMNS), PREFERENCE_SCHEMA, name="preference_columns")
+
+
+class RepoEncodeFn(EncodeFn):
+    """EncodeFn for `packing: repository` (path headers, import specs, older versions dropped)."""
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.Table:
+        from datakit.stages.tokenize.repository import encode_repository
+
+        return encode_repository(batch, self.tok(), self.opts)
+
+
 @register_stage
 class TokenizeConfig(StageConfig):
     """Tokenize training records for the `packed`, `megatron` (or `parquet`) output formats.
@@ -74,7 +106,9 @@ class TokenizeConfig(StageConfig):
     tokenizer: str = Field(description="tokenizer.json (or its folder), datakit:NAME (shipped with datakit, "
                                        "e.g. datakit:demo-bpe), or tiktoken:ENCODING (offline files)")
     seq_len: int = Field(2048, ge=8, le=1 << 20)
-    packing: Literal["concat", "best_fit"] = "best_fit"
+    packing: Literal["concat", "best_fit", "repository"] = Field(
+        "best_fit", description="concat, best_fit, or repository (a repository's files together, in import "
+                                "order, for long context: see tokenize/repository.py)")
     fim_rate: float = Field(0.0, ge=0.0, le=1.0, description="share of code documents FIM-transformed")
     fim_spm_rate: float = Field(0.5, ge=0.0, le=1.0, description="share of FIM examples in SPM (else PSM) order")
     add_bos: bool = False
@@ -90,7 +124,7 @@ class TokenizeConfig(StageConfig):
     @classmethod
     def _known_roles(cls, v: dict[str, str]) -> dict[str, str]:
         known = {"bos", "eos", "pad", "fim_prefix", "fim_middle", "fim_suffix",
-                 "system", "user", "assistant", "tool", "end_turn"}
+                 "system", "user", "assistant", "tool", "end_turn", "file_sep"}
         bad = sorted(set(v) - known)
         if bad:
             raise ValueError(f"unknown special token roles {bad}; known: {sorted(known)}")
@@ -99,7 +133,16 @@ class TokenizeConfig(StageConfig):
     def load(self, ctx: CompileContext | None = None) -> LoadedTokenizer:
         named = self.tokenizer.startswith(("tiktoken:", BUILTIN_TOKENIZER_PREFIX))  # names, not paths
         path = ctx.resolve(self.tokenizer) if ctx is not None and not named else self.tokenizer
-        return load_tokenizer(path, self.special_tokens, roles=self.chat_roles)
+        if path != self.tokenizer and hub_id(self.tokenizer) is not None and not Path(path).exists():
+            path = self.tokenizer  # `Org/Name` is a Hub model id, not a path below the pipeline's folder
+        return load_tokenizer(path, self.overrides(path), roles=self.chat_roles)
+
+    def overrides(self, path: str) -> dict[str, str]:
+        """Pinned special-token texts; repository packing adds the file separator (the tokenizer's own if any)."""
+        o = dict(self.special_tokens)
+        if self.packing == "repository" and "file_sep" not in o:
+            o["file_sep"] = file_sep_text(path)
+        return o
 
     def sink_options(self, tok: LoadedTokenizer, seed: int) -> dict[str, Any]:
         """What the packed/megatron writers need (JSON-able; goes into SinkSpec.options)."""
@@ -107,7 +150,7 @@ class TokenizeConfig(StageConfig):
             "seq_len": self.seq_len,
             "packing": self.packing,
             "tokenizer": tok.name,
-            "tokenizer_overrides": dict(self.special_tokens),
+            "tokenizer_overrides": self.overrides(tok.name),
             "tokenizer_roles": self.chat_roles,
             "tokenizer_sha256": tok.sha256,
             "vocab_size": tok.vocab_size,
@@ -121,7 +164,6 @@ class TokenizeConfig(StageConfig):
         tok = self.load(ctx)  # fail at compile time, with a clear message, if the tokenizer is missing
         opts = EncodeOptions(seed=ctx.seed, fim_rate=self.fim_rate, fim_spm_rate=self.fim_spm_rate,
                              add_bos=self.add_bos, seq_len=self.seq_len, overlong=self.overlong)
-        fn = EncodeFn(tok.name, dict(self.special_tokens), self.chat_roles, opts, tok.sha256)
         ctx.artifacts.setdefault("sink_options", {}).update(self.sink_options(tok, ctx.seed))
         ctx.artifacts["tokenizer"] = tok.manifest_fields()
         # the encoding depends on the tokenizer file and on the library that runs it
@@ -129,4 +171,11 @@ class TokenizeConfig(StageConfig):
 
         ctx.record("tokenizer_sha256", tok.sha256)
         ctx.record("tokenizers", library_version("tokenizers"))
+        if self.packing == "repository":
+            from datakit.stages.tokenize.repository import GROUP, compile_repository
+
+            # a repository goes to one shard whole: shard by its group, sort by doc_id inside
+            ctx.artifacts["sink_key"], ctx.artifacts["sink_sort_key"] = GROUP, "doc_id"
+            return compile_repository(rel, RepoEncodeFn(tok.name, self.overrides(tok.name), self.chat_roles, opts, tok.sha256))
+        fn = EncodeFn(tok.name, dict(self.special_tokens), self.chat_roles, opts, tok.sha256)
         return rel.map_batches(fn, ENCODED_SCHEMA, name="tokenize", drop_log_key="doc_id")

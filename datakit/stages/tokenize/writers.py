@@ -26,6 +26,7 @@ from datakit.io.fs import filesystem
 from datakit.io.layout import data_file
 from datakit.io.sinks import register_writer, write_parquet
 from datakit.plan import SinkSpec
+from datakit.stages.tokenize.encode import PREFERENCE_COLUMNS
 from datakit.stages.tokenize.packing import PACKING_ALGORITHMS, gather_index, materialize, pack
 
 PACKED_FORMAT = "datakit.packed.v1"
@@ -106,7 +107,7 @@ def _ordered_docs(packable: pa.Table) -> tuple[np.ndarray, tuple[np.ndarray, ...
 
 def _preference_table(pref: pa.Table) -> pa.Table:
     """The columns preference trainers (TRL DPO & co.) expect, plus token ids and doc_id."""
-    return pref.select(["prompt", "chosen", "rejected", "prompt_ids", "chosen_ids", "rejected_ids", "doc_id"])
+    return pref.select(list(PREFERENCE_COLUMNS))
 
 
 def _manifest_common(spec: SinkSpec, o: dict[str, Any], shards: list[dict[str, Any]]) -> dict[str, Any]:
@@ -144,6 +145,10 @@ class PackedShardWriter:
     def write(self, table: pa.Table, shard: int, out_url: str, spec: SinkSpec) -> dict[str, Any]:
         o = _options(spec)
         seq_len, dtype = int(o["seq_len"]), token_dtype(int(o["vocab_size"]))
+        if o["packing"] == "repository":
+            from datakit.stages.tokenize.repository import write_repository_shard
+
+            return write_repository_shard(table, shard, out_url.rstrip("/"), o, dtype, _split)
         packable, pref = _split(table)
         order, (values, starts, lengths, mvalues, mstarts) = _ordered_docs(packable)
         if len(values) and int(values.max()) >= int(o["vocab_size"]):
@@ -199,6 +204,8 @@ class PackedShardWriter:
                 "long_documents": _sum(shards, "long_documents"),
                 "preference_pairs": _sum(shards, "preference_pairs"),
                 "fill_rate": round(toks / (seqs * seq_len), 6) if seqs else 0.0,
+                **({k: _sum(shards, k) for k in ("repositories", "repository_files", "split_repositories")}
+                   if o["packing"] == "repository" else {}),
             },
         }
 
@@ -253,6 +260,8 @@ class MegatronShardWriter:
 
     def write(self, table: pa.Table, shard: int, out_url: str, spec: SinkSpec) -> dict[str, Any]:
         o = _options(spec)
+        if o["packing"] == "repository":
+            raise PackedOptionsError("packing: repository needs output format 'packed' (Megatron packs by itself)")
         packable, pref = _split(table)
         order, (values, starts, lengths, mvalues, mstarts) = _ordered_docs(packable)
         seq_values = values[gather_index(starts, lengths)]

@@ -1,0 +1,98 @@
+"""Scaling of the local engine: wall time, peak memory and per-stage seconds at 1e4, 1e5 (, 1e6) events.
+
+    .venv/bin/python benchmarks/scaling.py 10000 100000 [1000000] [--workers 2]
+
+For each size: synthetic logs (`datakit.synth`), then `datakit run pipelines/quickstart.yaml`
+as a subprocess, while a sampler sums the resident memory of the run's whole process tree
+(parent + pool workers) every 0.2 s -- the peak of that sum is what a machine must hold.
+Results are printed as JSON lines and feed docs/scaling.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tree_rss(pid: int) -> int:
+    try:
+        p = psutil.Process(pid)
+        procs = [p] + p.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for q in procs:
+        try:
+            total += q.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def run_once(events: int, workers: int, work: Path) -> dict:
+    from datakit.synth.generator import generate
+
+    logs = work / f"logs-{events}"
+    t0 = time.perf_counter()
+    if not logs.exists():
+        generate(logs, events=events, seed=1, days=3, rows_per_part=max(5_000, events // 16))
+    gen_s = time.perf_counter() - t0
+    out = work / f"out-{events}"
+    cmd = [sys.executable, "-m", "datakit.cli", "run", str(ROOT / "pipelines" / "quickstart.yaml"),
+           "--input", str(logs / "dt=*" / "*.jsonl.zst"), "--output", str(out), "--workers", str(workers), "--json"]
+    # the consent stage's opt-out list is the one of the synthetic logs
+    pipe = (ROOT / "pipelines" / "quickstart.yaml").read_text().replace("../demo/logs/optouts.parquet",
+                                                                        str(logs / "optouts.parquet"))
+    pfile = work / "quickstart.yaml"
+    pfile.write_text(pipe)
+    cmd[4] = str(pfile)
+    peak = 0
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stop = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not stop.is_set():
+            peak = max(peak, _tree_rss(proc.pid))
+            time.sleep(0.2)
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    stdout, stderr = proc.communicate()
+    wall = time.perf_counter() - t0
+    stop.set()
+    th.join()
+    if proc.returncode != 0:
+        raise SystemExit(f"run failed ({proc.returncode}): {stderr[-2000:]}")
+    stages = json.loads(stdout)["stages"]
+    in_bytes = sum(f.stat().st_size for f in logs.glob("dt=*/*.jsonl.zst"))
+    return {"events": events, "workers": workers, "input_mb": round(in_bytes / 2**20, 1),
+            "generate_s": round(gen_s, 1), "wall_s": round(wall, 1), "peak_rss_mb": round(peak / 2**20),
+            "stages": {s["name"]: round(s["seconds"], 2) for s in stages},
+            "rows_in": stages[0]["rows_in"], "rows_out_last": stages[-1]["rows_out"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("sizes", nargs="+", type=int)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--work", default=None, help="folder for logs and outputs (default: a temp folder)")
+    a = ap.parse_args()
+    work = Path(a.work or tempfile.mkdtemp(prefix="datakit-scaling-"))
+    work.mkdir(parents=True, exist_ok=True)
+    for n in a.sizes:
+        print(json.dumps(run_once(n, a.workers, work)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

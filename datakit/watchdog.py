@@ -1,0 +1,200 @@
+"""Watch the local engine's worker processes: a stalled task is re-dispatched once, then the run fails.
+
+Why: a worker that is alive but stuck (stopped, swapping, blocked on a dead
+mount) never breaks the process pool, so waiting on its future hangs the run
+forever without a word. Each task therefore leaves a *heartbeat file*: the
+worker writes its pid and start time when the task begins, and the task touches
+the file as it makes progress (`beat()`, between batches, at most once a
+second). The parent waits with a timeout and checks the files:
+
+* a task whose heartbeat is older than the **stall threshold** --
+  `max(DATAKIT_STALL_SECONDS (default 300), 3 x the longest task finished so
+  far)`, i.e. derived from observed task times once there are some -- is
+  stalled: its worker is killed (SIGKILL works on a stopped process too), the
+  pool is replaced and every unfinished task is dispatched again (finished
+  tasks are not rerun; a task's partial output is rewritten from scratch, and
+  the killed attempt can no longer write, so two attempts never mix);
+* the same task stalling twice fails the run with one line naming the task.
+
+A task silent for `min(threshold / 2, max(60 s, 3 x the longest task))` is
+logged once as a warning, so a long stall is never silent even when it ends by
+itself.
+
+Tasks queued but not started have no heartbeat yet and are not judged one by one;
+but when nothing at all (no task finishing, no heartbeat) happened for the
+threshold while tasks are pending, the pool is treated as stalled the same way
+(a worker stopped after taking a task from the queue, before announcing it).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from concurrent.futures import FIRST_COMPLETED, wait
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, Callable
+
+from datakit.workers import drop_pool, pool
+
+log = logging.getLogger("datakit.watchdog")
+
+FACTOR = 3.0
+DEFAULT_FLOOR = 300.0
+POLL_SECONDS = 0.5
+
+_BEAT: str | None = None
+_LAST = 0.0
+
+
+class TaskStalled(RuntimeError):
+    """A task made no progress twice in a row; the engine turns it into its one-line error."""
+
+
+def floor_seconds() -> float:
+    try:
+        return max(0.5, float(os.environ.get("DATAKIT_STALL_SECONDS", DEFAULT_FLOOR)))
+    except ValueError:
+        return DEFAULT_FLOOR
+
+
+def beat() -> None:
+    """Record progress of the task running in this process (cheap; at most one touch a second)."""
+    global _LAST
+    if _BEAT is None:
+        return
+    now = time.monotonic()
+    if now - _LAST >= 1.0:
+        _LAST = now
+        try:
+            os.utime(_BEAT)
+        except OSError:
+            pass
+
+
+class Watched:
+    """Picklable task wrapper (runs in the worker): announce pid + start time, then run with heartbeats."""
+
+    def __init__(self, fn: Callable, beat_path: str) -> None:
+        self.fn, self.beat_path = fn, beat_path
+
+    def __call__(self, item: Any) -> Any:
+        global _BEAT, _LAST
+        with open(self.beat_path, "w") as f:
+            f.write(f"{os.getpid()} {time.time()}")
+        _BEAT, _LAST = self.beat_path, time.monotonic()
+        try:
+            return self.fn(item)
+        finally:
+            _BEAT = None
+
+
+def _read_beat(path: str) -> tuple[int, float, float] | None:
+    """(pid, started, last beat) of a running task, or None if it has not started."""
+    try:
+        st = os.stat(path)
+        with open(path) as f:
+            pid, started = f.read().split()
+        return int(pid), float(started), st.st_mtime
+    except (OSError, ValueError):
+        return None
+
+
+def map_watched(fn: Callable, items: list, workers: int, beat_dir: str, what: str,
+                label: Callable[[Any], str], on_done: Callable[[], None] | None = None) -> list:
+    """`[fn(i) for i in items]` on the shared pool, watched for stalled tasks (see module doc)."""
+    os.makedirs(beat_dir, exist_ok=True)
+    n = len(items)
+    results: list[Any] = [None] * n
+    done: set[int] = set()
+    stalls: dict[int, int] = {}
+    warned: set[int] = set()
+    longest = 0.0
+    while len(done) < n:
+        ex = pool(workers)
+        futures = {}
+        for i in range(n):
+            if i in done:
+                continue
+            path = os.path.join(beat_dir, f"task-{i:05d}.beat")
+            if os.path.exists(path):
+                os.remove(path)
+            futures[ex.submit(Watched(fn, path), items[i])] = (i, path)
+        stalled: tuple[int, float] | None = None
+        pending = set(futures)
+        last_progress = time.time()
+        try:
+            while pending and stalled is None:
+                finished, pending = wait(pending, timeout=POLL_SECONDS, return_when=FIRST_COMPLETED)
+                now = time.time()
+                for f in finished:
+                    i, path = futures[f]
+                    results[i] = f.result()  # a task's own error propagates as it is
+                    done.add(i)
+                    last_progress = now
+                    if on_done is not None:
+                        on_done()
+                    b = _read_beat(path)
+                    if b is not None:
+                        longest = max(longest, now - b[1])
+                threshold = max(floor_seconds(), FACTOR * longest)
+                warn_after = min(threshold / 2, max(60.0, FACTOR * longest))
+                for f in pending:
+                    i, path = futures[f]
+                    b = _read_beat(path)
+                    if b is None:
+                        continue
+                    last_progress = max(last_progress, b[2])
+                    if now - b[2] > warn_after and i not in warned:
+                        warned.add(i)  # a slow task is said once, long before it counts as stalled
+                        log.warning("task %s of '%s' has made no progress for %.0f s (stalled after %.0f s)",
+                                    label(items[i]), what, now - b[2], threshold)
+                    if now - b[2] > threshold:
+                        stalled = (i, threshold)
+                        _kill(b[0])
+                        break
+                if stalled is None and pending and now - last_progress > threshold:
+                    # nothing finished or beat at all: a worker stopped between taking a task and
+                    # announcing it; charge the first unfinished task
+                    stalled = (min(futures[f][0] for f in pending), threshold)
+        except BrokenProcessPool:
+            if stalled is None:
+                raise
+        if stalled is None:
+            continue
+        # collect what finished before the pool went down, then start over with the rest
+        for f, (i, _) in futures.items():
+            if i not in done and f.done() and not f.cancelled() and f.exception() is None:
+                results[i], done = f.result(), done | {i}
+        _kill_all(ex)  # the old attempts must be gone before new ones write the same parts
+        drop_pool(workers)
+        i, threshold = stalled
+        stalls[i] = stalls.get(i, 0) + 1
+        if stalls[i] > 1:
+            raise TaskStalled(f"task {label(items[i])} of '{what}' made no progress for {threshold:.0f} s, "
+                              "twice (its worker was stalled and killed each time); rerun to resume finished work")
+        log.warning("task %s of '%s' made no progress for %.0f s: its worker was killed, unfinished tasks "
+                    "are dispatched again", label(items[i]), what, threshold)
+    return results
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _kill_all(ex: Any) -> None:
+    """Kill every worker of a pool and wait for them (the executor's own clean-up is asynchronous)."""
+    procs = list(getattr(ex, "_processes", {}).values())
+    for p in procs:
+        try:
+            p.kill()
+        except (OSError, ValueError, AttributeError):
+            pass
+    for p in procs:
+        try:
+            p.join(timeout=10)
+        except (OSError, ValueError, AssertionError, AttributeError):
+            pass

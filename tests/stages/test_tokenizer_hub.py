@@ -1,0 +1,95 @@
+"""`tokenizer:` by Hugging Face Hub name, resolved through huggingface_hub's cache (a fixture laid out
+exactly like a Hub cache folder; never the network), and a vocabulary above 65,535 ids (built here)
+going through the real pipeline into every format with a wide enough dtype."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from datakit import Pipeline
+from datakit.loader import PackedDataset
+from datakit.stages.tokenize.tokenizers import TokenizerError, load_tokenizer
+from tests.stages.test_tokenize import table
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+VOCAB = 70_000  # > 65,535: uint16 cannot hold the ids
+
+
+def _big_vocab_tokenizer_json() -> str:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"[UNK]": 0, **{f"w{i}": i for i in range(1, VOCAB)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return tok.to_str()
+
+
+@pytest.fixture(scope="module")
+def hub_cache(tmp_path_factory):
+    """HF_HUB_CACHE/models--acme--big-vocab/{refs/main, snapshots/<commit>/tokenizer.json -> blobs/<sha256>}."""
+    root = tmp_path_factory.mktemp("hub")
+    repo = root / "models--acme--big-vocab"
+    data = _big_vocab_tokenizer_json().encode()
+    blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+    blob.parent.mkdir(parents=True)
+    blob.write_bytes(data)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(COMMIT)
+    snap = repo / "snapshots" / COMMIT
+    snap.mkdir(parents=True)
+    os.symlink(os.path.relpath(blob, snap), snap / "tokenizer.json")
+    return root
+
+
+@pytest.fixture
+def offline_hub(hub_cache, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub_cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a cache miss must never reach for the network
+    return hub_cache
+
+
+def test_hub_name_resolves_through_the_cache_offline(offline_hub):
+    tok = load_tokenizer("acme/big-vocab")
+    assert tok.name == f"acme/big-vocab@{COMMIT}"  # pinned to the snapshot the cache holds
+    assert tok.vocab_size > VOCAB and tok.encode_batch(["w69999 w3"])[0] == [69999, 3]
+    assert load_tokenizer(f"acme/big-vocab@{COMMIT}").sha256 == tok.sha256
+    with pytest.raises(TokenizerError, match="not in the Hugging Face cache and HF_HUB_OFFLINE"):
+        load_tokenizer("acme/not-downloaded")
+
+
+@pytest.mark.parametrize("fmt", ["packed", "megatron", "parquet"])
+def test_large_vocab_hub_tokenizer_through_the_pipeline(offline_hub, tmp_path, fmt):
+    words = [f"w{i}" for i in (69_999, 65_536, 12, 65_535, 68_000, 7)]
+    rows = [{"doc_id": f"d{i:03d}", "kind": "code",
+             "segments": [{"text": " ".join(words[j % 6] for j in range(i, i + 30)), "train": True, "role": None}]}
+            for i in range(40)]
+    pq.write_table(table(rows), tmp_path / "in.parquet")
+    # `acme/big-vocab` is not a path below the pipeline's folder: it is the Hub id
+    (tmp_path / "p.yaml").write_text(
+        "name: big\ninput: {path: in.parquet, format: parquet, schema: training_record.v1}\n"
+        "stages:\n  - {kind: tokenize, tokenizer: acme/big-vocab, seq_len: 64}\n"
+        f"output: {{path: out, format: {fmt}, shards: 2, allow_unmasked: true}}\n")
+    Pipeline.from_yaml(str(tmp_path / "p.yaml")).run(engine="local", workers=1)
+    out = tmp_path / "out"
+    m = json.loads((out / "manifest.json").read_text())
+    want = {69_999, 65_536, 68_000}
+    if fmt == "packed":
+        assert m["dtype"] == "int32" and m["tokenizer"]["name"] == f"acme/big-vocab@{COMMIT}"
+        ds = PackedDataset(out)
+        seen = set(np.concatenate([ds[i]["input_ids"] for i in range(len(ds))]).tolist())
+    elif fmt == "megatron":
+        assert m["dtype"] == "int32"
+        seen = set()
+        for prefix in m["data_prefixes"]:
+            idx = (out / f"{prefix}.idx").read_bytes()
+            assert idx[17] == 4  # Megatron's dtype code for int32
+            seen |= set(np.fromfile(out / f"{prefix}.bin", dtype="<i4").tolist())
+    else:
+        seen = {i for s in m["shards"] for f in s["files"]
+                for ids in pq.read_table(out / f, columns=["input_ids"]).column(0).to_pylist() for i in ids}
+    assert want <= seen

@@ -1,0 +1,75 @@
+"""Every option is checked when the pipeline loads or the engine is built (issue #12 item 3):
+one line, exit 2, before any work, and no output or work folder left behind."""
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from datakit import Pipeline, PipelineError
+from datakit.cli import app
+from tests.eventgen import make_event, write_jsonl
+
+
+@pytest.fixture
+def logs(tmp_path):
+    return write_jsonl(tmp_path / "logs" / "a.jsonl", [make_event(i) for i in range(5)])
+
+
+def _yaml(tmp_path, output: str) -> str:
+    f = tmp_path / "p.yaml"
+    f.write_text(f"name: v\ninput: {{path: logs/*.jsonl}}\nstages: [{{kind: ingest}}]\noutput: {output}\n")
+    return str(f)
+
+
+def _one_line_exit_2(result, *needles: str) -> None:
+    err = result.stderr.strip()
+    assert result.exit_code == 2, result.output
+    assert err.startswith("datakit: error:") and "\n" not in err and "Traceback" not in err
+    for n in needles:
+        assert n in err, err
+
+
+@pytest.mark.parametrize("output, needle", [
+    ("{path: out, format: parqet}", "unknown output format 'parqet'"),
+    ("{path: out, shards: 0}", "shards must be a positive number"),
+    ("{path: out, shards: -3}", "shards must be a positive number"),
+    ("{path: out, shard: 2}", "shard"),
+    ("{path: out, key: nope}", "key 'nope' is not a column"),
+    ("{path: out, quality: no_such_suite}", "no quality suite"),
+])
+def test_bad_output_options_fail_at_load(tmp_path, logs, output, needle):
+    f = _yaml(tmp_path, output)
+    for cmd in (["run", f, "--workers", "1"], ["explain", f]):
+        _one_line_exit_2(CliRunner().invoke(app, cmd), needle)
+    assert not (tmp_path / "out").exists()  # nothing ran: no output, no work folder
+
+
+@pytest.mark.parametrize("workers", ["0", "-2"])
+def test_bad_worker_counts_fail_before_any_work(tmp_path, logs, workers):
+    r = CliRunner().invoke(app, ["run", _yaml(tmp_path, "{path: out}"), "--workers", workers])
+    _one_line_exit_2(r, "workers must be a positive number")
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_engine_options_in_python(tmp_path, logs):
+    p = Pipeline("v").input(str(logs)).add({"kind": "ingest"}).output(str(tmp_path / "out"))
+    with pytest.raises(PipelineError, match="workers must be a positive number"):
+        p.run(workers=0)
+    with pytest.raises(PipelineError, match="partitions must be a positive number"):
+        p.run(engine="spark", partitions=0)
+    with pytest.raises(PipelineError, match="shards must be"):
+        Pipeline.from_dict({"input": {"path": str(logs)}, "stages": [{"kind": "ingest"}],
+                            "output": {"path": "o", "shards": 0}})
+    assert not (tmp_path / "out").exists()
+
+
+def test_quality_on_a_tokenized_format_is_an_error_not_a_silent_skip(tmp_path):
+    import pyarrow.parquet as pq
+
+    from tests.stages.test_tokenize import TOKENIZER, code_records, table
+
+    pq.write_table(table(code_records(3)), tmp_path / "r.parquet")
+    p = (Pipeline("q").input(str(tmp_path / "r.parquet"), format="parquet", schema="training_record.v1")
+         .add({"kind": "tokenize", "tokenizer": TOKENIZER}).output(str(tmp_path / "o"), format="packed", quality=True))
+    with pytest.raises(PipelineError, match="quality checks run on Parquet records"):
+        p.compile()
