@@ -98,7 +98,9 @@ class _Guarded:
 
 
 def _task_path(item: Any) -> str:
-    if hasattr(item, "partition"):  # a chain task
+    from datakit.engines.local.chain import ChainTask
+
+    if isinstance(item, ChainTask):
         return item.partition.url
     if isinstance(item, tuple) and len(item) == 4 and hasattr(item[2], "path"):  # write_one_shard
         return f"{item[2].path.rstrip('/')} (shard {item[1]})"
