@@ -427,8 +427,9 @@ def torch_iterable(ds: PackedDataset, rank: int = 0, world_size: int = 1, seed: 
     With DataLoader workers, worker w of W yields every W-th sample of the
     rank's slice, so the union is still the rank's slice exactly. Resume via
     `.iterator.state_dict()` is exact only with `num_workers=0` (workers hold
-    copies: the main process's iterator never moves). With workers, batch with
-    `torch_loader` instead (map-style, exact resume through torchdata).
+    copies: the main process's iterator never moves). With workers, wrap it in
+    torchdata's `StatefulDataLoader` (the dataset is `Stateful`: each worker's
+    copy saves and restores its own position), or batch with `torch_loader`.
     """
     try:
         import torch
@@ -440,6 +441,14 @@ def torch_iterable(ds: PackedDataset, rank: int = 0, world_size: int = 1, seed: 
     class _TorchPacked(IterableDataset):  # type: ignore[misc, valid-type]
         def __init__(self) -> None:
             self.iterator = ds.iterator(rank, world_size, seed, epoch, shuffle, drop_last)
+
+        # torchdata's Stateful protocol: StatefulDataLoader calls these in every worker on that
+        # worker's copy, so resume is exact with workers too (each copy knows its own position)
+        def state_dict(self) -> dict[str, Any]:
+            return self.iterator.state_dict()
+
+        def load_state_dict(self, state: dict[str, Any]) -> None:
+            self.iterator = ds.iterator_from_state(state)
 
         def __iter__(self):
             info = get_worker_info()

@@ -180,6 +180,9 @@ class Plan:
     # what else the bytes depend on, resolved at compile: library versions, artifact digests,
     # environment-dependent choices (spaCy model, scan strategy). Folded into `config_hash`.
     environment: dict[str, Any] = field(default_factory=dict)
+    # expectations checked inside the run (datakit.quality.expect): one dict per check node's counters
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    gate: bool = True  # a failed `error` check stops the run before commit (validate only reports)
 
     def __post_init__(self) -> None:
         # Stable node ids (topological position): a resumed run recognises the counters

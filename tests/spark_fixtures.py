@@ -144,16 +144,21 @@ class SparkCluster:
                         pass
 
 
-def start_cluster(workers: int = 1, cores: int = 1, memory: str = "1g", workdir: Path | None = None) -> SparkCluster:
-    """Start a standalone master and `workers` workers; the caller must call `.stop()`."""
+def start_cluster(workers: int = 1, cores: int = 1, memory: str = "1g", workdir: Path | None = None,
+                  base_env: dict[str, str] | None = None) -> SparkCluster:
+    """Start a standalone master and `workers` workers; the caller must call `.stop()`.
+
+    `base_env` replaces os.environ as the daemons' environment (executors inherit it): the
+    packed-environment test passes one without PYTHONPATH, so no executor can see the checkout.
+    """
     import pyspark
 
     home = Path(pyspark.__file__).resolve().parent
     spark_class = home / "bin" / "spark-class"
     workdir = Path(workdir or tempfile.mkdtemp(prefix="datakit-spark-cluster-"))
-    env = dict(os.environ, SPARK_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1",
-               SPARK_WORKER_DIR=str(workdir / "work"), PYSPARK_PYTHON=sys.executable,
-               SPARK_NO_DAEMONIZE="1")
+    env = dict(os.environ if base_env is None else base_env, SPARK_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1",
+               SPARK_WORKER_DIR=str(workdir / "work"), SPARK_NO_DAEMONIZE="1")
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
     port, web = _free_port(), _free_port()
     cluster = SparkCluster(master_url=f"spark://127.0.0.1:{port}", web_port=web, workdir=workdir)
     try:

@@ -97,8 +97,13 @@ def test_json_report_matches_schema_and_is_deterministic(data, tmp_path):
     rep = json.loads((tmp_path / "a.json").read_text())
     jsonschema.validate(rep, schema)
     assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
-    assert rep["settings"] == {"ngram": 13, "normalizations": ["whitespace", "case"], "min_ngrams": 1,
-                               "min_fraction": 0.05, "threshold": 0.0, "max_items_per_ngram": 1}
+    settings = dict(rep["settings"])
+    assert settings.pop("reference")["name"] == "stdlib"
+    assert settings == {"ngram": 13, "normalizations": ["whitespace", "case"], "min_ngrams": 1,
+                        "min_fraction": 0.03, "threshold": 0.0, "max_items_per_ngram": 1, "min_ngrams_any": 6,
+                        "min_fraction_loose": 0.12, "robust": True,
+                        "views": ["13:whitespace+case", "13:whitespace+case+comments+flat",
+                                  "13:whitespace+case+comments+identifiers+flat"]}
     assert [d["documents"] for d in rep["data"]] == [7, 30]
     html = (tmp_path / "a.html").read_text()
     assert "CONTAMINATED" in html and "HumanEval/11" in html and "<script" not in html

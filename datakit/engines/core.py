@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from datakit.accounting import count_drops, sum_metrics
+from datakit.engines.contract import conform_output
 from datakit.io import identity, sinks
 from datakit.io.atomic import write_json_atomic
 from datakit.io.fs import filesystem
@@ -84,8 +85,11 @@ class MapOutput:
     metrics: Counter
 
 
-def apply_map(fn: Callable, batch: pa.RecordBatch, schema: pa.Schema) -> MapOutput:
-    """Run a stage function and apply the accounting contract of `datakit.plan` (`_drop`, `_metrics`)."""
+def apply_map(fn: Callable, batch: pa.RecordBatch, schema: pa.Schema, stage: str, op: str) -> MapOutput:
+    """Run a stage function and apply the accounting contract of `datakit.plan` (`_drop`, `_metrics`).
+
+    The kept rows must match the declared `schema` (`engines/contract.py`): a batch off it is a
+    stage bug and fails the run naming `stage` and `op`, instead of being filled with nulls."""
     out = fn(batch)
     if isinstance(out, pa.Table):
         out = out.combine_chunks().to_batches()[0] if out.num_rows else pa.RecordBatch.from_pylist([], schema=out.schema)
@@ -99,7 +103,7 @@ def apply_map(fn: Callable, batch: pa.RecordBatch, schema: pa.Schema) -> MapOutp
             dropped = out.filter(pc.invert(keep))
             drops = count_drops(dropped)
             out = out.filter(keep)
-    return MapOutput(conform(out, schema), dropped, drops, metrics)
+    return MapOutput(conform_output(out, schema, stage, op), dropped, drops, metrics)
 
 
 def quarantine_rows(stage: str, rows: pa.RecordBatch) -> pa.RecordBatch:

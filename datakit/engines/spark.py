@@ -35,15 +35,17 @@ import tempfile
 import time
 import uuid
 from collections import Counter, defaultdict
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
 import pyarrow as pa
 
+from datakit import progress
 from datakit.accounting import NodeStats, stage_report
 from datakit.engines.core import (RunResult, apply_map, commit_run, conform, remove_if_empty, resolve_sink,
                                   reused_shards, write_side_output)
-from datakit.engines.spark_session import (SparkError, SparkJobError, get_session, log_file,
+from datakit.engines.spark_session import (SparkError, SparkJobError, executor_environment, get_session, log_file,
                                            translate_errors)
 from datakit.io import identity, publish, sinks
 from datakit.io.readers import iter_source
@@ -142,7 +144,7 @@ class _ChainFn:
         for batch in self._base(batches):
             base += batch.num_rows
             for i, (op, fn) in enumerate(zip(self.ops, fns)):
-                r = apply_map(fn, batch, op["schema"])
+                r = apply_map(fn, batch, op["schema"], op["stage"], op["name"])
                 metrics[i].update(r.metrics)
                 if r.dropped is not None:
                     drops[i].update(r.drops)
@@ -264,6 +266,8 @@ class SparkEngine:
     def _execute(self, plan: Plan) -> RunResult:
         t0 = time.perf_counter()
         spark = get_session(self.master, self.conf)
+        remote = not spark.sparkContext.master.startswith("local")
+        executors = executor_environment(spark) if remote else None  # same datakit on every executor
         run = _Run(self, spark, plan)
         run.inputs = identity.input_files(plan.input_files())
         if plan.sink is not None:
@@ -282,7 +286,7 @@ class SparkEngine:
         return RunResult(output_path=out, stages=stages, manifest=manifest, seconds=seconds, engine="spark",
                          extra={"master": spark.sparkContext.master, "partitions": run.n,
                                 "reused_shards": reused_shards(run.infos),
-                                "log": str(log_file())})
+                                "log": str(log_file()), **({"executors": executors} if executors else {})})
 
 
 class _runtime_conf:
@@ -354,7 +358,10 @@ class _Run:
                             and isinstance(cs[0], MapBatches))
                 self.current = f"stage {node.stage!r} ({node.describe()})"
                 t = time.perf_counter()
-                self._run_node(node, deferred)
+                chain = self._chain_of(node)[1] if isinstance(node, MapBatches) else [node]
+                stages = list(dict.fromkeys(o.stage for o in chain if ":" not in o.stage and o.stage != "input"))
+                with self._progress(", ".join(stages) or node.stage, node):
+                    self._run_node(node, deferred)
                 # a fused chain's time is shared by its ops, as the local engine reports it
                 ops = self._chain_of(node)[1] if isinstance(node, MapBatches) else [node]
                 for op in ops:
@@ -370,10 +377,26 @@ class _Run:
             if plan.sink is None:
                 return stages, None, None
             self.current = "writing the output shards"
-            self._sink()
+            with self._progress("writing the output shards", plan.root):
+                self._sink()
             self.current = "writing quarantine and drop log"
             self._side_outputs()
         return stages, {}, plan.sink.path
+
+    @contextmanager
+    def _progress(self, label: str, node: Node) -> Iterator[None]:
+        """Tasks of this step's Spark jobs (status tracker, polled) and its rows once counted."""
+        st = progress.step(label)
+        group = f"datakit-{uuid.uuid4().hex[:8]}"
+        self.sc.setJobGroup(group, label[:200], False)
+        ok = False
+        try:
+            with progress.SparkPoller(self.sc, group, st):
+                yield
+            ok = True
+        finally:
+            self.sc.setJobGroup("datakit", "", False)
+            st.finish(rows=self.rows.get(node.id), ok=ok)
 
     def _run_node(self, node: Node, deferred: bool = False) -> None:
         if isinstance(node, (Source, MapBatches)):
@@ -459,8 +482,8 @@ class _Run:
         for op in ops:
             bc = self.sc.broadcast(cloudpickle.dumps(op.fn))
             self.broadcasts.append(bc)
-            op_specs.append({"bc": bc, "token": uuid.uuid4().hex, "schema": op.schema,
-                             "quarantine": op.quarantine, "drop_log_key": op.drop_log_key})
+            op_specs.append({"bc": bc, "token": uuid.uuid4().hex, "schema": op.schema, "stage": op.stage,
+                             "name": op.name, "quarantine": op.quarantine, "drop_log_key": op.drop_log_key})
         fn = _ChainFn(base.format if read_files else None, base.schema if read_files else None,
                       in_schema, op_specs, data_schema, out_schema)
         out = self._persist(inp.mapInArrow(fn, from_arrow_schema(out_schema)))

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 __all__ = [
-    "SparkError", "SparkSetupError", "SparkJobError", "get_session", "stop_session",
+    "SparkError", "SparkSetupError", "SparkJobError", "get_session", "stop_session", "submit_defaults",
+    "STRAGGLER_DEFAULTS", "TIMEOUT_DEFAULTS", "executor_environment",
     "log_file", "translate_errors", "check_java", "check_master",
 ]
 
@@ -131,8 +132,38 @@ def _log4j_config(level: str) -> Path:
     return path
 
 
+# A stalled executor (alive but stuck: a SIGSTOPped JVM, a swapping node, a hung disk) must not hold a
+# job forever. Two mechanisms, both safe because our tasks are: a second attempt of a task computes the
+# same bytes, shards are committed by atomic per-file renames, counts travel as rows (see docs/deploy.md).
+#  * speculation: once 75% of a stage's tasks are done, a task running 4x longer than their median (and
+#    at least `minTaskRuntime`) gets a second attempt on another executor; the first to finish wins and
+#    the other is killed. minTaskRuntime keeps short tasks on a busy cluster from being copied for nothing.
+#  * timeouts: a JVM that stops heartbeating is declared lost after spark.network.timeout and its tasks
+#    rerun elsewhere (this also covers a stage where too few tasks finished for speculation to start).
+# Not on local[N]: one executor, nowhere to run a second attempt.
+STRAGGLER_DEFAULTS: dict[str, str] = {
+    "spark.speculation": "true",
+    "spark.speculation.interval": "1s",
+    "spark.speculation.multiplier": "4",
+    "spark.speculation.quantile": "0.75",
+    "spark.speculation.minTaskRuntime": "30s",
+    # a killed (losing) attempt whose task does not stop is reaped instead of holding the executor's slot
+    "spark.task.reaper.enabled": "true",
+    "spark.task.reaper.killTimeout": "120s",
+    "spark.task.maxFailures": "4",
+}
+TIMEOUT_DEFAULTS: dict[str, str] = {
+    # an executor silent for this long is lost (Spark's default is 120s; heartbeats every 10s)
+    "spark.network.timeout": "120s",
+    "spark.executor.heartbeatInterval": "10s",
+    # a shuffle fetch from a stalled executor: a few retries, then the map output is recomputed
+    "spark.shuffle.io.maxRetries": "3",
+    "spark.shuffle.io.retryWait": "5s",
+}
+
+
 def _base_conf(master: str, conf: dict[str, Any] | None) -> dict[str, str]:
-    """Our defaults (loopback driver, Arrow on, no console progress bar), then the caller's settings."""
+    """Our defaults (loopback driver, Arrow on, no console progress bar, straggler handling), then the caller's."""
     cores = os.cpu_count() or 2
     out: dict[str, str] = {
         "spark.app.name": "datakit",
@@ -152,14 +183,37 @@ def _base_conf(master: str, conf: dict[str, Any] | None) -> dict[str, str]:
     }
     if master.startswith("local"):
         out["spark.driver.memory"] = "2g"  # the driver is the executor too; 1g is tight for joins
+    else:
+        out.update(STRAGGLER_DEFAULTS)
+    out.update(TIMEOUT_DEFAULTS)
     out = {k: v for k, v in out.items() if v}
     for k, v in (conf or {}).items():
         out[str(k)] = str(v).lower() if isinstance(v, bool) else str(v)
     return out
 
 
-def _prepare_env(master: str) -> None:
-    """Environment every Spark process inherits: our interpreter for Python workers, loopback binding."""
+def submit_defaults() -> dict[str, str]:
+    """Inside spark-submit, before the application's context exists: our defaults for the settings the
+    operator did not pass (--conf, spark-defaults.conf), e.g. speculation and timeouts on a cluster."""
+    from pyspark import SparkConf
+
+    given = SparkConf()  # spark-submit's settings (loaded from the JVM's system properties)
+    master = given.get("spark.master", DEFAULT_LOCAL_MASTER)
+    wanted = {"spark.sql.execution.arrow.pyspark.enabled": "true",
+              "spark.sql.execution.arrow.useLargeVarTypes": "false",
+              "spark.sql.session.timeZone": "UTC",
+              **({} if master.startswith("local") else STRAGGLER_DEFAULTS), **TIMEOUT_DEFAULTS}
+    return {k: v for k, v in wanted.items() if not given.contains(k)}
+
+
+def _prepare_env(master: str, conf: dict[str, str]) -> None:
+    """Environment every Spark process inherits: the interpreter for Python workers, loopback binding.
+
+    `spark.pyspark.python` (e.g. `./environment/bin/python` inside a packed env shipped with
+    `spark.archives`) wins, as it does under spark-submit; else PYSPARK_PYTHON; else our own interpreter.
+    """
+    if conf.get("spark.pyspark.python"):
+        os.environ["PYSPARK_PYTHON"] = conf["spark.pyspark.python"]
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master.startswith(("local", "spark://127.", "spark://localhost")):
@@ -198,9 +252,14 @@ def get_session(master: str | None = None, conf: dict[str, Any] | None = None):
     with _lock:
         running = SparkContext._active_spark_context
         if master is None and (running is not None or "PYSPARK_GATEWAY_PORT" in os.environ):
-            # inside spark-submit (or a notebook's session): the operator's settings win
+            # inside spark-submit (or a notebook's session): the operator's settings win; a session
+            # we start here gets our defaults only for what the operator left unset
             with translate_errors("starting Spark"):
-                session = SparkSession.builder.getOrCreate()
+                builder = SparkSession.builder
+                if running is None:
+                    for k, v in submit_defaults().items():
+                        builder = builder.config(k, v)
+                session = builder.getOrCreate()
             _apply_runtime_conf(session, {"spark.sql.execution.arrow.pyspark.enabled": "true", **(conf or {})})
             return session
         master = master or os.environ.get("DATAKIT_SPARK_MASTER") or DEFAULT_LOCAL_MASTER
@@ -213,8 +272,8 @@ def get_session(master: str | None = None, conf: dict[str, Any] | None = None):
         if running is not None:
             stop_session()
         check_java()
-        _prepare_env(master)
         pairs = _base_conf(master, conf)
+        _prepare_env(master, pairs)
         with translate_errors("starting Spark"):
             _start_gateway(pairs)
             builder = SparkSession.builder
@@ -224,6 +283,36 @@ def get_session(master: str | None = None, conf: dict[str, Any] | None = None):
         session.sparkContext.setLogLevel("WARN")
         _active.update(key=key, session=session)
         return session
+
+
+def _probe_environment(_: int) -> tuple[str, str, str]:
+    """Runs on an executor: which interpreter and which datakit its Python workers use."""
+    import datakit
+
+    return (sys.executable, datakit.__version__, datakit.__file__)
+
+
+def executor_environment(session) -> list[dict[str, str]]:
+    """The distinct Python environments of the executors (interpreter, datakit version and location).
+
+    Why: the classic cluster failure is an executor running another environment than the
+    driver (a stale wheel on a node, a packed env that was not shipped), which shows up
+    much later as a confusing task error or, worse, as different output. One tiny job
+    tells; a datakit version different from the driver's is a one-line `SparkSetupError`.
+    """
+    import datakit
+
+    sc = session.sparkContext
+    n = max(2, sc.defaultParallelism)
+    with translate_errors("checking the executors' Python environment"):
+        rows = sorted(set(sc.parallelize(range(n), n).map(_probe_environment).collect()))
+    found = [{"python": py, "datakit": ver, "datakit_path": path} for py, ver, path in rows]
+    skew = sorted({f["datakit"] for f in found} - {datakit.__version__})
+    if skew:
+        raise SparkSetupError(
+            f"executors run datakit {', '.join(skew)}, the driver runs {datakit.__version__}: ship the same "
+            "environment to the executors (spark.archives + spark.pyspark.python, see docs/deploy.md)")
+    return found
 
 
 def _apply_runtime_conf(session, conf: dict[str, Any] | None) -> bool:

@@ -82,6 +82,26 @@ def preflight(path: str) -> None:
 
 # ------------------------------------------------------------------------------------------ the lock
 
+def _holder_is_dead(held: dict) -> bool:
+    """A lease taken by a process of *this* host that no longer exists (a killed driver being rerun).
+
+    Why: without this, rerunning a job whose driver was killed waits out the whole lease
+    (LEASE_SECONDS) on an object store. Only a same-host, provably gone pid counts; a lease
+    from another host is trusted until it expires.
+    """
+    if held.get("host") != socket.gethostname() or not isinstance(held.get("pid"), int):
+        return False
+    if held["pid"] == os.getpid():
+        return False
+    try:
+        os.kill(held["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # exists, owned by someone else
+        return False
+    return False
+
+
 _HELD: dict[str, "_Lock"] = {}
 _HELD_GUARD = threading.Lock()
 
@@ -152,7 +172,7 @@ class _Lock:
                     held = json.loads(fs.cat_file(p))
                 except (OSError, ValueError):
                     held = {}
-                if held.get("expires", 0) > time.time():
+                if held.get("expires", 0) > time.time() and not _holder_is_dead(held):
                     raise OutputBusyError(
                         f"output folder {self.path} is being written by another run (pid {held.get('pid')} on "
                         f"{held.get('host')} since {held.get('since')}); wait for it to finish") from None

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from datakit.plan import Rel
+from datakit.quality.expect import Expectation
 
 # Built-in stages are imported lazily (kind -> module), so `import datakit` stays
 # fast and a stage's heavy dependencies (presidio, tokenizers) load only when used.
@@ -75,6 +76,8 @@ class StageConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: str
+    # great-expectations checks of this stage's output rows, inside the run (datakit/quality/expect.py)
+    expect: list[Expectation] = Field(default_factory=list)
     # the input contract the stage needs and the one it produces ("editor_event.v1" / "training_record.v1")
     consumes: ClassVar[str] = "training_record.v1"
     produces: ClassVar[str] = "training_record.v1"

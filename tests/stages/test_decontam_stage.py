@@ -11,6 +11,7 @@ from datakit import Pipeline
 from datakit.contracts import TRAINING_RECORD_V1
 from datakit.pipeline import PipelineError
 from datakit.plan import DROP, DROP_DETAIL
+from datakit.stages.decontaminate.matcher import Rule
 from datakit.stages.decontaminate.stage import DecontaminateConfig
 from tests.conformance import assert_conformant, spark_variants
 from tests.stages.test_decontam import he_rows, record  # noqa: F401  (fixture)
@@ -74,7 +75,7 @@ def test_config_validation_and_yaml(tmp_path):
         "name: d\ninput: {path: x.parquet, format: parquet, schema: training_record.v1}\n"
         f"stages:\n  - {{kind: decontaminate, evals: [humaneval, {ev}], ngram: 13, mode: drop}}\n")
     cfg = p.config.stages[0]
-    assert cfg.evals == ["humaneval", ev] and cfg.ngram == 13 and cfg.rule().min_fraction == 0.05
+    assert cfg.evals == ["humaneval", ev] and cfg.ngram == 13 and cfg.rule() == Rule(1, 0.03, 6, 0.12)  # measured defaults
     assert Pipeline.from_yaml_string(p.to_yaml()) == p
     assert DecontaminateConfig(evals=["humaneval"], normalizations=["identifiers"]).rule().min_fraction == 0.10
     with pytest.raises(PipelineError, match="normalizations"):

@@ -151,3 +151,18 @@ def test_a_name_that_needs_its_neighbouring_paragraphs_is_found() -> None:
         pytest.skip("no spaCy model installed")
     text = "Yes, that is right.\n\nSato fixed that.\n\nThe end."
     assert [text[f.start:f.end] for f in scanner.names([text])[0]] == ["Sato"]
+
+
+def test_other_entity_labels_are_ignored_quietly(caplog: pytest.LogCaptureFixture) -> None:
+    """spaCy also labels numbers, dates, orgs...; presidio warned once per such entity ("Entity CARDINAL
+    is not mapped", hundreds per run). Only PERSON is asked for: the rest is ignored before mapping."""
+    import logging
+
+    scanner = person_scanner(MODEL, required=True)
+    text = ("On 3 March 2024 Maria Garcia paid 40 dollars to Acme Corp in Berlin for the second time, "
+            "and 2,300 users in Germany saw it on Tuesday.")
+    with caplog.at_level(logging.DEBUG):
+        (found,) = scanner.names([text])
+    assert [text[f.start:f.end] for f in found] == ["Maria Garcia"]
+    noisy = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("presidio")]
+    assert noisy == [], [r.getMessage() for r in noisy][:2]

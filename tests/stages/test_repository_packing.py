@@ -47,10 +47,10 @@ def test_dependency_order_breaks_cycles_and_keeps_path_order_without_edges():
     assert dependency_order(["a", "b", "c"], {"a": {"b"}, "b": {"a"}, "c": set()}) == ["c", "a", "b"]
 
 
-def _run(logs: Path, out: Path, seq_len: int, shards: int):
+def _run(logs: Path, out: Path, seq_len: int, shards: int, kinds=("code",)):
     return (Pipeline("longctx", seed=0).input(str(logs / "dt=*" / "*.jsonl.zst")).add({"kind": "ingest"})
             .add({"kind": "consent", "optouts": str(logs / "optouts.parquet")})
-            .add({"kind": "extract", "kinds": ["code"]})
+            .add({"kind": "extract", "kinds": list(kinds)})
             .add({"kind": "tokenize", "tokenizer": TOKENIZER, "seq_len": seq_len, "packing": "repository"})
             .output(str(out), format="packed", shards=shards)).run(workers=1)
 
@@ -149,9 +149,13 @@ def test_fill_at_32k_on_a_realistic_corpus(tmp_path):
 
 
 def test_256k_sequences_hold_whole_repositories(projects, tmp_path):
-    """At 256K every project fits one unit: one sequence carries whole repositories, none split."""
-    _run(projects, tmp_path / "out", 262144, shards=1)
+    """At 256K every project fits one unit: one sequence carries whole repositories, none split.
+    Other kinds ride along: fim records are units of their own, preference pairs go to Parquet."""
+    _run(projects, tmp_path / "out", 262144, shards=1, kinds=("code", "fim", "preference"))
     files, m = _files_of(tmp_path / "out")
+    assert m["totals"]["preference_pairs"] > 0 and (tmp_path / "out" / m["shards"][0]["preference_file"]).exists()
+    docs = pq.read_table(tmp_path / "out" / m["shards"][0]["arrays"]["docs"]).to_pylist()
+    assert {d["kind"] for d in docs} == {"repository", "fim"}
     assert m["seq_len"] == 262144 and m["totals"]["split_repositories"] == 0
     repos = read_ground_truth(projects, "repository")
     for repo in repos:

@@ -49,7 +49,7 @@ class ChainTask:
 def _apply_op(op: MapBatches, batch: pa.RecordBatch, st: NodeStats, aux: "_AuxWriters") -> pa.RecordBatch:
     st.rows_in += batch.num_rows
     t0 = time.perf_counter()
-    r = apply_map(op.fn, batch, op.schema)
+    r = apply_map(op.fn, batch, op.schema, op.stage, op.name)
     st.metrics.update(r.metrics)
     if r.dropped is not None:
         st.dropped.update(r.drops)

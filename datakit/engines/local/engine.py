@@ -166,8 +166,8 @@ class LocalEngine:
         return path
 
     # -- scheduling
-    def _map(self, fn: Callable, items: list, what: str) -> list:
-        return scheduler.run_tasks(fn, items, what, self.workers, self.progress, f"{self._work}/_beats")
+    def _map(self, fn: Callable, items: list, what: str, label: str | None = None) -> list:
+        return scheduler.run_tasks(fn, items, what, self.workers, self.progress, f"{self._work}/_beats", label)
 
     def _chain_of(self, node: Node) -> tuple[Node, list[Node]]:
         """Walk down fusible nodes (MapBatches, broadcast joins) to the base node (a Source,
@@ -212,7 +212,9 @@ class LocalEngine:
         bcast = self._broadcast_tables(ops)
         tasks = [ChainTask(p, ops, out_dir, f"part-{i:05d}", [o.id for o in ops], shards, shard_key, self._aux, bcast)
                  for i, p in enumerate(parts)]
-        results = self._map(run_chain, tasks, f"{seg}: {' > '.join(getattr(o, 'name', 'join') for o in ops) or 'read'}")
+        stages = list(dict.fromkeys(o.stage for o in ops if ":" not in o.stage and o.stage != "input")) or [node.stage]
+        results = self._map(run_chain, tasks, f"{seg}: {' > '.join(getattr(o, 'name', 'join') for o in ops) or 'read'}",
+                            label=f"{', '.join(stages)}{' -> shards' if shards else ''}")
         self._reused += sum(1 for r in results if r.get("reused"))
         if isinstance(base, Source):
             self._rows[base.id] = sum(r["base_rows"] for r in results)

@@ -5,10 +5,9 @@ import logging
 import os
 import pickle
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
-from datakit import watchdog
+from datakit import progress, watchdog
 from datakit.io import storage
 from datakit.plan import Plan, Source
 
@@ -51,25 +50,43 @@ def workers_for(plan: Plan, workers: int) -> int:
     return workers
 
 
-def run_tasks(fn: Callable, items: list, what: str, workers: int, progress: bool | None, beat_dir: str) -> list:
+def run_tasks(fn: Callable, items: list, what: str, workers: int, progress_enabled: bool | None, beat_dir: str,
+              label: str | None = None) -> list:
     """`fn` over `items`, in this process (one worker or one item) or on the kept pool, results in order.
 
     Pool tasks are watched (`datakit.watchdog`): a task whose heartbeat in `beat_dir` stops is
-    reported as stalled instead of hanging the run."""
+    reported as stalled instead of hanging the run. Progress is reported per finished task."""
     if not items:
         return []
     fn = _Guarded(fn)
-    if workers == 1 or len(items) == 1:
-        return [fn(i) for i in _progress(items, what, progress)]
+    st = progress.step(label or what, len(items), progress_enabled)
+    ok = False
     try:
-        with _progress_bar(len(items), what, progress) as advance:
-            return watchdog.map_watched(fn, items, workers, beat_dir, what, _task_path, advance)
-    except watchdog.TaskStalled as e:
-        raise EngineError(str(e)) from None
-    except BrokenProcessPool:
-        raise EngineError(
-            f"a local worker process died during '{what}' (killed, out of memory, or a script that runs its "
-            "pipeline at import time: use `if __name__ == \"__main__\":`); rerun to resume finished work") from None
+        if workers == 1 or len(items) == 1:
+            out = []
+            for i in items:
+                out.append(fn(i))
+                st.advance(rows=_task_rows(out[-1]))
+            ok = True
+            return out
+        try:
+            out = watchdog.map_watched(fn, items, workers, beat_dir, what, _task_path,
+                                       lambda r: st.advance(rows=_task_rows(r)))
+        except watchdog.TaskStalled as e:
+            raise EngineError(str(e)) from None
+        except BrokenProcessPool:
+            raise EngineError(
+                f"a local worker process died during '{what}' (killed, out of memory, or a script that runs its "
+                "pipeline at import time: use `if __name__ == \"__main__\":`); rerun to resume finished work") from None
+        ok = True
+        return out
+    finally:
+        st.finish(ok=ok)
+
+
+def _task_rows(result: Any) -> int:
+    """Rows a finished task read (chain tasks report `base_rows`)."""
+    return int(result.get("base_rows", 0)) if isinstance(result, dict) else 0
 
 
 class _Guarded:
@@ -105,29 +122,3 @@ def _task_path(item: Any) -> str:
     if isinstance(item, tuple) and len(item) == 4 and hasattr(item[2], "path"):  # write_one_shard
         return f"{item[2].path.rstrip('/')} (shard {item[1]})"
     return str(item)[:200]
-
-
-@contextmanager
-def _progress_bar(total: int, what: str, enabled: bool | None) -> Iterator[Callable[[], None]]:
-    """A rich progress bar advanced once per finished task (when stderr is a terminal, or forced on)."""
-    import sys
-
-    if enabled is False or (enabled is None and not sys.stderr.isatty()) or total < 2:
-        yield lambda: None
-        return
-    from rich.progress import Progress
-
-    with Progress(transient=True) as bar:
-        task = bar.add_task(what, total=total)
-        yield lambda: bar.advance(task)
-
-
-def _progress(items, what: str, enabled: bool | None):
-    """A rich progress bar over items when stderr is a terminal (or forced on)."""
-    import sys
-
-    if enabled is False or (enabled is None and not sys.stderr.isatty()) or len(items) < 2:
-        return items
-    from rich.progress import track
-
-    return track(items, description=what, transient=True)

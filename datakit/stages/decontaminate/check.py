@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from datakit.io.fs import InputError, expand, filesystem
 from datakit.stages.decontaminate.evals import EvalSet
-from datakit.stages.decontaminate.matcher import (EvalTable, Rule, TextSource, default_min_fraction, match_batch, merge_spans,
+from datakit.stages.decontaminate.matcher import (EvalTable, TextSource, default_rule, match_batch, merge_spans,
                                              text_sources)
 from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS, flags_of, names_of
 from datakit.stages.decontaminate.redact import Redaction, clip, excerpt, redact
@@ -177,12 +177,17 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
           normalizations: Sequence[str] | None = None, min_ngrams: int = 1, min_fraction: float | None = None,
           threshold: float = 0.0, eval_fields: Sequence[str] | None = None, text_fields: Sequence[str] | None = None,
           use_index: bool = True, max_examples: int = 5, batch_rows: int = 8192,
-          max_items_per_ngram: int = 1) -> CheckResult:
+          max_items_per_ngram: int = 1, robust: bool = True, min_ngrams_any: int | None = None,
+          min_fraction_loose: float | None = None, reference: str | None = "stdlib") -> CheckResult:
     """Check eval sets against one or more datasets; see the module docstring.
 
     `ngram`/`normalizations` default to 13 and whitespace+case, or to an index's
-    settings when every data path is an index. Raises `InputError` for missing
-    or unreadable inputs and unknown evals.
+    settings when every data path is an index. `robust` adds the comment-free
+    and identifier-insensitive views and decodes escaped text (scans only: an
+    index holds one view); `min_ngrams_any` (default 6 when robust, else off)
+    matches an item on an absolute count of its distinctive n-grams;
+    `reference` ("stdlib" or None) drops n-grams common in code at large.
+    Raises `InputError` for missing or unreadable inputs and unknown evals.
     """
     from datakit.stages.decontaminate.stage import load_evals
 
@@ -213,12 +218,18 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
     plan, n, flags = _plan_inputs(paths, ngram, flags_req, text_fields, use_index)
     if min_ngrams < 1:
         raise InputError(f"min n-grams must be >= 1, got {min_ngrams}")
-    rule = Rule(min_ngrams, default_min_fraction(flags) if min_fraction is None else min_fraction)
+    if min_ngrams_any is not None and min_ngrams_any < 0:
+        raise InputError(f"min n-grams (any fraction) must be >= 0, got {min_ngrams_any}")
+    if min_fraction_loose is not None and not 0.0 <= min_fraction_loose <= 1.0:
+        raise InputError(f"min fraction (renamed) must be in [0, 1], got {min_fraction_loose}")
+    rule = default_rule(flags, robust, min_ngrams, min_fraction, min_ngrams_any, min_fraction_loose)
     if max_items_per_ngram < 0:
         raise InputError(f"max items per n-gram must be >= 0, got {max_items_per_ngram}")
-    table = EvalTable.build(evalsets, n, flags, max_items_per_ngram)
+    if reference not in (None, "stdlib"):
+        raise InputError(f"unknown reference corpus {reference!r}; known: stdlib (or none)")
+    table = EvalTable.build(evalsets, n, flags, max_items_per_ngram, robust=robust, reference=reference)
 
-    index_h: list[np.ndarray] = []      # (item, hidx) pairs found through indexes (union semantics)
+    index_h: list[np.ndarray] = []      # (item, item position, hidx) found through indexes (union semantics)
     doc_hits: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (item, doc ordinal, shared) passing the rule
     cand: dict[tuple[int, int], Match] = {}  # (item, doc ordinal) -> match with snippet
     doc_names: list[str] = []
@@ -227,8 +238,8 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
         if kind == "index":
             found = idx.contains(table.hashes)
             hidx = np.nonzero(found)[0]
-            pos, items = table.expand(hidx)
-            index_h.append(np.stack([items.astype(np.int64), hidx[pos]], axis=1))
+            pos, items, ipos, weak = table.expand(hidx)
+            index_h.append(np.stack([items.astype(np.int64), ipos, hidx[pos]], axis=1)[~weak])
             data_report.append({"path": p, "mode": "index", "index": idx.path, "documents": idx.meta.get("documents"),
                                 "texts": idx.meta.get("texts"), "bytes": idx.meta.get("bytes"),
                                 "index_ngrams": idx.meta.get("ngrams"), "fp_rate_per_ngram": idx.fp_rate})
@@ -244,14 +255,14 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
             texts += sum(len(s.offsets) - 1 for s in tb.sources)
             nbytes += sum(int(s.offsets[-1] - s.offsets[0]) for s in tb.sources if len(s.offsets))
             m = match_batch(table, tb.sources, parallel=True)
-            ok = rule.passes(m.shared, table.item_ngrams[m.items])
+            ok = rule.passes(m.shared, table.item_ngrams[m.items], m.loose)
             if not ok.any():
                 continue
             rows_u, inv = np.unique(m.rows[ok], return_inverse=True)
             base = len(doc_names)
             doc_names.extend(tb.doc_id(int(r)) for r in rows_u)
             ords = base + inv
-            doc_hits.append((m.items[ok].astype(np.int64), ords, m.shared[ok]))
+            doc_hits.append((m.items[ok].astype(np.int64), ords, m.loose[ok]))
             _collect_snippets(table, tb, m, ok, ords, doc_names, p, max_examples, cand)
         if docs == 0:
             skipped = stats.get("skipped_lines", 0)
@@ -275,10 +286,11 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
         docs_per_item = np.bincount(di, minlength=table.n_items)
     bad = best > 0
     union = np.zeros(table.n_items, np.int64)
-    pairs_idx = np.zeros((0, 2), np.int64)
+    pairs_idx = np.zeros((0, 3), np.int64)
     if index_h:
         pairs_idx = np.unique(np.concatenate(index_h), axis=0)
-        union = np.bincount(pairs_idx[:, 0], minlength=table.n_items).astype(np.int64)
+        places = np.unique(pairs_idx[:, :2], axis=0)
+        union = np.bincount(places[:, 0], minlength=table.n_items).astype(np.int64)
         bad |= rule.passes(union, table.item_ngrams) & (union > 0)
     bad &= table.item_ngrams > 0
     any_scan = any(k != "index" for k, _, _ in plan)
@@ -297,7 +309,9 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
         results.append(er)
     redaction = _redact_matches(results)
     return CheckResult(n, names_of(flags), rule, threshold, data_report, results, max_items_per_ngram,
-                       table.ignored_common, time.perf_counter() - t0, redaction)
+                       table.ignored_common, time.perf_counter() - t0, redaction, robust=robust,
+                       views=[f"{vn}:{'+'.join(names_of(vf))}" for vn, vf in table.views], reference=table.reference,
+                       ignored_reference=table.ignored_reference)
 
 
 def _plan_inputs(paths: list[str], ngram: int | None, flags_req: int | None, text_fields, use_index: bool
@@ -360,7 +374,7 @@ def _collect_snippets(table: EvalTable, tb: TextBatch, m, ok: np.ndarray, ords: 
         same = sel[(m.hit_source[sel] == src) & (m.hit_string[sel] == s)]
         spans = merge_spans(list(zip(m.hit_a[same].tolist(), m.hit_b[same].tolist())))
         a, b = max(spans, key=lambda ab: (ab[1] - ab[0], -ab[0]))  # the longest overlapping run
-        text = tb.sources[src].strings[s].as_py() or ""
+        text = m.sources[src].strings[s].as_py() or ""
         snippet = excerpt(text, a, b)[0]  # whole lines, unclipped: redacted first, clipped after
         tot = int(table.item_ngrams[it])
         cand[(it, int(ords[j]))] = Match(table.item_ids[it], doc_names[int(ords[j])], path,
@@ -384,7 +398,8 @@ def _top_matches(it: int, table: EvalTable, di, dd, ds, doc_names, cand, k: int)
 
 def _index_match(it: int, table: EvalTable, pairs: np.ndarray, plan) -> Match:
     """A match without a document (index mode): the eval-side text that was found."""
-    hashes = np.sort(table.hashes[pairs[pairs[:, 0] == it][:, 1]])
+    mine = pairs[pairs[:, 0] == it]
+    hashes = np.unique(table.hashes[mine[:, 2]])
     spans = table.eval_spans(it, hashes)
     snippet = ""
     if spans:
@@ -393,7 +408,7 @@ def _index_match(it: int, table: EvalTable, pairs: np.ndarray, plan) -> Match:
         a, b = merged[0]
         snippet = excerpt(table.item_texts[it][fname], a, b)[0]
     tot = int(table.item_ngrams[it])
-    shared = len(hashes)
+    shared = len(np.unique(mine[:, 1]))
     src = next((p for k, p, _ in plan if k == "index"), "")
     return Match(table.item_ids[it], None, src, round(shared / max(tot, 1), 6), shared, snippet)
 

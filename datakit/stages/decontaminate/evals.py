@@ -191,3 +191,7 @@ def _as_text(v) -> str:
     if isinstance(v, (list, tuple)):
         return "\n".join(_as_text(x) for x in v)
     return json.dumps(v, sort_keys=True, ensure_ascii=False)
+
+
+# the Hub registry (`registry.py`) registers its names on import; it needs the helpers above
+from datakit.stages.decontaminate import registry as _registry  # noqa: E402,F401

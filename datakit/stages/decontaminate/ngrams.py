@@ -14,6 +14,7 @@ new there: the window's hash is then invariant under consistent renaming.
 """
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 import numba
@@ -24,8 +25,19 @@ from numba import prange
 
 from datakit.jit import njit
 from datakit.stages.decontaminate.normalize import (
-    DEFAULT_NORMALIZATIONS, F_IDENT, MASK64, U64, _fmix, flags_of, fmix_ref, keyword_hashes, lex, tokenize_ref,
+    _CLS, DEFAULT_NORMALIZATIONS, F_FLAT, F_IDENT, MASK64, U64, _fmix, flags_of, fmix_ref, keyword_hashes, lex,
+    tokenize_ref,
 )
+
+
+def min_punct(n: int, flags: int) -> int:
+    """Punctuation tokens a window needs under `identifiers` + `flat` (0: no requirement).
+
+    Why: `flat` lexes docstring prose as code, and canonical identifiers turn
+    prose into word-shape n-grams ("I I I the I") that any English text matches.
+    Code has punctuation every few tokens; prose rarely.
+    """
+    return n // 3 if (flags & F_IDENT) and (flags & F_FLAT) else 0
 
 _SEED = U64(0x9E3779B97F4A7C15)
 _P = U64(0x100000001B3)
@@ -50,7 +62,15 @@ def _prev_distance(tok_val, tok_ident, ntok, n, prevd):
 
 
 @njit(cache=True, inline="always")
-def _window(tok_val, tok_ident, prevd, s, n, canon):
+def _window(tok_val, tok_ident, prevd, s, n, canon, data, tok_start, minpunct):
+    """Hash of the window of `n` tokens from token `s`; 0 = no n-gram here (too little punctuation)."""
+    if minpunct > 0:
+        p = 0
+        for j in range(n):
+            if _CLS[data[tok_start[s + j]]] == 0:
+                p += 1
+        if p < minpunct:
+            return _ZERO
     h = _SEED
     for j in range(n):
         t = s + j
@@ -70,7 +90,7 @@ def _window(tok_val, tok_ident, prevd, s, n, canon):
 
 
 @njit(cache=True)
-def _hash_strings(data, offsets, n, flags, kw, want_spans):
+def _hash_strings(data, offsets, n, flags, kw, want_spans, minpunct):
     """All window hashes of every string: (hashes, string index per hash, start byte, end byte)."""
     nstr = offsets.shape[0] - 1
     maxlen = 0
@@ -108,7 +128,10 @@ def _hash_strings(data, offsets, n, flags, kw, want_spans):
                 out_a = _grow_i64(out_a, cap)
                 out_b = _grow_i64(out_b, cap)
         for w in range(nw):
-            out_h[m] = _window(tok_val, tok_ident, prevd, w, n, canon)
+            h = _window(tok_val, tok_ident, prevd, w, n, canon, data, tok_start, minpunct)
+            if h == _ZERO:
+                continue
+            out_h[m] = h
             out_s[m] = s
             if want_spans:
                 out_a[m] = tok_start[w] - a
@@ -145,7 +168,7 @@ def _probe(keys, mask, h):
 
 
 @njit(cache=True, parallel=True)
-def _count_hits(data, offsets, n, flags, kw, keys, nblocks):
+def _count_hits(data, offsets, n, flags, kw, keys, nblocks, minpunct):
     """Matching windows per string, strings split into blocks run on all cores (numba threads).
 
     Matches are rare, so this pass does nearly all the work; `_scan_strings` then
@@ -177,14 +200,15 @@ def _count_hits(data, offsets, n, flags, kw, keys, nblocks):
                 _prev_distance(tok_val, tok_ident, ntok, n, prevd)
             c = 0
             for w in range(ntok - n + 1):
-                if _probe(keys, mask, _window(tok_val, tok_ident, prevd, w, n, canon)) >= 0:
+                h = _window(tok_val, tok_ident, prevd, w, n, canon, data, tok_start, minpunct)
+                if h != _ZERO and _probe(keys, mask, h) >= 0:
                     c += 1
             counts[s] = c
     return counts
 
 
 @njit(cache=True)
-def _scan_strings(data, offsets, which, n, flags, kw, keys, vals):
+def _scan_strings(data, offsets, which, n, flags, kw, keys, vals, minpunct):
     """Probe every window of the strings `which` in the table (keys/vals, open addressing, 0 = empty).
 
     Returns matches as (string index, table value, start byte, end byte), relative to each string.
@@ -217,7 +241,10 @@ def _scan_strings(data, offsets, which, n, flags, kw, keys, vals):
         if canon:
             _prev_distance(tok_val, tok_ident, ntok, n, prevd)
         for w in range(ntok - n + 1):
-            slot = _probe(keys, mask, _window(tok_val, tok_ident, prevd, w, n, canon))
+            h = _window(tok_val, tok_ident, prevd, w, n, canon, data, tok_start, minpunct)
+            if h == _ZERO:
+                continue
+            slot = _probe(keys, mask, h)
             if slot < 0:
                 continue
             if m == cap:
@@ -269,7 +296,7 @@ def hash_strings(data: np.ndarray, offsets: np.ndarray, n: int, flags: int,
     """Window hashes of every string of a buffer pair (see `arrow_text_buffers`)."""
     if n < 1:
         raise ValueError("ngram must be >= 1")
-    return _hash_strings(data, offsets, n, flags, keyword_hashes(flags), spans)
+    return _hash_strings(data, offsets, n, flags, keyword_hashes(flags), spans, min_punct(n, flags))
 
 
 def ngram_hashes(text: str, n: int = 13, normalizations: Sequence[str] = DEFAULT_NORMALIZATIONS) -> np.ndarray:
@@ -283,9 +310,13 @@ def ngram_hashes_ref(text: str, n: int = 13, normalizations: Sequence[str] = DEF
     flags = flags_of(normalizations)
     toks = tokenize_ref(text, normalizations)
     canon = bool(flags & F_IDENT)
+    need = min_punct(n, flags)
+    raw = text.encode()
     out = []
     for s in range(len(toks) - n + 1):
         win = toks[s:s + n]
+        if need and sum(1 for _v, a, _b, _i in win if not re.match(rb"[\sA-Za-z0-9_\x80-\xff]", raw[a:a + 1])) < need:
+            continue
         h = 0x9E3779B97F4A7C15
         for j, (val, _a, _b, ident) in enumerate(win):
             if canon and ident:
@@ -338,8 +369,9 @@ def scan_strings(data: np.ndarray, offsets: np.ndarray, n: int, flags: int, keys
     kw = keyword_hashes(flags)
     nstr = len(offsets) - 1
     if parallel and nstr > 1:
-        counts = _count_hits(data, offsets, n, flags, kw, keys, max(1, min(nstr, 4 * numba.get_num_threads())))
+        counts = _count_hits(data, offsets, n, flags, kw, keys, max(1, min(nstr, 4 * numba.get_num_threads())),
+                             min_punct(n, flags))
         which = np.nonzero(counts)[0].astype(np.int64)
     else:
         which = np.arange(nstr, dtype=np.int64)
-    return _scan_strings(data, offsets, which, n, flags, kw, keys, vals)
+    return _scan_strings(data, offsets, which, n, flags, kw, keys, vals, min_punct(n, flags))

@@ -23,6 +23,15 @@ Normalizations (a bit mask, see `NORMALIZATIONS`):
   identifier of the same n-gram it equals*. Consistent renaming (`numbers` ->
   `xs`) then yields the same n-gram hashes. The canonicalization itself happens
   per n-gram window in `ngrams.py`; the lexer only flags identifier tokens.
+- `flat`: triple quotes are plain quotes, so no lexer state outlives a line
+  (single-quoted strings end at the line's end anyway). Why: a training document
+  cut from a file can start inside a docstring; tracked triple quotes then invert
+  "string" and "code" for the whole document, and `identifiers`/`comments` would
+  normalize the wrong parts (measured: renamed-leak recall 71% -> see
+  docs/decontamination.md). With `flat` both sides lex every line alike wherever
+  the text starts. With `identifiers`, a `flat` window needs a third of its
+  tokens to be punctuation to count (`ngrams.py`): docstring prose, now lexed as
+  code, would otherwise canonicalize into word-shape n-grams any prose matches.
 
 `tokenize_ref` is an independent regex implementation of the same semantics,
 used by the tests as the reference for the numba kernel.
@@ -37,11 +46,11 @@ from typing import Iterable, Literal, Sequence
 import numpy as np
 from datakit.jit import njit
 
-Normalization = Literal["whitespace", "case", "comments", "identifiers"]
-NORMALIZATIONS: dict[str, int] = {"whitespace": 1, "case": 2, "comments": 4, "identifiers": 8}
+Normalization = Literal["whitespace", "case", "comments", "identifiers", "flat"]
+NORMALIZATIONS: dict[str, int] = {"whitespace": 1, "case": 2, "comments": 4, "identifiers": 8, "flat": 16}
 DEFAULT_NORMALIZATIONS: tuple[str, ...] = ("whitespace", "case")
 
-F_WS, F_CASE, F_COMMENTS, F_IDENT = 1, 2, 4, 8
+F_WS, F_CASE, F_COMMENTS, F_IDENT, F_FLAT = 1, 2, 4, 8, 16
 
 # Words that stay literal under `identifiers`: renaming a variable never renames `range`. Python's
 # keywords and builtins, plus syntax words of C-family/JS/Go/Rust that are rarely Python names.
@@ -163,6 +172,7 @@ def lex(data, start, end, flags, kw, tok_val, tok_start, tok_end, tok_ident):
     fold = (flags & 2) != 0
     strip_comments = (flags & 4) != 0
     canon = (flags & 8) != 0
+    flat = (flags & 16) != 0
     CODE = 0
     STR1 = 1
     STR3 = 2
@@ -191,7 +201,7 @@ def lex(data, start, end, flags, kw, tok_val, tok_start, tok_end, tok_ident):
                 lit_end = j
                 in_comment = True
             elif c == 34 or c == 39:
-                if i + 2 < end and data[i + 1] == c and data[i + 2] == c:
+                if not flat and i + 2 < end and data[i + 1] == c and data[i + 2] == c:
                     for t in range(3):
                         tok_val[k] = _hash_bytes(data, i + t, i + t + 1, False)
                         tok_start[k] = i + t
@@ -312,6 +322,8 @@ _NUM = rb"[0-9][A-Za-z0-9_\x80-\xff.]*"
 _WS = rb"[ \t\n\r\f\v]+"
 _CODE_RE = re.compile(rb"(?P<c>#[^\n]*|//[^\n]*|/\*.*?(?:\*/|\Z))|(?P<q3>\"\"\"|''')|(?P<q1>[\"'])|(?P<ws>" + _WS
                       + rb")|(?P<id>" + _ID + rb")|(?P<num>" + _NUM + rb")|(?P<p>.)", re.S)
+_FLAT_RE = re.compile(rb"(?P<c>#[^\n]*|//[^\n]*|/\*.*?(?:\*/|\Z))|(?P<q1>[\"'])|(?P<ws>" + _WS
+                      + rb")|(?P<id>" + _ID + rb")|(?P<num>" + _NUM + rb")|(?P<p>.)", re.S)
 _LIT_RE = re.compile(rb"(?P<ws>" + _WS + rb")|(?P<id>" + _ID + rb")|(?P<num>" + _NUM + rb")|(?P<p>.)", re.S)
 _STR1_RE = re.compile(rb"(?P<ws>[ \t\r\f\v]+)|(?P<id>" + _ID + rb")|(?P<num>" + _NUM + rb")|(?P<esc>\\.?)|(?P<p>.)", re.S)
 
@@ -337,8 +349,9 @@ def tokenize_ref(text: str | bytes, normalizations: Sequence[str] = DEFAULT_NORM
             emit(m.start(), m.end(), "esc" if kind == "esc" else kind, False)
 
     i, n = 0, len(data)
+    code_re = _FLAT_RE if flags & F_FLAT else _CODE_RE
     while i < n:
-        m = _CODE_RE.match(data, i)
+        m = code_re.match(data, i)
         kind = m.lastgroup
         if kind == "c":
             if not flags & F_COMMENTS:

@@ -8,18 +8,33 @@ shared the matcher's tokenizer could hide its bugs. Kinds:
 - `renamed`: every user identifier consistently renamed (strings/docstrings untouched).
 - `prompt_only`: the prompt (signature + docstring) without the solution.
 - `solution_only`: the solution body without the prompt.
+- `comments_changed`: about half of the item's comment lines reworded, new comment lines every few lines.
+- `partial`: the signature and the first half of the solution body's lines (a half-written copy).
+- `escaped_json`: the item as a JSON line (an eval file checked into a repo): every newline is `\\n`.
+- `near_miss`: the same signature and imports with a different body; NOT a leak (must not match).
+
+Every generator takes the item's `prompt` and `solution` texts and works for
+any language with `#` or `//` comments (Python, Rust, C-family).
 """
 from __future__ import annotations
 
 import builtins
 import io
+import json
 import keyword
 import random
 import re
 import tokenize
 
 LEAK_KINDS = ("exact", "reformatted", "renamed", "prompt_only", "solution_only")
+# the kinds of the recall benchmark (issue: "Decontamination a lab trusts"); near_miss must NOT match
+BENCH_KINDS = ("exact", "prompt_only", "renamed", "reformatted", "comments_changed", "partial", "escaped_json",
+               "near_miss")
 _KEEP = set(keyword.kwlist) | set(dir(builtins)) | {"self", "cls", "typing", "List", "Dict", "Tuple", "Optional", "Any", "math", "re", "collections", "itertools", "hashlib", "sqrt", "floor", "ceil"}
+# Rust keywords and standard types: a renamer changes the user's names, never the language's
+_KEEP |= set("""fn let mut impl pub use mod struct enum match loop where as ref Self move const static trait type
+unsafe crate super dyn usize isize i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 bool char str String Vec Option
+Some Ok Err Result Box HashMap HashSet BTreeMap BTreeSet VecDeque std collections cmp max min abs""".split())
 
 
 def _tokens(code: str) -> list[tokenize.TokenInfo]:
@@ -89,6 +104,14 @@ def plant(item: dict, kind: str, rng: random.Random, prompt: str = "prompt",
         return item[prompt]
     if kind == "solution_only":
         return item[solution]
+    if kind == "comments_changed":
+        return change_comments(full, rng)
+    if kind == "partial":
+        return partial_solution(item[prompt], item[solution])
+    if kind == "escaped_json":
+        return json.dumps({k: v for k, v in item.items() if isinstance(v, (str, int, list))}, ensure_ascii=False)
+    if kind == "near_miss":
+        raise ValueError("near_miss needs a body: use near_miss(prompt, solution, other_body)")
     raise ValueError(f"unknown leak kind {kind!r}; known: {LEAK_KINDS}")
 
 
@@ -127,3 +150,61 @@ def idiomatic_code(rng: random.Random, n_idioms: int = 6) -> str:
         body = rng.choice(_IDIOMS).format(a=a, b=b)
         parts.append("".join("    " + ln + "\n" for ln in body.splitlines()))
     return "".join(parts)
+
+
+_COMMENT_LINE = re.compile(r"^(\s*)(#|//)(.*)$")
+_NEW_COMMENTS = ["handle the edge case first", "TODO: simplify", "main loop", "see the docs", "fast path",
+                 "accumulate the result", "this is O(n)", "note: inputs are validated by the caller", "done"]
+
+
+def change_comments(code: str, rng: random.Random) -> str:
+    """Reword about half of the whole-line comments and insert new comment lines every 2-4 lines."""
+    marker = "//" if re.search(r"^\s*//", code, re.M) or "fn " in code else "#"
+    out: list[str] = []
+    next_at = rng.randint(2, 4)
+    for i, line in enumerate(code.splitlines()):
+        m = _COMMENT_LINE.match(line)
+        if m and rng.random() < 0.5:
+            line = f"{m.group(1)}{m.group(2)} {rng.choice(_NEW_COMMENTS)}"
+        elif i >= next_at and line.strip():
+            indent = line[: len(line) - len(line.lstrip())]
+            out.append(f"{indent}{marker} {rng.choice(_NEW_COMMENTS)}")
+            next_at = i + rng.randint(2, 4)
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def signature(prompt: str, solution: str = "") -> str:
+    """The last `def`/`fn` line of the prompt (or of the solution when the prompt has none) and the
+    import lines before it: what a different solution to the same task shares with this one."""
+    text = prompt if re.search(r"^\s*(?:pub\s+)?(?:async\s+)?(?:def|fn)\s", prompt, re.M) else solution
+    lines = text.splitlines()
+    sig = [i for i, ln in enumerate(lines) if re.match(r"\s*(?:pub\s+)?(?:async\s+)?(?:def|fn)\s", ln)]
+    if not sig:
+        return ""
+    imports = [ln for ln in lines[: sig[-1]] if re.match(r"\s*(?:from\s+\S+\s+import|import|use)\s", ln)]
+    return "\n".join(imports + [lines[sig[-1]]]) + "\n"
+
+
+def partial_solution(prompt: str, solution: str) -> str:
+    """The signature and the first half (by lines, at least one) of the solution's body.
+
+    A solution that starts with its own imports and `def` line (MBPP) keeps them
+    as its signature; the half is taken of the lines after them.
+    """
+    lines = solution.splitlines()
+    head = 0
+    while head < len(lines) and (not lines[head].strip() or re.match(
+            r"\s*(?:from\s+\S+\s+import|import|use|(?:pub\s+)?(?:async\s+)?(?:def|fn))\s", lines[head])):
+        head += 1
+    body = lines[head:]
+    half = body[: max(1, (len(body) + 1) // 2)]
+    sig = "\n".join(lines[:head]) + "\n" if head else signature(prompt)
+    return sig + "\n".join(half) + "\n"
+
+
+def near_miss(prompt: str, solution: str, other_body: str) -> str:
+    """Same imports and signature, a different (real) body: a different solution to the same task."""
+    sig = signature(prompt, solution)
+    body = "".join("    " + ln.strip() + "\n" for ln in other_body.splitlines() if ln.strip())
+    return sig + body

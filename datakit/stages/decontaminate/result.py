@@ -66,6 +66,10 @@ class CheckResult:
     ignored_common: int = 0
     seconds: float = 0.0
     redaction: Redaction = field(default_factory=Redaction)
+    robust: bool = False
+    views: list[str] = field(default_factory=list)
+    reference: dict | None = None
+    ignored_reference: int = 0
 
     @property
     def contaminated(self) -> bool:
@@ -85,8 +89,12 @@ class CheckResult:
             "schema": REPORT_SCHEMA,
             "settings": {"ngram": self.ngram, "normalizations": self.normalizations,
                          "min_ngrams": self.rule.min_ngrams, "min_fraction": self.rule.min_fraction,
-                         "threshold": self.threshold, "max_items_per_ngram": self.max_items_per_ngram},
+                         "threshold": self.threshold, "max_items_per_ngram": self.max_items_per_ngram,
+                         "min_ngrams_any": self.rule.min_ngrams_any,
+                         "min_fraction_loose": self.rule.min_fraction_loose, "robust": self.robust, "views": self.views,
+                         "reference": self.reference},
             "eval_ngrams_ignored_common": self.ignored_common,
+            "eval_ngrams_ignored_reference": self.ignored_reference,
             "contaminated": self.contaminated,
             "skipped_lines": self.skipped_lines,
             "redaction": self.redaction.to_dict(),

@@ -37,8 +37,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from datakit.plan import DROP, DROP_DETAIL, METRICS, Rel
 from datakit.stages.base import CompileContext, StageConfig, register_stage
 from datakit.stages.decontaminate.evals import _NAMED, EvalSet, load_eval
-from datakit.stages.decontaminate.matcher import (BatchMatches, EvalTable, Rule, default_min_fraction, match_batch,
-                                             merge_spans, text_sources)
+from datakit.stages.decontaminate.matcher import (BatchMatches, EvalTable, Rule, default_rule, match_batch, merge_spans,
+                                             text_sources)
 from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS, NORMALIZATIONS, flags_of
 
 
@@ -93,7 +93,13 @@ class DecontaminateConfig(StageConfig):
     normalizations: list[str] = Field(default_factory=lambda: list(DEFAULT_NORMALIZATIONS))
     min_ngrams: int = Field(1, ge=1)
     min_fraction: float | None = Field(None, ge=0.0, le=1.0, description="default 0.05, 0.10 with identifiers")
-    max_items_per_ngram: int = Field(1, ge=0, description="ignore eval n-grams shared by more items (0 = keep all)")
+    max_items_per_ngram: int = Field(1, ge=0, description="ignore eval n-grams shared by more items of one eval "
+                                                          "(0 = keep all)")
+    robust: bool = Field(True, description="also match comment-free and identifier-insensitive views and decoded "
+                                           "string escapes")
+    min_ngrams_any: int | None = Field(None, ge=0, description="match on this many distinctive n-grams whatever "
+                                                               "their share (default 6 when robust, 0 = off)")
+    reference: Literal["stdlib"] | None = Field("stdlib", description="drop eval n-grams common in code at large")
     eval_fields: list[str] | None = Field(None, description="text fields of the eval items (default per eval)")
     mask_with: str = ""
 
@@ -106,12 +112,13 @@ class DecontaminateConfig(StageConfig):
         return v
 
     def rule(self) -> Rule:
-        frac = default_min_fraction(flags_of(self.normalizations)) if self.min_fraction is None else self.min_fraction
-        return Rule(self.min_ngrams, frac)
+        return default_rule(flags_of(self.normalizations), self.robust, self.min_ngrams, self.min_fraction,
+                            self.min_ngrams_any)
 
     def build_table(self, ctx: CompileContext | None = None) -> EvalTable:
         return EvalTable.build(load_evals(list(self.evals), ctx, self.eval_fields), self.ngram,
-                               flags_of(self.normalizations), self.max_items_per_ngram)
+                               flags_of(self.normalizations), self.max_items_per_ngram, robust=self.robust,
+                               reference=self.reference)
 
     def build_fn(self, ctx: CompileContext | None = None) -> "DecontamFn":
         return DecontamFn(self.build_table(ctx), self.rule(), self.mode, self.mask_with)
@@ -135,7 +142,7 @@ class DecontamFn:
 
     def hits(self, m: BatchMatches) -> tuple[np.ndarray, dict[int, dict[int, list[str]]]]:
         """(pairs passing the rule, row -> {eval index -> sorted matched item ids})."""
-        ok = self.rule.passes(m.shared, self.table.item_ngrams[m.items])
+        ok = self.rule.passes(m.shared, self.table.item_ngrams[m.items], m.loose)
         hits: dict[int, dict[int, list[str]]] = {}
         for row, item in zip(m.rows[ok].tolist(), m.items[ok].tolist()):
             hits.setdefault(row, {}).setdefault(int(self.table.item_eval[item]), []).append(self.table.item_ids[item])

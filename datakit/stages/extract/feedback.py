@@ -20,9 +20,10 @@ Rewards: accepted 1, rejected 0; `partial` and `ignored` are configurable:
 event of the same session and file within `window_s`? Found by a self-join in
 the plan (identical on every engine): events are keyed by (session, path) and
 time bucket of `window_s`; each event with accepted text meets the events of its
-bucket and the next; the earliest later one within the window (ties by event id)
-wins through `min` over a sortable payload, which carries whether the accepted
-text occurs in that event's `prefix + suffix`. Unknown (no such event) leaves the
+bucket and the next (ids and times only); the earliest later one within the
+window (ties by event id) wins through `min` over a sortable payload; then that
+event's file state is joined and the flag says whether the accepted text occurs
+in its `prefix + suffix`. Unknown (no such event) leaves the
 reward alone; a deleted acceptance is reported (`use: report`), made negative
 (`gate`) or its reward multiplied by `weight` (`weight`).
 """
@@ -156,13 +157,15 @@ def _key(session: str | None, path: str | None) -> str | None:
 
 
 class RetentionKeysFn:
-    """Side relation rows, one per event with a file context: who may follow whom."""
+    """Side relation rows: `left` = events with accepted text (twice: time bucket b and b+1, with the
+    text), `right` = every event with a file context (light: key, id, time), `context` = the file
+    state (prefix + suffix) of every event with a context, by event id."""
 
-    def __init__(self, window_ms: int, side: Literal["left", "right"]) -> None:
+    def __init__(self, window_ms: int, side: Literal["left", "right", "context"]) -> None:
         self.window_ms, self.side = window_ms, side
 
     def __call__(self, batch: pa.RecordBatch) -> pa.Table:
-        jkey, ms_col, ids, payload = [], [], [], []
+        cols: dict[str, list] = {n: [] for n in _SCHEMAS[self.side].names}
         W = self.window_ms
         for e in batch.select(["event_id", "event_type", "timestamp", "session_id", "file", "context", "outcome",
                                "suggestion", "accepted_text"]).to_pylist():
@@ -174,45 +177,79 @@ class RetentionKeysFn:
                 if not text:
                     continue
                 for b in (ms // W, ms // W + 1):  # any event within (ms, ms + W] sits in one of these buckets
-                    jkey.append(f"{key}:{b}"); ms_col.append(ms); ids.append(e["event_id"]); payload.append(text)
+                    for k, v in ((_JKEY, f"{key}:{b}"), (_ID, e["event_id"]), (_MS, ms), (_TEXT, text)):
+                        cols[k].append(v)
+            elif self.side == "right":
+                for k, v in ((_JKEY, f"{key}:{ms // W}"), (_NID, e["event_id"]), (_NMS, ms)):
+                    cols[k].append(v)
             else:
                 c = e["context"]
-                jkey.append(f"{key}:{ms // W}"); ms_col.append(ms); ids.append(e["event_id"])
-                payload.append((c.get("prefix") or "") + (c.get("suffix") or ""))
-        names = (_ID, _MS, _TEXT) if self.side == "left" else (_NID, _NMS, _NCTX)
-        return pa.table({_JKEY: pa.array(jkey, pa.string()), names[0]: pa.array(ids, pa.string()),
-                         names[1]: pa.array(ms_col, pa.int64()), names[2]: pa.array(payload, pa.string())})
+                cols[_NID].append(e["event_id"])
+                cols[_NCTX].append((c.get("prefix") or "") + (c.get("suffix") or ""))
+        return pa.table({k: pa.array(v, _SCHEMAS[self.side].field(k).type) for k, v in cols.items()})
 
 
 class RetentionPairFn:
-    """(event, candidate) pairs -> sortable payload of the candidates that follow within the window."""
+    """(event, candidate) pairs -> sortable payload `ms \x1f id` of the candidates that follow within the window."""
 
     def __init__(self, window_ms: int) -> None:
         self.window_ms = window_ms
 
     def __call__(self, batch: pa.RecordBatch) -> pa.Table:
-        ids, pays, drops = [], [], []
-        for r in batch.select([_ID, _MS, _TEXT, _NID, _NMS, _NCTX]).to_pylist():
-            later = (r[_NMS], r[_NID]) > (r[_MS], r[_ID])
-            ok = later and r[_NMS] - r[_MS] <= self.window_ms
+        ids, pays, texts, drops = [], [], [], []
+        for r in batch.select([_ID, _MS, _TEXT, _NID, _NMS]).to_pylist():
+            ok = (r[_NMS], r[_NID]) > (r[_MS], r[_ID]) and r[_NMS] - r[_MS] <= self.window_ms
             ids.append(r[_ID])
-            pays.append(f"{r[_NMS]:015d}{SEP}{r[_NID]}{SEP}{int(r[_TEXT] in r[_NCTX])}" if ok else None)
+            texts.append(r[_TEXT])
+            pays.append(f"{r[_NMS]:015d}{SEP}{r[_NID]}" if ok else None)
             drops.append(None if ok else "not_next")
         return pa.table({_ID: pa.array(ids, pa.string()), _PAY: pa.array(pays, pa.string()),
-                         DROP: pa.array(drops, pa.string())})
+                         _TEXT: pa.array(texts, pa.string()), DROP: pa.array(drops, pa.string())})
 
 
-_LEFT = pa.schema([(_JKEY, pa.string()), (_ID, pa.string()), (_MS, pa.int64()), (_TEXT, pa.string())])
-_RIGHT = pa.schema([(_JKEY, pa.string()), (_NID, pa.string()), (_NMS, pa.int64()), (_NCTX, pa.string())])
-_PAIRS = pa.schema([(_ID, pa.string()), (_PAY, pa.string())])
+class RetentionNextIdFn:
+    """The chosen next event's id, split out of the payload (to fetch its file state)."""
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        nid = [p.split(SEP)[1] for p in batch.column(_PAY).to_pylist()]
+        return batch.append_column(_NID, pa.array(nid, pa.string()))
+
+
+class RetentionFlagFn:
+    """`_rt_next` = payload + whether the accepted text occurs in the next event's file state."""
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.Table:
+        rows = batch.select([_ID, _PAY, _TEXT, _NCTX]).to_pylist()
+        return pa.table({_ID: pa.array([r[_ID] for r in rows], pa.string()),
+                         RT_NEXT: pa.array([f"{r[_PAY]}{SEP}{int(r[_TEXT] in (r[_NCTX] or ''))}" for r in rows],
+                                           pa.string())})
+
+
+_SCHEMAS = {
+    "left": pa.schema([(_JKEY, pa.string()), (_ID, pa.string()), (_MS, pa.int64()), (_TEXT, pa.string())]),
+    "right": pa.schema([(_JKEY, pa.string()), (_NID, pa.string()), (_NMS, pa.int64())]),
+    "context": pa.schema([(_NID, pa.string()), (_NCTX, pa.string())]),
+}
+_PAIRS = pa.schema([(_ID, pa.string()), (_PAY, pa.string()), (_TEXT, pa.string())])
+_NEXT_IDS = pa.schema([(_ID, pa.string()), (_PAY, pa.string()), (_TEXT, pa.string()), (_NID, pa.string())])
+_FLAGS = pa.schema([(_ID, pa.string()), (RT_NEXT, pa.string())])
 
 
 def with_retention(events: Rel, window_s: float) -> Rel:
-    """`events` plus column `_rt_next` (see module docstring); the side work is not counted as drops."""
+    """`events` plus column `_rt_next` (see module docstring); the side work is not counted as drops.
+
+    The pair join carries only keys, times and the (short) accepted text; the file
+    state (often a whole file) is joined once per accepted event, for the chosen
+    next event only, so a busy file costs pairs of ids, not pairs of files.
+    """
     W = max(1, int(round(window_s * 1000)))
     side = Rel(events.node, f"{events.stage}:side")
-    left = side.map_batches(RetentionKeysFn(W, "left"), _LEFT, name="retention_accepted")
-    right = side.map_batches(RetentionKeysFn(W, "right"), _RIGHT, name="retention_followers")
+    left = side.map_batches(RetentionKeysFn(W, "left"), _SCHEMAS["left"], name="retention_accepted")
+    right = side.map_batches(RetentionKeysFn(W, "right"), _SCHEMAS["right"], name="retention_followers")
+    states = side.map_batches(RetentionKeysFn(W, "context"), _SCHEMAS["context"], name="retention_file_states")
     pairs = left.join(right, _JKEY).map_batches(RetentionPairFn(W), _PAIRS, name="retention_pairs")
-    nxt = pairs.aggregate([_ID], {RT_NEXT: ("min", _PAY)})
-    return events.join(Rel(nxt.node, events.stage), "event_id", _ID, how="left")
+    # every pair of one accepted event carries the same text, so `min` of it is that text
+    nxt = pairs.aggregate([_ID], {_PAY: ("min", _PAY), _TEXT: ("min", _TEXT)})
+    nxt = nxt.map_batches(RetentionNextIdFn(), _NEXT_IDS, name="retention_next_ids")
+    flags = nxt.join(states, _NID).map_batches(RetentionFlagFn(), _FLAGS, name="retention_flags")
+    return events.join(Rel(flags.node, events.stage), "event_id", _ID, how="left")

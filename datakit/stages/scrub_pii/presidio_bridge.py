@@ -185,6 +185,11 @@ def ner_analyzer(model: str) -> AnalyzerEngine:
     arch = str(nlp.config["components"].get("ner", {}).get("model", {}).get("tok2vec", {}).get("@architectures", ""))
     if "ner" in nlp.pipe_names and "Listener" not in arch:
         nlp.select_pipes(enable=["ner"])
+    # only PERSON is asked for; every other label of the model is dropped before presidio maps it,
+    # which also silences its per-entity "Entity CARDINAL is not mapped" warning (hundreds per run)
+    mapping = engine.ner_model_configuration.model_to_presidio_entity_mapping
+    labels = nlp.get_pipe("ner").labels if "ner" in nlp.pipe_names else ()
+    engine.ner_model_configuration.labels_to_ignore = sorted(l for l in labels if mapping.get(l) != "PERSON")
     registry = RecognizerRegistry(recognizers=[SpacyRecognizer(supported_language="en", supported_entities=["PERSON"])],
                                   supported_languages=["en"])
     return AnalyzerEngine(registry=registry, nlp_engine=engine, supported_languages=["en"])

@@ -53,6 +53,7 @@ import pyarrow.compute as pc
 
 from datakit.io.atomic import atomic_path
 from datakit.io.fs import filesystem
+from datakit.io.layout import data_file
 from datakit.io.sinks import write_parquet
 from datakit.plan import DROP, DROP_DETAIL, Rel
 from datakit.stages.tokenize.encode import ENCODED_SCHEMA, EncodeOptions, encode_table, shuffle_keys
@@ -243,8 +244,6 @@ def write_repository_shard(table: pa.Table, shard: int, out: str, o: dict[str, A
     eos = int(o["special_tokens"]["eos"]["id"])
     seed = int((o.get("shuffle") or {}).get("seed", 0))
     packable, pref = split(table)
-    if pref.num_rows:
-        raise ValueError("packing: repository does not take preference records (use best_fit for them)")
     order = pc.sort_indices(packable, sort_keys=[("doc_id", "ascending")])
     packable = packable.take(order).combine_chunks()
     if packable.num_rows:
@@ -263,9 +262,9 @@ def write_repository_shard(table: pa.Table, shard: int, out: str, o: dict[str, A
     n_seq = pieces.n_sequences
     # entry offsets inside each unit, for copying a piece [off, off+len) of a unit
     uoff = [np.cumsum([0] + [n for _, n in u["entries"]]) for u in units]
-    names = {"tokens": f"tokens-{shard:05d}.npy", "loss_mask": f"loss_mask-{shard:05d}.npy",
-             "segments": f"segments-{shard:05d}.npy", "seq_index": f"seq_index-{shard:05d}.npy",
-             "docs": f"docs-{shard:05d}.parquet", "repo_files": f"repo_files-{shard:05d}.parquet"}
+    names = {k: data_file(f"{k}-{shard:05d}.{ext}") for k, ext in (
+        ("tokens", "npy"), ("loss_mask", "npy"), ("segments", "npy"), ("seq_index", "npy"), ("docs", "parquet"),
+        ("repo_files", "parquet"))}
     seg_rows: list[tuple[int, int, int]] = []
     seq_index = np.zeros(n_seq + 1, dtype=np.int64)
     bounds = np.searchsorted(pieces.seq, np.arange(n_seq + 1))
@@ -356,5 +355,11 @@ def write_repository_shard(table: pa.Table, shard: int, out: str, o: dict[str, A
         "split_repositories": sum(1 for c in Counter(u["group"] for u in units if u["files"]).values() if c > 1),
         "preference_pairs": 0, "arrays": names,
     }
-    info["files"] = sorted(names.values())
+    if pref.num_rows:  # preference pairs are not packed: the same Parquet file as with the other packings
+        from datakit.stages.tokenize.writers import _preference_table, shuffle_order
+
+        names_pref = data_file(f"preference-{shard:05d}.parquet")
+        write_parquet(_preference_table(pref.take(pa.array(shuffle_order(pref)))), f"{out}/{names_pref}")
+        info["preference_file"], info["preference_pairs"] = names_pref, pref.num_rows
+    info["files"] = sorted(list(names.values()) + ([info["preference_file"]] if pref.num_rows else []))
     return info

@@ -1,0 +1,243 @@
+"""A real cluster the way users deploy to one: standalone master + two workers on 127.0.0.1 whose
+executors run only a packed virtualenv (venv-pack, shipped with --archives), input and output on
+an S3 API (moto on loopback), the job submitted with spark-submit of examples/spark_driver.py.
+
+Follows docs/deploy.md ("Standalone, YARN: a packed virtualenv") step by step:
+examples/pack_venv.sh packs the environment, examples/spark_submit_packed.sh submits.
+Then: a stalled executor (SIGSTOP, not dead) and a killed driver.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.packaging_env import ROOT, build_dists, clean_env, make_venv
+from tests.test_object_store import s3_endpoint  # noqa: F401  (module fixture: moto on loopback)
+
+pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.slow]
+
+PIPELINE = """\
+name: packed-cluster
+seed: 4
+input: {path: "s3://logs/raw/dt=*/*.jsonl.*", format: jsonl, schema: editor_event.v1}
+stages:
+  - {kind: ingest}
+  - {kind: consent, optouts: "s3://logs/optouts.parquet"}
+  - {kind: extract, kinds: [code, fim, sft, preference]}
+  - {kind: dedup, exact: true, minhash: {threshold: 0.8, num_perm: 64, ngram: 5}}
+  - {kind: decontaminate, evals: [humaneval], ngram: 13, mode: drop}
+  - {kind: tokenize, tokenizer: "datakit:demo-bpe", seq_len: 512, packing: best_fit}
+output: {path: "s3://out/unused", format: packed, shards: 3}
+"""
+EXECUTOR_CONF = "--conf spark.executor.cores=1 --conf spark.cores.max=2"
+
+
+@pytest.fixture(scope="module")
+def deploy(tmp_path_factory, s3_endpoint):  # noqa: F811
+    """Everything docs/deploy.md builds: the wheel, a driver venv, the packed executor env, the data on S3."""
+    import s3fs
+
+    from datakit import Pipeline
+    from tests.engines.test_spark_conformance import make_logs
+
+    root = tmp_path_factory.mktemp("deploy")
+    wheel, _ = build_dists(root)
+    driver_py = make_venv(root / "driver-venv", wheel, deps="link")  # the submitting machine
+    env_dir = root / "datakit-env"
+    make_venv(env_dir, wheel, deps="copy")  # offline stand-in for `pip install datakit-*.whl[s3]`
+    archive = root / "datakit-env.tar.gz"
+    t0 = time.monotonic()
+    res = subprocess.run(["bash", str(ROOT / "examples" / "pack_venv.sh"), str(archive), str(env_dir)],
+                         capture_output=True, text=True, timeout=900,
+                         env=clean_env(VENV_PACK=str(Path(sys.executable).parent / "venv-pack"), COMPRESS_LEVEL="1"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    pack_seconds = time.monotonic() - t0
+
+    logs = make_logs(root, events=160)
+    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_endpoint})
+    fs.mkdir("logs")
+    fs.mkdir("out")
+    for f in sorted(logs.rglob("*")):
+        if f.is_file() and f.name != "_ground_truth.jsonl":
+            rel = f.relative_to(logs).as_posix()
+            fs.put(str(f), f"logs/{'optouts.parquet' if rel == 'optouts.parquet' else 'raw/' + rel}")
+    work = root / "job"
+    work.mkdir()
+    (work / "pipeline.yaml").write_text(PIPELINE)
+    # the reference: the local engine (this checkout, in-process) over the same S3 input
+    Pipeline.from_yaml(work / "pipeline.yaml").run(engine="local", workers=1, output="s3://out/local")
+    return {"root": root, "driver_py": driver_py, "archive": archive, "work": work, "fs": fs,
+            "pack_seconds": pack_seconds, "archive_mb": archive.stat().st_size / 1e6}
+
+
+@pytest.fixture(scope="module")
+def packed_cluster(deploy, s3_endpoint):  # noqa: F811
+    """Two 1-core workers whose daemons (and so executors) have no PYTHONPATH and no usable default Python."""
+    from tests.spark_fixtures import _SKIP, start_cluster
+
+    if _SKIP:
+        pytest.skip(_SKIP)
+    env = clean_env(PYSPARK_PYTHON="/nonexistent/python")  # only spark.pyspark.python can start a worker
+    (deploy["root"] / "cluster").mkdir()
+    cluster = start_cluster(workers=2, cores=1, memory="1g", workdir=deploy["root"] / "cluster", base_env=env)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _submit(deploy, cluster, output: str, extra_conf: str = "", **popen) -> subprocess.Popen:
+    env = clean_env(PYSPARK_DRIVER_PYTHON=str(deploy["driver_py"]), EXECUTOR_MEMORY="512m",
+                    SPARK_CONF_EXTRA=f"{EXECUTOR_CONF} {extra_conf}".strip(),
+                    DATAKIT_SPARK_LOG_DIR=str(deploy["root"] / "driver-logs"))
+    return subprocess.Popen(["bash", str(ROOT / "examples" / "spark_submit_packed.sh"), str(deploy["archive"]),
+                             cluster.master_url, "pipeline.yaml", "--output", output, "--partitions", "4"],
+                            cwd=deploy["work"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True, **popen)
+
+
+def _finish(proc: subprocess.Popen, timeout: float) -> dict:
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, f"spark-submit exited {proc.returncode}\n{out[-2000:]}\n{err[-4000:]}"
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _checksums(fs, path: str) -> dict:
+    fs.invalidate_cache()
+    m = json.loads(fs.cat_file(f"{path}/manifest.json"))
+    return {f: s["sha256"][f] for s in m["shards"] for f in s["files"]}
+
+
+def _counts(fs, path: str) -> list:
+    return [(s["name"], s["rows_in"], s["rows_out"], s["dropped"])
+            for s in json.loads(fs.cat_file(f"{path}/_run.json"))["stages"]]
+
+
+def test_packed_env_on_a_standalone_cluster_matches_local_byte_for_byte(deploy, packed_cluster):
+    t0 = time.monotonic()
+    info = _finish(_submit(deploy, packed_cluster, "s3://out/cluster"), timeout=900)
+    print(f"\npacked env: {deploy['archive_mb']:.0f} MB in {deploy['pack_seconds']:.0f}s; "
+          f"cluster run {time.monotonic() - t0:.0f}s")
+    fs = deploy["fs"]
+    assert _checksums(fs, "out/cluster") == _checksums(fs, "out/local")
+    assert _counts(fs, "out/cluster") == _counts(fs, "out/local")
+    # every executor's Python came from the unpacked archive, and datakit from the wheel inside it
+    envs = info["executors"]
+    assert envs, info
+    for e in envs:
+        assert "/environment/" in e["python"] or "/environment/" in e["datakit_path"], e
+        assert "/site-packages/datakit/" in e["datakit_path"], e
+        assert not Path(e["datakit_path"]).is_relative_to(ROOT), e
+        assert "/.venv/" not in e["datakit_path"], e
+    # ... on both workers (each unpacked its own copy)
+    unpacked = list((deploy["root"] / "cluster").glob("work-*/app-*/*/environment/pyvenv.cfg"))
+    assert {p.parts[-5] for p in unpacked} == {"work-0", "work-1"}, unpacked
+
+
+def _tree(pid: int) -> list:
+    import psutil
+
+    try:
+        p = psutil.Process(pid)
+        return [p, *p.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def _runs_python(pid: int) -> bool:
+    import psutil
+
+    for c in _tree(pid)[1:]:
+        try:
+            if "python" in " ".join(c.cmdline()):
+                return True
+        except psutil.Error:
+            continue
+    return False
+
+
+def test_stalled_executor_is_overtaken_and_output_is_identical(deploy, packed_cluster):
+    """SIGSTOP one executor JVM and its Python workers (a stuck node: alive, silent) for the rest of the job.
+
+    The session defaults (speculation, heartbeat timeout) must finish the job on the other executor;
+    the stalled attempts' shards can never mix with the winners' (same bytes, atomic per-file commit).
+    spark.network.timeout is lowered to 45s here only to keep CI time down; the default is 120s.
+    """
+    fs = deploy["fs"]
+    proc = _submit(deploy, packed_cluster, "s3://out/stalled",
+                   extra_conf="--conf spark.network.timeout=45s --conf spark.executor.heartbeatInterval=5s")
+    stopped: list = []
+    try:
+        end = time.monotonic() + 600
+        victim = None
+        while time.monotonic() < end and proc.poll() is None:
+            pids = packed_cluster.executor_pids()
+            # both executors up and Python work started on one: stall that whole node
+            busy = [p for p in pids if _runs_python(p)]
+            if len(pids) == 2 and busy:
+                victim = busy[0]
+                break
+            time.sleep(0.3)
+        assert victim is not None, "no executor started Python work"
+        for p in _tree(victim):
+            p.send_signal(signal.SIGSTOP)
+            stopped.append(p)
+        info = _finish(proc, timeout=900)
+    finally:
+        for p in stopped:
+            try:
+                p.send_signal(signal.SIGCONT)
+            except Exception:
+                pass
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert info["rows"] > 0
+    assert _checksums(fs, "out/stalled") == _checksums(fs, "out/local")
+    assert _counts(fs, "out/stalled") == _counts(fs, "out/local")
+
+
+def test_rerun_after_a_killed_driver_resumes_from_committed_shards(deploy, packed_cluster):
+    """Kill the driver (spark-submit and its Python) once executors have committed a shard but before the
+    manifest; running the job again reuses those shards and ends byte-identical."""
+    fs = deploy["fs"]
+    proc = _submit(deploy, packed_cluster, "s3://out/resume")
+    killed_with = None
+    try:
+        end = time.monotonic() + 900
+        while time.monotonic() < end and proc.poll() is None:
+            fs.invalidate_cache()
+            done = fs.glob("out/resume/_shards/shard-*.json")
+            if done:
+                killed_with = len(done)
+                os.killpg(proc.pid, signal.SIGKILL)
+                break
+            time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+    assert killed_with, "no shard was committed before the driver finished"
+    fs.invalidate_cache()
+    if fs.exists("out/resume/manifest.json"):
+        pytest.skip("the driver finished committing before it was killed (too fast to interrupt)")
+    # the rerun the other documented way: `datakit run --engine spark` with the archive as a setting
+    archive = deploy["archive"]
+    args = [str(deploy["driver_py"].parent / "datakit"), "run", "pipeline.yaml", "--engine", "spark",
+            "--master", packed_cluster.master_url, "--partitions", "4", "--output", "s3://out/resume",
+            "--conf", f"spark.archives={archive}#environment", "--conf", "spark.pyspark.python=./environment/bin/python",
+            "--conf", "spark.executor.memory=512m", *[a for c in EXECUTOR_CONF.split("--conf ")[1:] for a in ("--conf", c.strip())]]
+    res = subprocess.run(args, cwd=deploy["work"], capture_output=True, text=True, timeout=900,
+                         env=clean_env(deploy["driver_py"].parent.parent,
+                                       DATAKIT_SPARK_LOG_DIR=str(deploy["root"] / "driver-logs")))
+    assert res.returncode == 0, f"{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
+    fs.invalidate_cache()
+    assert json.loads(fs.cat_file("out/resume/_run.json"))["output"]["reused_shards"] >= killed_with
+    assert _checksums(fs, "out/resume") == _checksums(fs, "out/local")
+    assert _counts(fs, "out/resume") == _counts(fs, "out/local")
