@@ -22,9 +22,9 @@ def _yaml(tmp_path, output: str) -> str:
 
 
 def _one_line_exit_2(result, *needles: str) -> None:
-    err = result.stderr.strip()
     assert result.exit_code == 2, result.output
-    assert err.startswith("datakit: error:") and "\n" not in err and "Traceback" not in err
+    err = result.stderr.strip()  # nothing ran, so nothing else was logged: exactly one line
+    assert err.startswith("datakit: error:") and "\n" not in err and "Traceback" not in err, err
     for n in needles:
         assert n in err, err
 

@@ -206,7 +206,7 @@ def _contamination(run: dict[str, Any]) -> str:
         return _none("this pipeline has no decontaminate stage")
     per: dict[str, int] = {}
     for k, v in list(s["dropped"].items()) + list(s.get("metrics", {}).items()):
-        if k.startswith("contaminated:") or k.startswith("masked:"):
+        if k.startswith(("contaminated:", "decontam.masked:")):  # mode drop: drop reasons; mode mask: metrics
             name = k.split(":", 1)[1]
             per[name] = per.get(name, 0) + v
     evals = (run.get("pipeline", {}).get("stages") or [{}])

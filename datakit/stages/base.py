@@ -57,12 +57,6 @@ class CompileContext:
         when it differs (see docs/architecture.md, "The determinism contract")."""
         self.environment.setdefault("stages", {}).setdefault(self.stage or "?", {})[key] = value
 
-    def record_files(self, key: str, urls: list[str]) -> None:
-        """`record` the sha256 of each file a stage loads at compile time (in the given order)."""
-        from datakit.io.identity import file_digest
-
-        self.record(key, [file_digest(u) for u in urls])
-
     def resolve(self, path: str) -> str:
         """Resolve a pipeline-relative local path; URLs (s3://, memory://) pass through."""
         if "://" in path or Path(path).is_absolute():

@@ -45,11 +45,11 @@ def test_apply_map_splits_drops_metrics_and_conforms():
 
     batch = pa.RecordBatch.from_pydict({"doc_id": ["a", "b", "c"], "n": pa.array([1, 2, 3], pa.int32()),
                                         "extra": [1, 2, 3]})
-    r = core.apply_map(fn, batch, schema)
+    r = core.apply_map(fn, batch, schema, "s", "op")
     assert r.kept.schema == schema and r.kept.column("doc_id").to_pylist() == ["a", "c"]
     assert r.dropped.column("doc_id").to_pylist() == ["b"]
     assert r.drops == {"too_long": 1} and r.metrics == {"x": 3}
-    keep_all = core.apply_map(lambda b: b, batch, schema)
+    keep_all = core.apply_map(lambda b: b, batch, schema, "s", "op")
     assert keep_all.dropped is None and keep_all.kept.num_rows == 3 and not keep_all.drops
 
 

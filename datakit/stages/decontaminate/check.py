@@ -29,10 +29,13 @@ from datakit.stages.decontaminate.evals import EvalSet
 from datakit.stages.decontaminate.matcher import (EvalTable, TextSource, default_rule, match_batch, merge_spans,
                                              text_sources)
 from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS, flags_of, names_of
+from datakit.stages.decontaminate.evidence import EXCERPT_CHARS, eval_excerpt, item_hashes, shared_spans
 from datakit.stages.decontaminate.redact import Redaction, clip, excerpt, redact
 from datakit.stages.decontaminate.render import render_html  # noqa: F401  (re-exported: callers import it from here)
-from datakit.stages.decontaminate.result import REPORT_SCHEMA, CheckResult, EvalResult, ItemResult, Match  # noqa: F401
+from datakit.stages.decontaminate.result import (REPORT_SCHEMA, CheckResult, EvalResult, ItemResult, Match,  # noqa: F401
+                                            NearItem)
 
+NEAR_LISTED = 20  # near-threshold items listed per eval
 DATA_SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.zstd", ".ndjson")
 DEFAULT_NGRAM = 13
 
@@ -232,6 +235,7 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
     index_h: list[np.ndarray] = []      # (item, item position, hidx) found through indexes (union semantics)
     doc_hits: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (item, doc ordinal, shared) passing the rule
     cand: dict[tuple[int, int], Match] = {}  # (item, doc ordinal) -> match with snippet
+    near: dict[int, tuple[int, str]] = {}  # item -> (places shared, document) of its closest non-passing pair
     doc_names: list[str] = []
     data_report: list[dict[str, Any]] = []
     for kind, p, idx in plan:
@@ -255,7 +259,12 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
             texts += sum(len(s.offsets) - 1 for s in tb.sources)
             nbytes += sum(int(s.offsets[-1] - s.offsets[0]) for s in tb.sources if len(s.offsets))
             m = match_batch(table, tb.sources, parallel=True)
-            ok = rule.passes(m.shared, table.item_ngrams[m.items], m.loose)
+            tot = table.item_ngrams[m.items]
+            ok = rule.passes(m.shared, tot, m.loose)
+            for j in np.nonzero(~ok & rule.near(m.shared, tot, m.loose))[0].tolist():
+                it, got = int(m.items[j]), int(m.loose[j])
+                if got > near.get(it, (0, ""))[0]:
+                    near[it] = (got, tb.doc_id(int(m.rows[j])))
             if not ok.any():
                 continue
             rows_u, inv = np.unique(m.rows[ok], return_inverse=True)
@@ -306,8 +315,13 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
             er.matches.extend(_top_matches(it, table, di, dd, ds, doc_names, cand, max_examples))
             if best[it] == 0:
                 er.matches.append(_index_match(it, table, pairs_idx, plan))
+        close = sorted((it for it in mine.tolist() if it in near and not bad[it]),
+                       key=lambda it: (-near[it][0] / max(int(table.item_ngrams[it]), 1), table.item_ids[it]))
+        er.near_threshold = [NearItem(table.item_ids[it], int(table.item_ngrams[it]), near[it][0],
+                                      round(near[it][0] / max(int(table.item_ngrams[it]), 1), 6), near[it][1])
+                             for it in close[:NEAR_LISTED]]
         results.append(er)
-    redaction = _redact_matches(results)
+    redaction = _redact_matches(results, table)
     return CheckResult(n, names_of(flags), rule, threshold, data_report, results, max_items_per_ngram,
                        table.ignored_common, time.perf_counter() - t0, redaction, robust=robust,
                        views=[f"{vn}:{'+'.join(names_of(vf))}" for vn, vf in table.views], reference=table.reference,
@@ -360,7 +374,7 @@ def _collect_snippets(table: EvalTable, tb: TextBatch, m, ok: np.ndarray, ords: 
                       path: str, k: int, cand: dict[tuple[int, int], Match]) -> None:
     """Snippets for the batch's top-k passing (item, doc) pairs per item; the global top-k is among them."""
     rows_ok = m.rows[ok]
-    items, shared = m.items[ok].tolist(), m.shared[ok].tolist()
+    items, shared = m.items[ok].tolist(), m.loose[ok].tolist()
     order = sorted(range(len(items)), key=lambda j: (items[j], -shared[j], doc_names[int(ords[j])]))
     taken: dict[int, int] = {}
     for j in order:
@@ -375,11 +389,14 @@ def _collect_snippets(table: EvalTable, tb: TextBatch, m, ok: np.ndarray, ords: 
         spans = merge_spans(list(zip(m.hit_a[same].tolist(), m.hit_b[same].tolist())))
         a, b = max(spans, key=lambda ab: (ab[1] - ab[0], -ab[0]))  # the longest overlapping run
         text = m.sources[src].strings[s].as_py() or ""
-        snippet = excerpt(text, a, b)[0]  # whole lines, unclipped: redacted first, clipped after
+        snippet, _, _, line = excerpt(text, a, b)  # whole lines, unclipped: redacted first, clipped after
         tot = int(table.item_ngrams[it])
-        cand[(it, int(ords[j]))] = Match(table.item_ids[it], doc_names[int(ords[j])], path,
-                                         round(shared[j] / max(tot, 1), 6), shared[j],
-                                         snippet)
+        hashes = item_hashes(table, m.hit_hidx[sel])
+        f, eline, etext = eval_excerpt(table, it, hashes)
+        mt = Match(table.item_ids[it], doc_names[int(ords[j])], path, round(shared[j] / max(tot, 1), 6), shared[j],
+                   snippet, doc_line=line, doc_excerpt=snippet, eval_field=f, eval_line=eline, eval_excerpt=etext)
+        mt._hashes = hashes  # type: ignore[attr-defined]  # for the spans, after redaction (not serialized)
+        cand[(it, int(ords[j]))] = mt
 
 
 def _top_matches(it: int, table: EvalTable, di, dd, ds, doc_names, cand, k: int) -> list[Match]:
@@ -399,27 +416,33 @@ def _top_matches(it: int, table: EvalTable, di, dd, ds, doc_names, cand, k: int)
 def _index_match(it: int, table: EvalTable, pairs: np.ndarray, plan) -> Match:
     """A match without a document (index mode): the eval-side text that was found."""
     mine = pairs[pairs[:, 0] == it]
-    hashes = np.unique(table.hashes[mine[:, 2]])
-    spans = table.eval_spans(it, hashes)
-    snippet = ""
-    if spans:
-        fname = spans[0][0]
-        merged = merge_spans([(a, b) for f, a, b in spans if f == fname])
-        a, b = merged[0]
-        snippet = excerpt(table.item_texts[it][fname], a, b)[0]
+    hashes = item_hashes(table, mine[:, 2])
+    f, eline, etext = eval_excerpt(table, it, hashes)
     tot = int(table.item_ngrams[it])
     shared = len(np.unique(mine[:, 1]))
     src = next((p for k, p, _ in plan if k == "index"), "")
-    return Match(table.item_ids[it], None, src, round(shared / max(tot, 1), 6), shared, snippet)
+    mt = Match(table.item_ids[it], None, src, round(shared / max(tot, 1), 6), shared, etext or "",
+               eval_field=f, eval_line=eline, eval_excerpt=etext)
+    mt._hashes = hashes  # type: ignore[attr-defined]
+    return mt
 
 
-def _redact_matches(results: list[EvalResult]) -> Redaction:
-    """Redact every snippet (whole lines), then clip: a clip never cuts through unredacted PII."""
+def _redact_matches(results: list[EvalResult], table: EvalTable) -> Redaction:
+    """Redact every excerpt (whole lines), then clip (a clip never cuts through unredacted PII), then
+    mark the shared spans on what is shown."""
     info = Redaction()
     ms = [m for e in results for m in e.matches]
-    red = redact([m.snippet for m in ms], info)
-    for m, r in zip(ms, red):
-        m.snippet = clip(r)
+    texts = [m.snippet for m in ms] + [m.eval_excerpt or "" for m in ms]
+    red = redact(texts, info)
+    for m, doc, ev in zip(ms, red[:len(ms)], red[len(ms):]):
+        hashes = getattr(m, "_hashes", np.zeros(0, np.uint64))
+        m.snippet = clip(doc)
+        if m.doc_excerpt is not None:
+            m.doc_excerpt = clip(doc, EXCERPT_CHARS)
+            m.doc_spans = shared_spans(m.doc_excerpt, table, hashes)
+        if m.eval_excerpt is not None:
+            m.eval_excerpt = clip(ev, EXCERPT_CHARS)
+            m.eval_spans = shared_spans(m.eval_excerpt, table, hashes)
     return info
 
 

@@ -103,6 +103,14 @@ class Rule:
             ok |= (loose >= max(1, self.min_ngrams)) & (loose / total >= self.min_fraction_loose)
         return ok
 
+    def near(self, shared: np.ndarray, total: np.ndarray, loose: np.ndarray | None = None) -> np.ndarray:
+        """Pairs that reach half of some part of the rule (listed as near-threshold when they do not pass)."""
+        half = Rule(max(1, (self.min_ngrams + 1) // 2), self.min_fraction / 2, (self.min_ngrams_any + 1) // 2,
+                    self.min_fraction_loose / 2)
+        if self.min_fraction <= 0 and self.min_ngrams <= 1:
+            return np.zeros(len(shared), bool)  # the any-n-gram rule: nothing is "close" to one n-gram
+        return half.passes(shared, total, loose)
+
     def describe(self) -> str:
         parts = [f">= {self.min_ngrams} n-gram{'s' if self.min_ngrams != 1 else ''}"] \
             if self.min_ngrams > 1 or self.min_fraction <= 0 else []

@@ -40,6 +40,10 @@ def print_table(res: "CheckResult", console=None, examples: int = 3) -> None:
     total_docs = sum(int(d.get("documents") or 0) for d in res.data)
     console.print(f"{total_docs} documents, {len(res.data)} source(s), threshold {res.threshold:.1%}, "
                   f"{res.seconds:.2f}s", highlight=False)
+    near = sum(len(e.near_threshold) for e in res.evals)
+    if near:
+        console.print(f"{near} item(s) came near the threshold without matching (listed in the JSON/HTML report)",
+                      highlight=False)
     if res.skipped_lines:
         console.print(f"[yellow]warning:[/yellow] {res.skipped_lines} unreadable line(s) skipped; the verdict covers "
                       f"only the documents that were read", highlight=False)
@@ -62,12 +66,19 @@ def render_html(res: "CheckResult") -> str:
             f"<td>{'' if i.documents is None else i.documents}</td></tr>" for i in e.contaminated)
         matches = "".join(
             f"<tr><td>{e_(m.eval_id)}</td><td>{e_(m.doc_id or '(index)')}</td><td>{m.overlap:.0%}</td>"
-            f"<td><pre>{e_(m.snippet)}</pre></td></tr>" for m in e.matches)
+            f"<td>{_numbered(m.eval_excerpt, m.eval_spans, m.eval_line, m.eval_field)}</td>"
+            f"<td>{_numbered(m.doc_excerpt, m.doc_spans, m.doc_line, m.data) if m.doc_excerpt is not None else '(index: no document)'}</td></tr>"
+            for m in e.matches)
+        near = "".join(f"<tr><td>{e_(x.eval_id)}</td><td>{x.ngrams_matched}/{x.ngrams}</td><td>{x.overlap:.1%}</td>"
+                       f"<td>{e_(x.doc_id or '')}</td></tr>" for x in e.near_threshold)
         sections.append(
             f"<h2>{e_(e.name)}</h2><p>source: {e_(e.source)}; fields: {e_(', '.join(e.fields))}</p>"
             + (f"<table><tr><th>item</th><th>n-grams found</th><th>overlap</th><th>documents</th></tr>{items}</table>"
-               f"<h3>examples (PII redacted)</h3><table><tr><th>item</th><th>document</th><th>overlap</th>"
-               f"<th>overlapping text</th></tr>{matches}</table>" if e.contaminated else "<p>no contaminated items</p>"))
+               f"<h3>evidence, side by side (PII redacted; shared text marked)</h3><table><tr><th>item</th>"
+               f"<th>document</th><th>overlap</th><th>eval item</th><th>document text</th></tr>{matches}</table>"
+               if e.contaminated else "<p>no contaminated items</p>")
+            + (f"<h3>near the threshold (not counted)</h3><table><tr><th>item</th><th>n-grams found</th>"
+               f"<th>overlap</th><th>closest document</th></tr>{near}</table>" if e.near_threshold else ""))
     data = "".join(f"<li>{e_(str(d.get('path')))} ({e_(str(d.get('mode')))}, {d.get('documents')} documents)</li>"
                    for d in res.data)
     verdict = "CONTAMINATED" if res.contaminated else "clean"
@@ -75,7 +86,7 @@ def render_html(res: "CheckResult") -> str:
 <html><head><meta charset="utf-8"><title>contamination check: {verdict}</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;
 padding:4px 8px;vertical-align:top}}tr.bad td{{background:#fdd}}tr.ok td{{background:#dfd}}pre{{margin:0;
-white-space:pre-wrap;max-width:60em}}</style></head><body>
+white-space:pre-wrap;max-width:50em}}mark{{background:#fd6}}.ln{{color:#999;user-select:none}}</style></head><body>
 <h1>Contamination check: {verdict}</h1>
 <p>{res.ngram}-grams; normalizations: {e_(', '.join(res.normalizations) or 'none')}; rule: {e_(res.rule.describe())};
 threshold: {res.threshold:.2%}</p>
@@ -84,3 +95,18 @@ threshold: {res.threshold:.2%}</p>
 {''.join(sections)}
 </body></html>
 """
+
+
+def _numbered(text: str | None, spans: list[list[int]], first_line: int | None, where: str | None) -> str:
+    """An excerpt as <pre> with line numbers and the shared spans in <mark>."""
+    if text is None:
+        return ""
+    out, pos = [], 0
+    for a, b in spans:
+        out += [html.escape(text[pos:a]), "<mark>", html.escape(text[a:b]), "</mark>"]
+        pos = b
+    out.append(html.escape(text[pos:]))
+    body = "".join(out).split("\n")
+    n0 = first_line or 1
+    lines = "\n".join(f"<span class='ln'>{n0 + i:>5} </span>{ln}" for i, ln in enumerate(body))
+    return f"<div>{html.escape(where or '')}</div><pre>{lines}</pre>"

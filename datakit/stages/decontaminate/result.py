@@ -27,12 +27,35 @@ class ItemResult:
 
 @dataclass
 class Match:
+    """One (item, document) match. `snippet` is the short form; the `doc_*`/`eval_*` fields are the
+    side-by-side evidence: both texts (redacted, then clipped), the 1-based line each excerpt starts at,
+    and the character spans of each excerpt that the other side shares (recomputed on the redacted text,
+    so a redacted secret is never marked)."""
+
     eval_id: str
     doc_id: str | None
     data: str
     overlap: float
     ngrams_matched: int
     snippet: str
+    doc_line: int | None = None
+    doc_excerpt: str | None = None
+    doc_spans: list[list[int]] = field(default_factory=list)
+    eval_field: str | None = None
+    eval_line: int | None = None
+    eval_excerpt: str | None = None
+    eval_spans: list[list[int]] = field(default_factory=list)
+
+
+@dataclass
+class NearItem:
+    """An item that shared n-grams with some document but stayed under the rule (listed, not counted)."""
+
+    eval_id: str
+    ngrams: int
+    ngrams_matched: int
+    overlap: float
+    doc_id: str | None
 
 
 @dataclass
@@ -44,6 +67,7 @@ class EvalResult:
     items_without_ngrams: int
     contaminated: list[ItemResult] = field(default_factory=list)
     matches: list[Match] = field(default_factory=list)
+    near_threshold: list[NearItem] = field(default_factory=list)
 
     @property
     def contaminated_items(self) -> int:
@@ -104,6 +128,7 @@ class CheckResult:
                 "items_without_ngrams": e.items_without_ngrams, "contaminated_items": e.contaminated_items,
                 "rate": round(e.rate, 6), "contaminated": [asdict(i) for i in e.contaminated],
                 "matches": [asdict(m) for m in e.matches],
+                "near_threshold": [asdict(x) for x in e.near_threshold],
             } for e in self.evals],
         }
 

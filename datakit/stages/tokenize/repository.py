@@ -141,13 +141,12 @@ def _encode_files(cols: dict[str, list], files: list[int], older: list[int], new
     def add(i: int, ids: list[int] | None, group: str | None, path: str | None, spec: list[str] | None,
             drop: str | None, detail: str | None) -> None:
         d = cols["doc_id"][i]
-        for k, v in (("doc_id", d), ("kind", cols["kind"][i]), ("n_tokens", len(ids) if ids else 0),
-                     ("fim_mode", None), ("input_ids", ids), ("loss_mask", [1] * len(ids) if ids else None),
-                     ("prompt", None), ("chosen", None), ("rejected", None), ("prompt_ids", None),
-                     ("chosen_ids", None), ("rejected_ids", None), (GROUP, group or d), (PATH, path),
-                     (IMPORTS, spec), (DROP, drop), (DROP_DETAIL, detail)):
-            rows[k].append(v)
-        rows["shuffle_key"].append(0)
+        row = {"doc_id": d, "kind": cols["kind"][i], "shuffle_key": 0, "n_tokens": len(ids) if ids else 0,
+               "input_ids": ids, "loss_mask": [1] * len(ids) if ids else None,
+               "language": (cols["source"][i] or {}).get("language"),
+               GROUP: group or d, PATH: path, IMPORTS: spec, DROP: drop, DROP_DETAIL: detail}
+        for k in rows:  # every other column of the encoded schema (preference ids, ...) is null here
+            rows[k].append(row.get(k))
 
     for j, i in enumerate(files):
         if not texts[j].strip():
