@@ -48,6 +48,9 @@ class OutputConfig(BaseModel):
     shards: int | Literal["auto"] = 1
     rows_per_shard: int = Field(100_000, gt=0, description="with shards: auto")
     key: str | None = None  # default: doc_id for records, event_id for events
+    mode: Literal["overwrite", "append"] = Field(
+        "overwrite", description="overwrite: each run replaces the dataset; append: each run adds (or replaces) "
+                                 "one snapshot of a dataset of snapshots (schemas/output_layout.md, docs/scheduling.md)")
     index: bool = Field(False, description="emit an n-gram index (_ngram_index/) beside the output, so "
                                            "`datakit contamination-check` of a new eval takes seconds")
     quality: bool | str = Field(False, description="great-expectations suites inside the run: true = after every "
@@ -217,14 +220,19 @@ class Pipeline:
         return isinstance(other, Pipeline) and self.to_dict() == other.to_dict()
 
     # -- compile and run
-    def compile(self, input_override: str | list[str] | None = None, output_override: str | None = None) -> Plan:
-        """Turn the config into a logical plan (resolving globs now, so errors come early)."""
+    def compile(self, input_override: str | list[str] | None = None, output_override: str | None = None,
+                history: list[dict[str, Any]] | None = None) -> Plan:
+        """Turn the config into a logical plan (resolving globs now, so errors come early).
+
+        `history`: in append mode, the committed snapshots (top-manifest entries) this run's dedup
+        stage deduplicates against (see `datakit.io.snapshots.history`)."""
         from datakit.io.identity import base_environment
 
         cfg = self.config
         if cfg.input is None:
             raise PipelineError(f"{cfg.name}: no input (set `input:` or call .input())")
         ctx = CompileContext(seed=cfg.seed, base_dir=self.base_dir, environment=base_environment())
+        ctx.history = history
         if cfg.output is not None and isinstance(cfg.output.quality, str):
             from datakit.quality.gx import load_suite
 
@@ -343,7 +351,7 @@ class Pipeline:
         return self.compile(**kw).explain(format)
 
     def run(self, engine: str = "local", *, input: str | list[str] | None = None, output: str | None = None,
-            report: bool = False, **engine_options: Any):
+            report: bool = False, snapshot: str | None = None, **engine_options: Any):
         """Compile and execute; returns the engine's `RunResult` (per-stage counts, manifest, output path).
 
         `report=True` also writes OUTPUT/_report.html (plots of counts, lengths, findings; `datakit run`
@@ -356,6 +364,11 @@ class Pipeline:
             runner = get_engine(engine, **engine_options)
         except (ValueError, TypeError) as e:
             raise PipelineError(f"{self.config.name}: {e.args[0] if e.args else e}") from None
+        o = self.config.output
+        if o is not None and o.mode == "append":
+            return self._run_snapshot(runner, engine, engine_options, report, input, output, snapshot)
+        if snapshot is not None:
+            raise PipelineError(f"{self.config.name}: --snapshot needs output mode: append")
         plan = self.compile(input_override=input, output_override=output)
         if plan.sink is None:
             return runner.execute(plan)
@@ -363,6 +376,35 @@ class Pipeline:
 
         with output_lock(plan.sink.path):  # the run and what it writes after the commit: one writer
             return self._run_and_finish(plan, runner, engine, engine_options, report)
+
+    def _run_snapshot(self, runner: Any, engine: str, engine_options: dict[str, Any], report: bool,
+                      input: str | list[str] | None, output: str | None, snapshot: str | None):
+        """Append mode: run into OUT/_snapshots/<ID> (an ordinary output folder), write the snapshot's
+        dedup state, then commit the union (datakit.io.snapshots). One writer holds OUT's lock throughout."""
+        from datakit.io import snapshots
+        from datakit.io.publish import output_lock
+        from datakit.stages.dedup.history import history_config, write_state
+
+        cfg = self.config
+        top_path = CompileContext(base_dir=self.base_dir).resolve(output or cfg.output.path).rstrip("/")
+        if snapshot is None:
+            paths = input if input is not None else cfg.input.path if cfg.input else []
+            snapshot = snapshots.derive_id([paths] if isinstance(paths, str) else list(paths))
+        snapshot = snapshots.check_id(snapshot)
+        snap_path = snapshots.snapshot_path(top_path, snapshot)
+        with output_lock(top_path):
+            top = snapshots.read_top(top_path)
+            hist = [{**s, "root": top_path} for s in snapshots.history(top, snapshot)]
+            plan = self.compile(input_override=input, output_override=snap_path, history=hist)
+            dedup = history_config(cfg.stages)
+            top = snapshots.withdraw(top_path, top, snapshot)  # a rerun: the others stay readable meanwhile
+            with output_lock(snap_path):
+                result = self._run_and_finish(plan, runner, engine, engine_options, report)
+                state = write_state(snap_path, snapshot, dedup) if dedup is not None else None
+            result.extra["snapshot"] = snapshot
+            result.extra["dataset"] = top_path
+            snapshots.commit(top_path, top, snapshot, result.manifest, state)
+        return result
 
     def _run_and_finish(self, plan: Plan, runner: Any, engine: str, engine_options: dict[str, Any],
                         report: bool = False):

@@ -46,6 +46,8 @@ def run(
     master: Optional[str] = typer.Option(None, help="Spark master URL, e.g. local[4] or spark://host:7077."),
     input: Optional[List[str]] = typer.Option(None, "--input", help="Override the pipeline's input path/glob (repeatable)."),
     output: Optional[str] = typer.Option(None, "--output", help="Override the pipeline's output path."),
+    snapshot: Optional[str] = typer.Option(None, "--snapshot", help="output mode append: the snapshot this run writes "
+                                           "(default: the input's partition folder, e.g. dt=2026-11-02)."),
     workers: Optional[int] = typer.Option(None, help="Local engine: worker processes (default: all cores)."),
     partitions: Optional[int] = typer.Option(None, help="Spark engine: number of partitions."),
     conf: Optional[List[str]] = typer.Option(None, "--conf", help="Spark setting KEY=VALUE (repeatable)."),
@@ -76,7 +78,8 @@ def run(
                         conf=dict(c.split("=", 1) for c in (conf or [])))
         else:
             _fail(f"unknown engine {engine!r}; choose local or spark")
-        result = p.run(engine=engine, input=list(input) if input else None, output=output, report=report, **opts)
+        result = p.run(engine=engine, input=list(input) if input else None, output=output, report=report,
+                       snapshot=snapshot, **opts)
     except (PipelineError, InputError, EngineOptionError) as e:
         _fail(str(e))
     except QualityGateError as e:  # an `error` expectation failed: nothing was published

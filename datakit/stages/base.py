@@ -49,6 +49,8 @@ class CompileContext:
     # config hash): `record` files it under the stage being compiled (`stage`, set by the compiler)
     environment: dict[str, Any] = field(default_factory=dict)
     stage: str = ""
+    # append mode: the committed snapshots a dedup stage deduplicates against (None: not append mode)
+    history: list[dict[str, Any]] | None = None
 
     def record(self, key: str, value: Any) -> None:
         """Note something this stage's output depends on that the config alone does not pin:

@@ -141,3 +141,21 @@ def test_eval_paths_resolve_against_the_pipeline_file(tmp_path, rows):
     pq.write_table(pa.Table.from_pylist(rows, schema=TRAINING_RECORD_V1), str(tmp_path / "in" / "p.parquet"))
     res = Pipeline.from_yaml(tmp_path / "p.yaml").run(engine="local", workers=1)
     assert res.stage("decontaminate")["dropped"] == {"contaminated:humaneval": 2, "contaminated:mine": 1}
+
+
+def test_compiled_stage_uses_the_check_s_views_and_records_the_reference(tmp_path, he_rows):  # noqa: F811
+    """The pipeline stage decides like the check: a renamed copy is dropped, and the reference corpus it
+    used is recorded (manifest + config hash)."""
+    from datakit.contracts import TRAINING_RECORD_V1 as T
+    from datakit.plan import source
+    from datakit.stages.base import CompileContext
+    from datakit.stages.decontaminate.plant import rename_identifiers
+    import random
+
+    ctx = CompileContext(stage="decontaminate")
+    rel = DecontaminateConfig(evals=["humaneval"]).compile(source([str(tmp_path)], "parquet", T, "training_record.v1"), ctx)
+    fn = rel.node.fn
+    assert len(fn.table.views) == 3 and ctx.environment["stages"]["decontaminate"]["reference"]["name"] == "stdlib"
+    text = rename_identifiers(he_rows[3]["prompt"] + he_rows[3]["canonical_solution"], random.Random(1))
+    out = fn(pa.Table.from_pylist([record("r", text)], schema=T).to_batches()[0])
+    assert out.column(DROP).to_pylist() == ["contaminated:humaneval"]

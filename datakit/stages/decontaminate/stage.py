@@ -129,7 +129,10 @@ class DecontaminateConfig(StageConfig):
         from datakit.io.identity import digest
 
         ctx.record("evals", {e.name: digest([(it.id, it.fields) for it in e.items]) for e in evals})
-        table = EvalTable.build(evals, self.ngram, flags_of(self.normalizations), self.max_items_per_ngram)
+        table = EvalTable.build(evals, self.ngram, flags_of(self.normalizations), self.max_items_per_ngram,
+                                robust=self.robust, reference=self.reference)
+        if table.reference:  # code at large (the driver's stdlib): its digest pins what counted as boilerplate
+            ctx.record("reference", table.reference)
         fn = DecontamFn(table, self.rule(), self.mode, self.mask_with)
         return rel.map_batches(fn, rel.schema, name="decontaminate", drop_log_key="doc_id")
 
