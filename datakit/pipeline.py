@@ -346,8 +346,9 @@ class Pipeline:
                     c["suite"] = suite["name"]
         return profile.attach(rel, lengths=lengths)
 
-    def explain(self, **kw: Any) -> str:
-        return self.compile(**kw).explain()
+    def explain(self, format: str = "text", **kw: Any) -> str:
+        """The compiled plan as text (each node once, inputs by id) or Graphviz `dot`."""
+        return self.compile(**kw).explain(format)
 
     def run(self, engine: str = "local", *, input: str | list[str] | None = None, output: str | None = None,
             report: bool = False, snapshot: str | None = None, **engine_options: Any):
@@ -452,7 +453,7 @@ class Pipeline:
 
         After a Spark run the index is built with Spark too (executors hash and sort, the driver
         only concatenates); otherwise on the local run's workers (default: all cores). Same bytes either way."""
-        from datakit.stages.decontam.index import INDEX_DIRNAME, build_index
+        from datakit.stages.decontaminate.index import INDEX_DIRNAME, build_index
 
         stage = next((s for s in self.config.stages if s.kind == "decontaminate"), None)
         kw: dict[str, Any] = {}
@@ -461,11 +462,11 @@ class Pipeline:
         out = f"{plan.sink.path.rstrip('/')}/{INDEX_DIRNAME}"
         session = None
         if getattr(result, "engine", "local") == "spark" and plan.sink.format in ("parquet", "jsonl"):
-            from datakit.stages.decontam.index_spark import active_session
+            from datakit.stages.decontaminate.index_spark import active_session
 
             session = active_session()
         if session is not None:
-            from datakit.stages.decontam.index_spark import build_index_spark
+            from datakit.stages.decontaminate.index_spark import build_index_spark
 
             info = build_index_spark(session, plan.sink.path, out, **kw)
         else:

@@ -60,6 +60,10 @@ def test_usage_and_input_errors_exit_2_with_one_line(pipeline_file, tmp_path, ar
 def test_explain_prints_plan(pipeline_file):
     r = _cli("explain", pipeline_file)
     assert r.returncode == 0 and "MapBatches(parse_validate" in r.stdout
+    dot = _cli("explain", pipeline_file, "--format", "dot")
+    assert dot.returncode == 0 and dot.stdout.startswith("digraph plan {")
+    bad = _cli("explain", pipeline_file, "--format", "svg")
+    assert bad.returncode == 2 and "unknown --format" in bad.stderr
 
 
 @pytest.mark.parametrize("cmd", ["run", "explain", "synth"])
