@@ -205,6 +205,24 @@ def forget_lists(out: str, top: dict[str, Any] | None) -> list[str]:
     return [f"{out.rstrip('/')}/{f}" for f in (top or {}).get("forget_lists", [])]
 
 
+def member_paths(path: str) -> list[str]:
+    """An append-mode dataset as its committed snapshot folders (snapshot order); any other path as itself.
+
+    Why: each snapshot carries its own n-gram index (`output.index: true` indexes the snapshot a run
+    writes), so the dataset's index is extended by one snapshot per run instead of being rebuilt,
+    and a contamination check of the dataset reads every snapshot's index."""
+    try:
+        fs, p = filesystem(f"{str(path).rstrip('/')}/manifest.json")
+        if any(c in str(path) for c in "*?[") or not fs.exists(p):
+            return [path]
+        m = json.loads(fs.cat_file(p))
+    except (OSError, ValueError):
+        return [path]
+    if m.get("layout") != LAYOUT:
+        return [path]
+    return [f"{str(path).rstrip('/')}/{s['path']}" for s in m.get("snapshots", [])]
+
+
 def select(top: dict[str, Any], snapshot: str) -> dict[str, Any]:
     """The top manifest narrowed to one snapshot's shards (for `read_output(path, snapshot=ID)`)."""
     if not any(s["id"] == snapshot for s in top.get("snapshots", [])):
