@@ -346,8 +346,9 @@ class Pipeline:
                     c["suite"] = suite["name"]
         return profile.attach(rel, lengths=lengths)
 
-    def explain(self, **kw: Any) -> str:
-        return self.compile(**kw).explain()
+    def explain(self, format: str = "text", **kw: Any) -> str:
+        """The compiled plan as text (each node once, inputs by id) or Graphviz `dot`."""
+        return self.compile(**kw).explain(format)
 
     def run(self, engine: str = "local", *, input: str | list[str] | None = None, output: str | None = None,
             report: bool = False, snapshot: str | None = None, **engine_options: Any):
@@ -394,7 +395,8 @@ class Pipeline:
         with output_lock(top_path):
             top = snapshots.read_top(top_path)
             hist = [{**s, "root": top_path} for s in snapshots.history(top, snapshot)]
-            plan = self.compile(input_override=input, output_override=snap_path, history=hist)
+            lists = snapshots.forget_lists(top_path, top)
+            plan = self._with_forget(lists).compile(input_override=input, output_override=snap_path, history=hist)
             dedup = history_config(cfg.stages)
             top = snapshots.withdraw(top_path, top, snapshot)  # a rerun: the others stay readable meanwhile
             with output_lock(snap_path):
@@ -404,6 +406,23 @@ class Pipeline:
             result.extra["dataset"] = top_path
             snapshots.commit(top_path, top, snapshot, result.manifest, state)
         return result
+
+    def _with_forget(self, lists: list[str]) -> "Pipeline":
+        """This pipeline with the dataset's deletion lists applied (a `forget` stage right before dedup,
+        or at the end of a record pipeline), so a forgotten document is never written again nor kept
+        as a duplicate's reason. Unchanged when the dataset has no deletion lists."""
+        if not lists:
+            return self
+        p = Pipeline.from_dict(self.to_dict(), self.config.name, base_dir=self.base_dir)
+        stage = parse_stage({"kind": "forget", "optouts": lists}, "dataset deletion lists")
+        at = next((i for i, s in enumerate(p.config.stages) if s.kind == "dedup"), None)
+        if at is None:
+            if p.config.stages and p.config.stages[-1].produces != "training_record.v1":
+                raise PipelineError(f"{self.config.name}: the dataset has deletion lists (_forget/) but this pipeline "
+                                    "writes no records to apply them to")
+            at = len(p.config.stages)
+        p.config.stages.insert(at, stage)
+        return p
 
     def _run_and_finish(self, plan: Plan, runner: Any, engine: str, engine_options: dict[str, Any],
                         report: bool = False):
@@ -434,7 +453,7 @@ class Pipeline:
 
         After a Spark run the index is built with Spark too (executors hash and sort, the driver
         only concatenates); otherwise on the local run's workers (default: all cores). Same bytes either way."""
-        from datakit.stages.decontam.index import INDEX_DIRNAME, build_index
+        from datakit.stages.decontaminate.index import INDEX_DIRNAME, build_index
 
         stage = next((s for s in self.config.stages if s.kind == "decontaminate"), None)
         kw: dict[str, Any] = {}
@@ -443,11 +462,11 @@ class Pipeline:
         out = f"{plan.sink.path.rstrip('/')}/{INDEX_DIRNAME}"
         session = None
         if getattr(result, "engine", "local") == "spark" and plan.sink.format in ("parquet", "jsonl"):
-            from datakit.stages.decontam.index_spark import active_session
+            from datakit.stages.decontaminate.index_spark import active_session
 
             session = active_session()
         if session is not None:
-            from datakit.stages.decontam.index_spark import build_index_spark
+            from datakit.stages.decontaminate.index_spark import build_index_spark
 
             info = build_index_spark(session, plan.sink.path, out, **kw)
         else:

@@ -21,11 +21,11 @@ from datakit.quality.expect import Expectation
 BUILTIN_STAGE_MODULES: dict[str, str] = {
     "ingest": "datakit.stages.ingest",
     "consent": "datakit.stages.consent",
-    "forget": "datakit.stages.consent",
-    "extract": "datakit.stages.extract",
-    "scrub_pii": "datakit.stages.pii.stage",
+    "forget": "datakit.stages.forget",
+    "extract": "datakit.stages.extract.stage",
+    "scrub_pii": "datakit.stages.scrub_pii.stage",
     "dedup": "datakit.stages.dedup.stage",
-    "decontaminate": "datakit.stages.decontam.stage",
+    "decontaminate": "datakit.stages.decontaminate.stage",
     "tokenize": "datakit.stages.tokenize.stage",
     "kto": "datakit.stages.kto",
 }

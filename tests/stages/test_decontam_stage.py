@@ -11,8 +11,8 @@ from datakit import Pipeline
 from datakit.contracts import TRAINING_RECORD_V1
 from datakit.pipeline import PipelineError
 from datakit.plan import DROP, DROP_DETAIL
-from datakit.stages.decontam.matcher import Rule
-from datakit.stages.decontam.stage import DecontaminateConfig
+from datakit.stages.decontaminate.matcher import Rule
+from datakit.stages.decontaminate.stage import DecontaminateConfig
 from tests.conformance import assert_conformant, spark_variants
 from tests.stages.test_decontam import he_rows, record  # noqa: F401  (fixture)
 
@@ -106,7 +106,7 @@ def test_pipeline_local_engine_counts_and_drop_log(tmp_path, rows):
     dropped = pq.read_table(tmp_path / "out" / "_dropped").to_pylist()
     assert {d["key"]: d["detail"] for d in dropped}["b-he0"] == '{"humaneval":["HumanEval/0"]}'
     # the output is clean: the check agrees
-    from datakit.stages.decontam.check import check
+    from datakit.stages.decontaminate.check import check
 
     assert check(str(tmp_path / "out"), ["humaneval"]).exit_code == 0
 
@@ -149,7 +149,7 @@ def test_compiled_stage_uses_the_check_s_views_and_records_the_reference(tmp_pat
     from datakit.contracts import TRAINING_RECORD_V1 as T
     from datakit.plan import source
     from datakit.stages.base import CompileContext
-    from datakit.stages.decontam.plant import rename_identifiers
+    from datakit.stages.decontaminate.plant import rename_identifiers
     import random
 
     ctx = CompileContext(stage="decontaminate")

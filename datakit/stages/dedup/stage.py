@@ -33,14 +33,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from datakit.plan import DROP, DROP_DETAIL, Rel
+from datakit.plan import DROP, DROP_DETAIL, METRICS, Rel
 from datakit.stages.base import CompileContext, StageConfig, register_stage
 from datakit.stages.dedup.lsh import band_hashes, optimal_param
 from datakit.stages.dedup.minhash import MAX_HASH, minhash_signatures
 from datakit.stages.dedup.text import exact_keys, record_texts
 from datakit.stages.dedup.verify import exact_jaccard, signature_jaccard
 
-METRICS = "_metrics"
 # internal column names (prefixed so they never clash with a record field)
 _KEY, _KEEP, _SIG, _BAND, _BUCKET, _MIN = "_dk_key", "_dk_keep", "_dk_sig", "_dk_band", "_dk_bucket", "_dk_min"
 _SIDE = {"exact": "_dk_text_src", "signature": "_dk_sig_src"}
