@@ -32,7 +32,7 @@ from datakit.io.layout import write_card
 
 SNAPSHOTS_DIR = "_snapshots"
 STATE_DIR = "_dedup_state"
-FORGET_DIR = "_forget"  # deletion lists applied to the dataset (datakit.io.snapshot_forget), kept for later runs
+FORGET_DIR = "_forget"  # deletion lists applied to the dataset (datakit.forget_snapshots), kept for later runs
 LAYOUT = "snapshots"  # manifest["layout"] of an append-mode dataset
 # fields of the dataset itself (not of a run): carried over by every commit
 DATASET_FIELDS = ("forget_generation", "forget_lists")
