@@ -395,7 +395,8 @@ class Pipeline:
         with output_lock(top_path):
             top = snapshots.read_top(top_path)
             hist = [{**s, "root": top_path} for s in snapshots.history(top, snapshot)]
-            plan = self.compile(input_override=input, output_override=snap_path, history=hist)
+            lists = snapshots.forget_lists(top_path, top)
+            plan = self._with_forget(lists).compile(input_override=input, output_override=snap_path, history=hist)
             dedup = history_config(cfg.stages)
             top = snapshots.withdraw(top_path, top, snapshot)  # a rerun: the others stay readable meanwhile
             with output_lock(snap_path):
@@ -405,6 +406,23 @@ class Pipeline:
             result.extra["dataset"] = top_path
             snapshots.commit(top_path, top, snapshot, result.manifest, state)
         return result
+
+    def _with_forget(self, lists: list[str]) -> "Pipeline":
+        """This pipeline with the dataset's deletion lists applied (a `forget` stage right before dedup,
+        or at the end of a record pipeline), so a forgotten document is never written again nor kept
+        as a duplicate's reason. Unchanged when the dataset has no deletion lists."""
+        if not lists:
+            return self
+        p = Pipeline.from_dict(self.to_dict(), self.config.name, base_dir=self.base_dir)
+        stage = parse_stage({"kind": "forget", "optouts": lists}, "dataset deletion lists")
+        at = next((i for i, s in enumerate(p.config.stages) if s.kind == "dedup"), None)
+        if at is None:
+            if p.config.stages and p.config.stages[-1].produces != "training_record.v1":
+                raise PipelineError(f"{self.config.name}: the dataset has deletion lists (_forget/) but this pipeline "
+                                    "writes no records to apply them to")
+            at = len(p.config.stages)
+        p.config.stages.insert(at, stage)
+        return p
 
     def _run_and_finish(self, plan: Plan, runner: Any, engine: str, engine_options: dict[str, Any],
                         report: bool = False):

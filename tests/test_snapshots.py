@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -149,3 +150,42 @@ def test_append_mode_errors_are_one_line(tmp_path):
     with pytest.raises(PipelineError, match="needs output mode: append"):
         Pipeline("y").input(inp, format="parquet", schema="training_record.v1").add(
             {**DEDUP, "history": True}).output(str(tmp_path / "o2")).run(workers=1)
+
+
+def urec(doc_id: str, text: str, user: str) -> dict:
+    r = rec(doc_id, text)
+    r["source"] = {"event_id": f"e-{doc_id}", "user_id": user, "org_id": "o", "session_id": "s", "timestamp": "t",
+                   "repo_id": None, "language": None, "path": None}
+    return r
+
+
+def test_forget_across_snapshots_and_state(tmp_path):
+    """A forgotten document goes from every snapshot and from the state: it no longer keeps a later
+    duplicate out, and neither a retried night nor a later day brings it back."""
+    from datakit.forget_snapshots import forget
+
+    out = tmp_path / "ds"
+    t, n = "def shared():\n    return 42\n", words(0, 100)
+    run_day(tmp_path, "2026-11-01", [urec("a1", t, "gone"), urec("b1", n, "gone"), urec("c1", "x = 1\n", "u2")])
+    run_day(tmp_path, "2026-11-02", [urec("a2", t, "u3"), urec("d2", "y = 2\n", "gone"), urec("e2", "z = 3\n", "u3")])
+    assert ids(out) == ["a1", "b1", "c1", "d2", "e2"]
+    assert dropped(out, "dt=2026-11-02")["a2"][0] == "exact_duplicate_of_history"
+    pq.write_table(pa.table({"user_id": ["gone"]}), tmp_path / "deletions.parquet")
+    removed = forget(str(out), str(tmp_path / "deletions.parquet"), workers=1)
+    assert removed == {"dt=2026-11-01": 2, "dt=2026-11-02": 1}
+    assert ids(out) == ["c1", "e2"]
+    top = json.loads((out / "manifest.json").read_text())
+    assert top["rows"] == 2 and [s["path"] for s in top["snapshots"]] == [
+        "_snapshots/dt=2026-11-01~forget-1", "_snapshots/dt=2026-11-02~forget-1"]
+    assert not (out / "_snapshots" / "dt=2026-11-01").exists()  # the forgotten records are gone from disk
+    state = pq.read_table(out / "_snapshots" / "dt=2026-11-01~forget-1" / "_dedup_state" / "exact.parquet")
+    assert [json.loads(h)["doc_id"] for h in state.column("_dk_hist").to_pylist()] == ["c1"]
+    assert "a1" not in str(pq.read_table(out / "_snapshots" / "dt=2026-11-01~forget-1" / "_dedup_state").to_pylist())
+    # day 3: another user's copy of a1's text and of b1's text are kept now; the forgotten user's new doc is not
+    run_day(tmp_path, "2026-11-03", [urec("a3", t, "u4"), urec("b3", words(3, 100), "u4"), urec("f3", "w = 4\n", "gone")])
+    assert ids(out, snapshot="dt=2026-11-03") == ["a3", "b3"]
+    assert dropped(out, "dt=2026-11-03") == {"f3": ("opt_out_user", None)}
+    # a retried night 1 (from the same logs) does not resurrect the forgotten documents
+    run_day(tmp_path, "2026-11-01", [urec("a1", t, "gone"), urec("b1", n, "gone"), urec("c1", "x = 1\n", "u2")])
+    assert ids(out) == ["c1", "e2", "a3", "b3"]
+    assert not (out / "_snapshots" / "dt=2026-11-01~forget-1").exists()

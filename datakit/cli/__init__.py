@@ -117,6 +117,32 @@ def run(
 
 
 @app.command()
+def forget(
+    dataset: str = typer.Argument(..., help="An append-mode dataset (output mode: append)."),
+    optouts: List[str] = typer.Option(..., "--optouts", help="Deletion list file(s)/glob(s): user_id, org_id "
+                                      "and/or event_id columns (as for the forget stage; repeatable)."),
+    engine: str = typer.Option("local", help="local or spark."),
+    workers: Optional[int] = typer.Option(None, help="Local engine: worker processes."),
+) -> None:
+    """Apply a deletion list to every snapshot of a dataset and to its dedup state (docs/scheduling.md)."""
+    from datakit.io.fs import InputError
+    from datakit.forget_snapshots import forget as forget_snapshots
+    from datakit.pipeline import PipelineError
+
+    try:
+        removed = forget_snapshots(dataset, list(optouts), engine=engine,
+                                   **({"workers": workers} if engine == "local" else {}))
+    except (PipelineError, InputError) as e:
+        _fail(str(e))
+    except Exception as e:
+        if type(e).__name__ in ("EngineError", "SparkSetupError", "SparkJobError", "OutputBusyError", "StorageError"):
+            _fail(str(e), 3)
+        raise
+    for snap, n in removed.items():
+        typer.echo(f"{snap}: {n} record(s) removed")
+
+
+@app.command()
 def explain(
     pipeline: Path = typer.Argument(..., help="Pipeline YAML file."),
     input: Optional[List[str]] = typer.Option(None, "--input", help="Override the input path/glob."),

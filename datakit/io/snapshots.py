@@ -32,7 +32,10 @@ from datakit.io.layout import write_card
 
 SNAPSHOTS_DIR = "_snapshots"
 STATE_DIR = "_dedup_state"
+FORGET_DIR = "_forget"  # deletion lists applied to the dataset (datakit.forget_snapshots), kept for later runs
 LAYOUT = "snapshots"  # manifest["layout"] of an append-mode dataset
+# fields of the dataset itself (not of a run): carried over by every commit
+DATASET_FIELDS = ("forget_generation", "forget_lists")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=-]{0,127}$")
 _PARTITION = re.compile(r"(?:^|/)([A-Za-z_][A-Za-z0-9_]*=[^/*?\[\]]+)(?=/|$)")
 
@@ -176,10 +179,30 @@ def commit(out: str, top: dict[str, Any] | None, snapshot: str, manifest: dict[s
     snaps = [s for s in (top or {}).get("snapshots", []) if s["id"] != snapshot] + [entry]
     withdrawn = [w for w in (top or {}).get("withdrawn", []) if w["id"] != snapshot]
     body = _union(_base(out, snaps, snapshot, manifest), snaps, withdrawn)
+    body.update({k: top[k] for k in DATASET_FIELDS if top and k in top})
     if manifest.get("data_prefixes") is not None:  # megatron: every snapshot's prefixes, in order
         body["data_prefixes"] = [p for s in body["snapshots"] for p in s.get("data_prefixes", [])]
     _commit_top(out, body)
+    _remove_stale_versions(out, snapshot, prefix)
     return body
+
+
+def _remove_stale_versions(out: str, snapshot: str, current: str) -> None:
+    """After a commit: earlier versions of this snapshot (`<ID>~forget-N` folders) hold data no manifest
+    lists any more (possibly forgotten records): delete them."""
+    fs, p = filesystem(f"{out.rstrip('/')}/{SNAPSHOTS_DIR}")
+    try:
+        names = [f.rstrip("/").rsplit("/", 1)[-1] for f in fs.ls(p, detail=False)]
+    except FileNotFoundError:
+        return
+    for n in names:
+        if n.startswith(f"{snapshot}~") and f"{SNAPSHOTS_DIR}/{n}" != current:
+            fs.rm(f"{p.rstrip('/')}/{n}", recursive=True)
+
+
+def forget_lists(out: str, top: dict[str, Any] | None) -> list[str]:
+    """Absolute paths of the deletion lists applied to the dataset (every later run applies them too)."""
+    return [f"{out.rstrip('/')}/{f}" for f in (top or {}).get("forget_lists", [])]
 
 
 def select(top: dict[str, Any], snapshot: str) -> dict[str, Any]:
