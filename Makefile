@@ -18,7 +18,7 @@ $(STAMP): requirements.lock pyproject.toml
 	@touch $(STAMP)
 
 demo: venv
-	$(PY) -m datakit.demo
+	$(PY) -m datakit.cli.demo
 
 test: venv browser
 	$(PY) -m pytest

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,6 +49,9 @@ class OutputConfig(BaseModel):
     shards: int | Literal["auto"] = 1
     rows_per_shard: int = Field(100_000, gt=0, description="with shards: auto")
     key: str | None = None  # default: doc_id for records, event_id for events
+    mode: Literal["overwrite", "append"] = Field(
+        "overwrite", description="overwrite: each run replaces the dataset; append: each run adds (or replaces) "
+                                 "one snapshot of a dataset of snapshots (schemas/output_layout.md, docs/scheduling.md)")
     index: bool = Field(False, description="emit an n-gram index (_ngram_index/) beside the output, so "
                                            "`datakit contamination-check` of a new eval takes seconds")
     quality: bool | str = Field(False, description="great-expectations suites inside the run: true = after every "
@@ -217,14 +221,19 @@ class Pipeline:
         return isinstance(other, Pipeline) and self.to_dict() == other.to_dict()
 
     # -- compile and run
-    def compile(self, input_override: str | list[str] | None = None, output_override: str | None = None) -> Plan:
-        """Turn the config into a logical plan (resolving globs now, so errors come early)."""
+    def compile(self, input_override: str | list[str] | None = None, output_override: str | None = None,
+                history: list[dict[str, Any]] | None = None) -> Plan:
+        """Turn the config into a logical plan (resolving globs now, so errors come early).
+
+        `history`: in append mode, the committed snapshots (top-manifest entries) this run's dedup
+        stage deduplicates against (see `datakit.io.snapshots.history`)."""
         from datakit.io.identity import base_environment
 
         cfg = self.config
         if cfg.input is None:
             raise PipelineError(f"{cfg.name}: no input (set `input:` or call .input())")
         ctx = CompileContext(seed=cfg.seed, base_dir=self.base_dir, environment=base_environment())
+        ctx.history = history
         if cfg.output is not None and isinstance(cfg.output.quality, str):
             from datakit.quality.gx import load_suite
 
@@ -338,17 +347,16 @@ class Pipeline:
                     c["suite"] = suite["name"]
         return profile.attach(rel, lengths=lengths)
 
-    def explain(self, **kw: Any) -> str:
-        return self.compile(**kw).explain()
+    def explain(self, format: str = "text", **kw: Any) -> str:
+        """The compiled plan as text (each node once, inputs by id) or Graphviz `dot`."""
+        return self.compile(**kw).explain(format)
 
     def run(self, engine: str = "local", *, input: str | list[str] | None = None, output: str | None = None,
-            report: bool = False, **engine_options: Any):
+            report: bool = False, snapshot: str | None = None, **engine_options: Any):
         """Compile and execute; returns the engine's `RunResult` (per-stage counts, manifest, output path).
 
         `report=True` also writes OUTPUT/_report.html (plots of counts, lengths, findings; `datakit run`
         does by default). It is a view of `_run.json`, not data, so it is not part of the config."""
-        import time
-
         from datakit.run_timing import RunTimer
 
         timer = RunTimer()  # every second of the run, by phase: `timing` in _run.json
@@ -362,6 +370,11 @@ class Pipeline:
         except (ValueError, TypeError) as e:
             raise PipelineError(f"{self.config.name}: {e.args[0] if e.args else e}") from None
         timer.add("engine_start", time.perf_counter() - t)
+        o = self.config.output
+        if o is not None and o.mode == "append":
+            return self._run_snapshot(runner, engine, engine_options, report, input, output, snapshot, timer)
+        if snapshot is not None:
+            raise PipelineError(f"{self.config.name}: --snapshot needs output mode: append")
         t = time.perf_counter()
         plan = self.compile(input_override=input, output_override=output)
         timer.add("compile", time.perf_counter() - t)
@@ -372,11 +385,59 @@ class Pipeline:
         with output_lock(plan.sink.path):  # the run and what it writes after the commit: one writer
             return self._run_and_finish(plan, runner, engine, engine_options, report, timer)
 
+    def _run_snapshot(self, runner: Any, engine: str, engine_options: dict[str, Any], report: bool,
+                      input: str | list[str] | None, output: str | None, snapshot: str | None, timer: Any = None):
+        """Append mode: run into OUT/_snapshots/<ID> (an ordinary output folder), write the snapshot's
+        dedup state, then commit the union (datakit.io.snapshots). One writer holds OUT's lock throughout."""
+        from datakit.io import snapshots
+        from datakit.io.publish import output_lock
+        from datakit.stages.dedup.history import history_config, write_state
+
+        cfg = self.config
+        top_path = CompileContext(base_dir=self.base_dir).resolve(output or cfg.output.path).rstrip("/")
+        if snapshot is None:
+            paths = input if input is not None else cfg.input.path if cfg.input else []
+            snapshot = snapshots.derive_id([paths] if isinstance(paths, str) else list(paths))
+        snapshot = snapshots.check_id(snapshot)
+        snap_path = snapshots.snapshot_path(top_path, snapshot)
+        with output_lock(top_path):
+            top = snapshots.read_top(top_path)
+            hist = [{**s, "root": top_path} for s in snapshots.history(top, snapshot)]
+            lists = snapshots.forget_lists(top_path, top)
+            t = time.perf_counter()
+            plan = self._with_forget(lists).compile(input_override=input, output_override=snap_path, history=hist)
+            if timer is not None:
+                timer.add("compile", time.perf_counter() - t)
+            dedup = history_config(cfg.stages)
+            top = snapshots.withdraw(top_path, top, snapshot)  # a rerun: the others stay readable meanwhile
+            with output_lock(snap_path):
+                result = self._run_and_finish(plan, runner, engine, engine_options, report, timer)
+                state = write_state(snap_path, snapshot, dedup) if dedup is not None else None
+            result.extra["snapshot"] = snapshot
+            result.extra["dataset"] = top_path
+            snapshots.commit(top_path, top, snapshot, result.manifest, state)
+        return result
+
+    def _with_forget(self, lists: list[str]) -> "Pipeline":
+        """This pipeline with the dataset's deletion lists applied (a `forget` stage right before dedup,
+        or at the end of a record pipeline), so a forgotten document is never written again nor kept
+        as a duplicate's reason. Unchanged when the dataset has no deletion lists."""
+        if not lists:
+            return self
+        p = Pipeline.from_dict(self.to_dict(), self.config.name, base_dir=self.base_dir)
+        stage = parse_stage({"kind": "forget", "optouts": lists}, "dataset deletion lists")
+        at = next((i for i, s in enumerate(p.config.stages) if s.kind == "dedup"), None)
+        if at is None:
+            if p.config.stages and p.config.stages[-1].produces != "training_record.v1":
+                raise PipelineError(f"{self.config.name}: the dataset has deletion lists (_forget/) but this pipeline "
+                                    "writes no records to apply them to")
+            at = len(p.config.stages)
+        p.config.stages.insert(at, stage)
+        return p
+
     def _run_and_finish(self, plan: Plan, runner: Any, engine: str, engine_options: dict[str, Any],
                         report: bool = False, timer: Any = None):
         """Execute, then the steps that read the committed output (quality, index, reports)."""
-        import time
-
         t = time.perf_counter()
         if engine == "spark" and timer is not None:
             from datakit.engines.spark_session import get_session
@@ -425,7 +486,7 @@ class Pipeline:
 
         After a Spark run the index is built with Spark too (executors hash and sort, the driver
         only concatenates); otherwise on the local run's workers (default: all cores). Same bytes either way."""
-        from datakit.stages.decontam.index import INDEX_DIRNAME, build_index
+        from datakit.stages.decontaminate.index import INDEX_DIRNAME, build_index
 
         stage = next((s for s in self.config.stages if s.kind == "decontaminate"), None)
         kw: dict[str, Any] = {}
@@ -434,11 +495,11 @@ class Pipeline:
         out = f"{plan.sink.path.rstrip('/')}/{INDEX_DIRNAME}"
         session = None
         if getattr(result, "engine", "local") == "spark" and plan.sink.format in ("parquet", "jsonl"):
-            from datakit.stages.decontam.index_spark import active_session
+            from datakit.stages.decontaminate.index_spark import active_session
 
             session = active_session()
         if session is not None:
-            from datakit.stages.decontam.index_spark import build_index_spark
+            from datakit.stages.decontaminate.index_spark import build_index_spark
 
             info = build_index_spark(session, plan.sink.path, out, **kw)
         else:

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from datakit.contracts import TRAINING_RECORD_V1, load_contract
-from datakit.stages.decontam.cli import _app
+from datakit.cli.contamination import _app
 
 runner = CliRunner()
 
@@ -108,7 +108,7 @@ def test_json_report_matches_schema_and_is_deterministic(data, tmp_path):
     html = (tmp_path / "a.html").read_text()
     assert "CONTAMINATED" in html and "HumanEval/11" in html and "<script" not in html
     # an index report validates too
-    from datakit.stages.decontam.index import build_index
+    from datakit.stages.decontaminate.index import build_index
 
     build_index(str(data / "dirty"), str(tmp_path / "idx"), 13, ["whitespace", "case"])
     assert run("--data", str(tmp_path / "idx"), "--eval", "humaneval", "--json", str(tmp_path / "i.json"), "-q").exit_code == 1
@@ -152,10 +152,10 @@ def test_generic_eval_file_and_jsonl_data(tmp_path):
 
 
 def test_module_entry_point_subprocess(data):
-    p = subprocess.run([sys.executable, "-m", "datakit.stages.decontam.cli", "--data", str(data / "dirty"),
+    p = subprocess.run([sys.executable, "-m", "datakit.cli", "contamination-check", "--data", str(data / "dirty"),
                         "--eval", "humaneval", "-q"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 1, p.stderr
-    p = subprocess.run([sys.executable, "-m", "datakit.stages.decontam.cli", "--data", "/nope", "--eval", "humaneval"],
+    p = subprocess.run([sys.executable, "-m", "datakit.cli", "contamination-check", "--data", "/nope", "--eval", "humaneval"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and p.stderr.strip() == "datakit: error: input not found: /nope"
 
@@ -168,7 +168,7 @@ def test_build_index_command_then_check_uses_it(data, tmp_path):
     ds = tmp_path / "ds"
     shutil.copytree(data / "dirty", ds)
     app = typer.Typer()
-    from datakit.stages.decontam.cli import build_index_command
+    from datakit.cli.contamination import build_index_command
 
     app.command()(build_index_command)
     r = runner.invoke(app, [str(ds)])
@@ -253,7 +253,7 @@ def test_redaction_fallback_is_logged_and_recorded(tmp_path, monkeypatch, caplog
     real_import = builtins.__import__
 
     def no_pii(name, *a, **k):
-        if name == "datakit.stages.pii.stage":
+        if name == "datakit.stages.scrub_pii.stage":
             raise ImportError("presidio missing (simulated)")
         return real_import(name, *a, **k)
 

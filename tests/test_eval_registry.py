@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from datakit.stages.decontam.check import check
-from datakit.stages.decontam.registry import ENTRIES
+from datakit.stages.decontaminate.check import check
+from datakit.stages.decontaminate.registry import ENTRIES
 
 COMMIT = "4bb6404fdc6cacfda99d4ac4205087b89d32030c"  # any 40-hex commit: the snapshot folder's name
 ITEMS = [  # sanitized-MBPP rows: real field names, made-up problems
@@ -91,7 +91,7 @@ def test_evals_pull_and_list_cli(hub):
 
 
 def test_uncached_eval_in_a_check_is_a_one_line_error(hub, tmp_path):
-    from datakit.stages.decontam.cli import _app
+    from datakit.cli.contamination import _app
 
     r = CliRunner().invoke(_app(), ["--data", _data(tmp_path, ["x = 1\n"]), "--eval", "apps"])
     err = (r.stderr or r.output).strip()

@@ -49,7 +49,7 @@ def test_index_beside_output_and_check_uses_it(tmp_path):
 
 def test_index_build_after_a_small_local_run_uses_the_runs_worker_count(tmp_path, monkeypatch):
     """A small input runs in-process; the index build after it should not spawn a pool of all cores."""
-    from datakit.stages.decontam import index as index_mod
+    from datakit.stages.decontaminate import index as index_mod
 
     seen: dict[str, object] = {}
     real = index_mod.build_index
@@ -71,7 +71,7 @@ def test_rerun_without_index_retracts_the_old_one(tmp_path):
     """Found in review (#12 class: stale reuse): a rerun into the folder with `index: false` left the
     previous data's index beside the new data, and `contamination-check --data OUT` used it."""
     from datakit.io.publish import SIDE_COMMITS
-    from datakit.stages.decontam.index import INDEX_DIRNAME, is_index
+    from datakit.stages.decontaminate.index import INDEX_DIRNAME, is_index
 
     assert all(s.startswith(f"{INDEX_DIRNAME}/") for s in SIDE_COMMITS)
     src = tmp_path / "records.parquet"

@@ -207,7 +207,7 @@ def _raise_connection_reset(item):
 def test_worker_errors_reach_the_parent_intact():
     """The pool used to report "cannot pickle ..." instead of the worker's error; a storage error
     is one line naming the task's path."""
-    from datakit.engines.local import EngineError, _Guarded
+    from datakit.engines.local.scheduler import EngineError, _Guarded
     from datakit.io.storage import StorageError
     from datakit.workers import drop_pool, pool
 

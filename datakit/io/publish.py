@@ -258,7 +258,7 @@ def output_lock(path: str) -> Iterator[None]:
 
 # Side outputs that describe the data and have their own commit marker: retracted with the dataset,
 # so a rerun that does not rebuild them leaves none describing the old data (the n-gram index beside
-# a dataset: `datakit.stages.decontam.index.INDEX_DIRNAME`, whose index.json is written last).
+# a dataset: `datakit.stages.decontaminate.index.INDEX_DIRNAME`, whose index.json is written last).
 SIDE_COMMITS = ("_ngram_index/index.json",)
 
 

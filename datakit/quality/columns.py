@@ -58,8 +58,8 @@ def _content_hash(b: pa.RecordBatch) -> pa.Array:
 
 @_derived("secret_findings", "secret patterns (keys, tokens, passwords) a fresh scan still finds in the text")
 def _secret_findings(b: pa.RecordBatch) -> pa.Array:
-    from datakit.stages.pii.detectors import DETECTORS
-    from datakit.stages.pii.scan import scan_batch
+    from datakit.stages.scrub_pii.detectors import DETECTORS
+    from datakit.stages.scrub_pii.scan import scan_batch
 
     secrets = [d for d in DETECTORS if d.category == "secret"]
     return pa.array([len(f) for f in scan_batch(_text(b), secrets, strategy="auto")], pa.int64())

@@ -132,7 +132,7 @@ def redact(value: Any, limit: int = 60) -> str:
     global _SCRUB
     text = value if isinstance(value, str) else json.dumps(value, default=str)
     if _SCRUB is None:
-        from datakit.stages.pii.stage import ScrubPiiConfig
+        from datakit.stages.scrub_pii.stage import ScrubPiiConfig
 
         _SCRUB = ScrubPiiConfig(ner="off").build_fn()
     text = _SCRUB.scrub([text])[0][0] or ""

@@ -21,11 +21,11 @@ from datakit.quality.expect import Expectation
 BUILTIN_STAGE_MODULES: dict[str, str] = {
     "ingest": "datakit.stages.ingest",
     "consent": "datakit.stages.consent",
-    "forget": "datakit.stages.consent",
-    "extract": "datakit.stages.extract",
-    "scrub_pii": "datakit.stages.pii.stage",
+    "forget": "datakit.stages.forget",
+    "extract": "datakit.stages.extract.stage",
+    "scrub_pii": "datakit.stages.scrub_pii.stage",
     "dedup": "datakit.stages.dedup.stage",
-    "decontaminate": "datakit.stages.decontam.stage",
+    "decontaminate": "datakit.stages.decontaminate.stage",
     "tokenize": "datakit.stages.tokenize.stage",
     "kto": "datakit.stages.kto",
 }
@@ -49,6 +49,8 @@ class CompileContext:
     # config hash): `record` files it under the stage being compiled (`stage`, set by the compiler)
     environment: dict[str, Any] = field(default_factory=dict)
     stage: str = ""
+    # append mode: the committed snapshots a dedup stage deduplicates against (None: not append mode)
+    history: list[dict[str, Any]] | None = None
 
     def record(self, key: str, value: Any) -> None:
         """Note something this stage's output depends on that the config alone does not pin:
