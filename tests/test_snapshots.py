@@ -162,7 +162,7 @@ def urec(doc_id: str, text: str, user: str) -> dict:
 def test_forget_across_snapshots_and_state(tmp_path):
     """A forgotten document goes from every snapshot and from the state: it no longer keeps a later
     duplicate out, and neither a retried night nor a later day brings it back."""
-    from datakit.io.snapshot_forget import forget
+    from datakit.forget_snapshots import forget
 
     out = tmp_path / "ds"
     t, n = "def shared():\n    return 42\n", words(0, 100)

@@ -129,7 +129,7 @@ def forget(
 ) -> None:
     """Apply a deletion list to every snapshot of a dataset and to its dedup state (docs/scheduling.md)."""
     from datakit.io.fs import InputError
-    from datakit.io.snapshot_forget import forget as forget_snapshots
+    from datakit.forget_snapshots import forget as forget_snapshots
     from datakit.pipeline import PipelineError
 
     try:

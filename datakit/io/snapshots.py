@@ -32,7 +32,7 @@ from datakit.io.layout import write_card
 
 SNAPSHOTS_DIR = "_snapshots"
 STATE_DIR = "_dedup_state"
-FORGET_DIR = "_forget"  # deletion lists applied to the dataset (datakit.io.snapshot_forget), kept for later runs
+FORGET_DIR = "_forget"  # deletion lists applied to the dataset (datakit.forget_snapshots), kept for later runs
 LAYOUT = "snapshots"  # manifest["layout"] of an append-mode dataset
 # fields of the dataset itself (not of a run): carried over by every commit
 DATASET_FIELDS = ("forget_generation", "forget_lists")
@@ -203,6 +203,24 @@ def _remove_stale_versions(out: str, snapshot: str, current: str) -> None:
 def forget_lists(out: str, top: dict[str, Any] | None) -> list[str]:
     """Absolute paths of the deletion lists applied to the dataset (every later run applies them too)."""
     return [f"{out.rstrip('/')}/{f}" for f in (top or {}).get("forget_lists", [])]
+
+
+def member_paths(path: str) -> list[str]:
+    """An append-mode dataset as its committed snapshot folders (snapshot order); any other path as itself.
+
+    Why: each snapshot carries its own n-gram index (`output.index: true` indexes the snapshot a run
+    writes), so the dataset's index is extended by one snapshot per run instead of being rebuilt,
+    and a contamination check of the dataset reads every snapshot's index."""
+    try:
+        fs, p = filesystem(f"{str(path).rstrip('/')}/manifest.json")
+        if any(c in str(path) for c in "*?[") or not fs.exists(p):
+            return [path]
+        m = json.loads(fs.cat_file(p))
+    except (OSError, ValueError):
+        return [path]
+    if m.get("layout") != LAYOUT:
+        return [path]
+    return [f"{str(path).rstrip('/')}/{s['path']}" for s in m.get("snapshots", [])]
 
 
 def select(top: dict[str, Any], snapshot: str) -> dict[str, Any]:

@@ -336,8 +336,10 @@ def _plan_inputs(paths: list[str], ngram: int | None, flags_req: int | None, tex
     for an index given directly, and a fall-back to scanning for one found beside
     a dataset.
     """
+    from datakit.io.snapshots import member_paths
     from datakit.stages.decontaminate.index import INDEX_DIRNAME, NgramIndex, is_index
 
+    paths = [q for p in paths for q in member_paths(p)]  # an append-mode dataset: each snapshot (and its index)
     plan: list[tuple[str, str, Any]] = []  # (kind, path, index-or-None)
     for p in paths:
         if is_index(p):
