@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -356,6 +357,10 @@ class Pipeline:
 
         `report=True` also writes OUTPUT/_report.html (plots of counts, lengths, findings; `datakit run`
         does by default). It is a view of `_run.json`, not data, so it is not part of the config."""
+        from datakit.run_timing import RunTimer
+
+        timer = RunTimer()  # every second of the run, by phase: `timing` in _run.json
+        t = time.perf_counter()
         from datakit.engines import get_engine
 
         if engine == "spark" and self.config.spark:
@@ -364,21 +369,24 @@ class Pipeline:
             runner = get_engine(engine, **engine_options)
         except (ValueError, TypeError) as e:
             raise PipelineError(f"{self.config.name}: {e.args[0] if e.args else e}") from None
+        timer.add("engine_start", time.perf_counter() - t)
         o = self.config.output
         if o is not None and o.mode == "append":
-            return self._run_snapshot(runner, engine, engine_options, report, input, output, snapshot)
+            return self._run_snapshot(runner, engine, engine_options, report, input, output, snapshot, timer)
         if snapshot is not None:
             raise PipelineError(f"{self.config.name}: --snapshot needs output mode: append")
+        t = time.perf_counter()
         plan = self.compile(input_override=input, output_override=output)
+        timer.add("compile", time.perf_counter() - t)
         if plan.sink is None:
             return runner.execute(plan)
         from datakit.io.publish import output_lock
 
         with output_lock(plan.sink.path):  # the run and what it writes after the commit: one writer
-            return self._run_and_finish(plan, runner, engine, engine_options, report)
+            return self._run_and_finish(plan, runner, engine, engine_options, report, timer)
 
     def _run_snapshot(self, runner: Any, engine: str, engine_options: dict[str, Any], report: bool,
-                      input: str | list[str] | None, output: str | None, snapshot: str | None):
+                      input: str | list[str] | None, output: str | None, snapshot: str | None, timer: Any = None):
         """Append mode: run into OUT/_snapshots/<ID> (an ordinary output folder), write the snapshot's
         dedup state, then commit the union (datakit.io.snapshots). One writer holds OUT's lock throughout."""
         from datakit.io import snapshots
@@ -396,11 +404,14 @@ class Pipeline:
             top = snapshots.read_top(top_path)
             hist = [{**s, "root": top_path} for s in snapshots.history(top, snapshot)]
             lists = snapshots.forget_lists(top_path, top)
+            t = time.perf_counter()
             plan = self._with_forget(lists).compile(input_override=input, output_override=snap_path, history=hist)
+            if timer is not None:
+                timer.add("compile", time.perf_counter() - t)
             dedup = history_config(cfg.stages)
             top = snapshots.withdraw(top_path, top, snapshot)  # a rerun: the others stay readable meanwhile
             with output_lock(snap_path):
-                result = self._run_and_finish(plan, runner, engine, engine_options, report)
+                result = self._run_and_finish(plan, runner, engine, engine_options, report, timer)
                 state = write_state(snap_path, snapshot, dedup) if dedup is not None else None
             result.extra["snapshot"] = snapshot
             result.extra["dataset"] = top_path
@@ -425,9 +436,31 @@ class Pipeline:
         return p
 
     def _run_and_finish(self, plan: Plan, runner: Any, engine: str, engine_options: dict[str, Any],
-                        report: bool = False):
+                        report: bool = False, timer: Any = None):
         """Execute, then the steps that read the committed output (quality, index, reports)."""
+        t = time.perf_counter()
+        if engine == "spark" and timer is not None:
+            from datakit.engines.spark_session import get_session
+
+            get_session(runner.master, runner.conf)  # started (or reused) here, so its seconds are engine start-up
+            timer.add("engine_start", time.perf_counter() - t)
+            t = time.perf_counter()
         result = runner.execute(plan)
+        if timer is not None:
+            executed = time.perf_counter() - t
+            timer.add("stages", min(result.seconds, executed))  # the engine's own clock, up to the commit
+            timer.add("commit", executed - min(result.seconds, executed))  # side outputs, manifest, clean-up
+            t = time.perf_counter()
+        result = self._finish(plan, result, engine, engine_options, report)
+        if timer is not None and plan.sink is not None:
+            from datakit.run_timing import record
+
+            timer.add("after_commit", time.perf_counter() - t)
+            result.extra["timing"] = record(f"{plan.sink.path.rstrip('/')}/_run.json", timer)
+        return result
+
+    def _finish(self, plan: Plan, result: Any, engine: str, engine_options: dict[str, Any], report: bool):
+        """The steps after the commit that read the committed output: quality, index, report, feedback."""
         o = self.config.output
         if o is not None and o.quality and plan.sink is not None:
             self._validate(plan, result, engine, engine_options)

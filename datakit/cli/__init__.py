@@ -107,8 +107,11 @@ def run(
                                                                    for s in result.stages]}})
     else:
         _print_stages(result.stages)
-        typer.echo(f"output: {result.output_path}  ({result.manifest['rows'] if result.manifest else 0} rows, "
-                   f"{result.seconds:.1f}s)")
+        timing = (result.extra or {}).get("timing")
+        took = (f"stages {result.seconds:.1f}s of {timing['total']:.1f}s total; compile "
+                f"{timing['parts']['compile']:.1f}s, numba kernels {timing['numba_compile']:.1f}s, see _run.json"
+                if timing else f"{result.seconds:.1f}s")
+        typer.echo(f"output: {result.output_path}  ({result.manifest['rows'] if result.manifest else 0} rows, {took})")
         fb = (result.extra or {}).get("feedback")
         if fb:  # reward summaries of a kto output: the first thing to look at before training on it
             t = fb["total"]
