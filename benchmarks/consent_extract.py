@@ -41,8 +41,8 @@ def main() -> int:
     args = ap.parse_args()
 
     from datakit import Pipeline
-    from datakit.stages.extract import ExtractFn
-    from datakit.stages.extract_rules import apply_unified_diff
+    from datakit.stages.extract.stage import ExtractFn
+    from datakit.stages.extract.rules import apply_unified_diff
     from datakit.synth import generate, iter_events
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-consent-extract-"))

@@ -9,7 +9,7 @@ Sections (all against HumanEval, 164 items, prompt + canonical solution):
    Python stdlib, cut into ~60-line documents, repeated to size) vs the
    baseline a reader would write first: `re.findall` tokens, a Python `set` of
    13-gram tuples of the eval, a membership test per window.
-2. recall per planted leak kind (`datakit.stages.decontam.plant`): every
+2. recall per planted leak kind (`datakit.stages.decontaminate.plant`): every
    HumanEval item planted once per kind inside idiomatic code; item-level check.
 3. false-positive rate on clean code: documents of the stdlib and idiomatic
    synthetic code; a document is a false positive if it matches any item under
@@ -46,11 +46,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datakit.contracts import TRAINING_RECORD_V1
-from datakit.stages.decontam.check import check
-from datakit.stages.decontam.evals import load_eval
-from datakit.stages.decontam.matcher import EvalTable, Rule, match_batch, text_sources
-from datakit.stages.decontam.normalize import flags_of
-from datakit.stages.decontam.plant import LEAK_KINDS, idiomatic_code, plant
+from datakit.stages.decontaminate.check import check
+from datakit.stages.decontaminate.evals import load_eval
+from datakit.stages.decontaminate.matcher import EvalTable, Rule, match_batch, text_sources
+from datakit.stages.decontaminate.normalize import flags_of
+from datakit.stages.decontaminate.plant import LEAK_KINDS, idiomatic_code, plant
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -173,7 +173,8 @@ def bench_recall(tmp: Path, rules: dict[str, Rule]) -> None:
         for nname, norms in NORM_SETS.items():
             cells = []
             for rule in rules.values():
-                res = check(str(d), [he], normalizations=norms, min_ngrams=rule.min_ngrams, min_fraction=rule.min_fraction)
+                res = check(str(d), [he], normalizations=norms, min_ngrams=rule.min_ngrams, min_fraction=rule.min_fraction,
+                            robust=False, reference=None)  # the single-view rules (the robust default: decontam_leaks.py)
                 cells.append(f"{res.evals[0].contaminated_items / 164:12.1%}")
             print(f"  {kind:<14}{nname:<18}" + "".join(cells))
 
@@ -268,8 +269,8 @@ def _warm_pool(workers: int) -> None:
     from datakit.workers import pool as _pool
 
     pool = _pool(workers)  # `exec` of a statement: picklable, returns None; loads imports and numba's cache
-    warm = ("import numpy as np, datakit.stages.decontam.check, datakit.stages.decontam.index\n"
-            "from datakit.stages.decontam.ngrams import hash_strings\n"
+    warm = ("import numpy as np, datakit.stages.decontaminate.check, datakit.stages.decontaminate.index\n"
+            "from datakit.stages.decontaminate.ngrams import hash_strings\n"
             "hash_strings(np.frombuffer(b'a b c d', np.uint8), np.array([0, 7], np.int64), 2, 3)")
     list(pool.map(exec, [warm] * (4 * workers)))
 
@@ -279,7 +280,7 @@ def _same_index(a: Path, b: Path) -> bool:
 
 
 def bench_index(tmp: Path, index_mb: float, workers: list[int] | None = None) -> None:
-    from datakit.stages.decontam.index import build_index, iter_index_sizes
+    from datakit.stages.decontaminate.index import build_index, iter_index_sizes
 
     workers = workers or [1, 2]
 

@@ -18,7 +18,7 @@ inside a string or a comment (chunking does that to real data). Clean documents:
 500 other chunks. The reference corpus for boilerplate is the Python stdlib, so
 the haystack is never the reference.
 
-Leak kinds (`datakit.stages.decontam.plant`): exact, prompt_only, renamed,
+Leak kinds (`datakit.stages.decontaminate.plant`): exact, prompt_only, renamed,
 reformatted, comments_changed, partial (signature + first half of the
 solution), escaped_json (the item as a JSON line), near_miss (same
 imports + signature, a real different body: must NOT match).
@@ -48,9 +48,9 @@ from collections import defaultdict
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from datakit.stages.decontam.check import check
-from datakit.stages.decontam.evals import EvalSet, load_eval
-from datakit.stages.decontam.plant import BENCH_KINDS, near_miss, plant
+from datakit.stages.decontaminate.check import check
+from datakit.stages.decontaminate.evals import EvalSet, load_eval
+from datakit.stages.decontaminate.plant import BENCH_KINDS, near_miss, plant
 
 # how each eval's rows become a leak: (prompt text, solution text) and the fields the check reads
 LAYOUTS = {
@@ -168,7 +168,7 @@ def print_tables(res: dict) -> None:
     print("\n## recall per leak kind, pooled over the evals (near_miss: share flagged, lower is better)")
     print(f"  {'kind':<18}" + "".join(f"{r:>12}" for r in rules))
     names = sorted(res["items"])
-    from datakit.stages.decontam.plant import BENCH_KINDS as kinds
+    from datakit.stages.decontaminate.plant import BENCH_KINDS as kinds
 
     for kind in kinds:
         cells = []

@@ -66,8 +66,8 @@ from pathlib import Path  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from datakit.stages.pii.detectors import IBAN_LENGTHS, luhn_ok  # noqa: E402
-from datakit.stages.pii.scan import scan_batch  # noqa: E402
+from datakit.stages.scrub_pii.detectors import IBAN_LENGTHS, luhn_ok  # noqa: E402
+from datakit.stages.scrub_pii.scan import scan_batch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import comparison, timed, write  # noqa: E402
@@ -355,7 +355,7 @@ def stage_findings(texts):
     """What the stage finds (scanner + split string literals + overlap merge; NER off), as (start, end, class)."""
     import pyarrow as pa
 
-    from datakit.stages.pii.stage import ScrubPiiConfig
+    from datakit.stages.scrub_pii.stage import ScrubPiiConfig
 
     found = ScrubPiiConfig(ner="off").build_fn().scan(pa.array(texts, pa.string()))
     return [[(f.start, f.end, cls(f.entity)) for f in fs] for fs in found]
@@ -367,7 +367,7 @@ def run_stage(texts, repeat=1, rows_per_batch=1000):
     import pyarrow as pa
 
     from datakit.contracts import TRAINING_RECORD_V1
-    from datakit.stages.pii.stage import ScrubPiiConfig
+    from datakit.stages.scrub_pii.stage import ScrubPiiConfig
 
     recs = [{"doc_id": str(i), "kind": "code", "segments": [{"text": t, "train": True, "role": "code"}],
              "chosen": None, "rejected": None, "source": None, "meta": "{}"} for i, t in enumerate(texts)]
@@ -442,8 +442,8 @@ def run_ner(max_bytes: int, seed: int, repeat: int) -> None:
     import pyarrow as pa
 
     from datakit.contracts import TRAINING_RECORD_V1
-    from datakit.stages.pii.presidio_bridge import installed_spacy_model, ner_analyzer
-    from datakit.stages.pii.stage import ScrubPiiConfig
+    from datakit.stages.scrub_pii.presidio_bridge import installed_spacy_model, ner_analyzer
+    from datakit.stages.scrub_pii.stage import ScrubPiiConfig
 
     model = installed_spacy_model()
     if model is None:
@@ -532,7 +532,7 @@ def main() -> int:
     print(f"corpus: {len(texts)} docs, {total / 1e6:.2f} MB, {sum(map(len, labels))} planted/hand labels, "
           f"{len(natural)} reviewed natural values")
 
-    from datakit.stages.pii.scan import hyperscan_available
+    from datakit.stages.scrub_pii.scan import hyperscan_available
 
     ours_py, t_py = run_ours(texts, "python")
     ours_pl, t_ours = run_ours(texts, "polars", repeat=args.repeat)
@@ -559,7 +559,7 @@ def main() -> int:
     sub_idx = list(range(k)) + [i for i in range(len(texts) - len(HARD.read_text().splitlines()), len(texts)) if i >= k]
     sub = [texts[i] for i in sub_idx]
     sub_bytes = sum(len(t.encode()) for t in sub)
-    from datakit.stages.pii.presidio_bridge import presidio_default_analyzer
+    from datakit.stages.scrub_pii.presidio_bridge import presidio_default_analyzer
 
     plain = presidio_default_analyzer(regex_phone=False)
     tuned = presidio_default_analyzer(regex_phone=True)

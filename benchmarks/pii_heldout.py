@@ -43,13 +43,13 @@ def load() -> list[dict]:
 def ours(texts: list[str]) -> list[list[tuple[int, int, str]]]:
     import pyarrow as pa
 
-    from datakit.stages.pii.stage import ScrubPiiConfig
+    from datakit.stages.scrub_pii.stage import ScrubPiiConfig
     found = ScrubPiiConfig(ner="off").build_fn().scan(pa.array(texts, pa.string()))
     return [[(f.start, f.end, klass(f.entity)) for f in fs] for fs in found]
 
 
 def presidio(texts: list[str]) -> list[list[tuple[int, int, str]]]:
-    from datakit.stages.pii.presidio_bridge import presidio_default_analyzer
+    from datakit.stages.scrub_pii.presidio_bridge import presidio_default_analyzer
     logging.getLogger("presidio-analyzer").setLevel(logging.ERROR)
     an = presidio_default_analyzer(regex_phone=False)  # predefined recognizers, offline, no spaCy
     out = []

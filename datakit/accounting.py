@@ -17,6 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from datakit.plan import DROP, Plan
+from datakit.quality import expect as quality_expect
+from datakit.quality import profile as quality_profile
 
 
 class AccountingError(RuntimeError):
@@ -93,12 +95,21 @@ def stage_report(plan: Plan, stats: dict[int, NodeStats], rows: dict[int, int]) 
         else:
             entry["rows_out"] = emitted
         entry["dropped"] = dict(sorted((k, v) for k, v in dropped.items() if v))  # no zero entries
-        if metrics:
-            entry["metrics"] = dict(sorted(metrics.items()))
+        # counters of the quality nodes (profile, expectations) get their own entries
+        own, profile = quality_profile.fold(dict(metrics))
+        own, expectations = quality_expect.fold(plan.checks, span.name, own)
+        if own:
+            entry["metrics"] = dict(sorted(own.items()))
+        if profile:
+            entry["profile"] = profile
+        if expectations:
+            entry["expectations"] = expectations
         entry["seconds"] = round(seconds, 3)
         if entry["rows_in"] != entry["rows_out"] + sum(dropped.values()):
             raise AccountingError(
                 f"stage {span.name!r}: rows_in {entry['rows_in']} != rows_out {entry['rows_out']} + dropped {sum(dropped.values())}"
             )
         out.append(entry)
+    if plan.gate:
+        quality_expect.enforce(out)  # before anything is committed: a failed `error` expectation stops the run
     return out

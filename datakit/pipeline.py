@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,10 +49,14 @@ class OutputConfig(BaseModel):
     shards: int | Literal["auto"] = 1
     rows_per_shard: int = Field(100_000, gt=0, description="with shards: auto")
     key: str | None = None  # default: doc_id for records, event_id for events
+    mode: Literal["overwrite", "append"] = Field(
+        "overwrite", description="overwrite: each run replaces the dataset; append: each run adds (or replaces) "
+                                 "one snapshot of a dataset of snapshots (schemas/output_layout.md, docs/scheduling.md)")
     index: bool = Field(False, description="emit an n-gram index (_ngram_index/) beside the output, so "
                                            "`datakit contamination-check` of a new eval takes seconds")
-    quality: bool | str = Field(False, description="run a great-expectations suite from quality/ on the output "
-                                                    "(true = the suite of the output's contract)")
+    quality: bool | str = Field(False, description="great-expectations suites inside the run: true = after every "
+                                                    "stage the shipped suites whose `after` names its kind; NAME = that "
+                                                    "suite after the last stage (docs/quality.md)")
 
     @field_validator("format")
     @classmethod
@@ -202,6 +207,9 @@ class Pipeline:
     def to_dict(self) -> dict[str, Any]:
         d = self.config.model_dump(mode="json", by_alias=True, exclude_defaults=False)
         d["stages"] = [s.model_dump(mode="json", by_alias=True) for s in self.config.stages]
+        for st in d["stages"]:
+            if not st.get("expect"):
+                st.pop("expect", None)  # absent when unused: a pipeline's hash does not change with this field
         if not d.get("spark"):
             d.pop("spark", None)
         return d
@@ -213,14 +221,26 @@ class Pipeline:
         return isinstance(other, Pipeline) and self.to_dict() == other.to_dict()
 
     # -- compile and run
-    def compile(self, input_override: str | list[str] | None = None, output_override: str | None = None) -> Plan:
-        """Turn the config into a logical plan (resolving globs now, so errors come early)."""
+    def compile(self, input_override: str | list[str] | None = None, output_override: str | None = None,
+                history: list[dict[str, Any]] | None = None) -> Plan:
+        """Turn the config into a logical plan (resolving globs now, so errors come early).
+
+        `history`: in append mode, the committed snapshots (top-manifest entries) this run's dedup
+        stage deduplicates against (see `datakit.io.snapshots.history`)."""
         from datakit.io.identity import base_environment
 
         cfg = self.config
         if cfg.input is None:
             raise PipelineError(f"{cfg.name}: no input (set `input:` or call .input())")
         ctx = CompileContext(seed=cfg.seed, base_dir=self.base_dir, environment=base_environment())
+        ctx.history = history
+        if cfg.output is not None and isinstance(cfg.output.quality, str):
+            from datakit.quality.gx import load_suite
+
+            try:  # an unknown suite is one line before any work, not a traceback from inside the compile
+                load_suite(cfg.output.quality)
+            except (FileNotFoundError, ValueError) as e:
+                raise PipelineError(f"{cfg.name}: output: quality: {e.args[0] if e.args else e}") from None
         paths = input_override if input_override is not None else cfg.input.path
         paths = [paths] if isinstance(paths, str) else list(paths)
         resolved = expand([ctx.resolve(p) for p in paths],
@@ -246,6 +266,7 @@ class Pipeline:
             out_path = ctx.resolve(out_path)
         ctx.output_path = out_path
         spans: list[StageSpan] = []
+        checks: list[dict[str, Any]] = []
         names: dict[str, int] = {}
         for i, stage in enumerate(cfg.stages):
             where = f"{cfg.name}: stage {i + 1} ({stage.kind})"
@@ -262,6 +283,12 @@ class Pipeline:
             except (ValueError, KeyError, FileNotFoundError) as e:  # a config that only fails when resolved
                 msg = e.args[0] if e.args else str(e)
                 raise PipelineError(f"{where}: {msg}") from None
+            try:
+                last = i == len(cfg.stages) - 1
+                lengths = last or cfg.stages[i + 1].kind == "tokenize"  # the report's length histograms
+                out = self._quality_nodes(out, stage, last, lengths, checks)
+            except ValueError as e:
+                raise PipelineError(f"{where}: expect: {e.args[0] if e.args else e}") from None
             spans.append(StageSpan(name=name, kind=stage.kind, input=rel.node, output=out.node, emits=stage.emits))
             rel = out
             current = current if passes else stage.produces
@@ -291,16 +318,6 @@ class Pipeline:
             if key not in rel.schema.names:
                 raise PipelineError(f"{cfg.name}: output: key {key!r} is not a column of the output "
                                     f"({', '.join(rel.schema.names)})")
-            if o.quality and o.format != "parquet":
-                raise PipelineError(f"{cfg.name}: output: quality checks run on Parquet records; "
-                                    f"format {o.format!r} has none (remove `quality:` or use format: parquet)")
-            if isinstance(o.quality, str):
-                from datakit.quality.gx import load_suite
-
-                try:
-                    load_suite(o.quality)
-                except (FileNotFoundError, ValueError) as e:
-                    raise PipelineError(f"{cfg.name}: output: quality: {e.args[0] if e.args else e}") from None
             sink = SinkSpec(path=out_path, format=o.format, shards=shards, key=key, sort_key=sort_key, options=options)
         config = self.to_dict()
         # the run's real input and output (a `--input`/`--output` override replaces the file's paths):
@@ -312,14 +329,38 @@ class Pipeline:
         elif out_path:
             config["output"] = {"path": out_path}
         return Plan(root=rel.node, sink=sink, spans=spans, config=config, seed=cfg.seed,
-                    environment=ctx.environment)
+                    environment=ctx.environment, checks=checks)
 
-    def explain(self, **kw: Any) -> str:
-        return self.compile(**kw).explain()
+    def _quality_nodes(self, rel: Rel, stage: StageConfig, last: bool, lengths: bool,
+                       checks: list[dict[str, Any]]) -> Rel:
+        """After a stage: its `expect:` checks, the boundary suite (with `output.quality`), the report's profile."""
+        from datakit.quality import expect, profile, suites
+
+        if stage.expect:
+            rel = expect.attach(rel, list(stage.expect), checks)
+        o = self.config.output
+        if o is not None and o.quality:
+            for suite in suites.boundary_suites(stage.kind, o.quality, last):
+                n = len(checks)
+                rel = expect.attach(rel, suites.expectations(suite, rel.schema), checks)
+                for c in checks[n:]:
+                    c["suite"] = suite["name"]
+        return profile.attach(rel, lengths=lengths)
+
+    def explain(self, format: str = "text", **kw: Any) -> str:
+        """The compiled plan as text (each node once, inputs by id) or Graphviz `dot`."""
+        return self.compile(**kw).explain(format)
 
     def run(self, engine: str = "local", *, input: str | list[str] | None = None, output: str | None = None,
-            **engine_options: Any):
-        """Compile and execute; returns the engine's `RunResult` (per-stage counts, manifest, output path)."""
+            report: bool = False, snapshot: str | None = None, **engine_options: Any):
+        """Compile and execute; returns the engine's `RunResult` (per-stage counts, manifest, output path).
+
+        `report=True` also writes OUTPUT/_report.html (plots of counts, lengths, findings; `datakit run`
+        does by default). It is a view of `_run.json`, not data, so it is not part of the config."""
+        from datakit.run_timing import RunTimer
+
+        timer = RunTimer()  # every second of the run, by phase: `timing` in _run.json
+        t = time.perf_counter()
         from datakit.engines import get_engine
 
         if engine == "spark" and self.config.spark:
@@ -328,15 +369,114 @@ class Pipeline:
             runner = get_engine(engine, **engine_options)
         except (ValueError, TypeError) as e:
             raise PipelineError(f"{self.config.name}: {e.args[0] if e.args else e}") from None
-        plan = self.compile(input_override=input, output_override=output)
-        result = runner.execute(plan)
+        timer.add("engine_start", time.perf_counter() - t)
         o = self.config.output
-        if o is not None and o.quality and plan.sink is not None and plan.sink.format == "parquet":
-            self._validate(plan, result, o.quality)
+        if o is not None and o.mode == "append":
+            return self._run_snapshot(runner, engine, engine_options, report, input, output, snapshot, timer)
+        if snapshot is not None:
+            raise PipelineError(f"{self.config.name}: --snapshot needs output mode: append")
+        t = time.perf_counter()
+        plan = self.compile(input_override=input, output_override=output)
+        timer.add("compile", time.perf_counter() - t)
+        if plan.sink is None:
+            return runner.execute(plan)
+        from datakit.io.publish import output_lock
+
+        with output_lock(plan.sink.path):  # the run and what it writes after the commit: one writer
+            return self._run_and_finish(plan, runner, engine, engine_options, report, timer)
+
+    def _run_snapshot(self, runner: Any, engine: str, engine_options: dict[str, Any], report: bool,
+                      input: str | list[str] | None, output: str | None, snapshot: str | None, timer: Any = None):
+        """Append mode: run into OUT/_snapshots/<ID> (an ordinary output folder), write the snapshot's
+        dedup state, then commit the union (datakit.io.snapshots). One writer holds OUT's lock throughout."""
+        from datakit.io import snapshots
+        from datakit.io.publish import output_lock
+        from datakit.stages.dedup.history import history_config, write_state
+
+        cfg = self.config
+        top_path = CompileContext(base_dir=self.base_dir).resolve(output or cfg.output.path).rstrip("/")
+        if snapshot is None:
+            paths = input if input is not None else cfg.input.path if cfg.input else []
+            snapshot = snapshots.derive_id([paths] if isinstance(paths, str) else list(paths))
+        snapshot = snapshots.check_id(snapshot)
+        snap_path = snapshots.snapshot_path(top_path, snapshot)
+        with output_lock(top_path):
+            top = snapshots.read_top(top_path)
+            hist = [{**s, "root": top_path} for s in snapshots.history(top, snapshot)]
+            lists = snapshots.forget_lists(top_path, top)
+            t = time.perf_counter()
+            plan = self._with_forget(lists).compile(input_override=input, output_override=snap_path, history=hist)
+            if timer is not None:
+                timer.add("compile", time.perf_counter() - t)
+            dedup = history_config(cfg.stages)
+            if dedup is not None and cfg.output.format != "parquet":
+                # the state is computed from the snapshot's committed records; token arrays hold no text
+                raise PipelineError(f"{cfg.name}: dedup against history needs output format parquet (records); "
+                                    f"append the record-level dataset and tokenize from it, or set history: false")
+            top = snapshots.withdraw(top_path, top, snapshot)  # a rerun: the others stay readable meanwhile
+            with output_lock(snap_path):
+                result = self._run_and_finish(plan, runner, engine, engine_options, report, timer)
+                state = write_state(snap_path, snapshot, dedup) if dedup is not None else None
+            result.extra["snapshot"] = snapshot
+            result.extra["dataset"] = top_path
+            snapshots.commit(top_path, top, snapshot, result.manifest, state)
+        return result
+
+    def _with_forget(self, lists: list[str]) -> "Pipeline":
+        """This pipeline with the dataset's deletion lists applied (a `forget` stage right before dedup,
+        or at the end of a record pipeline), so a forgotten document is never written again nor kept
+        as a duplicate's reason. Unchanged when the dataset has no deletion lists."""
+        if not lists:
+            return self
+        p = Pipeline.from_dict(self.to_dict(), self.config.name, base_dir=self.base_dir)
+        stage = parse_stage({"kind": "forget", "optouts": lists}, "dataset deletion lists")
+        at = next((i for i, s in enumerate(p.config.stages) if s.kind == "dedup"), None)
+        if at is None:
+            if p.config.stages and p.config.stages[-1].produces != "training_record.v1":
+                raise PipelineError(f"{self.config.name}: the dataset has deletion lists (_forget/) but this pipeline "
+                                    "writes no records to apply them to")
+            at = len(p.config.stages)
+        p.config.stages.insert(at, stage)
+        return p
+
+    def _run_and_finish(self, plan: Plan, runner: Any, engine: str, engine_options: dict[str, Any],
+                        report: bool = False, timer: Any = None):
+        """Execute, then the steps that read the committed output (quality, index, reports)."""
+        t = time.perf_counter()
+        if engine == "spark" and timer is not None:
+            from datakit.engines.spark_session import get_session
+
+            get_session(runner.master, runner.conf)  # started (or reused) here, so its seconds are engine start-up
+            timer.add("engine_start", time.perf_counter() - t)
+            t = time.perf_counter()
+        result = runner.execute(plan)
+        if timer is not None:
+            executed = time.perf_counter() - t
+            timer.add("stages", min(result.seconds, executed))  # the engine's own clock, up to the commit
+            timer.add("commit", executed - min(result.seconds, executed))  # side outputs, manifest, clean-up
+            t = time.perf_counter()
+        result = self._finish(plan, result, engine, engine_options, report)
+        if timer is not None and plan.sink is not None:
+            from datakit.run_timing import record
+
+            timer.add("after_commit", time.perf_counter() - t)
+            result.extra["timing"] = record(f"{plan.sink.path.rstrip('/')}/_run.json", timer)
+        return result
+
+    def _finish(self, plan: Plan, result: Any, engine: str, engine_options: dict[str, Any], report: bool):
+        """The steps after the commit that read the committed output: quality, index, report, feedback."""
+        o = self.config.output
+        if o is not None and o.quality and plan.sink is not None:
+            self._validate(plan, result, engine, engine_options)
         if o is not None and o.index and plan.sink is not None:
             # the index build uses as many workers as the run did (a small input ran in-process)
             workers = (engine_options.get("workers") or (result.extra or {}).get("workers")) if engine == "local" else None
             self._build_index(plan, result, workers)
+        if report and plan.sink is not None:
+            from datakit.quality.report import write_report
+
+            result.extra["report"] = write_report(plan.sink.path)
+
         if plan.sink is not None and self.config.stages and self.config.stages[-1].kind == "kto" \
                 and plan.sink.format == "parquet":
             from datakit.stages.feedback_report import REPORT_FILE, write_report
@@ -350,7 +490,7 @@ class Pipeline:
 
         After a Spark run the index is built with Spark too (executors hash and sort, the driver
         only concatenates); otherwise on the local run's workers (default: all cores). Same bytes either way."""
-        from datakit.stages.decontam.index import INDEX_DIRNAME, build_index
+        from datakit.stages.decontaminate.index import INDEX_DIRNAME, build_index
 
         stage = next((s for s in self.config.stages if s.kind == "decontaminate"), None)
         kw: dict[str, Any] = {}
@@ -359,11 +499,11 @@ class Pipeline:
         out = f"{plan.sink.path.rstrip('/')}/{INDEX_DIRNAME}"
         session = None
         if getattr(result, "engine", "local") == "spark" and plan.sink.format in ("parquet", "jsonl"):
-            from datakit.stages.decontam.index_spark import active_session
+            from datakit.stages.decontaminate.index_spark import active_session
 
             session = active_session()
         if session is not None:
-            from datakit.stages.decontam.index_spark import build_index_spark
+            from datakit.stages.decontaminate.index_spark import build_index_spark
 
             info = build_index_spark(session, plan.sink.path, out, **kw)
         else:
@@ -371,21 +511,31 @@ class Pipeline:
         result.extra["index"] = {"path": out, "engine": "spark" if session is not None else "local",
                                  **({"ngrams": getattr(info, "ngrams")} if hasattr(info, "ngrams") else {})}
 
-    def _validate(self, plan: Plan, result: Any, suite: bool | str) -> None:
-        """Run the quality suite on the committed output and record it in `_run.json`."""
+    def _validate(self, plan: Plan, result: Any, engine: str, engine_options: dict[str, Any]) -> None:
+        """Record the output's quality in `_run.json`: the last stage's suite results (checked inside the
+        run, before commit, on exactly the rows written) and, for packed outputs, the per-shard array
+        checks, which need the written files and manifest. A failed array check fails the run (exit 1)."""
         from datakit.io.atomic import write_json_atomic
         from datakit.io.fs import filesystem
-        from datakit.quality import validate_output
+        from datakit.quality.expect import QualityGateError, failure_line
+        from datakit.quality.packed import check_packed
 
-        from datakit.resources import suite_names
-
-        produced = self.config.stages[-1].produces if self.config.stages else None
-        name = suite if isinstance(suite, str) else (produced if produced in suite_names() else (
-            "editor_event.v1" if plan.sink.key == "event_id" else "training_record.v1"))
-        q = validate_output(plan.sink.path, name)
-        result.extra["quality"] = q.to_json()
+        last = result.stages[-1] if result.stages else {}
+        checks = [r for r in last.get("expectations", []) if r.get("suite")]
+        if plan.sink.format == "packed":
+            opts = {k: v for k, v in engine_options.items() if k in ("workers", "master", "conf")}
+            checks += [{**r, "suite": "packed"} for r in check_packed(plan.sink.path, result.manifest, None, engine, **opts)]
+        q = {"suite": ", ".join(sorted({r["suite"] for r in checks})), "success": all(r["success"] or r["severity"] != "error"
+                                                                                  for r in checks),
+             "rows": last.get("emitted", last.get("rows_out", 0)),
+             "failed": [{"expectation": r["type"], "column": r.get("column"), "unexpected_count": r["unexpected"]}
+                        for r in checks if not r["success"]]}
+        result.extra["quality"] = q
         run_path = f"{plan.sink.path.rstrip('/')}/_run.json"
         fs, p = filesystem(run_path)
         run = json.loads(fs.cat_file(p))
-        run["quality"] = q.to_json()
+        run["quality"] = q
         write_json_atomic(run_path, run)
+        bad = next((r for r in checks if not r["success"] and r["severity"] == "error"), None)
+        if bad is not None:
+            raise QualityGateError(failure_line("output", bad) + " (the output was written; do not use it)")

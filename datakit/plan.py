@@ -27,6 +27,8 @@ BatchFn = Callable[[pa.RecordBatch], "pa.RecordBatch | pa.Table"]
 
 DROP = "_drop"
 DROP_DETAIL = "_drop_detail"
+# a string column of JSON objects {name: count} a MapBatches fn may add; summed into the stage's `metrics`
+METRICS = "_metrics"
 
 _ids = itertools.count()
 
@@ -178,6 +180,9 @@ class Plan:
     # what else the bytes depend on, resolved at compile: library versions, artifact digests,
     # environment-dependent choices (spaCy model, scan strategy). Folded into `config_hash`.
     environment: dict[str, Any] = field(default_factory=dict)
+    # expectations checked inside the run (datakit.quality.expect): one dict per check node's counters
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    gate: bool = True  # a failed `error` check stops the run before commit (validate only reports)
 
     def __post_init__(self) -> None:
         # Stable node ids (topological position): a resumed run recognises the counters
@@ -212,21 +217,51 @@ class Plan:
         visit(self.root)
         return list(seen.values())
 
-    def explain(self) -> str:
-        """A readable tree of the plan, one node per line, stage in brackets."""
-        lines: list[str] = []
+    def explain(self, format: str = "text") -> str:
+        """The plan as a DAG, every node once (`#k` = its position in dependency order).
 
-        def walk(n: Node, depth: int) -> None:
-            lines.append(f"{'  ' * depth}{n.describe()}  [{n.stage}]")
-            for i in n.inputs:
-                walk(i, depth + 1)
-
-        walk(self.root, 0)
+        `text`: one line per node with its inputs by id, so a node several stages
+        read (the one Source, a shared dedup relation) is printed once and referenced.
+        `dot`: the same graph for Graphviz (`datakit explain p.yaml --format dot | dot -Tsvg`),
+        nodes grouped by stage.
+        """
+        order = self.nodes()
+        ref = {n.id: f"#{k}" for k, n in enumerate(order)}
+        if format == "dot":
+            return self._dot(order, ref)
+        if format != "text":
+            raise ValueError(f"unknown explain format {format!r}; choose text or dot")
+        idw = len(f"#{len(order) - 1}")
+        width = max((len(f"{ref[n.id]:<{idw}}  {n.describe()}") for n in order), default=0)
+        lines = []
+        for n in order:
+            head = f"{ref[n.id]:<{idw}}  {n.describe()}"
+            inputs = f" <- {', '.join(ref[i.id] for i in n.inputs)}" if n.inputs else ""
+            lines.append(f"{head:<{width}}  [{n.stage}]{inputs}")
         if self.sink:
             s = self.sink
-            lines.insert(0, f"Sink({s.format}, {s.path}, shards={s.shards}, key={s.key})")
-            lines[1:] = ["  " + line for line in lines[1:]]
+            lines.append(f"Sink({s.format}, {s.path}, shards={s.shards}, key={s.key}) <- {ref[self.root.id]}")
         return "\n".join(lines)
+
+    def _dot(self, order: list[Node], ref: dict[int, str]) -> str:
+        def q(text: str) -> str:
+            return json.dumps(text)  # a JSON string is a valid DOT quoted string
+
+        out = ["digraph plan {", "  rankdir=TB;", "  node [shape=box, fontname=monospace];"]
+        stages: dict[str, list[Node]] = {}
+        for n in order:
+            stages.setdefault(n.stage, []).append(n)
+        for k, (stage, nodes) in enumerate(stages.items()):
+            out.append(f"  subgraph cluster_{k} {{ label={q(stage)};")
+            out += [f"    n{n.id} [label={q(f'{ref[n.id]} {n.describe()}')}];" for n in nodes]
+            out.append("  }")
+        out += [f"  n{i.id} -> n{n.id};" for n in order for i in n.inputs]
+        if self.sink:
+            s = self.sink
+            out.append(f"  sink [shape=cylinder, label={q(f'Sink({s.format}, {s.path}, shards={s.shards})')}];")
+            out.append(f"  n{self.root.id} -> sink;")
+        out.append("}")
+        return "\n".join(out)
 
 
 def config_hash(config: dict[str, Any]) -> str:

@@ -101,8 +101,9 @@ def _read_beat(path: str) -> tuple[int, float, float] | None:
 
 
 def map_watched(fn: Callable, items: list, workers: int, beat_dir: str, what: str,
-                label: Callable[[Any], str], on_done: Callable[[], None] | None = None) -> list:
-    """`[fn(i) for i in items]` on the shared pool, watched for stalled tasks (see module doc)."""
+                label: Callable[[Any], str], on_done: Callable[[Any], None] | None = None) -> list:
+    """`[fn(i) for i in items]` on the shared pool, watched for stalled tasks (see module doc).
+    `on_done(result)` runs in this thread as each task finishes (progress reporting)."""
     os.makedirs(beat_dir, exist_ok=True)
     n = len(items)
     results: list[Any] = [None] * n
@@ -133,7 +134,7 @@ def map_watched(fn: Callable, items: list, workers: int, beat_dir: str, what: st
                     done.add(i)
                     last_progress = now
                     if on_done is not None:
-                        on_done()
+                        on_done(results[i])
                     b = _read_beat(path)
                     if b is not None:
                         longest = max(longest, now - b[1])

@@ -60,9 +60,34 @@ def test_usage_and_input_errors_exit_2_with_one_line(pipeline_file, tmp_path, ar
 def test_explain_prints_plan(pipeline_file):
     r = _cli("explain", pipeline_file)
     assert r.returncode == 0 and "MapBatches(parse_validate" in r.stdout
+    dot = _cli("explain", pipeline_file, "--format", "dot")
+    assert dot.returncode == 0 and dot.stdout.startswith("digraph plan {")
+    bad = _cli("explain", pipeline_file, "--format", "svg")
+    assert bad.returncode == 2 and "unknown --format" in bad.stderr
 
 
 @pytest.mark.parametrize("cmd", ["run", "explain", "synth"])
 def test_help_for_every_command(cmd):
     r = _cli(cmd, "--help")
     assert r.returncode == 0 and "Usage" in r.stdout
+
+
+def test_append_mode_snapshot_and_forget_cli(tmp_path):
+    write_jsonl(tmp_path / "logs" / "dt=2026-11-02" / "a.jsonl", [make_event(i) for i in range(5)])
+    f = tmp_path / "daily.yaml"
+    f.write_text("name: daily\ninput: {path: logs/dt=2026-11-02/*.jsonl}\nstages: [{kind: ingest}]\n"
+                 "output: {path: ds, mode: append}\n")
+    r = _cli("run", f, "--workers", "1", "--json", cwd=tmp_path)  # snapshot id from the partition folder
+    assert r.returncode == 0, r.stderr
+    top = json.loads((tmp_path / "ds" / "manifest.json").read_text())
+    assert [s["id"] for s in top["snapshots"]] == ["dt=2026-11-02"] and top["rows"] == 5
+    r = _cli("run", f, "--workers", "1", "--json", "--snapshot", "manual-1", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert [s["id"] for s in json.loads((tmp_path / "ds" / "manifest.json").read_text())["snapshots"]] == [
+        "dt=2026-11-02", "manual-1"]
+    for args, needle in ((["run", f, "--snapshot", "a/b"], "invalid snapshot id"),
+                         (["forget", tmp_path / "nothing", "--optouts", tmp_path / "x.parquet"], "no append-mode dataset")):
+        r = _cli(*args, cwd=tmp_path)
+        assert r.returncode == 2 and needle in r.stderr, (r.stdout, r.stderr)
+        assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "nothing").exists()

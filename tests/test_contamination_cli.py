@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from datakit.contracts import TRAINING_RECORD_V1, load_contract
-from datakit.stages.decontam.cli import _app
+from datakit.cli.contamination import _app
 
 runner = CliRunner()
 
@@ -108,7 +108,7 @@ def test_json_report_matches_schema_and_is_deterministic(data, tmp_path):
     html = (tmp_path / "a.html").read_text()
     assert "CONTAMINATED" in html and "HumanEval/11" in html and "<script" not in html
     # an index report validates too
-    from datakit.stages.decontam.index import build_index
+    from datakit.stages.decontaminate.index import build_index
 
     build_index(str(data / "dirty"), str(tmp_path / "idx"), 13, ["whitespace", "case"])
     assert run("--data", str(tmp_path / "idx"), "--eval", "humaneval", "--json", str(tmp_path / "i.json"), "-q").exit_code == 1
@@ -152,10 +152,10 @@ def test_generic_eval_file_and_jsonl_data(tmp_path):
 
 
 def test_module_entry_point_subprocess(data):
-    p = subprocess.run([sys.executable, "-m", "datakit.stages.decontam.cli", "--data", str(data / "dirty"),
+    p = subprocess.run([sys.executable, "-m", "datakit.cli", "contamination-check", "--data", str(data / "dirty"),
                         "--eval", "humaneval", "-q"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 1, p.stderr
-    p = subprocess.run([sys.executable, "-m", "datakit.stages.decontam.cli", "--data", "/nope", "--eval", "humaneval"],
+    p = subprocess.run([sys.executable, "-m", "datakit.cli", "contamination-check", "--data", "/nope", "--eval", "humaneval"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and p.stderr.strip() == "datakit: error: input not found: /nope"
 
@@ -168,7 +168,7 @@ def test_build_index_command_then_check_uses_it(data, tmp_path):
     ds = tmp_path / "ds"
     shutil.copytree(data / "dirty", ds)
     app = typer.Typer()
-    from datakit.stages.decontam.cli import build_index_command
+    from datakit.cli.contamination import build_index_command
 
     app.command()(build_index_command)
     r = runner.invoke(app, [str(ds)])
@@ -253,7 +253,7 @@ def test_redaction_fallback_is_logged_and_recorded(tmp_path, monkeypatch, caplog
     real_import = builtins.__import__
 
     def no_pii(name, *a, **k):
-        if name == "datakit.stages.pii.stage":
+        if name == "datakit.stages.scrub_pii.stage":
             raise ImportError("presidio missing (simulated)")
         return real_import(name, *a, **k)
 
@@ -273,3 +273,34 @@ def test_redaction_fallback_is_logged_and_recorded(tmp_path, monkeypatch, caplog
     assert rep["redaction"]["method"] == "regex_fallback" and "ImportError" in rep["redaction"]["reason"]
     assert any("regex fallback" in rec.getMessage() for rec in caplog.records)
     assert "regex fallback" in r.output and "bob@corp.example.com" not in (tmp_path / "r.json").read_text()
+
+
+# ---- side-by-side evidence and near-threshold items (#16 item 4) -----------------------------------
+
+def test_matches_show_both_sides_with_lines_and_marked_spans(tmp_path):
+    he = _he()
+    prefix = "import os\n\n\ndef unrelated(path):\n    return os.path.basename(path)\n\n"
+    prompt = he[7]["prompt"].replace("-> List[str]:", "-> List[str]:  # owner: jane.doe@example.com")
+    leak = prefix + prompt + he[7]["canonical_solution"]
+    # item 20: 13 tokens of its docstring copied (one 13-gram, 4 places over the views): near, not a match
+    first = " ".join(he[20]["prompt"].split('"""')[1].split()[:11])
+    d = tmp_path / "d"
+    d.mkdir()
+    pq.write_table(pa.Table.from_pylist([_rec("leak", leak), _rec("near", f'"""{first}"""\nx = 1\n')],
+                                        schema=TRAINING_RECORD_V1), str(d / "p.parquet"))
+    r = run("--data", str(d), "--eval", "humaneval", "--json", str(tmp_path / "r.json"), "--html", str(tmp_path / "r.html"))
+    assert r.exit_code == 1, r.output
+    rep = json.loads((tmp_path / "r.json").read_text())
+    jsonschema.validate(rep, load_contract("contamination_report.v1"))
+    ev = rep["evals"][0]
+    m = next(x for x in ev["matches"] if x["eval_id"] == "HumanEval/7")
+    assert m["doc_line"] == 7 and m["doc_excerpt"].startswith("from typing")  # whole lines
+    assert "# owner: <EMAIL>" in m["doc_excerpt"]  # redacted
+    assert m["eval_field"] == "prompt" and m["eval_line"] == 1 and m["eval_excerpt"].startswith("from typing")
+    marked_doc = "".join(m["doc_excerpt"][a:b] for a, b in m["doc_spans"])
+    marked_eval = "".join(m["eval_excerpt"][a:b] for a, b in m["eval_spans"])
+    assert "filter_by_substring" in marked_doc and "filter_by_substring" in marked_eval
+    assert "jane.doe" not in json.dumps(rep)
+    assert [x["eval_id"] for x in ev["near_threshold"]] == ["HumanEval/20"] and ev["near_threshold"][0]["doc_id"] == "near"
+    page = (tmp_path / "r.html").read_text()
+    assert "<mark>" in page and "near the threshold" in page and "jane.doe" not in page

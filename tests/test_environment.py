@@ -12,8 +12,8 @@ import json
 import pytest
 
 from datakit import Pipeline, PipelineError
-from datakit.stages.pii import presidio_bridge
-from datakit.stages.pii import scan as pii_scan
+from datakit.stages.scrub_pii import presidio_bridge
+from datakit.stages.scrub_pii import scan as pii_scan
 from tests.eventgen import make_event, write_jsonl
 
 MODEL = presidio_bridge.installed_spacy_model()

@@ -135,7 +135,7 @@ def test_torch_adapter_is_optional(dataset):
 
 
 def test_inspect_shows_summary_boundaries_and_masks(dataset):
-    from datakit.stages.tokenize.inspect import NO_LOSS_CLOSE, NO_LOSS_OPEN, inspect_dataset
+    from datakit.cli.inspect import NO_LOSS_CLOSE, NO_LOSS_OPEN, inspect_dataset
 
     text = inspect_dataset(dataset.path, sequences=len(dataset), max_chars=100_000)
     assert f"sequences {len(dataset)}" in text and "packing best_fit" in text and "fill)" in text

@@ -154,8 +154,7 @@ def test_memory_stays_bounded_on_ten_times_the_input(tmp_path):
 
 def test_small_input_runs_in_process_unless_workers_are_given(tmp_path, monkeypatch):
     """Without `workers`, a small local input skips the process pool (it costs more than it saves)."""
-    from datakit.engines import local
-    from datakit.engines.local import LocalEngine
+    from datakit.engines.local import LocalEngine, scheduler
 
     logs = _logs(tmp_path, files=2, per=10)
     plan = Pipeline("t").input(str(logs)).add({"kind": "ingest"}).output(str(tmp_path / "a")).compile()
@@ -165,7 +164,7 @@ def test_small_input_runs_in_process_unless_workers_are_given(tmp_path, monkeypa
     given = LocalEngine(workers=2)
     given.execute(Pipeline("t").input(str(logs)).add({"kind": "ingest"}).output(str(tmp_path / "b")).compile())
     assert given.workers == 2
-    monkeypatch.setattr(local, "SMALL_INPUT_BYTES", 0)  # "big" input: all cores again, on the same engine
+    monkeypatch.setattr(scheduler, "SMALL_INPUT_BYTES", 0)  # "big" input: all cores again, on the same engine
     auto.execute(Pipeline("t").input(str(logs)).add({"kind": "ingest"}).output(str(tmp_path / "c")).compile())
     from datakit.workers import usable_cpus
 

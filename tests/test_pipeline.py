@@ -107,3 +107,33 @@ def test_explain_lists_every_node(tmp_path):
     write_jsonl(tmp_path / "logs" / "a.jsonl", [make_event(0)])
     text = Pipeline("x").input(str(tmp_path / "logs")).add({"kind": "ingest"}).output(str(tmp_path / "o")).explain()
     assert "Sink(parquet" in text and "MapBatches(parse_validate" in text and "Source(jsonl, 1 files" in text
+
+
+def test_explain_prints_the_dag_once_with_shared_nodes_by_id(tmp_path):
+    """A node several others read (the Source, dedup's kept records) is one line, referenced by its #id."""
+    import re
+
+    write_jsonl(tmp_path / "logs" / "a.jsonl", [make_event(0)])
+    p = (Pipeline("x").input(str(tmp_path / "logs")).add({"kind": "ingest"}).add({"kind": "extract"})
+         .add({"kind": "dedup"}).output(str(tmp_path / "o")))
+    plan = p.compile()
+    text = p.explain()
+    lines = text.splitlines()
+    assert len(lines) == len(plan.nodes()) + 1  # every node once, plus the sink
+    assert sum("Source(" in ln for ln in lines) == 1
+    ids = [re.match(r"#(\d+) ", ln).group(1) for ln in lines[:-1]]
+    assert ids == [str(k) for k in range(len(ids))]
+    refs = [r for ln in lines[:-1] if " <- " in ln for r in re.findall(r"#(\d+)", ln.split(" <- ")[1])]
+    shared = {r for r in refs if refs.count(r) > 1}
+    assert shared, "dedup reads its kept records twice: some node must be referenced more than once"
+    assert lines[-1].startswith("Sink(parquet") and lines[-1].endswith(f"<- #{len(ids) - 1}")
+
+    dot = p.explain("dot")
+    declared = set(re.findall(r"^\s+(n\d+) \[label=", dot, re.M))
+    edges = re.findall(r"^\s+(n\d+) -> (n\d+|sink);", dot, re.M)
+    assert dot.startswith("digraph plan {") and dot.rstrip().endswith("}")
+    assert len(declared) == len(plan.nodes())
+    assert len(edges) == sum(len(n.inputs) for n in plan.nodes()) + 1
+    assert all(a in declared and (b in declared or b == "sink") for a, b in edges)
+    with pytest.raises(ValueError, match="unknown explain format"):
+        p.explain("svg")

@@ -49,7 +49,7 @@ def test_index_beside_output_and_check_uses_it(tmp_path):
 
 def test_index_build_after_a_small_local_run_uses_the_runs_worker_count(tmp_path, monkeypatch):
     """A small input runs in-process; the index build after it should not spawn a pool of all cores."""
-    from datakit.stages.decontam import index as index_mod
+    from datakit.stages.decontaminate import index as index_mod
 
     seen: dict[str, object] = {}
     real = index_mod.build_index
@@ -71,7 +71,7 @@ def test_rerun_without_index_retracts_the_old_one(tmp_path):
     """Found in review (#12 class: stale reuse): a rerun into the folder with `index: false` left the
     previous data's index beside the new data, and `contamination-check --data OUT` used it."""
     from datakit.io.publish import SIDE_COMMITS
-    from datakit.stages.decontam.index import INDEX_DIRNAME, is_index
+    from datakit.stages.decontaminate.index import INDEX_DIRNAME, is_index
 
     assert all(s.startswith(f"{INDEX_DIRNAME}/") for s in SIDE_COMMITS)
     src = tmp_path / "records.parquet"
@@ -88,3 +88,30 @@ def test_rerun_without_index_retracts_the_old_one(tmp_path):
                    src)
     pipe(False).run(workers=1)
     assert not is_index(str(out / INDEX_DIRNAME))  # the check scans the new data instead
+
+
+def test_append_mode_index_is_extended_per_snapshot(tmp_path):
+    """Each snapshot's run indexes only that snapshot; a check of the dataset reads every snapshot's index."""
+    from datakit.stages.decontaminate.check import _plan_inputs
+
+    clean = "\n".join(f"def helper_{i}(a, b):\n    return a * {i} + b\n" for i in range(30))
+    days = {"dt=2026-11-01": [_record("0001", clean)], "dt=2026-11-02": [_record("0002", "# copied\n" + _humaneval_prompt(3))]}
+    out = tmp_path / "ds"
+    for day, rows in days.items():
+        (tmp_path / day).mkdir()
+        pq.write_table(pa.Table.from_pylist(rows, schema=TRAINING_RECORD_V1), tmp_path / day / "r.parquet")
+        res = (Pipeline("idx").input(str(tmp_path / day), format="parquet", schema="training_record.v1")
+               .output(str(out), index=True, mode="append").run(workers=1))
+        idx = json.loads((out / "_snapshots" / day / "_ngram_index" / "index.json").read_text())
+        assert res.extra["index"]["path"].endswith(f"_snapshots/{day}/_ngram_index")
+        assert idx["documents"] == 1  # this snapshot only, not the history again
+    day1_index = (out / "_snapshots" / "dt=2026-11-01" / "_ngram_index" / "index.json").read_bytes()
+    plan, _, _ = _plan_inputs([str(out)], None, None, None, True)
+    assert [k for k, _, _ in plan] == ["index", "index"]
+    assert (out / "_snapshots" / "dt=2026-11-01" / "_ngram_index" / "index.json").read_bytes() == day1_index
+    r = subprocess.run([sys.executable, "-m", "datakit.cli", "contamination-check", "--data", str(out),
+                        "--eval", "humaneval", "--json", str(tmp_path / "r.json")], capture_output=True, text=True)
+    assert r.returncode == 1, r.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    (ev,) = report["evals"] if "evals" in report else report["results"]
+    assert ev["contaminated_items"] == 1 and ev["matches"][0]["eval_id"] == "HumanEval/3"

@@ -207,7 +207,7 @@ def test_record_doc_id_finds_the_extracted_records(synth):
     import pyarrow as pa
 
     from datakit.contracts import EDITOR_EVENT_V1
-    from datakit.stages.extract import ExtractFn
+    from datakit.stages.extract.stage import ExtractFn
     from datakit.synth import record_doc_id
 
     out, _ = synth

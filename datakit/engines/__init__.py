@@ -1,19 +1,36 @@
-"""Engines execute a `Plan`. `local` needs no JVM; `spark` is imported only when asked for."""
+"""Engines execute a `Plan`. `local` needs no JVM; `spark` is imported only when asked for.
+
+Both engines call `engines/core.py` for everything that decides output bytes and counts.
+"""
 from __future__ import annotations
 
 from typing import Any
 
+# engine -> the options its constructor takes (an unknown option is an error, not silently ignored:
+# `wokers=2` would otherwise run with the default worker count)
+ENGINE_OPTIONS: dict[str, tuple[str, ...]] = {
+    "local": ("workers", "work_dir", "progress", "keep_work"),
+    "spark": ("master", "conf", "partitions", "workers", "checkpoint_dir"),
+}
+
+
+class EngineOptionError(ValueError):
+    """An engine name or option the engine does not know (a usage error: the CLI exits 2)."""
+
 
 def get_engine(name: str = "local", **options: Any):
-    """An engine instance by name: `local` (options: workers, work_dir, progress) or `spark`
-    (options: master, conf, partitions)."""
+    """An engine instance by name: `local` (options: workers, work_dir, progress, keep_work) or `spark`
+    (options: master, conf, partitions, workers, checkpoint_dir)."""
+    if name not in ENGINE_OPTIONS:
+        raise EngineOptionError(f"unknown engine {name!r}; choose 'local' or 'spark'")
+    unknown = sorted(set(options) - set(ENGINE_OPTIONS[name]))
+    if unknown:
+        raise EngineOptionError(f"engine {name!r} has no option {', '.join(map(repr, unknown))}; "
+                                f"it takes: {', '.join(ENGINE_OPTIONS[name])}")
     if name == "local":
         from datakit.engines.local import LocalEngine
 
-        allowed = {"workers", "work_dir", "progress", "keep_work"}
-        return LocalEngine(**{k: v for k, v in options.items() if k in allowed})
-    if name == "spark":
-        from datakit.engines.spark import SparkEngine
+        return LocalEngine(**options)
+    from datakit.engines.spark import SparkEngine
 
-        return SparkEngine(**options)
-    raise ValueError(f"unknown engine {name!r}; choose 'local' or 'spark'")
+    return SparkEngine(**options)

@@ -30,20 +30,21 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import tempfile
 import time
 import uuid
 from collections import Counter, defaultdict
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from datakit.accounting import NodeStats, count_drops, stage_report, sum_metrics
-from datakit.engines.local import DROPLOG_SCHEMA, METRICS, QUARANTINE_SCHEMA, RunResult, _conform, _remove_stale
+from datakit import progress
+from datakit.accounting import NodeStats, stage_report
+from datakit.engines.core import (RunResult, apply_map, commit_run, conform, remove_if_empty, resolve_sink,
+                                  reused_shards, write_side_output)
 from datakit.engines.spark_session import (SparkError, SparkJobError, executor_environment, get_session, log_file,
                                            straggler_conf,
                                            translate_errors)
@@ -123,7 +124,7 @@ class _ChainFn:
                 continue
             for url in b.column("path").to_pylist():
                 for rb in iter_source(url, self.source_format, self.source_schema):
-                    yield rb if self.source_format == "jsonl" else _conform(rb, self.source_schema)
+                    yield rb if self.source_format == "jsonl" else conform(rb, self.source_schema)
 
     def _emit(self, n: int, cols: dict[str, pa.Array]) -> pa.RecordBatch:
         arrays = []
@@ -144,24 +145,14 @@ class _ChainFn:
         for batch in self._base(batches):
             base += batch.num_rows
             for i, (op, fn) in enumerate(zip(self.ops, fns)):
-                out = fn(batch)
-                if isinstance(out, pa.Table):
-                    out = out.combine_chunks().to_batches()[0] if out.num_rows else \
-                        pa.RecordBatch.from_pylist([], schema=out.schema)
-                names = out.schema.names
-                if METRICS in names:
-                    metrics[i].update(sum_metrics(out.column(METRICS)))
-                if DROP in names:
-                    drop_col = out.column(DROP)
-                    if drop_col.null_count != len(drop_col):
-                        keep = pc.is_null(drop_col)
-                        dropped = out.filter(pc.invert(keep))
-                        drops[i].update(count_drops(dropped))
-                        side = self._dropped(i, op, dropped)
-                        if side is not None:
-                            yield side
-                        out = out.filter(keep)
-                batch = _conform(out, op["schema"])
+                r = apply_map(fn, batch, op["schema"], op["stage"], op["name"])
+                metrics[i].update(r.metrics)
+                if r.dropped is not None:
+                    drops[i].update(r.drops)
+                    side = self._dropped(i, op, r.dropped)
+                    if side is not None:
+                        yield side
+                batch = r.kept
                 outs[i] += batch.num_rows
                 if batch.num_rows == 0:
                     break
@@ -226,15 +217,11 @@ class _WriteShard:
 class _WriteSide:
     """applyInArrow over one group: write a side output (quarantine / drop log) as one sorted file."""
 
-    def __init__(self, url: str, schema: pa.Schema, sort: list[str]) -> None:
-        self.url, self.schema, self.sort = url, schema, sort
+    def __init__(self, out: str, side: str) -> None:
+        self.out, self.side = out, side
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        table = table.select(self.schema.names).cast(self.schema)
-        # the local engine's order, then every other column: ties cannot depend on arrival order
-        keys = self.sort + [c for c in self.schema.names if c not in self.sort]
-        idx = pc.sort_indices(table, sort_keys=[(c, "ascending") for c in keys])
-        sinks.write_parquet(table.take(idx).combine_chunks(), self.url)
+        write_side_output(table, self.out, self.side)
         return pa.table({"rows": pa.array([table.num_rows], pa.int64())})
 
 
@@ -260,7 +247,7 @@ class SparkEngine:
     name = "spark"
 
     def __init__(self, master: str | None = None, conf: dict[str, Any] | None = None, partitions: int | None = None,
-                 workers: int | None = None, checkpoint_dir: str | None = None, **_ignored: Any) -> None:
+                 workers: int | None = None, checkpoint_dir: str | None = None) -> None:
         for name, v in (("partitions", partitions), ("workers", workers)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"{name} must be a positive number (got {v!r})")
@@ -299,7 +286,7 @@ class SparkEngine:
                 publish.remove_work(plan.sink.path)
         return RunResult(output_path=out, stages=stages, manifest=manifest, seconds=seconds, engine="spark",
                          extra={"master": spark.sparkContext.master, "partitions": run.n,
-                                "reused_shards": sum(1 for i in run.infos if i.get("reused")),
+                                "reused_shards": reused_shards(run.infos),
                                 "log": str(log_file()), **({"executors": executors} if executors else {}),
                                 "straggler_conf": straggler_conf(spark)})
 
@@ -373,7 +360,10 @@ class _Run:
                             and isinstance(cs[0], MapBatches))
                 self.current = f"stage {node.stage!r} ({node.describe()})"
                 t = time.perf_counter()
-                self._run_node(node, deferred)
+                chain = self._chain_of(node)[1] if isinstance(node, MapBatches) else [node]
+                stages = list(dict.fromkeys(o.stage for o in chain if ":" not in o.stage and o.stage != "input"))
+                with self._progress(", ".join(stages) or node.stage, node):
+                    self._run_node(node, deferred)
                 # a fused chain's time is shared by its ops, as the local engine reports it
                 ops = self._chain_of(node)[1] if isinstance(node, MapBatches) else [node]
                 for op in ops:
@@ -389,10 +379,26 @@ class _Run:
             if plan.sink is None:
                 return stages, None, None
             self.current = "writing the output shards"
-            self._sink()
+            with self._progress("writing the output shards", plan.root):
+                self._sink()
             self.current = "writing quarantine and drop log"
             self._side_outputs()
         return stages, {}, plan.sink.path
+
+    @contextmanager
+    def _progress(self, label: str, node: Node) -> Iterator[None]:
+        """Tasks of this step's Spark jobs (status tracker, polled) and its rows once counted."""
+        st = progress.step(label)
+        group = f"datakit-{uuid.uuid4().hex[:8]}"
+        self.sc.setJobGroup(group, label[:200], False)
+        ok = False
+        try:
+            with progress.SparkPoller(self.sc, group, st):
+                yield
+            ok = True
+        finally:
+            self.sc.setJobGroup("datakit", "", False)
+            st.finish(rows=self.rows.get(node.id), ok=ok)
 
     def _run_node(self, node: Node, deferred: bool = False) -> None:
         if isinstance(node, (Source, MapBatches)):
@@ -478,8 +484,8 @@ class _Run:
         for op in ops:
             bc = self.sc.broadcast(cloudpickle.dumps(op.fn))
             self.broadcasts.append(bc)
-            op_specs.append({"bc": bc, "token": uuid.uuid4().hex, "schema": op.schema,
-                             "quarantine": op.quarantine, "drop_log_key": op.drop_log_key})
+            op_specs.append({"bc": bc, "token": uuid.uuid4().hex, "schema": op.schema, "stage": op.stage,
+                             "name": op.name, "quarantine": op.quarantine, "drop_log_key": op.drop_log_key})
         fn = _ChainFn(base.format if read_files else None, base.schema if read_files else None,
                       in_schema, op_specs, data_schema, out_schema)
         out = self._persist(inp.mapInArrow(fn, from_arrow_schema(out_schema)))
@@ -584,9 +590,8 @@ class _Run:
         plan = self.plan
         spec = plan.sink
         root = plan.root
-        shards = spec.shards if isinstance(spec.shards, int) and spec.shards > 0 else \
-            max(1, -(-self.rows[root.id] // int(spec.options.get("rows_per_shard", 100_000))))
-        self.spec = resolved = SinkSpec(**{**spec.__dict__, "shards": shards})
+        self.spec = resolved = resolve_sink(spec, self.rows[root.id])
+        shards = resolved.shards
         schema = self.arrow[root.id]
         with_shard = pa.schema(list(schema) + [pa.field(SHARD_COL, pa.int64())])
         df = self.df[root.id].select(*schema.names).mapInArrow(_AddShard(spec.key, shards),
@@ -603,36 +608,19 @@ class _Run:
         from pyspark.sql import functions as F
 
         out = self.plan.sink.path.rstrip("/")
-        for frames, folder, schema, sort in (
-                (self.quarantine, "_quarantine", QUARANTINE_SCHEMA, ["stage", "source_file", "source_line"]),
-                (self.droplog, "_dropped", DROPLOG_SCHEMA, ["stage", "key"])):
+        for frames, side in ((self.quarantine, "quarantine"), (self.droplog, "droplog")):
             if not frames:
-                _remove_stale(f"{out}/{folder}/part-00000.parquet")  # not an earlier run's side output
+                write_side_output(None, out, side)  # removes an earlier run's side output
                 continue
             df = frames[0]
             for f in frames[1:]:
                 df = df.unionByName(f)
             (df.withColumn("_g", F.lit(0)).groupBy("_g")
-             .applyInArrow(_table_fn(_WriteSide(f"{out}/{folder}/part-00000.parquet", schema, sort)), "rows long").collect())
+             .applyInArrow(_table_fn(_WriteSide(out, side)), "rows long").collect())
 
     def commit(self, stages: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
-        from datakit.io.atomic import write_json_atomic
-
-        plan, spec = self.plan, self.spec
-        manifest = sinks.commit(spec, self.infos, identity.manifest_fields(plan, self.inputs))
-        run = {
-            "run_report_version": 1,
-            "engine": "spark",
-            "pipeline": plan.config,
-            "pipeline_hash": plan.config_hash,
-            "stages": stages,
-            "output": {"path": spec.path, "format": spec.format, "shards": spec.shards, "rows": manifest["rows"],
-                       "reused_shards": sum(1 for i in self.infos if i.get("reused"))},
-            "spark": {"master": self.sc.master, "partitions": self.n, "log": str(log_file())},
-            "seconds": round(seconds, 3),
-        }
-        write_json_atomic(f"{spec.path.rstrip('/')}/_run.json", run)
-        return manifest
+        return commit_run(self.plan, self.inputs, self.spec, self.infos, stages, seconds, engine="spark", reused_tasks=0,
+                          runtime={"master": self.sc.master, "partitions": self.n, "log": str(log_file())})
 
     def cleanup(self) -> None:
         # drop our references so Spark's ContextCleaner can free the cached/checkpointed blocks
@@ -644,7 +632,7 @@ class _Run:
                 pass
         if self._ckpt and "://" not in self._ckpt:
             shutil.rmtree(self._ckpt, ignore_errors=True)
-            _remove_if_empty(str(Path(self._ckpt).parent))
+            remove_if_empty(str(Path(self._ckpt).parent))
 
 
 class translate_errors_at:
@@ -671,14 +659,8 @@ class translate_errors_at:
 
 
 def _with_provenance(schema: pa.Schema) -> pa.Schema:
-    """`schema` plus the provenance columns a batch may carry beyond it (see `local._conform`)."""
+    """`schema` plus the provenance columns a batch may carry beyond it (see `core.conform`)."""
     extra = [pa.field(n, t) for n, t in (("_source_file", pa.string()), ("_source_line", pa.int64()))
              if n not in schema.names]
     return pa.schema(list(schema) + extra)
 
-
-def _remove_if_empty(path: str) -> None:
-    try:
-        os.rmdir(path)
-    except OSError:
-        pass

@@ -21,8 +21,12 @@ def read_manifest(path: str) -> dict:
     return json.loads(fs.cat_file(p))
 
 
-def read_output(path: str, columns: list[str] | None = None, verify: bool = False) -> pa.Table:
+def read_output(path: str, columns: list[str] | None = None, verify: bool = False,
+                snapshot: str | None = None) -> pa.Table:
     """All rows of a committed Parquet output, shard by shard (each shard sorted by its key).
+
+    An append-mode dataset (schemas/output_layout.md) reads as the union of its snapshots in
+    snapshot order; `snapshot=ID` reads that one snapshot only.
 
     Every listed file is checked against the manifest's size first (a dataset that fails is refused,
     never read as a mix); `verify=True` compares full sha256 checksums too."""
@@ -30,6 +34,12 @@ def read_output(path: str, columns: list[str] | None = None, verify: bool = Fals
 
     path = str(path)
     m = read_manifest(path)
+    if snapshot is not None:
+        from datakit.io.snapshots import LAYOUT, select
+
+        if m.get("layout") != LAYOUT:
+            raise InputError(f"{path} is not an append-mode dataset; it has no snapshots")
+        m = select(m, snapshot)
     if m.get("format") != "parquet":
         raise InputError(f"{path} is a {m.get('format')!r} dataset; use datakit.loader for packed data")
     verify_dataset(path, m, checksums=verify)

@@ -24,7 +24,7 @@ from datakit.io.fs import filesystem
 # Libraries whose versions can change output bytes on every pipeline (Parquet writer and its
 # `created_by` footer, polars joins, hashing, MinHash). Stage-specific ones (tokenizers, spaCy,
 # presidio, hyperscan) are recorded by the stage that uses them.
-CORE_LIBRARIES = ("pyarrow", "polars", "numpy", "xxhash", "datasketch")
+CORE_LIBRARIES = ("pyarrow", "polars", "numpy", "xxhash", "datasketch", "numba")
 
 
 def library_version(name: str) -> str | None:

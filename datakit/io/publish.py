@@ -8,7 +8,7 @@ index) write into the same folder, and all of them must obey the same rules:
   run never leaves a stale lock). On object stores (no locks) it is a *lease* object created
   with a conditional put (`If-None-Match: *`), refreshed by a heartbeat thread and taken over
   only once it has expired. The second run fails at once with one line (`OutputBusyError`).
-  Re-entrant within a process (`Pipeline.run` holds it across the engine run and the index build).
+  Re-entrant within a thread (`Pipeline.run` holds it across the engine run and the index build).
 * **Retract before overwrite.** `retract(path)` deletes `_SUCCESS` and `manifest.json` of a
   finished dataset *before* the first shard is rewritten: readers go through the manifest, so
   during a rerun (or after one that was killed) they see "no dataset", never new shards under
@@ -102,7 +102,7 @@ def _holder_is_dead(held: dict) -> bool:
     return False
 
 
-_HELD: dict[str, "_Lock"] = {}
+_HELD: dict[tuple[str, int], "_Lock"] = {}
 _HELD_GUARD = threading.Lock()
 
 
@@ -227,8 +227,9 @@ def _read_holder(fd: int) -> str:
 def output_lock(path: str) -> Iterator[None]:
     """Hold the folder's writer lock for the block (re-entrant in one process); preflight first."""
     key = path.rstrip("/")
+    held = (key, threading.get_ident())  # re-entrant in one thread; another thread is another writer
     with _HELD_GUARD:
-        lock = _HELD.get(key)
+        lock = _HELD.get(held)
         if lock is not None:
             lock.count += 1
     if lock is None:
@@ -240,7 +241,7 @@ def output_lock(path: str) -> Iterator[None]:
             lock.acquire_remote()
         lock.count = 1
         with _HELD_GUARD:
-            _HELD[key] = lock
+            _HELD[held] = lock
     try:
         yield
     finally:
@@ -248,7 +249,7 @@ def output_lock(path: str) -> Iterator[None]:
             lock.count -= 1
             last = lock.count == 0
             if last:
-                _HELD.pop(key, None)
+                _HELD.pop(held, None)
         if last:
             lock.release_local() if _is_local(key) else lock.release_remote()
 
@@ -257,7 +258,7 @@ def output_lock(path: str) -> Iterator[None]:
 
 # Side outputs that describe the data and have their own commit marker: retracted with the dataset,
 # so a rerun that does not rebuild them leaves none describing the old data (the n-gram index beside
-# a dataset: `datakit.stages.decontam.index.INDEX_DIRNAME`, whose index.json is written last).
+# a dataset: `datakit.stages.decontaminate.index.INDEX_DIRNAME`, whose index.json is written last).
 SIDE_COMMITS = ("_ngram_index/index.json",)
 
 

@@ -1,4 +1,8 @@
-"""Glue to great-expectations 1.x: run a JSON suite from `datakit/quality/suites/` over a table or a committed output.
+"""Glue to great-expectations 1.x: suite files, and a whole-table check of one small in-memory table.
+
+Outputs and stage boundaries are checked batch by batch inside the engines
+(`expect.py`, `validate.py`); `validate_table` is for a table already in
+memory (a notebook, a test).
 
 Why GX and not hand-written asserts: the suites are data, reviewable by people
 who do not read our code, and GX's result documents say exactly which
@@ -35,6 +39,11 @@ class QualityResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"suite": self.suite, "success": self.success, "rows": self.rows, "failed": self.failed}
+
+
+def list_suites() -> list[str]:
+    """Names of the suites shipped in datakit/quality/suites/."""
+    return suite_names()
 
 
 def load_suite(name_or_path: str) -> dict[str, Any]:
@@ -107,25 +116,3 @@ def validate_table(table: pa.Table, suite: str | dict[str, Any]) -> QualityResul
                            "column": r.expectation_config.kwargs.get("column"),
                            "unexpected_count": (r.result or {}).get("unexpected_count")})
     return QualityResult(suite=spec["name"], success=bool(res.success), rows=table.num_rows, failed=failed)
-
-
-def validate_output(path: str, suite: str) -> QualityResult:
-    """Validate a committed Parquet output shard by shard (bounded memory); uniqueness is per shard,
-    which is exact for the shard key because equal keys always land in the same shard."""
-    from datakit.io.dataset import read_manifest
-    from datakit.io.fs import filesystem
-
-    import pyarrow.parquet as pq
-
-    m = read_manifest(path)
-    total, failed, ok = 0, [], True
-    for shard in m["shards"]:
-        for f in shard["files"]:
-            fs, p = filesystem(f"{path.rstrip('/')}/{f}")
-            r = validate_table(pq.read_table(p, filesystem=fs), suite)
-            total += r.rows
-            ok &= r.success
-            for item in r.failed:
-                item = dict(item, shard=shard["shard"])
-                failed.append(item)
-    return QualityResult(suite=suite, success=ok, rows=total, failed=failed)

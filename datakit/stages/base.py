@@ -11,20 +11,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from datakit.plan import Rel
+from datakit.quality.expect import Expectation
 
 # Built-in stages are imported lazily (kind -> module), so `import datakit` stays
 # fast and a stage's heavy dependencies (presidio, tokenizers) load only when used.
 BUILTIN_STAGE_MODULES: dict[str, str] = {
     "ingest": "datakit.stages.ingest",
     "consent": "datakit.stages.consent",
-    "forget": "datakit.stages.consent",
-    "extract": "datakit.stages.extract",
-    "scrub_pii": "datakit.stages.pii.stage",
+    "forget": "datakit.stages.forget",
+    "extract": "datakit.stages.extract.stage",
+    "scrub_pii": "datakit.stages.scrub_pii.stage",
     "dedup": "datakit.stages.dedup.stage",
-    "decontaminate": "datakit.stages.decontam.stage",
+    "decontaminate": "datakit.stages.decontaminate.stage",
     "tokenize": "datakit.stages.tokenize.stage",
     "kto": "datakit.stages.kto",
 }
@@ -48,6 +49,8 @@ class CompileContext:
     # config hash): `record` files it under the stage being compiled (`stage`, set by the compiler)
     environment: dict[str, Any] = field(default_factory=dict)
     stage: str = ""
+    # append mode: the committed snapshots a dedup stage deduplicates against (None: not append mode)
+    history: list[dict[str, Any]] | None = None
 
     def record(self, key: str, value: Any) -> None:
         """Note something this stage's output depends on that the config alone does not pin:
@@ -55,12 +58,6 @@ class CompileContext:
         It lands in the manifest and in the config hash, so reuse of earlier work is refused
         when it differs (see docs/architecture.md, "The determinism contract")."""
         self.environment.setdefault("stages", {}).setdefault(self.stage or "?", {})[key] = value
-
-    def record_files(self, key: str, urls: list[str]) -> None:
-        """`record` the sha256 of each file a stage loads at compile time (in the given order)."""
-        from datakit.io.identity import file_digest
-
-        self.record(key, [file_digest(u) for u in urls])
 
     def resolve(self, path: str) -> str:
         """Resolve a pipeline-relative local path; URLs (s3://, memory://) pass through."""
@@ -75,6 +72,8 @@ class StageConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: str
+    # great-expectations checks of this stage's output rows, inside the run (datakit/quality/expect.py)
+    expect: list[Expectation] = Field(default_factory=list)
     # the input contract the stage needs and the one it produces ("editor_event.v1" / "training_record.v1")
     consumes: ClassVar[str] = "training_record.v1"
     produces: ClassVar[str] = "training_record.v1"

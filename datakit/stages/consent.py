@@ -30,7 +30,7 @@ arrives after an output was written is applied with the lineage in `source`
 """
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -235,7 +235,7 @@ class ConsentConfig(StageConfig):
         if self.resolved_mode(files) == "broadcast":
             users, orgs = load_optouts(files)
             # loaded now, not read as plan input: their content is part of the run's identity
-            ctx.record("optouts", _ids_digest(users, orgs))
+            ctx.record("optouts", ids_digest(users, orgs))
             return rel.map_batches(ConsentFn(users, orgs), rel.schema, name="consent")
         out = rel.map_batches(ConsentFn(), rel.schema, name="privacy_mode")
         parquet = [f for f in files if f.endswith(".parquet")]
@@ -254,71 +254,8 @@ class ConsentConfig(StageConfig):
         return out
 
 
-def _ids_digest(*id_sets) -> str:
+def ids_digest(*id_sets) -> str:
     """sha256 of id lists loaded at compile (order-free): what a consent/forget run's output depends on."""
     from datakit.io.identity import digest
 
     return digest([sorted(set(ids)) for ids in id_sets])
-
-
-# ------------------------------------------------------------------ deletions applied to existing outputs
-
-class ForgetFn:
-    """Batch function over training records: `_drop` = opt_out_user / opt_out_org / deleted_event by lineage.
-
-    Matches `source.user_id`, `source.org_id`, and the event ids of `source.event_id`
-    plus `meta.event_ids` (a preference pair names both of its events there).
-    """
-
-    def __init__(self, users: tuple[str, ...] = (), orgs: tuple[str, ...] = (), events: tuple[str, ...] = ()) -> None:
-        self.users, self.orgs, self.events = tuple(sorted(set(users))), tuple(sorted(set(orgs))), tuple(sorted(set(events)))
-
-    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        import json
-
-        users, orgs, events = set(self.users), set(self.orgs), set(self.events)
-        src = batch.column("source").to_pylist()
-        metas = batch.column("meta").to_pylist()
-        drops: list[str | None] = []
-        for s, m in zip(src, metas, strict=True):
-            s = s or {}
-            reason = None
-            if s.get("user_id") in users:
-                reason = "opt_out_user"
-            elif s.get("org_id") in orgs:
-                reason = "opt_out_org"
-            elif events:
-                ids = {s.get("event_id")}
-                if m and "event_ids" in m:
-                    ids.update(json.loads(m).get("event_ids") or [])
-                if ids & events:
-                    reason = "deleted_event"
-            drops.append(reason)
-        return batch.append_column(DROP, pa.array(drops, pa.string()))
-
-
-@register_stage
-class ForgetConfig(StageConfig):
-    """Apply a later deletion / opt-out to an existing training-record output (see docs/lineage.md).
-
-    `optouts` are the same files as for `consent` (user_id and/or org_id columns),
-    plus an optional `event_id` column to delete single events. Matching uses the
-    records' lineage (`source`, `meta.event_ids`). Removed doc_ids go to the drop
-    log (`_dropped/`), the audit trail of what the deletion touched.
-    """
-
-    kind: Literal["forget"] = "forget"
-    optouts: str | list[str] = Field(..., description="deletion list path(s)/glob(s): user_id, org_id and/or event_id columns")
-
-    consumes = "training_record.v1"
-    produces = "training_record.v1"
-    # other outputs that carry the same lineage (`source`, `meta`): filtered the same way, contract unchanged
-    passes_through: ClassVar[tuple[str, ...]] = ("kto_example.v1",)
-
-    def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
-        paths = [self.optouts] if isinstance(self.optouts, str) else list(self.optouts)
-        files = expand([ctx.resolve(p) for p in paths], suffixes=OPTOUT_SUFFIXES)
-        lists = read_id_lists(files, ("user_id", "org_id", "event_id"))
-        ctx.record("optouts", _ids_digest(lists["user_id"], lists["org_id"], lists["event_id"]))
-        fn = ForgetFn(lists["user_id"], lists["org_id"], lists["event_id"])
-        return rel.map_batches(fn, rel.schema, name="forget", drop_log_key="doc_id")

@@ -221,7 +221,7 @@ def _scrub(texts: list[str]) -> list[str]:
     """`scrub_pii`'s detectors (secrets and personal data, placeholder policy, no NER), built once per process."""
     global _SCRUBBER
     if _SCRUBBER is None:
-        from datakit.stages.pii.stage import ScrubPiiConfig
+        from datakit.stages.scrub_pii.stage import ScrubPiiConfig
 
         _SCRUBBER = ScrubPiiConfig(ner="off", default_policy="placeholder").build_fn()
     return _SCRUBBER.scrub(texts)[0]

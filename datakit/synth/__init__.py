@@ -22,7 +22,7 @@ def record_doc_id(event_id: str, kind: str = "code") -> str:
 
     (Preference records also depend on the rejected event: see `extract_rules.doc_id`.)
     """
-    from datakit.stages.extract_rules import doc_id
+    from datakit.stages.extract.rules import doc_id
 
     return doc_id(event_id, kind)
 

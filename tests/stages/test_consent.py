@@ -137,7 +137,7 @@ def test_jsonl_line_without_ids_is_an_error(tmp_path):
 
 def test_forget_fn_uses_lineage():
     from datakit.contracts import TRAINING_RECORD_V1
-    from datakit.stages.consent import ForgetFn
+    from datakit.stages.forget import ForgetFn
 
     def rec(doc, user, org, event, meta="{}"):
         return {"doc_id": doc, "kind": "fim", "segments": [], "chosen": None, "rejected": None, "meta": meta,

@@ -2,7 +2,7 @@
 
 The numba lexer/hasher is checked against an independent regex implementation
 (`tokenize_ref`/`ngram_hashes_ref`); leaks are planted with Python's own
-`tokenize` (datakit.stages.decontam.plant) so the matcher's tokenizer cannot
+`tokenize` (datakit.stages.decontaminate.plant) so the matcher's tokenizer cannot
 hide its own bugs.
 """
 from __future__ import annotations
@@ -19,12 +19,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from datakit.contracts import TRAINING_RECORD_V1
-from datakit.stages.decontam.check import check
-from datakit.stages.decontam.evals import EvalError, EvalSet, load_eval
-from datakit.stages.decontam.matcher import EvalTable
-from datakit.stages.decontam.ngrams import ngram_hashes, ngram_hashes_ref
-from datakit.stages.decontam.normalize import NORMALIZATIONS, flags_of, tokenize, tokenize_ref
-from datakit.stages.decontam.plant import LEAK_KINDS, idiomatic_code, plant
+from datakit.stages.decontaminate.check import check
+from datakit.stages.decontaminate.evals import EvalError, EvalSet, load_eval
+from datakit.stages.decontaminate.matcher import EvalTable
+from datakit.stages.decontaminate.ngrams import ngram_hashes, ngram_hashes_ref
+from datakit.stages.decontaminate.normalize import NORMALIZATIONS, flags_of, tokenize, tokenize_ref
+from datakit.stages.decontaminate.plant import LEAK_KINDS, idiomatic_code, plant
 
 ALL = ["whitespace", "case", "comments", "identifiers"]  # the four token normalizations (not the flat lexer mode)
 COMBOS = [[], ["whitespace"], ["case"], ["comments"], ["identifiers"], ["whitespace", "case"], ALL]
@@ -266,7 +266,7 @@ def test_eval_boilerplate_is_ignored_but_duplicate_items_stay_detectable(he_rows
 
 def test_parallel_scan_equals_serial_scan(he_rows):
     """The multi-core count-then-collect path returns exactly the serial kernel's matches."""
-    from datakit.stages.decontam.ngrams import scan_strings, texts_to_buffers
+    from datakit.stages.decontaminate.ngrams import scan_strings, texts_to_buffers
 
     rng = random.Random(3)
     texts = [idiomatic_code(rng, 4) + (he_rows[i % 164]["prompt"] if i % 7 == 0 else "") for i in range(300)] + ["", "x"]
@@ -283,7 +283,7 @@ def test_parallel_scan_equals_serial_scan(he_rows):
 @given(st.integers(0, 10**6))
 def test_identifier_normalization_is_invariant_under_consistent_renaming(seed):
     """Property: rename every code identifier consistently (Python's tokenize does it) -> same n-grams."""
-    from datakit.stages.decontam.plant import rename_identifiers
+    from datakit.stages.decontaminate.plant import rename_identifiers
 
     rng = random.Random(seed)
     code = idiomatic_code(rng, 5)

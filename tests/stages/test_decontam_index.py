@@ -11,11 +11,11 @@ import pytest
 
 from datakit.contracts import TRAINING_RECORD_V1
 from datakit.io.fs import InputError
-from datakit.stages.decontam.check import check
-from datakit.stages.decontam.index import INDEX_DIRNAME, NgramIndex, build_index, is_index
-from datakit.stages.decontam.ngrams import hash_strings
-from datakit.stages.decontam.normalize import flags_of
-from datakit.stages.decontam.plant import idiomatic_code, plant
+from datakit.stages.decontaminate.check import check
+from datakit.stages.decontaminate.index import INDEX_DIRNAME, NgramIndex, build_index, is_index
+from datakit.stages.decontaminate.ngrams import hash_strings
+from datakit.stages.decontaminate.normalize import flags_of
+from datakit.stages.decontaminate.plant import idiomatic_code, plant
 from tests.stages.test_decontam import he_rows, humaneval, record  # noqa: F401  (fixtures)
 
 
@@ -72,7 +72,7 @@ def test_index_has_no_false_negatives_and_its_stated_fp_rate(tmp_path, bits):
     info = build_index(str(tmp_path / "t.parquet"), str(tmp_path / "idx"), 5, ["whitespace"], fingerprint_bits=bits)
     idx = NgramIndex(str(tmp_path / "idx"))
     arr = pa.array(texts, pa.large_string())
-    from datakit.stages.decontam.ngrams import arrow_text_buffers
+    from datakit.stages.decontaminate.ngrams import arrow_text_buffers
 
     data, offs = arrow_text_buffers(arr)
     present = hash_strings(data, offs, 5, flags_of(["whitespace"]))[0]

@@ -21,12 +21,12 @@ import pytest
 
 from datakit.contracts import TRAINING_RECORD_V1
 from datakit.io.fs import InputError
-from datakit.stages.decontam.check import check
-from datakit.stages.decontam.index import (FP_BITS, INDEX_FORMAT, INDEX_VERSION, IndexBuildError, IndexInfo,
+from datakit.stages.decontaminate.check import check
+from datakit.stages.decontaminate.index import (FP_BITS, INDEX_FORMAT, INDEX_VERSION, IndexBuildError, IndexInfo,
                                            _bucket_bits, _local_target, _publish, build_index)
-from datakit.stages.decontam.ngrams import hash_strings
-from datakit.stages.decontam.normalize import DEFAULT_NORMALIZATIONS, flags_of, names_of
-from datakit.stages.decontam.plant import idiomatic_code, plant
+from datakit.stages.decontaminate.ngrams import hash_strings
+from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS, flags_of, names_of
+from datakit.stages.decontaminate.plant import idiomatic_code, plant
 from tests.stages.test_decontam import he_rows, humaneval, record  # noqa: F401  (fixtures)
 
 FILES = ("index.json", "offsets.bin", "fingerprints.bin")
@@ -48,7 +48,7 @@ def reference_build_index(dataset_path: str | Sequence[str], out_path: str, ngra
     if fingerprint_bits not in (16, 32):
         raise ValueError("fingerprint_bits must be 16 or 32")
     fp_dtype = "<u2" if fingerprint_bits == 16 else "<u4"
-    from datakit.stages.decontam.check import _is_packed, _packed_batches, iter_text_batches  # shared readers
+    from datakit.stages.decontaminate.check import _is_packed, _packed_batches, iter_text_batches  # shared readers
 
     flags = flags_of(normalization)
     tmp = Path(tempfile.mkdtemp(prefix="dk-ngram-index-"))
@@ -181,7 +181,7 @@ def reference(corpus, tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
 def test_same_bytes_for_any_worker_count_and_as_before(corpus, reference, tmp_path, workers):
-    from datakit.stages.decontam.index import plan_units
+    from datakit.stages.decontaminate.index import plan_units
 
     info = build_index(str(corpus), str(tmp_path / "idx"), 13, ["whitespace", "case"], workers=workers)
     assert _bytes(tmp_path / "idx") == _bytes(reference)
@@ -225,7 +225,7 @@ def test_partitions_narrower_than_a_bucket_tiny_data(tmp_path):
 
 def test_fingerprinter_fed_in_chunks_equals_one_array():
     """Two distinct hashes sharing bucket + fingerprint bits across a chunk boundary are stored once."""
-    from datakit.stages.decontam.index import Fingerprinter
+    from datakit.stages.decontaminate.index import Fingerprinter
 
     rng = np.random.default_rng(1)
     b = 10
@@ -285,7 +285,7 @@ def test_cli_workers_option(corpus, reference, tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from datakit.stages.decontam.cli import build_index_command
+    from datakit.cli.contamination import build_index_command
 
     app = typer.Typer()
     app.command()(build_index_command)
@@ -309,7 +309,7 @@ def test_cli_workers_option(corpus, reference, tmp_path):
 
 def test_spark_build_equals_local_bytes(spark, corpus, reference, tmp_path):
     """Other partitioning (32 partitions, split again past 4 KB) on executors: still the same bytes."""
-    from datakit.stages.decontam.index_spark import build_index_spark
+    from datakit.stages.decontaminate.index_spark import build_index_spark
 
     info = build_index_spark(spark, str(corpus), str(tmp_path / "idx"), 13, ["whitespace", "case"],
                              part_bits=5, max_partition_bytes=4096)
@@ -331,7 +331,7 @@ def test_spark_build_equals_local_bytes(spark, corpus, reference, tmp_path):
 def test_pipeline_builds_the_index_with_spark_after_a_spark_run(spark, corpus, reference, tmp_path):
     from types import SimpleNamespace
 
-    from datakit.engines.local import RunResult
+    from datakit.engines.core import RunResult
     from datakit.pipeline import Pipeline
 
     out = tmp_path / "out"
@@ -349,8 +349,8 @@ def test_pipeline_builds_the_index_with_spark_after_a_spark_run(spark, corpus, r
 def test_spark_map_function_emits_every_hash_once_under_small_buffers(corpus, monkeypatch):
     """The executor-side map, called directly (no Spark): with tiny buffer limits it flushes often, and
     the emitted records still carry exactly the hashes and counts of the local map."""
-    from datakit.stages.decontam import index_spark
-    from datakit.stages.decontam.index import HashSpec, hash_partitions, new_stats, plan_units, unit_batches
+    from datakit.stages.decontaminate import index_spark
+    from datakit.stages.decontaminate.index import HashSpec, hash_partitions, new_stats, plan_units, unit_batches
 
     spec = HashSpec(13, flags_of(["whitespace", "case"]), None, 64, 4)
     units = plan_units(str(corpus), 1)
@@ -378,7 +378,7 @@ def test_a_failed_upload_to_an_object_store_leaves_no_mix_of_old_and_new(tmp_pat
     import pyarrow.parquet as pq
 
     from datakit.io.fs import InputError
-    from datakit.stages.decontam.index import NgramIndex, build_index
+    from datakit.stages.decontaminate.index import NgramIndex, build_index
 
     texts = [f"def f{i}(x):\n    return x * {i} + some_other_name_{i} - yet_another thing {i}" for i in range(50)]
     pq.write_table(pa.table({"doc_id": [str(i) for i in range(50)], "text": texts}), tmp_path / "a.parquet")

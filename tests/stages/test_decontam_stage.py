@@ -11,8 +11,8 @@ from datakit import Pipeline
 from datakit.contracts import TRAINING_RECORD_V1
 from datakit.pipeline import PipelineError
 from datakit.plan import DROP, DROP_DETAIL
-from datakit.stages.decontam.matcher import Rule
-from datakit.stages.decontam.stage import DecontaminateConfig
+from datakit.stages.decontaminate.matcher import Rule
+from datakit.stages.decontaminate.stage import DecontaminateConfig
 from tests.conformance import assert_conformant, spark_variants
 from tests.stages.test_decontam import he_rows, record  # noqa: F401  (fixture)
 
@@ -106,7 +106,7 @@ def test_pipeline_local_engine_counts_and_drop_log(tmp_path, rows):
     dropped = pq.read_table(tmp_path / "out" / "_dropped").to_pylist()
     assert {d["key"]: d["detail"] for d in dropped}["b-he0"] == '{"humaneval":["HumanEval/0"]}'
     # the output is clean: the check agrees
-    from datakit.stages.decontam.check import check
+    from datakit.stages.decontaminate.check import check
 
     assert check(str(tmp_path / "out"), ["humaneval"]).exit_code == 0
 
@@ -141,3 +141,21 @@ def test_eval_paths_resolve_against_the_pipeline_file(tmp_path, rows):
     pq.write_table(pa.Table.from_pylist(rows, schema=TRAINING_RECORD_V1), str(tmp_path / "in" / "p.parquet"))
     res = Pipeline.from_yaml(tmp_path / "p.yaml").run(engine="local", workers=1)
     assert res.stage("decontaminate")["dropped"] == {"contaminated:humaneval": 2, "contaminated:mine": 1}
+
+
+def test_compiled_stage_uses_the_check_s_views_and_records_the_reference(tmp_path, he_rows):  # noqa: F811
+    """The pipeline stage decides like the check: a renamed copy is dropped, and the reference corpus it
+    used is recorded (manifest + config hash)."""
+    from datakit.contracts import TRAINING_RECORD_V1 as T
+    from datakit.plan import source
+    from datakit.stages.base import CompileContext
+    from datakit.stages.decontaminate.plant import rename_identifiers
+    import random
+
+    ctx = CompileContext(stage="decontaminate")
+    rel = DecontaminateConfig(evals=["humaneval"]).compile(source([str(tmp_path)], "parquet", T, "training_record.v1"), ctx)
+    fn = rel.node.fn
+    assert len(fn.table.views) == 3 and ctx.environment["stages"]["decontaminate"]["reference"]["name"] == "stdlib"
+    text = rename_identifiers(he_rows[3]["prompt"] + he_rows[3]["canonical_solution"], random.Random(1))
+    out = fn(pa.Table.from_pylist([record("r", text)], schema=T).to_batches()[0])
+    assert out.column(DROP).to_pylist() == ["contaminated:humaneval"]

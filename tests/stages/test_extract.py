@@ -12,8 +12,8 @@ import pytest
 
 from datakit.contracts import EDITOR_EVENT_V1, TRAINING_RECORD_V1
 from datakit.plan import DROP, DROP_DETAIL
-from datakit.stages.extract import ExtractConfig, ExtractFn
-from datakit.stages.extract_rules import (DiffError, apply_unified_diff, doc_id, extract_event, lines_keepends,
+from datakit.stages.extract.stage import ExtractConfig, ExtractFn
+from datakit.stages.extract.rules import (DiffError, apply_unified_diff, doc_id, extract_event, lines_keepends,
                                           preference_candidate)
 from datakit.synth.events import unified_diff
 

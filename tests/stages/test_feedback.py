@@ -15,7 +15,7 @@ import pytest
 from datakit import Pipeline
 from datakit.contracts import load_contract
 from datakit.io.dataset import read_output
-from datakit.stages.extract_feedback import FeedbackOptions, reward_of
+from datakit.stages.extract.feedback import FeedbackOptions, reward_of
 from datakit.synth import generate, read_ground_truth
 
 

@@ -17,10 +17,10 @@ import pyarrow as pa
 import pytest
 
 from datakit.contracts import TRAINING_RECORD_V1
-from datakit.stages.pii import detectors as D
-from datakit.stages.pii.presidio_bridge import analyze_findings, pattern_only_analyzer
-from datakit.stages.pii.scan import scan_batch, scan_text
-from datakit.stages.pii.stage import ScrubPiiConfig, scrub_texts
+from datakit.stages.scrub_pii import detectors as D
+from datakit.stages.scrub_pii.presidio_bridge import analyze_findings, pattern_only_analyzer
+from datakit.stages.scrub_pii.scan import scan_batch, scan_text
+from datakit.stages.scrub_pii.stage import ScrubPiiConfig, scrub_texts
 from datakit.synth import plants
 
 PERSON = D.BY_ENTITY["person"]
@@ -255,7 +255,7 @@ def test_presidio_recognizer_finds_the_same_names() -> None:
 
 def test_a_name_found_by_both_ner_and_the_pattern_counts_once() -> None:
     """In a chat turn NER may find the same name as the pattern: one finding, one `pii.person`."""
-    from datakit.stages.pii.presidio_bridge import installed_spacy_model
+    from datakit.stages.scrub_pii.presidio_bridge import installed_spacy_model
 
     if installed_spacy_model() is None:
         pytest.skip("no spaCy English pipeline installed")

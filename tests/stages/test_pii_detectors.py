@@ -7,8 +7,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from datakit.stages.pii.detectors import BY_ENTITY, DETECTORS, iban_ok, luhn_ok, shannon_entropy
-from datakit.stages.pii.scan import scan_batch, scan_text
+from datakit.stages.scrub_pii.detectors import BY_ENTITY, DETECTORS, iban_ok, luhn_ok, shannon_entropy
+from datakit.stages.scrub_pii.scan import scan_batch, scan_text
 
 HARD = Path(__file__).resolve().parents[1] / "data" / "pii_hard_cases.jsonl"
 CASES = [json.loads(line) for line in HARD.read_text().splitlines() if line.strip()]
@@ -78,7 +78,7 @@ def test_keyword_trie_matches_like_the_flat_alternation() -> None:
     """`_trie_regex` (used in the Python patterns) prefers the same keyword as a longest-first flat alternation."""
     import re
 
-    from datakit.stages.pii.detectors import _SECRET_KEYWORDS, _trie_regex
+    from datakit.stages.scrub_pii.detectors import _SECRET_KEYWORDS, _trie_regex
 
     words = _SECRET_KEYWORDS.split("|") + ["pass", "passwordless", "a", "ab", "abc"]
     flat = re.compile("(?:" + "|".join(sorted(set(words), key=lambda w: (-len(w), w))) + r")(?P<tail>\w*)=")
@@ -91,7 +91,7 @@ def test_keyword_trie_matches_like_the_flat_alternation() -> None:
 
 
 def test_entropy_key_skip_trie_equals_the_case_insensitive_alternation() -> None:
-    from datakit.stages.pii.detectors import _ENTROPY_KEY_SKIP, _ENTROPY_KEY_SKIP_LOWER
+    from datakit.stages.scrub_pii.detectors import _ENTROPY_KEY_SKIP, _ENTROPY_KEY_SKIP_LOWER
 
     keys = ["api_key", "SHA256_SUM", "fileName", "my_TOKEN", "x", "Integrity", "revision_id", "secret",
             "DOCS_URL", "alphabetical", "mode", "model", "token_sha1", "kSecret"]

@@ -14,8 +14,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from datakit.stages.pii.scan import hyperscan_available, scan_batch
-from datakit.stages.pii.stage import ScrubPiiConfig, scrub_texts
+from datakit.stages.scrub_pii.scan import hyperscan_available, scan_batch
+from datakit.stages.scrub_pii.stage import ScrubPiiConfig, scrub_texts
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "pii_heldout" / "corpus.jsonl"
 DOCS = [json.loads(x) for x in CORPUS.read_text().splitlines()]

@@ -14,8 +14,8 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from datakit.stages.pii.detectors import BY_ENTITY
-from datakit.stages.pii.scan import HS_PREFILTERS, resolve_strategy, scan_batch
+from datakit.stages.scrub_pii.detectors import BY_ENTITY
+from datakit.stages.scrub_pii.scan import HS_PREFILTERS, resolve_strategy, scan_batch
 
 pytest.importorskip("hyperscan")
 
@@ -109,8 +109,8 @@ def test_split_literal_gates_ride_along_in_the_single_pass() -> None:
     import inspect
     import textwrap
 
-    from datakit.stages.pii import literals
-    from datakit.stages.pii.literals import GATE, GATE_CONT, find_split_secrets
+    from datakit.stages.scrub_pii import literals
+    from datakit.stages.scrub_pii.literals import GATE, GATE_CONT, find_split_secrets
 
     forms = ['t = ("ghp_R7kQ2mX9vL4pN8wZ"\r\n     "c3Tb6Yh1Jd5Fs0Gu2Ae4x1yZ")', 'k = "sk-proj-Qm7Xv2Lp9R\\\nt4Kw8Zb3Nc6Yh1Jd5Fs0Gu2Ae4Hi7Oj"',
              'k = "ghp_R7kQ2mX9vL4pN8wZ" +\n\n   \n  "c3Tb6Yh1Jd5Fs0Gu2Ae4x1yZ"', "é = 'ünï' + 'ghp_R7kQ2mX9vL4pN8wZ' 'c3Tb6Yh1Jd5Fs0Gu2Ae4x1yZ'"]
@@ -133,7 +133,7 @@ def test_split_literal_gates_ride_along_in_the_single_pass() -> None:
 
 def test_no_line_detector_left_is_not_a_hyperscan_error() -> None:
     """`entities: [private_key]`: the token-line recheck has no line detectors (hyperscan refuses 0 patterns)."""
-    from datakit.stages.pii.stage import ScrubPiiConfig
+    from datakit.stages.scrub_pii.stage import ScrubPiiConfig
 
     assert scan_batch(["x", None], (), strategy="hyperscan") == [[], []]
     pem = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun\n-----END RSA PRIVATE KEY-----"

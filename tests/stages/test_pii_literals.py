@@ -13,11 +13,11 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from datakit.contracts import TRAINING_RECORD_V1
-from datakit.stages.pii.detectors import BY_ENTITY
-from datakit.stages.pii.literals import GATE, GATE_CONT, find_split_secrets, scan_text_split
-from datakit.stages.pii.replace import Replacer
-from datakit.stages.pii.scan import scan_text
-from datakit.stages.pii.stage import ScrubFn, ScrubPiiConfig
+from datakit.stages.scrub_pii.detectors import BY_ENTITY
+from datakit.stages.scrub_pii.literals import GATE, GATE_CONT, find_split_secrets, scan_text_split
+from datakit.stages.scrub_pii.replace import Replacer
+from datakit.stages.scrub_pii.scan import scan_text
+from datakit.stages.scrub_pii.stage import ScrubFn, ScrubPiiConfig
 
 HARD = Path(__file__).resolve().parents[1] / "data" / "pii_hard_cases.jsonl"
 ALL_CASES = [json.loads(line) for line in HARD.read_text().splitlines() if line.strip()]
@@ -204,7 +204,7 @@ def test_known_limits_are_not_joined() -> None:
 
 
 def test_gated_path_equals_lexing_everything() -> None:
-    import datakit.stages.pii.scan as scan_mod
+    import datakit.stages.scrub_pii.scan as scan_mod
     import textwrap
 
     texts = [c["text"] for c in ALL_CASES] + [inspect.getsource(m) for m in (textwrap, scan_mod, ast, json)]
@@ -321,7 +321,7 @@ def test_candidate_rows_from_a_scanners_own_pass() -> None:
     """A scanner that already ran ROW_GATE/GATE_CONT may hand over its rows: same findings, no first pass."""
     import polars as pl
 
-    from datakit.stages.pii.literals import ROW_GATE
+    from datakit.stages.scrub_pii.literals import ROW_GATE
 
     texts = [c["text"] for c in ALL_CASES] + [None, "plain"]
     s = pl.Series(texts, dtype=pl.String)
@@ -346,10 +346,10 @@ def test_scan_takes_lists_arrow_arrays_and_chunked_arrays_alike() -> None:
          '         "c3Tb6Yh1Jd5Fs0Gu2Ae4")\n')
 def test_settling_line_merges_around_the_joined_lines_equals_rescanning_everything(text: str) -> None:
     """`settle_line_merges` rescans only the runs around lines a replacement joined: same as the whole text."""
-    from datakit.stages.pii.literals import merge_findings, settle_line_merges
+    from datakit.stages.scrub_pii.literals import merge_findings, settle_line_merges
 
     priority = {d.entity: d.priority for d in FN.detectors}
-    from datakit.stages.pii.scan import scan_batch
+    from datakit.stages.scrub_pii.scan import scan_batch
 
     base = scan_batch([text], FN.detectors, "python")
     split = find_split_secrets([text], FN.detectors, gated=False)
@@ -382,7 +382,7 @@ def test_a_quote_inside_a_replaced_value_does_not_hide_a_split_secret(strategy: 
 
 def test_windows_of_a_minified_line_grow_once() -> None:
     """Thousands of gate hits on one long line: same windows as growing each, without re-growing each."""
-    from datakit.stages.pii.literals import _grow, _windows_at
+    from datakit.stages.scrub_pii.literals import _grow, _windows_at
 
     line = 'x="ab"+"cd";' * 2000 + "\n" + 'k = ("ghp_R7kQ2mX9vL4pN8wZ"\n  "c3Tb6Yh1Jd5Fs0Gu2Ae4x1yZ")\n'
     ends = [m.end() for m in re.finditer(r'"\+"c|"\n  "c', line)]

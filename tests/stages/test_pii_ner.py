@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from datakit.contracts import TRAINING_RECORD_V1
-from datakit.stages.pii import presidio_bridge
-from datakit.stages.pii.presidio_bridge import installed_spacy_model, ner_analyzer, person_scanner, plausible_name
-from datakit.stages.pii.stage import ScrubPiiConfig
+from datakit.stages.scrub_pii import presidio_bridge
+from datakit.stages.scrub_pii.presidio_bridge import installed_spacy_model, ner_analyzer, person_scanner, plausible_name
+from datakit.stages.scrub_pii.stage import ScrubPiiConfig
 
 MODEL = installed_spacy_model()
 pytestmark = pytest.mark.skipif(MODEL is None, reason="no spaCy English pipeline installed")
@@ -129,7 +129,7 @@ def test_names_do_not_depend_on_batch_composition(fn) -> None:
 def test_only_paragraphs_that_could_hold_a_name_go_to_ner() -> None:
     """A name needs a capital that is not a sentence starter; such paragraphs are read with the paragraph
     before and after them (spaCy needs the context), the rest is skipped."""
-    from datakit.stages.pii.presidio_bridge import name_paragraphs
+    from datakit.stages.scrub_pii.presidio_bridge import name_paragraphs
 
     text = ("The fix is in. It works now.\n\n"          # only sentence starters, but next to a candidate
             "Ask Élodie about the parser.\n\n"         # a name (accented capital)

@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from datakit.stages.pii.detectors import DETECTORS
-from datakit.stages.pii.presidio_bridge import (
+from datakit.stages.scrub_pii.detectors import DETECTORS
+from datakit.stages.scrub_pii.presidio_bridge import (
     DatakitRecognizer,
     analyze_findings,
     offline_tldextract,
     pattern_only_analyzer,
     presidio_default_analyzer,
 )
-from datakit.stages.pii.scan import scan_batch
+from datakit.stages.scrub_pii.scan import scan_batch
 
 HARD = Path(__file__).resolve().parents[1] / "data" / "pii_hard_cases.jsonl"
 
@@ -66,7 +66,7 @@ recognizers:
 
 
 def test_stage_runs_a_teams_presidio_recognizer_file(tmp_path) -> None:
-    from datakit.stages.pii.stage import ScrubPiiConfig
+    from datakit.stages.scrub_pii.stage import ScrubPiiConfig
 
     (tmp_path / "recs.yaml").write_text(EXTRA_YAML)
     cfg = ScrubPiiConfig(ner="off", extra_recognizers="recs.yaml", policy={"employee_id": "placeholder"})

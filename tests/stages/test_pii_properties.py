@@ -7,9 +7,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from datakit.stages.pii.replace import Replacer
-from datakit.stages.pii.scan import scan_batch, scan_text
-from datakit.stages.pii.stage import ScrubFn, ScrubPiiConfig
+from datakit.stages.scrub_pii.replace import Replacer
+from datakit.stages.scrub_pii.scan import scan_batch, scan_text
+from datakit.stages.scrub_pii.stage import ScrubFn, ScrubPiiConfig
 
 HARD = Path(__file__).resolve().parents[1] / "data" / "pii_hard_cases.jsonl"
 FRAGMENTS = [json.loads(line)["text"] for line in HARD.read_text().splitlines() if line.strip()]

@@ -5,9 +5,9 @@ import ast
 
 import pytest
 
-from datakit.stages.pii.replace import PiiKeyError, Replacer, load_key
-from datakit.stages.pii.scan import scan_text
-from datakit.stages.pii.stage import ScrubPiiConfig, scrub_texts
+from datakit.stages.scrub_pii.replace import PiiKeyError, Replacer, load_key
+from datakit.stages.scrub_pii.scan import scan_text
+from datakit.stages.scrub_pii.stage import ScrubPiiConfig, scrub_texts
 
 CODE = '''import boto3
 

@@ -10,7 +10,7 @@ import pytest
 
 from datakit.contracts import TRAINING_RECORD_V1
 from datakit.stages.base import stage_class
-from datakit.stages.pii.stage import ScrubFn, ScrubPiiConfig
+from datakit.stages.scrub_pii.stage import ScrubFn, ScrubPiiConfig
 
 PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo\n-----END RSA PRIVATE KEY-----"
 SECRETS = ["jane@acme-corp.com", "AKIAIOSFODNN7EXAMPLE", "415-555-0132", "Tr0ub4dor&3"]
@@ -71,7 +71,7 @@ def test_sliced_batches_give_the_same_rows() -> None:
 
 def test_no_spacy_model_logs_once_and_runs(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     """Without a spaCy pipeline (simulated: one may be installed here) `ner: auto` runs pattern-only."""
-    from datakit.stages.pii import presidio_bridge
+    from datakit.stages.scrub_pii import presidio_bridge
 
     monkeypatch.setattr(presidio_bridge, "installed_spacy_model", lambda: None)
     monkeypatch.setattr(presidio_bridge, "_ner_warned", False)
@@ -86,7 +86,7 @@ def test_no_spacy_model_logs_once_and_runs(caplog: pytest.LogCaptureFixture, mon
 
 
 def test_ner_off_does_not_load_a_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    from datakit.stages.pii import presidio_bridge
+    from datakit.stages.scrub_pii import presidio_bridge
 
     def boom():
         raise AssertionError("ner: off must not look for a model")
@@ -140,8 +140,8 @@ def test_scan_of_a_chunked_array_hands_strings_to_ner_and_team_recognizers() -> 
     """Found in review: a ChunkedArray reached NER as Arrow scalars and a team's recognizers as Arrow."""
     import pyarrow as pa
 
-    from datakit.stages.pii.detectors import DETECTORS
-    from datakit.stages.pii.replace import Replacer
+    from datakit.stages.scrub_pii.detectors import DETECTORS
+    from datakit.stages.scrub_pii.replace import Replacer
 
     seen: dict[str, object] = {}
 
@@ -163,6 +163,6 @@ def test_scan_of_a_chunked_array_hands_strings_to_ner_and_team_recognizers() -> 
 
 
 def test_entropy_is_stable_at_thresholds() -> None:
-    from datakit.stages.pii.detectors import shannon_entropy
+    from datakit.stages.scrub_pii.detectors import shannon_entropy
 
     assert shannon_entropy("0123456789abcdef" * 6) == 4.0  # the table form gave 3.9999999999999996

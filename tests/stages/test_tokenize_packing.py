@@ -289,7 +289,7 @@ def test_tokenize_stage_from_yaml_with_relative_tokenizer(tmp_path, mixed_record
     assert m["tokenizer"]["sha256"] == load_tokenizer(TOKENIZER).sha256
     _, seqs, _ = read_megatron(tmp_path / "out" / "data" / "tokens-00000")
     assert len(seqs) == m["totals"]["documents"] == res.stages[0]["rows_out"] - m["totals"]["preference_pairs"]
-    from datakit.stages.tokenize.inspect import inspect_dataset
+    from datakit.cli.inspect import inspect_dataset
 
     shown = inspect_dataset(tmp_path / "out", sequences=2, max_chars=10_000)
     tok = load_tokenizer(TOKENIZER)

@@ -33,14 +33,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from datakit.plan import DROP, DROP_DETAIL, Rel
+from datakit.plan import DROP, DROP_DETAIL, METRICS, Rel
 from datakit.stages.base import CompileContext, StageConfig, register_stage
 from datakit.stages.dedup.lsh import band_hashes, optimal_param
 from datakit.stages.dedup.minhash import MAX_HASH, minhash_signatures
 from datakit.stages.dedup.text import exact_keys, record_texts
 from datakit.stages.dedup.verify import exact_jaccard, signature_jaccard
 
-METRICS = "_metrics"
 # internal column names (prefixed so they never clash with a record field)
 _KEY, _KEEP, _SIG, _BAND, _BUCKET, _MIN = "_dk_key", "_dk_keep", "_dk_sig", "_dk_band", "_dk_bucket", "_dk_min"
 _SIDE = {"exact": "_dk_text_src", "signature": "_dk_sig_src"}
@@ -106,6 +105,8 @@ class DedupConfig(StageConfig):
     minhash: MinHashConfig | None = None
     scope: Literal["kind", "all"] = Field("kind", description="compare records of the same kind only, or all")
     text_column: str | None = Field(None, description="dedup this string column instead of the record text")
+    history: bool | None = Field(None, description="append mode: also drop duplicates of documents kept in earlier "
+                                                   "snapshots (default there: true; docs/scheduling.md)")
 
     def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
         schema = rel.schema
@@ -116,10 +117,32 @@ class DedupConfig(StageConfig):
         if "doc_id" not in schema.names:
             raise ValueError("dedup: the input needs a doc_id column (the stable key of the kept record)")
         scope = "kind" if self.scope == "kind" and "kind" in schema.names else None
+        if self.history and ctx.history is None:
+            raise ValueError("history: true needs output mode: append (a dataset of snapshots)")
+        if ctx.history and self.history is not False:
+            rel = self._compile_history(rel, ctx, scope)
         if self.exact:
             rel = _compile_exact(rel, self.text_column, self.exact_normalize, scope)
         if self.minhash is not None:
             rel = _compile_near(rel, self.text_column, self.minhash, scope)
+        return rel
+
+    def _compile_history(self, rel: Rel, ctx: CompileContext, scope: str | None) -> Rel:
+        """Drop duplicates of the history's kept documents first (datakit.stages.dedup.history)."""
+        from datakit.stages.dedup import history as h
+
+        if self.exact:
+            files = h.history_files(ctx.history, "exact", self)
+            if files:
+                rel = h.compile_exact_history(rel, files, _ExactKeyFn(self.text_column, self.exact_normalize, scope))
+        if self.minhash is not None:
+            sigs, bands_f = h.history_files(ctx.history, "signatures", self), h.history_files(ctx.history, "bands", self)
+            if sigs and bands_f:
+                bands, rows = self.minhash.band_rows()
+                texts = h.history_files(ctx.history, "texts", self) if self.minhash.verify == "exact" else None
+                rel = h.compile_near_history(rel, sigs, bands_f, _SignatureFn(self.text_column, self.minhash, scope),
+                                             _BandFn(self.minhash.num_perm, bands, rows, scope),
+                                             self.minhash.num_perm, self.minhash.threshold, texts)
         return rel
 
 

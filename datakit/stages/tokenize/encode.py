@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import xxhash
 
 from datakit.plan import DROP, DROP_DETAIL
@@ -59,6 +60,8 @@ ENCODED_SCHEMA = pa.schema(
         ("prompt_ids", IDS),
         ("chosen_ids", IDS),
         ("rejected_ids", IDS),
+        # the record's source.language (null when unknown): lets the run report count tokens per language
+        ("language", pa.string()),
     ]
 )
 
@@ -221,6 +224,11 @@ def encode_table(table: pa.Table | pa.RecordBatch, tok: LoadedTokenizer, o: Enco
     # only what encoding reads: `source`/`meta` may be large and are never needed here
     cols = table.select([c for c in ("doc_id", "kind", "segments", "chosen", "rejected")
                          if c in table.column_names]).to_pydict()
+    if "source" in table.column_names and pa.types.is_struct(table.schema.field("source").type) \
+            and table.schema.field("source").type.get_field_index("language") >= 0:
+        language = pc.struct_field(table.column("source"), "language")
+    else:
+        language = pa.nulls(table.num_rows, pa.string())
     doc_ids: list[str] = cols["doc_id"]
     kinds: list[str] = cols["kind"]
     segments: list[Any] = cols.get("segments") or [None] * len(doc_ids)
@@ -338,6 +346,7 @@ def encode_table(table: pa.Table | pa.RecordBatch, tok: LoadedTokenizer, o: Enco
             "prompt_ids": pa.array(p_ids, IDS),
             "chosen_ids": pa.array(c_ids, IDS),
             "rejected_ids": pa.array(r_ids, IDS),
+            "language": language,
             DROP: pa.array(drop, pa.string()),
             DROP_DETAIL: pa.array(detail, pa.string()),
         }

@@ -53,6 +53,7 @@ import pyarrow.compute as pc
 
 from datakit.io.atomic import atomic_path
 from datakit.io.fs import filesystem
+from datakit.io.layout import data_file
 from datakit.io.sinks import write_parquet
 from datakit.plan import DROP, DROP_DETAIL, Rel
 from datakit.stages.tokenize.encode import ENCODED_SCHEMA, EncodeOptions, encode_table, shuffle_keys
@@ -140,13 +141,12 @@ def _encode_files(cols: dict[str, list], files: list[int], older: list[int], new
     def add(i: int, ids: list[int] | None, group: str | None, path: str | None, spec: list[str] | None,
             drop: str | None, detail: str | None) -> None:
         d = cols["doc_id"][i]
-        for k, v in (("doc_id", d), ("kind", cols["kind"][i]), ("n_tokens", len(ids) if ids else 0),
-                     ("fim_mode", None), ("input_ids", ids), ("loss_mask", [1] * len(ids) if ids else None),
-                     ("prompt", None), ("chosen", None), ("rejected", None), ("prompt_ids", None),
-                     ("chosen_ids", None), ("rejected_ids", None), (GROUP, group or d), (PATH, path),
-                     (IMPORTS, spec), (DROP, drop), (DROP_DETAIL, detail)):
-            rows[k].append(v)
-        rows["shuffle_key"].append(0)
+        row = {"doc_id": d, "kind": cols["kind"][i], "shuffle_key": 0, "n_tokens": len(ids) if ids else 0,
+               "input_ids": ids, "loss_mask": [1] * len(ids) if ids else None,
+               "language": (cols["source"][i] or {}).get("language"),
+               GROUP: group or d, PATH: path, IMPORTS: spec, DROP: drop, DROP_DETAIL: detail}
+        for k in rows:  # every other column of the encoded schema (preference ids, ...) is null here
+            rows[k].append(row.get(k))
 
     for j, i in enumerate(files):
         if not texts[j].strip():
@@ -261,9 +261,9 @@ def write_repository_shard(table: pa.Table, shard: int, out: str, o: dict[str, A
     n_seq = pieces.n_sequences
     # entry offsets inside each unit, for copying a piece [off, off+len) of a unit
     uoff = [np.cumsum([0] + [n for _, n in u["entries"]]) for u in units]
-    names = {"tokens": f"tokens-{shard:05d}.npy", "loss_mask": f"loss_mask-{shard:05d}.npy",
-             "segments": f"segments-{shard:05d}.npy", "seq_index": f"seq_index-{shard:05d}.npy",
-             "docs": f"docs-{shard:05d}.parquet", "repo_files": f"repo_files-{shard:05d}.parquet"}
+    names = {k: data_file(f"{k}-{shard:05d}.{ext}") for k, ext in (
+        ("tokens", "npy"), ("loss_mask", "npy"), ("segments", "npy"), ("seq_index", "npy"), ("docs", "parquet"),
+        ("repo_files", "parquet"))}
     seg_rows: list[tuple[int, int, int]] = []
     seq_index = np.zeros(n_seq + 1, dtype=np.int64)
     bounds = np.searchsorted(pieces.seq, np.arange(n_seq + 1))
@@ -357,7 +357,7 @@ def write_repository_shard(table: pa.Table, shard: int, out: str, o: dict[str, A
     if pref.num_rows:  # preference pairs are not packed: the same Parquet file as with the other packings
         from datakit.stages.tokenize.writers import _preference_table, shuffle_order
 
-        names_pref = f"preference-{shard:05d}.parquet"
+        names_pref = data_file(f"preference-{shard:05d}.parquet")
         write_parquet(_preference_table(pref.take(pa.array(shuffle_order(pref)))), f"{out}/{names_pref}")
         info["preference_file"], info["preference_pairs"] = names_pref, pref.num_rows
     info["files"] = sorted(list(names.values()) + ([info["preference_file"]] if pref.num_rows else []))

@@ -1,0 +1,303 @@
+"""The `datakit` command: run/explain pipelines, generate synthetic logs, check contamination, inspect output.
+
+Exit codes (scripts and CI gates rely on them): 0 success, 1 a check failed
+(e.g. contamination found), 2 usage or input error (bad pipeline file, missing
+input) with a one-line message on stderr, 3 the job itself failed.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="Turn AI-code-editor logs into training data: run pipelines, make synthetic logs, "
+                       "check eval contamination, inspect packed datasets.")
+
+log = logging.getLogger("datakit")
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    typer.echo(f"datakit: error: {msg}", err=True)
+    raise typer.Exit(code)
+
+
+def _print_stages(stages: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="per-stage counts")
+    for col in ("stage", "rows in", "rows out", "emitted", "dropped (by reason)", "s"):
+        t.add_column(col, justify="right" if col in ("rows in", "rows out", "emitted", "s") else "left")
+    for s in stages:
+        dropped = "\n".join(f"{k}={v}" for k, v in s["dropped"].items()) or "-"
+        t.add_row(s["name"], str(s["rows_in"]), str(s["rows_out"]), str(s.get("emitted", "")), dropped,
+                  f"{s['seconds']:.2f}")
+    Console(stderr=False, width=max(100, Console().width)).print(t)
+
+
+@app.command()
+def run(
+    pipeline: Path = typer.Argument(..., help="Pipeline YAML file (see pipelines/ and schemas/pipeline.v1.json)."),
+    engine: str = typer.Option("local", help="local (embedded, no JVM) or spark."),
+    master: Optional[str] = typer.Option(None, help="Spark master URL, e.g. local[4] or spark://host:7077."),
+    input: Optional[List[str]] = typer.Option(None, "--input", help="Override the pipeline's input path/glob (repeatable)."),
+    output: Optional[str] = typer.Option(None, "--output", help="Override the pipeline's output path."),
+    snapshot: Optional[str] = typer.Option(None, "--snapshot", help="output mode append: the snapshot this run writes "
+                                           "(default: the input's partition folder, e.g. dt=2026-11-02)."),
+    workers: Optional[int] = typer.Option(None, help="Local engine: worker processes (default: all cores)."),
+    partitions: Optional[int] = typer.Option(None, help="Spark engine: number of partitions."),
+    conf: Optional[List[str]] = typer.Option(None, "--conf", help="Spark setting KEY=VALUE (repeatable)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the run report as JSON instead of a table."),
+    report: bool = typer.Option(True, "--report/--no-report", help="Write OUTPUT/_report.html (plots of the run)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress and no table; warnings and errors only."),
+    log_format: str = typer.Option("text", "--log-format", help="text, or json: one JSON object per line "
+                                   "(progress with rows, rate and ETA) for schedulers."),
+) -> None:
+    """Run a pipeline file end to end and print per-stage counts (also written to OUTPUT/_run.json)."""
+    from datakit.engines import EngineOptionError
+    from datakit.io.fs import InputError
+    from datakit.pipeline import Pipeline, PipelineError
+    from datakit.quality.expect import QualityGateError
+
+    if log_format not in ("text", "json"):
+        _fail(f"unknown --log-format {log_format!r}; choose text or json")
+    from datakit.logs import configure
+
+    configure(log_format, quiet)  # type: ignore[arg-type]
+    try:
+        p = Pipeline.from_yaml(pipeline)
+        opts: dict = {}
+        if engine == "local":
+            opts["workers"] = workers
+        elif engine == "spark":
+            opts.update(master=master, partitions=partitions,
+                        conf=dict(c.split("=", 1) for c in (conf or [])))
+        else:
+            _fail(f"unknown engine {engine!r}; choose local or spark")
+        result = p.run(engine=engine, input=list(input) if input else None, output=output, report=report,
+                       snapshot=snapshot, **opts)
+    except (PipelineError, InputError, EngineOptionError) as e:
+        _fail(str(e))
+    except QualityGateError as e:  # an `error` expectation failed: nothing was published
+        _fail(str(e), 1)
+    except ImportError as e:
+        _fail(f"{e} (is the engine's package installed? `make venv` installs everything)")
+    except Exception as e:  # an engine/runtime failure: short message, detail in the log
+        if type(e).__name__ in ("EngineError", "SparkSetupError", "SparkJobError", "IndexBuildError", "StorageError",
+                                  "OutputBusyError", "StageOutputError"):
+            _fail(str(e), 3)
+        from datakit.io import storage
+
+        if storage.is_storage_error(e):  # raised outside any task that could name its path
+            where = output or ", ".join(input or []) or str(pipeline)
+            _fail(str(storage.describe(e, where, "read or write under")), 3)
+        raise
+    if json_out:
+        typer.echo(json.dumps({"output": result.output_path, "stages": result.stages}, indent=2))
+    elif quiet:
+        pass
+    elif log_format == "json":
+        log.info("run finished: %s rows to %s", result.manifest["rows"] if result.manifest else 0,
+                 result.output_path, extra={"progress": {"step": "run", "done": True, "seconds": round(result.seconds, 3),
+                                                        "stages": [{k: s[k] for k in ("name", "rows_in", "rows_out")}
+                                                                   for s in result.stages]}})
+    else:
+        _print_stages(result.stages)
+        timing = (result.extra or {}).get("timing")
+        took = (f"stages {result.seconds:.1f}s of {timing['total']:.1f}s total; compile "
+                f"{timing['parts']['compile']:.1f}s, numba kernels {timing['numba_compile']:.1f}s, see _run.json"
+                if timing else f"{result.seconds:.1f}s")
+        typer.echo(f"output: {result.output_path}  ({result.manifest['rows'] if result.manifest else 0} rows, {took})")
+        fb = (result.extra or {}).get("feedback")
+        if fb:  # reward summaries of a kto output: the first thing to look at before training on it
+            t = fb["total"]
+            typer.echo(f"rewards: {t['examples']} examples, acceptance {t['acceptance_rate']:.1%}, label rate "
+                       f"{t['label_rate']:.1%}, mean reward {t['mean_reward']:.3f}  ({fb['file']})")
+
+
+@app.command()
+def forget(
+    dataset: str = typer.Argument(..., help="An append-mode dataset (output mode: append)."),
+    optouts: List[str] = typer.Option(..., "--optouts", help="Deletion list file(s)/glob(s): user_id, org_id "
+                                      "and/or event_id columns (as for the forget stage; repeatable)."),
+    engine: str = typer.Option("local", help="local or spark."),
+    workers: Optional[int] = typer.Option(None, help="Local engine: worker processes."),
+) -> None:
+    """Apply a deletion list to every snapshot of a dataset and to its dedup state (docs/scheduling.md)."""
+    from datakit.io.fs import InputError
+    from datakit.forget_snapshots import forget as forget_snapshots
+    from datakit.pipeline import PipelineError
+
+    try:
+        removed = forget_snapshots(dataset, list(optouts), engine=engine,
+                                   **({"workers": workers} if engine == "local" else {}))
+    except (PipelineError, InputError) as e:
+        _fail(str(e))
+    except Exception as e:
+        if type(e).__name__ in ("EngineError", "SparkSetupError", "SparkJobError", "OutputBusyError", "StorageError"):
+            _fail(str(e), 3)
+        raise
+    for snap, n in removed.items():
+        typer.echo(f"{snap}: {n} record(s) removed")
+
+
+@app.command()
+def explain(
+    pipeline: Path = typer.Argument(..., help="Pipeline YAML file."),
+    input: Optional[List[str]] = typer.Option(None, "--input", help="Override the input path/glob."),
+    format: str = typer.Option("text", "--format", help="text (each node once, inputs by #id) or dot (Graphviz)."),
+) -> None:
+    """Print the logical plan a pipeline compiles to (nodes, stages, sink) without running it."""
+    if format not in ("text", "dot"):
+        _fail(f"unknown --format {format!r}; choose text or dot")
+    from datakit.io.fs import InputError
+    from datakit.pipeline import Pipeline, PipelineError
+
+    try:
+        typer.echo(Pipeline.from_yaml(pipeline).explain(format, input_override=list(input) if input else None))
+    except (PipelineError, InputError) as e:
+        _fail(str(e))
+
+
+@app.command()
+def synth(
+    out_dir: Path = typer.Argument(..., help="Folder to write dt=YYYY-MM-DD/part-*.jsonl.zst logs into."),
+    events: int = typer.Option(1000, help="Number of events (100 to millions; streamed)."),
+    seed: int = typer.Option(0, help="Seed: same seed, byte-identical files."),
+    days: int = typer.Option(3, help="Days of activity (one dt=YYYY-MM-DD folder each)."),
+    start_date: str = typer.Option("2026-11-01", help="First day, YYYY-MM-DD."),
+    rows_per_part: int = typer.Option(100_000, help="Events per part file before a new one starts."),
+    repositories: int = typer.Option(0, help="Multi-file repository projects (imports, feedback ground truth) on top."),
+) -> None:
+    """Generate realistic synthetic editor logs with planted duplicates, PII, leaks and bad lines.
+
+    Writes OUT_DIR/dt=*/part-*.jsonl.zst, optouts.parquet, and the ground truth
+    _ground_truth.jsonl (schemas/synth_ground_truth.v1.json) that tests score against.
+    """
+    from datakit import synth as synth_mod
+
+    summary = synth_mod.generate(str(out_dir), events=events, seed=seed, days=days, start_date=start_date,
+                                 rows_per_part=rows_per_part, repositories=repositories)
+    typer.echo(json.dumps(summary, indent=2, default=str))
+
+
+@app.command()
+def validate(
+    path: str = typer.Argument(..., help="A committed datakit output (folder or URL with manifest.json)."),
+    suite: Optional[List[str]] = typer.Option(None, "--suite", help="Suite name from quality/ (repeatable; "
+                                              "default: the suites of the output's last stage)."),
+    engine: str = typer.Option("local", help="local or spark: where the checks run (per shard/partition)."),
+    master: Optional[str] = typer.Option(None, help="Spark master URL."),
+    workers: Optional[int] = typer.Option(None, help="Local engine: worker processes."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the results as JSON here."),
+) -> None:
+    """Run quality suites on an existing dataset. Exit 0 all pass, 1 a check failed, 2 usage/input error."""
+    from datakit.quality.expect import failure_line
+    from datakit.quality.gx import list_suites
+    from datakit.quality.validate import validate_path
+
+    known = list_suites()
+    for name in suite or []:
+        if name not in known:
+            _fail(f"no quality suite {name!r}; known: {', '.join(known)}")
+    if engine not in ("local", "spark"):
+        _fail(f"unknown engine {engine!r}; choose local or spark")
+    opts = {"workers": workers} if engine == "local" else {"master": master}
+    from datakit.io.fs import InputError
+
+    try:
+        res = validate_path(path, list(suite) if suite else None, engine, **opts)
+    except (FileNotFoundError, InputError, ValueError) as e:
+        _fail(str(e.args[0] if e.args else e))
+    if not res["results"]:
+        _fail(f"{path}: no suite applies (name one with --suite; known: {', '.join(known)})")
+    if json_out:
+        json_out.write_text(json.dumps(res, indent=2))
+    for r in res["results"]:
+        status = "ok  " if r["success"] else ("FAIL" if r["severity"] == "error" else "warn")
+        cols = ", ".join(str(r[k]) for k in ("column", "column_A", "column_B") if k in r)
+        typer.echo(f"{status} {r.get('suite', '')}: {r['type']}({cols}) {r['unexpected']}/{r['rows']}")
+    for r in res["results"]:
+        if not r["success"] and r["severity"] == "error":
+            typer.echo(failure_line("validate", r).replace("quality gate failed at stage 'validate'", "datakit: check failed"),
+                       err=True)
+    typer.echo(f"{'passed' if res['success'] else 'FAILED'}: {len(res['results'])} checks of "
+               f"{', '.join(res['suites'])} on {res['rows']} rows")
+    raise typer.Exit(0 if res["success"] else 1)
+
+
+@app.command()
+def diff(
+    a: str = typer.Argument(..., help="First output (the baseline)."),
+    b: str = typer.Argument(..., help="Second output."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the full diff as JSON here."),
+    html_out: Optional[Path] = typer.Option(None, "--html", help="Write the diff as a self-contained HTML page."),
+) -> None:
+    """Compare two outputs: config, per-stage counts, documents, token mix. Exit 0 same data, 1 differs, 2 error."""
+    from datakit.quality.diff import diff as run_diff, summary_lines, to_html
+
+    try:
+        d = run_diff(a, b)
+    except FileNotFoundError as e:
+        _fail(e.args[0] if e.args else str(e))
+    for line in summary_lines(d):
+        typer.echo(line)
+    if json_out:
+        json_out.write_text(json.dumps(d, indent=2))
+    if html_out:
+        html_out.write_text(to_html(d))
+    raise typer.Exit(0 if d["verdict"] == "same data" else 1)
+
+
+@app.command()
+def report(path: str = typer.Argument(..., help="A datakit output with _run.json.")) -> None:
+    """(Re)write PATH/_report.html from PATH/_run.json and manifest.json."""
+    from datakit.quality.report import write_report
+
+    try:
+        typer.echo(write_report(path))
+    except FileNotFoundError as e:
+        _fail(e.args[0] if e.args else str(e))
+
+
+@app.command()
+def warmup() -> None:
+    """Compile every numba kernel once into this installation's cache (run after install, in an image
+    build or before venv-pack), so later processes start without compiling. See datakit/jit.py."""
+    from datakit.cli.warmup import warm_up
+
+    info = warm_up()
+    typer.echo(f"kernels ready: {info['compile_seconds']:.1f}s of compilation in {info['seconds']:.1f}s")
+
+
+def _register_optional_commands() -> None:
+    """Commands that live with their capability (decontamination, packed datasets)."""
+    try:
+        from datakit.cli.contamination import build_index_command, contamination_check, evals_app
+    except ImportError:
+        pass
+    else:
+        app.command("contamination-check")(contamination_check)
+        app.command("build-index")(build_index_command)
+        app.add_typer(evals_app, name="evals")
+    try:
+        from datakit.cli.inspect import inspect_command
+    except ImportError:
+        pass
+    else:
+        app.command("inspect")(inspect_command)
+
+
+_register_optional_commands()
+
+
+def main() -> None:
+    from datakit.logs import configure
+
+    configure("text", quiet=False)  # commands with --quiet / --log-format reconfigure
+    app()
+

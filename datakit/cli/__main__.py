@@ -1,0 +1,4 @@
+"""`python -m datakit.cli ...` is the `datakit` command."""
+from datakit.cli import main
+
+main()

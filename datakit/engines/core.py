@@ -1,0 +1,202 @@
+"""What every engine must do the same way, in one place.
+
+Why a shared core: byte-identical output across engines used to rest on
+hand-synchronised copies (conforming, drop/metrics extraction, the shard count,
+the run report). Each copy was one edit away from diverging. An engine file
+now holds only what is specific to how it moves data; everything that decides
+*what* the bytes and counts are lives here and is called by both.
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from datakit.accounting import count_drops, sum_metrics
+from datakit.engines.contract import conform_output
+from datakit.io import identity, sinks
+from datakit.io.atomic import write_json_atomic
+from datakit.io.fs import filesystem
+from datakit.plan import DROP, DROP_DETAIL, METRICS, Plan, SinkSpec
+
+__all__ = ["METRICS", "QUARANTINE_SCHEMA", "DROPLOG_SCHEMA", "SIDE_OUTPUTS", "RunResult", "MapOutput",
+           "conform", "apply_map", "shard_count", "resolve_sink", "write_side_output", "commit_run",
+           "remove_if_empty"]
+
+QUARANTINE_SCHEMA = pa.schema([
+    ("stage", pa.string()), ("reason", pa.string()), ("detail", pa.string()),
+    ("source_file", pa.string()), ("source_line", pa.int64()), ("raw", pa.binary()),
+])
+DROPLOG_SCHEMA = pa.schema([("stage", pa.string()), ("key", pa.string()), ("reason", pa.string()),
+                            ("detail", pa.string())])
+# side output -> (folder under the output, schema); rows are sorted by every column in schema order
+SIDE_OUTPUTS: dict[str, tuple[str, pa.Schema]] = {
+    "quarantine": ("_quarantine", QUARANTINE_SCHEMA),
+    "droplog": ("_dropped", DROPLOG_SCHEMA),
+}
+DEFAULT_ROWS_PER_SHARD = 100_000
+
+
+@dataclass
+class RunResult:
+    """What `engine.execute` returns: per-stage accounting plus where things went."""
+
+    output_path: str | None
+    stages: list[dict[str, Any]]
+    manifest: dict[str, Any] | None
+    seconds: float
+    engine: str = "local"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def stage(self, name: str) -> dict[str, Any]:
+        for s in self.stages:
+            if s["name"] == name:
+                return s
+        raise KeyError(name)
+
+
+def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """Select and cast a batch to `schema` (polars/Spark hand back large_string etc.; we want the contract types).
+
+    Columns not in the schema are dropped (a Parquet input may carry extra fields);
+    missing nullable columns become nulls.
+    """
+    cols = []
+    for f in schema:
+        if f.name in batch.schema.names:
+            col = batch.column(f.name)
+            cols.append(col if col.type == f.type else col.cast(f.type))
+        else:
+            cols.append(pa.nulls(batch.num_rows, f.type))
+    return pa.RecordBatch.from_arrays(cols, schema=pa.schema(list(schema)))
+
+
+@dataclass
+class MapOutput:
+    """One `MapBatches` call, split: kept rows (conformed), dropped rows (as the fn returned them), counts."""
+
+    kept: pa.RecordBatch
+    dropped: pa.RecordBatch | None
+    drops: Counter
+    metrics: Counter
+
+
+def apply_map(fn: Callable, batch: pa.RecordBatch, schema: pa.Schema, stage: str, op: str) -> MapOutput:
+    """Run a stage function and apply the accounting contract of `datakit.plan` (`_drop`, `_metrics`).
+
+    The kept rows must match the declared `schema` (`engines/contract.py`): a batch off it is a
+    stage bug and fails the run naming `stage` and `op`, instead of being filled with nulls."""
+    out = fn(batch)
+    if isinstance(out, pa.Table):
+        out = out.combine_chunks().to_batches()[0] if out.num_rows else pa.RecordBatch.from_pylist([], schema=out.schema)
+    names = out.schema.names
+    metrics = sum_metrics(out.column(METRICS)) if METRICS in names else Counter()
+    dropped, drops = None, Counter()
+    if DROP in names:
+        drop_col = out.column(DROP)
+        if drop_col.null_count != len(drop_col):
+            keep = pc.is_null(drop_col)
+            dropped = out.filter(pc.invert(keep))
+            drops = count_drops(dropped)
+            out = out.filter(keep)
+    return MapOutput(conform_output(out, schema, stage, op), dropped, drops, metrics)
+
+
+def quarantine_rows(stage: str, rows: pa.RecordBatch) -> pa.RecordBatch:
+    """Dropped rows of a quarantining op as QUARANTINE_SCHEMA rows."""
+    return _side_rows(rows, QUARANTINE_SCHEMA, stage, {"reason": DROP, "detail": DROP_DETAIL,
+                                                         "source_file": "_source_file",
+                                                         "source_line": "_source_line", "raw": "_raw"})
+
+
+def droplog_rows(stage: str, key: str, rows: pa.RecordBatch) -> pa.RecordBatch:
+    """Dropped rows of a drop-logging op as DROPLOG_SCHEMA rows (`key` is the row's id column)."""
+    return _side_rows(rows, DROPLOG_SCHEMA, stage, {"key": key, "reason": DROP, "detail": DROP_DETAIL})
+
+
+def _side_rows(rows: pa.RecordBatch, schema: pa.Schema, stage: str, source: dict[str, str]) -> pa.RecordBatch:
+    n, names = rows.num_rows, rows.schema.names
+    cols = [pa.array([stage] * n, pa.string())]
+    for f in list(schema)[1:]:
+        name = source[f.name]
+        cols.append(rows.column(name).cast(f.type) if name in names else pa.nulls(n, f.type))
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def write_side_output(table: pa.Table | None, out: str, side: str) -> None:
+    """Write one side output (`quarantine` / `droplog`) as one file, sorted by all its columns.
+
+    Sorting by every column makes ties impossible, so neither arrival order nor
+    partitioning can change a byte. No rows (`None`): an earlier run's file is
+    removed, so it cannot pass for this run's.
+    """
+    folder, schema = SIDE_OUTPUTS[side]
+    if table is None:
+        _remove_stale(f"{out.rstrip('/')}/{folder}/part-00000.parquet")
+        return
+    table = table.select(schema.names).cast(schema)
+    idx = pc.sort_indices(table, sort_keys=[(c, "ascending") for c in schema.names])
+    sinks.write_parquet(table.take(idx).combine_chunks(), f"{out.rstrip('/')}/{folder}/part-00000.parquet")
+
+
+def shard_count(spec: SinkSpec, rows: int) -> int:
+    """The sink's shard count: the configured number, or for "auto" (0) one per `rows_per_shard` rows."""
+    if isinstance(spec.shards, int) and spec.shards > 0:
+        return spec.shards
+    per = int(spec.options.get("rows_per_shard", DEFAULT_ROWS_PER_SHARD))
+    return max(1, -(-rows // per))
+
+
+def resolve_sink(spec: SinkSpec, rows: int) -> SinkSpec:
+    """`spec` with its shard count fixed (what writers and the manifest see)."""
+    return SinkSpec(**{**spec.__dict__, "shards": shard_count(spec, rows)})
+
+
+def commit_run(plan: Plan, inputs: list[dict[str, Any]], spec: SinkSpec, infos: list[dict[str, Any]], stages: list[dict[str, Any]],
+               seconds: float, engine: str, reused_tasks: int, runtime: dict[str, Any]) -> dict[str, Any]:
+    """Commit the manifest and write `_run.json`; the same shape on every engine.
+
+    `inputs` are the run's input files (`io.identity.input_files`), recorded in the manifest;
+    `runtime` holds what only that engine knows (local: workers; Spark: master,
+    partitions, log file); every other key is common. Returns the manifest.
+    """
+    manifest = sinks.commit(spec, infos, identity.manifest_fields(plan, inputs))
+    run = {
+        "run_report_version": 1,
+        "engine": engine,
+        "pipeline": plan.config,
+        "pipeline_hash": plan.config_hash,
+        "stages": stages,
+        "output": {"path": spec.path, "format": spec.format, "shards": spec.shards, "rows": manifest["rows"],
+                   "reused_shards": reused_shards(infos)},
+        "resume": {"reused_tasks": reused_tasks},
+        "runtime": runtime,
+        "seconds": round(seconds, 3),
+    }
+    write_json_atomic(f"{spec.path.rstrip('/')}/_run.json", run)
+    return manifest
+
+
+def reused_shards(infos: list[dict[str, Any]]) -> int:
+    return sum(1 for i in infos if i.get("reused"))
+
+
+def remove_if_empty(path: str) -> None:
+    """Remove a folder we may have created (work or checkpoint root) if nothing else is in it."""
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+def _remove_stale(url: str) -> None:
+    fs, p = filesystem(url)
+    try:
+        if fs.exists(p):
+            fs.rm(p)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,15 @@
+"""The embedded engine (pyarrow + polars + a process pool), one module per concern.
+
+- `engine.py`     the driver: walks the plan, fuses chains, materializes, runs barriers, sink, commit
+- `scheduler.py`  worker count (small-input rule) and mapping tasks over the kept pool
+- `chain.py`      the worker side: one fused chain over one partition, spilled, with its counters
+- `spill.py`      partitions and spill files (Parquet parts, Arrow IPC shard streams)
+- `barriers.py`   polars joins/aggregates and scipy connected components over spilled parts
+- `broadcast.py`  the per-process cache of broadcast-join right sides
+- `memory.py`     malloc_trim after each batch (bounded RSS on long streams)
+"""
+from datakit.engines.local.barriers import connected_components_table
+from datakit.engines.local.engine import LocalEngine
+from datakit.engines.local.scheduler import EngineError
+
+__all__ = ["LocalEngine", "EngineError", "connected_components_table"]

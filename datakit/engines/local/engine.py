@@ -1,0 +1,321 @@
+"""The embedded engine: pyarrow + polars, a process pool over input files, spill to Parquet.
+
+How it runs a plan (and why):
+
+* Consecutive row-local nodes (`MapBatches`) are *fused* into one chain and run
+  per partition (an input file or a spilled part) in a process pool, streaming
+  Arrow batches, so memory is bounded by a batch, not by the data.
+* A node whose output is used twice, and every barrier input (`Join`,
+  `Aggregate`, `ConnectedComponents`), is *materialized* to Parquet parts in the
+  work folder, so no node runs (and counts its drops) twice.
+* Barriers run in polars' streaming engine (joins, group-bys) or scipy's
+  sparse connected components, over the spilled parts.
+* The sink shuffles rows into shard spill files by `shard_ids(key)`; then each
+  shard is sorted and written by `datakit.io.sinks.write_shard` — the same
+  function the Spark engine calls, which is what makes the bytes identical.
+* Resume: every partition task writes `part-N.parquet` and then `part-N.done.json`
+  (its counters and an input fingerprint). A rerun reuses finished parts whose
+  input fingerprint matches — with their counters, so accounting is the same as
+  in a clean run.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from datakit.accounting import NodeStats, stage_report
+from datakit.engines.core import (RunResult, commit_run, remove_if_empty, resolve_sink, reused_shards,
+                                  write_side_output)
+from datakit.engines.local import scheduler
+from datakit.engines.local.barriers import barrier_query
+from datakit.engines.local.broadcast import clear_broadcast_cache
+from datakit.engines.local.chain import ChainTask, fusible, run_chain, write_one_shard
+from datakit.engines.local.spill import SPILL_ROW_GROUP, Partition
+from datakit.io import identity, publish, storage, tempwork
+from datakit.io.atomic import sha256_file
+from datakit.plan import Join, MapBatches, Node, Plan, Source
+from datakit.workers import drop_pool, usable_cpus
+
+
+class LocalEngine:
+    """Execute a `Plan` on this machine. `workers=1` runs in-process (handy in notebooks/tests).
+
+    `workers=None` (the default): all cores, except for small local inputs
+    (< SMALL_INPUT_BYTES), which run in-process: the pool would cost more than it saves.
+    """
+
+    name = "local"
+
+    def __init__(self, workers: int | None = None, work_dir: str | None = None, progress: bool | None = None,
+                 keep_work: bool = False) -> None:
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+            raise ValueError(f"workers must be a positive number (got {workers!r}); leave it unset for all cores")
+        self.workers = max(1, workers or usable_cpus())
+        self._auto_workers = workers is None
+        self._all_workers = self.workers
+        self.work_dir = work_dir
+        self.progress = progress
+        self.keep_work = keep_work
+
+    # -- public
+    def execute(self, plan: Plan) -> RunResult:
+        import multiprocessing
+
+        if getattr(multiprocessing.current_process(), "_inheriting", False):
+            # a spawned worker is importing the user's script, which runs the pipeline at top level
+            raise RuntimeError("datakit: a worker process imported your script and it started a pipeline; "
+                               "put the run under `if __name__ == \"__main__\":` (worker processes are spawned)")
+        if plan.sink is None:
+            return self._execute(plan)
+        with publish.output_lock(plan.sink.path):  # one writer per folder; preflight of the path
+            return self._execute(plan)
+
+    def _execute(self, plan: Plan) -> RunResult:
+        t0 = time.perf_counter()
+        self.workers = self._all_workers
+        clear_broadcast_cache()
+        if self._auto_workers:
+            self.workers = scheduler.workers_for(plan, self.workers)
+        self._plan = plan
+        self._stats: dict[int, NodeStats] = defaultdict(NodeStats)
+        self._rows: dict[int, int] = {}
+        self._materialized: dict[int, list[Partition]] = {}
+        order = plan.nodes()
+        self._index = {n.id: i for i, n in enumerate(order)}
+        consumers: Counter = Counter(i.id for n in order for i in n.inputs)
+        self._shared = {nid for nid, c in consumers.items() if c > 1}
+        self._inputs = identity.input_files(plan.input_files())
+        if plan.sink is not None:
+            publish.retract(plan.sink.path)  # readers see no dataset until the new one is committed
+        work = self._work_root(plan)
+        self._work = work
+        self._aux = f"{work}/aux"
+        os.makedirs(self._aux, exist_ok=True)
+        self._reused = 0
+        self._sink_parts = None
+        where = plan.sink.path if plan.sink is not None else "the input"
+        try:
+            if plan.sink is None:
+                self._materialize(plan.root)
+                out = None
+            else:
+                out = self._sink(plan)
+            manifest = None
+        except Exception as e:
+            # a failed task may leave workers mid-job: start fresh next time, and let tasks that are
+            # still running finish first, so a rerun (resume) never races them in the work folder
+            drop_pool(self.workers, wait=True)
+            tempwork.discard(self._temp_root)
+            if storage.is_storage_error(e):
+                raise storage.describe(e, where, "read or write under") from None
+            raise
+        except BaseException:  # Ctrl-C: the workers got it too; do not wait on them
+            drop_pool(self.workers)
+            tempwork.discard(self._temp_root)
+            raise
+        stages = stage_report(plan, self._stats, self._rows)
+        seconds = time.perf_counter() - t0
+        if plan.sink is not None:
+            try:
+                self._write_aux_outputs(plan.sink.path)
+                publish.sweep(plan.sink.path)  # temp files of interrupted earlier writes
+                manifest = self._commit(plan, stages, seconds)
+            except Exception as e:
+                tempwork.discard(self._temp_root)
+                if storage.is_storage_error(e):
+                    raise storage.describe(e, where, "write the outputs under") from None
+                raise
+        if not self.keep_work:  # (a run without a sink used a temp folder: nothing in it is kept either)
+            shutil.rmtree(work, ignore_errors=True)
+            remove_if_empty(str(Path(work).parent))
+            tempwork.discard(self._temp_root)
+            if plan.sink is not None and not self.work_dir:
+                publish.remove_work(plan.sink.path)  # work folders of earlier runs with another identity
+        return RunResult(output_path=out, stages=stages, manifest=manifest, seconds=seconds,
+                         extra={"reused_tasks": self._reused, "workers": self.workers,
+                                "reused_shards": reused_shards(getattr(self, "_sink_infos", []))})
+
+    # -- work folder
+    def _work_root(self, plan: Plan) -> str:
+        """The work folder, named by the full run identity (config hash + input files with sizes and
+        mtimes + output), so a rerun of the same run finds its finished tasks and a run over other
+        input never picks up another run's parts or quarantine rows.
+
+        Where: `<out>/_work/` for a local output. For an object-store output the workers' spills go
+        to a temp folder of this run (io/tempwork.py); a rerun then reuses the finished *shards*,
+        whose sidecars live under the output prefix."""
+        rid = identity.run_id(plan.config_hash, self._inputs, plan.sink.path if plan.sink else None)
+        self._temp_root = None
+        if self.work_dir:
+            root = self.work_dir
+        elif plan.sink is not None and "://" not in plan.sink.path:
+            root = str(Path(plan.sink.path) / "_work")
+        else:  # removed on failure too; a killed run's folder goes at the next run (io/tempwork.py)
+            root = self._temp_root = tempwork.make()
+        path = f"{root}/{rid[:16]}"
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    # -- scheduling
+    def _map(self, fn: Callable, items: list, what: str, label: str | None = None) -> list:
+        return scheduler.run_tasks(fn, items, what, self.workers, self.progress, f"{self._work}/_beats", label)
+
+    def _chain_of(self, node: Node) -> tuple[Node, list[Node]]:
+        """Walk down fusible nodes (MapBatches, broadcast joins) to the base node (a Source,
+        barrier or shared node). A broadcast join streams its big (left) side through the chain
+        against the small right side held in memory, so the big side is never shuffled or spilled."""
+        ops: list[Node] = []
+        cur = node
+        while fusible(cur) and (cur is node or cur.id not in self._shared):
+            ops.append(cur)
+            cur = cur.input if isinstance(cur, MapBatches) else cur.left
+        ops.reverse()
+        return cur, ops
+
+    def _broadcast_tables(self, ops: list[Node]) -> dict[int, str]:
+        """Materialize each broadcast join's right side into one Parquet file the workers load once."""
+        out = {}
+        for op in ops:
+            if isinstance(op, Join):
+                parts = self._materialize(op.right)
+                path = f"{self._work}/broadcast-n{self._index[op.id]:03d}.parquet"
+                files = list(dict.fromkeys(p.url for p in parts))
+                table = (pa.concat_tables([pq.read_table(f) for f in files]) if files
+                         else op.right.schema.empty_table())
+                pq.write_table(table, path)
+                out[op.id] = path
+        return out
+
+    def _partitions(self, base: Node) -> list[Partition]:
+        if isinstance(base, Source):
+            if base.id not in self._rows:
+                self._rows[base.id] = 0  # filled by chain results (counted while streaming)
+            kind = "jsonl" if base.format == "jsonl" else "parquet"
+            return [Partition(kind, u, base.schema if kind == "parquet" else None) for u in base.paths]
+        return self._materialize(base)
+
+    def _run_chain(self, node: Node, shards: int = 0, shard_key: str = "", name: str | None = None) -> list[dict[str, Any]]:
+        base, ops = self._chain_of(node)
+        parts = self._partitions(base)
+        seg = name or f"n{self._index[node.id]:03d}"
+        out_dir = f"{self._work}/{seg}"
+        os.makedirs(out_dir, exist_ok=True)
+        bcast = self._broadcast_tables(ops)
+        tasks = [ChainTask(p, ops, out_dir, f"part-{i:05d}", [o.id for o in ops], shards, shard_key, self._aux, bcast)
+                 for i, p in enumerate(parts)]
+        stages = list(dict.fromkeys(o.stage for o in ops if ":" not in o.stage and o.stage != "input")) or [node.stage]
+        results = self._map(run_chain, tasks, f"{seg}: {' > '.join(getattr(o, 'name', 'join') for o in ops) or 'read'}",
+                            label=f"{', '.join(stages)}{' -> shards' if shards else ''}")
+        self._reused += sum(1 for r in results if r.get("reused"))
+        if isinstance(base, Source):
+            self._rows[base.id] = sum(r["base_rows"] for r in results)
+        for r in results:
+            for k, v in r["stats"].items():
+                self._stats[int(k)].merge(NodeStats.from_json(v))
+        for op in ops:
+            self._rows[op.id] = self._stats[op.id].rows_out
+        if not ops:
+            self._rows[node.id] = sum(r["base_rows"] for r in results)
+        return results
+
+    def _materialize(self, node: Node) -> list[Partition]:
+        if node.id in self._materialized:
+            return self._materialized[node.id]
+        if isinstance(node, (MapBatches, Source)) or fusible(node):
+            results = self._run_chain(node)
+            parts = [Partition("spill", f, node.schema, digest=r.get("digests", {}).get(f))
+                     for r in results for f in r["files"]]
+        else:
+            for i in node.inputs:  # inputs first, so the barrier's seconds are its own work only
+                self._materialize(i)
+            t0 = time.perf_counter()
+            parts = self._barrier(node)
+            self._stats[node.id].seconds += time.perf_counter() - t0
+        self._materialized[node.id] = parts
+        return parts
+
+    # -- barriers (polars / scipy over spilled parts)
+    def _lazy(self, node: Node) -> pl.LazyFrame:
+        parts = self._materialize(node)
+        files = list(dict.fromkeys(p.url for p in parts))
+        if not files:
+            return pl.from_arrow(node.schema.empty_table()).lazy()
+        return pl.scan_parquet(files)
+
+    def _spill_polars(self, lf: pl.LazyFrame, node: Node) -> list[Partition]:
+        """Stream a polars query to one Parquet file, then split it into row-group partitions
+        so the next fused chain runs in parallel without the result ever being in memory whole."""
+        out_dir = f"{self._work}/n{self._index[node.id]:03d}"
+        if os.path.isdir(out_dir):
+            shutil.rmtree(out_dir)
+        os.makedirs(out_dir, exist_ok=True)
+        path = f"{out_dir}/result.parquet"
+        lf.sink_parquet(path, row_group_size=SPILL_ROW_GROUP, compression="zstd")
+        meta = pq.ParquetFile(path).metadata
+        self._rows[node.id] = meta.num_rows
+        groups = meta.num_row_groups
+        n_parts = max(1, min(self.workers * 2, groups))
+        bounds = np.linspace(0, groups, n_parts + 1).astype(int)
+        digest = sha256_file(path)  # once here, not once per row-group partition in every task
+        return [Partition("spill", path, node.schema, (int(a), int(b)), digest)
+                for a, b in zip(bounds[:-1], bounds[1:]) if b > a] or [Partition("spill", path, node.schema, (0, 0), digest)]
+
+    def _barrier(self, node: Node) -> list[Partition]:
+        parts = self._spill_polars(barrier_query(node, self._lazy), node)
+        if isinstance(node, Join):
+            rows_in = self._rows[node.left.id]
+            st = self._stats[node.id]
+            st.rows_in += rows_in
+            st.rows_out += self._rows[node.id]
+            if node.how == "anti":
+                st.dropped[node.reason] += rows_in - self._rows[node.id]
+        return parts
+
+    # -- sink and commit
+    def _sink(self, plan: Plan) -> str:
+        spec = plan.sink
+        rows = 0
+        if not (isinstance(spec.shards, int) and spec.shards > 0):
+            # "auto": from the row count of the final relation, so materialize it first
+            self._sink_parts = self._materialize(plan.root)
+            rows = self._rows[plan.root.id]
+        resolved = resolve_sink(spec, rows)
+        shards, key = resolved.shards, spec.key
+        if self._sink_parts is not None:
+            # already materialized for the row count: shuffle the spilled parts into shards
+            tasks = [ChainTask(p, [], f"{self._work}/sink", f"part-{i:05d}", [], shards, key, self._aux)
+                     for i, p in enumerate(self._sink_parts)]
+            os.makedirs(f"{self._work}/sink", exist_ok=True)
+            results = self._map(run_chain, tasks, "shuffle")
+            self._reused += sum(1 for r in results if r.get("reused"))
+        else:
+            results = self._run_chain(plan.root, shards=shards, shard_key=key, name="sink")
+        by_shard: dict[int, list[str]] = defaultdict(list)
+        for r in results:
+            for s, f in r["shard_files"].items():
+                by_shard[int(s)].append(f)
+        infos = self._map(write_one_shard, [(sorted(by_shard.get(s, [])), s, resolved, plan.root.schema)
+                                            for s in range(shards)], "write shards")
+        self._sink_infos = infos
+        self._resolved_spec = resolved
+        return spec.path
+
+    def _write_aux_outputs(self, out: str) -> None:
+        """Gather the tasks' quarantine and drop-log parts into `_quarantine/` and `_dropped/`."""
+        for side in ("quarantine", "droplog"):
+            files = sorted(Path(self._aux).glob(f"{side}-*.parquet"))
+            write_side_output(pa.concat_tables([pq.read_table(f) for f in files]) if files else None, out, side)
+
+    def _commit(self, plan: Plan, stages: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
+        return commit_run(plan, self._inputs, self._resolved_spec, self._sink_infos, stages, seconds,
+                          engine=self.name, reused_tasks=self._reused, runtime={"workers": self.workers})
+

@@ -1,0 +1,124 @@
+"""Scheduling: how many processes a run uses and how tasks are mapped over them."""
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, Callable
+
+from datakit import progress, watchdog
+from datakit.io import storage
+from datakit.plan import Plan, Source
+
+log = logging.getLogger("datakit.engine.local")
+
+class EngineError(RuntimeError):
+    """The job failed for a reason that is not the user's input (a worker died); the CLI exits 3."""
+
+
+# Below this much input (compressed files and Parquet counted at ~5x their size on disk) a 2-core run
+# stays in this process unless `workers` is given: spawning a pool and importing pyarrow/polars/numba/
+# spaCy in each worker costs ~3 s, more than a second core saves on it (measured on the quickstart
+# pipeline, 2 cores: 3k events (2 MB .zst) 7.9 s in-process vs 11.5 s with 2 workers; 6k (3.6 MB)
+# 9.9 vs 10.8 s; 20k (13 MB) 24.6 vs 21.9 s). With more cores the pool pays off sooner: the
+# threshold is divided by (workers - 1).
+SMALL_INPUT_BYTES = 32 << 20
+_COMPRESSED = (".zst", ".gz", ".zstd", ".bz2", ".xz", ".parquet", ".pq")
+
+
+def _input_bytes(plan: Plan) -> int | None:
+    """Uncompressed-equivalent size of the plan's local input files; None if any is remote or missing."""
+    total = 0
+    for node in plan.nodes():
+        if isinstance(node, Source):
+            for path in node.paths:
+                local = path[len("file://"):] if path.startswith("file://") else path
+                if "://" in local or not os.path.exists(local):
+                    return None
+                total += os.path.getsize(local) * (5 if local.endswith(_COMPRESSED) else 1)
+    return total
+
+
+def workers_for(plan: Plan, workers: int) -> int:
+    """Worker count when none was given: `workers` (all cores), or 1 for a small local input."""
+    if workers > 1:
+        size = _input_bytes(plan)
+        if size is not None and size < SMALL_INPUT_BYTES // (workers - 1):
+            log.info("small input (%d MB): running in-process (pass workers=N to use a pool)", size >> 20)
+            return 1
+    return workers
+
+
+def run_tasks(fn: Callable, items: list, what: str, workers: int, progress_enabled: bool | None, beat_dir: str,
+              label: str | None = None) -> list:
+    """`fn` over `items`, in this process (one worker or one item) or on the kept pool, results in order.
+
+    Pool tasks are watched (`datakit.watchdog`): a task whose heartbeat in `beat_dir` stops is
+    reported as stalled instead of hanging the run. Progress is reported per finished task."""
+    if not items:
+        return []
+    fn = _Guarded(fn)
+    st = progress.step(label or what, len(items), progress_enabled)
+    ok = False
+    try:
+        if workers == 1 or len(items) == 1:
+            out = []
+            for i in items:
+                out.append(fn(i))
+                st.advance(rows=_task_rows(out[-1]))
+            ok = True
+            return out
+        try:
+            out = watchdog.map_watched(fn, items, workers, beat_dir, what, _task_path,
+                                       lambda r: st.advance(rows=_task_rows(r)))
+        except watchdog.TaskStalled as e:
+            raise EngineError(str(e)) from None
+        except BrokenProcessPool:
+            raise EngineError(
+                f"a local worker process died during '{what}' (killed, out of memory, or a script that runs its "
+                "pipeline at import time: use `if __name__ == \"__main__\":`); rerun to resume finished work") from None
+        ok = True
+        return out
+    finally:
+        st.finish(ok=ok)
+
+
+def _task_rows(result: Any) -> int:
+    """Rows a finished task read (chain tasks report `base_rows`)."""
+    return int(result.get("base_rows", 0)) if isinstance(result, dict) else 0
+
+
+class _Guarded:
+    """A worker entry point whose failure reaches the parent as what it was, in one line.
+
+    A storage failure (after the IO layer's retries) becomes a `StorageError` naming
+    the task's file; an exception that cannot be pickled back to the parent
+    (aiohttp's carry a `multidict`) becomes its text, instead of the pool's
+    unrelated "can't pickle" error hiding it.
+    """
+
+    def __init__(self, fn: Callable) -> None:
+        self.fn = fn
+
+    def __call__(self, item: Any) -> Any:
+        try:
+            return self.fn(item)
+        except Exception as e:
+            if storage.is_storage_error(e):
+                raise storage.describe(e, _task_path(item), "read or write") from None
+            try:
+                pickle.loads(pickle.dumps(e))
+            except Exception:  # noqa: BLE001 - any pickling failure: send the text
+                raise EngineError(f"{type(e).__name__}: {e}") from None
+            raise
+
+
+def _task_path(item: Any) -> str:
+    from datakit.engines.local.chain import ChainTask
+
+    if isinstance(item, ChainTask):
+        return item.partition.url
+    if isinstance(item, tuple) and len(item) == 4 and hasattr(item[2], "path"):  # write_one_shard
+        return f"{item[2].path.rstrip('/')} (shard {item[1]})"
+    return str(item)[:200]

@@ -1,0 +1,72 @@
+"""Spill files: where a partition's rows live between nodes (Parquet parts, Arrow IPC shard streams).
+
+Why two formats: chain outputs are Parquet (compressed, sliceable by row group, so
+the next chain can run in parallel over one big file); a sink shuffle holds one
+writer per shard open at once, and an Arrow IPC writer keeps no page buffers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from datakit.engines.core import conform
+from datakit.io.atomic import sha256_file
+from datakit.io.fs import filesystem
+from datakit.io.readers import iter_source
+
+SPILL_ROW_GROUP = 50_000
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One unit of parallel work: an input file (Source) or a spilled Parquet part."""
+
+    kind: str  # "jsonl" | "parquet" (input file) | "spill" (our own Parquet part)
+    url: str
+    schema: pa.Schema | None = None
+    row_groups: tuple[int, int] | None = None  # a slice of a spilled file's row groups
+    digest: str | None = None  # sha256 of a spill file, computed once by whoever wrote it
+
+    def fingerprint(self) -> str:
+        fs, p = filesystem(self.url)
+        info = fs.info(p)
+        if self.kind == "spill":
+            return f"{self.digest or sha256_file(self.url)}|{self.row_groups}"
+        return f"{self.url}|{info.get('size')}|{info.get('mtime', info.get('LastModified', ''))}"
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        if self.kind in ("jsonl", "parquet"):
+            for b in iter_source(self.url, self.kind, self.schema):
+                yield conform(b, self.schema) if self.schema is not None else b
+        else:
+            pf = pq.ParquetFile(self.url)
+            groups = range(*self.row_groups) if self.row_groups else None
+            if groups is not None and len(groups) == 0:
+                return
+            for b in pf.iter_batches(batch_size=8192, row_groups=groups):
+                yield conform(b, self.schema) if self.schema is not None else b
+
+
+class IpcSpill:
+    """An Arrow IPC stream file that closes its file handle too."""
+
+    def __init__(self, path: str, schema: pa.Schema) -> None:
+        self._file = pa.OSFile(path, "wb")
+        self._writer = pa.ipc.new_stream(self._file, schema)
+
+    def write_batch(self, batch: pa.RecordBatch) -> None:
+        self._writer.write_batch(batch)
+
+    def close(self) -> None:
+        self._writer.close()
+        self._file.close()
+
+
+def read_spill(path: str) -> pa.Table:
+    if path.endswith(".arrows"):
+        with pa.OSFile(path, "rb") as f:
+            return pa.ipc.open_stream(f).read_all()
+    return pq.read_table(path)

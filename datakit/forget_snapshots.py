@@ -1,0 +1,133 @@
+"""Deletion requests on an append-mode dataset: every snapshot, and its dedup state.
+
+Why the state too: a forgotten document left in the state would still drop a later duplicate
+of it (keeping another user's copy out of the dataset because of data that no longer exists),
+and its signature would outlive its deletion. So each touched snapshot gets a new version:
+its records through the `forget` stage (any engine; the same bytes), its state filtered to the
+documents it still keeps.
+
+Commit: every new version is written under `_snapshots/<ID>~forget-<N>/` (N: the dataset's
+forget generation), then one atomic write of the top manifest points at them, then the old
+folders are deleted (the forgotten records physically go). A crash before the commit leaves the
+dataset as it was (rerun the same `forget`); after it, only stale folders are left, which the
+next commit removes. Snapshots the deletion does not touch keep their files and bytes.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from datakit.io.fs import InputError, filesystem
+from datakit.io.publish import output_lock
+from datakit.io.snapshots import FORGET_DIR, SNAPSHOTS_DIR, _commit_top, _union, read_top
+
+_HIST = "_dk_hist"
+
+
+def _rmtree(url: str) -> None:
+    fs, p = filesystem(url)
+    if "://" not in url:
+        shutil.rmtree(p, ignore_errors=True)
+    elif fs.exists(p):
+        fs.rm(p, recursive=True)
+
+
+def _filter_state(old_root: str, new_root: str, state: dict[str, Any], old_prefix: str, new_prefix: str,
+                  keep: set[str]) -> dict[str, Any]:
+    """The snapshot's state without rows of documents it no longer keeps (same sort order, same writer)."""
+    from datakit.io.atomic import sha256_file
+    from datakit.io.sinks import write_parquet
+
+    files: dict[str, str] = {}
+    for kind, rel in state["files"].items():
+        name = rel[len(old_prefix) + 1:]
+        t = pq.read_table(filesystem(f"{old_root}/{name}")[1])
+        ids = pa.array([json.loads(h)["doc_id"] for h in t.column(_HIST).to_pylist()], pa.string())
+        t = t.filter(pc.is_in(ids, pa.array(sorted(keep), pa.string())))
+        write_parquet(t, f"{new_root}/{name}")
+        files[kind] = f"{new_prefix}/{name}"
+    return {**state, "files": files,
+            "sha256": {k: sha256_file(f"{new_root}/{v[len(new_prefix) + 1:]}") for k, v in files.items()}}
+
+
+def forget(out: str, optouts: str | list[str], engine: str = "local", **engine_options: Any) -> dict[str, Any]:
+    """Apply a deletion list (the `forget` stage's files) to every snapshot of `out`; returns
+    {snapshot id: rows removed}. Exit-2 errors (one line) for a folder that is not an append-mode
+    Parquet dataset."""
+    from datakit.io.dataset import read_output
+    from datakit.pipeline import Pipeline
+
+    out = out.rstrip("/")
+    if not read_top(out):  # before the lock, which would create the folder
+        raise InputError(f"no append-mode dataset at {out} (manifest.json missing)")
+    with output_lock(out):
+        top = read_top(out)
+        if not top:
+            raise InputError(f"no append-mode dataset at {out} (manifest.json missing)")
+        if top.get("format") != "parquet":
+            raise InputError(f"{out} is a {top.get('format')!r} dataset: apply forget to its record-level (parquet) "
+                             "dataset and tokenize again (docs/lineage.md)")
+        gen = int(top.get("forget_generation", 0)) + 1
+        removed: dict[str, int] = {}
+        new_snaps: list[dict[str, Any]] = []
+        stale: list[str] = []
+        for s in top["snapshots"]:
+            new_prefix = f"{SNAPSHOTS_DIR}/{s['id']}~forget-{gen}"
+            new_root = f"{out}/{new_prefix}"
+            _rmtree(new_root)  # a crashed earlier attempt of this generation
+            files = [f"{out}/{f}" for sh in s["shards"] for f in sh["files"]]
+            p = (Pipeline(f"forget-{s['id']}").input(files, format="parquet", schema="training_record.v1")
+                 .add({"kind": "forget", "optouts": optouts}).output(new_root, shards=max(1, len(s["shards"]))))
+            res = p.run(engine=engine, **engine_options)
+            gone = sum(res.stage("forget")["dropped"].values())
+            removed[s["id"]] = gone
+            if gone == 0:
+                _rmtree(new_root)
+                new_snaps.append(s)
+                continue
+            entry = {**s, "path": new_prefix, "rows": int(res.manifest["rows"]),
+                     "shards": [_prefixed_shard(sh, new_prefix) for sh in res.manifest["shards"]]}
+            if s.get("dedup_state"):
+                keep = set(read_output(new_root, ["doc_id"]).column("doc_id").to_pylist())
+                entry["dedup_state"] = _filter_state(f"{out}/{s['path']}", new_root, s["dedup_state"], s["path"],
+                                                     new_prefix, keep)
+            new_snaps.append(entry)
+            stale.append(f"{out}/{s['path']}")
+        if not stale:
+            return removed
+        # the lists themselves stay in the dataset: every later run of it applies them (no resurrection)
+        lists = list(top.get("forget_lists", [])) + _keep_lists(out, optouts, gen)
+        body = _union(top, new_snaps, top.get("withdrawn", []))  # descriptive fields: the runs', unchanged
+        body["forget_generation"] = gen
+        body["forget_lists"] = lists
+        _commit_top(out, body)
+        for folder in stale:
+            _rmtree(folder)
+        return removed
+
+
+def _keep_lists(out: str, optouts: str | list[str], gen: int) -> list[str]:
+    """Copy the deletion list files into OUT/_forget/ (paths relative to OUT, in the top manifest)."""
+    from datakit.io.atomic import write_bytes_atomic
+    from datakit.io.fs import expand
+    from datakit.stages.consent import OPTOUT_SUFFIXES
+
+    paths = [optouts] if isinstance(optouts, str) else list(optouts)
+    kept = []
+    for i, f in enumerate(expand(paths, suffixes=OPTOUT_SUFFIXES)):
+        fs, p = filesystem(f)
+        name = f"{FORGET_DIR}/{gen:04d}-{i:03d}-{f.rsplit('/', 1)[-1]}"
+        write_bytes_atomic(f"{out}/{name}", fs.cat_file(p))
+        kept.append(name)
+    return kept
+
+
+def _prefixed_shard(shard: dict[str, Any], prefix: str) -> dict[str, Any]:
+    from datakit.io.snapshots import _prefixed
+
+    return _prefixed(shard, prefix)

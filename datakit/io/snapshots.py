@@ -1,0 +1,232 @@
+"""Append-mode outputs: a dataset made of snapshots, one per scheduled run (schemas/output_layout.md).
+
+    OUT/manifest.json              the union: `snapshots` (commit order) + every snapshot's shards
+    OUT/README.md                  dataset card naming every data file of every snapshot
+    OUT/_SUCCESS
+    OUT/_snapshots/<ID>/           one snapshot = one ordinary datakit output folder (its own
+                                   manifest, data/, _dropped/, _run.json, _shards/ ...)
+    OUT/_snapshots/<ID>/_dedup_state/  what later snapshots deduplicate against (kept docs only)
+
+Why each snapshot is an ordinary output folder: the engines' commit, resume, retract and lock
+rules (datakit.io.publish, datakit.io.sinks) apply to it unchanged; this module only adds the
+top-level commit that makes the union visible. A reader goes through the top-level manifest, so:
+
+* a new snapshot becomes visible in one atomic write of OUT/manifest.json (after its data and
+  dedup state are complete); a crash before that leaves the previous union readable;
+* a rerun of an existing snapshot first withdraws it from the union (the others stay readable),
+  keeps its position (`seq`) and its history, so it gives the same bytes as the first run.
+
+Order: snapshots are ordered by their first commit (`seq`), not by name. A snapshot's history is
+every snapshot committed before it; a backfill (an older day arriving late) therefore
+deduplicates against everything already in the dataset and is appended after it (docs/scheduling.md).
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from datakit.io.atomic import write_json_atomic
+from datakit.io.fs import InputError, filesystem
+from datakit.io.layout import write_card
+
+SNAPSHOTS_DIR = "_snapshots"
+STATE_DIR = "_dedup_state"
+FORGET_DIR = "_forget"  # deletion lists applied to the dataset (datakit.forget_snapshots), kept for later runs
+LAYOUT = "snapshots"  # manifest["layout"] of an append-mode dataset
+# fields of the dataset itself (not of a run): carried over by every commit
+DATASET_FIELDS = ("forget_generation", "forget_lists")
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=-]{0,127}$")
+_PARTITION = re.compile(r"(?:^|/)([A-Za-z_][A-Za-z0-9_]*=[^/*?\[\]]+)(?=/|$)")
+
+
+class SnapshotError(InputError):
+    """A snapshot id is missing, cannot be derived, or is not a valid name. Exit 2."""
+
+
+def check_id(snapshot: str) -> str:
+    if not _ID.match(snapshot or ""):
+        raise SnapshotError(f"invalid snapshot id {snapshot!r}: use letters, digits and . _ = - (e.g. dt=2026-11-02)")
+    return snapshot
+
+
+def derive_id(paths: list[str]) -> str:
+    """The snapshot id from the input's partition folder (`.../dt=2026-11-02/...`): the innermost
+    `key=value` folder; every input path must agree. Why: a nightly job reads one partition, and
+    naming the snapshot after it makes a retried night rerun the same snapshot."""
+    found = set()
+    for p in paths:
+        parts = _PARTITION.findall(str(p))
+        if not parts:
+            raise SnapshotError(f"cannot derive a snapshot id: input {p} has no partition folder like dt=2026-11-02; "
+                                "pass --snapshot ID")
+        found.add(parts[-1])
+    if len(found) != 1:
+        raise SnapshotError(f"cannot derive a snapshot id: the inputs span partitions {sorted(found)}; pass --snapshot ID")
+    return check_id(found.pop())
+
+
+def snapshot_path(out: str, snapshot: str) -> str:
+    return f"{out.rstrip('/')}/{SNAPSHOTS_DIR}/{check_id(snapshot)}"
+
+
+def read_top(out: str) -> dict[str, Any] | None:
+    """The top-level manifest of an append-mode dataset (None when there is none yet)."""
+    fs, p = filesystem(f"{out.rstrip('/')}/manifest.json")
+    if not fs.exists(p):
+        return None
+    m = json.loads(fs.cat_file(p))
+    if m.get("layout") != LAYOUT:
+        raise InputError(f"{out} holds an overwrite-mode dataset; an append-mode run needs an empty folder or "
+                         "an append-mode dataset (use another output path)")
+    return m
+
+
+def _seq_of(top: dict[str, Any] | None, snapshot: str) -> int | None:
+    if not top:
+        return None
+    for s in top.get("snapshots", []) + top.get("withdrawn", []):
+        if s["id"] == snapshot:
+            return int(s["seq"])
+    return None
+
+
+def history(top: dict[str, Any] | None, snapshot: str) -> list[dict[str, Any]]:
+    """The committed snapshots this one deduplicates against: those first committed before it
+    (all of them for a new snapshot), in commit order. Never the snapshot itself."""
+    if not top:
+        return []
+    seq = _seq_of(top, snapshot)
+    return [s for s in top.get("snapshots", []) if s["id"] != snapshot and (seq is None or s["seq"] < seq)]
+
+
+def withdraw(out: str, top: dict[str, Any] | None, snapshot: str) -> dict[str, Any] | None:
+    """Before rewriting an existing snapshot: commit a top manifest without it (position kept under
+    `withdrawn`), so no reader sees its files while they are rewritten. Returns the manifest now in place."""
+    if not top or not any(s["id"] == snapshot for s in top.get("snapshots", [])):
+        return top
+    gone = next(s for s in top["snapshots"] if s["id"] == snapshot)
+    rest = [s for s in top["snapshots"] if s["id"] != snapshot]
+    withdrawn = [w for w in top.get("withdrawn", []) if w["id"] != snapshot] + [{"id": snapshot, "seq": gone["seq"]}]
+    new = _union(top, rest, withdrawn)
+    _commit_top(out, new)
+    return new
+
+
+def _prefixed(shard: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """A snapshot's shard entry with its file names made relative to the dataset root."""
+    s = dict(shard)
+    for k in ("files", "data_prefixes"):
+        if k in s:
+            s[k] = [f"{prefix}/{f}" for f in s[k]]
+    for k in ("sha256", "bytes"):
+        if k in s:
+            s[k] = {f"{prefix}/{f}": v for f, v in s[k].items()}
+    if "arrays" in s:
+        s["arrays"] = {k: f"{prefix}/{v}" for k, v in s["arrays"].items()}
+    return s
+
+
+def _base(out: str, snaps: list[dict[str, Any]], snapshot: str, manifest: dict[str, Any]) -> dict[str, Any]:
+    """The top manifest's descriptive fields (format, pipeline, environment, inputs): those of the
+    latest snapshot in commit order, so a rerun of an older snapshot leaves them (and the bytes) as they were."""
+    last = max(snaps, key=lambda s: s["seq"])
+    if last["id"] != snapshot:
+        fs, p = filesystem(f"{out.rstrip('/')}/{last['path']}/manifest.json")
+        manifest = json.loads(fs.cat_file(p))
+    return {k: v for k, v in manifest.items() if k not in ("shards", "rows", "data_prefixes")}
+
+
+def _union(base: dict[str, Any], snaps: list[dict[str, Any]], withdrawn: list[dict[str, Any]]) -> dict[str, Any]:
+    """The top manifest for `snaps` (commit order): every snapshot's shards renumbered in order."""
+    snaps = sorted(snaps, key=lambda s: s["seq"])
+    shards: list[dict[str, Any]] = []
+    for s in snaps:
+        for sh in s["shards"]:
+            shards.append({**sh, "shard": len(shards), "snapshot": s["id"]})
+    body = {k: v for k, v in base.items() if k not in ("snapshots", "withdrawn", "shards", "rows")}
+    body.update({"layout": LAYOUT, "snapshots": snaps, "withdrawn": sorted(withdrawn, key=lambda w: w["seq"]),
+                 "shards": shards, "rows": int(sum(s["rows"] for s in snaps))})
+    return body
+
+
+def _commit_top(out: str, body: dict[str, Any]) -> None:
+    out = out.rstrip("/")
+    fs, p = filesystem(f"{out}/_SUCCESS")
+    if fs.exists(p):
+        fs.rm(p)
+    write_card(out, body)
+    write_json_atomic(f"{out}/manifest.json", body)
+    with fs.open(p, "wb") as f:
+        f.write(b"")
+
+
+def commit(out: str, top: dict[str, Any] | None, snapshot: str, manifest: dict[str, Any],
+           state: dict[str, Any] | None) -> dict[str, Any]:
+    """Add (or put back) a committed snapshot to the union: one atomic write of OUT/manifest.json."""
+    seq = _seq_of(top, snapshot)
+    if seq is None:
+        seqs = [int(s["seq"]) for s in (top or {}).get("snapshots", []) + (top or {}).get("withdrawn", [])]
+        seq = max(seqs, default=-1) + 1
+    prefix = f"{SNAPSHOTS_DIR}/{snapshot}"
+    entry = {"id": snapshot, "seq": seq, "path": prefix, "rows": int(manifest["rows"]),
+             "pipeline_hash": manifest.get("pipeline_hash"),
+             "shards": [_prefixed(sh, prefix) for sh in manifest["shards"]]}
+    if manifest.get("data_prefixes") is not None:
+        entry["data_prefixes"] = [f"{prefix}/{p}" for p in manifest["data_prefixes"]]
+    if state is not None:
+        entry["dedup_state"] = {**state, "files": {k: f"{prefix}/{v}" for k, v in state["files"].items()}}
+    snaps = [s for s in (top or {}).get("snapshots", []) if s["id"] != snapshot] + [entry]
+    withdrawn = [w for w in (top or {}).get("withdrawn", []) if w["id"] != snapshot]
+    body = _union(_base(out, snaps, snapshot, manifest), snaps, withdrawn)
+    body.update({k: top[k] for k in DATASET_FIELDS if top and k in top})
+    if manifest.get("data_prefixes") is not None:  # megatron: every snapshot's prefixes, in order
+        body["data_prefixes"] = [p for s in body["snapshots"] for p in s.get("data_prefixes", [])]
+    _commit_top(out, body)
+    _remove_stale_versions(out, snapshot, prefix)
+    return body
+
+
+def _remove_stale_versions(out: str, snapshot: str, current: str) -> None:
+    """After a commit: earlier versions of this snapshot (`<ID>~forget-N` folders) hold data no manifest
+    lists any more (possibly forgotten records): delete them."""
+    fs, p = filesystem(f"{out.rstrip('/')}/{SNAPSHOTS_DIR}")
+    try:
+        names = [f.rstrip("/").rsplit("/", 1)[-1] for f in fs.ls(p, detail=False)]
+    except FileNotFoundError:
+        return
+    for n in names:
+        if n.startswith(f"{snapshot}~") and f"{SNAPSHOTS_DIR}/{n}" != current:
+            fs.rm(f"{p.rstrip('/')}/{n}", recursive=True)
+
+
+def forget_lists(out: str, top: dict[str, Any] | None) -> list[str]:
+    """Absolute paths of the deletion lists applied to the dataset (every later run applies them too)."""
+    return [f"{out.rstrip('/')}/{f}" for f in (top or {}).get("forget_lists", [])]
+
+
+def member_paths(path: str) -> list[str]:
+    """An append-mode dataset as its committed snapshot folders (snapshot order); any other path as itself.
+
+    Why: each snapshot carries its own n-gram index (`output.index: true` indexes the snapshot a run
+    writes), so the dataset's index is extended by one snapshot per run instead of being rebuilt,
+    and a contamination check of the dataset reads every snapshot's index."""
+    try:
+        fs, p = filesystem(f"{str(path).rstrip('/')}/manifest.json")
+        if any(c in str(path) for c in "*?[") or not fs.exists(p):
+            return [path]
+        m = json.loads(fs.cat_file(p))
+    except (OSError, ValueError):
+        return [path]
+    if m.get("layout") != LAYOUT:
+        return [path]
+    return [f"{str(path).rstrip('/')}/{s['path']}" for s in m.get("snapshots", [])]
+
+
+def select(top: dict[str, Any], snapshot: str) -> dict[str, Any]:
+    """The top manifest narrowed to one snapshot's shards (for `read_output(path, snapshot=ID)`)."""
+    if not any(s["id"] == snapshot for s in top.get("snapshots", [])):
+        known = ", ".join(s["id"] for s in top.get("snapshots", [])) or "none"
+        raise InputError(f"no snapshot {snapshot!r} in the dataset (committed: {known})")
+    shards = [sh for sh in top["shards"] if sh.get("snapshot") == snapshot]
+    return {**top, "shards": shards, "rows": int(sum(sh["rows"] for sh in shards))}

@@ -1,0 +1,78 @@
+"""Log set-up of the `datakit` command: text or one JSON object per line, PII redacted from every line.
+
+Why redact in the handler: a message may quote a path, a value or an error
+from a library that quotes a value; checking every call site cannot be
+complete, the handler sees every line. The scrubber is the scrub_pii stage's
+own pattern detectors (no NER), loaded on the first line that needs it.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from typing import Any, Literal
+
+Format = Literal["text", "json"]
+
+
+def _redact(text: str) -> str:
+    from datakit.quality.expect import redact
+
+    return redact(text, limit=4000)
+
+
+class RedactingFilter(logging.Filter):
+    """Replace personal data and secrets in the formatted message (and exception text) by placeholders."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            msg = record.getMessage()
+        except Exception:
+            msg = str(record.msg)
+        record.msg, record.args = _redact(msg), ()
+        if record.exc_info and record.exc_info[1] is not None:
+            e = record.exc_info[1]
+            record.exc_text = _redact(f"{type(e).__name__}: {e}")
+            record.exc_info = None
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, msg, and structured fields (progress) when present."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        obj: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(), "logger": record.name, "msg": record.getMessage(),
+        }
+        if getattr(record, "progress", None):
+            obj["progress"] = record.progress
+        if record.exc_text:
+            obj["error"] = record.exc_text
+        return json.dumps(obj, sort_keys=True, default=str)
+
+
+def configure(fmt: Format = "text", quiet: bool = False) -> None:
+    """Root handler on stderr; progress mode follows: bars on a terminal, log lines otherwise, off when quiet."""
+    from datakit import progress
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(RedactingFilter())
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    if quiet:
+        progress.configure("off")
+    elif fmt == "json" or not sys.stderr.isatty():
+        progress.configure("log")
+        logging.getLogger("datakit").setLevel(logging.INFO)
+    else:
+        progress.configure("bar")
+        logging.getLogger("datakit").setLevel(logging.WARNING)

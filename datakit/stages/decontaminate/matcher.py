@@ -1,0 +1,472 @@
+"""The eval n-gram table and the matching of a batch of documents against it.
+
+Shared by the pipeline stage (per-record decisions) and the check (per-item
+decisions over a whole dataset). The table is a small artifact (HumanEval:
+~30k hashes, < 1 MB) built once on the driver and shipped with the stage's
+function to every worker (the broadcast of the design).
+
+The overlap rule: a text source contaminates an eval item when it shares at
+least `min_ngrams` distinct n-grams with it *and* at least `min_fraction` of the
+item's distinct n-grams.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from datakit.stages.decontaminate.evals import EvalSet
+from datakit.stages.decontaminate.normalize import F_COMMENTS, F_FLAT, F_IDENT
+from datakit.stages.decontaminate.ngrams import arrow_text_buffers, build_table, hash_strings, scan_strings, texts_to_buffers
+
+# Columns scanned in a table that is not a training record (first one present wins unless told).
+GENERIC_TEXT_FIELDS = ("text", "content", "code")
+
+
+def default_min_fraction(flags: int) -> float:
+    """The default share of an item's n-grams a document must contain (see docs/decontamination.md).
+
+    Measured (benchmarks/decontam_leaks.py): with eval boilerplate, signatures
+    and code at large (the reference corpus) removed from the items' n-grams,
+    a small share is safe. Canonical identifiers make idioms more generic, so a
+    table of only that mode needs 10%.
+    """
+    return 0.10 if (flags & F_IDENT) and not (flags & F_FLAT) else DEFAULT_MIN_FRACTION
+
+
+DEFAULT_MIN_FRACTION = 0.03
+# an item also matches when a document shares this many of its distinctive n-grams, whatever their share:
+# a half-written copy of a long item covers a small fraction but far more than chance (see the docs' table)
+DEFAULT_MIN_NGRAMS_ANY = 6
+# a renamed copy (evidence only under canonical identifiers) must cover this share of the item
+DEFAULT_MIN_FRACTION_LOOSE = 0.12
+
+
+def default_rule(flags: int, robust: bool, min_ngrams: int = 1, min_fraction: float | None = None,
+                 min_ngrams_any: int | None = None, min_fraction_loose: float | None = None) -> "Rule":
+    """The rule with every unset part at its default for these normalizations (check and stage alike).
+
+    The absolute count and the separate share for renamed copies only apply to
+    robust matching with literal identifiers; a table built with `identifiers`
+    asked for is judged by its fraction alone (idioms are generic there).
+    """
+    literal_ids = not (flags & F_IDENT)
+    return Rule(min_ngrams, default_min_fraction(flags) if min_fraction is None else min_fraction,
+                (DEFAULT_MIN_NGRAMS_ANY if robust and literal_ids else 0) if min_ngrams_any is None else min_ngrams_any,
+                (DEFAULT_MIN_FRACTION_LOOSE if robust and literal_ids else 0.0) if min_fraction_loose is None
+                else min_fraction_loose)
+
+
+def views_of(n: int, flags: int, robust: bool = True) -> tuple[tuple[int, int], ...]:
+    """The (n, normalizations) an eval is matched under: the given ones, plus (robust) a comment-free view
+    and a comment-free identifier-insensitive ("loose") view, both `flat` (independent of where a
+    document starts)."""
+    if not robust:
+        return ((n, flags),)
+    out = [(n, flags), (n, flags | F_COMMENTS | F_FLAT), (n, flags | F_COMMENTS | F_IDENT | F_FLAT)]
+    return tuple(dict.fromkeys(out))
+
+
+def is_loose(flags: int) -> bool:
+    """Canonical identifiers make idioms generic (`for I in range(len(I))`): such a view's evidence is weaker.
+    (When the given normalizations include `identifiers`, every view is and the user's rule applies to all.)"""
+    return bool(flags & F_IDENT)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """When a document matches an item, counted in distinct places (positions) of the item's distinctive
+    n-grams. Literal evidence (views with identifiers as written): at least `min_ngrams` and
+    `min_fraction` of the item's places, or at least `min_ngrams_any` places whatever their share (0 =
+    off). Evidence that needs canonical identifiers (a renamed copy) counts only as a share of at least
+    `min_fraction_loose` (0 = such evidence counts like literal evidence).
+    """
+
+    min_ngrams: int = 1
+    min_fraction: float = 0.0
+    min_ngrams_any: int = 0
+    min_fraction_loose: float = 0.0
+
+    def passes(self, shared: np.ndarray, total: np.ndarray, loose: np.ndarray | None = None) -> np.ndarray:
+        """`shared`: literal places shared; `loose`: places shared in any view (default: `shared`)."""
+        total = np.maximum(total, 1)
+        loose = shared if loose is None else loose
+        literal = shared if self.min_fraction_loose > 0 else loose
+        ok = (literal >= max(1, self.min_ngrams)) & (literal / total >= self.min_fraction)
+        if self.min_ngrams_any > 0:
+            ok |= literal >= self.min_ngrams_any
+        if self.min_fraction_loose > 0:
+            ok |= (loose >= max(1, self.min_ngrams)) & (loose / total >= self.min_fraction_loose)
+        return ok
+
+    def near(self, shared: np.ndarray, total: np.ndarray, loose: np.ndarray | None = None) -> np.ndarray:
+        """Pairs that reach half of some part of the rule (listed as near-threshold when they do not pass)."""
+        half = Rule(max(1, (self.min_ngrams + 1) // 2), self.min_fraction / 2, (self.min_ngrams_any + 1) // 2,
+                    self.min_fraction_loose / 2)
+        if self.min_fraction <= 0 and self.min_ngrams <= 1:
+            return np.zeros(len(shared), bool)  # the any-n-gram rule: nothing is "close" to one n-gram
+        return half.passes(shared, total, loose)
+
+    def describe(self) -> str:
+        parts = [f">= {self.min_ngrams} n-gram{'s' if self.min_ngrams != 1 else ''}"] \
+            if self.min_ngrams > 1 or self.min_fraction <= 0 else []
+        if self.min_fraction > 0:
+            parts.append(f">= {self.min_fraction:.0%} of the item's n-grams")
+        text = " and ".join(parts)
+        if self.min_ngrams_any > 0:
+            text += f", or >= {self.min_ngrams_any} of them"
+        if self.min_fraction_loose > 0:
+            text += f", or >= {self.min_fraction_loose:.0%} with identifiers renamed"
+        return text
+
+
+# lines that a different solution to the same task shares with this one: imports, signatures, decorators
+_SIGNATURE_LINE = re.compile(
+    rb"^[ \t]*(?:(?:pub(?:\([a-z]+\))?|async|export|static|public|private|protected|unsafe|extern)\s+)*"
+    rb"(?:def|fn|func|function|class|import|from\s+\S+\s+import|use|package|#include|@)[^\n]*$|^[ \t]*$",
+    re.M)
+
+
+def weak_windows(text: bytes, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """True for windows [a, b) lying entirely within import/signature/blank lines of `text`.
+
+    Why: two different solutions of one task share those lines (a near-miss, not
+    a leak); only n-grams that reach into the body or the problem statement are
+    evidence.
+    """
+    if not len(a):
+        return np.zeros(0, bool)
+    starts = np.concatenate([[0], np.nonzero(np.frombuffer(text, np.uint8) == 10)[0] + 1])
+    weak_line = np.zeros(len(starts), bool)
+    for m in _SIGNATURE_LINE.finditer(text):
+        weak_line[np.searchsorted(starts, m.start(), "right") - 1] = True
+    strong_before = np.concatenate([[0], np.cumsum(~weak_line)])
+    la = np.searchsorted(starts, a, "right") - 1
+    lb = np.searchsorted(starts, np.maximum(b - 1, a), "right") - 1
+    return (strong_before[lb + 1] - strong_before[la]) == 0
+
+
+def unique_rows(*cols: np.ndarray) -> np.ndarray:
+    """Indices of the distinct rows of the columns, in lexicographic order (first column first).
+
+    `np.unique(axis=0)` sorts void views and is ~10x slower on the sizes here.
+    """
+    if not len(cols[0]):
+        return np.zeros(0, np.int64)
+    order = np.lexsort(cols[::-1])
+    change = np.zeros(len(order), bool)
+    change[0] = True
+    for c in cols:
+        sc = c[order]
+        change[1:] |= sc[1:] != sc[:-1]
+    return order[change]
+
+
+@dataclass
+class EvalTable:
+    """Distinct eval n-gram hashes (sorted), which (item, position) owns each, and a probe table.
+
+    A position is (text, byte where the window starts): the same place of an item
+    seen under several views counts once, so `item_ngrams` and shared counts
+    mean "distinct places of the item", whatever the number of views.
+    """
+
+    n: int
+    flags: int
+    eval_names: list[str]
+    eval_sources: list[str]
+    eval_fields: list[list[str]]
+    item_eval: np.ndarray          # int32, global item -> eval index
+    item_ids: list[str]
+    item_texts: list[dict[str, str]]
+    item_ngrams: np.ndarray        # int64, distinct strong positions per item
+    hashes: np.ndarray             # uint64 sorted unique
+    h_ptr: np.ndarray              # int64 CSR offsets: hash index -> entries
+    h_items: np.ndarray            # int32, entry -> item
+    keys: np.ndarray = field(repr=False, default=None)  # type: ignore[assignment]
+    ignored_common: int = 0        # n-grams dropped as shared by too many items of one eval
+    vals: np.ndarray = field(repr=False, default=None)  # type: ignore[assignment]
+    h_pos: np.ndarray = field(repr=False, default=None)  # type: ignore[assignment]  # entry -> position id
+    h_weak: np.ndarray = field(repr=False, default=None)  # type: ignore[assignment]  # entry in a signature line
+    views: tuple[tuple[int, int], ...] = ()  # (n, flags) of every view
+    ignored_reference: int = 0     # n-grams dropped as common in the reference corpus
+    reference: dict | None = None  # what the reference corpus was (for the report)
+
+    @classmethod
+    def build(cls, evalsets: Sequence[EvalSet], n: int, flags: int, max_items_per_ngram: int = 1,
+              robust: bool = False, reference: str | None = None) -> "EvalTable":
+        """Hash every item's fields (n-grams never cross fields) under every view.
+
+        `max_items_per_ngram`: an n-gram owned by more items *of one eval* than
+        this is that eval's boilerplate (`: str) -> List[str]:` + a docstring
+        opening is in dozens of HumanEval prompts): ignored for it. Overlaps
+        *between* evals are not boilerplate (HumanEval and HumanEval+ share their
+        items). 0 keeps every n-gram. `robust`: also the comment-free and
+        identifier-insensitive views (`views_of`). `reference`: "stdlib" drops
+        n-grams found in code at large (`reference.py`). Windows inside
+        import/signature lines never count (`weak_windows`).
+        """
+        views = views_of(n, flags, robust)
+        texts: list[str] = []
+        text_item: list[int] = []
+        item_eval: list[int] = []
+        item_ids: list[str] = []
+        item_texts: list[dict[str, str]] = []
+        for e_no, es in enumerate(evalsets):
+            for it in es.items:
+                g = len(item_ids)
+                item_ids.append(it.id)
+                item_eval.append(e_no)
+                item_texts.append(dict(it.fields))
+                for txt in it.fields.values():
+                    texts.append(txt)
+                    text_item.append(g)
+        data, offs = texts_to_buffers(texts)
+        t_item = np.asarray(text_item, dtype=np.int64)
+        hs, items, pos, weaks = [], [], [], []
+        for vn, vf in views:
+            h, s, a, b = hash_strings(data, offs, vn, vf, spans=True)
+            weak = np.zeros(len(h), bool)
+            bounds = np.searchsorted(s, np.arange(len(texts) + 1))  # s is sorted: windows of text t
+            for t in range(len(texts)):
+                lo, hi = int(bounds[t]), int(bounds[t + 1])
+                if hi > lo:
+                    weak[lo:hi] = weak_windows(bytes(data[offs[t]:offs[t + 1]]), a[lo:hi], b[lo:hi])
+            hs.append(h)
+            items.append(t_item[s] if len(s) else np.zeros(0, np.int64))
+            pos.append((s.astype(np.int64) << 32) | a.astype(np.int64))
+            weaks.append(weak)
+        H = np.concatenate(hs) if hs else np.zeros(0, np.uint64)
+        I = np.concatenate(items).astype(np.int64) if items else np.zeros(0, np.int64)
+        P = np.concatenate(pos) if pos else np.zeros(0, np.int64)
+        W = np.concatenate(weaks) if weaks else np.zeros(0, bool)
+        ev = np.asarray(item_eval, np.int64)
+        ignored = 0
+        if max_items_per_ngram > 0 and len(H):
+            # distinct items per (eval, hash); an item whose n-grams would *all* go stays visible
+            E = ev[I]
+            t = unique_rows(E, H, I)
+            pair = unique_rows(E[t], H[t])  # first row of each (eval, hash) among the distinct triples
+            cnt = np.diff(np.append(pair, len(t)))
+            bad = pair[cnt > max_items_per_ngram]
+            if len(bad):
+                be, bh = E[t][bad], H[t][bad]
+                drop = np.zeros(len(H), bool)
+                for e_no in np.unique(be).tolist():  # per eval: its own boilerplate only
+                    sel = E == e_no
+                    drop[sel] = np.isin(H[sel], bh[be == e_no])
+                before = np.bincount(I[~W], minlength=len(item_ids))
+                after = np.bincount(I[~drop & ~W], minlength=len(item_ids))
+                blind = (after == 0) & (before > 0)
+                drop &= ~blind[I]
+                ignored = int(len(np.unique(H[drop])))
+                H, I, P, W = H[~drop], I[~drop], P[~drop], W[~drop]
+        ignored_ref = 0
+        ref_info = None
+        if reference and len(H):
+            from datakit.stages.decontaminate.reference import common_hashes
+
+            common_h, ref_info = common_hashes(np.unique(H), views, reference)
+            drop = np.isin(H, common_h)
+            ignored_ref = int(len(np.unique(H[drop])))
+            H, I, P, W = H[~drop], I[~drop], P[~drop], W[~drop]
+        ent = unique_rows(H, I, P)
+        ph, pi, pp, pw = H[ent], I[ent].astype(np.int32), P[ent].astype(np.int64), W[ent]
+        hashes, first = np.unique(ph, return_index=True)
+        h_ptr = np.append(first, len(ph)).astype(np.int64)
+        strong = ~pw
+        ip = unique_rows(pi[strong].astype(np.int64), pp[strong])
+        item_ngrams = np.bincount(pi[strong][ip].astype(np.int64), minlength=len(item_ids)).astype(np.int64)
+        keys, vals = build_table(hashes)
+        return cls(n=n, flags=flags, eval_names=[e.name for e in evalsets], eval_sources=[e.source for e in evalsets],
+                   eval_fields=[list(e.fields) for e in evalsets], item_eval=np.asarray(item_eval, np.int32),
+                   item_ids=item_ids, item_texts=item_texts, item_ngrams=item_ngrams, hashes=hashes, h_ptr=h_ptr,
+                   h_items=pi, keys=keys, vals=vals, ignored_common=ignored, h_pos=pp, h_weak=pw, views=views,
+                   ignored_reference=ignored_ref, reference=ref_info)
+
+    @property
+    def n_items(self) -> int:
+        return len(self.item_ids)
+
+    def expand(self, hidx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """For hash indices, (position in `hidx`, item, item position, weak) for every entry of the hash.
+
+        Weak entries (windows inside import/signature lines) are never evidence, but
+        mask mode masks them and snippets show them."""
+        lo = self.h_ptr[hidx]
+        cnt = self.h_ptr[hidx + 1] - lo
+        pos = np.repeat(np.arange(len(hidx)), cnt)
+        start = np.repeat(np.cumsum(cnt) - cnt, cnt)
+        ent = np.repeat(lo, cnt) + (np.arange(int(cnt.sum())) - start)
+        return pos, self.h_items[ent], self.h_pos[ent], self.h_weak[ent]
+
+    def eval_spans(self, item: int, matched: np.ndarray) -> list[tuple[str, int, int]]:
+        """Byte spans (field, start, end) of an item's texts whose window hash (any view) is in `matched` (sorted)."""
+        out = []
+        for fname, txt in self.item_texts[item].items():
+            data, offs = texts_to_buffers([txt])
+            for vn, vf in self.views or ((self.n, self.flags),):
+                h, _, a, b = hash_strings(data, offs, vn, vf, spans=True)
+                hit = np.isin(h, matched)
+                out.extend((fname, int(x), int(y)) for x, y in zip(a[hit], b[hit]))
+        return sorted(set(out))
+
+
+@dataclass
+class TextSource:
+    """One string column of a batch, flattened: the kernel's buffers and which row each string is from."""
+
+    name: str            # "segments", "chosen", "rejected" or a column name
+    data: np.ndarray
+    offsets: np.ndarray
+    row_of: np.ndarray   # int64, string -> row in the batch
+    strings: pa.Array    # for snippets and masking
+    decoded: bool = False  # texts with string escapes decoded (`decoded_sources`): spans are not the row's
+
+
+_ESCAPES = [("\\\\", "\x00"), ("\\n", "\n"), ("\\t", "\t"), ("\\r", "\r"), ('\\"', '"'), ("\\'", "'"),
+            ("\\/", "/"), ("\x00", "\\")]
+
+
+def decoded_sources(sources: list[TextSource]) -> list[TextSource]:
+    """Extra sources: the texts that hold escaped newlines (`\\n`), with JSON/string escapes decoded.
+
+    Why: an eval file checked into a repo (a JSON line per item) or code kept in
+    a string literal has every newline as `\\n` and every quote as `\\"`: no
+    n-gram of the item survives that. Only texts containing `\\n` are copied.
+    """
+    out = []
+    for src in sources:
+        if not len(src.strings):
+            continue
+        has = pc.fill_null(pc.match_substring(src.strings, "\\n"), False)
+        if not pc.any(has).as_py():
+            continue
+        which = np.nonzero(np.asarray(has))[0]
+        arr = src.strings.take(pa.array(which))
+        if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+            arr = arr.cast(pa.string())
+        for a, b in _ESCAPES:
+            arr = pc.replace_substring(arr, a, b)
+        data, offs = arrow_text_buffers(arr)
+        out.append(TextSource(src.name, data, offs, src.row_of[which], arr, decoded=True))
+    return out
+
+
+def text_sources(batch: pa.RecordBatch | pa.Table, text_fields: Sequence[str] | None = None) -> list[TextSource]:
+    """The texts of a training-record batch (segments, chosen, rejected) or of generic text columns."""
+    names = batch.schema.names
+    cols: list[tuple[str, pa.Array, np.ndarray]] = []
+
+    def column(name: str) -> pa.Array:
+        c = batch.column(name)
+        return c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
+
+    if text_fields:
+        missing = [f for f in text_fields if f not in names]
+        if missing:
+            raise KeyError(f"text field(s) {', '.join(missing)} not in the data (columns: {', '.join(names)})")
+        wanted = list(text_fields)
+    elif "segments" in names:
+        wanted = ["segments"] + [c for c in ("chosen", "rejected") if c in names]
+    else:
+        wanted = [c for c in GENERIC_TEXT_FIELDS if c in names][:1]
+        if not wanted:
+            raise KeyError(f"no text to scan: expected training records (segments) or one of "
+                           f"{', '.join(GENERIC_TEXT_FIELDS)} (columns: {', '.join(names)})")
+    for name in wanted:
+        col = column(name)
+        if name == "segments" or pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
+            flat = pc.list_flatten(col)
+            if pa.types.is_struct(flat.type):
+                flat = flat.field("text")
+            rows = np.asarray(pc.list_parent_indices(col), dtype=np.int64)
+            cols.append((name, flat, rows))
+        else:
+            cols.append((name, col, np.arange(len(col), dtype=np.int64)))
+    out = []
+    for name, arr, rows in cols:
+        if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+            arr = arr.cast(pa.string())
+        data, offs = arrow_text_buffers(arr)
+        out.append(TextSource(name, data, offs, rows, arr))
+    return out
+
+
+@dataclass
+class BatchMatches:
+    """Matches of one batch: distinct (row, item) pairs with shared-n-gram counts, and raw hits."""
+
+    rows: np.ndarray        # int64, per (row, item) pair
+    items: np.ndarray       # int32
+    shared: np.ndarray      # int64, distinct item places shared with literal identifiers
+    hit_row: np.ndarray     # per raw hit (window x owning item)
+    hit_item: np.ndarray
+    hit_hidx: np.ndarray
+    hit_source: np.ndarray  # index into the sources list
+    hit_string: np.ndarray  # string index within its source
+    hit_a: np.ndarray
+    hit_b: np.ndarray
+    sources: list[TextSource] = field(default_factory=list)  # the scanned sources (decoded ones appended)
+    loose: np.ndarray = None  # type: ignore[assignment]  # per pair: places shared in any view (>= shared)
+
+
+def match_batch(table: EvalTable, sources: list[TextSource], parallel: bool = False,
+                decode: bool | None = None) -> BatchMatches:
+    """Scan every source under every view of the table; shared = distinct item positions per (row, item).
+
+    `decode` (default: when the table is robust) also scans `decoded_sources`;
+    their hits carry source indices past `len(sources)` (see `BatchMatches.sources`).
+    """
+    if decode is None:
+        decode = len(table.views) > 1
+    all_src = list(sources) + (decoded_sources(sources) if decode else [])
+    parts = []
+    for si, src in enumerate(all_src):
+        for vn, vf in table.views or ((table.n, table.flags),):
+            s, v, a, b = scan_strings(src.data, src.offsets, vn, vf, table.keys, table.vals, parallel)
+            if not len(s):
+                continue
+            pos, items, ipos, weak = table.expand(v)
+            parts.append((src.row_of[s[pos]], items, v[pos], np.full(len(pos), si, np.int64), s[pos], a[pos], b[pos],
+                          ipos, np.full(len(pos), is_loose(vf) and not is_loose(table.flags)), weak))
+    if not parts:
+        z = np.zeros(0, np.int64)
+        return BatchMatches(z, z.astype(np.int32), z, z, z.astype(np.int32), z, z, z, z, z, all_src, z)
+    hr, hi, hh, hs, hst, ha, hb, hp, hl, hw = (np.concatenate(x) for x in zip(*parts))
+    hi64 = hi.astype(np.int64)
+    ev = ~hw  # evidence: not inside a signature line
+    t = np.nonzero(ev)[0][unique_rows(hr[ev], hi64[ev], hp[ev])]
+    first = unique_rows(hr[t], hi64[t])  # distinct (row, item) among the distinct (row, item, position)
+    loose = np.diff(np.append(first, len(t)))
+    lit = ~hl & ev
+    if not hl.any():
+        literal = loose
+    else:
+        tl = unique_rows(hr[lit], hi64[lit], hp[lit])
+        r_l, i_l = hr[lit][tl], hi64[lit][tl]
+        # literal places per (row, item), aligned with the pairs above (a pair may have none)
+        key_pairs = hr[t][first] * np.int64(table.n_items + 1) + hi64[t][first]
+        key_l = r_l * np.int64(table.n_items + 1) + i_l
+        uk, cnt = np.unique(key_l, return_counts=True)
+        at = np.searchsorted(uk, key_pairs)
+        at[at >= len(uk)] = 0
+        literal = np.where((len(uk) > 0) & (uk[at] == key_pairs) if len(uk) else np.zeros(len(key_pairs), bool),
+                           cnt[at] if len(uk) else 0, 0)
+    return BatchMatches(hr[t][first], hi64[t][first].astype(np.int32), np.asarray(literal, np.int64),
+                        hr, hi.astype(np.int32), hh, hs, hst, ha, hb, all_src, loose.astype(np.int64))
+
+
+def merge_spans(spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Union of byte intervals, sorted."""
+    out: list[list[int]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]

@@ -1,0 +1,112 @@
+"""How a contamination report is shown: the terminal table (rich) and a self-contained HTML page.
+
+Only presentation lives here; what was found is `result.py`, and every text
+shown was redacted before it got here (`redact.py`).
+"""
+from __future__ import annotations
+
+import html
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from datakit.stages.decontaminate.result import CheckResult
+
+
+def print_table(res: "CheckResult", console=None, examples: int = 3) -> None:
+    """The terminal summary: one row per eval, a few examples, and what could not be read."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    t = Table(title=f"contamination check ({res.ngram}-grams, {'+'.join(res.normalizations) or 'raw'})",
+              caption=f"a document matches an item if it shares {res.rule.describe()}")
+    for col in ("eval", "items", "contaminated", "rate", "status"):
+        t.add_column(col, justify="right" if col in ("items", "contaminated", "rate") else "left")
+    for e in res.evals:
+        bad = e.rate > res.threshold
+        t.add_row(e.name, str(e.items), str(e.contaminated_items), f"{e.rate:.1%}",
+                  "[red]CONTAMINATED[/red]" if bad else "[green]clean[/green]")
+    console.print(t)
+    for e in res.evals:
+        shown = 0
+        for m in e.matches:
+            if shown >= examples:
+                break
+            where = m.doc_id if m.doc_id is not None else "(index)"
+            console.print(f"  [bold]{e.name}[/bold] {m.eval_id} <- {where}  overlap {m.overlap:.0%}", highlight=False)
+            console.print("    " + " ".join(m.snippet.split()), markup=False, highlight=False,
+                          no_wrap=True, overflow="ellipsis", crop=True)
+            shown += 1
+    total_docs = sum(int(d.get("documents") or 0) for d in res.data)
+    console.print(f"{total_docs} documents, {len(res.data)} source(s), threshold {res.threshold:.1%}, "
+                  f"{res.seconds:.2f}s", highlight=False)
+    near = sum(len(e.near_threshold) for e in res.evals)
+    if near:
+        console.print(f"{near} item(s) came near the threshold without matching (listed in the JSON/HTML report)",
+                      highlight=False)
+    if res.skipped_lines:
+        console.print(f"[yellow]warning:[/yellow] {res.skipped_lines} unreadable line(s) skipped; the verdict covers "
+                      f"only the documents that were read", highlight=False)
+    if res.redaction.method != "scrub_pii":
+        console.print(f"[yellow]warning:[/yellow] snippets redacted by the regex fallback ({res.redaction.reason})",
+                      highlight=False, markup=False)
+
+
+def render_html(res: "CheckResult") -> str:
+    """A self-contained HTML report (no scripts, no external assets)."""
+    e_ = html.escape
+    rows = "".join(
+        f"<tr class='{'bad' if e.rate > res.threshold else 'ok'}'><td>{e_(e.name)}</td><td>{e.items}</td>"
+        f"<td>{e.contaminated_items}</td><td>{e.rate:.2%}</td><td>{e.items_without_ngrams}</td></tr>"
+        for e in res.evals)
+    sections = []
+    for e in res.evals:
+        items = "".join(
+            f"<tr><td>{e_(i.eval_id)}</td><td>{i.ngrams_matched}/{i.ngrams}</td><td>{i.overlap:.0%}</td>"
+            f"<td>{'' if i.documents is None else i.documents}</td></tr>" for i in e.contaminated)
+        matches = "".join(
+            f"<tr><td>{e_(m.eval_id)}</td><td>{e_(m.doc_id or '(index)')}</td><td>{m.overlap:.0%}</td>"
+            f"<td>{_numbered(m.eval_excerpt, m.eval_spans, m.eval_line, m.eval_field)}</td>"
+            f"<td>{_numbered(m.doc_excerpt, m.doc_spans, m.doc_line, m.data) if m.doc_excerpt is not None else '(index: no document)'}</td></tr>"
+            for m in e.matches)
+        near = "".join(f"<tr><td>{e_(x.eval_id)}</td><td>{x.ngrams_matched}/{x.ngrams}</td><td>{x.overlap:.1%}</td>"
+                       f"<td>{e_(x.doc_id or '')}</td></tr>" for x in e.near_threshold)
+        sections.append(
+            f"<h2>{e_(e.name)}</h2><p>source: {e_(e.source)}; fields: {e_(', '.join(e.fields))}</p>"
+            + (f"<table><tr><th>item</th><th>n-grams found</th><th>overlap</th><th>documents</th></tr>{items}</table>"
+               f"<h3>evidence, side by side (PII redacted; shared text marked)</h3><table><tr><th>item</th>"
+               f"<th>document</th><th>overlap</th><th>eval item</th><th>document text</th></tr>{matches}</table>"
+               if e.contaminated else "<p>no contaminated items</p>")
+            + (f"<h3>near the threshold (not counted)</h3><table><tr><th>item</th><th>n-grams found</th>"
+               f"<th>overlap</th><th>closest document</th></tr>{near}</table>" if e.near_threshold else ""))
+    data = "".join(f"<li>{e_(str(d.get('path')))} ({e_(str(d.get('mode')))}, {d.get('documents')} documents)</li>"
+                   for d in res.data)
+    verdict = "CONTAMINATED" if res.contaminated else "clean"
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>contamination check: {verdict}</title>
+<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;
+padding:4px 8px;vertical-align:top}}tr.bad td{{background:#fdd}}tr.ok td{{background:#dfd}}pre{{margin:0;
+white-space:pre-wrap;max-width:50em}}mark{{background:#fd6}}.ln{{color:#999;user-select:none}}</style></head><body>
+<h1>Contamination check: {verdict}</h1>
+<p>{res.ngram}-grams; normalizations: {e_(', '.join(res.normalizations) or 'none')}; rule: {e_(res.rule.describe())};
+threshold: {res.threshold:.2%}</p>
+<h2>data</h2><ul>{data}</ul>
+<table><tr><th>eval</th><th>items</th><th>contaminated</th><th>rate</th><th>items too short</th></tr>{rows}</table>
+{''.join(sections)}
+</body></html>
+"""
+
+
+def _numbered(text: str | None, spans: list[list[int]], first_line: int | None, where: str | None) -> str:
+    """An excerpt as <pre> with line numbers and the shared spans in <mark>."""
+    if text is None:
+        return ""
+    out, pos = [], 0
+    for a, b in spans:
+        out += [html.escape(text[pos:a]), "<mark>", html.escape(text[a:b]), "</mark>"]
+        pos = b
+    out.append(html.escape(text[pos:]))
+    body = "".join(out).split("\n")
+    n0 = first_line or 1
+    lines = "\n".join(f"<span class='ln'>{n0 + i:>5} </span>{ln}" for i, ln in enumerate(body))
+    return f"<div>{html.escape(where or '')}</div><pre>{lines}</pre>"

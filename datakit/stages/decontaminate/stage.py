@@ -1,0 +1,233 @@
+"""The `decontaminate` stage: drop (or mask) training records that overlap an eval set.
+
+Pipeline file::
+
+    - kind: decontaminate
+      evals: [humaneval, path/to/eval.jsonl, {name: mbpp, path: mbpp.parquet, fields: [text, code]}]
+      ngram: 13
+      mode: drop                       # or mask
+      normalizations: [whitespace, case]   # + comments, identifiers
+      min_ngrams: 1                    # a record matches an item if it shares >= this many n-grams
+      min_fraction: 0.05               # ... and >= this fraction of its n-grams (default 0.05; 0.10 with identifiers)
+      max_items_per_ngram: 1           # eval n-grams shared by more items are boilerplate: ignored
+
+What is scanned: the `text` of every segment (all roles: a leaked prompt in
+context is a leak too), plus `chosen` and `rejected`. N-grams do not cross
+segment boundaries.
+
+Drop mode: a contaminated record gets `_drop = "contaminated:<eval name>"` (the
+first eval, in config order, that it matches) and `_drop_detail` = a JSON
+object `{eval name: [matched item ids]}`; the engine counts and logs it.
+Mask mode: the byte spans of every matching n-gram are replaced by `mask_with`
+and the record is kept; counts go to the stage metrics (`decontam.masked`,
+`decontam.masked:<eval>`).
+
+The eval table (hashes of every eval n-gram) is built once at compile time and
+travels inside the batch function (the broadcast: < 1 MB for HumanEval).
+"""
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from datakit.plan import DROP, DROP_DETAIL, METRICS, Rel
+from datakit.stages.base import CompileContext, StageConfig, register_stage
+from datakit.stages.decontaminate.evals import _NAMED, EvalSet, load_eval
+from datakit.stages.decontaminate.matcher import (BatchMatches, EvalTable, Rule, default_rule, match_batch, merge_spans,
+                                             text_sources)
+from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS, NORMALIZATIONS, flags_of
+
+
+
+class EvalSpec(BaseModel):
+    """An eval set in a pipeline file: a registered name or a file, with optional fields and id column."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str | None = None
+    path: str | None = None
+    fields: list[str] | None = None
+    id_field: str | None = None
+
+    def load(self, ctx: CompileContext | None = None) -> EvalSet:
+        target = self.path or self.name
+        if not target:
+            raise ValueError("an eval needs a name or a path")
+        if self.path:
+            path = ctx.resolve(self.path) if ctx else self.path
+            spec = f"{self.name}={path}" if self.name else path
+        else:
+            spec = target
+        return load_eval(spec, self.fields, self.id_field)
+
+
+def load_evals(specs: list[str | EvalSpec], ctx: CompileContext | None = None,
+               fields: list[str] | None = None) -> list[EvalSet]:
+    """Load every eval of a config; names must be unique (they become drop reasons)."""
+    out: list[EvalSet] = []
+    for s in specs:
+        if isinstance(s, str):
+            named = _NAMED.match(s)
+            name, target = (named.group(1), named.group(2)) if named else (None, s)
+            is_file = any(c in target for c in "/\\") or target.endswith((".jsonl", ".parquet", ".json", ".gz", ".zst"))
+            s = EvalSpec(name=name, path=target, fields=fields) if is_file else EvalSpec(name=target, fields=fields)
+        out.append(s.load(ctx))
+    names = [e.name for e in out]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"eval names must be unique; repeated: {', '.join(dup)} (use name=path)")
+    return out
+
+
+@register_stage
+class DecontaminateConfig(StageConfig):
+    """Config of the decontamination stage (see module docstring for the YAML form)."""
+
+    kind: Literal["decontaminate"] = "decontaminate"
+    evals: list[str | EvalSpec] = Field(min_length=1, description="eval names or files")
+    ngram: int = Field(13, ge=1, le=256)
+    mode: Literal["drop", "mask"] = "drop"
+    normalizations: list[str] = Field(default_factory=lambda: list(DEFAULT_NORMALIZATIONS))
+    min_ngrams: int = Field(1, ge=1)
+    min_fraction: float | None = Field(None, ge=0.0, le=1.0, description="default 0.05, 0.10 with identifiers")
+    max_items_per_ngram: int = Field(1, ge=0, description="ignore eval n-grams shared by more items of one eval "
+                                                          "(0 = keep all)")
+    robust: bool = Field(True, description="also match comment-free and identifier-insensitive views and decoded "
+                                           "string escapes")
+    min_ngrams_any: int | None = Field(None, ge=0, description="match on this many distinctive n-grams whatever "
+                                                               "their share (default 6 when robust, 0 = off)")
+    reference: Literal["stdlib"] | None = Field("stdlib", description="drop eval n-grams common in code at large")
+    eval_fields: list[str] | None = Field(None, description="text fields of the eval items (default per eval)")
+    mask_with: str = ""
+
+    @field_validator("normalizations")
+    @classmethod
+    def _known(cls, v: list[str]) -> list[str]:
+        bad = [x for x in v if x not in NORMALIZATIONS]
+        if bad:
+            raise ValueError(f"unknown normalizations {bad}; known: {list(NORMALIZATIONS)}")
+        return v
+
+    def rule(self) -> Rule:
+        return default_rule(flags_of(self.normalizations), self.robust, self.min_ngrams, self.min_fraction,
+                            self.min_ngrams_any)
+
+    def build_table(self, ctx: CompileContext | None = None) -> EvalTable:
+        return EvalTable.build(load_evals(list(self.evals), ctx, self.eval_fields), self.ngram,
+                               flags_of(self.normalizations), self.max_items_per_ngram, robust=self.robust,
+                               reference=self.reference)
+
+    def build_fn(self, ctx: CompileContext | None = None) -> "DecontamFn":
+        return DecontamFn(self.build_table(ctx), self.rule(), self.mode, self.mask_with)
+
+    def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
+        evals = load_evals(list(self.evals), ctx, self.eval_fields)
+        # the eval items themselves (a file or a package's bundled data may change under the same name)
+        from datakit.io.identity import digest
+
+        ctx.record("evals", {e.name: digest([(it.id, it.fields) for it in e.items]) for e in evals})
+        table = EvalTable.build(evals, self.ngram, flags_of(self.normalizations), self.max_items_per_ngram,
+                                robust=self.robust, reference=self.reference)
+        if table.reference:  # code at large (the driver's stdlib): its digest pins what counted as boilerplate
+            ctx.record("reference", table.reference)
+        fn = DecontamFn(table, self.rule(), self.mode, self.mask_with)
+        return rel.map_batches(fn, rel.schema, name="decontaminate", drop_log_key="doc_id")
+
+
+class DecontamFn:
+    """The picklable batch function; carries the eval table (the broadcast artifact)."""
+
+    def __init__(self, table: EvalTable, rule: Rule, mode: str, mask_with: str = "") -> None:
+        self.table, self.rule, self.mode, self.mask_with = table, rule, mode, mask_with
+
+    def hits(self, m: BatchMatches) -> tuple[np.ndarray, dict[int, dict[int, list[str]]]]:
+        """(pairs passing the rule, row -> {eval index -> sorted matched item ids})."""
+        ok = self.rule.passes(m.shared, self.table.item_ngrams[m.items], m.loose)
+        hits: dict[int, dict[int, list[str]]] = {}
+        for row, item in zip(m.rows[ok].tolist(), m.items[ok].tolist()):
+            hits.setdefault(row, {}).setdefault(int(self.table.item_eval[item]), []).append(self.table.item_ids[item])
+        for per in hits.values():
+            for k in per:
+                per[k] = sorted(set(per[k]))
+        return ok, hits
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        sources = text_sources(batch)
+        m = match_batch(self.table, sources)
+        ok, hits = self.hits(m)
+        n = batch.num_rows
+        if self.mode == "drop":
+            reason: list[str | None] = [None] * n
+            detail: list[str | None] = [None] * n
+            for row, per in hits.items():
+                first = min(per)
+                reason[row] = f"contaminated:{self.table.eval_names[first]}"
+                detail[row] = json.dumps({self.table.eval_names[e]: ids for e, ids in sorted(per.items())},
+                                         sort_keys=True, separators=(",", ":"))
+            return _append(batch, [(DROP, pa.array(reason, pa.string())), (DROP_DETAIL, pa.array(detail, pa.string()))])
+        return self._mask(batch, sources, m, ok, hits)
+
+    def _mask(self, batch: pa.RecordBatch, sources, m, ok, hits) -> pa.RecordBatch:
+        n = batch.num_rows
+        metrics: list[str | None] = [None] * n
+        if not hits:
+            return _append(batch, [(METRICS, pa.array(metrics, pa.string()))])
+        good = set(zip(m.rows[ok].tolist(), m.items[ok].tolist()))
+        spans: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        for r, it, si, st, a, b in zip(m.hit_row.tolist(), m.hit_item.tolist(), m.hit_source.tolist(),
+                                       m.hit_string.tolist(), m.hit_a.tolist(), m.hit_b.tolist()):
+            if (r, it) in good:
+                spans.setdefault((si, st), []).append((a, b))
+        cols = {f.name: batch.column(i) for i, f in enumerate(batch.schema)}
+        for si, src in enumerate(sources):
+            mine = {st: sp for (s2, st), sp in spans.items() if s2 == si}
+            if not mine:
+                continue
+            if src.name == "segments":
+                segs = cols["segments"].to_pylist()
+                flat_pos = 0
+                for row, lst in enumerate(segs):
+                    for seg in lst or []:
+                        if flat_pos in mine and seg.get("text") is not None:
+                            seg["text"] = _mask_text(seg["text"], mine[flat_pos], self.mask_with)
+                        flat_pos += 1
+                cols["segments"] = pa.array(segs, batch.schema.field("segments").type)
+            else:
+                vals = cols[src.name].to_pylist()
+                for st, sp in mine.items():
+                    if vals[st] is not None:
+                        vals[st] = _mask_text(vals[st], sp, self.mask_with)
+                cols[src.name] = pa.array(vals, batch.schema.field(src.name).type)
+        counts: dict[str, int] = {"decontam.masked": len(hits)}
+        for per in hits.values():
+            for e in per:
+                key = f"decontam.masked:{self.table.eval_names[e]}"
+                counts[key] = counts.get(key, 0) + 1
+        metrics[0] = json.dumps(dict(sorted(counts.items())), separators=(",", ":"))
+        out = pa.RecordBatch.from_arrays(list(cols.values()), schema=batch.schema)
+        return _append(out, [(METRICS, pa.array(metrics, pa.string()))])
+
+
+def _mask_text(text: str, spans: list[tuple[int, int]], mask_with: str) -> str:
+    """Replace byte spans (token-aligned, so UTF-8-safe) of `text` by `mask_with`."""
+    raw = text.encode()
+    rep = mask_with.encode()
+    out, pos = [], 0
+    for a, b in merge_spans(spans):
+        out.append(raw[pos:a])
+        out.append(rep)
+        pos = b
+    out.append(raw[pos:])
+    return b"".join(out).decode()
+
+
+def _append(batch: pa.RecordBatch, cols: list[tuple[str, pa.Array]]) -> pa.RecordBatch:
+    arrays = list(batch.columns) + [c for _, c in cols]
+    fields = list(batch.schema) + [pa.field(name, pa.string()) for name, _ in cols]
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
+
+__all__ = ["DecontaminateConfig", "DecontamFn", "EvalSpec", "load_evals"]

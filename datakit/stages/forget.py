@@ -1,0 +1,77 @@
+"""Forget: apply a deletion or opt-out that arrived after an output was written (see docs/lineage.md).
+
+Why a stage of its own (not a `consent` mode): it runs on training records, not
+events, and matches by the lineage the records carry (`source`, `meta.event_ids`),
+so a deletion reaches every record an event went into without re-running the
+pipeline. The lists are the same files `consent` reads, plus an `event_id` column.
+"""
+from __future__ import annotations
+
+import json
+from typing import ClassVar, Literal
+
+import pyarrow as pa
+from pydantic import Field
+
+from datakit.io.fs import expand
+from datakit.plan import DROP, Rel
+from datakit.stages.base import CompileContext, StageConfig, register_stage
+from datakit.stages.consent import OPTOUT_SUFFIXES, ids_digest, read_id_lists
+
+class ForgetFn:
+    """Batch function over training records: `_drop` = opt_out_user / opt_out_org / deleted_event by lineage.
+
+    Matches `source.user_id`, `source.org_id`, and the event ids of `source.event_id`
+    plus `meta.event_ids` (a preference pair names both of its events there).
+    """
+
+    def __init__(self, users: tuple[str, ...] = (), orgs: tuple[str, ...] = (), events: tuple[str, ...] = ()) -> None:
+        self.users, self.orgs, self.events = tuple(sorted(set(users))), tuple(sorted(set(orgs))), tuple(sorted(set(events)))
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        users, orgs, events = set(self.users), set(self.orgs), set(self.events)
+        src = batch.column("source").to_pylist()
+        metas = batch.column("meta").to_pylist()
+        drops: list[str | None] = []
+        for s, m in zip(src, metas, strict=True):
+            s = s or {}
+            reason = None
+            if s.get("user_id") in users:
+                reason = "opt_out_user"
+            elif s.get("org_id") in orgs:
+                reason = "opt_out_org"
+            elif events:
+                ids = {s.get("event_id")}
+                if m and "event_ids" in m:
+                    ids.update(json.loads(m).get("event_ids") or [])
+                if ids & events:
+                    reason = "deleted_event"
+            drops.append(reason)
+        return batch.append_column(DROP, pa.array(drops, pa.string()))
+
+
+@register_stage
+class ForgetConfig(StageConfig):
+    """Apply a later deletion / opt-out to an existing training-record output (see docs/lineage.md).
+
+    `optouts` are the same files as for `consent` (user_id and/or org_id columns),
+    plus an optional `event_id` column to delete single events. Matching uses the
+    records' lineage (`source`, `meta.event_ids`). Removed doc_ids go to the drop
+    log (`_dropped/`), the audit trail of what the deletion touched.
+    """
+
+    kind: Literal["forget"] = "forget"
+    optouts: str | list[str] = Field(..., description="deletion list path(s)/glob(s): user_id, org_id and/or event_id columns")
+
+    consumes = "training_record.v1"
+    produces = "training_record.v1"
+    # other outputs that carry the same lineage (`source`, `meta`): filtered the same way, contract unchanged
+    passes_through: ClassVar[tuple[str, ...]] = ("kto_example.v1",)
+
+    def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
+        paths = [self.optouts] if isinstance(self.optouts, str) else list(self.optouts)
+        files = expand([ctx.resolve(p) for p in paths], suffixes=OPTOUT_SUFFIXES)
+        lists = read_id_lists(files, ("user_id", "org_id", "event_id"))
+        ctx.record("optouts", ids_digest(lists["user_id"], lists["org_id"], lists["event_id"]))
+        fn = ForgetFn(lists["user_id"], lists["org_id"], lists["event_id"])
+        return rel.map_batches(fn, rel.schema, name="forget", drop_log_key="doc_id")

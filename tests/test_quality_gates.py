@@ -1,0 +1,239 @@
+"""Quality gates: `expect:` on stages and the shipped boundary suites, on good data and on data broken on purpose.
+
+One test per expectation family (map: not-null / in-set / regex / between, the
+derived residual-secret scan, row conditions; unique over the whole stage
+output; row count; the packed per-shard checks), each on both engines where the
+family runs inside the engine (the Spark variants share the one local[2]
+session). Datasets are tiny and hand-made so each break is exactly one thing.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from datakit import Pipeline
+from datakit.contracts import TRAINING_RECORD_V1
+from datakit.pipeline import PipelineError
+from datakit.quality.expect import QualityGateError
+from datakit.quality.validate import validate_path
+from tests.eventgen import make_event, write_jsonl
+
+ENGINES = ["local", pytest.param("spark", marks=pytest.mark.spark)]
+
+
+def _opts(engine: str) -> dict:
+    return {"workers": 1} if engine == "local" else {"master": "local[2]", "partitions": 2}
+
+
+def _engine(request, engine: str) -> None:
+    if engine == "spark":
+        request.getfixturevalue("spark")  # the shared session (skips without Java)
+
+
+def record(i: int, text: str, kind: str = "code", **kw) -> dict:
+    return {"doc_id": f"{i:016x}", "kind": kind, "segments": [{"text": text, "train": True, "role": None}],
+            "chosen": kw.get("chosen"), "rejected": kw.get("rejected"),
+            "source": {"event_id": f"ev-{i}", "user_id": f"u{i % 3}", "org_id": "o", "session_id": "s",
+                       "timestamp": "2026-11-01T10:00:00.000Z", "repo_id": "r", "language": "python", "path": "a.py"},
+            "meta": kw.get("meta", "{}")}
+
+
+def records_dataset(root: Path, rows: list[dict], last_stage: str = "dedup", shards: int = 2) -> str:
+    """A committed records output (Parquet shards + manifest) as a pipeline would leave it."""
+    root.mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pylist(rows, schema=TRAINING_RECORD_V1)
+    entries = []
+    for s in range(shards):
+        part = table.slice(s * len(rows) // shards, (s + 1) * len(rows) // shards - s * len(rows) // shards)
+        name = f"part-{s:05d}.parquet"
+        pq.write_table(part, root / name)
+        entries.append({"shard": s, "files": [name], "rows": part.num_rows, "sha256": {name: "x"}})
+    manifest = {"format": "parquet", "shards": entries, "rows": len(rows),
+                "pipeline": {"stages": [{"kind": "extract"}, {"kind": last_stage}]}}
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    return str(root)
+
+
+def good_records() -> list[dict]:
+    return [record(i, f"def f{i}(x):\n    return x + {i}\n") for i in range(12)]
+
+
+def failed(res: dict) -> set[tuple[str, str | None]]:
+    return {(r["type"], r.get("column")) for r in res["results"] if not r["success"]}
+
+
+# --------------------------------------------------------------------------- suites on outputs (validate)
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_records_suites_pass_on_good_data(request, tmp_path, engine):
+    _engine(request, engine)
+    path = records_dataset(tmp_path / "good", good_records())
+    res = validate_path(path, engine=engine, **_opts(engine))
+    assert set(res["suites"]) >= {"training_record.v1", "scrubbed_records", "deduplicated_records"}
+    assert res["success"], failed(res)
+    assert res["rows"] == 12 and len(res["results"]) >= 10
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_map_family_not_null_in_set_regex_between_fail_on_broken_rows(request, tmp_path, engine):
+    _engine(request, engine)
+    rows = good_records()
+    rows[3]["doc_id"] = "NOT-HEX"                 # regex
+    rows[5]["kind"] = "poetry"                    # in set
+    rows[7]["source"]["user_id"] = None           # not null
+    rows[9]["segments"] = [{"text": "", "train": True, "role": None}]  # between: text_chars >= 1
+    res = validate_path(records_dataset(tmp_path / "bad", rows), ["training_record.v1"], engine, **_opts(engine))
+    assert not res["success"]
+    assert failed(res) == {("expect_column_values_to_match_regex", "doc_id"),
+                           ("expect_column_values_to_be_in_set", "kind"),
+                           ("expect_column_values_to_not_be_null", "source.user_id"),
+                           ("expect_column_values_to_be_between", "text_chars")}
+    assert all(r["unexpected"] == 1 for r in res["results"] if not r["success"])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_unique_family_finds_duplicates_in_different_shards(request, tmp_path, engine):
+    """Two kept documents with the same content, one in each shard: no single batch sees both."""
+    _engine(request, engine)
+    rows = good_records()
+    rows[11]["segments"] = [{"text": rows[0]["segments"][0]["text"].replace("\n", "\n  "), "train": True, "role": None}]
+    res = validate_path(records_dataset(tmp_path / "dup", rows), ["deduplicated_records"], engine, **_opts(engine))
+    [r] = res["results"]
+    assert (r["success"], r["column"], r["unexpected"], r["rows"]) == (False, "content_hash", 2, 12)
+    # the same text in another kind is not a duplicate (dedup is scoped by kind)
+    rows[11]["kind"] = "fim"
+    res = validate_path(records_dataset(tmp_path / "kinds", rows), ["deduplicated_records"], engine, **_opts(engine))
+    assert res["success"]
+
+
+def test_residual_secret_scan_fails_on_a_leftover_key(tmp_path):
+    rows = good_records()
+    rows[4]["segments"] = [{"text": 'token = "ghp_' + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8" + '"\n', "train": True,
+                            "role": None}]
+    res = validate_path(records_dataset(tmp_path / "leak", rows), ["scrubbed_records"], workers=1)
+    [r] = res["results"]
+    assert (r["success"], r["column"], r["unexpected"]) == (False, "secret_findings", 1)
+    assert "ghp_" not in json.dumps(res)  # the sample is the count of findings, never the key
+
+
+def test_preference_suite_uses_row_conditions(tmp_path):
+    rows = good_records()[:4] + [record(20, "q", "preference", chosen="a", rejected="b"),
+                                 record(21, "q", "preference", chosen="same", rejected="same"),
+                                 record(22, "q", "preference", chosen=None, rejected="b")]
+    res = validate_path(records_dataset(tmp_path / "pref", rows), ["preference_feedback"], workers=1)
+    assert failed(res) == {("expect_column_values_to_not_be_null", "chosen"),
+                           ("expect_column_values_to_be_in_set", "chosen_is_rejected")}
+    # code rows have no chosen/rejected and are not counted
+    assert {r["column"]: r["rows"] for r in res["results"]}["rejected"] == 3
+
+
+def test_validate_cli_exit_codes(tmp_path):
+    from typer.testing import CliRunner
+
+    from datakit.cli import app
+
+    good = records_dataset(tmp_path / "good", good_records())
+    rows = good_records()
+    rows[2]["kind"] = "poetry"
+    bad = records_dataset(tmp_path / "bad", rows)
+    runner = CliRunner()
+    r = runner.invoke(app, ["validate", good, "--suite", "training_record.v1"])
+    assert r.exit_code == 0 and "passed" in r.output
+    r = runner.invoke(app, ["validate", bad, "--suite", "training_record.v1"])
+    assert r.exit_code == 1 and "expect_column_values_to_be_in_set(column=kind)" in r.output
+    assert runner.invoke(app, ["validate", good, "--suite", "no_such_suite"]).exit_code == 2
+    assert runner.invoke(app, ["validate", str(tmp_path / "missing")]).exit_code == 2
+    assert runner.invoke(app, ["validate"]).exit_code == 2
+
+
+# --------------------------------------------------------------------------- expect: inside a run
+
+def _logs(tmp_path: Path, n: int = 24, **over) -> str:
+    events = [make_event(i) for i in range(n)]
+    for i, kw in over.items():
+        events[int(i)].update(kw)
+    write_jsonl(tmp_path / "logs" / "a.jsonl", events[: n // 2])
+    write_jsonl(tmp_path / "logs" / "b.jsonl", events[n // 2:])
+    return str(tmp_path / "logs")
+
+
+def _pipeline(logs: str, out: Path, expect: list[dict], quality: bool = False) -> Pipeline:
+    return (Pipeline("gates").input(logs).add({"kind": "ingest"})
+            .add({"kind": "extract", "kinds": ["code", "fim", "sft"], "expect": expect})
+            .output(str(out), shards=2, quality=quality))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_error_expectation_fails_the_run_before_commit_with_a_redacted_sample(request, tmp_path, engine):
+    _engine(request, engine)
+    logs = _logs(tmp_path, **{"3": {"file": {"path": "alice.smith@example.com.py", "language": "python"}}})
+    out = tmp_path / "out"
+    p = _pipeline(logs, out, [{"type": "expect_column_values_to_match_regex",
+                               "kwargs": {"column": "source.path", "regex": r"^src/"}}])
+    with pytest.raises(QualityGateError) as e:
+        p.run(engine=engine, **_opts(engine))
+    msg = str(e.value)
+    assert "\n" not in msg and "stage 'extract'" in msg and "expect_column_values_to_match_regex(column=source.path)" in msg
+    assert "sample:" in msg and "alice.smith@example.com" not in msg and "<EMAIL" in msg
+    assert not (out / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_warnings_mostly_and_row_count_go_into_the_run_report(request, tmp_path, engine):
+    _engine(request, engine)
+    out = tmp_path / "out"
+    res = _pipeline(_logs(tmp_path), out, [
+        {"type": "expect_column_values_to_be_in_set", "kwargs": {"column": "kind", "value_set": ["code", "fim"]},
+         "severity": "warn"},
+        {"type": "expect_column_values_to_be_in_set",  # mostly is judged on the whole stage output
+         "kwargs": {"column": "kind", "value_set": ["code", "fim"], "mostly": 0.4}},
+        {"type": "expect_table_row_count_to_be_between", "kwargs": {"min_value": 1, "max_value": 10_000}},
+    ]).run(engine=engine, **_opts(engine))
+    [warn, mostly, count] = json.loads((out / "_run.json").read_text())["stages"][1]["expectations"]
+    assert warn["success"] is False and warn["severity"] == "warn" and warn["unexpected"] > 0
+    assert 0 < warn["unexpected"] / warn["rows"] <= 0.6 and mostly["success"] is True
+    assert count["success"] is True and count["rows"] == res.stages[1]["emitted"]
+    assert (out / "manifest.json").exists()
+
+
+def test_row_count_error_and_unknown_expectations_are_caught(tmp_path):
+    logs = _logs(tmp_path)
+    with pytest.raises(QualityGateError, match="expect_table_row_count_to_be_between"):
+        _pipeline(logs, tmp_path / "o1", [{"type": "expect_table_row_count_to_be_between",
+                                           "kwargs": {"min_value": 1000}}]).run(workers=1)
+    with pytest.raises(PipelineError, match="unknown expectation type"):
+        _pipeline(logs, tmp_path / "o2", [{"type": "expect_the_moon"}]).compile()
+    with pytest.raises(PipelineError, match="no column 'nope'"):
+        _pipeline(logs, tmp_path / "o3", [{"type": "expect_column_values_to_not_be_null",
+                                           "kwargs": {"column": "nope"}}]).compile()
+    with pytest.raises(PipelineError, match="whole table"):
+        _pipeline(logs, tmp_path / "o4", [{"type": "expect_column_mean_to_be_between",
+                                           "kwargs": {"column": "text_chars", "min_value": 1}}]).compile()
+
+
+def test_boundary_suites_run_inside_the_pipeline(tmp_path):
+    """`output: {quality: true}`: the events suites after ingest, the records suites after extract."""
+    out = tmp_path / "out"
+    res = _pipeline(_logs(tmp_path), out, [], quality=True).run(workers=1)
+    by_stage = {s["name"]: {r.get("suite") for r in s.get("expectations", [])} for s in res.stages}
+    assert by_stage["ingest"] == {"editor_event.v1"}
+    assert by_stage["extract"] == {"training_record.v1", "preference_feedback"}
+    assert all(r["success"] for s in res.stages for r in s.get("expectations", []))
+    # a shipped suite's failure stops the run: duplicate event ids after ingest (dedup of ids is off)
+    p = (Pipeline("gates").input(_logs(tmp_path / "dup", **{"5": {"event_id": "ev-000004"}}))
+         .add({"kind": "ingest", "drop_duplicate_events": False}).output(str(tmp_path / "o2"), quality=True))
+    with pytest.raises(QualityGateError, match=r"stage 'ingest'.*expect_column_values_to_be_unique\(column=event_id\)"):
+        p.run(workers=1)
+
+
+def test_expect_is_left_out_of_the_config_when_unused():
+    p = Pipeline("x").add({"kind": "ingest"})
+    assert "expect" not in p.to_dict()["stages"][0]
+    q = Pipeline("x").add({"kind": "ingest", "expect": [{"type": "expect_column_values_to_not_be_null",
+                                                          "kwargs": {"column": "event_id"}}]})
+    assert q.to_dict()["stages"][0]["expect"][0]["severity"] == "error"
+    assert Pipeline.from_yaml_string(q.to_yaml()) == q

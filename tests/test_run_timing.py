@@ -1,0 +1,36 @@
+"""`_run.json` says where every second of a run went (`timing`): the parts add up to the total."""
+import json
+import time
+from pathlib import Path
+
+import jsonschema
+
+from datakit import Pipeline
+from tests.eventgen import make_event, write_jsonl
+
+SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "schemas" / "run_report.v1.json").read_text())
+
+
+def test_timing_parts_add_up_and_compile_is_attributed(tmp_path, monkeypatch):
+    write_jsonl(tmp_path / "l" / "a.jsonl", [make_event(i) for i in range(20)] + [b"x"])
+    real_compile = Pipeline.compile
+
+    def slow_compile(self, *a, **kw):  # a known 0.3 s of compile work: it must land in parts.compile
+        time.sleep(0.3)
+        return real_compile(self, *a, **kw)
+
+    monkeypatch.setattr(Pipeline, "compile", slow_compile)
+    p = (Pipeline("t").input(str(tmp_path / "l")).add({"kind": "ingest"}).add({"kind": "extract"})
+         .output(str(tmp_path / "o")))
+    result = p.run(workers=1, report=True)
+    run = json.loads((tmp_path / "o" / "_run.json").read_text())
+    jsonschema.validate(run, SCHEMA)
+    timing = run["timing"]
+    assert result.extra["timing"] == timing
+    parts = timing["parts"]
+    assert set(parts) == {"engine_start", "compile", "stages", "commit", "after_commit", "other"}
+    assert abs(sum(parts.values()) - timing["total"]) <= 0.01  # rounding of six parts to ms
+    assert parts["compile"] >= 0.3
+    assert parts["stages"] == run["seconds"]  # the engine's own clock is the stages part
+    assert parts["after_commit"] > 0  # the report was written after the commit, inside the run
+    assert timing["cpu_seconds"] > 0 and timing["peak_rss_mb"] > 0 and timing["numba_compile"] >= 0

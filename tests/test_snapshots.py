@@ -1,0 +1,236 @@
+"""Append-mode outputs (issue 17): a dataset of snapshots, dedup against its history, reruns, crashes."""
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from datakit import Pipeline
+from datakit.io.dataset import read_output
+from datakit.io.fs import InputError
+from datakit.io.snapshots import SnapshotError, derive_id
+from tests.stages.test_dedup_stage import rec, words, write_records
+
+NEAR = {"threshold": 0.8, "ngram": 1, "bands": 32, "rows": 4}
+DEDUP = {"kind": "dedup", "exact": True, "minhash": NEAR}
+
+
+def day_pipeline(tmp_path, day: str, rows: list[dict], stages=(DEDUP,), out="ds") -> Pipeline:
+    inp = write_records(tmp_path / "logs" / f"dt={day}", rows)
+    p = Pipeline("daily").input(inp, format="parquet", schema="training_record.v1")
+    for s in stages:
+        p.add(dict(s))
+    return p.output(str(tmp_path / out), mode="append")
+
+
+def run_day(tmp_path, day, rows, **kw):
+    return day_pipeline(tmp_path, day, rows, **kw).run(workers=1)
+
+
+def ids(path, **kw) -> list[str]:
+    return read_output(str(path), ["doc_id"], **kw).column("doc_id").to_pylist()
+
+
+def dropped(path, snapshot: str) -> dict[str, tuple[str, str]]:
+    d = path / "_snapshots" / snapshot / "_dropped" / "part-00000.parquet"
+    return {r["key"]: (r["reason"], r["detail"]) for r in pq.read_table(d).to_pylist()} if d.exists() else {}
+
+
+def test_derive_snapshot_id():
+    assert derive_id(["/logs/dt=2026-11-02/part-0.parquet", "/logs/dt=2026-11-02/part-1.parquet"]) == "dt=2026-11-02"
+    assert derive_id(["s3://b/logs/year=2026/dt=2026-11-02/*.jsonl"]) == "dt=2026-11-02"
+    with pytest.raises(SnapshotError, match="no partition folder"):
+        derive_id(["/logs/today/part-0.parquet"])
+    with pytest.raises(SnapshotError, match="span partitions"):
+        derive_id(["/logs/dt=1/a.parquet", "/logs/dt=2/b.parquet"])
+
+
+# day 1: four unique documents; day 2: an exact copy of a, a near copy of b (J=0.9), a within-day
+# near pair, unique docs; day 3: copies of day-1 and day-2 documents and one more unique doc
+DAY1 = [rec("a1", "def f():\n    return 1\n"), rec("b1", words(0, 100)), rec("c1", words(500, 600)),
+        rec("d1", "print('unique day 1')\n")]
+DAY2 = [rec("a2", "def f():\n    return 1\n"), rec("b2", words(5, 105)), rec("e2", words(1000, 1100)),
+        rec("f2", words(1002, 1100)), rec("g2", "print('unique day 2')\n")]
+DAY3 = [rec("a3", "def f():\n    return 1\n"), rec("e3", words(1001, 1100)), rec("c3", words(503, 600)),
+        rec("h3", "print('unique day 3')\n")]
+
+
+def test_three_days_drop_cross_day_duplicates(tmp_path):
+    out = tmp_path / "ds"
+    for day, rows in (("2026-11-01", DAY1), ("2026-11-02", DAY2), ("2026-11-03", DAY3)):
+        res = run_day(tmp_path, day, rows)
+        assert res.extra["snapshot"] == f"dt={day}"
+    top = json.loads((out / "manifest.json").read_text())
+    assert [s["id"] for s in top["snapshots"]] == ["dt=2026-11-01", "dt=2026-11-02", "dt=2026-11-03"]
+    assert ids(out) == ["a1", "b1", "c1", "d1", "e2", "g2", "h3"]  # union in snapshot order
+    assert ids(out, snapshot="dt=2026-11-02") == ["e2", "g2"]
+    assert top["rows"] == 7
+    d2 = dropped(out, "dt=2026-11-02")
+    hist = lambda doc, snap: json.dumps({"doc_id": doc, "snapshot": snap}, sort_keys=True, separators=(",", ":"))  # noqa: E731
+    assert d2 == {"a2": ("exact_duplicate_of_history", hist("a1", "dt=2026-11-01")),
+                  "b2": ("near_duplicate_of_history", hist("b1", "dt=2026-11-01")),
+                  "f2": ("near_duplicate", "e2")}
+    d3 = dropped(out, "dt=2026-11-03")
+    assert d3 == {"a3": ("exact_duplicate_of_history", hist("a1", "dt=2026-11-01")),
+                  "c3": ("near_duplicate_of_history", hist("c1", "dt=2026-11-01")),
+                  "e3": ("near_duplicate_of_history", hist("e2", "dt=2026-11-02"))}
+    # the dataset card names every snapshot's data files; every file exists
+    card = (out / "README.md").read_text()
+    for s in top["shards"]:
+        for f in s["files"]:
+            assert f in card and (out / f).is_file()
+    with pytest.raises(InputError, match="no snapshot"):
+        read_output(str(out), snapshot="dt=1999-01-01")
+
+
+def test_rerun_is_byte_identical_and_never_dedups_against_itself(tmp_path):
+    out = tmp_path / "ds"
+    run_day(tmp_path, "2026-11-01", DAY1)
+    run_day(tmp_path, "2026-11-02", DAY2)
+    run_day(tmp_path, "2026-11-03", DAY3)
+    before = (out / "manifest.json").read_bytes()
+    files = {f: (out / f).read_bytes() for s in json.loads(before)["shards"] for f in s["files"]}
+    run_day(tmp_path, "2026-11-02", DAY2)  # a retried night, after later ones exist
+    assert (out / "manifest.json").read_bytes() == before
+    assert {f: (out / f).read_bytes() for f in files} == files
+    assert ids(out, snapshot="dt=2026-11-02") == ["e2", "g2"]
+
+
+def test_crash_mid_snapshot_leaves_previous_dataset_readable(tmp_path, monkeypatch):
+    out = tmp_path / "ds"
+    run_day(tmp_path, "2026-11-01", DAY1)
+    import datakit.stages.dedup.history as h
+
+    real = h.write_state
+
+    def boom(*a, **kw):
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(h, "write_state", boom)
+    with pytest.raises(RuntimeError, match="killed"):
+        run_day(tmp_path, "2026-11-02", DAY2)
+    assert ids(out) == ["a1", "b1", "c1", "d1"]  # the union still is day 1, readable
+    # a crashed *rerun* of day 1 withdraws it: readers see no half-rewritten files
+    with pytest.raises(RuntimeError, match="killed"):
+        run_day(tmp_path, "2026-11-01", DAY1)
+    top = json.loads((out / "manifest.json").read_text())
+    assert top["rows"] == 0 and top["snapshots"] == [] and top["withdrawn"][0]["id"] == "dt=2026-11-01"
+    monkeypatch.setattr(h, "write_state", real)
+    run_day(tmp_path, "2026-11-01", DAY1)
+    run_day(tmp_path, "2026-11-02", DAY2)
+    assert ids(out) == ["a1", "b1", "c1", "d1", "e2", "g2"]
+
+
+def test_backfill_dedups_against_everything_committed_before(tmp_path):
+    """Rule: a snapshot's history is every snapshot first committed before it; a late older day is
+    appended after them and deduplicated against all of them."""
+    out = tmp_path / "ds"
+    run_day(tmp_path, "2026-11-01", DAY1)
+    run_day(tmp_path, "2026-11-03", DAY3)
+    run_day(tmp_path, "2026-11-02", DAY2)  # arrives late
+    top = json.loads((out / "manifest.json").read_text())
+    assert [s["id"] for s in top["snapshots"]] == ["dt=2026-11-01", "dt=2026-11-03", "dt=2026-11-02"]
+    # e3 (day 3) was kept first, so day 2's e2 and f2 are now near duplicates of history
+    assert ids(out) == ["a1", "b1", "c1", "d1", "e3", "h3", "g2"]
+    assert dropped(out, "dt=2026-11-02")["e2"][0] == "near_duplicate_of_history"
+
+
+def test_append_mode_errors_are_one_line(tmp_path):
+    p = day_pipeline(tmp_path, "2026-11-01", DAY1)
+    with pytest.raises(SnapshotError, match="invalid snapshot id"):
+        p.run(workers=1, snapshot="../x")
+    inp = write_records(tmp_path / "plain", DAY1)
+    q = Pipeline("x").input(inp, format="parquet", schema="training_record.v1").add(DEDUP).output(str(tmp_path / "o"), mode="append")
+    with pytest.raises(SnapshotError, match="pass --snapshot"):
+        q.run(workers=1)
+    from datakit.pipeline import PipelineError
+
+    with pytest.raises(PipelineError, match="needs output mode: append"):
+        Pipeline("y").input(inp, format="parquet", schema="training_record.v1").add(
+            {**DEDUP, "history": True}).output(str(tmp_path / "o2")).run(workers=1)
+
+
+def urec(doc_id: str, text: str, user: str) -> dict:
+    r = rec(doc_id, text)
+    r["source"] = {"event_id": f"e-{doc_id}", "user_id": user, "org_id": "o", "session_id": "s", "timestamp": "t",
+                   "repo_id": None, "language": None, "path": None}
+    return r
+
+
+def test_forget_across_snapshots_and_state(tmp_path):
+    """A forgotten document goes from every snapshot and from the state: it no longer keeps a later
+    duplicate out, and neither a retried night nor a later day brings it back."""
+    from datakit.forget_snapshots import forget
+
+    out = tmp_path / "ds"
+    t, n = "def shared():\n    return 42\n", words(0, 100)
+    run_day(tmp_path, "2026-11-01", [urec("a1", t, "gone"), urec("b1", n, "gone"), urec("c1", "x = 1\n", "u2")])
+    run_day(tmp_path, "2026-11-02", [urec("a2", t, "u3"), urec("d2", "y = 2\n", "gone"), urec("e2", "z = 3\n", "u3")])
+    assert ids(out) == ["a1", "b1", "c1", "d2", "e2"]
+    assert dropped(out, "dt=2026-11-02")["a2"][0] == "exact_duplicate_of_history"
+    pq.write_table(pa.table({"user_id": ["gone"]}), tmp_path / "deletions.parquet")
+    removed = forget(str(out), str(tmp_path / "deletions.parquet"), workers=1)
+    assert removed == {"dt=2026-11-01": 2, "dt=2026-11-02": 1}
+    assert ids(out) == ["c1", "e2"]
+    top = json.loads((out / "manifest.json").read_text())
+    assert top["rows"] == 2 and [s["path"] for s in top["snapshots"]] == [
+        "_snapshots/dt=2026-11-01~forget-1", "_snapshots/dt=2026-11-02~forget-1"]
+    assert not (out / "_snapshots" / "dt=2026-11-01").exists()  # the forgotten records are gone from disk
+    state = pq.read_table(out / "_snapshots" / "dt=2026-11-01~forget-1" / "_dedup_state" / "exact.parquet")
+    assert [json.loads(h)["doc_id"] for h in state.column("_dk_hist").to_pylist()] == ["c1"]
+    assert "a1" not in str(pq.read_table(out / "_snapshots" / "dt=2026-11-01~forget-1" / "_dedup_state").to_pylist())
+    # day 3: another user's copy of a1's text and of b1's text are kept now; the forgotten user's new doc is not
+    run_day(tmp_path, "2026-11-03", [urec("a3", t, "u4"), urec("b3", words(3, 100), "u4"), urec("f3", "w = 4\n", "gone")])
+    assert ids(out, snapshot="dt=2026-11-03") == ["a3", "b3"]
+    assert dropped(out, "dt=2026-11-03") == {"f3": ("opt_out_user", None)}
+    # a retried night 1 (from the same logs) does not resurrect the forgotten documents
+    run_day(tmp_path, "2026-11-01", [urec("a1", t, "gone"), urec("b1", n, "gone"), urec("c1", "x = 1\n", "u2")])
+    assert ids(out) == ["c1", "e2", "a3", "b3"]
+    assert not (out / "_snapshots" / "dt=2026-11-01~forget-1").exists()
+
+
+def test_packed_union_and_history_needs_records(tmp_path):
+    """PackedDataset(OUT) reads every snapshot's sequences in order; history dedup refuses a packed output."""
+    from datakit.loader import PackedDataset
+    from datakit.pipeline import PipelineError
+    from tests.stages.test_tokenize import TOKENIZER
+
+    tok = {"kind": "tokenize", "tokenizer": TOKENIZER, "seq_len": 64}
+    sizes = []
+    for day, rows in (("2026-11-01", DAY1), ("2026-11-02", DAY2)):
+        p = day_pipeline(tmp_path, day, rows, stages=(tok,), out="packed")
+        p.config.output.format = "packed"
+        p.run(workers=1)
+        sizes.append(len(PackedDataset(tmp_path / "packed" / "_snapshots" / f"dt={day}")))
+    union = PackedDataset(tmp_path / "packed", verify=True)
+    assert len(union) == sum(sizes) and sizes[0] > 0 and sizes[1] > 0
+    first = PackedDataset(tmp_path / "packed" / "_snapshots" / "dt=2026-11-01")
+    assert (union[0]["input_ids"] == first[0]["input_ids"]).all()
+    p = day_pipeline(tmp_path, "2026-11-03", DAY3, stages=(DEDUP, tok), out="packed2")
+    p.config.output.format = "packed"
+    with pytest.raises(PipelineError, match="needs output format parquet"):
+        p.run(workers=1)
+    assert not (tmp_path / "packed2" / "manifest.json").exists()
+
+
+def test_crash_inside_the_engine_then_rerun_completes(tmp_path, monkeypatch):
+    """Killed while the engine commits the snapshot's shards: the union is day 1; the rerun finishes."""
+    import datakit.io.sinks as sinks
+
+    out = tmp_path / "ds"
+    run_day(tmp_path, "2026-11-01", DAY1)
+    before = (out / "manifest.json").read_bytes()
+    real = sinks.commit
+
+    def killed(*a, **kw):
+        raise KeyboardInterrupt  # the process dies here (not an error the engine may handle)
+
+    monkeypatch.setattr(sinks, "commit", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run_day(tmp_path, "2026-11-02", DAY2)
+    assert (out / "manifest.json").read_bytes() == before and ids(out) == ["a1", "b1", "c1", "d1"]
+    monkeypatch.setattr(sinks, "commit", real)
+    run_day(tmp_path, "2026-11-02", DAY2)
+    assert ids(out) == ["a1", "b1", "c1", "d1", "e2", "g2"]

@@ -1,0 +1,101 @@
+"""A batch off its stage's declared schema fails the run (issue #12 item 2): one line naming the stage
+and the column, nothing committed -- on both engines."""
+from __future__ import annotations
+
+from typing import Literal
+
+import pyarrow as pa
+import pytest
+from typer.testing import CliRunner
+
+from datakit import CompileContext, Pipeline, StageConfig, register_stage
+from datakit.cli import app
+from datakit.contracts import EDITOR_EVENT_V1
+from datakit.engines.contract import StageOutputError, check_stage_output, conform_output
+from tests.eventgen import make_event, write_jsonl
+
+
+class _Break:
+    """Drops or retypes one declared column of editor_event.v1."""
+
+    def __init__(self, how: str) -> None:
+        self.how = how
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        if self.how == "lose_event_id":
+            return batch.drop_columns(["event_id"])
+        if self.how == "number_as_string":
+            i = batch.schema.get_field_index("user_id")
+            return batch.set_column(i, "user_id", pa.array(range(batch.num_rows), pa.int64()))
+        return batch
+
+
+@register_stage
+class BreakSchema(StageConfig):
+    kind: Literal["test_break_schema"] = "test_break_schema"
+    how: str = "lose_event_id"
+    consumes = "editor_event.v1"
+    produces = "editor_event.v1"
+
+    def compile(self, rel, ctx: CompileContext):
+        return rel.map_batches(_Break(self.how), EDITOR_EVENT_V1, name="break_schema")
+
+
+@pytest.fixture
+def logs(tmp_path):
+    return write_jsonl(tmp_path / "logs" / "a.jsonl", [make_event(i) for i in range(6)])
+
+
+def _pipe(logs, out, how) -> Pipeline:
+    return (Pipeline("contract").input(str(logs)).add({"kind": "ingest"})
+            .add({"kind": "test_break_schema", "how": how}).output(str(out)))
+
+
+@pytest.mark.parametrize("how, needle", [("lose_event_id", "without column 'event_id'"),
+                                         ("number_as_string", "column 'user_id' is int64, declared string")])
+def test_local_engine_fails_and_commits_nothing(tmp_path, logs, how, needle):
+    out = tmp_path / "out"
+    with pytest.raises(StageOutputError, match=f"stage 'test_break_schema' .*{needle}"):
+        _pipe(logs, out, how).run(workers=1)
+    assert not (out / "manifest.json").exists() and not (out / "_SUCCESS").exists()
+
+
+def test_cli_says_it_in_one_line_exit_3(tmp_path, logs):
+    (tmp_path / "p.yaml").write_text(f"name: c\ninput: {{path: {logs}}}\nstages: [{{kind: ingest}}, "
+                                     "{kind: test_break_schema}]\noutput: {path: out}\n")
+    r = CliRunner().invoke(app, ["run", str(tmp_path / "p.yaml"), "--workers", "1"])
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("datakit: error")]  # (progress lines aside)
+    assert r.exit_code == 3 and len(errors) == 1 and "Traceback" not in r.stderr, r.output
+    assert "'event_id'" in errors[0] and "test_break_schema" in errors[0]
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_the_rule():
+    schema = pa.schema([("s", pa.string()), ("n", pa.int32()),
+                        ("seg", pa.list_(pa.struct([("text", pa.string()), ("train", pa.bool_())])))])
+    ok = pa.RecordBatch.from_arrays(
+        [pa.array(["a"], pa.large_string()), pa.array([1], pa.int64()),
+         pa.array([[{"text": "t", "train": True}]], pa.large_list(pa.struct([("text", pa.large_string()),
+                                                                             ("train", pa.bool_())])))],
+        names=["s", "n", "seg"])
+    assert conform_output(ok, schema, "st", "op").schema == schema  # same kinds: cast
+    nulls = pa.RecordBatch.from_arrays([pa.nulls(1), pa.nulls(1), pa.nulls(1)], names=["s", "n", "seg"])
+    check_stage_output(nulls, schema, "st", "op")  # an all-null column stands for any type
+    lost_child = pa.RecordBatch.from_arrays([pa.array(["a"]), pa.array([1], pa.int32()),
+                                             pa.array([[{"text": "t"}]])], names=["s", "n", "seg"])
+    with pytest.raises(StageOutputError, match=r"'seg\[\]\.train' of the declared schema is missing"):
+        check_stage_output(lost_child, schema, "st", "op")
+    overflow = pa.RecordBatch.from_arrays([pa.array(["a"]), pa.array([1 << 40], pa.int64()), pa.nulls(1)],
+                                          names=["s", "n", "seg"])
+    with pytest.raises(StageOutputError, match="column 'n' cannot be cast"):
+        conform_output(overflow, schema, "st", "op")
+
+
+@pytest.mark.spark
+def test_spark_engine_fails_too(spark, tmp_path, logs):
+    from datakit.engines.spark_session import SparkJobError
+
+    out = tmp_path / "out"
+    with pytest.raises(SparkJobError, match="StageOutputError: stage 'test_break_schema'.*'event_id'"):
+        _pipe(logs, out, "lose_event_id").run(engine="spark", partitions=1)
+    assert not (out / "manifest.json").exists()
