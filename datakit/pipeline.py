@@ -409,6 +409,10 @@ class Pipeline:
             if timer is not None:
                 timer.add("compile", time.perf_counter() - t)
             dedup = history_config(cfg.stages)
+            if dedup is not None and cfg.output.format != "parquet":
+                # the state is computed from the snapshot's committed records; token arrays hold no text
+                raise PipelineError(f"{cfg.name}: dedup against history needs output format parquet (records); "
+                                    f"append the record-level dataset and tokenize from it, or set history: false")
             top = snapshots.withdraw(top_path, top, snapshot)  # a rerun: the others stay readable meanwhile
             with output_lock(snap_path):
                 result = self._run_and_finish(plan, runner, engine, engine_options, report, timer)
