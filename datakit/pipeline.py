@@ -210,8 +210,12 @@ class Pipeline:
         for st in d["stages"]:
             if not st.get("expect"):
                 st.pop("expect", None)  # absent when unused: a pipeline's hash does not change with this field
+            if st.get("kind") == "dedup" and st.get("history") is None:
+                st.pop("history", None)  # likewise: unset = the mode's default; existing pipelines keep their hash
         if not d.get("spark"):
             d.pop("spark", None)
+        if d.get("output") and d["output"].get("mode") == "overwrite":
+            d["output"].pop("mode")  # the default is absent, so pipelines written before append mode keep their hash
         return d
 
     def to_yaml(self) -> str:
@@ -409,6 +413,10 @@ class Pipeline:
             if timer is not None:
                 timer.add("compile", time.perf_counter() - t)
             dedup = history_config(cfg.stages)
+            if dedup is not None and cfg.output.format != "parquet":
+                # the state is computed from the snapshot's committed records; token arrays hold no text
+                raise PipelineError(f"{cfg.name}: dedup against history needs output format parquet (records); "
+                                    f"append the record-level dataset and tokenize from it, or set history: false")
             top = snapshots.withdraw(top_path, top, snapshot)  # a rerun: the others stay readable meanwhile
             with output_lock(snap_path):
                 result = self._run_and_finish(plan, runner, engine, engine_options, report, timer)

@@ -189,3 +189,48 @@ def test_forget_across_snapshots_and_state(tmp_path):
     run_day(tmp_path, "2026-11-01", [urec("a1", t, "gone"), urec("b1", n, "gone"), urec("c1", "x = 1\n", "u2")])
     assert ids(out) == ["c1", "e2", "a3", "b3"]
     assert not (out / "_snapshots" / "dt=2026-11-01~forget-1").exists()
+
+
+def test_packed_union_and_history_needs_records(tmp_path):
+    """PackedDataset(OUT) reads every snapshot's sequences in order; history dedup refuses a packed output."""
+    from datakit.loader import PackedDataset
+    from datakit.pipeline import PipelineError
+    from tests.stages.test_tokenize import TOKENIZER
+
+    tok = {"kind": "tokenize", "tokenizer": TOKENIZER, "seq_len": 64}
+    sizes = []
+    for day, rows in (("2026-11-01", DAY1), ("2026-11-02", DAY2)):
+        p = day_pipeline(tmp_path, day, rows, stages=(tok,), out="packed")
+        p.config.output.format = "packed"
+        p.run(workers=1)
+        sizes.append(len(PackedDataset(tmp_path / "packed" / "_snapshots" / f"dt={day}")))
+    union = PackedDataset(tmp_path / "packed", verify=True)
+    assert len(union) == sum(sizes) and sizes[0] > 0 and sizes[1] > 0
+    first = PackedDataset(tmp_path / "packed" / "_snapshots" / "dt=2026-11-01")
+    assert (union[0]["input_ids"] == first[0]["input_ids"]).all()
+    p = day_pipeline(tmp_path, "2026-11-03", DAY3, stages=(DEDUP, tok), out="packed2")
+    p.config.output.format = "packed"
+    with pytest.raises(PipelineError, match="needs output format parquet"):
+        p.run(workers=1)
+    assert not (tmp_path / "packed2" / "manifest.json").exists()
+
+
+def test_crash_inside_the_engine_then_rerun_completes(tmp_path, monkeypatch):
+    """Killed while the engine commits the snapshot's shards: the union is day 1; the rerun finishes."""
+    import datakit.io.sinks as sinks
+
+    out = tmp_path / "ds"
+    run_day(tmp_path, "2026-11-01", DAY1)
+    before = (out / "manifest.json").read_bytes()
+    real = sinks.commit
+
+    def killed(*a, **kw):
+        raise KeyboardInterrupt  # the process dies here (not an error the engine may handle)
+
+    monkeypatch.setattr(sinks, "commit", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run_day(tmp_path, "2026-11-02", DAY2)
+    assert (out / "manifest.json").read_bytes() == before and ids(out) == ["a1", "b1", "c1", "d1"]
+    monkeypatch.setattr(sinks, "commit", real)
+    run_day(tmp_path, "2026-11-02", DAY2)
+    assert ids(out) == ["a1", "b1", "c1", "d1", "e2", "g2"]

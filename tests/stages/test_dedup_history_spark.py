@@ -22,7 +22,7 @@ def test_history_dedup_local_equals_spark(spark, tmp_path):
         res[engine] = day_pipeline(tmp_path, "2026-11-02", DAY2, out=engine).run(engine=engine, **opts)
     snap = "_snapshots/dt=2026-11-02"
     for rel in ("data/part-00000.parquet", "_dedup_state/exact.parquet", "_dedup_state/bands.parquet",
-                "_dedup_state/signatures.parquet"):
+                "_dedup_state/signatures.parquet", "_dedup_state/texts.parquet"):
         assert (tmp_path / "local" / snap / rel).read_bytes() == (tmp_path / "spark" / snap / rel).read_bytes(), rel
     drops = [sorted(map(str, pq.read_table(tmp_path / e / snap / "_dropped").to_pylist())) for e in ("local", "spark")]
     assert drops[0] == drops[1] and len(drops[0]) == 3

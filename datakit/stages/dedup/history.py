@@ -16,7 +16,9 @@ Why plan nodes (a `Source` of the state joined into the dedup stage) and not a l
 both engines then execute it, byte-identical, and the cost of a run is a join of today's documents
 (their band keys) with the state's band keys -- proportional to today's input plus a scan of the
 state, never a recomputation of the history. Verification against history uses the stored signatures
-(estimated Jaccard >= threshold): the history's texts are not part of the state.
+(estimated Jaccard) with `verify: signature`; with `verify: exact` (the default) the state also keeps
+the kept documents' dedup texts (texts.parquet: `_dk_hist`, `_dk_htext`), so a pair across days is
+decided by exact Jaccard, as a single run over all days decides it.
 """
 from __future__ import annotations
 
@@ -32,7 +34,10 @@ from datakit.plan import DROP, DROP_DETAIL, Rel, source
 
 _HIST, _HSIG, _HMIN = "_dk_hist", "_dk_hsig", "_dk_hist_min"
 _KEY, _SIG, _BAND, _BUCKET = "_dk_key", "_dk_sig", "_dk_band", "_dk_bucket"
-STATE_FILES = {"exact": "exact.parquet", "signatures": "signatures.parquet", "bands": "bands.parquet"}
+STATE_FILES = {"exact": "exact.parquet", "signatures": "signatures.parquet", "bands": "bands.parquet",
+               "texts": "texts.parquet"}
+_HTEXT = "_dk_htext"
+TEXT_SCHEMA = pa.schema([(_HIST, pa.string()), (_HTEXT, pa.string())])
 EXACT_SCHEMA = pa.schema([(_KEY, pa.string()), (_HIST, pa.string())])
 SIG_SCHEMA = pa.schema([(_HIST, pa.string()), (_HSIG, pa.binary())])
 BAND_SCHEMA = pa.schema([(_BAND, pa.int32()), (_BUCKET, pa.int64()), (_HIST, pa.string())])
@@ -51,7 +56,7 @@ def state_params(cfg: Any) -> dict[str, Any]:
     if m is not None:
         bands, rows = m.band_rows()
         near = {"num_perm": m.num_perm, "ngram": m.ngram, "shingle": m.shingle, "seed": m.seed,
-                "lowercase": m.lowercase, "bands": bands, "rows": rows}
+                "lowercase": m.lowercase, "bands": bands, "rows": rows, "verify": m.verify}
     return {"exact": cfg.exact, "exact_normalize": cfg.exact_normalize, "scope": cfg.scope,
             "text_column": cfg.text_column, "minhash": near}
 
@@ -98,7 +103,12 @@ def write_state(snap_path: str, snapshot: str, cfg: Any) -> dict[str, Any]:
         sig_t = sig_t.take(pc.sort_indices(sig_t, [(_HIST, "ascending")]))
         band_t = band_t.take(pc.sort_indices(band_t, [(_BAND, "ascending"), (_BUCKET, "ascending"), (_HIST, "ascending")]))
         _ = _sig_matrix  # signatures are stored exactly as the stage computes them
-        for name, t in (("signatures", sig_t), ("bands", band_t)):
+        tables = [("signatures", sig_t), ("bands", band_t)]
+        if m.verify == "exact":  # exact Jaccard against history needs the kept documents' dedup texts
+            texts = record_texts(table, cfg.text_column) if table.num_rows else pa.array([], pa.string())
+            text_t = pa.table([hist, texts], schema=TEXT_SCHEMA)
+            tables.append(("texts", text_t.take(pc.sort_indices(text_t, [(_HIST, "ascending")]))))
+        for name, t in tables:
             files[name] = STATE_FILES[name]
             write_parquet(t, f"{root}/{files[name]}")
     files = {k: f"_dedup_state/{v}" for k, v in files.items()}
@@ -191,8 +201,31 @@ def compile_exact_history(rel: Rel, files: list[str], key_fn: Any) -> Rel:
                               name="dedup_history_exact", drop_log_key="doc_id")
 
 
+@dataclass(frozen=True)
+class _HistExactVerifyFn:
+    """Candidate pairs with the history doc's text and today's record: exact Jaccard >= threshold?"""
+
+    text_column: str | None
+    ngram: int
+    shingle: str
+    lowercase: bool
+    threshold: float
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        from datakit.stages.dedup.text import record_texts
+        from datakit.stages.dedup.verify import exact_jaccard
+
+        if batch.num_rows == 0:
+            return pa.RecordBatch.from_arrays([batch.column("doc_id"), batch.column(_HIST)], names=["doc_id", _HIST])
+        sim = exact_jaccard(batch.column(_HTEXT), record_texts(batch, self.text_column), self.ngram, self.shingle,
+                            self.lowercase)
+        ok = pa.array(sim >= self.threshold)
+        return pa.RecordBatch.from_arrays([batch.column("doc_id").filter(ok), batch.column(_HIST).filter(ok)],
+                                          names=["doc_id", _HIST])
+
+
 def compile_near_history(rel: Rel, sig_files: list[str], band_files: list[str], sig_fn: Any, band_fn: Any,
-                         num_perm: int, threshold: float) -> Rel:
+                         num_perm: int, threshold: float, text_files: list[str] | None = None) -> Rel:
     """Drop documents whose signature is similar (>= threshold) to a kept document of the history that
     shares an LSH bucket with it (`near_duplicate_of_history`)."""
     schema = rel.schema
@@ -205,9 +238,16 @@ def compile_near_history(rel: Rel, sig_files: list[str], band_files: list[str], 
     pair_schema = pa.schema([schema.field("doc_id"), pa.field(_HIST, pa.string())])
     pairs = cand.map_batches(_PairFn(), pair_schema, name="dedup_history_candidates")
     pairs = pairs.aggregate(["doc_id", _HIST], {"_dk_n": ("count", "doc_id")})  # distinct pairs
-    hsigs = _state_source(sig_files, SIG_SCHEMA, rel, "dedup_history_signature_state")
-    pairs = pairs.join(hsigs, _HIST, how="inner").join(docs, "doc_id", how="inner")
-    verified = pairs.map_batches(_HistVerifyFn(num_perm, threshold), pair_schema, name="dedup_history_verify")
+    if text_files:  # verify: exact -- the same decision a single run over all days makes
+        htexts = _state_source(text_files, TEXT_SCHEMA, rel, "dedup_history_text_state")
+        pairs = pairs.join(htexts, _HIST, how="inner").join(rel, "doc_id", how="inner")
+        c = sig_fn.cfg
+        verified = pairs.map_batches(_HistExactVerifyFn(sig_fn.text_column, c.ngram, c.shingle, c.lowercase, threshold),
+                                     pair_schema, name="dedup_history_verify")
+    else:
+        hsigs = _state_source(sig_files, SIG_SCHEMA, rel, "dedup_history_signature_state")
+        pairs = pairs.join(hsigs, _HIST, how="inner").join(docs, "doc_id", how="inner")
+        verified = pairs.map_batches(_HistVerifyFn(num_perm, threshold), pair_schema, name="dedup_history_verify")
     best = verified.aggregate(["doc_id"], {_HMIN: ("min", _HIST)})
     marked = rel.join(best, "doc_id", how="left")
     return marked.map_batches(_HistMarkFn("near_duplicate_of_history", tuple(schema.names)), schema,

@@ -139,9 +139,10 @@ class DedupConfig(StageConfig):
             sigs, bands_f = h.history_files(ctx.history, "signatures", self), h.history_files(ctx.history, "bands", self)
             if sigs and bands_f:
                 bands, rows = self.minhash.band_rows()
+                texts = h.history_files(ctx.history, "texts", self) if self.minhash.verify == "exact" else None
                 rel = h.compile_near_history(rel, sigs, bands_f, _SignatureFn(self.text_column, self.minhash, scope),
                                              _BandFn(self.minhash.num_perm, bands, rows, scope),
-                                             self.minhash.num_perm, self.minhash.threshold)
+                                             self.minhash.num_perm, self.minhash.threshold, texts)
         return rel
 
 
