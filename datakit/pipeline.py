@@ -210,8 +210,12 @@ class Pipeline:
         for st in d["stages"]:
             if not st.get("expect"):
                 st.pop("expect", None)  # absent when unused: a pipeline's hash does not change with this field
+            if st.get("kind") == "dedup" and st.get("history") is None:
+                st.pop("history", None)  # likewise: unset = the mode's default; existing pipelines keep their hash
         if not d.get("spark"):
             d.pop("spark", None)
+        if d.get("output") and d["output"].get("mode") == "overwrite":
+            d["output"].pop("mode")  # the default is absent, so pipelines written before append mode keep their hash
         return d
 
     def to_yaml(self) -> str:

@@ -110,21 +110,25 @@ def test_unique_family_finds_duplicates_in_different_shards(request, tmp_path, e
     assert res["success"]
 
 
-def test_residual_secret_scan_fails_on_a_leftover_key(tmp_path):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_residual_secret_scan_fails_on_a_leftover_key(request, tmp_path, engine):
+    _engine(request, engine)
     rows = good_records()
     rows[4]["segments"] = [{"text": 'token = "ghp_' + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8" + '"\n', "train": True,
                             "role": None}]
-    res = validate_path(records_dataset(tmp_path / "leak", rows), ["scrubbed_records"], workers=1)
+    res = validate_path(records_dataset(tmp_path / "leak", rows), ["scrubbed_records"], engine, **_opts(engine))
     [r] = res["results"]
     assert (r["success"], r["column"], r["unexpected"]) == (False, "secret_findings", 1)
     assert "ghp_" not in json.dumps(res)  # the sample is the count of findings, never the key
 
 
-def test_preference_suite_uses_row_conditions(tmp_path):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_preference_suite_uses_row_conditions(request, tmp_path, engine):
+    _engine(request, engine)
     rows = good_records()[:4] + [record(20, "q", "preference", chosen="a", rejected="b"),
                                  record(21, "q", "preference", chosen="same", rejected="same"),
                                  record(22, "q", "preference", chosen=None, rejected="b")]
-    res = validate_path(records_dataset(tmp_path / "pref", rows), ["preference_feedback"], workers=1)
+    res = validate_path(records_dataset(tmp_path / "pref", rows), ["preference_feedback"], engine, **_opts(engine))
     assert failed(res) == {("expect_column_values_to_not_be_null", "chosen"),
                            ("expect_column_values_to_be_in_set", "chosen_is_rejected")}
     # code rows have no chosen/rejected and are not counted

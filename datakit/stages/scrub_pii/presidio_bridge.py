@@ -23,9 +23,12 @@ import logging
 import re
 from typing import Iterable, Sequence
 
-from presidio_analyzer import AnalyzerEngine, EntityRecognizer, LocalRecognizer, RecognizerResult
-from presidio_analyzer.nlp_engine import NlpArtifacts, NlpEngineProvider
-from presidio_analyzer.recognizer_registry import RecognizerRegistry
+from datakit.stages.scrub_pii.lean_import import without_torch
+
+with without_torch():  # presidio imports spaCy -> thinc, and transformers; none of them needs torch here
+    from presidio_analyzer import AnalyzerEngine, EntityRecognizer, LocalRecognizer, RecognizerResult
+    from presidio_analyzer.nlp_engine import NlpArtifacts, NlpEngineProvider
+    from presidio_analyzer.recognizer_registry import RecognizerRegistry
 
 from datakit.stages.scrub_pii.detectors import DETECTORS, Detector
 from datakit.stages.scrub_pii.scan import Finding, resolve_overlaps
