@@ -99,15 +99,20 @@ def _submit(deploy, cluster, output: str, extra_conf: str = "", **popen) -> subp
     env = clean_env(PYSPARK_DRIVER_PYTHON=str(deploy["driver_py"]), EXECUTOR_MEMORY="512m",
                     SPARK_CONF_EXTRA=f"{EXECUTOR_CONF} {extra_conf}".strip(),
                     DATAKIT_SPARK_LOG_DIR=str(deploy["root"] / "driver-logs"))
-    return subprocess.Popen(["bash", str(ROOT / "examples" / "spark_submit_packed.sh"), str(deploy["archive"]),
+    # Spark's log goes to a file: a pipe nobody reads while the test polls would fill up and block the driver
+    err = open(deploy["root"] / f"submit-{output.rsplit('/', 1)[-1]}-{time.monotonic_ns()}.log", "w+")
+    proc = subprocess.Popen(["bash", str(ROOT / "examples" / "spark_submit_packed.sh"), str(deploy["archive"]),
                              cluster.master_url, "pipeline.yaml", "--output", output, "--partitions", "4"],
-                            cwd=deploy["work"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=deploy["work"], env=env, stdout=subprocess.PIPE, stderr=err,
                             text=True, start_new_session=True, **popen)
+    proc.err_file = err  # type: ignore[attr-defined]
+    return proc
 
 
 def _finish(proc: subprocess.Popen, timeout: float) -> dict:
-    out, err = proc.communicate(timeout=timeout)
-    proc.stderr_text = err  # type: ignore[attr-defined]
+    out, _ = proc.communicate(timeout=timeout)
+    proc.err_file.seek(0)  # type: ignore[attr-defined]
+    err = proc.stderr_text = proc.err_file.read()  # type: ignore[attr-defined]
     assert proc.returncode == 0, f"spark-submit exited {proc.returncode}\n{out[-2000:]}\n{err[-4000:]}"
     return json.loads(out.strip().splitlines()[-1])
 
