@@ -54,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"output": result.output_path, "rows": rows, "seconds": round(result.seconds, 1),
                       "reused_shards": result.extra.get("reused_shards", 0),
                       # where the executors' Python and datakit came from (checked against the driver's version)
-                      "executors": result.extra.get("executors")}))
+                      "executors": result.extra.get("executors"),
+                      "straggler_conf": result.extra.get("straggler_conf")}))
     return 0
 
 

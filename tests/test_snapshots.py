@@ -234,3 +234,17 @@ def test_crash_inside_the_engine_then_rerun_completes(tmp_path, monkeypatch):
     monkeypatch.setattr(sinks, "commit", real)
     run_day(tmp_path, "2026-11-02", DAY2)
     assert ids(out) == ["a1", "b1", "c1", "d1", "e2", "g2"]
+
+
+def test_hf_datasets_reads_the_union_through_the_card(tmp_path, monkeypatch):
+    """The card names every snapshot's files (HF datasets); a glob over the snapshots' data/ works too."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import datasets
+    import duckdb
+    run_day(tmp_path, "2026-11-01", DAY1)
+    run_day(tmp_path, "2026-11-02", DAY2)
+    hf = datasets.load_dataset(str(tmp_path / "ds"), split="train", cache_dir=str(tmp_path / "hf-cache"))
+    assert hf["doc_id"] == ids(tmp_path / "ds")
+    glob = str(tmp_path / "ds" / "_snapshots" / "*" / "data" / "*.parquet")
+    assert sorted(r[0] for r in duckdb.sql(f"SELECT doc_id FROM '{glob}'").fetchall()) == sorted(hf["doc_id"])

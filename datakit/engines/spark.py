@@ -46,6 +46,7 @@ from datakit.accounting import NodeStats, stage_report
 from datakit.engines.core import (RunResult, apply_map, commit_run, conform, remove_if_empty, resolve_sink,
                                   reused_shards, write_side_output)
 from datakit.engines.spark_session import (SparkError, SparkJobError, executor_environment, get_session, log_file,
+                                           straggler_conf,
                                            translate_errors)
 from datakit.io import identity, publish, sinks
 from datakit.io.readers import iter_source
@@ -286,7 +287,8 @@ class SparkEngine:
         return RunResult(output_path=out, stages=stages, manifest=manifest, seconds=seconds, engine="spark",
                          extra={"master": spark.sparkContext.master, "partitions": run.n,
                                 "reused_shards": reused_shards(run.infos),
-                                "log": str(log_file()), **({"executors": executors} if executors else {})})
+                                "log": str(log_file()), **({"executors": executors} if executors else {}),
+                                "straggler_conf": straggler_conf(spark)})
 
 
 class _runtime_conf:

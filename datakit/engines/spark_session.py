@@ -26,7 +26,7 @@ from typing import Any, Iterator
 
 __all__ = [
     "SparkError", "SparkSetupError", "SparkJobError", "get_session", "stop_session", "submit_defaults",
-    "STRAGGLER_DEFAULTS", "TIMEOUT_DEFAULTS", "executor_environment",
+    "STRAGGLER_DEFAULTS", "TIMEOUT_DEFAULTS", "executor_environment", "straggler_conf",
     "log_file", "translate_errors", "check_java", "check_master",
 ]
 
@@ -283,6 +283,13 @@ def get_session(master: str | None = None, conf: dict[str, Any] | None = None):
         session.sparkContext.setLogLevel("WARN")
         _active.update(key=key, session=session)
         return session
+
+
+def straggler_conf(session) -> dict[str, str | None]:
+    """The speculation/timeout settings the running application actually has (for the run report:
+    inside spark-submit they come from the operator, else from our defaults)."""
+    conf = session.sparkContext.getConf()
+    return {k: conf.get(k, None) for k in (*STRAGGLER_DEFAULTS, *TIMEOUT_DEFAULTS)}
 
 
 def _probe_environment(_: int) -> tuple[str, str, str]:

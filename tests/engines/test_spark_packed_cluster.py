@@ -21,7 +21,8 @@ import pytest
 from tests.packaging_env import ROOT, build_dists, clean_env, make_venv
 from tests.test_object_store import s3_endpoint  # noqa: F401  (module fixture: moto on loopback)
 
-pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.slow]
+# a cluster, a packed env and spark-submit runs: minutes on 2 cores, many more on a loaded machine
+pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 PIPELINE = """\
 name: packed-cluster
@@ -31,11 +32,12 @@ stages:
   - {kind: ingest}
   - {kind: consent, optouts: "s3://logs/optouts.parquet"}
   - {kind: extract, kinds: [code, fim, sft, preference]}
-  - {kind: dedup, exact: true, minhash: {threshold: 0.8, num_perm: 64, ngram: 5}}
-  - {kind: decontaminate, evals: [humaneval], ngram: 13, mode: drop}
+  - {kind: dedup, exact: true}
   - {kind: tokenize, tokenizer: "datakit:demo-bpe", seq_len: 512, packing: best_fit}
 output: {path: "s3://out/unused", format: packed, shards: 3}
 """
+# Lean on purpose (each Spark job costs ~1 s on 2 cores): every stage on Spark is covered by
+# tests/test_wheel.py (local[2], installed wheel) and the conformance tests; this one is about deployment.
 EXECUTOR_CONF = "--conf spark.executor.cores=1 --conf spark.cores.max=2"
 
 
@@ -55,7 +57,7 @@ def deploy(tmp_path_factory, s3_endpoint):  # noqa: F811
     archive = root / "datakit-env.tar.gz"
     t0 = time.monotonic()
     res = subprocess.run(["bash", str(ROOT / "examples" / "pack_venv.sh"), str(archive), str(env_dir)],
-                         capture_output=True, text=True, timeout=900,
+                         capture_output=True, text=True, timeout=1800,
                          env=clean_env(VENV_PACK=str(Path(sys.executable).parent / "venv-pack"), COMPRESS_LEVEL="1"))
     assert res.returncode == 0, res.stderr[-3000:]
     pack_seconds = time.monotonic() - t0
@@ -105,6 +107,7 @@ def _submit(deploy, cluster, output: str, extra_conf: str = "", **popen) -> subp
 
 def _finish(proc: subprocess.Popen, timeout: float) -> dict:
     out, err = proc.communicate(timeout=timeout)
+    proc.stderr_text = err  # type: ignore[attr-defined]
     assert proc.returncode == 0, f"spark-submit exited {proc.returncode}\n{out[-2000:]}\n{err[-4000:]}"
     return json.loads(out.strip().splitlines()[-1])
 
@@ -122,12 +125,15 @@ def _counts(fs, path: str) -> list:
 
 def test_packed_env_on_a_standalone_cluster_matches_local_byte_for_byte(deploy, packed_cluster):
     t0 = time.monotonic()
-    info = _finish(_submit(deploy, packed_cluster, "s3://out/cluster"), timeout=900)
+    info = _finish(_submit(deploy, packed_cluster, "s3://out/cluster"), timeout=1800)
     print(f"\npacked env: {deploy['archive_mb']:.0f} MB in {deploy['pack_seconds']:.0f}s; "
           f"cluster run {time.monotonic() - t0:.0f}s")
     fs = deploy["fs"]
     assert _checksums(fs, "out/cluster") == _checksums(fs, "out/local")
     assert _counts(fs, "out/cluster") == _counts(fs, "out/local")
+    # inside spark-submit the session got datakit's straggler defaults for what the operator left unset
+    assert info["straggler_conf"]["spark.speculation"] == "true"
+    assert info["straggler_conf"]["spark.speculation.minTaskRuntime"] == "30s"
     # every executor's Python came from the unpacked archive, and datakit from the wheel inside it
     envs = info["executors"]
     assert envs, info
@@ -189,7 +195,7 @@ def test_stalled_executor_is_overtaken_and_output_is_identical(deploy, packed_cl
         for p in _tree(victim):
             p.send_signal(signal.SIGSTOP)
             stopped.append(p)
-        info = _finish(proc, timeout=900)
+        info = _finish(proc, timeout=1800)
     finally:
         for p in stopped:
             try:
@@ -199,6 +205,10 @@ def test_stalled_executor_is_overtaken_and_output_is_identical(deploy, packed_cl
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert info["rows"] > 0
+    log = proc.stderr_text if hasattr(proc, "stderr_text") else ""
+    print(f"\nstalled executor {victim}: job done; driver log: {log.count('as speculatable')} tasks speculated, "
+          f"{log.count('Lost executor')} lost-executor lines")
+    assert info["straggler_conf"]["spark.network.timeout"] == "45s"  # the operator's --conf wins
     assert _checksums(fs, "out/stalled") == _checksums(fs, "out/local")
     assert _counts(fs, "out/stalled") == _counts(fs, "out/local")
 
@@ -210,7 +220,7 @@ def test_rerun_after_a_killed_driver_resumes_from_committed_shards(deploy, packe
     proc = _submit(deploy, packed_cluster, "s3://out/resume")
     killed_with = None
     try:
-        end = time.monotonic() + 900
+        end = time.monotonic() + 1800
         while time.monotonic() < end and proc.poll() is None:
             fs.invalidate_cache()
             done = fs.glob("out/resume/_shards/shard-*.json")
@@ -233,7 +243,7 @@ def test_rerun_after_a_killed_driver_resumes_from_committed_shards(deploy, packe
             "--master", packed_cluster.master_url, "--partitions", "4", "--output", "s3://out/resume",
             "--conf", f"spark.archives={archive}#environment", "--conf", "spark.pyspark.python=./environment/bin/python",
             "--conf", "spark.executor.memory=512m", *[a for c in EXECUTOR_CONF.split("--conf ")[1:] for a in ("--conf", c.strip())]]
-    res = subprocess.run(args, cwd=deploy["work"], capture_output=True, text=True, timeout=900,
+    res = subprocess.run(args, cwd=deploy["work"], capture_output=True, text=True, timeout=1800,
                          env=clean_env(deploy["driver_py"].parent.parent,
                                        DATAKIT_SPARK_LOG_DIR=str(deploy["root"] / "driver-logs")))
     assert res.returncode == 0, f"{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
