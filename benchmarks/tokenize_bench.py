@@ -1,8 +1,13 @@
 """Tokenize + pack + write throughput vs bare `tokenizers`, packing quality, loader read speed.
 
-    .venv/bin/python benchmarks/tokenize.py [--mb 8] [--threads 1 2] [--tokenizer PATH]
+    .venv/bin/python benchmarks/tokenize_bench.py [--mb 8] [--threads 1 2] [--tokenizer PATH] [--cli-only]
 
 Printed side by side (never asserted; see README targets):
+
+0. the CLI path: `datakit run` of a tokenize-only pipeline (CLI defaults: workers, threads)
+   vs a bare `encode_batch_fast` process on the same Parquet files, both whole fresh
+   processes with the same thread setting, in tokens per CPU-second of the process tree
+   (`benchmarks/results/tokenize_bench.json` for run_all.py). Sections 1-3 follow.
 
 1. throughput: tokens/s of datakit's end-to-end `build_dataset` (encode every
    record, shard, pack best_fit, write .npy + Parquet, checksums, manifest) vs
@@ -138,6 +143,79 @@ def child_pipeline(mb: float, tokenizer: str, doc_chars: int, workers: int) -> d
     return {"pipeline": {"seconds": dt, "tokens": m["totals"]["tokens"]}}
 
 
+def child_bare(folder: str, tokenizer: str, batch: int) -> dict:
+    """The reference process: read the same Parquet files, `encode_batch_fast` every text, count tokens."""
+    import pyarrow.parquet as pq
+    from tokenizers import Tokenizer
+
+    texts = [seg["text"] for f in sorted(Path(folder).glob("in-*.parquet"))
+             for segs in pq.read_table(f, columns=["segments"]).column("segments").to_pylist() for seg in segs]
+    tok = Tokenizer.from_file(tokenizer)
+    n = 0
+    for i in range(0, len(texts), batch):
+        n += sum(len(e.ids) for e in tok.encode_batch_fast(texts[i:i + batch], add_special_tokens=False))
+    return {"tokens": n, "docs": len(texts)}
+
+
+def cli_vs_bare(mb: float, doc_chars: int, tokenizer: str, batch: int, runs: int) -> dict:
+    """`datakit run` (tokenize stage, CLI defaults) vs a bare `encode_batch_fast` process, same input files.
+
+    Like for like: both are whole fresh processes (interpreter start, imports, reading the same
+    Parquet files), both with the same thread setting (RAYON_NUM_THREADS as inherited: unset =
+    the library default, all cores, which is what `datakit run` gets too), one untimed warm-up
+    each, then `runs` alternated timed runs, median kept. Measured as CPU seconds of the whole
+    process tree (getrusage of children: pool workers included), so the number means something on
+    a shared machine where wall-clock time does not; wall seconds and peak RSS are reported beside.
+    """
+    import resource
+    import statistics
+
+    import pyarrow.parquet as pq
+
+    texts = corpus(mb, doc_chars)
+    table = records(texts)
+    res: dict = {"ours": [], "bare": []}
+    with tempfile.TemporaryDirectory() as d:
+        n = 4
+        for k in range(n):
+            a, b = k * table.num_rows // n, (k + 1) * table.num_rows // n
+            pq.write_table(table.slice(a, b - a), f"{d}/in-{k}.parquet")
+        Path(f"{d}/p.yaml").write_text(
+            "name: tokbench\nseed: 0\ninput: {path: 'in-*.parquet', format: parquet, schema: training_record.v1}\n"
+            f"stages: [{{kind: tokenize, tokenizer: '{tokenizer}', seq_len: 2048, packing: best_fit}}]\n"
+            "output: {path: out, format: packed, shards: 4}\n")
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        cmds = {"ours": [sys.executable, "-m", "datakit.cli", "run", f"{d}/p.yaml", "--quiet", "--no-report"],
+                "bare": [sys.executable, __file__, "--child-bare", d, "--tokenizer", tokenizer, "--batch", str(batch)]}
+
+        def one(side: str) -> dict:
+            r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t0 = time.perf_counter()
+            out = subprocess.run(cmds[side], env=env, cwd=d, capture_output=True, text=True, check=True)
+            wall = time.perf_counter() - t0
+            r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+            if side == "ours":
+                m = json.loads(Path(f"{d}/out/manifest.json").read_text())
+                tokens = int(m["totals"]["tokens"])
+            else:
+                tokens = json.loads(out.stdout.strip().splitlines()[-1])["tokens"]
+            return {"cpu": cpu, "wall": wall, "tokens": tokens}
+
+        for side in ("ours", "bare"):  # warm-up: page cache, numba/jit caches
+            one(side)
+        for _ in range(runs):
+            for side in ("ours", "bare"):
+                res[side].append(one(side))
+    out = {side: {"cpu_seconds": statistics.median(x["cpu"] for x in rs),
+                  "wall_seconds": statistics.median(x["wall"] for x in rs), "tokens": rs[0]["tokens"]}
+           for side, rs in res.items()}
+    out["docs"] = len(texts)
+    out["chars"] = sum(map(len, texts))
+    out["threads"] = os.environ.get("RAYON_NUM_THREADS", f"default ({os.cpu_count()} cores)")
+    return out
+
+
 def packing_quality(texts: list[str], tokenizer: str) -> list[dict]:
     import numpy as np
 
@@ -211,6 +289,9 @@ def main() -> None:
     ap.add_argument("--doc-chars", type=int, nargs="+", default=[0, 2000],
                     help="throughput corpora: 0 = whole files, N = documents of 1..N chars")
     ap.add_argument("--reps", type=int, default=3, help="interleaved repeats; the best time of each counts")
+    ap.add_argument("--runs", type=int, default=3, help="timed runs per side of the CLI comparison (median)")
+    ap.add_argument("--cli-only", action="store_true", help="only the `datakit run` vs bare comparison")
+    ap.add_argument("--child-bare", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child-pipeline", type=int, default=0, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -219,6 +300,34 @@ def main() -> None:
         return
     if a.child:
         print(json.dumps(child_throughput(a.mb, a.batch, a.tokenizer, a.doc_chars[0], a.reps)))
+        return
+    if a.child_bare:
+        print(json.dumps(child_bare(a.child_bare, a.tokenizer, a.batch)))
+        return
+
+    if str(ROOT) not in sys.path:
+        sys.path.append(str(ROOT))  # `benchmarks` as a package (this folder itself is off the path, see above)
+    from benchmarks import _report
+
+    print(f"== tokenize through the CLI vs bare encode_batch_fast: {a.mb} MB of stdlib code, whole processes, "
+          f"CPU seconds (median of {a.runs} alternated runs after one warm-up each)")
+    rows = []
+    for dc in a.doc_chars:
+        r = cli_vs_bare(a.mb, dc, a.tokenizer, a.batch, a.runs)
+        label = "whole files" if dc == 0 else f"docs <= {dc} chars"
+        ours, bare = r["ours"], r["bare"]
+        print(f"{label:>18}: datakit run {ours['cpu_seconds']:.2f} CPU s ({ours['tokens']} tokens incl. EOS, "
+              f"wall {ours['wall_seconds']:.1f}s) | bare {bare['cpu_seconds']:.2f} CPU s ({bare['tokens']} tokens, "
+              f"wall {bare['wall_seconds']:.1f}s) | threads {r['threads']}")
+        rows.append(_report.comparison(
+            f"tokenize stage via `datakit run` vs bare encode_batch_fast ({label})",
+            ours["tokens"] / ours["cpu_seconds"], bare["tokens"] / bare["cpu_seconds"], "tokens/CPU-s",
+            "tokenizers encode_batch_fast, whole process",
+            f"same Parquet input; ours {ours['tokens'] - r['docs']} tokens + {r['docs']} EOS vs {bare['tokens']}",
+            f"{a.mb} MB, {r['docs']} docs, whole fresh processes, same threads ({r['threads']}), CPU time of the "
+            f"process tree, median of {a.runs}"))
+    _report.write("tokenize_bench", rows)
+    if a.cli_only:
         return
 
     print(f"== throughput: {a.mb} MB of stdlib code, batch {a.batch} docs, tokenizer {Path(a.tokenizer).name}")
