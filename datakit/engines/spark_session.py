@@ -195,9 +195,10 @@ def _base_conf(master: str, conf: dict[str, Any] | None) -> dict[str, str]:
 def submit_defaults() -> dict[str, str]:
     """Inside spark-submit, before the application's context exists: our defaults for the settings the
     operator did not pass (--conf, spark-defaults.conf), e.g. speculation and timeouts on a cluster."""
-    from pyspark import SparkConf
+    from pyspark import SparkConf, SparkContext
 
-    given = SparkConf()  # spark-submit's settings (loaded from the JVM's system properties)
+    SparkContext._ensure_initialized()  # connect to spark-submit's JVM first: a SparkConf made before
+    given = SparkConf()  # that sees none of spark-submit's settings (they are the JVM's system properties)
     master = given.get("spark.master", DEFAULT_LOCAL_MASTER)
     wanted = {"spark.sql.execution.arrow.pyspark.enabled": "true",
               "spark.sql.execution.arrow.useLargeVarTypes": "false",

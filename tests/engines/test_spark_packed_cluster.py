@@ -183,7 +183,8 @@ def test_stalled_executor_is_overtaken_and_output_is_identical(deploy, packed_cl
     """
     fs = deploy["fs"]
     proc = _submit(deploy, packed_cluster, "s3://out/stalled",
-                   extra_conf="--conf spark.network.timeout=45s --conf spark.executor.heartbeatInterval=5s")
+                   extra_conf="--conf spark.network.timeout=45s --conf spark.network.timeoutInterval=15s "
+                              "--conf spark.executor.heartbeatInterval=5s")
     stopped: list = []
     try:
         end = time.monotonic() + 600
