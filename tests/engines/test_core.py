@@ -79,5 +79,5 @@ def test_run_report_has_the_common_shape(tmp_path):
     Pipeline("t").input(str(tmp_path / "logs")).add({"kind": "ingest"}).output(str(tmp_path / "o")).run(workers=1)
     run = json.loads((tmp_path / "o" / "_run.json").read_text())
     assert set(run) == {"run_report_version", "engine", "pipeline", "pipeline_hash", "stages", "output",
-                        "resume", "runtime", "seconds"}
+                        "resume", "runtime", "seconds", "timing"}
     assert run["runtime"] == {"workers": 1} and run["resume"] == {"reused_tasks": 0}
