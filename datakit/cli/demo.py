@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: datakit/cli/demo.py -> repo root
 
 
 def main(argv: list[str] | None = None) -> int:
