@@ -483,7 +483,7 @@ class Pipeline:
 
         if plan.sink is not None and self.config.stages and self.config.stages[-1].kind == "kto" \
                 and plan.sink.format == "parquet":
-            from datakit.stages.feedback_report import REPORT_FILE, write_report
+            from datakit.stages.kto.report import REPORT_FILE, write_report
 
             # reward summaries from the committed rows (identical on both engines): _reports/feedback.json
             result.extra["feedback"] = {**write_report(plan.sink.path), "file": REPORT_FILE}

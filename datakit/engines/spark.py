@@ -43,7 +43,7 @@ import pyarrow as pa
 
 from datakit import progress
 from datakit.accounting import NodeStats, stage_report
-from datakit.engines.core import (RunResult, apply_map, commit_run, conform, remove_if_empty, resolve_sink,
+from datakit.engines.core import (Engine, RunResult, apply_map, commit_run, conform, remove_if_empty, resolve_sink,
                                   reused_shards, write_side_output)
 from datakit.engines.spark_partitions import (SHUFFLE_CONF, TARGET_CONF, PartitionPlan, check_user_conf,
                                               plan_partitions)
@@ -237,7 +237,7 @@ def _table_fn(obj: Any):
 
 # --------------------------------------------------------------------------- the engine
 
-class SparkEngine:
+class SparkEngine(Engine):
     """Execute a `Plan` with PySpark on `master` (default local[2]; `spark://`, `local-cluster[...]`, yarn...).
 
     `conf` is passed to the session (pipeline file `spark:` block and `--conf`);
@@ -259,12 +259,6 @@ class SparkEngine:
         check_user_conf(self.conf)  # a bad partition setting fails here, not after the session started
         self.partitions = partitions
         self.checkpoint_dir = checkpoint_dir
-
-    def execute(self, plan: Plan) -> RunResult:
-        if plan.sink is None:
-            return self._execute(plan)
-        with publish.output_lock(plan.sink.path):  # one writer per folder; preflight of the path
-            return self._execute(plan)
 
     def _execute(self, plan: Plan) -> RunResult:
         t0 = time.perf_counter()

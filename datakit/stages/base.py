@@ -27,7 +27,7 @@ BUILTIN_STAGE_MODULES: dict[str, str] = {
     "dedup": "datakit.stages.dedup.stage",
     "decontaminate": "datakit.stages.decontaminate.stage",
     "tokenize": "datakit.stages.tokenize.stage",
-    "kto": "datakit.stages.kto",
+    "kto": "datakit.stages.kto.stage",
 }
 
 _REGISTRY: dict[str, type["StageConfig"]] = {}
