@@ -311,7 +311,7 @@ class Pipeline:
             options["rows_per_shard"] = o.rows_per_shard
             shards = 0 if o.shards == "auto" else o.shards
             sort_key = ctx.artifacts.get("sink_sort_key")
-            if o.format in ("packed", "megatron") and "seq_len" not in options:
+            if o.format in ("packed", "megatron", "mds") and "seq_len" not in options:
                 # found out at compile, not after every stage has run and the sink tries to write
                 raise PipelineError(f"{cfg.name}: output format {o.format!r} needs a tokenize stage "
                                     f"({{kind: tokenize, ...}}) before it; use format: parquet for records")
