@@ -49,9 +49,11 @@ Prose = "bool | list[tuple[int, int]]"
 # a FIM record is one file cut in three; its document order is prefix, middle, suffix
 _FIM_ORDER = {"prefix": 0, "middle": 1, "suffix": 2}
 _SEGMENTS_TYPE = TRAINING_RECORD_V1.field("segments").type
-_FIM_ROLES = pa.array(sorted(_FIM_ORDER), pa.string())
-_FIM_ROLES_ORDERED = pa.array(sorted(_FIM_ORDER, key=_FIM_ORDER.__getitem__), pa.string())
-_PROSE_ROLES = pa.array(sorted(PROSE_ROLES), pa.string())
+# (from numpy arrays: pa.array of a Python list imports pandas, 0.3 CPU-s, to check for pandas types;
+# this module is also loaded by every process's log redaction)
+_FIM_ROLES = pa.array(np.array(sorted(_FIM_ORDER)), pa.string())
+_FIM_ROLES_ORDERED = pa.array(np.array(sorted(_FIM_ORDER, key=_FIM_ORDER.__getitem__)), pa.string())
+_PROSE_ROLES = pa.array(np.array(sorted(PROSE_ROLES)), pa.string())
 
 
 @register_stage
