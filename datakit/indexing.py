@@ -88,11 +88,7 @@ def _work_folder(out_path: str, engine: str) -> str:
     if remote and engine == "local":
         return tempfile.mkdtemp(prefix=".tmp-index-")
     parent = out_path.rstrip("/").rsplit("/", 1)[0] if "/" in out_path.rstrip("/") else "."
-    if not remote:
-        from pathlib import Path
-
-        Path(parent.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
-    return f"{parent}/{name}"
+    return f"{parent}/{name}"  # created by the plan, once the input is known to exist
 
 
 def _remove(url: str) -> None:
