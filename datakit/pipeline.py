@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from datakit import contracts
 from datakit.io.fs import expand
 from datakit.plan import Plan, Rel, SinkSpec, StageSpan, source
-from datakit.stages.base import CompileContext, StageConfig, stage_class
+from datakit.stages.base import CompileContext, StageConfig, spelled_kind, stage_class
 
 
 class PipelineError(ValueError):
@@ -137,6 +137,9 @@ def parse_stage(spec: dict[str, Any] | StageConfig, where: str = "") -> StageCon
         cls = stage_class(spec["kind"])
     except KeyError as e:
         raise PipelineError(f"{where}: {e.args[0]}") from None
+    kind = cls.model_fields["kind"].default
+    if spec["kind"] != kind:  # loaded by module path (`pkg.mod:Class`): the config carries the class's own kind
+        spec = {**spec, "kind": kind}
     try:
         return cls.model_validate(spec)
     except ValidationError as e:
@@ -208,6 +211,7 @@ class Pipeline:
         d = self.config.model_dump(mode="json", by_alias=True, exclude_defaults=False)
         d["stages"] = [s.model_dump(mode="json", by_alias=True) for s in self.config.stages]
         for st in d["stages"]:
+            st["kind"] = spelled_kind(st["kind"])  # a stage loaded by module path is saved as that path
             if not st.get("expect"):
                 st.pop("expect", None)  # absent when unused: a pipeline's hash does not change with this field
             if st.get("kind") == "dedup" and st.get("history") is None:
@@ -492,7 +496,7 @@ class Pipeline:
 
         if plan.sink is not None and self.config.stages and self.config.stages[-1].kind == "kto" \
                 and plan.sink.format == "parquet":
-            from datakit.stages.feedback_report import REPORT_FILE, write_report
+            from datakit.stages.kto.report import REPORT_FILE, write_report
 
             # reward summaries from the committed rows (identical on both engines): _reports/feedback.json
             result.extra["feedback"] = {**write_report(plan.sink.path), "file": REPORT_FILE}

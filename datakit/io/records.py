@@ -5,39 +5,22 @@ same files and must see the same texts, the same skipped lines and the same erro
 through this module. Files are read in sorted order; a Parquet file may be read by row groups
 (so a few big files still split into many tasks).
 
-Which columns: `text_fields` when given; else a training record's `segments` (+ `chosen`,
-`rejected` when present); else the first of `text`, `content`, `code`. The `doc_id` (or `id`)
-column rides along to name documents.
+Which columns: the caller's `ColumnChoice`, asked once per Parquet file (its schema) and once
+per batch of JSON Lines (the keys of its objects).
 """
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import pyarrow as pa
 
 from datakit.io.fs import InputError, expand, filesystem
 
 DATA_SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.zstd", ".ndjson")
-GENERIC_TEXT_COLUMNS = ("text", "content", "code")
-
-
-def text_columns(names: Sequence[str], text_fields: Sequence[str] | None, url: str) -> list[str]:
-    """The columns to read from a file with columns `names`: the id column, then the text columns."""
-    if text_fields:
-        missing = [f for f in text_fields if f not in names]
-        if missing:
-            raise InputError(f"{url}: no column {', '.join(missing)} (columns: {', '.join(names)})")
-        wanted = list(text_fields)
-    elif "segments" in names:
-        wanted = ["segments"] + [c for c in ("chosen", "rejected") if c in names]
-    else:
-        wanted = [c for c in GENERIC_TEXT_COLUMNS if c in names][:1]
-        if not wanted:
-            raise InputError(f"{url}: no text to scan (expected training records or a text/content/code "
-                             f"column; pass --text-field)")
-    id_col = next((c for c in ("doc_id", "id") if c in names), None)
-    return ([id_col] if id_col else []) + wanted
+# (column names, file url) -> the columns to read; the caller's rule (the texts of a record are a
+# stage's business: `datakit.stages.texts`), raising InputError when a file has none
+ColumnChoice = Callable[[Sequence[str], str], list[str]]
 
 
 def data_files(paths: str | Sequence[str]) -> list[str]:
@@ -57,18 +40,18 @@ def open_parquet(url: str):
         raise InputError(f"cannot read Parquet file {url}: {type(e).__name__}") from None
 
 
-def iter_tables(url: str, text_fields: Sequence[str] | None = None, batch_rows: int = 8192,
-                stats: dict | None = None, row_groups: Sequence[int] | None = None) -> Iterator[tuple[int, pa.Table]]:
-    """(first row, batch of the id + text columns) of one data file; `row_groups`: only those (Parquet).
+def iter_tables(url: str, columns: ColumnChoice, batch_rows: int = 8192, stats: dict | None = None,
+                row_groups: Sequence[int] | None = None) -> Iterator[tuple[int, pa.Table]]:
+    """(first row, batch of the `columns` it chose) of one data file; `row_groups`: only those (Parquet).
 
     JSON Lines: blank lines are not data; lines that are not JSON objects are skipped and counted
     in `stats["skipped_lines"]`; a truncated compressed file is an InputError (a gate must not answer
     for data it never saw)."""
     if not url.endswith(".parquet"):
-        yield from _jsonl_tables(url, text_fields, batch_rows, stats)
+        yield from _jsonl_tables(url, columns, batch_rows, stats)
         return
     pf = open_parquet(url)
-    cols = text_columns(pf.schema_arrow.names, text_fields, url)
+    cols = columns(pf.schema_arrow.names, url)
     row = 0
     groups = list(row_groups) if row_groups is not None else None
     for rb in pf.iter_batches(batch_size=batch_rows, row_groups=groups, columns=cols):
@@ -76,7 +59,7 @@ def iter_tables(url: str, text_fields: Sequence[str] | None = None, batch_rows: 
         row += rb.num_rows
 
 
-def _jsonl_tables(url: str, text_fields, batch_rows: int, stats: dict | None) -> Iterator[tuple[int, pa.Table]]:
+def _jsonl_tables(url: str, columns: ColumnChoice, batch_rows: int, stats: dict | None) -> Iterator[tuple[int, pa.Table]]:
     from datakit.io.readers import iter_raw_lines
 
     rows: list[dict] = []
@@ -101,17 +84,17 @@ def _jsonl_tables(url: str, text_fields, batch_rows: int, stats: dict | None) ->
                 continue
             rows.append(obj)
             if len(rows) >= batch_rows:
-                yield first, _rows_table(url, rows, text_fields)
+                yield first, _rows_table(url, rows, columns)
                 first += len(rows)
                 rows = []
     if rows:
-        yield first, _rows_table(url, rows, text_fields)
+        yield first, _rows_table(url, rows, columns)
 
 
-def _rows_table(url: str, rows: list[dict], text_fields) -> pa.Table:
+def _rows_table(url: str, rows: list[dict], columns: ColumnChoice) -> pa.Table:
     names = set().union(*(r.keys() for r in rows))
     data: dict[str, Any] = {}
-    for c in text_columns(sorted(names), text_fields, url):
+    for c in columns(sorted(names), url):
         if c == "segments":
             data[c] = pa.array([[{"text": _str(s.get("text")) if isinstance(s, dict) else _str(s)} for s in (r.get(c) or [])]
                                 for r in rows], pa.list_(pa.struct([("text", pa.string())])))

@@ -16,7 +16,7 @@ from datakit.indexing import build_index
 from datakit.stages.decontaminate.index import INDEX_DIRNAME, NgramIndex, is_index
 from datakit.stages.decontaminate.ngrams import hash_strings
 from datakit.stages.decontaminate.normalize import flags_of
-from datakit.stages.decontaminate.plant import idiomatic_code, plant
+from tests.support.plant import idiomatic_code, plant
 from tests.stages.test_decontam import he_rows, humaneval, record  # noqa: F401  (fixtures)
 
 

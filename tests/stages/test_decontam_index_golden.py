@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from datakit.contracts import TRAINING_RECORD_V1
-from datakit.stages.decontaminate.plant import idiomatic_code, plant
+from tests.support.plant import idiomatic_code, plant
 
 FILES = ("index.json", "offsets.bin", "fingerprints.bin")
 TOKENIZER = str(Path(__file__).resolve().parents[1] / "data" / "tokenizer" / "tokenizer.json")

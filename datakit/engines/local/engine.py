@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datakit.accounting import NodeStats, stage_report
-from datakit.engines.core import (RunResult, commit_run, remove_if_empty, resolve_sink, reused_shards,
+from datakit.engines.core import (Engine, RunResult, commit_run, remove_if_empty, resolve_sink, reused_shards,
                                   write_side_output)
 from datakit.engines.local import scheduler
 from datakit.engines.local.barriers import barrier_query
@@ -46,7 +46,7 @@ from datakit.plan import Join, MapBatches, Node, Plan, Source
 from datakit.workers import drop_pool, usable_cpus
 
 
-class LocalEngine:
+class LocalEngine(Engine):
     """Execute a `Plan` on this machine. `workers=1` runs in-process (handy in notebooks/tests).
 
     `workers=None` (the default): all cores, except for small local inputs
@@ -74,10 +74,7 @@ class LocalEngine:
             # a spawned worker is importing the user's script, which runs the pipeline at top level
             raise RuntimeError("datakit: a worker process imported your script and it started a pipeline; "
                                "put the run under `if __name__ == \"__main__\":` (worker processes are spawned)")
-        if plan.sink is None:
-            return self._execute(plan)
-        with publish.output_lock(plan.sink.path):  # one writer per folder; preflight of the path
-            return self._execute(plan)
+        return super().execute(plan)
 
     def _execute(self, plan: Plan) -> RunResult:
         t0 = time.perf_counter()

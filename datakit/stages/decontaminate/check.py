@@ -15,7 +15,6 @@ is checked through the index when the settings agree.
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -24,7 +23,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from datakit.io.fs import InputError, expand, filesystem
+from datakit.io.fs import InputError, expand
 from datakit.io.records import DATA_SUFFIXES, data_files, is_packed, iter_tables
 from datakit.stages.decontaminate.evals import EvalSet
 from datakit.stages.decontaminate.matcher import (EvalTable, TextSource, default_rule, match_batch, merge_spans,
@@ -33,6 +32,7 @@ from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS, flags
 from datakit.stages.decontaminate.evidence import EXCERPT_CHARS, eval_excerpt, item_hashes, shared_spans
 from datakit.stages.decontaminate.redact import Redaction, clip, excerpt, redact
 from datakit.stages.decontaminate.render import render_html  # noqa: F401  (re-exported: callers import it from here)
+from datakit.stages.texts import text_columns
 from datakit.stages.decontaminate.result import (REPORT_SCHEMA, CheckResult, EvalResult, ItemResult, Match,  # noqa: F401
                                             NearItem)
 
@@ -65,9 +65,29 @@ class TextBatch:
 def iter_text_batches(paths: str | Sequence[str], text_fields: Sequence[str] | None = None,
                       batch_rows: int = 8192, stats: dict | None = None) -> Iterator[TextBatch]:
     """Stream the texts of a records dataset, file by file in sorted order (deterministic)."""
+    columns = Columns(tuple(text_fields) if text_fields else None)
     for url in data_files(paths):
-        for first, table in iter_tables(url, text_fields, batch_rows, stats):
+        for first, table in iter_tables(url, columns, batch_rows, stats):
             yield to_text_batch(url, table, first, text_fields)
+
+
+@dataclass(frozen=True)
+class Columns:
+    """What to read from a data file with columns `names`: its id column, then `text_columns`.
+    Picklable: the index build's tasks read with it in workers and on executors."""
+
+    text_fields: tuple[str, ...] | None = None
+
+    def __call__(self, names: Sequence[str], url: str) -> list[str]:
+        try:
+            wanted = text_columns(names, self.text_fields)
+        except KeyError as e:
+            raise InputError(f"{url}: {e.args[0]}") from None
+        if not wanted:
+            raise InputError(f"{url}: no text to scan (expected training records or a text/content/code "
+                             f"column; pass --text-field)")
+        id_col = next((c for c in ("doc_id", "id") if c in names), None)
+        return ([id_col] if id_col else []) + wanted
 
 
 def to_text_batch(url: str, rb: pa.RecordBatch | pa.Table, first_row: int,

@@ -59,7 +59,7 @@ from datakit.io.records import data_files, is_packed, iter_tables, open_parquet
 from datakit.io.sinks import register_writer
 from datakit.jit import njit
 from datakit.plan import Plan, SinkSpec, StageSpan, source
-from datakit.stages.decontaminate.check import packed_batches, packed_windows, to_text_batch
+from datakit.stages.decontaminate.check import Columns, packed_batches, packed_windows, to_text_batch
 from datakit.stages.decontaminate.ngrams import hash_strings
 from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS, flags_of, names_of
 
@@ -207,7 +207,7 @@ class HashUnits:
             yield from packed_batches(url, self.spec.batch_rows, (first, end))
             return
         groups = range(first, end) if first >= 0 else None
-        for row, table in iter_tables(url, self.spec.text_fields, self.spec.batch_rows, row_groups=groups):
+        for row, table in iter_tables(url, Columns(self.spec.text_fields), self.spec.batch_rows, row_groups=groups):
             yield to_text_batch(url, table, row, self.spec.text_fields)
 
     def __call__(self, batch: pa.RecordBatch) -> pa.Table:

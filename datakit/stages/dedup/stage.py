@@ -37,7 +37,8 @@ from datakit.plan import DROP, DROP_DETAIL, METRICS, Rel
 from datakit.stages.base import CompileContext, StageConfig, register_stage
 from datakit.stages.dedup.lsh import band_hashes, optimal_param
 from datakit.stages.dedup.minhash import MAX_HASH, minhash_signatures
-from datakit.stages.dedup.text import exact_keys, record_texts
+from datakit.stages.dedup.text import exact_keys
+from datakit.stages.texts import record_texts
 from datakit.stages.dedup.verify import exact_jaccard, signature_jaccard
 
 # internal column names (prefixed so they never clash with a record field)
