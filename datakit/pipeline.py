@@ -127,6 +127,13 @@ def _format_errors(e: ValidationError, where: str) -> str:
     return "; ".join(parts)
 
 
+def _check_columns(where: str, verb: str, columns: tuple[str, ...], schema: Any, why: str) -> None:
+    """A stage's declared columns against the schema it gets (reads) or makes (writes): one line naming both."""
+    for c in columns:
+        if c not in schema.names:
+            raise PipelineError(f"{where}: {verb} column {c!r}, but {why} (columns: {', '.join(schema.names)})")
+
+
 def parse_stage(spec: dict[str, Any] | StageConfig, where: str = "") -> StageConfig:
     """A stage config from a dict (YAML) or an existing config, with a precise error."""
     if isinstance(spec, StageConfig):
@@ -286,11 +293,13 @@ class Pipeline:
             name = stage.kind if names[stage.kind] == 1 else f"{stage.kind}_{names[stage.kind]}"
             stage_rel = Rel(rel.node, name)
             ctx.stage = name
+            _check_columns(where, "reads", stage.columns_read(), rel.schema, "nothing before it writes")
             try:
                 out = stage.compile(stage_rel, ctx)
             except (ValueError, KeyError, FileNotFoundError) as e:  # a config that only fails when resolved
                 msg = e.args[0] if e.args else str(e)
                 raise PipelineError(f"{where}: {msg}") from None
+            _check_columns(where, "declares it writes", stage.writes, out.schema, "its output has no such column")
             try:
                 last = i == len(cfg.stages) - 1
                 lengths = last or cfg.stages[i + 1].kind == "tokenize"  # the report's length histograms
@@ -310,11 +319,11 @@ class Pipeline:
         sink = None
         if out_path:
             o = cfg.output or OutputConfig(path=out_path)
-            key = o.key or ctx.artifacts.get("sink_key") or ("event_id" if current == "editor_event.v1" else "doc_id")
-            options = dict(ctx.artifacts.get("sink_options", {}))
+            key = o.key or ctx.sink_key or ("event_id" if current == "editor_event.v1" else "doc_id")
+            options = dict(ctx.sink_options)
             options["rows_per_shard"] = o.rows_per_shard
             shards = 0 if o.shards == "auto" else o.shards
-            sort_key = ctx.artifacts.get("sink_sort_key")
+            sort_key = ctx.sink_sort_key
             if o.format in ("packed", "megatron") and "seq_len" not in options:
                 # found out at compile, not after every stage has run and the sink tries to write
                 raise PipelineError(f"{cfg.name}: output format {o.format!r} needs a tokenize stage "
