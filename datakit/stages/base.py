@@ -36,16 +36,20 @@ _REGISTRY: dict[str, type["StageConfig"]] = {}
 
 @dataclass
 class CompileContext:
-    """What a stage may know while compiling: the seed, where relative paths resolve, the run folder.
+    """What a stage may know while compiling: the seed, where relative paths resolve, the run folder;
+    and what it may tell the output sink (typed fields, so a value nobody reads cannot be written).
 
-    `artifacts` is a scratch dict stages can use to hand information to later
-    stages or to the sink (e.g. the tokenizer's manifest fields).
+    `sink_key`/`sink_sort_key`/`sink_options` are how a stage shapes the output (the tokenize stage:
+    shard by repository group, sort by doc_id, the packed/megatron writer's options); an output's own
+    `key:` wins over `sink_key`.
     """
 
     seed: int = 0
     base_dir: Path = field(default_factory=Path.cwd)
     output_path: str | None = None
-    artifacts: dict[str, Any] = field(default_factory=dict)
+    sink_key: str | None = None
+    sink_sort_key: str | None = None
+    sink_options: dict[str, Any] = field(default_factory=dict)
     # what the output depends on beyond the config (recorded in the manifest, folded into the
     # config hash): `record` files it under the stage being compiled (`stage`, set by the compiler)
     environment: dict[str, Any] = field(default_factory=dict)
@@ -80,6 +84,15 @@ class StageConfig(BaseModel):
     produces: ClassVar[str] = "training_record.v1"
     # what the stage's output rows are when they are not the same unit as its input
     emits: ClassVar[str] = "rows"
+    # the top-level columns the stage reads and the ones it adds or rewrites: the compiler checks each
+    # column read is in the stage's input (written by the source or a stage before it) and each
+    # column written is in its output, so a pipeline that reads what nobody writes fails at compile
+    reads: ClassVar[tuple[str, ...]] = ()
+    writes: ClassVar[tuple[str, ...]] = ()
+
+    def columns_read(self) -> tuple[str, ...]:
+        """The columns this config reads: `reads`, plus any a field names (override then)."""
+        return self.reads
 
     def compile(self, rel: Rel, ctx: CompileContext) -> Rel:  # pragma: no cover - abstract
         raise NotImplementedError(f"stage {self.kind!r} does not implement compile()")

@@ -109,14 +109,14 @@ class DedupConfig(StageConfig):
     history: bool | None = Field(None, description="append mode: also drop duplicates of documents kept in earlier "
                                                    "snapshots (default there: true; docs/scheduling.md)")
 
+    reads = ("segments", "doc_id")  # the text and the kept record's key
+
+    def columns_read(self) -> tuple[str, ...]:
+        """A named `text_column` is read instead of the record's segments."""
+        return (self.text_column or "segments", "doc_id")
+
     def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
         schema = rel.schema
-        if self.text_column is None and "segments" not in schema.names:
-            raise ValueError("dedup: the input has no `segments`; set text_column to a string column")
-        if self.text_column is not None and self.text_column not in schema.names:
-            raise ValueError(f"dedup: text_column {self.text_column!r} is not an input column")
-        if "doc_id" not in schema.names:
-            raise ValueError("dedup: the input needs a doc_id column (the stable key of the kept record)")
         scope = "kind" if self.scope == "kind" and "kind" in schema.names else None
         if self.history and ctx.history is None:
             raise ValueError("history: true needs output mode: append (a dataset of snapshots)")

@@ -34,6 +34,7 @@ from pydantic import Field, field_validator, model_validator
 from datakit.contracts import SEGMENT, TRAINING_RECORD_V1
 from datakit.plan import DROP, DROP_DETAIL, METRICS, Rel
 from datakit.stages.base import CompileContext, StageConfig, register_stage
+from datakit.stages.texts import RECORD_TEXT_COLUMNS
 from datakit.stages.scrub_pii.detectors import BY_ENTITY, DETECTORS, Detector, Policy
 from datakit.stages.scrub_pii.replace import DEFAULT_KEY_ENV, Replacer, load_key
 from datakit.stages.scrub_pii.scan import Finding, Strategy, resolve_strategy, scan_batch
@@ -60,6 +61,8 @@ class ScrubPiiConfig(StageConfig):
     """Config of the PII/secret scrubber (see module docstring for the YAML form)."""
 
     kind: Literal["scrub_pii"] = "scrub_pii"
+    reads = RECORD_TEXT_COLUMNS
+    writes = RECORD_TEXT_COLUMNS
     entities: list[str] | None = Field(default=None, description="detector names to run; default: all")
     policy: dict[str, Policy] = Field(default_factory=dict, description="per-entity policy overrides")
     default_policy: Policy | None = Field(default=None, description="policy for entities not in `policy`")
