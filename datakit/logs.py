@@ -92,8 +92,9 @@ def configure(fmt: Format = "text", quiet: bool = False) -> None:
     from datakit import progress
 
     _install(fmt, logging.WARNING)
-    if quiet:
+    if quiet:  # warnings and errors only, whatever an earlier configure() set
         progress.configure("off")
+        logging.getLogger("datakit").setLevel(logging.WARNING)
     elif fmt == "json" or not sys.stderr.isatty():
         progress.configure("log")
         logging.getLogger("datakit").setLevel(logging.INFO)

@@ -68,6 +68,17 @@ def test_quiet_prints_nothing(tmp_path):
     assert (tmp_path / "out" / "manifest.json").exists()
 
 
+def test_quiet_command_prints_nothing_on_a_pipe(tmp_path):
+    """The installed command as CI runs it (stderr not a terminal, so INFO lines are on until
+    --quiet): it said "small input ... running in-process" on stderr despite --quiet."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "datakit.cli", "run", _pipeline(tmp_path), "--quiet", "--no-report"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and r.stdout == "" and r.stderr == "", r.stderr[-2000:]
+
+
 def test_every_log_line_is_redacted():
     rec = logging.LogRecord("datakit.x", logging.WARNING, __file__, 1, "cannot read %s for %s",
                             ("/home/jane/key.txt", EMAIL), None)
