@@ -467,7 +467,9 @@ class Pipeline:
             timer.add("engine_start", time.perf_counter() - t)
             t = time.perf_counter()
         result = runner.execute(plan)
+        worker_tasks = result.extra.pop("worker_tasks", None) or []  # the local pool's costs (run_timing)
         if timer is not None:
+            timer.worker_tasks = worker_tasks
             executed = time.perf_counter() - t
             timer.add("stages", min(result.seconds, executed))  # the engine's own clock, up to the commit
             timer.add("commit", executed - min(result.seconds, executed))  # side outputs, manifest, clean-up
