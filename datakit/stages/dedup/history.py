@@ -55,7 +55,7 @@ EXACT_SCHEMA = pa.schema([(_KEY, pa.string()), (_HIST, pa.string())])
 SIG_SCHEMA = pa.schema([(_HIST, pa.string()), (_HSIG, pa.binary())])
 BAND_SCHEMA = pa.schema([(_BUCKET, pa.int64()), (_BAND, pa.int32()), (_HIST, pa.string()), (_VIA, pa.string())])
 # rows per row group: the unit a lookup reads (small: a day's keys hit few groups of a large state)
-ROW_GROUP = {"exact": 2048, "bands": 2048, "signatures": 256, "texts": 32}
+ROW_GROUP = {"exact": 1024, "bands": 256, "signatures": 64, "texts": 8}
 _SORT = {"exact": [_KEY, _HIST], "bands": [_BUCKET, _BAND, _HIST, _VIA], "signatures": [_HIST], "texts": [_HIST]}
 
 
@@ -275,7 +275,9 @@ class DropState:
     sig_fn: Any  # stage._SignatureFn
     band_fn: Any  # stage._BandFn
 
-    def __call__(self, batch: pa.RecordBatch, loser: pa.Array) -> pa.Array:
+    def __call__(self, batch: pa.RecordBatch, loser: pa.Array,
+                 known: tuple[np.ndarray, np.ndarray] | None = None) -> pa.Array:
+        """`known`: (row indices, band keys) of the batch's documents when the caller has them already."""
         from datakit.stages.forget import lineage_digests
 
         out: list[str | None] = [None] * batch.num_rows
@@ -283,7 +285,12 @@ class DropState:
         if len(rows) == 0:
             return pa.array(out, pa.string())
         sub = batch.take(pa.array(rows, pa.int64()))
-        idx, keys = self.band_fn.keys(self.sig_fn(sub))
+        if known is not None:  # the losers' rows among the documents with band keys
+            pos = {int(r): i for i, r in enumerate(known[0])}
+            have = [j for j, r in enumerate(rows.tolist()) if r in pos]
+            idx, keys = np.array(have, dtype=np.int64), known[1][[pos[int(rows[j])] for j in have]]
+        else:
+            idx, keys = self.band_fn.keys(self.sig_fn(sub))
         names = sub.schema.names
         src = sub.column("source").to_pylist() if "source" in names else [None] * len(rows)
         meta = sub.column("meta").to_pylist() if "meta" in names else [None] * len(rows)
@@ -294,14 +301,14 @@ class DropState:
 
 
 def _marked(batch: pa.RecordBatch, names: tuple[str, ...], reason: str, hit: pa.Array,
-            state: DropState | None) -> pa.RecordBatch:
+            state: DropState | None, known: tuple[np.ndarray, np.ndarray] | None = None) -> pa.RecordBatch:
     if isinstance(hit, pa.ChunkedArray):
         hit = hit.combine_chunks()
     drop = pc.if_else(pc.is_valid(hit), pa.scalar(reason, pa.string()), pa.scalar(None, pa.string()))
     cols = [batch.column(n) for n in names] + [drop, hit.cast(pa.string())]
     out_names = list(names) + [DROP, DROP_DETAIL]
     if state is not None:
-        cols.append(state(batch, pc.is_valid(hit)))
+        cols.append(state(batch, pc.is_valid(hit), known))
         out_names.append(DROP_STATE)
     return pa.RecordBatch.from_arrays(cols, names=out_names)
 
@@ -388,7 +395,8 @@ class HistNearFn:
             hit = _min_per_row(n, rows[ok], [h for h, k in zip(hists.to_pylist(), ok.tolist()) if k])
         if hit is None:
             hit = pa.nulls(n, pa.string())
-        return _marked(batch, self.names, "near_duplicate_of_history", hit, DropState(self.sig_fn, self.band_fn))
+        return _marked(batch, self.names, "near_duplicate_of_history", hit, DropState(self.sig_fn, self.band_fn),
+                       (idx, keys))
 
 
 # --------------------------------------------------------------------------- compilation
