@@ -15,7 +15,7 @@ from datakit.stages.decontaminate.check import check
 from datakit.stages.decontaminate.index import INDEX_DIRNAME, NgramIndex, build_index, is_index
 from datakit.stages.decontaminate.ngrams import hash_strings
 from datakit.stages.decontaminate.normalize import flags_of
-from datakit.stages.decontaminate.plant import idiomatic_code, plant
+from tests.support.plant import idiomatic_code, plant
 from tests.stages.test_decontam import he_rows, humaneval, record  # noqa: F401  (fixtures)
 
 

@@ -26,7 +26,7 @@ from datakit.stages.decontaminate.index import (FP_BITS, INDEX_FORMAT, INDEX_VER
                                            _bucket_bits, _local_target, _publish, build_index)
 from datakit.stages.decontaminate.ngrams import hash_strings
 from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS, flags_of, names_of
-from datakit.stages.decontaminate.plant import idiomatic_code, plant
+from tests.support.plant import idiomatic_code, plant
 from tests.stages.test_decontam import he_rows, humaneval, record  # noqa: F401  (fixtures)
 
 FILES = ("index.json", "offsets.bin", "fingerprints.bin")

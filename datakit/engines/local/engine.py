@@ -25,18 +25,16 @@ import shutil
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
-import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datakit.accounting import NodeStats, stage_report
-from datakit.engines.core import (RunResult, commit_run, remove_if_empty, resolve_sink, reused_shards,
+from datakit.engines.core import (Engine, RunResult, commit_run, remove_if_empty, resolve_sink, reused_shards,
                                   write_side_output)
 from datakit.engines.local import scheduler
-from datakit.engines.local.barriers import barrier_query
 from datakit.engines.local.broadcast import clear_broadcast_cache
 from datakit.engines.local.chain import ChainTask, fusible, run_chain, write_one_shard
 from datakit.engines.local.spill import SPILL_ROW_GROUP, Partition
@@ -45,8 +43,11 @@ from datakit.io.atomic import sha256_file
 from datakit.plan import Join, MapBatches, Node, Plan, Source
 from datakit.workers import drop_pool, usable_cpus
 
+if TYPE_CHECKING:  # polars is imported by the first barrier: a plan of row-local stages never needs it
+    import polars as pl
 
-class LocalEngine:
+
+class LocalEngine(Engine):
     """Execute a `Plan` on this machine. `workers=1` runs in-process (handy in notebooks/tests).
 
     `workers=None` (the default): all cores, except for small local inputs
@@ -74,10 +75,7 @@ class LocalEngine:
             # a spawned worker is importing the user's script, which runs the pipeline at top level
             raise RuntimeError("datakit: a worker process imported your script and it started a pipeline; "
                                "put the run under `if __name__ == \"__main__\":` (worker processes are spawned)")
-        if plan.sink is None:
-            return self._execute(plan)
-        with publish.output_lock(plan.sink.path):  # one writer per folder; preflight of the path
-            return self._execute(plan)
+        return super().execute(plan)
 
     def _execute(self, plan: Plan) -> RunResult:
         t0 = time.perf_counter()
@@ -245,6 +243,8 @@ class LocalEngine:
 
     # -- barriers (polars / scipy over spilled parts)
     def _lazy(self, node: Node) -> pl.LazyFrame:
+        import polars as pl
+
         parts = self._materialize(node)
         files = list(dict.fromkeys(p.url for p in parts))
         if not files:
@@ -270,6 +270,8 @@ class LocalEngine:
                 for a, b in zip(bounds[:-1], bounds[1:]) if b > a] or [Partition("spill", path, node.schema, (0, 0), digest)]
 
     def _barrier(self, node: Node) -> list[Partition]:
+        from datakit.engines.local.barriers import barrier_query
+
         parts = self._spill_polars(barrier_query(node, self._lazy), node)
         if isinstance(node, Join):
             rows_in = self._rows[node.left.id]
