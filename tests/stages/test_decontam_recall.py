@@ -111,3 +111,14 @@ def test_signature_and_a_short_body_without_the_docstring(tmp_path, he_rows, hum
     other = [near_miss(r["prompt"], r["canonical_solution"], "\n".join(rng.choice(real_code).splitlines()[3:6]))
              for r in rows]
     assert len(_found(check(_write(tmp_path, other, "n"), [humaneval]))) <= 0.03 * len(rows)
+
+
+def test_a_seam_match_shows_the_joined_text_as_evidence(tmp_path, he_rows, humaneval):  # noqa: F811
+    """The report's eval side of a match across the seam is the signature and the body together, marked."""
+    r = next(r for r in he_rows if r["task_id"] == "HumanEval/23")  # strlen: `return len(string)`
+    res = check(_write(tmp_path, ["import os\n\n" + partial_solution(r["prompt"], r["canonical_solution"])]), [humaneval])
+    m = next(m for m in res.evals[0].matches if m.eval_id == "HumanEval/23")
+    assert m.eval_field == "prompt without docstring+canonical_solution"
+    assert "def strlen(string: str) -> int:" in m.eval_excerpt and "return len(string)" in m.eval_excerpt
+    (a, b), = m.eval_spans
+    assert "strlen" in m.eval_excerpt[a:b] and "len(string)" in m.eval_excerpt[a:b]

@@ -32,6 +32,12 @@ class Joined:
     prompt_field: str
     solution_field: str
     cut: int
+    docstring: bool = True  # False: the prompt's trailing docstring left out
+
+    @property
+    def name(self) -> str:
+        """How a report names this text (its eval excerpt), e.g. `prompt+canonical_solution`."""
+        return f"{self.prompt_field}{'' if self.docstring else ' without docstring'}+{self.solution_field}"
 
 
 def joined_texts(fields: dict[str, str]) -> list[Joined]:
@@ -45,14 +51,14 @@ def joined_texts(fields: dict[str, str]) -> list[Joined]:
             prompt = fields.get(pf)
             if not prompt:
                 continue
-            heads = [prompt]
+            heads = [(prompt, True)]
             bare = without_docstring(prompt)
             if bare is not None and bare.strip():
-                heads.append(bare)
-            for head in heads:
+                heads.append((bare, False))
+            for head, doc in heads:
                 if not head.endswith(("\n", " ", "\t")):
                     head += "\n"  # a separator: `{` + `numbers` must stay two tokens
-                out.append(Joined(head + fields[sol], pf, sol, len(head.encode())))
+                out.append(Joined(head + fields[sol], pf, sol, len(head.encode()), doc))
             break
     return out
 

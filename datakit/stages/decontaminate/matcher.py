@@ -302,6 +302,12 @@ class EvalTable:
                    h_items=pi, keys=keys, vals=vals, ignored_common=ignored, h_pos=pp, h_weak=pw, views=views,
                    ignored_reference=ignored_ref, reference=ref_info)
 
+    def item_text(self, item: int, name: str) -> str:
+        """The text of an item's field, or of one of its joined texts (`eval_spans` names them)."""
+        if name in self.item_texts[item]:
+            return self.item_texts[item][name]
+        return next(j.text for j in joined_texts(self.item_texts[item]) if j.name == name)
+
     @property
     def n_items(self) -> int:
         return len(self.item_ids)
@@ -319,7 +325,10 @@ class EvalTable:
         return pos, self.h_items[ent], self.h_pos[ent], self.h_weak[ent]
 
     def eval_spans(self, item: int, matched: np.ndarray) -> list[tuple[str, int, int]]:
-        """Byte spans (field, start, end) of an item's texts whose window hash (any view) is in `matched` (sorted)."""
+        """Byte spans (field, start, end) of an item's texts whose window hash (any view) is in `matched` (sorted).
+
+        A window across the prompt/solution seam is a span of the joined text, named
+        `Joined.name` (`item_text` gives its text)."""
         out = []
         for fname, txt in self.item_texts[item].items():
             data, offs = texts_to_buffers([txt])
@@ -327,16 +336,13 @@ class EvalTable:
                 h, _, a, b = hash_strings(data, offs, vn, vf, spans=True)
                 hit = np.isin(h, matched)
                 out.extend((fname, int(x), int(y)) for x, y in zip(a[hit], b[hit]))
-        if len(self.views) > 1:  # robust: windows across the prompt/solution seam, split back into the fields
+        if len(self.views) > 1:  # robust: windows across the prompt/solution seam, on the joined text
             for j in joined_texts(self.item_texts[item]):
                 data, offs = texts_to_buffers([j.text])
                 for vn, vf in self.views:
                     h, _, a, b = hash_strings(data, offs, vn, vf, spans=True)
-                    for x, y in zip(a[np.isin(h, matched)].tolist(), b[np.isin(h, matched)].tolist()):
-                        if x < j.cut:
-                            out.append((j.prompt_field, x, min(y, j.cut)))
-                        if y > j.cut:
-                            out.append((j.solution_field, max(x, j.cut) - j.cut, y - j.cut))
+                    hit = np.isin(h, matched) & (a < j.cut) & (b > j.cut)  # the others are in the fields' own
+                    out.extend((j.name, int(x), int(y)) for x, y in zip(a[hit], b[hit]))
         return sorted(set(out))
 
 
