@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -56,6 +58,8 @@ def run_once(events: int, workers: int, work: Path) -> dict:
     pfile.write_text(pipe)
     cmd[4] = str(pfile)
     peak = 0
+    load0 = os.getloadavg()[0]
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stop = threading.Event()
@@ -70,6 +74,10 @@ def run_once(events: int, workers: int, work: Path) -> dict:
     th.start()
     stdout, stderr = proc.communicate()
     wall = time.perf_counter() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # CPU seconds of the whole run tree (the pool workers are reaped by the run, so they count):
+    # on a shared machine this is the number to compare across sizes, not the wall time
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     stop.set()
     th.join()
     if proc.returncode != 0:
@@ -77,7 +85,8 @@ def run_once(events: int, workers: int, work: Path) -> dict:
     stages = json.loads(stdout)["stages"]
     in_bytes = sum(f.stat().st_size for f in logs.glob("dt=*/*.jsonl.zst"))
     return {"events": events, "workers": workers, "input_mb": round(in_bytes / 2**20, 1),
-            "generate_s": round(gen_s, 1), "wall_s": round(wall, 1), "peak_rss_mb": round(peak / 2**20),
+            "generate_s": round(gen_s, 1), "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
+            "load_avg_start_end": [round(load0, 1), round(os.getloadavg()[0], 1)], "peak_rss_mb": round(peak / 2**20),
             "stages": {s["name"]: round(s["seconds"], 2) for s in stages},
             "rows_in": stages[0]["rows_in"], "rows_out_last": stages[-1]["rows_out"]}
 

@@ -15,6 +15,9 @@ from typing import Any, Literal
 
 Format = Literal["text", "json"]
 
+# What `configure` set up, so spawned worker processes can install the same handler (see `worker_config`).
+_current: dict[str, Any] = {"fmt": "text", "root": logging.WARNING, "datakit": logging.NOTSET}
+
 
 def _redact(text: str) -> str:
     from datakit.quality.expect import redact
@@ -53,10 +56,8 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(obj, sort_keys=True, default=str)
 
 
-def configure(fmt: Format = "text", quiet: bool = False) -> None:
-    """Root handler on stderr; progress mode follows: bars on a terminal, log lines otherwise, off when quiet."""
-    from datakit import progress
-
+def _install(fmt: Format, root_level: int) -> None:
+    """The one redacting stderr handler on the root logger (replacing any others)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(RedactingFilter())
     if fmt == "json":
@@ -67,7 +68,30 @@ def configure(fmt: Format = "text", quiet: bool = False) -> None:
     for h in list(root.handlers):
         root.removeHandler(h)
     root.addHandler(handler)
-    root.setLevel(logging.WARNING)
+    root.setLevel(root_level)
+
+
+def worker_config() -> tuple[str, int, int]:
+    """(format, root level, datakit level) for `init_worker` in a spawned process.
+
+    Why: a spawned worker starts with no logging configuration, so a warning logged
+    inside a task went through Python's last-resort handler straight to stderr --
+    unredacted, bypassing `RedactingFilter`. The pool passes this to every worker.
+    """
+    return (_current["fmt"], _current["root"], _current["datakit"])
+
+
+def init_worker(fmt: str, root_level: int, datakit_level: int) -> None:
+    """Pool initializer: the parent's log set-up (always redacting), in a worker process."""
+    _install("json" if fmt == "json" else "text", root_level)
+    logging.getLogger("datakit").setLevel(datakit_level)
+
+
+def configure(fmt: Format = "text", quiet: bool = False) -> None:
+    """Root handler on stderr; progress mode follows: bars on a terminal, log lines otherwise, off when quiet."""
+    from datakit import progress
+
+    _install(fmt, logging.WARNING)
     if quiet:
         progress.configure("off")
     elif fmt == "json" or not sys.stderr.isatty():
@@ -76,3 +100,4 @@ def configure(fmt: Format = "text", quiet: bool = False) -> None:
     else:
         progress.configure("bar")
         logging.getLogger("datakit").setLevel(logging.WARNING)
+    _current.update(fmt=fmt, root=logging.WARNING, datakit=logging.getLogger("datakit").level)

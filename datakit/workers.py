@@ -8,7 +8,8 @@ stage use it without importing an engine (see docs/architecture.md).
 
 `spawn`, not `fork`: polars and numba hold threads that a fork would copy
 mid-lock. Workers see the environment of their birth (credentials!), so a pool
-is replaced when the environment changes.
+is replaced when the environment changes. Each worker installs the parent's
+log handler (datakit/logs.py), so lines logged inside tasks are redacted too.
 """
 from __future__ import annotations
 
@@ -34,13 +35,17 @@ def pool(workers: int) -> ProcessPoolExecutor:
     One pool at a time: asking for another size shuts the other down, so idle
     workers (each holding imported models) do not pile up.
     """
-    env = hash(frozenset(os.environ.items()))
+    from datakit.logs import init_worker, worker_config
+
+    logcfg = worker_config()
+    env = hash((frozenset(os.environ.items()), logcfg))
     for other in [w for w in _POOLS if w != workers]:
         drop_pool(other)
     existing, born = _POOLS.get(workers, (None, None))
     if existing is None or born != env or getattr(existing, "_broken", False):
         drop_pool(workers)
-        existing = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"))
+        existing = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
+                                       initializer=init_worker, initargs=logcfg)
         _POOLS[workers] = (existing, env)
     return existing
 

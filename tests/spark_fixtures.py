@@ -25,7 +25,8 @@ from typing import Iterator
 
 import pytest
 
-__all__ = ["spark", "spark_cluster", "SparkCluster", "start_cluster", "requires_spark"]
+__all__ = ["spark", "spark_cluster", "SparkCluster", "start_cluster", "requires_spark", "spark_temp_dirs",
+           "kill_group"]
 
 
 def _spark_available() -> str | None:
@@ -56,6 +57,55 @@ def spark():
     from datakit.engines.spark_session import get_session
 
     return get_session("local[2]")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def spark_temp_dirs(tmp_path_factory) -> Iterator[Path]:
+    """Every JVM the tests start keeps its scratch under pytest's temp folder, never in /tmp.
+
+    Why: a Spark driver or executor killed with SIGKILL (the killed-driver and stalled-executor
+    tests do it on purpose; a timeout does it by accident) cannot run its shutdown hooks, and
+    its `spark-*`, `blockmgr-*` and `artifacts-*` folders (up to ~1 GB) stayed in /tmp for good.
+    Set before any session starts, so all of them inherit it: SPARK_LOCAL_DIRS (overrides
+    spark.local.dir for drivers, standalone workers and their executors) and java.io.tmpdir
+    for the driver JVM (SPARK_SUBMIT_OPTS, read by spark-submit and so by pyspark's gateway),
+    the standalone daemons (SPARK_DAEMON_JAVA_OPTS) and executors (SPARK_EXECUTOR_OPTS).
+    pytest keeps only its last few temp folders, so nothing piles up.
+    """
+    root = tmp_path_factory.mktemp("spark-scratch")
+    local, jtmp = root / "local", root / "java-tmp"
+    local.mkdir()
+    jtmp.mkdir()
+    opt = f"-Djava.io.tmpdir={jtmp}"
+    saved = {k: os.environ.get(k) for k in ("SPARK_LOCAL_DIRS", "SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS",
+                                            "SPARK_EXECUTOR_OPTS")}
+    os.environ["SPARK_LOCAL_DIRS"] = str(local)
+    for k in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS", "SPARK_EXECUTOR_OPTS"):
+        os.environ[k] = f"{saved[k]} {opt}".strip() if saved[k] else opt
+    try:
+        yield root
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def kill_group(proc: subprocess.Popen, timeout: float = 10) -> None:
+    """SIGKILL a child started with `start_new_session=True` together with everything it started
+    (spark-submit's JVM, the driver's Python, its Python workers), then reap it."""
+    import signal
+
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def _free_port() -> int:
@@ -142,6 +192,8 @@ class SparkCluster:
                         k.kill()
                     except psutil.Error:
                         pass
+        for p in self.procs:  # each daemon leads its own process group (start_new_session): its executors,
+            kill_group(p)  # their Python workers, anything reparented away from the tree above
 
 
 def start_cluster(workers: int = 1, cores: int = 1, memory: str = "1g", workdir: Path | None = None,

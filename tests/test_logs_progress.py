@@ -84,3 +84,36 @@ def test_step_rate_and_eta():
     f = st.fields()
     assert (f["tasks_done"], f["tasks"], f["rows"]) == (2, 4, 200)
     assert f["eta_s"] is not None and f["eta_s"] >= 0 and f["rows_per_s"] > 0
+
+
+SECRET = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+
+
+def _log_in_worker(email: str) -> int:
+    """Runs in a spawned pool worker: a log line quoting personal data and a secret."""
+    import os
+
+    logging.getLogger("datakit.engine.local").warning("cannot parse a line of %s (token %s)", email, SECRET)
+    return os.getpid()
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_log_lines_inside_pool_workers_are_redacted(capfd, fmt):
+    """Spawned workers used to log through Python's last-resort handler: raw to stderr, no filter."""
+    import os
+
+    from datakit.logs import configure
+    from datakit.workers import drop_pool, pool
+
+    configure(fmt)
+    try:
+        pid = pool(2).submit(_log_in_worker, EMAIL).result(timeout=300)
+    finally:
+        drop_pool(2, wait=True)
+    assert pid != os.getpid()  # it really ran in another process
+    err = capfd.readouterr().err
+    line = next(ln for ln in err.splitlines() if "cannot parse" in ln)
+    assert EMAIL not in err and SECRET not in err
+    assert "<EMAIL>" in line and "<GITHUB_TOKEN>" in line
+    if fmt == "json":
+        assert json.loads(line)["logger"] == "datakit.engine.local"

@@ -18,12 +18,12 @@ import pyarrow.compute as pc
 
 from datakit.accounting import count_drops, sum_metrics
 from datakit.engines.contract import conform_output
-from datakit.io import identity, sinks
+from datakit.io import identity, publish, sinks
 from datakit.io.atomic import write_json_atomic
 from datakit.io.fs import filesystem
 from datakit.plan import DROP, DROP_DETAIL, METRICS, Plan, SinkSpec
 
-__all__ = ["METRICS", "QUARANTINE_SCHEMA", "DROPLOG_SCHEMA", "SIDE_OUTPUTS", "RunResult", "MapOutput",
+__all__ = ["Engine", "METRICS", "QUARANTINE_SCHEMA", "DROPLOG_SCHEMA", "SIDE_OUTPUTS", "RunResult", "MapOutput",
            "conform", "apply_map", "shard_count", "resolve_sink", "write_side_output", "commit_run",
            "remove_if_empty"]
 
@@ -57,6 +57,21 @@ class RunResult:
             if s["name"] == name:
                 return s
         raise KeyError(name)
+
+
+class Engine:
+    """The part of `execute` every engine shares: a run that writes holds its output folder's writer
+    lock (flock / object-store lease) from before the first byte to after the commit. An engine
+    implements `_execute(plan)`; this wrapper is why neither can forget the lock."""
+
+    def execute(self, plan: Plan) -> RunResult:
+        if plan.sink is None:
+            return self._execute(plan)
+        with publish.output_lock(plan.sink.path):  # one writer per folder; preflight of the path
+            return self._execute(plan)
+
+    def _execute(self, plan: Plan) -> RunResult:  # pragma: no cover - abstract
+        raise NotImplementedError
 
 
 def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
@@ -164,7 +179,10 @@ def commit_run(plan: Plan, inputs: list[dict[str, Any]], spec: SinkSpec, infos: 
     `runtime` holds what only that engine knows (local: workers; Spark: master,
     partitions, log file); every other key is common. Returns the manifest.
     """
-    manifest = sinks.commit(spec, infos, identity.manifest_fields(plan, inputs))
+    metrics: Counter = Counter()
+    for st in stages:
+        metrics.update(st.get("metrics", {}))
+    manifest = sinks.commit(spec, infos, identity.manifest_fields(plan, inputs), metrics)
     run = {
         "run_report_version": 1,
         "engine": engine,

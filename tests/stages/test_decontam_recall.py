@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from datakit.stages.decontaminate.check import check
-from datakit.stages.decontaminate.plant import near_miss, partial_solution, rename_identifiers
+from tests.support.plant import near_miss, partial_solution, rename_identifiers
 from tests.stages.test_decontam import he_rows, humaneval  # noqa: F401  (fixtures)
 
 ROOT = Path(__file__).resolve().parents[2] / "datakit"

@@ -25,18 +25,16 @@ import shutil
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
-import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datakit.accounting import NodeStats, stage_report
-from datakit.engines.core import (RunResult, commit_run, remove_if_empty, resolve_sink, reused_shards,
+from datakit.engines.core import (Engine, RunResult, commit_run, remove_if_empty, resolve_sink, reused_shards,
                                   write_side_output)
 from datakit.engines.local import scheduler
-from datakit.engines.local.barriers import barrier_query
 from datakit.engines.local.broadcast import clear_broadcast_cache
 from datakit.engines.local.chain import ChainTask, fusible, run_chain, write_one_shard
 from datakit.engines.local.spill import SPILL_ROW_GROUP, Partition
@@ -45,8 +43,11 @@ from datakit.io.atomic import sha256_file
 from datakit.plan import Join, MapBatches, Node, Plan, Source
 from datakit.workers import drop_pool, usable_cpus
 
+if TYPE_CHECKING:  # polars is imported by the first barrier: a plan of row-local stages never needs it
+    import polars as pl
 
-class LocalEngine:
+
+class LocalEngine(Engine):
     """Execute a `Plan` on this machine. `workers=1` runs in-process (handy in notebooks/tests).
 
     `workers=None` (the default): all cores, except for small local inputs
@@ -74,10 +75,7 @@ class LocalEngine:
             # a spawned worker is importing the user's script, which runs the pipeline at top level
             raise RuntimeError("datakit: a worker process imported your script and it started a pipeline; "
                                "put the run under `if __name__ == \"__main__\":` (worker processes are spawned)")
-        if plan.sink is None:
-            return self._execute(plan)
-        with publish.output_lock(plan.sink.path):  # one writer per folder; preflight of the path
-            return self._execute(plan)
+        return super().execute(plan)
 
     def _execute(self, plan: Plan) -> RunResult:
         t0 = time.perf_counter()
@@ -203,15 +201,16 @@ class LocalEngine:
             return [Partition(kind, u, base.schema if kind == "parquet" else None) for u in base.paths]
         return self._materialize(base)
 
-    def _run_chain(self, node: Node, shards: int = 0, shard_key: str = "", name: str | None = None) -> list[dict[str, Any]]:
+    def _run_chain(self, node: Node, shards: int = 0, shard_key: str = "", name: str | None = None,
+                   shard_by: str = "hash") -> list[dict[str, Any]]:
         base, ops = self._chain_of(node)
         parts = self._partitions(base)
         seg = name or f"n{self._index[node.id]:03d}"
         out_dir = f"{self._work}/{seg}"
         os.makedirs(out_dir, exist_ok=True)
         bcast = self._broadcast_tables(ops)
-        tasks = [ChainTask(p, ops, out_dir, f"part-{i:05d}", [o.id for o in ops], shards, shard_key, self._aux, bcast)
-                 for i, p in enumerate(parts)]
+        tasks = [ChainTask(p, ops, out_dir, f"part-{i:05d}", [o.id for o in ops], shards, shard_key, self._aux, bcast,
+                           shard_by) for i, p in enumerate(parts)]
         stages = list(dict.fromkeys(o.stage for o in ops if ":" not in o.stage and o.stage != "input")) or [node.stage]
         results = self._map(run_chain, tasks, f"{seg}: {' > '.join(getattr(o, 'name', 'join') for o in ops) or 'read'}",
                             label=f"{', '.join(stages)}{' -> shards' if shards else ''}")
@@ -245,6 +244,8 @@ class LocalEngine:
 
     # -- barriers (polars / scipy over spilled parts)
     def _lazy(self, node: Node) -> pl.LazyFrame:
+        import polars as pl
+
         parts = self._materialize(node)
         files = list(dict.fromkeys(p.url for p in parts))
         if not files:
@@ -270,6 +271,8 @@ class LocalEngine:
                 for a, b in zip(bounds[:-1], bounds[1:]) if b > a] or [Partition("spill", path, node.schema, (0, 0), digest)]
 
     def _barrier(self, node: Node) -> list[Partition]:
+        from datakit.engines.local.barriers import barrier_query
+
         parts = self._spill_polars(barrier_query(node, self._lazy), node)
         if isinstance(node, Join):
             rows_in = self._rows[node.left.id]
@@ -292,13 +295,13 @@ class LocalEngine:
         shards, key = resolved.shards, spec.key
         if self._sink_parts is not None:
             # already materialized for the row count: shuffle the spilled parts into shards
-            tasks = [ChainTask(p, [], f"{self._work}/sink", f"part-{i:05d}", [], shards, key, self._aux)
-                     for i, p in enumerate(self._sink_parts)]
+            tasks = [ChainTask(p, [], f"{self._work}/sink", f"part-{i:05d}", [], shards, key, self._aux,
+                               shard_by=spec.partition) for i, p in enumerate(self._sink_parts)]
             os.makedirs(f"{self._work}/sink", exist_ok=True)
             results = self._map(run_chain, tasks, "shuffle")
             self._reused += sum(1 for r in results if r.get("reused"))
         else:
-            results = self._run_chain(plan.root, shards=shards, shard_key=key, name="sink")
+            results = self._run_chain(plan.root, shards=shards, shard_key=key, name="sink", shard_by=spec.partition)
         by_shard: dict[int, list[str]] = defaultdict(list)
         for r in results:
             for s, f in r["shard_files"].items():

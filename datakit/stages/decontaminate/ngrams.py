@@ -89,6 +89,13 @@ def _window(tok_val, tok_ident, prevd, s, n, canon, data, tok_start, minpunct):
     return h
 
 
+@njit(cache=True, inline="always")
+def _token_buffers(maxlen):
+    """The arrays `lex` fills for one string, sized for the longest; one set is reused for every string."""
+    return (np.empty(maxlen + 1, np.uint64), np.empty(maxlen + 1, np.int64), np.empty(maxlen + 1, np.int64),
+            np.empty(maxlen + 1, np.uint8), np.empty(maxlen + 1, np.int64))
+
+
 @njit(cache=True)
 def _hash_strings(data, offsets, n, flags, kw, want_spans, minpunct):
     """All window hashes of every string: (hashes, string index per hash, start byte, end byte)."""
@@ -100,11 +107,7 @@ def _hash_strings(data, offsets, n, flags, kw, want_spans, minpunct):
         total += ln
         if ln > maxlen:
             maxlen = ln
-    tok_val = np.empty(maxlen + 1, np.uint64)
-    tok_start = np.empty(maxlen + 1, np.int64)
-    tok_end = np.empty(maxlen + 1, np.int64)
-    tok_ident = np.empty(maxlen + 1, np.uint8)
-    prevd = np.empty(maxlen + 1, np.int64)
+    tok_val, tok_start, tok_end, tok_ident, prevd = _token_buffers(maxlen)
     canon = (flags & 8) != 0
     cap = max(16, total // 3)  # ~1 token per 3-4 bytes of code; grows if needed
     out_h = np.empty(cap, np.uint64)
@@ -187,11 +190,7 @@ def _count_hits(data, offsets, n, flags, kw, keys, nblocks, minpunct):
             ln = offsets[s + 1] - offsets[s]
             if ln > maxlen:
                 maxlen = ln
-        tok_val = np.empty(maxlen + 1, np.uint64)
-        tok_start = np.empty(maxlen + 1, np.int64)
-        tok_end = np.empty(maxlen + 1, np.int64)
-        tok_ident = np.empty(maxlen + 1, np.uint8)
-        prevd = np.empty(maxlen + 1, np.int64)
+        tok_val, tok_start, tok_end, tok_ident, prevd = _token_buffers(maxlen)
         for s in range(lo, hi):
             ntok = lex(data, offsets[s], offsets[s + 1], flags, kw, tok_val, tok_start, tok_end, tok_ident)
             if ntok < n:
@@ -219,11 +218,7 @@ def _scan_strings(data, offsets, which, n, flags, kw, keys, vals, minpunct):
         ln = offsets[s + 1] - offsets[s]
         if ln > maxlen:
             maxlen = ln
-    tok_val = np.empty(maxlen + 1, np.uint64)
-    tok_start = np.empty(maxlen + 1, np.int64)
-    tok_end = np.empty(maxlen + 1, np.int64)
-    tok_ident = np.empty(maxlen + 1, np.uint8)
-    prevd = np.empty(maxlen + 1, np.int64)
+    tok_val, tok_start, tok_end, tok_ident, prevd = _token_buffers(maxlen)
     canon = (flags & 8) != 0
     mask = U64(keys.shape[0] - 1)
     cap = 1024

@@ -149,6 +149,18 @@ def _hash_bytes(data, a, b, fold):
     return _fmix(h)
 
 
+@njit(cache=True, inline="always")
+def _quote3(data, i, tok_val, tok_start, tok_end, tok_ident, k):
+    """Emit a triple-quote delimiter at `i` as three one-byte tokens (opening and closing alike); returns the new k."""
+    for t in range(3):
+        tok_val[k] = _hash_bytes(data, i + t, i + t + 1, False)
+        tok_start[k] = i + t
+        tok_end[k] = i + t + 1
+        tok_ident[k] = 0
+        k += 1
+    return k
+
+
 @njit(cache=True)
 def _is_keyword(kw, h):
     lo = 0
@@ -202,12 +214,7 @@ def lex(data, start, end, flags, kw, tok_val, tok_start, tok_end, tok_ident):
                 in_comment = True
             elif c == 34 or c == 39:
                 if not flat and i + 2 < end and data[i + 1] == c and data[i + 2] == c:
-                    for t in range(3):
-                        tok_val[k] = _hash_bytes(data, i + t, i + t + 1, False)
-                        tok_start[k] = i + t
-                        tok_end[k] = i + t + 1
-                        tok_ident[k] = 0
-                        k += 1
+                    k = _quote3(data, i, tok_val, tok_start, tok_end, tok_ident, k)
                     state = STR3
                     quote = c
                     i += 3
@@ -229,12 +236,7 @@ def lex(data, start, end, flags, kw, tok_val, tok_start, tok_end, tok_ident):
                 state = CODE
         elif state == STR3:
             if c == quote and i + 2 < end and data[i + 1] == c and data[i + 2] == c:
-                for t in range(3):
-                    tok_val[k] = _hash_bytes(data, i + t, i + t + 1, False)
-                    tok_start[k] = i + t
-                    tok_end[k] = i + t + 1
-                    tok_ident[k] = 0
-                    k += 1
+                k = _quote3(data, i, tok_val, tok_start, tok_end, tok_ident, k)
                 state = CODE
                 i += 3
                 continue
