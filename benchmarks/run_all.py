@@ -133,8 +133,9 @@ def main() -> int:
     results = [r for r in results if r.get("comparisons") or r.get("measurements")]
     if args.only:
         results = [r for r in results if r["benchmark"] in args.only or r["benchmark"] == "scaling"]
-    stamp = (f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores"
-             f"{' (--quick sizes)' if args.quick else ''}; ratio > 1 means datakit is better.")
+    when = "Collected from benchmarks/results/" if args.from_results else f"Measured {time.strftime('%Y-%m-%d')}"
+    stamp = (f"{when} on {os.cpu_count()} cores{' (--quick sizes)' if args.quick else ''}; sizes and runs of each "
+             "row in its conditions; ratio > 1 means datakit is better.")
     lines = table([r for r in results if r.get("comparisons")]) + measurements_table(results)
     print("\n" + stamp + "\n" + "\n".join(lines))
     RESULTS.mkdir(exist_ok=True)

@@ -208,3 +208,21 @@ def test_one_kept_pool_at_a_time():
     assert list(workers._POOLS) == [3] and a is not b
     workers.drop_pool(3)
     assert workers.usable_cpus() >= 1
+
+
+def _rayon_threads(_: object) -> str | None:
+    import os
+
+    return os.environ.get("RAYON_NUM_THREADS")
+
+
+def test_pool_workers_share_the_cores(monkeypatch):
+    """Each of N workers tokenizes with cores // N threads (not N x all-cores threads on the same
+    cores); a RAYON_NUM_THREADS the user set wins."""
+    from datakit.workers import drop_pool, pool, worker_threads
+
+    monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
+    assert pool(2).submit(_rayon_threads, None).result() == str(worker_threads(2))
+    monkeypatch.setenv("RAYON_NUM_THREADS", "3")  # another environment: a new pool
+    assert pool(2).submit(_rayon_threads, None).result() == "3"
+    drop_pool(2)
