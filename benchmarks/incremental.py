@@ -77,8 +77,8 @@ def accuracy(kept: set[str], ids: list[str], texts: list[str], truth: dict, t: f
 
 
 def lookup_seconds(out: Path, docs: list[tuple[str, str]], stage: dict, snapshots: int, repeat: int = 15) -> float:
-    """Seconds of the history dedup functions themselves (exact + near lookups, verification) on the last
-    day's documents against the first `snapshots` snapshots, fastest of `repeat`, footers read each time."""
+    """Seconds of the history lookups themselves (exact, and near with verification) on the last day's
+    documents against the first `snapshots` snapshots, fastest of `repeat`, footers read each time."""
     from datakit.stages.dedup import history as h
     from datakit.stages.dedup.stage import DedupConfig, _BandFn, _ExactKeyFn, _SignatureFn
 
@@ -89,8 +89,10 @@ def lookup_seconds(out: Path, docs: list[tuple[str, str]], stage: dict, snapshot
     batch = _rows([i for i, _ in docs], [t for _, t in docs]).to_batches()[0]
     names = tuple(batch.schema.names)
     exact = h.HistExactFn(_ExactKeyFn(None, cfg.exact_normalize, "kind"), h.history_files(hist, "exact", cfg), names)
-    near = h.HistNearFn(_SignatureFn(None, m, "kind"), _BandFn(m.num_perm, *m.band_rows(), "kind"),
-                        h.history_files(hist, "bands", cfg), h.history_files(hist, "texts", cfg), "exact", m.threshold, names)
+    sig_fn = _SignatureFn(None, m, "kind")
+    check = h.HistVerify(sig_fn, m.num_perm, h.history_files(hist, "texts", cfg), "exact", m.threshold)
+    near = h.HistNearFn(sig_fn, _BandFn(m.num_perm, *m.band_rows(), "kind"), h.history_files(hist, "bands", cfg), check,
+                        names)
     best = float("inf")
     for _ in range(repeat):
         h._FILES.clear()
