@@ -441,19 +441,20 @@ def _mark_clusters(rel: Rel, comps: Rel, verdict: Rel | None, state: object | No
 
     Cluster sizes ride along to the final marking, which counts them once per kept doc.
     """
-    sizes = comps.aggregate(["component"], {_SIZE: ("count", "node")})
-    nodes = comps.join(sizes, "component", how="inner")
     carry: tuple[str, ...] = ()
     out_schema = rel.schema
-    if history is not None:  # each cluster's smallest history document (of its members' `_dk_hrep`)
+    if history is None:
+        sizes = comps.aggregate(["component"], {_SIZE: ("count", "node")})
+    else:  # with each cluster's smallest history document (of its members' `_dk_hrep`), in the same pass
         from datakit.stages.dedup.history import HCOMP, HREP, Project
 
         out_schema = pa.schema([f for f in rel.schema if f.name != HREP])
         reps = rel.map_batches(Project(("doc_id", HREP)), pa.schema([rel.schema.field("doc_id"), rel.schema.field(HREP)]),
                                name="dedup_history_reps")
-        hcomp = comps.join(reps, "node", "doc_id", how="inner").aggregate(["component"], {HCOMP: ("min", HREP)})
-        nodes = nodes.join(hcomp, "component", how="left")
+        sizes = comps.join(reps, "node", "doc_id", how="inner").aggregate(
+            ["component"], {_SIZE: ("count", "node"), HCOMP: ("min", HREP)})
         carry = (HCOMP,)
+    nodes = comps.join(sizes, "component", how="inner")
     if verdict is not None:
         nodes = nodes.join(verdict, "node", "src", how="left")
     decision_schema = pa.schema([pa.field("src", pa.string()), pa.field(_KEEP, pa.string()), pa.field(_SIZE, pa.int64())]
