@@ -150,6 +150,7 @@ class SinkSpec:
     format: str = "parquet"
     shards: int = 1
     key: str = "doc_id"  # rows go to shard xxh64(key) % shards and are sorted by `sort_key` in a shard
+    partition: str = "hash"  # "hash": xxh64(key) % shards; "value": the integer `key` column is the shard
     sort_key: str | None = None  # default: `key`; a seeded shuffle uses a hash column
     options: dict[str, Any] = field(default_factory=dict)  # format-specific (tokenizer, seq_len, ...)
     # the run's config hash (pipeline + environment): a finished shard is reused only when it was

@@ -205,7 +205,10 @@ def commit_run(plan: Plan, inputs: list[dict[str, Any]], spec: SinkSpec, infos: 
     `runtime` holds what only that engine knows (local: workers; Spark: master,
     partitions, log file); every other key is common. Returns the manifest.
     """
-    manifest = sinks.commit(spec, infos, identity.manifest_fields(plan, inputs))
+    metrics: Counter = Counter()
+    for st in stages:
+        metrics.update(st.get("metrics", {}))
+    manifest = sinks.commit(spec, infos, identity.manifest_fields(plan, inputs), metrics)
     run = {
         "run_report_version": 1,
         "engine": engine,

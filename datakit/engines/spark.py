@@ -187,12 +187,14 @@ class _ChainFn:
 class _AddShard:
     """mapInArrow: append the shard id of every row (same xxh64 as the local engine)."""
 
-    def __init__(self, key: str, shards: int) -> None:
-        self.key, self.shards = key, shards
+    def __init__(self, key: str, shards: int, partition: str = "hash") -> None:
+        self.key, self.shards, self.partition = key, shards, partition
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
-            ids = sinks.shard_ids(b.column(self.key).cast(pa.string()), self.shards)
+            key = b.column(self.key)
+            ids = sinks.shard_ids(key if self.partition == "value" else key.cast(pa.string()), self.shards,
+                                  self.partition)
             yield b.append_column(SHARD_COL, pa.array(ids, pa.int64()))
 
 
@@ -606,7 +608,7 @@ class _Run:
         shards = resolved.shards
         schema = self.arrow[root.id]
         with_shard = pa.schema(list(schema) + [pa.field(SHARD_COL, pa.int64())])
-        df = self.df[root.id].select(*schema.names).mapInArrow(_AddShard(spec.key, shards),
+        df = self.df[root.id].select(*schema.names).mapInArrow(_AddShard(spec.key, shards, spec.partition),
                                                                 from_arrow_schema(with_shard))
         infos = (df.groupBy(SHARD_COL).applyInArrow(_table_fn(_WriteShard(resolved, root.schema)), "shard long, info string")
                  .collect())

@@ -44,6 +44,7 @@ class ChainTask:
     shard_key: str = ""
     aux_dir: str = ""
     broadcasts: dict[int, str] = field(default_factory=dict)
+    shard_by: str = "hash"  # `SinkSpec.partition`
     run_token: str = ""  # names this run's batch functions: each is set up once per worker (core.worker_fn)
 
 
@@ -153,7 +154,7 @@ def run_chain(task: ChainTask) -> dict[str, Any]:
             if batch.num_rows == 0:
                 continue
             if task.shards:
-                ids = sinks.shard_ids(batch.column(task.shard_key), task.shards)
+                ids = sinks.shard_ids(batch.column(task.shard_key), task.shards, task.shard_by)
                 for s in np.unique(ids):
                     sub = batch.filter(pa.array(ids == s))
                     _writer(writers, files, int(s), task, out_schema).write_batch(sub)
