@@ -318,8 +318,9 @@ class LocalEngine(Engine):
         return spec.path
 
     def _write_aux_outputs(self, out: str) -> None:
-        """Gather the tasks' quarantine and drop-log parts into `_quarantine/` and `_dropped/`."""
-        for side in ("quarantine", "droplog"):
+        """Gather the tasks' quarantine, drop-log and drop-state parts into `_quarantine/`, `_dropped/`
+        and `_dropped_state/`."""
+        for side in ("quarantine", "droplog", "dropstate"):
             files = sorted(Path(self._aux).glob(f"{side}-*.parquet"))
             write_side_output(pa.concat_tables([pq.read_table(f) for f in files]) if files else None, out, side)
 
