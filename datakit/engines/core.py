@@ -23,11 +23,8 @@ from datakit.io.atomic import write_json_atomic
 from datakit.io.fs import filesystem
 from datakit.plan import DROP, DROP_DETAIL, DROP_STATE, METRICS, Plan, SinkSpec
 
-<<<<<<< HEAD
-__all__ = ["Engine", "worker_fn", "METRICS", "QUARANTINE_SCHEMA", "DROPLOG_SCHEMA", "SIDE_OUTPUTS", "RunResult", "MapOutput",
-=======
-__all__ = ["Engine", "METRICS", "QUARANTINE_SCHEMA", "DROPLOG_SCHEMA", "DROPSTATE_SCHEMA", "SIDE_OUTPUTS", "RunResult", "MapOutput",
->>>>>>> main
+__all__ = ["Engine", "worker_fn", "METRICS", "QUARANTINE_SCHEMA", "DROPLOG_SCHEMA", "DROPSTATE_SCHEMA", "SIDE_OUTPUTS",
+           "RunResult", "MapOutput",
            "conform", "apply_map", "shard_count", "resolve_sink", "write_side_output", "commit_run",
            "remove_if_empty"]
 

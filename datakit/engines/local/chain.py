@@ -18,11 +18,7 @@ import pyarrow.parquet as pq
 
 from datakit import watchdog
 from datakit.accounting import NodeStats
-<<<<<<< HEAD
-from datakit.engines.core import apply_map, conform, droplog_rows, quarantine_rows, worker_fn
-=======
-from datakit.engines.core import apply_map, conform, droplog_rows, dropstate_rows, quarantine_rows
->>>>>>> main
+from datakit.engines.core import apply_map, conform, droplog_rows, dropstate_rows, quarantine_rows, worker_fn
 from datakit.engines.local.broadcast import broadcast_table
 from datakit.engines.local.memory import release_free_memory
 from datakit.engines.local.spill import IpcSpill, Partition, read_spill
