@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from datakit import contracts
 from datakit.io.fs import expand
 from datakit.plan import Plan, Rel, SinkSpec, StageSpan, source
-from datakit.stages.base import CompileContext, StageConfig, stage_class
+from datakit.stages.base import CompileContext, StageConfig, spelled_kind, stage_class
 
 
 class PipelineError(ValueError):
@@ -127,6 +127,13 @@ def _format_errors(e: ValidationError, where: str) -> str:
     return "; ".join(parts)
 
 
+def _check_columns(where: str, verb: str, columns: tuple[str, ...], schema: Any, why: str) -> None:
+    """A stage's declared columns against the schema it gets (reads) or makes (writes): one line naming both."""
+    for c in columns:
+        if c not in schema.names:
+            raise PipelineError(f"{where}: {verb} column {c!r}, but {why} (columns: {', '.join(schema.names)})")
+
+
 def parse_stage(spec: dict[str, Any] | StageConfig, where: str = "") -> StageConfig:
     """A stage config from a dict (YAML) or an existing config, with a precise error."""
     if isinstance(spec, StageConfig):
@@ -137,6 +144,9 @@ def parse_stage(spec: dict[str, Any] | StageConfig, where: str = "") -> StageCon
         cls = stage_class(spec["kind"])
     except KeyError as e:
         raise PipelineError(f"{where}: {e.args[0]}") from None
+    kind = cls.model_fields["kind"].default
+    if spec["kind"] != kind:  # loaded by module path (`pkg.mod:Class`): the config carries the class's own kind
+        spec = {**spec, "kind": kind}
     try:
         return cls.model_validate(spec)
     except ValidationError as e:
@@ -208,6 +218,7 @@ class Pipeline:
         d = self.config.model_dump(mode="json", by_alias=True, exclude_defaults=False)
         d["stages"] = [s.model_dump(mode="json", by_alias=True) for s in self.config.stages]
         for st in d["stages"]:
+            st["kind"] = spelled_kind(st["kind"])  # a stage loaded by module path is saved as that path
             if not st.get("expect"):
                 st.pop("expect", None)  # absent when unused: a pipeline's hash does not change with this field
             if st.get("kind") == "dedup" and st.get("history") is None:
@@ -282,11 +293,13 @@ class Pipeline:
             name = stage.kind if names[stage.kind] == 1 else f"{stage.kind}_{names[stage.kind]}"
             stage_rel = Rel(rel.node, name)
             ctx.stage = name
+            _check_columns(where, "reads", stage.columns_read(), rel.schema, "nothing before it writes")
             try:
                 out = stage.compile(stage_rel, ctx)
             except (ValueError, KeyError, FileNotFoundError) as e:  # a config that only fails when resolved
                 msg = e.args[0] if e.args else str(e)
                 raise PipelineError(f"{where}: {msg}") from None
+            _check_columns(where, "declares it writes", stage.writes, out.schema, "its output has no such column")
             try:
                 last = i == len(cfg.stages) - 1
                 lengths = last or cfg.stages[i + 1].kind == "tokenize"  # the report's length histograms
@@ -306,11 +319,11 @@ class Pipeline:
         sink = None
         if out_path:
             o = cfg.output or OutputConfig(path=out_path)
-            key = o.key or ctx.artifacts.get("sink_key") or ("event_id" if current == "editor_event.v1" else "doc_id")
-            options = dict(ctx.artifacts.get("sink_options", {}))
+            key = o.key or ctx.sink_key or ("event_id" if current == "editor_event.v1" else "doc_id")
+            options = dict(ctx.sink_options)
             options["rows_per_shard"] = o.rows_per_shard
             shards = 0 if o.shards == "auto" else o.shards
-            sort_key = ctx.artifacts.get("sink_sort_key")
+            sort_key = ctx.sink_sort_key
             if o.format in ("packed", "megatron") and "seq_len" not in options:
                 # found out at compile, not after every stage has run and the sink tries to write
                 raise PipelineError(f"{cfg.name}: output format {o.format!r} needs a tokenize stage "

@@ -28,14 +28,19 @@ def peak_rss_mb() -> float:
     return rss / (1 << 20) if sys.platform == "darwin" else rss / 1024
 
 
+def _numba_compile_seconds() -> float:
+    """Seconds this process spent compiling numba kernels since datakit.jit was imported (0 if it was not)."""
+    jit = sys.modules.get("datakit.jit")
+    return jit.compile_seconds() if jit is not None else 0.0
+
+
 class RunTimer:
     """Wall seconds per phase of one `Pipeline.run`, plus process CPU seconds and numba compile seconds."""
 
     def __init__(self) -> None:
-        from datakit.jit import compile_seconds, start_compile_timer
-
-        start_compile_timer()  # a listener on numba's compile events; cheap when nothing compiles
-        self._numba0 = compile_seconds()
+        # numba's compile events are summed from the moment datakit.jit is imported (every kernel
+        # module imports it first); a run without kernels never imports numba (0.2 CPU-s, 40 MB)
+        self._numba0 = _numba_compile_seconds()
         self._t0 = time.perf_counter()
         self._cpu0 = time.process_time()
         self.parts: dict[str, float] = {}
@@ -47,13 +52,11 @@ class RunTimer:
 
     def block(self) -> dict[str, Any]:
         """The `timing` object for `_run.json` (seconds rounded to ms; `other` is what no phase measured)."""
-        from datakit.jit import compile_seconds
-
         total = time.perf_counter() - self._t0
         parts = {p: round(self.parts.get(p, 0.0), 3) for p in PHASES}
         parts["other"] = round(max(0.0, total - sum(self.parts.values())), 3)
         return {"total": round(total, 3), "parts": parts,
-                "numba_compile": round(compile_seconds() - self._numba0, 3),
+                "numba_compile": round(_numba_compile_seconds() - self._numba0, 3),
                 "cpu_seconds": round(time.process_time() - self._cpu0, 3),
                 "peak_rss_mb": round(peak_rss_mb(), 1)}
 

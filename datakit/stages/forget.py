@@ -65,6 +65,7 @@ class ForgetConfig(StageConfig):
 
     consumes = "training_record.v1"
     produces = "training_record.v1"
+    reads = ("source", "meta")
     # other outputs that carry the same lineage (`source`, `meta`): filtered the same way, contract unchanged
     passes_through: ClassVar[tuple[str, ...]] = ("kto_example.v1",)
 

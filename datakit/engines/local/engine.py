@@ -26,10 +26,9 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
-import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -37,7 +36,6 @@ from datakit.accounting import NodeStats, stage_report
 from datakit.engines.core import (Engine, RunResult, commit_run, remove_if_empty, resolve_sink, reused_shards,
                                   write_side_output)
 from datakit.engines.local import scheduler
-from datakit.engines.local.barriers import barrier_query
 from datakit.engines.local.broadcast import clear_broadcast_cache
 from datakit.engines.local.chain import ChainTask, fusible, run_chain, write_one_shard
 from datakit.engines.local.spill import SPILL_ROW_GROUP, Partition
@@ -45,6 +43,9 @@ from datakit.io import identity, publish, storage, tempwork
 from datakit.io.atomic import sha256_file
 from datakit.plan import Join, MapBatches, Node, Plan, Source
 from datakit.workers import drop_pool, usable_cpus
+
+if TYPE_CHECKING:  # polars is imported by the first barrier: a plan of row-local stages never needs it
+    import polars as pl
 
 
 class LocalEngine(Engine):
@@ -246,6 +247,8 @@ class LocalEngine(Engine):
 
     # -- barriers (polars / scipy over spilled parts)
     def _lazy(self, node: Node) -> pl.LazyFrame:
+        import polars as pl
+
         parts = self._materialize(node)
         files = list(dict.fromkeys(p.url for p in parts))
         if not files:
@@ -271,6 +274,8 @@ class LocalEngine(Engine):
                 for a, b in zip(bounds[:-1], bounds[1:]) if b > a] or [Partition("spill", path, node.schema, (0, 0), digest)]
 
     def _barrier(self, node: Node) -> list[Partition]:
+        from datakit.engines.local.barriers import barrier_query
+
         parts = self._spill_polars(barrier_query(node, self._lazy), node)
         if isinstance(node, Join):
             rows_in = self._rows[node.left.id]

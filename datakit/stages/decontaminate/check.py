@@ -32,6 +32,7 @@ from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS, flags
 from datakit.stages.decontaminate.evidence import EXCERPT_CHARS, eval_excerpt, item_hashes, shared_spans
 from datakit.stages.decontaminate.redact import Redaction, clip, excerpt, redact
 from datakit.stages.decontaminate.render import render_html  # noqa: F401  (re-exported: callers import it from here)
+from datakit.stages.texts import text_columns
 from datakit.stages.decontaminate.result import (REPORT_SCHEMA, CheckResult, EvalResult, ItemResult, Match,  # noqa: F401
                                             NearItem)
 
@@ -86,18 +87,13 @@ def iter_text_batches(paths: str | Sequence[str], text_fields: Sequence[str] | N
 
 
 def _columns_for(names: list[str], text_fields: Sequence[str] | None, url: str) -> list[str]:
-    if text_fields:
-        missing = [f for f in text_fields if f not in names]
-        if missing:
-            raise InputError(f"{url}: no column {', '.join(missing)} (columns: {', '.join(names)})")
-        wanted = list(text_fields)
-    elif "segments" in names:
-        wanted = ["segments"] + [c for c in ("chosen", "rejected") if c in names]
-    else:
-        wanted = [c for c in ("text", "content", "code") if c in names][:1]
-        if not wanted:
-            raise InputError(f"{url}: no text to scan (expected training records or a text/content/code "
-                             f"column; pass --text-field)")
+    try:
+        wanted = text_columns(names, text_fields)
+    except KeyError as e:
+        raise InputError(f"{url}: {e.args[0]}") from None
+    if not wanted:
+        raise InputError(f"{url}: no text to scan (expected training records or a text/content/code "
+                         f"column; pass --text-field)")
     id_col = next((c for c in ("doc_id", "id") if c in names), None)
     return ([id_col] if id_col else []) + wanted
 

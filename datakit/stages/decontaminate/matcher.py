@@ -22,9 +22,7 @@ import pyarrow.compute as pc
 from datakit.stages.decontaminate.evals import EvalSet
 from datakit.stages.decontaminate.normalize import F_COMMENTS, F_FLAT, F_IDENT
 from datakit.stages.decontaminate.ngrams import arrow_text_buffers, build_table, hash_strings, scan_strings, texts_to_buffers
-
-# Columns scanned in a table that is not a training record (first one present wins unless told).
-GENERIC_TEXT_FIELDS = ("text", "content", "code")
+from datakit.stages.texts import GENERIC_TEXT_FIELDS, text_columns, text_pieces
 
 
 def default_min_fraction(flags: int) -> float:
@@ -358,42 +356,17 @@ def decoded_sources(sources: list[TextSource]) -> list[TextSource]:
 
 
 def text_sources(batch: pa.RecordBatch | pa.Table, text_fields: Sequence[str] | None = None) -> list[TextSource]:
-    """The texts of a training-record batch (segments, chosen, rejected) or of generic text columns."""
+    """The texts of a training-record batch (segments, chosen, rejected: each piece on its own, see
+    `datakit.stages.texts`) or of generic text columns, as kernel buffers."""
     names = batch.schema.names
-    cols: list[tuple[str, pa.Array, np.ndarray]] = []
-
-    def column(name: str) -> pa.Array:
-        c = batch.column(name)
-        return c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
-
-    if text_fields:
-        missing = [f for f in text_fields if f not in names]
-        if missing:
-            raise KeyError(f"text field(s) {', '.join(missing)} not in the data (columns: {', '.join(names)})")
-        wanted = list(text_fields)
-    elif "segments" in names:
-        wanted = ["segments"] + [c for c in ("chosen", "rejected") if c in names]
-    else:
-        wanted = [c for c in GENERIC_TEXT_FIELDS if c in names][:1]
-        if not wanted:
-            raise KeyError(f"no text to scan: expected training records (segments) or one of "
-                           f"{', '.join(GENERIC_TEXT_FIELDS)} (columns: {', '.join(names)})")
-    for name in wanted:
-        col = column(name)
-        if name == "segments" or pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
-            flat = pc.list_flatten(col)
-            if pa.types.is_struct(flat.type):
-                flat = flat.field("text")
-            rows = np.asarray(pc.list_parent_indices(col), dtype=np.int64)
-            cols.append((name, flat, rows))
-        else:
-            cols.append((name, col, np.arange(len(col), dtype=np.int64)))
+    wanted = text_columns(names, text_fields)
+    if not wanted:
+        raise KeyError(f"no text to scan: expected training records (segments) or one of "
+                       f"{', '.join(GENERIC_TEXT_FIELDS)} (columns: {', '.join(names)})")
     out = []
-    for name, arr, rows in cols:
-        if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
-            arr = arr.cast(pa.string())
-        data, offs = arrow_text_buffers(arr)
-        out.append(TextSource(name, data, offs, rows, arr))
+    for piece in text_pieces(batch, wanted):
+        data, offs = arrow_text_buffers(piece.texts)
+        out.append(TextSource(piece.column, data, offs, piece.rows, piece.texts))
     return out
 
 

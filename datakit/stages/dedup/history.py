@@ -72,7 +72,8 @@ def write_state(snap_path: str, snapshot: str, cfg: Any) -> dict[str, Any]:
     from datakit.io.dataset import read_output
     from datakit.io.sinks import write_parquet
     from datakit.stages.dedup.stage import _BandFn, _SignatureFn, _sig_matrix
-    from datakit.stages.dedup.text import exact_keys, record_texts
+    from datakit.stages.dedup.text import exact_keys
+    from datakit.stages.texts import record_texts
 
     table = read_output(snap_path)
     scope = "kind" if cfg.scope == "kind" and "kind" in table.column_names else None
@@ -212,7 +213,7 @@ class _HistExactVerifyFn:
     threshold: float
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        from datakit.stages.dedup.text import record_texts
+        from datakit.stages.texts import record_texts
         from datakit.stages.dedup.verify import exact_jaccard
 
         if batch.num_rows == 0:

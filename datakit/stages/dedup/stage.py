@@ -37,7 +37,8 @@ from datakit.plan import DROP, DROP_DETAIL, METRICS, Rel
 from datakit.stages.base import CompileContext, StageConfig, register_stage
 from datakit.stages.dedup.lsh import band_hashes, optimal_param
 from datakit.stages.dedup.minhash import MAX_HASH, minhash_signatures
-from datakit.stages.dedup.text import exact_keys, record_texts
+from datakit.stages.dedup.text import exact_keys
+from datakit.stages.texts import record_texts
 from datakit.stages.dedup.verify import exact_jaccard, signature_jaccard
 
 # internal column names (prefixed so they never clash with a record field)
@@ -108,14 +109,14 @@ class DedupConfig(StageConfig):
     history: bool | None = Field(None, description="append mode: also drop duplicates of documents kept in earlier "
                                                    "snapshots (default there: true; docs/scheduling.md)")
 
+    reads = ("segments", "doc_id")  # the text and the kept record's key
+
+    def columns_read(self) -> tuple[str, ...]:
+        """A named `text_column` is read instead of the record's segments."""
+        return (self.text_column or "segments", "doc_id")
+
     def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
         schema = rel.schema
-        if self.text_column is None and "segments" not in schema.names:
-            raise ValueError("dedup: the input has no `segments`; set text_column to a string column")
-        if self.text_column is not None and self.text_column not in schema.names:
-            raise ValueError(f"dedup: text_column {self.text_column!r} is not an input column")
-        if "doc_id" not in schema.names:
-            raise ValueError("dedup: the input needs a doc_id column (the stable key of the kept record)")
         scope = "kind" if self.scope == "kind" and "kind" in schema.names else None
         if self.history and ctx.history is None:
             raise ValueError("history: true needs output mode: append (a dataset of snapshots)")
