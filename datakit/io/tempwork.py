@@ -7,7 +7,7 @@ store every spilled byte would become a PUT and a GET -- several times the input
 polars/pyarrow would need the store's credentials in every worker. So the spills stay on
 local disk, but not in a fresh temp folder (which a rerun could never find, and which a
 SIGKILL leaked into the system temp directory): in `<cache>/work/<run id>` where `<cache>`
-is `$DATAKIT_CACHE_DIR`, else `$XDG_CACHE_HOME/datakit`, else `~/.cache/datakit`. The run id
+is `$DATAKIT_CACHE_DIR`, else `~/.cache/datakit`. The run id
 (`io/identity.run_id`: config hash + input files with sizes and mtimes + the output URL) is
 the same for a rerun of the same command, so a rerun after a kill reuses every finished
 task; any other run gets another folder. What survives on other hosts is the committed
@@ -34,11 +34,8 @@ STALE_SECONDS = 24 * 3600.0  # a killed run's folder waits this long for its rer
 
 def base() -> str:
     """The folder that holds the work folders of object-store runs on this machine."""
-    if os.environ.get("DATAKIT_CACHE_DIR"):
-        root = os.environ["DATAKIT_CACHE_DIR"]
-    else:
-        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "datakit")
-    return os.path.join(root, "work")
+    root = os.environ.get("DATAKIT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "datakit")
+    return os.path.join(root, "work")  # (the same cache folder as decontamination's reference index)
 
 
 def claim(run_id: str) -> str:
