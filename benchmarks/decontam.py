@@ -281,7 +281,8 @@ def _same_index(a: Path, b: Path) -> bool:
 
 
 def bench_index(tmp: Path, index_mb: float, workers: list[int] | None = None) -> None:
-    from datakit.stages.decontaminate.index import build_index, iter_index_sizes
+    from datakit.indexing import build_index
+    from datakit.stages.decontaminate.index import iter_index_sizes
 
     workers = workers or [1, 2]
 

@@ -324,7 +324,7 @@ class Pipeline:
             options["rows_per_shard"] = o.rows_per_shard
             shards = 0 if o.shards == "auto" else o.shards
             sort_key = ctx.sink_sort_key
-            if o.format in ("packed", "megatron") and "seq_len" not in options:
+            if o.format in ("packed", "megatron", "mds") and "seq_len" not in options:
                 # found out at compile, not after every stage has run and the sink tries to write
                 raise PipelineError(f"{cfg.name}: output format {o.format!r} needs a tokenize stage "
                                     f"({{kind: tokenize, ...}}) before it; use format: parquet for records")
@@ -467,7 +467,9 @@ class Pipeline:
             timer.add("engine_start", time.perf_counter() - t)
             t = time.perf_counter()
         result = runner.execute(plan)
+        worker_tasks = result.extra.pop("worker_tasks", None) or []  # the local pool's costs (run_timing)
         if timer is not None:
+            timer.worker_tasks = worker_tasks
             executed = time.perf_counter() - t
             timer.add("stages", min(result.seconds, executed))  # the engine's own clock, up to the commit
             timer.add("commit", executed - min(result.seconds, executed))  # side outputs, manifest, clean-up
@@ -486,9 +488,18 @@ class Pipeline:
         if o is not None and o.quality and plan.sink is not None:
             self._validate(plan, result, engine, engine_options)
         if o is not None and o.index and plan.sink is not None:
-            # the index build uses as many workers as the run did (a small input ran in-process)
-            workers = (engine_options.get("workers") or (result.extra or {}).get("workers")) if engine == "local" else None
-            self._build_index(plan, result, workers)
+            # the index is a plan too: on the engine that ran the pipeline (a local run's worker count)
+            from datakit.indexing import build_index
+            from datakit.stages.decontaminate.index import INDEX_DIRNAME
+
+            stage = next((s for s in self.config.stages if s.kind == "decontaminate"), None)
+            kw: dict[str, Any] = {"ngram": stage.ngram, "normalization": list(stage.normalizations)} if stage else {}
+            opts = {k: v for k, v in engine_options.items() if k in ("master", "conf", "workers")}
+            if engine == "local":
+                opts = {"workers": engine_options.get("workers") or (result.extra or {}).get("workers")}
+            out = f"{plan.sink.path.rstrip('/')}/{INDEX_DIRNAME}"
+            info = build_index(plan.sink.path, out, engine=engine, **kw, **opts)
+            result.extra["index"] = {"path": out, "engine": engine, "ngrams": info.ngrams}
         if report and plan.sink is not None:
             from datakit.quality.report import write_report
 
@@ -501,32 +512,6 @@ class Pipeline:
             # reward summaries from the committed rows (identical on both engines): _reports/feedback.json
             result.extra["feedback"] = {**write_report(plan.sink.path), "file": REPORT_FILE}
         return result
-
-    def _build_index(self, plan: Plan, result: Any, workers: int | None = None) -> None:
-        """Index the committed output's n-grams with the decontaminate stage's settings (or the defaults).
-
-        After a Spark run the index is built with Spark too (executors hash and sort, the driver
-        only concatenates); otherwise on the local run's workers (default: all cores). Same bytes either way."""
-        from datakit.stages.decontaminate.index import INDEX_DIRNAME, build_index
-
-        stage = next((s for s in self.config.stages if s.kind == "decontaminate"), None)
-        kw: dict[str, Any] = {}
-        if stage is not None:
-            kw = {"ngram": stage.ngram, "normalization": list(stage.normalizations)}
-        out = f"{plan.sink.path.rstrip('/')}/{INDEX_DIRNAME}"
-        session = None
-        if getattr(result, "engine", "local") == "spark" and plan.sink.format in ("parquet", "jsonl"):
-            from datakit.stages.decontaminate.index_spark import active_session
-
-            session = active_session()
-        if session is not None:
-            from datakit.stages.decontaminate.index_spark import build_index_spark
-
-            info = build_index_spark(session, plan.sink.path, out, **kw)
-        else:
-            info = build_index(plan.sink.path, out, workers=workers, **kw)
-        result.extra["index"] = {"path": out, "engine": "spark" if session is not None else "local",
-                                 **({"ngrams": getattr(info, "ngrams")} if hasattr(info, "ngrams") else {})}
 
     def _validate(self, plan: Plan, result: Any, engine: str, engine_options: dict[str, Any]) -> None:
         """Record the output's quality in `_run.json`: the last stage's suite results (checked inside the

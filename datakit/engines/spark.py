@@ -51,7 +51,7 @@ from datakit.engines.spark_session import (SparkError, SparkJobError, SparkSetup
                                            get_session, log_file, straggler_conf, translate_errors)
 from datakit.io import identity, publish, sinks
 from datakit.io.readers import iter_source
-from datakit.plan import (DROP, DROP_DETAIL, Aggregate, ConnectedComponents, Join, MapBatches, Node, Plan,
+from datakit.plan import (DROP, DROP_DETAIL, DROP_STATE, Aggregate, ConnectedComponents, Join, MapBatches, Node, Plan,
                           SinkSpec, Source)
 
 log = logging.getLogger("datakit.engine.spark")
@@ -87,10 +87,12 @@ def _cast_in(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 # (a prefix no stage uses: stages name their own internal columns `_dk_*`)
 KIND, OP, SKIND, SNAME, N = "__sx_kind", "__sx_op", "__sx_skind", "__sx_sname", "__sx_n"
 QFILE, QLINE, QRAW, DKEY = "__sx_qfile", "__sx_qline", "__sx_qraw", "__sx_key"
+DSTATE = "__sx_state"
 DATA, DROPPED, STATS = 0, 1, 2
 _CHAIN_COLS = [
     pa.field(KIND, pa.int8()), pa.field(OP, pa.int32()), pa.field(DROP, pa.string()), pa.field(DROP_DETAIL, pa.string()),
     pa.field(QFILE, pa.string()), pa.field(QLINE, pa.int64()), pa.field(QRAW, pa.binary()), pa.field(DKEY, pa.string()),
+    pa.field(DSTATE, pa.string()),
     pa.field(SKIND, pa.string()), pa.field(SNAME, pa.string()), pa.field(N, pa.int64()),
 ]
 
@@ -187,18 +189,21 @@ class _ChainFn:
                          QRAW: col("_raw", pa.binary())})
         else:
             cols[DKEY] = col(op["drop_log_key"], pa.string())
+            cols[DSTATE] = col(DROP_STATE, pa.string())
         return self._emit(m, cols)
 
 
 class _AddShard:
     """mapInArrow: append the shard id of every row (same xxh64 as the local engine)."""
 
-    def __init__(self, key: str, shards: int) -> None:
-        self.key, self.shards = key, shards
+    def __init__(self, key: str, shards: int, partition: str = "hash") -> None:
+        self.key, self.shards, self.partition = key, shards, partition
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
-            ids = sinks.shard_ids(b.column(self.key).cast(pa.string()), self.shards)
+            key = b.column(self.key)
+            ids = sinks.shard_ids(key if self.partition == "value" else key.cast(pa.string()), self.shards,
+                                  self.partition)
             yield b.append_column(SHARD_COL, pa.array(ids, pa.int64()))
 
 
@@ -342,6 +347,7 @@ class _Run:
         self.broadcasts: list[Any] = []
         self.quarantine: list[Any] = []
         self.droplog: list[Any] = []
+        self.dropstate: list[Any] = []
         self.infos: list[dict[str, Any]] = []
         self.spec: SinkSpec | None = None
         self.current = "starting"
@@ -540,6 +546,10 @@ class _Run:
                 self.droplog.append(dropped.select(
                     F.lit(op.stage).alias("stage"), F.col(DKEY).alias("key"), F.col(DROP).alias("reason"),
                     F.col(DROP_DETAIL).alias("detail")))
+                if op.drop_state:
+                    self.dropstate.append(dropped.where(F.col(DSTATE).isNotNull()).select(
+                        F.lit(op.stage).alias("stage"), F.col(DKEY).alias("key"), F.col(DROP_DETAIL).alias("detail"),
+                        F.col(DSTATE).alias("state")))
         self.df[node.id] = out.where(F.col(KIND) == DATA).select(*data_schema.names)
         self.arrow[node.id] = data_schema
 
@@ -611,7 +621,7 @@ class _Run:
         shards = resolved.shards
         schema = self.arrow[root.id]
         with_shard = pa.schema(list(schema) + [pa.field(SHARD_COL, pa.int64())])
-        df = self.df[root.id].select(*schema.names).mapInArrow(_AddShard(spec.key, shards),
+        df = self.df[root.id].select(*schema.names).mapInArrow(_AddShard(spec.key, shards, spec.partition),
                                                                 from_arrow_schema(with_shard))
         infos = (df.groupBy(SHARD_COL).applyInArrow(_table_fn(_WriteShard(resolved, root.schema)), "shard long, info string")
                  .collect())
@@ -625,13 +635,16 @@ class _Run:
         from pyspark.sql import functions as F
 
         out = self.plan.sink.path.rstrip("/")
-        for frames, side in ((self.quarantine, "quarantine"), (self.droplog, "droplog")):
+        for frames, side in ((self.quarantine, "quarantine"), (self.droplog, "droplog"), (self.dropstate, "dropstate")):
             if not frames:
                 write_side_output(None, out, side)  # removes an earlier run's side output
                 continue
             df = frames[0]
             for f in frames[1:]:
                 df = df.unionByName(f)
+            if side == "dropstate" and df.isEmpty():  # only some drop-logging ops carry state
+                write_side_output(None, out, side)
+                continue
             (df.withColumn("_g", F.lit(0)).groupBy("_g")
              .applyInArrow(_table_fn(_WriteSide(out, side)), "rows long").collect())
 

@@ -100,6 +100,7 @@ class LocalEngine(Engine):
         self._aux = f"{work}/aux"
         os.makedirs(self._aux, exist_ok=True)
         self._reused = 0
+        self._worker_tasks: list[dict[str, Any]] = []  # pool tasks' costs, for _run.json's timing
         self._sink_parts = None
         where = plan.sink.path if plan.sink is not None else "the input"
         try:
@@ -142,6 +143,7 @@ class LocalEngine(Engine):
                 publish.remove_work(plan.sink.path)  # work folders of earlier runs with another identity
         return RunResult(output_path=out, stages=stages, manifest=manifest, seconds=seconds,
                          extra={"reused_tasks": self._reused, "workers": self.workers,
+                                "worker_tasks": self._worker_tasks,
                                 "reused_shards": reused_shards(getattr(self, "_sink_infos", []))})
 
     # -- work folder
@@ -169,7 +171,8 @@ class LocalEngine(Engine):
 
     # -- scheduling
     def _map(self, fn: Callable, items: list, what: str, label: str | None = None) -> list:
-        return scheduler.run_tasks(fn, items, what, self.workers, self.progress, f"{self._work}/_beats", label)
+        return scheduler.run_tasks(fn, items, what, self.workers, self.progress, f"{self._work}/_beats", label,
+                                   costs=self._worker_tasks)
 
     def _chain_of(self, node: Node) -> tuple[Node, list[Node]]:
         """Walk down fusible nodes (MapBatches, broadcast joins) to the base node (a Source,
@@ -205,15 +208,16 @@ class LocalEngine(Engine):
             return [Partition(kind, u, base.schema if kind == "parquet" else None) for u in base.paths]
         return self._materialize(base)
 
-    def _run_chain(self, node: Node, shards: int = 0, shard_key: str = "", name: str | None = None) -> list[dict[str, Any]]:
+    def _run_chain(self, node: Node, shards: int = 0, shard_key: str = "", name: str | None = None,
+                   shard_by: str = "hash") -> list[dict[str, Any]]:
         base, ops = self._chain_of(node)
         parts = self._partitions(base)
         seg = name or f"n{self._index[node.id]:03d}"
         out_dir = f"{self._work}/{seg}"
         os.makedirs(out_dir, exist_ok=True)
         bcast = self._broadcast_tables(ops)
-        tasks = [ChainTask(p, ops, out_dir, f"part-{i:05d}", [o.id for o in ops], shards, shard_key, self._aux, bcast)
-                 for i, p in enumerate(parts)]
+        tasks = [ChainTask(p, ops, out_dir, f"part-{i:05d}", [o.id for o in ops], shards, shard_key, self._aux, bcast,
+                           shard_by) for i, p in enumerate(parts)]
         stages = list(dict.fromkeys(o.stage for o in ops if ":" not in o.stage and o.stage != "input")) or [node.stage]
         results = self._map(run_chain, tasks, f"{seg}: {' > '.join(getattr(o, 'name', 'join') for o in ops) or 'read'}",
                             label=f"{', '.join(stages)}{' -> shards' if shards else ''}")
@@ -298,13 +302,13 @@ class LocalEngine(Engine):
         shards, key = resolved.shards, spec.key
         if self._sink_parts is not None:
             # already materialized for the row count: shuffle the spilled parts into shards
-            tasks = [ChainTask(p, [], f"{self._work}/sink", f"part-{i:05d}", [], shards, key, self._aux)
-                     for i, p in enumerate(self._sink_parts)]
+            tasks = [ChainTask(p, [], f"{self._work}/sink", f"part-{i:05d}", [], shards, key, self._aux,
+                               shard_by=spec.partition) for i, p in enumerate(self._sink_parts)]
             os.makedirs(f"{self._work}/sink", exist_ok=True)
             results = self._map(run_chain, tasks, "shuffle")
             self._reused += sum(1 for r in results if r.get("reused"))
         else:
-            results = self._run_chain(plan.root, shards=shards, shard_key=key, name="sink")
+            results = self._run_chain(plan.root, shards=shards, shard_key=key, name="sink", shard_by=spec.partition)
         by_shard: dict[int, list[str]] = defaultdict(list)
         for r in results:
             for s, f in r["shard_files"].items():
@@ -316,8 +320,9 @@ class LocalEngine(Engine):
         return spec.path
 
     def _write_aux_outputs(self, out: str) -> None:
-        """Gather the tasks' quarantine and drop-log parts into `_quarantine/` and `_dropped/`."""
-        for side in ("quarantine", "droplog"):
+        """Gather the tasks' quarantine, drop-log and drop-state parts into `_quarantine/`, `_dropped/`
+        and `_dropped_state/`."""
+        for side in ("quarantine", "droplog", "dropstate"):
             files = sorted(Path(self._aux).glob(f"{side}-*.parquet"))
             write_side_output(pa.concat_tables([pq.read_table(f) for f in files]) if files else None, out, side)
 
