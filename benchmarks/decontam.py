@@ -9,7 +9,7 @@ Sections (all against HumanEval, 164 items, prompt + canonical solution):
    Python stdlib, cut into ~60-line documents, repeated to size) vs the
    baseline a reader would write first: `re.findall` tokens, a Python `set` of
    13-gram tuples of the eval, a membership test per window.
-2. recall per planted leak kind (`datakit.stages.decontaminate.plant`): every
+2. recall per planted leak kind (`tests/support/plant.py`): every
    HumanEval item planted once per kind inside idiomatic code; item-level check.
 3. false-positive rate on clean code: documents of the stdlib and idiomatic
    synthetic code; a document is a false positive if it matches any item under
@@ -26,6 +26,7 @@ from pathlib import Path
 
 # benchmarks/ holds modules named like stdlib ones (tokenize.py): never import from this folder
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: tests/support/plant.py
 
 import argparse
 import glob
@@ -50,7 +51,7 @@ from datakit.stages.decontaminate.check import check
 from datakit.stages.decontaminate.evals import load_eval
 from datakit.stages.decontaminate.matcher import EvalTable, Rule, match_batch, text_sources
 from datakit.stages.decontaminate.normalize import flags_of
-from datakit.stages.decontaminate.plant import LEAK_KINDS, idiomatic_code, plant
+from tests.support.plant import LEAK_KINDS, idiomatic_code, plant
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -280,7 +281,8 @@ def _same_index(a: Path, b: Path) -> bool:
 
 
 def bench_index(tmp: Path, index_mb: float, workers: list[int] | None = None) -> None:
-    from datakit.stages.decontaminate.index import build_index, iter_index_sizes
+    from datakit.indexing import build_index
+    from datakit.stages.decontaminate.index import iter_index_sizes
 
     workers = workers or [1, 2]
 

@@ -18,7 +18,7 @@ inside a string or a comment (chunking does that to real data). Clean documents:
 500 other chunks. The reference corpus for boilerplate is the Python stdlib, so
 the haystack is never the reference.
 
-Leak kinds (`datakit.stages.decontaminate.plant`): exact, prompt_only, renamed,
+Leak kinds (`tests/support/plant.py`): exact, prompt_only, renamed,
 reformatted, comments_changed, partial (signature + first half of the
 solution), escaped_json (the item as a JSON line), near_miss (same
 imports + signature, a real different body: must NOT match).
@@ -33,6 +33,7 @@ import sys
 from pathlib import Path
 
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: tests/support/plant.py
 
 import argparse
 import glob
@@ -50,7 +51,7 @@ import pyarrow.parquet as pq
 
 from datakit.stages.decontaminate.check import check
 from datakit.stages.decontaminate.evals import EvalSet, load_eval
-from datakit.stages.decontaminate.plant import BENCH_KINDS, near_miss, plant
+from tests.support.plant import BENCH_KINDS, near_miss, plant
 
 # how each eval's rows become a leak: (prompt text, solution text) and the fields the check reads
 LAYOUTS = {
@@ -168,7 +169,7 @@ def print_tables(res: dict) -> None:
     print("\n## recall per leak kind, pooled over the evals (near_miss: share flagged, lower is better)")
     print(f"  {'kind':<18}" + "".join(f"{r:>12}" for r in rules))
     names = sorted(res["items"])
-    from datakit.stages.decontaminate.plant import BENCH_KINDS as kinds
+    from tests.support.plant import BENCH_KINDS as kinds
 
     for kind in kinds:
         cells = []

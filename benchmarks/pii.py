@@ -559,7 +559,7 @@ def main() -> int:
     sub_idx = list(range(k)) + [i for i in range(len(texts) - len(HARD.read_text().splitlines()), len(texts)) if i >= k]
     sub = [texts[i] for i in sub_idx]
     sub_bytes = sum(len(t.encode()) for t in sub)
-    from datakit.stages.scrub_pii.presidio_bridge import presidio_default_analyzer
+    from tests.support.presidio_baseline import presidio_default_analyzer
 
     plain = presidio_default_analyzer(regex_phone=False)
     tuned = presidio_default_analyzer(regex_phone=True)

@@ -49,7 +49,7 @@ def ours(texts: list[str]) -> list[list[tuple[int, int, str]]]:
 
 
 def presidio(texts: list[str]) -> list[list[tuple[int, int, str]]]:
-    from datakit.stages.scrub_pii.presidio_bridge import presidio_default_analyzer
+    from tests.support.presidio_baseline import presidio_default_analyzer
     logging.getLogger("presidio-analyzer").setLevel(logging.ERROR)
     an = presidio_default_analyzer(regex_phone=False)  # predefined recognizers, offline, no spaCy
     out = []

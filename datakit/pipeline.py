@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from datakit import contracts
 from datakit.io.fs import expand
 from datakit.plan import Plan, Rel, SinkSpec, StageSpan, source
-from datakit.stages.base import CompileContext, StageConfig, stage_class
+from datakit.stages.base import CompileContext, StageConfig, spelled_kind, stage_class
 
 
 class PipelineError(ValueError):
@@ -127,6 +127,13 @@ def _format_errors(e: ValidationError, where: str) -> str:
     return "; ".join(parts)
 
 
+def _check_columns(where: str, verb: str, columns: tuple[str, ...], schema: Any, why: str) -> None:
+    """A stage's declared columns against the schema it gets (reads) or makes (writes): one line naming both."""
+    for c in columns:
+        if c not in schema.names:
+            raise PipelineError(f"{where}: {verb} column {c!r}, but {why} (columns: {', '.join(schema.names)})")
+
+
 def parse_stage(spec: dict[str, Any] | StageConfig, where: str = "") -> StageConfig:
     """A stage config from a dict (YAML) or an existing config, with a precise error."""
     if isinstance(spec, StageConfig):
@@ -137,6 +144,9 @@ def parse_stage(spec: dict[str, Any] | StageConfig, where: str = "") -> StageCon
         cls = stage_class(spec["kind"])
     except KeyError as e:
         raise PipelineError(f"{where}: {e.args[0]}") from None
+    kind = cls.model_fields["kind"].default
+    if spec["kind"] != kind:  # loaded by module path (`pkg.mod:Class`): the config carries the class's own kind
+        spec = {**spec, "kind": kind}
     try:
         return cls.model_validate(spec)
     except ValidationError as e:
@@ -208,6 +218,7 @@ class Pipeline:
         d = self.config.model_dump(mode="json", by_alias=True, exclude_defaults=False)
         d["stages"] = [s.model_dump(mode="json", by_alias=True) for s in self.config.stages]
         for st in d["stages"]:
+            st["kind"] = spelled_kind(st["kind"])  # a stage loaded by module path is saved as that path
             if not st.get("expect"):
                 st.pop("expect", None)  # absent when unused: a pipeline's hash does not change with this field
             if st.get("kind") == "dedup" and st.get("history") is None:
@@ -282,11 +293,13 @@ class Pipeline:
             name = stage.kind if names[stage.kind] == 1 else f"{stage.kind}_{names[stage.kind]}"
             stage_rel = Rel(rel.node, name)
             ctx.stage = name
+            _check_columns(where, "reads", stage.columns_read(), rel.schema, "nothing before it writes")
             try:
                 out = stage.compile(stage_rel, ctx)
             except (ValueError, KeyError, FileNotFoundError) as e:  # a config that only fails when resolved
                 msg = e.args[0] if e.args else str(e)
                 raise PipelineError(f"{where}: {msg}") from None
+            _check_columns(where, "declares it writes", stage.writes, out.schema, "its output has no such column")
             try:
                 last = i == len(cfg.stages) - 1
                 lengths = last or cfg.stages[i + 1].kind == "tokenize"  # the report's length histograms
@@ -306,12 +319,12 @@ class Pipeline:
         sink = None
         if out_path:
             o = cfg.output or OutputConfig(path=out_path)
-            key = o.key or ctx.artifacts.get("sink_key") or ("event_id" if current == "editor_event.v1" else "doc_id")
-            options = dict(ctx.artifacts.get("sink_options", {}))
+            key = o.key or ctx.sink_key or ("event_id" if current == "editor_event.v1" else "doc_id")
+            options = dict(ctx.sink_options)
             options["rows_per_shard"] = o.rows_per_shard
             shards = 0 if o.shards == "auto" else o.shards
-            sort_key = ctx.artifacts.get("sink_sort_key")
-            if o.format in ("packed", "megatron") and "seq_len" not in options:
+            sort_key = ctx.sink_sort_key
+            if o.format in ("packed", "megatron", "mds") and "seq_len" not in options:
                 # found out at compile, not after every stage has run and the sink tries to write
                 raise PipelineError(f"{cfg.name}: output format {o.format!r} needs a tokenize stage "
                                     f"({{kind: tokenize, ...}}) before it; use format: parquet for records")
@@ -454,7 +467,9 @@ class Pipeline:
             timer.add("engine_start", time.perf_counter() - t)
             t = time.perf_counter()
         result = runner.execute(plan)
+        worker_tasks = result.extra.pop("worker_tasks", None) or []  # the local pool's costs (run_timing)
         if timer is not None:
+            timer.worker_tasks = worker_tasks
             executed = time.perf_counter() - t
             timer.add("stages", min(result.seconds, executed))  # the engine's own clock, up to the commit
             timer.add("commit", executed - min(result.seconds, executed))  # side outputs, manifest, clean-up
@@ -473,9 +488,18 @@ class Pipeline:
         if o is not None and o.quality and plan.sink is not None:
             self._validate(plan, result, engine, engine_options)
         if o is not None and o.index and plan.sink is not None:
-            # the index build uses as many workers as the run did (a small input ran in-process)
-            workers = (engine_options.get("workers") or (result.extra or {}).get("workers")) if engine == "local" else None
-            self._build_index(plan, result, workers)
+            # the index is a plan too: on the engine that ran the pipeline (a local run's worker count)
+            from datakit.indexing import build_index
+            from datakit.stages.decontaminate.index import INDEX_DIRNAME
+
+            stage = next((s for s in self.config.stages if s.kind == "decontaminate"), None)
+            kw: dict[str, Any] = {"ngram": stage.ngram, "normalization": list(stage.normalizations)} if stage else {}
+            opts = {k: v for k, v in engine_options.items() if k in ("master", "conf", "workers")}
+            if engine == "local":
+                opts = {"workers": engine_options.get("workers") or (result.extra or {}).get("workers")}
+            out = f"{plan.sink.path.rstrip('/')}/{INDEX_DIRNAME}"
+            info = build_index(plan.sink.path, out, engine=engine, **kw, **opts)
+            result.extra["index"] = {"path": out, "engine": engine, "ngrams": info.ngrams}
         if report and plan.sink is not None:
             from datakit.quality.report import write_report
 
@@ -483,37 +507,11 @@ class Pipeline:
 
         if plan.sink is not None and self.config.stages and self.config.stages[-1].kind == "kto" \
                 and plan.sink.format == "parquet":
-            from datakit.stages.feedback_report import REPORT_FILE, write_report
+            from datakit.stages.kto.report import REPORT_FILE, write_report
 
             # reward summaries from the committed rows (identical on both engines): _reports/feedback.json
             result.extra["feedback"] = {**write_report(plan.sink.path), "file": REPORT_FILE}
         return result
-
-    def _build_index(self, plan: Plan, result: Any, workers: int | None = None) -> None:
-        """Index the committed output's n-grams with the decontaminate stage's settings (or the defaults).
-
-        After a Spark run the index is built with Spark too (executors hash and sort, the driver
-        only concatenates); otherwise on the local run's workers (default: all cores). Same bytes either way."""
-        from datakit.stages.decontaminate.index import INDEX_DIRNAME, build_index
-
-        stage = next((s for s in self.config.stages if s.kind == "decontaminate"), None)
-        kw: dict[str, Any] = {}
-        if stage is not None:
-            kw = {"ngram": stage.ngram, "normalization": list(stage.normalizations)}
-        out = f"{plan.sink.path.rstrip('/')}/{INDEX_DIRNAME}"
-        session = None
-        if getattr(result, "engine", "local") == "spark" and plan.sink.format in ("parquet", "jsonl"):
-            from datakit.stages.decontaminate.index_spark import active_session
-
-            session = active_session()
-        if session is not None:
-            from datakit.stages.decontaminate.index_spark import build_index_spark
-
-            info = build_index_spark(session, plan.sink.path, out, **kw)
-        else:
-            info = build_index(plan.sink.path, out, workers=workers, **kw)
-        result.extra["index"] = {"path": out, "engine": "spark" if session is not None else "local",
-                                 **({"ngrams": getattr(info, "ngrams")} if hasattr(info, "ngrams") else {})}
 
     def _validate(self, plan: Plan, result: Any, engine: str, engine_options: dict[str, Any]) -> None:
         """Record the output's quality in `_run.json`: the last stage's suite results (checked inside the

@@ -1,6 +1,7 @@
-"""Register your own stage in a script and run it in a pipeline (no change to datakit needed).
+"""Your own stage, in a script or named from a pipeline file (no change to datakit needed).
 
 Run:  .venv/bin/python examples/custom_stage.py  (after `make demo` made demo/logs)
+or:   PYTHONPATH=examples datakit run examples/custom_stage.yaml  (`kind: custom_stage:DropLongCode`)
 """
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datakit import CompileContext, Pipeline, StageConfig, register_stage
+from datakit import CompileContext, Pipeline, StageConfig, record_texts, register_stage
 from datakit.contracts import TRAINING_RECORD_V1
 
 
@@ -20,8 +21,8 @@ class _DropLongCode:
         self.max_chars = max_chars
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        lengths = [sum(len(s["text"] or "") for s in segs) for segs in batch.column("segments").to_pylist()]
-        too_long = pa.array([n > self.max_chars for n in lengths])
+        # a record's text as dedup sees it: segments, then chosen/rejected (datakit.stages.texts)
+        too_long = pc.greater(pc.utf8_length(record_texts(batch)), self.max_chars)
         # never filter rows away silently: name the reason, the engine counts it in _run.json
         reason = pc.if_else(too_long, pa.scalar("too_long"), pa.scalar(None, pa.string()))
         return batch.append_column("_drop", reason)

@@ -37,20 +37,13 @@ def _under(name: str, prefix: str) -> bool:
 
 # (which files, which imports they must not have)
 RULES = [
-    ("stages", ("datakit.engines", "datakit.pipeline", "datakit.cli")),
-    ("engines", ("datakit.stages", "datakit.pipeline", "datakit.cli")),
-    ("io", ("datakit.stages", "datakit.engines", "datakit.pipeline", "datakit.cli")),
+    ("stages", ("datakit.engines", "datakit.pipeline", "datakit.indexing", "datakit.cli")),
+    ("engines", ("datakit.stages", "datakit.pipeline", "datakit.indexing", "datakit.cli")),
+    ("io", ("datakit.stages", "datakit.engines", "datakit.pipeline", "datakit.indexing", "datakit.cli")),
     ("plan", ("datakit.stages", "datakit.engines", "datakit.pipeline", "datakit.cli", "datakit.io")),
     ("contracts", ("datakit.stages", "datakit.engines", "datakit.pipeline", "datakit.cli", "datakit.io")),
     ("accounting", ("datakit.stages", "datakit.engines", "datakit.pipeline", "datakit.cli")),
 ]
-
-
-# Known debt, to be removed by issue #13 item 1 (the index build as a plan run by the engines): the
-# Spark index builder is a private Spark job inside a stage. Listed exactly, so the test fails both
-# on a new violation and when the debt is paid (then delete this entry).
-KNOWN_DEBT = {"datakit/stages/decontaminate/index_spark.py imports datakit.engines.spark_session",
-              "datakit/stages/decontaminate/index_spark.py imports datakit.engines.spark_session.translate_errors"}
 
 
 @pytest.mark.parametrize("sub,forbidden", RULES, ids=[r[0] for r in RULES])
@@ -59,8 +52,7 @@ def test_import_rules_hold(sub, forbidden):
     assert files and all(f.exists() for f in files), f"datakit/{sub} is gone: update the rules and the docs"
     found = {f"{f.relative_to(PKG.parent)} imports {name}" for f in files for name in sorted(_imports(f))
              if any(_under(name, p) for p in forbidden)}
-    debt = {d for d in KNOWN_DEBT if d.startswith(f"datakit/{sub}")}
-    assert found == debt, "\n".join(sorted(found ^ debt))
+    assert not found, "\n".join(sorted(found))
 
 
 def test_only_the_cli_imports_the_cli():

@@ -108,7 +108,7 @@ def test_json_report_matches_schema_and_is_deterministic(data, tmp_path):
     html = (tmp_path / "a.html").read_text()
     assert "CONTAMINATED" in html and "HumanEval/11" in html and "<script" not in html
     # an index report validates too
-    from datakit.stages.decontaminate.index import build_index
+    from datakit.indexing import build_index
 
     build_index(str(data / "dirty"), str(tmp_path / "idx"), 13, ["whitespace", "case"])
     assert run("--data", str(tmp_path / "idx"), "--eval", "humaneval", "--json", str(tmp_path / "i.json"), "-q").exit_code == 1

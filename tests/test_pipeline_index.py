@@ -49,16 +49,16 @@ def test_index_beside_output_and_check_uses_it(tmp_path):
 
 def test_index_build_after_a_small_local_run_uses_the_runs_worker_count(tmp_path, monkeypatch):
     """A small input runs in-process; the index build after it should not spawn a pool of all cores."""
-    from datakit.stages.decontaminate import index as index_mod
+    from datakit import indexing
 
     seen: dict[str, object] = {}
-    real = index_mod.build_index
+    real = indexing.build_index
 
     def spy(*a, **k):
         seen["workers"] = k.get("workers")
         return real(*a, **k)
 
-    monkeypatch.setattr(index_mod, "build_index", spy)
+    monkeypatch.setattr(indexing, "build_index", spy)
     src = tmp_path / "records.parquet"
     pq.write_table(pa.Table.from_pylist([_record("0001", "def f(a):\n    return a + 1\n" * 5)],
                                         schema=TRAINING_RECORD_V1), src)

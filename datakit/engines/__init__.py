@@ -28,9 +28,12 @@ def get_engine(name: str = "local", **options: Any):
         raise EngineOptionError(f"engine {name!r} has no option {', '.join(map(repr, unknown))}; "
                                 f"it takes: {', '.join(ENGINE_OPTIONS[name])}")
     if name == "local":
-        from datakit.engines.local import LocalEngine
-
-        return LocalEngine(**options)
-    from datakit.engines.spark import SparkEngine
-
-    return SparkEngine(**options)
+        from datakit.engines.local import LocalEngine as engine_cls
+    else:
+        from datakit.engines.spark import SparkEngine as engine_cls  # type: ignore[assignment]
+    try:
+        return engine_cls(**options)
+    except EngineOptionError:
+        raise
+    except ValueError as e:  # a bad option value (partitions 0, a malformed partition setting): one line, exit 2
+        raise EngineOptionError(str(e)) from None

@@ -18,12 +18,12 @@ import pyarrow.compute as pc
 
 from datakit.accounting import count_drops, sum_metrics
 from datakit.engines.contract import conform_output
-from datakit.io import identity, sinks
+from datakit.io import identity, publish, sinks
 from datakit.io.atomic import write_json_atomic
 from datakit.io.fs import filesystem
-from datakit.plan import DROP, DROP_DETAIL, METRICS, Plan, SinkSpec
+from datakit.plan import DROP, DROP_DETAIL, DROP_STATE, METRICS, Plan, SinkSpec
 
-__all__ = ["METRICS", "QUARANTINE_SCHEMA", "DROPLOG_SCHEMA", "SIDE_OUTPUTS", "RunResult", "MapOutput",
+__all__ = ["Engine", "METRICS", "QUARANTINE_SCHEMA", "DROPLOG_SCHEMA", "DROPSTATE_SCHEMA", "SIDE_OUTPUTS", "RunResult", "MapOutput",
            "conform", "apply_map", "shard_count", "resolve_sink", "write_side_output", "commit_run",
            "remove_if_empty"]
 
@@ -33,10 +33,14 @@ QUARANTINE_SCHEMA = pa.schema([
 ])
 DROPLOG_SCHEMA = pa.schema([("stage", pa.string()), ("key", pa.string()), ("reason", pa.string()),
                             ("detail", pa.string())])
+# dropped rows' `_drop_state` (datakit.plan): what a later run needs of them (dedup against history)
+DROPSTATE_SCHEMA = pa.schema([("stage", pa.string()), ("key", pa.string()), ("detail", pa.string()),
+                              ("state", pa.string())])
 # side output -> (folder under the output, schema); rows are sorted by every column in schema order
 SIDE_OUTPUTS: dict[str, tuple[str, pa.Schema]] = {
     "quarantine": ("_quarantine", QUARANTINE_SCHEMA),
     "droplog": ("_dropped", DROPLOG_SCHEMA),
+    "dropstate": ("_dropped_state", DROPSTATE_SCHEMA),
 }
 DEFAULT_ROWS_PER_SHARD = 100_000
 
@@ -57,6 +61,21 @@ class RunResult:
             if s["name"] == name:
                 return s
         raise KeyError(name)
+
+
+class Engine:
+    """The part of `execute` every engine shares: a run that writes holds its output folder's writer
+    lock (flock / object-store lease) from before the first byte to after the commit. An engine
+    implements `_execute(plan)`; this wrapper is why neither can forget the lock."""
+
+    def execute(self, plan: Plan) -> RunResult:
+        if plan.sink is None:
+            return self._execute(plan)
+        with publish.output_lock(plan.sink.path):  # one writer per folder; preflight of the path
+            return self._execute(plan)
+
+    def _execute(self, plan: Plan) -> RunResult:  # pragma: no cover - abstract
+        raise NotImplementedError
 
 
 def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
@@ -118,6 +137,14 @@ def droplog_rows(stage: str, key: str, rows: pa.RecordBatch) -> pa.RecordBatch:
     return _side_rows(rows, DROPLOG_SCHEMA, stage, {"key": key, "reason": DROP, "detail": DROP_DETAIL})
 
 
+def dropstate_rows(stage: str, key: str, rows: pa.RecordBatch) -> pa.RecordBatch | None:
+    """Dropped rows that carry a `_drop_state` as DROPSTATE_SCHEMA rows (None: no such row)."""
+    if DROP_STATE not in rows.schema.names or rows.column(DROP_STATE).null_count == rows.num_rows:
+        return None
+    rows = rows.filter(pc.is_valid(rows.column(DROP_STATE)))
+    return _side_rows(rows, DROPSTATE_SCHEMA, stage, {"key": key, "detail": DROP_DETAIL, "state": DROP_STATE})
+
+
 def _side_rows(rows: pa.RecordBatch, schema: pa.Schema, stage: str, source: dict[str, str]) -> pa.RecordBatch:
     n, names = rows.num_rows, rows.schema.names
     cols = [pa.array([stage] * n, pa.string())]
@@ -164,7 +191,10 @@ def commit_run(plan: Plan, inputs: list[dict[str, Any]], spec: SinkSpec, infos: 
     `runtime` holds what only that engine knows (local: workers; Spark: master,
     partitions, log file); every other key is common. Returns the manifest.
     """
-    manifest = sinks.commit(spec, infos, identity.manifest_fields(plan, inputs))
+    metrics: Counter = Counter()
+    for st in stages:
+        metrics.update(st.get("metrics", {}))
+    manifest = sinks.commit(spec, infos, identity.manifest_fields(plan, inputs), metrics)
     run = {
         "run_report_version": 1,
         "engine": engine,

@@ -43,14 +43,15 @@ import pyarrow as pa
 
 from datakit import progress
 from datakit.accounting import NodeStats, stage_report
-from datakit.engines.core import (RunResult, apply_map, commit_run, conform, remove_if_empty, resolve_sink,
+from datakit.engines.core import (Engine, RunResult, apply_map, commit_run, conform, remove_if_empty, resolve_sink,
                                   reused_shards, write_side_output)
-from datakit.engines.spark_session import (SparkError, SparkJobError, executor_environment, get_session, log_file,
-                                           straggler_conf,
-                                           translate_errors)
+from datakit.engines.spark_partitions import (SHUFFLE_CONF, TARGET_CONF, PartitionPlan, check_user_conf,
+                                              plan_partitions)
+from datakit.engines.spark_session import (SparkError, SparkJobError, SparkSetupError, executor_environment,
+                                           get_session, log_file, straggler_conf, translate_errors)
 from datakit.io import identity, publish, sinks
 from datakit.io.readers import iter_source
-from datakit.plan import (DROP, DROP_DETAIL, Aggregate, ConnectedComponents, Join, MapBatches, Node, Plan,
+from datakit.plan import (DROP, DROP_DETAIL, DROP_STATE, Aggregate, ConnectedComponents, Join, MapBatches, Node, Plan,
                           SinkSpec, Source)
 
 log = logging.getLogger("datakit.engine.spark")
@@ -86,10 +87,12 @@ def _cast_in(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 # (a prefix no stage uses: stages name their own internal columns `_dk_*`)
 KIND, OP, SKIND, SNAME, N = "__sx_kind", "__sx_op", "__sx_skind", "__sx_sname", "__sx_n"
 QFILE, QLINE, QRAW, DKEY = "__sx_qfile", "__sx_qline", "__sx_qraw", "__sx_key"
+DSTATE = "__sx_state"
 DATA, DROPPED, STATS = 0, 1, 2
 _CHAIN_COLS = [
     pa.field(KIND, pa.int8()), pa.field(OP, pa.int32()), pa.field(DROP, pa.string()), pa.field(DROP_DETAIL, pa.string()),
     pa.field(QFILE, pa.string()), pa.field(QLINE, pa.int64()), pa.field(QRAW, pa.binary()), pa.field(DKEY, pa.string()),
+    pa.field(DSTATE, pa.string()),
     pa.field(SKIND, pa.string()), pa.field(SNAME, pa.string()), pa.field(N, pa.int64()),
 ]
 
@@ -186,18 +189,21 @@ class _ChainFn:
                          QRAW: col("_raw", pa.binary())})
         else:
             cols[DKEY] = col(op["drop_log_key"], pa.string())
+            cols[DSTATE] = col(DROP_STATE, pa.string())
         return self._emit(m, cols)
 
 
 class _AddShard:
     """mapInArrow: append the shard id of every row (same xxh64 as the local engine)."""
 
-    def __init__(self, key: str, shards: int) -> None:
-        self.key, self.shards = key, shards
+    def __init__(self, key: str, shards: int, partition: str = "hash") -> None:
+        self.key, self.shards, self.partition = key, shards, partition
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
-            ids = sinks.shard_ids(b.column(self.key).cast(pa.string()), self.shards)
+            key = b.column(self.key)
+            ids = sinks.shard_ids(key if self.partition == "value" else key.cast(pa.string()), self.shards,
+                                  self.partition)
             yield b.append_column(SHARD_COL, pa.array(ids, pa.int64()))
 
 
@@ -236,7 +242,7 @@ def _table_fn(obj: Any):
 
 # --------------------------------------------------------------------------- the engine
 
-class SparkEngine:
+class SparkEngine(Engine):
     """Execute a `Plan` with PySpark on `master` (default local[2]; `spark://`, `local-cluster[...]`, yarn...).
 
     `conf` is passed to the session (pipeline file `spark:` block and `--conf`);
@@ -255,22 +261,23 @@ class SparkEngine:
             master = f"local[{int(workers)}]"
         self.master = master
         self.conf = dict(conf or {})
+        check_user_conf(self.conf)  # a bad partition setting fails here, not after the session started
         self.partitions = partitions
         self.checkpoint_dir = checkpoint_dir
-
-    def execute(self, plan: Plan) -> RunResult:
-        if plan.sink is None:
-            return self._execute(plan)
-        with publish.output_lock(plan.sink.path):  # one writer per folder; preflight of the path
-            return self._execute(plan)
 
     def _execute(self, plan: Plan) -> RunResult:
         t0 = time.perf_counter()
         spark = get_session(self.master, self.conf)
         remote = not spark.sparkContext.master.startswith("local")
         executors = executor_environment(spark) if remote else None  # same datakit on every executor
-        run = _Run(self, spark, plan)
-        run.inputs = identity.input_files(plan.input_files())
+        inputs = identity.input_files(plan.input_files())
+        try:
+            parts = plan_partitions(sum(int(f.get("size") or 0) for f in inputs), spark.sparkContext.defaultParallelism,
+                                    self.partitions, self._user_conf(spark))
+        except ValueError as e:
+            raise SparkSetupError(str(e)) from None
+        run = _Run(self, spark, plan, parts)
+        run.inputs = inputs
         if plan.sink is not None:
             publish.retract(plan.sink.path)  # readers see no dataset until the new one is committed
         try:
@@ -285,10 +292,24 @@ class SparkEngine:
             if not self.checkpoint_dir:
                 publish.remove_work(plan.sink.path)
         return RunResult(output_path=out, stages=stages, manifest=manifest, seconds=seconds, engine="spark",
-                         extra={"master": spark.sparkContext.master, "partitions": run.n,
+                         extra={"master": spark.sparkContext.master, **parts.report(),
                                 "reused_shards": reused_shards(run.infos),
                                 "log": str(log_file()), **({"executors": executors} if executors else {}),
                                 "straggler_conf": straggler_conf(spark)})
+
+
+    def _user_conf(self, spark) -> dict[str, str]:
+        """The partition settings the user gave: `conf` (--conf, the pipeline's spark: block), and the
+        operator's spark-submit settings when the session is not one datakit started with its defaults."""
+        from datakit.engines.spark_session import _active
+
+        keys = (SHUFFLE_CONF, TARGET_CONF)
+        out: dict[str, str] = {}
+        if _active.get("session") is not spark:  # spark-submit / a notebook's session: its conf is the user's
+            given = spark.sparkContext.getConf()
+            out.update({k: given.get(k) for k in keys if given.contains(k)})
+        out.update({k: str(self.conf[k]) for k in keys if self.conf.get(k) is not None})
+        return out
 
 
 class _runtime_conf:
@@ -314,10 +335,11 @@ class _runtime_conf:
 class _Run:
     """State of one execution: a DataFrame per node, row counts, node stats, side outputs."""
 
-    def __init__(self, engine: SparkEngine, spark, plan: Plan) -> None:
+    def __init__(self, engine: SparkEngine, spark, plan: Plan, parts: PartitionPlan) -> None:
         self.engine, self.spark, self.plan = engine, spark, plan
         self.sc = spark.sparkContext
-        self.n = max(1, engine.partitions or self.sc.defaultParallelism)
+        self.parts = parts
+        self.n = parts.n  # read slices and shuffle partitions (spark_partitions.py: from input size by default)
         self.df: dict[int, Any] = {}
         self.arrow: dict[int, pa.Schema] = {}  # node -> the Arrow schema of its rows in Spark
         self.rows: dict[int, int] = {}
@@ -325,6 +347,7 @@ class _Run:
         self.broadcasts: list[Any] = []
         self.quarantine: list[Any] = []
         self.droplog: list[Any] = []
+        self.dropstate: list[Any] = []
         self.infos: list[dict[str, Any]] = []
         self.spec: SinkSpec | None = None
         self.current = "starting"
@@ -523,6 +546,10 @@ class _Run:
                 self.droplog.append(dropped.select(
                     F.lit(op.stage).alias("stage"), F.col(DKEY).alias("key"), F.col(DROP).alias("reason"),
                     F.col(DROP_DETAIL).alias("detail")))
+                if op.drop_state:
+                    self.dropstate.append(dropped.where(F.col(DSTATE).isNotNull()).select(
+                        F.lit(op.stage).alias("stage"), F.col(DKEY).alias("key"), F.col(DROP_DETAIL).alias("detail"),
+                        F.col(DSTATE).alias("state")))
         self.df[node.id] = out.where(F.col(KIND) == DATA).select(*data_schema.names)
         self.arrow[node.id] = data_schema
 
@@ -594,7 +621,7 @@ class _Run:
         shards = resolved.shards
         schema = self.arrow[root.id]
         with_shard = pa.schema(list(schema) + [pa.field(SHARD_COL, pa.int64())])
-        df = self.df[root.id].select(*schema.names).mapInArrow(_AddShard(spec.key, shards),
+        df = self.df[root.id].select(*schema.names).mapInArrow(_AddShard(spec.key, shards, spec.partition),
                                                                 from_arrow_schema(with_shard))
         infos = (df.groupBy(SHARD_COL).applyInArrow(_table_fn(_WriteShard(resolved, root.schema)), "shard long, info string")
                  .collect())
@@ -608,19 +635,22 @@ class _Run:
         from pyspark.sql import functions as F
 
         out = self.plan.sink.path.rstrip("/")
-        for frames, side in ((self.quarantine, "quarantine"), (self.droplog, "droplog")):
+        for frames, side in ((self.quarantine, "quarantine"), (self.droplog, "droplog"), (self.dropstate, "dropstate")):
             if not frames:
                 write_side_output(None, out, side)  # removes an earlier run's side output
                 continue
             df = frames[0]
             for f in frames[1:]:
                 df = df.unionByName(f)
+            if side == "dropstate" and df.isEmpty():  # only some drop-logging ops carry state
+                write_side_output(None, out, side)
+                continue
             (df.withColumn("_g", F.lit(0)).groupBy("_g")
              .applyInArrow(_table_fn(_WriteSide(out, side)), "rows long").collect())
 
     def commit(self, stages: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
         return commit_run(self.plan, self.inputs, self.spec, self.infos, stages, seconds, engine="spark", reused_tasks=0,
-                          runtime={"master": self.sc.master, "partitions": self.n, "log": str(log_file())})
+                          runtime={"master": self.sc.master, **self.parts.report(), "log": str(log_file())})
 
     def cleanup(self) -> None:
         # drop our references so Spark's ContextCleaner can free the cached/checkpointed blocks

@@ -31,8 +31,15 @@ from datakit.plan import SinkSpec
 FORMAT_VERSION = 2
 
 
-def shard_ids(keys: pa.Array | pa.ChunkedArray, shards: int) -> np.ndarray:
-    """Shard of each key: xxh64(utf-8 key, seed 0) % shards. Independent of engine and partitioning."""
+def shard_ids(keys: pa.Array | pa.ChunkedArray, shards: int, partition: str = "hash") -> np.ndarray:
+    """Shard of each key. `partition="hash"`: xxh64(utf-8 key, seed 0) % shards; `"value"`: the key
+    *is* the shard (an integer column a stage computed, e.g. the top bits of an n-gram hash).
+    Independent of engine and partitioning either way."""
+    if partition == "value":
+        ids = np.asarray(pa.chunked_array([keys]).combine_chunks().cast(pa.int64()).to_numpy(zero_copy_only=False))
+        if len(ids) and (ids.min() < 0 or ids.max() >= shards):
+            raise ValueError(f"shard key out of range 0..{shards - 1}: {int(ids.min())}..{int(ids.max())}")
+        return ids
     if shards <= 1:
         return np.zeros(len(keys), dtype=np.int64)
     h = xxhash.xxh64_intdigest
@@ -75,7 +82,11 @@ def sort_shard(table: pa.Table, sort_key: str) -> pa.Table:
 
 
 class ShardWriter(Protocol):
-    """A format plug-in. `write` writes one shard's files under `out_url`, returns name -> rows stats."""
+    """A format plug-in. `write` writes one shard's files under `out_url`, returns name -> rows stats.
+
+    A writer that is not a sharded dataset (the n-gram index) sets `owns_order = True` and has a
+    `commit(spec, shards, manifest, metrics)`: it gets each shard's rows unsorted and without the
+    resume sidecar, and builds its own output from the shards at commit instead of a manifest."""
 
     name: str
 
@@ -83,9 +94,14 @@ class ShardWriter(Protocol):
 
     def manifest_extra(self, spec: SinkSpec, shards: list[dict[str, Any]]) -> dict[str, Any]: ...
 
+    # optional: `dataset_files(spec, shards, out) -> [paths]` writes files that describe the whole
+    # dataset (MDS's data/index.json) at commit, before the manifest, which lists them under
+    # `dataset_files` with sha256 and size like a shard's files
+
 
 _WRITERS: dict[str, Callable[[], ShardWriter]] = {}
-_LAZY = {"packed": "datakit.stages.tokenize.writers", "megatron": "datakit.stages.tokenize.writers"}
+_LAZY = {"packed": "datakit.stages.tokenize.writers", "megatron": "datakit.stages.tokenize.writers",
+         "mds": "datakit.stages.tokenize.mds", "ngram_index": "datakit.stages.decontaminate.index"}
 
 
 def register_writer(name: str):
@@ -154,6 +170,9 @@ def write_shard(table: pa.Table, shard: int, spec: SinkSpec, schema: pa.Schema |
     out = spec.path.rstrip("/")
     if schema is not None:
         table = table.select(schema.names).cast(schema)
+    writer = writer_for(spec.format)
+    if getattr(writer, "owns_order", False):
+        return {**writer.write(table, shard, out, spec), "shard": shard, "reused": False}
     table = sort_shard(table, spec.sort_key or spec.key)
     fingerprint = table_fingerprint(table)
     reuse_key = shard_reuse_key(spec)
@@ -171,7 +190,6 @@ def write_shard(table: pa.Table, shard: int, spec: SinkSpec, schema: pa.Schema |
         except (OSError, ValueError, KeyError):
             pass  # stale or partial sidecar: rewrite the shard
         fs.rm(sp)  # from here on the old shard is not reusable, even if this write is interrupted
-    writer = writer_for(spec.format)
     info = writer.write(table, shard, out, spec)
     info["shard"] = shard
     info["fingerprint"] = fingerprint
@@ -190,12 +208,18 @@ def _sizes(out: str, files: list[str]) -> dict[str, int]:
     return {f: int(fs.size(filesystem(f"{out}/{f}")[1])) for f in files}
 
 
-def commit(spec: SinkSpec, shards: list[dict[str, Any]], manifest: dict[str, Any]) -> dict[str, Any]:
+def commit(spec: SinkSpec, shards: list[dict[str, Any]], manifest: dict[str, Any],
+           metrics: dict[str, int] | None = None) -> dict[str, Any]:
     """Write the dataset card, manifest.json (atomically, after every data file), then drop data files
-    the manifest does not list and write `_SUCCESS`. Returns the manifest."""
+    the manifest does not list and write `_SUCCESS`. Returns the manifest. A writer with its own
+    `commit` (see `ShardWriter`) does its own, with the run's summed stage `metrics`."""
     out = spec.path.rstrip("/")
     shards = sorted(shards, key=lambda s: s["shard"])
     writer = writer_for(spec.format)
+    if hasattr(writer, "commit"):
+        return writer.commit(spec, shards, manifest, dict(metrics or {}))
+    dataset_files = getattr(writer, "dataset_files", None)
+    extra_files = dataset_files(spec, shards, out) if dataset_files is not None else []
     body = {
         "format": spec.format,
         "format_version": FORMAT_VERSION,
@@ -205,6 +229,9 @@ def commit(spec: SinkSpec, shards: list[dict[str, Any]], manifest: dict[str, Any
         **manifest,
         **writer.manifest_extra(spec, shards),
     }
+    if extra_files:
+        body["dataset_files"] = {"files": extra_files, "sha256": {f: sha256_file(f"{out}/{f}") for f in extra_files},
+                                 "bytes": _sizes(out, extra_files)}
     write_card(out, body)
     write_json_atomic(f"{out}/manifest.json", body)
     prune_data(out, manifest_files(body))
@@ -218,4 +245,4 @@ def output_checksums(path: str) -> dict[str, str]:
     """file name -> sha256 of a committed dataset's data files (what conformance compares)."""
     fs, p = filesystem(f"{path.rstrip('/')}/manifest.json")
     m = json.loads(fs.cat_file(p))
-    return {f: s["sha256"][f] for s in m["shards"] for f in s["files"]}
+    return {f: s["sha256"][f] for s in m["shards"] + [m.get("dataset_files") or {"files": []}] for f in s["files"]}

@@ -43,14 +43,15 @@ def _text_chars(b: pa.RecordBatch) -> pa.Array:
 
 @_derived("text", "a record's text: the dedup stage's definition (segments joined, then chosen/rejected)")
 def _text(b: pa.RecordBatch) -> pa.Array:
-    from datakit.stages.dedup.text import record_texts
+    from datakit.stages.texts import record_texts
 
     return record_texts(b)
 
 
 @_derived("content_hash", "the dedup stage's exact content key (whitespace-normalized, scoped by kind)")
 def _content_hash(b: pa.RecordBatch) -> pa.Array:
-    from datakit.stages.dedup.text import exact_keys, record_texts
+    from datakit.stages.dedup.text import exact_keys
+    from datakit.stages.texts import record_texts
 
     scope = _combined(b.column("kind")) if "kind" in b.schema.names else None
     return exact_keys(record_texts(b), "whitespace", scope)

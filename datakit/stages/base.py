@@ -7,6 +7,7 @@ never touches an engine; it only adds nodes through `Rel` (see `datakit.plan`).
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -27,7 +28,7 @@ BUILTIN_STAGE_MODULES: dict[str, str] = {
     "dedup": "datakit.stages.dedup.stage",
     "decontaminate": "datakit.stages.decontaminate.stage",
     "tokenize": "datakit.stages.tokenize.stage",
-    "kto": "datakit.stages.kto",
+    "kto": "datakit.stages.kto.stage",
 }
 
 _REGISTRY: dict[str, type["StageConfig"]] = {}
@@ -35,16 +36,20 @@ _REGISTRY: dict[str, type["StageConfig"]] = {}
 
 @dataclass
 class CompileContext:
-    """What a stage may know while compiling: the seed, where relative paths resolve, the run folder.
+    """What a stage may know while compiling: the seed, where relative paths resolve, the run folder;
+    and what it may tell the output sink (typed fields, so a value nobody reads cannot be written).
 
-    `artifacts` is a scratch dict stages can use to hand information to later
-    stages or to the sink (e.g. the tokenizer's manifest fields).
+    `sink_key`/`sink_sort_key`/`sink_options` are how a stage shapes the output (the tokenize stage:
+    shard by repository group, sort by doc_id, the packed/megatron writer's options); an output's own
+    `key:` wins over `sink_key`.
     """
 
     seed: int = 0
     base_dir: Path = field(default_factory=Path.cwd)
     output_path: str | None = None
-    artifacts: dict[str, Any] = field(default_factory=dict)
+    sink_key: str | None = None
+    sink_sort_key: str | None = None
+    sink_options: dict[str, Any] = field(default_factory=dict)
     # what the output depends on beyond the config (recorded in the manifest, folded into the
     # config hash): `record` files it under the stage being compiled (`stage`, set by the compiler)
     environment: dict[str, Any] = field(default_factory=dict)
@@ -79,6 +84,15 @@ class StageConfig(BaseModel):
     produces: ClassVar[str] = "training_record.v1"
     # what the stage's output rows are when they are not the same unit as its input
     emits: ClassVar[str] = "rows"
+    # the top-level columns the stage reads and the ones it adds or rewrites: the compiler checks each
+    # column read is in the stage's input (written by the source or a stage before it) and each
+    # column written is in its output, so a pipeline that reads what nobody writes fails at compile
+    reads: ClassVar[tuple[str, ...]] = ()
+    writes: ClassVar[tuple[str, ...]] = ()
+
+    def columns_read(self) -> tuple[str, ...]:
+        """The columns this config reads: `reads`, plus any a field names (override then)."""
+        return self.reads
 
     def compile(self, rel: Rel, ctx: CompileContext) -> Rel:  # pragma: no cover - abstract
         raise NotImplementedError(f"stage {self.kind!r} does not implement compile()")
@@ -94,16 +108,73 @@ def register_stage(cls: type[StageConfig]) -> type[StageConfig]:
     return cls
 
 
+# entry-point group a package lists its stages under (pyproject: [project.entry-points."datakit.stages"],
+# `upper_case = "mypkg.stages:UpperCase"`): `kind: upper_case` then works without any import
+ENTRY_POINT_GROUP = "datakit.stages"
+# kinds whose class was loaded by a module path (`kind: mypkg.stages:UpperCase`): the pipeline writes the
+# path back when it saves (to_yaml), so the saved file loads again in a fresh process
+_LOADED_FROM: dict[str, str] = {}
+
+
 def stage_class(kind: str) -> type[StageConfig]:
-    """The config class for `kind`, importing a built-in stage module on first use."""
+    """The config class for `kind`: a registered or built-in kind, a module path `pkg.mod:Class`
+    (imported here), or the name of an entry point in the `datakit.stages` group.
+
+    Why by path or entry point: a YAML pipeline must be runnable by `datakit run` without a script
+    that imports the user's stage first. Any failure is a `KeyError` with one line naming the kind."""
+    if not isinstance(kind, str):
+        raise KeyError(f"a stage kind is a string (got {type(kind).__name__})")
     if kind not in _REGISTRY and kind in BUILTIN_STAGE_MODULES:
         importlib.import_module(BUILTIN_STAGE_MODULES[kind])
-    try:
+    if kind in _REGISTRY:
         return _REGISTRY[kind]
-    except KeyError:
-        known = sorted(set(_REGISTRY) | set(BUILTIN_STAGE_MODULES))
-        raise KeyError(f"unknown stage kind {kind!r}; known kinds: {', '.join(known)}") from None
+    if ":" in kind:
+        cls = _load_stage(kind, kind)
+        _LOADED_FROM[_kind_of(cls)] = kind
+        _REGISTRY[kind] = cls
+        return cls
+    eps = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == kind]
+    if eps:
+        cls = _load_stage(eps[0].value, kind)
+        if _kind_of(cls) != kind:
+            raise KeyError(f"stage kind {kind!r}: entry point {eps[0].value!r} is a stage of kind "
+                           f"{_kind_of(cls)!r}; name the entry point after the stage's kind")
+        return cls
+    raise KeyError(f"unknown stage kind {kind!r}; known kinds: {', '.join(known_kinds())} "
+                   f"(a custom stage: kind: package.module:ClassName)")
+
+
+def _load_stage(path: str, kind: str) -> type[StageConfig]:
+    """Import `module:Class` and check it is a stage config (registered here if it was not)."""
+    module, _, name = path.partition(":")
+    if not module or not name:
+        raise KeyError(f"stage kind {kind!r}: expected package.module:ClassName")
+    try:
+        mod = importlib.import_module(module)
+    except Exception as e:  # noqa: BLE001 - the user's module: any import failure is one line, not a traceback
+        raise KeyError(f"stage kind {kind!r}: cannot import module {module!r} ({type(e).__name__}: {e})") from None
+    cls = mod
+    for part in name.split("."):
+        cls = getattr(cls, part, None)
+        if cls is None:
+            raise KeyError(f"stage kind {kind!r}: module {module!r} has no {name!r}")
+    if not (isinstance(cls, type) and issubclass(cls, StageConfig)):
+        raise KeyError(f"stage kind {kind!r}: {name!r} is not a StageConfig subclass")
+    _kind_of(cls)
+    return register_stage(cls) if _kind_of(cls) not in _REGISTRY else cls
+
+
+def _kind_of(cls: type[StageConfig]) -> str:
+    kind = getattr(cls.model_fields.get("kind"), "default", None)
+    if not isinstance(kind, str):
+        raise KeyError(f"{cls.__name__} needs a default `kind` string, e.g. kind: Literal['mine'] = 'mine'")
+    return kind
+
+
+def spelled_kind(kind: str) -> str:
+    """How a pipeline file names `kind`: its module path if it was loaded by one, else the kind itself."""
+    return _LOADED_FROM.get(kind, kind)
 
 
 def known_kinds() -> list[str]:
-    return sorted(set(_REGISTRY) | set(BUILTIN_STAGE_MODULES))
+    return sorted(k for k in set(_REGISTRY) | set(BUILTIN_STAGE_MODULES) if ":" not in k)

@@ -207,6 +207,7 @@ class ConsentConfig(StageConfig):
 
     consumes = "editor_event.v1"
     produces = "editor_event.v1"
+    reads = ("user_id", "org_id", "privacy_mode")
 
     @field_validator("optouts")
     @classmethod

@@ -372,6 +372,8 @@ class IngestConfig(StageConfig):
     quarantine: QuarantineOptions = Field(default_factory=lambda: QuarantineOptions())
     consumes = "raw"
     produces = "editor_event.v1"
+    reads = ("_raw", "_source_file", "_source_line", "_read_error", "_offset")
+    writes = tuple(EDITOR_EVENT_V1.names)
 
     def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
         events = rel.map_batches(IngestFn(self.quarantine.raw), EDITOR_EVENT_V1, name="parse_validate", quarantine=True)

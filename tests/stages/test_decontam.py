@@ -2,7 +2,7 @@
 
 The numba lexer/hasher is checked against an independent regex implementation
 (`tokenize_ref`/`ngram_hashes_ref`); leaks are planted with Python's own
-`tokenize` (datakit.stages.decontaminate.plant) so the matcher's tokenizer cannot
+`tokenize` (tests/support/plant.py) so the matcher's tokenizer cannot
 hide its own bugs.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from datakit.stages.decontaminate.evals import EvalError, EvalSet, load_eval
 from datakit.stages.decontaminate.matcher import EvalTable
 from datakit.stages.decontaminate.ngrams import ngram_hashes, ngram_hashes_ref
 from datakit.stages.decontaminate.normalize import NORMALIZATIONS, flags_of, tokenize, tokenize_ref
-from datakit.stages.decontaminate.plant import LEAK_KINDS, idiomatic_code, plant
+from tests.support.plant import LEAK_KINDS, idiomatic_code, plant
 
 ALL = ["whitespace", "case", "comments", "identifiers"]  # the four token normalizations (not the flat lexer mode)
 COMBOS = [[], ["whitespace"], ["case"], ["comments"], ["identifiers"], ["whitespace", "case"], ALL]
@@ -283,7 +283,7 @@ def test_parallel_scan_equals_serial_scan(he_rows):
 @given(st.integers(0, 10**6))
 def test_identifier_normalization_is_invariant_under_consistent_renaming(seed):
     """Property: rename every code identifier consistently (Python's tokenize does it) -> same n-grams."""
-    from datakit.stages.decontaminate.plant import rename_identifiers
+    from tests.support.plant import rename_identifiers
 
     rng = random.Random(seed)
     code = idiomatic_code(rng, 5)

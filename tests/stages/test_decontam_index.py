@@ -12,10 +12,11 @@ import pytest
 from datakit.contracts import TRAINING_RECORD_V1
 from datakit.io.fs import InputError
 from datakit.stages.decontaminate.check import check
-from datakit.stages.decontaminate.index import INDEX_DIRNAME, NgramIndex, build_index, is_index
+from datakit.indexing import build_index
+from datakit.stages.decontaminate.index import INDEX_DIRNAME, NgramIndex, is_index
 from datakit.stages.decontaminate.ngrams import hash_strings
 from datakit.stages.decontaminate.normalize import flags_of
-from datakit.stages.decontaminate.plant import idiomatic_code, plant
+from tests.support.plant import idiomatic_code, plant
 from tests.stages.test_decontam import he_rows, humaneval, record  # noqa: F401  (fixtures)
 
 

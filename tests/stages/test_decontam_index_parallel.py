@@ -1,8 +1,9 @@
-"""The parallel n-gram index build: same bytes for any worker count, on Spark too, and failures leave nothing.
+"""The n-gram index build (a plan on the engines): same bytes for any worker count, on Spark too,
+and failures leave nothing.
 
 The reference is a frozen copy of the single-process `build_index` as it was
 before the build went parallel (commit 31f07a4): every new path is compared
-byte for byte against it.
+byte for byte against it (and test_decontam_index_golden.py pins the digests).
 """
 from __future__ import annotations
 
@@ -22,11 +23,12 @@ import pytest
 from datakit.contracts import TRAINING_RECORD_V1
 from datakit.io.fs import InputError
 from datakit.stages.decontaminate.check import check
+from datakit.indexing import build_index
 from datakit.stages.decontaminate.index import (FP_BITS, INDEX_FORMAT, INDEX_VERSION, IndexBuildError, IndexInfo,
-                                           _bucket_bits, _local_target, _publish, build_index)
+                                                _bucket_bits, _local_target, publish)
 from datakit.stages.decontaminate.ngrams import hash_strings
 from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS, flags_of, names_of
-from datakit.stages.decontaminate.plant import idiomatic_code, plant
+from tests.support.plant import idiomatic_code, plant
 from tests.stages.test_decontam import he_rows, humaneval, record  # noqa: F401  (fixtures)
 
 FILES = ("index.json", "offsets.bin", "fingerprints.bin")
@@ -48,7 +50,8 @@ def reference_build_index(dataset_path: str | Sequence[str], out_path: str, ngra
     if fingerprint_bits not in (16, 32):
         raise ValueError("fingerprint_bits must be 16 or 32")
     fp_dtype = "<u2" if fingerprint_bits == 16 else "<u4"
-    from datakit.stages.decontaminate.check import _is_packed, _packed_batches, iter_text_batches  # shared readers
+    from datakit.stages.decontaminate.check import iter_text_batches, packed_batches  # shared readers
+    from datakit.io.records import is_packed
 
     flags = flags_of(normalization)
     tmp = Path(tempfile.mkdtemp(prefix="dk-ngram-index-"))
@@ -56,8 +59,8 @@ def reference_build_index(dataset_path: str | Sequence[str], out_path: str, ngra
         parts = [open(tmp / f"part-{p:02d}.u64", "wb") for p in range(1 << 4)]
         total = docs = texts = nbytes = 0
         try:
-            if isinstance(dataset_path, str) and _is_packed(dataset_path):
-                batches = _packed_batches(dataset_path, batch_rows)  # decoded with its own tokenizer
+            if isinstance(dataset_path, str) and is_packed(dataset_path):
+                batches = packed_batches(dataset_path, batch_rows)  # decoded with its own tokenizer
             else:
                 batches = iter_text_batches(dataset_path, text_fields=text_fields, batch_rows=batch_rows)
             for batch in batches:
@@ -81,6 +84,7 @@ def reference_build_index(dataset_path: str | Sequence[str], out_path: str, ngra
                 f.close()
         b = _bucket_bits(total)
         local_out = _local_target(out_path)
+        local_out.parent.mkdir(parents=True, exist_ok=True)
         stage_dir = Path(tempfile.mkdtemp(prefix=".tmp-index-", dir=str(local_out.parent) if local_out else None))
         n_unique = 0
         counts = np.zeros(1 << b, dtype=np.int64)
@@ -114,7 +118,7 @@ def reference_build_index(dataset_path: str | Sequence[str], out_path: str, ngra
             "text_fields": list(text_fields) if text_fields else None,
         }
         (stage_dir / "index.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-        _publish(stage_dir, out_path, local_out)
+        publish(str(stage_dir), out_path)
         return IndexInfo(out_path, ngram, flags, n_unique, b, fp_rate, docs, texts, nbytes, meta)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -188,17 +192,15 @@ def test_same_bytes_for_any_worker_count_and_as_before(corpus, reference, tmp_pa
     assert info.documents == 308 and info.ngrams > 10_000
     units = plan_units(str(corpus), 4 * workers)
     if workers > 1:  # the input really was cut below file level, so tasks saw row-group slices
-        assert any(u.row_groups for u in units) and len(units) > 4
+        assert any(first >= 0 for _, first, _, _ in units) and len(units) > 4
     else:
-        assert [u.row_groups for u in units] == [None] * 4
+        assert [first for _, first, _, _ in units] == [-1] * 4
 
 
-def test_split_partitions_and_16_bit_fingerprints_keep_the_bytes(corpus, tmp_path):
-    """A reduce task over its memory bound splits its partition again; bytes still equal the old build."""
+def test_16_bit_fingerprints_keep_the_bytes(corpus, tmp_path):
     ref = tmp_path / "ref16"
     reference_build_index(str(corpus), str(ref), 8, ["whitespace"], fingerprint_bits=16)
-    build_index(str(corpus), str(tmp_path / "idx"), 8, ["whitespace"], fingerprint_bits=16, workers=2,
-                max_partition_bytes=4096)
+    build_index(str(corpus), str(tmp_path / "idx"), 8, ["whitespace"], fingerprint_bits=16, workers=2)
     assert _bytes(tmp_path / "idx") == _bytes(ref)
     other = tmp_path / "other"  # a different setting must give different bytes (the comparison can fail)
     build_index(str(corpus), str(other), 8, ["whitespace", "case"], fingerprint_bits=16, workers=1)
@@ -252,7 +254,7 @@ def test_a_failing_task_is_a_clear_error_and_publishes_nothing(corpus, tmp_path,
     pq.write_table(pa.table({"doc_id": [str(i) for i in range(60)], "text": [f"x{i} " * 400 for i in range(60)]}),
                    str(ds / "part-00009.parquet"), compression="zstd")
     _corrupt_pages(ds / "part-00009.parquet")
-    with pytest.raises(IndexBuildError, match=r"map task \d+ while reading .*part-00009\.parquet.*OSError"):
+    with pytest.raises(IndexBuildError, match=r"failed while reading .*part-00009\.parquet.*OSError"):
         build_index(str(ds), str(out), 13, ["whitespace", "case"], workers=workers)
     assert _bytes(out) == before  # the previous index is untouched, not half replaced
     with pytest.raises(IndexBuildError):
@@ -302,72 +304,47 @@ def test_cli_workers_option(corpus, reference, tmp_path):
     r = runner.invoke(app, [str(bad), "--out", str(tmp_path / "idx3"), "--workers", "1"])
     assert r.exit_code == 3 and not (tmp_path / "idx3").exists()
     err = (r.stderr or r.output).strip()
-    assert err.startswith("datakit: error: n-gram index build failed in map task 0 while reading") and "\n" not in err
+    assert err.startswith("datakit: error: n-gram index build failed while reading") and "\n" not in err
 
 
 # -- Spark (the shared local[2] session) --------------------------------------------------------------
 
 def test_spark_build_equals_local_bytes(spark, corpus, reference, tmp_path):
-    """Other partitioning (32 partitions, split again past 4 KB) on executors: still the same bytes."""
-    from datakit.stages.decontaminate.index_spark import build_index_spark
-
-    info = build_index_spark(spark, str(corpus), str(tmp_path / "idx"), 13, ["whitespace", "case"],
-                             part_bits=5, max_partition_bytes=4096)
-    assert _bytes(tmp_path / "idx") == _bytes(reference) and info.documents == 308
-    assert not list(tmp_path.glob(".tmp-index*"))  # the shared work folder is gone
+    """The same plan on the Spark engine (32 partitions): the same bytes; a broken file is one error."""
     from datakit.engines.spark_session import SparkJobError
 
+    info = build_index(str(corpus), str(tmp_path / "idx"), 13, ["whitespace", "case"], engine="spark",
+                       partition_bits=5)
+    assert _bytes(tmp_path / "idx") == _bytes(reference) and info.documents == 308
+    assert not list(tmp_path.glob(".tmp-index*"))  # the shared work folder is gone
     bad = tmp_path / "bad"
     shutil.copytree(corpus, bad)
     pq.write_table(pa.table({"text": [f"y{i} " * 300 for i in range(50)]}), str(bad / "part-00009.parquet"),
                    compression="zstd")
     _corrupt_pages(bad / "part-00009.parquet")
-    with pytest.raises(SparkJobError, match=r"building the n-gram index.*part-00009\.parquet"):
-        build_index_spark(spark, str(bad), str(tmp_path / "idx"), 13, ["whitespace", "case"])
+    with pytest.raises(SparkJobError, match=r"part-00009\.parquet"):
+        build_index(str(bad), str(tmp_path / "idx"), 13, ["whitespace", "case"], engine="spark")
     assert _bytes(tmp_path / "idx") == _bytes(reference)  # the earlier index is untouched
     assert not list(tmp_path.glob(".tmp-index*"))
 
 
-def test_pipeline_builds_the_index_with_spark_after_a_spark_run(spark, corpus, reference, tmp_path):
-    from types import SimpleNamespace
+def test_a_spark_pipeline_builds_its_index_on_spark(spark, tmp_path):
+    """`output.index` after a Spark run: the index plan runs on Spark, with the local run's bytes."""
+    from datakit import Pipeline
+    from tests.stages.test_decontam import record
 
-    from datakit.engines.core import RunResult
-    from datakit.pipeline import Pipeline
-
-    out = tmp_path / "out"
-    shutil.copytree(corpus, out)
-    plan = SimpleNamespace(sink=SimpleNamespace(path=str(out), format="parquet"))
-    result = RunResult(output_path=str(out), stages=[], manifest=None, seconds=0.0, engine="spark")
-    Pipeline("p")._build_index(plan, result)
-    assert result.extra["index"]["engine"] == "spark"
-    assert _bytes(out / "_ngram_index") == _bytes(reference)
-    local = RunResult(output_path=str(out), stages=[], manifest=None, seconds=0.0, engine="local")
-    Pipeline("p")._build_index(plan, local)
-    assert local.extra["index"]["engine"] == "local" and _bytes(out / "_ngram_index") == _bytes(reference)
-
-
-def test_spark_map_function_emits_every_hash_once_under_small_buffers(corpus, monkeypatch):
-    """The executor-side map, called directly (no Spark): with tiny buffer limits it flushes often, and
-    the emitted records still carry exactly the hashes and counts of the local map."""
-    from datakit.stages.decontaminate import index_spark
-    from datakit.stages.decontaminate.index import HashSpec, hash_partitions, new_stats, plan_units, unit_batches
-
-    spec = HashSpec(13, flags_of(["whitespace", "case"]), None, 64, 4)
-    units = plan_units(str(corpus), 1)
-    monkeypatch.setattr(index_spark, "_EMIT_BYTES", 4096)
-    monkeypatch.setattr(index_spark, "_HOLD_BYTES", 16384)
-    records = list(index_spark._MapFn(spec)(iter(units)))
-    stats = [v for k, v in records if k == index_spark._STATS]
-    got = {p: np.sort(np.concatenate([np.frombuffer(v, np.uint64) for k, v in records if k == p]))
-           for p in {k for k, _ in records if k >= 0}}
-    want_stats = new_stats()
-    want: dict[int, list] = {}
-    for p, h in hash_partitions((b for u in units for b in unit_batches(u, spec)), spec, want_stats):
-        want.setdefault(p, []).append(h)
-    assert len(stats) == 1 and stats[0] == want_stats and want_stats["documents"] == 308
-    assert sorted(got) == sorted(want) and len(records) > 3 * len(want)  # flushed in many small records
-    for p in want:
-        assert np.array_equal(got[p], np.sort(np.concatenate(want[p])))
+    rng = random.Random(5)
+    src = tmp_path / "r.parquet"
+    pq.write_table(pa.Table.from_pylist([record(f"d{i}", idiomatic_code(rng, 2)) for i in range(20)],
+                                        schema=TRAINING_RECORD_V1), src)
+    runs = {}
+    for engine in ("spark", "local"):
+        out = tmp_path / engine
+        res = (Pipeline("idx").input(str(src), format="parquet", schema="training_record.v1")
+               .output(str(out), index=True).run(engine=engine, **({"workers": 1} if engine == "local" else {})))
+        assert res.extra["index"]["engine"] == engine
+        runs[engine] = _bytes(out / "_ngram_index")
+    assert runs["spark"] == runs["local"] and json.loads(runs["spark"]["index.json"])["documents"] == 20
 
 
 def test_a_failed_upload_to_an_object_store_leaves_no_mix_of_old_and_new(tmp_path, monkeypatch):
@@ -378,7 +355,7 @@ def test_a_failed_upload_to_an_object_store_leaves_no_mix_of_old_and_new(tmp_pat
     import pyarrow.parquet as pq
 
     from datakit.io.fs import InputError
-    from datakit.stages.decontaminate.index import NgramIndex, build_index
+    from datakit.stages.decontaminate.index import NgramIndex
 
     texts = [f"def f{i}(x):\n    return x * {i} + some_other_name_{i} - yet_another thing {i}" for i in range(50)]
     pq.write_table(pa.table({"doc_id": [str(i) for i in range(50)], "text": texts}), tmp_path / "a.parquet")

@@ -149,7 +149,7 @@ def test_compiled_stage_uses_the_check_s_views_and_records_the_reference(tmp_pat
     from datakit.contracts import TRAINING_RECORD_V1 as T
     from datakit.plan import source
     from datakit.stages.base import CompileContext
-    from datakit.stages.decontaminate.plant import rename_identifiers
+    from tests.support.plant import rename_identifiers
     import random
 
     ctx = CompileContext(stage="decontaminate")

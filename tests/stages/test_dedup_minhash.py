@@ -18,7 +18,8 @@ from datakit.stages.dedup import (
     shingles,
 )
 from datakit.stages.dedup.minhash import xxh32
-from datakit.stages.dedup.text import exact_keys, record_texts
+from datakit.stages.dedup.text import exact_keys
+from datakit.stages.texts import record_texts
 from datakit.stages.dedup.verify import exact_jaccard, signature_jaccard
 
 # whitespace-heavy text with multi-byte code points and the six ASCII whitespace bytes

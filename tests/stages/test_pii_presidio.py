@@ -10,11 +10,10 @@ from datakit.stages.scrub_pii.detectors import DETECTORS
 from datakit.stages.scrub_pii.presidio_bridge import (
     DatakitRecognizer,
     analyze_findings,
-    offline_tldextract,
     pattern_only_analyzer,
-    presidio_default_analyzer,
 )
 from datakit.stages.scrub_pii.scan import scan_batch
+from tests.support.presidio_baseline import offline_tldextract, presidio_default_analyzer
 
 HARD = Path(__file__).resolve().parents[1] / "data" / "pii_hard_cases.jsonl"
 

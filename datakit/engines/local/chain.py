@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from datakit import watchdog
 from datakit.accounting import NodeStats
-from datakit.engines.core import apply_map, conform, droplog_rows, quarantine_rows
+from datakit.engines.core import apply_map, conform, droplog_rows, dropstate_rows, quarantine_rows
 from datakit.engines.local.broadcast import broadcast_table
 from datakit.engines.local.memory import release_free_memory
 from datakit.engines.local.spill import IpcSpill, Partition, read_spill
@@ -44,6 +44,7 @@ class ChainTask:
     shard_key: str = ""
     aux_dir: str = ""
     broadcasts: dict[int, str] = field(default_factory=dict)
+    shard_by: str = "hash"  # `SinkSpec.partition`
 
 
 def _apply_op(op: MapBatches, batch: pa.RecordBatch, st: NodeStats, aux: "_AuxWriters") -> pa.RecordBatch:
@@ -57,6 +58,9 @@ def _apply_op(op: MapBatches, batch: pa.RecordBatch, st: NodeStats, aux: "_AuxWr
             aux.q.append(quarantine_rows(op.stage, r.dropped))
         elif op.drop_log_key:
             aux.d.append(droplog_rows(op.stage, op.drop_log_key, r.dropped))
+            state = dropstate_rows(op.stage, op.drop_log_key, r.dropped) if op.drop_state else None
+            if state is not None:
+                aux.s.append(state)
     st.rows_out += r.kept.num_rows
     st.seconds += time.perf_counter() - t0
     return r.kept
@@ -111,12 +115,15 @@ class _AuxWriters:
         self.aux_dir, self.part_name = aux_dir, part_name
         self.q: list[pa.RecordBatch] = []
         self.d: list[pa.RecordBatch] = []
+        self.s: list[pa.RecordBatch] = []
 
     def close(self) -> None:
         if self.q:
             pq.write_table(pa.Table.from_batches(self.q), f"{self.aux_dir}/quarantine-{self.part_name}.parquet")
         if self.d:
             pq.write_table(pa.Table.from_batches(self.d), f"{self.aux_dir}/droplog-{self.part_name}.parquet")
+        if self.s:
+            pq.write_table(pa.Table.from_batches(self.s), f"{self.aux_dir}/dropstate-{self.part_name}.parquet")
 
 
 def run_chain(task: ChainTask) -> dict[str, Any]:
@@ -150,7 +157,7 @@ def run_chain(task: ChainTask) -> dict[str, Any]:
             if batch.num_rows == 0:
                 continue
             if task.shards:
-                ids = sinks.shard_ids(batch.column(task.shard_key), task.shards)
+                ids = sinks.shard_ids(batch.column(task.shard_key), task.shards, task.shard_by)
                 for s in np.unique(ids):
                     sub = batch.filter(pa.array(ids == s))
                     _writer(writers, files, int(s), task, out_schema).write_batch(sub)

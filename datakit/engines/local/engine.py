@@ -23,20 +23,19 @@ from __future__ import annotations
 import os
 import shutil
 import time
+import uuid
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
-import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datakit.accounting import NodeStats, stage_report
-from datakit.engines.core import (RunResult, commit_run, remove_if_empty, resolve_sink, reused_shards,
+from datakit.engines.core import (Engine, RunResult, commit_run, remove_if_empty, resolve_sink, reused_shards,
                                   write_side_output)
 from datakit.engines.local import scheduler
-from datakit.engines.local.barriers import barrier_query
 from datakit.engines.local.broadcast import clear_broadcast_cache
 from datakit.engines.local.chain import ChainTask, fusible, run_chain, write_one_shard
 from datakit.engines.local.spill import SPILL_ROW_GROUP, Partition
@@ -45,8 +44,11 @@ from datakit.io.atomic import sha256_file
 from datakit.plan import Join, MapBatches, Node, Plan, Source
 from datakit.workers import drop_pool, usable_cpus
 
+if TYPE_CHECKING:  # polars is imported by the first barrier: a plan of row-local stages never needs it
+    import polars as pl
 
-class LocalEngine:
+
+class LocalEngine(Engine):
     """Execute a `Plan` on this machine. `workers=1` runs in-process (handy in notebooks/tests).
 
     `workers=None` (the default): all cores, except for small local inputs
@@ -74,10 +76,7 @@ class LocalEngine:
             # a spawned worker is importing the user's script, which runs the pipeline at top level
             raise RuntimeError("datakit: a worker process imported your script and it started a pipeline; "
                                "put the run under `if __name__ == \"__main__\":` (worker processes are spawned)")
-        if plan.sink is None:
-            return self._execute(plan)
-        with publish.output_lock(plan.sink.path):  # one writer per folder; preflight of the path
-            return self._execute(plan)
+        return super().execute(plan)
 
     def _execute(self, plan: Plan) -> RunResult:
         t0 = time.perf_counter()
@@ -101,6 +100,7 @@ class LocalEngine:
         self._aux = f"{work}/aux"
         os.makedirs(self._aux, exist_ok=True)
         self._reused = 0
+        self._worker_tasks: list[dict[str, Any]] = []  # pool tasks' costs, for _run.json's timing
         self._sink_parts = None
         where = plan.sink.path if plan.sink is not None else "the input"
         try:
@@ -113,14 +113,16 @@ class LocalEngine:
         except Exception as e:
             # a failed task may leave workers mid-job: start fresh next time, and let tasks that are
             # still running finish first, so a rerun (resume) never races them in the work folder
-            drop_pool(self.workers, wait=True)
-            tempwork.discard(self._temp_root)
+            drop_pool(self.workers, wait=True)  # (the work folder stays: a rerun resumes from it)
+            if plan.sink is None:
+                tempwork.discard(self._temp_root)
             if storage.is_storage_error(e):
                 raise storage.describe(e, where, "read or write under") from None
             raise
         except BaseException:  # Ctrl-C: the workers got it too; do not wait on them
             drop_pool(self.workers)
-            tempwork.discard(self._temp_root)
+            if plan.sink is None:
+                tempwork.discard(self._temp_root)
             raise
         stages = stage_report(plan, self._stats, self._rows)
         seconds = time.perf_counter() - t0
@@ -130,7 +132,6 @@ class LocalEngine:
                 publish.sweep(plan.sink.path)  # temp files of interrupted earlier writes
                 manifest = self._commit(plan, stages, seconds)
             except Exception as e:
-                tempwork.discard(self._temp_root)
                 if storage.is_storage_error(e):
                     raise storage.describe(e, where, "write the outputs under") from None
                 raise
@@ -142,6 +143,7 @@ class LocalEngine:
                 publish.remove_work(plan.sink.path)  # work folders of earlier runs with another identity
         return RunResult(output_path=out, stages=stages, manifest=manifest, seconds=seconds,
                          extra={"reused_tasks": self._reused, "workers": self.workers,
+                                "worker_tasks": self._worker_tasks,
                                 "reused_shards": reused_shards(getattr(self, "_sink_infos", []))})
 
     # -- work folder
@@ -150,24 +152,27 @@ class LocalEngine:
         mtimes + output), so a rerun of the same run finds its finished tasks and a run over other
         input never picks up another run's parts or quarantine rows.
 
-        Where: `<out>/_work/` for a local output. For an object-store output the workers' spills go
-        to a temp folder of this run (io/tempwork.py); a rerun then reuses the finished *shards*,
-        whose sidecars live under the output prefix."""
+        Where: `<out>/_work/` for a local output. For an object-store output the spills stay on
+        local disk, in this machine's cache folder under the same run id (io/tempwork.py), which a
+        rerun of the same command finds again; the finished *shards*' sidecars live under the
+        output prefix either way. Kept when a run fails, removed when it is done."""
         rid = identity.run_id(plan.config_hash, self._inputs, plan.sink.path if plan.sink else None)
         self._temp_root = None
         if self.work_dir:
             root = self.work_dir
         elif plan.sink is not None and "://" not in plan.sink.path:
             root = str(Path(plan.sink.path) / "_work")
-        else:  # removed on failure too; a killed run's folder goes at the next run (io/tempwork.py)
-            root = self._temp_root = tempwork.make()
+        else:  # no sink: nothing to resume into, and no output lock -- a folder of this run alone
+            path = self._temp_root = tempwork.claim(rid if plan.sink is not None else uuid.uuid4().hex)
+            return path
         path = f"{root}/{rid[:16]}"
         os.makedirs(path, exist_ok=True)
         return path
 
     # -- scheduling
     def _map(self, fn: Callable, items: list, what: str, label: str | None = None) -> list:
-        return scheduler.run_tasks(fn, items, what, self.workers, self.progress, f"{self._work}/_beats", label)
+        return scheduler.run_tasks(fn, items, what, self.workers, self.progress, f"{self._work}/_beats", label,
+                                   costs=self._worker_tasks)
 
     def _chain_of(self, node: Node) -> tuple[Node, list[Node]]:
         """Walk down fusible nodes (MapBatches, broadcast joins) to the base node (a Source,
@@ -203,15 +208,16 @@ class LocalEngine:
             return [Partition(kind, u, base.schema if kind == "parquet" else None) for u in base.paths]
         return self._materialize(base)
 
-    def _run_chain(self, node: Node, shards: int = 0, shard_key: str = "", name: str | None = None) -> list[dict[str, Any]]:
+    def _run_chain(self, node: Node, shards: int = 0, shard_key: str = "", name: str | None = None,
+                   shard_by: str = "hash") -> list[dict[str, Any]]:
         base, ops = self._chain_of(node)
         parts = self._partitions(base)
         seg = name or f"n{self._index[node.id]:03d}"
         out_dir = f"{self._work}/{seg}"
         os.makedirs(out_dir, exist_ok=True)
         bcast = self._broadcast_tables(ops)
-        tasks = [ChainTask(p, ops, out_dir, f"part-{i:05d}", [o.id for o in ops], shards, shard_key, self._aux, bcast)
-                 for i, p in enumerate(parts)]
+        tasks = [ChainTask(p, ops, out_dir, f"part-{i:05d}", [o.id for o in ops], shards, shard_key, self._aux, bcast,
+                           shard_by) for i, p in enumerate(parts)]
         stages = list(dict.fromkeys(o.stage for o in ops if ":" not in o.stage and o.stage != "input")) or [node.stage]
         results = self._map(run_chain, tasks, f"{seg}: {' > '.join(getattr(o, 'name', 'join') for o in ops) or 'read'}",
                             label=f"{', '.join(stages)}{' -> shards' if shards else ''}")
@@ -245,6 +251,8 @@ class LocalEngine:
 
     # -- barriers (polars / scipy over spilled parts)
     def _lazy(self, node: Node) -> pl.LazyFrame:
+        import polars as pl
+
         parts = self._materialize(node)
         files = list(dict.fromkeys(p.url for p in parts))
         if not files:
@@ -270,6 +278,8 @@ class LocalEngine:
                 for a, b in zip(bounds[:-1], bounds[1:]) if b > a] or [Partition("spill", path, node.schema, (0, 0), digest)]
 
     def _barrier(self, node: Node) -> list[Partition]:
+        from datakit.engines.local.barriers import barrier_query
+
         parts = self._spill_polars(barrier_query(node, self._lazy), node)
         if isinstance(node, Join):
             rows_in = self._rows[node.left.id]
@@ -292,13 +302,13 @@ class LocalEngine:
         shards, key = resolved.shards, spec.key
         if self._sink_parts is not None:
             # already materialized for the row count: shuffle the spilled parts into shards
-            tasks = [ChainTask(p, [], f"{self._work}/sink", f"part-{i:05d}", [], shards, key, self._aux)
-                     for i, p in enumerate(self._sink_parts)]
+            tasks = [ChainTask(p, [], f"{self._work}/sink", f"part-{i:05d}", [], shards, key, self._aux,
+                               shard_by=spec.partition) for i, p in enumerate(self._sink_parts)]
             os.makedirs(f"{self._work}/sink", exist_ok=True)
             results = self._map(run_chain, tasks, "shuffle")
             self._reused += sum(1 for r in results if r.get("reused"))
         else:
-            results = self._run_chain(plan.root, shards=shards, shard_key=key, name="sink")
+            results = self._run_chain(plan.root, shards=shards, shard_key=key, name="sink", shard_by=spec.partition)
         by_shard: dict[int, list[str]] = defaultdict(list)
         for r in results:
             for s, f in r["shard_files"].items():
@@ -310,8 +320,9 @@ class LocalEngine:
         return spec.path
 
     def _write_aux_outputs(self, out: str) -> None:
-        """Gather the tasks' quarantine and drop-log parts into `_quarantine/` and `_dropped/`."""
-        for side in ("quarantine", "droplog"):
+        """Gather the tasks' quarantine, drop-log and drop-state parts into `_quarantine/`, `_dropped/`
+        and `_dropped_state/`."""
+        for side in ("quarantine", "droplog", "dropstate"):
             files = sorted(Path(self._aux).glob(f"{side}-*.parquet"))
             write_side_output(pa.concat_tables([pq.read_table(f) for f in files]) if files else None, out, side)
 

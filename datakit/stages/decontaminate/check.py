@@ -15,7 +15,6 @@ is checked through the index when the settings agree.
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -24,7 +23,8 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from datakit.io.fs import InputError, expand, filesystem
+from datakit.io.fs import InputError, expand
+from datakit.io.records import DATA_SUFFIXES, data_files, is_packed, iter_tables
 from datakit.stages.decontaminate.evals import EvalSet
 from datakit.stages.decontaminate.matcher import (EvalTable, TextSource, default_rule, match_batch, merge_spans,
                                              text_sources)
@@ -32,11 +32,11 @@ from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS, flags
 from datakit.stages.decontaminate.evidence import EXCERPT_CHARS, eval_excerpt, item_hashes, shared_spans
 from datakit.stages.decontaminate.redact import Redaction, clip, excerpt, redact
 from datakit.stages.decontaminate.render import render_html  # noqa: F401  (re-exported: callers import it from here)
+from datakit.stages.texts import text_columns
 from datakit.stages.decontaminate.result import (REPORT_SCHEMA, CheckResult, EvalResult, ItemResult, Match,  # noqa: F401
                                             NearItem)
 
 NEAR_LISTED = 20  # near-threshold items listed per eval
-DATA_SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.zstd", ".ndjson")
 DEFAULT_NGRAM = 13
 
 
@@ -65,45 +65,33 @@ class TextBatch:
 def iter_text_batches(paths: str | Sequence[str], text_fields: Sequence[str] | None = None,
                       batch_rows: int = 8192, stats: dict | None = None) -> Iterator[TextBatch]:
     """Stream the texts of a records dataset, file by file in sorted order (deterministic)."""
-    import pyarrow.parquet as pq
-
-    files = expand(paths, suffixes=DATA_SUFFIXES)
-    for url in files:
-        if url.endswith(".parquet"):
-            fs, p = filesystem(url)
-            try:
-                pf = pq.ParquetFile(p, filesystem=fs)
-            except Exception as e:  # ArrowInvalid for non-Parquet bytes
-                raise InputError(f"cannot read Parquet file {url}: {type(e).__name__}") from None
-            names = pf.schema_arrow.names
-            cols = _columns_for(names, text_fields, url)
-            row = 0
-            for rb in pf.iter_batches(batch_size=batch_rows, columns=cols):
-                yield _to_text_batch(url, rb, row, text_fields)
-                row += rb.num_rows
-        else:
-            yield from _jsonl_batches(url, text_fields, batch_rows, stats)
+    columns = Columns(tuple(text_fields) if text_fields else None)
+    for url in data_files(paths):
+        for first, table in iter_tables(url, columns, batch_rows, stats):
+            yield to_text_batch(url, table, first, text_fields)
 
 
-def _columns_for(names: list[str], text_fields: Sequence[str] | None, url: str) -> list[str]:
-    if text_fields:
-        missing = [f for f in text_fields if f not in names]
-        if missing:
-            raise InputError(f"{url}: no column {', '.join(missing)} (columns: {', '.join(names)})")
-        wanted = list(text_fields)
-    elif "segments" in names:
-        wanted = ["segments"] + [c for c in ("chosen", "rejected") if c in names]
-    else:
-        wanted = [c for c in ("text", "content", "code") if c in names][:1]
+@dataclass(frozen=True)
+class Columns:
+    """What to read from a data file with columns `names`: its id column, then `text_columns`.
+    Picklable: the index build's tasks read with it in workers and on executors."""
+
+    text_fields: tuple[str, ...] | None = None
+
+    def __call__(self, names: Sequence[str], url: str) -> list[str]:
+        try:
+            wanted = text_columns(names, self.text_fields)
+        except KeyError as e:
+            raise InputError(f"{url}: {e.args[0]}") from None
         if not wanted:
             raise InputError(f"{url}: no text to scan (expected training records or a text/content/code "
                              f"column; pass --text-field)")
-    id_col = next((c for c in ("doc_id", "id") if c in names), None)
-    return ([id_col] if id_col else []) + wanted
+        id_col = next((c for c in ("doc_id", "id") if c in names), None)
+        return ([id_col] if id_col else []) + wanted
 
 
-def _to_text_batch(url: str, rb: pa.RecordBatch | pa.Table, first_row: int,
-                   text_fields: Sequence[str] | None) -> TextBatch:
+def to_text_batch(url: str, rb: pa.RecordBatch | pa.Table, first_row: int,
+                  text_fields: Sequence[str] | None) -> TextBatch:
     names = rb.schema.names
     id_col = next((c for c in ("doc_id", "id") if c in names), None)
     doc_col = rb.column(id_col) if id_col else None
@@ -114,62 +102,6 @@ def _to_text_batch(url: str, rb: pa.RecordBatch | pa.Table, first_row: int,
     except KeyError as e:
         raise InputError(f"{url}: {e.args[0]}") from None
     return TextBatch(url, rb.num_rows, doc_col, first_row, sources)
-
-
-def _jsonl_batches(url: str, text_fields, batch_rows: int, stats: dict | None) -> Iterator[TextBatch]:
-    from datakit.io.readers import iter_raw_lines
-
-    rows: list[dict] = []
-    first = 0
-    seen = 0
-    for rb in iter_raw_lines(url, batch_rows=batch_rows):
-        for raw, err, lineno in zip(rb.column("_raw").to_pylist(), rb.column("_read_error").to_pylist(),
-                                    rb.column("_source_line").to_pylist()):
-            if err is not None and err.startswith("truncated_file"):
-                # the rest of the file is unknown: a gate must not answer for data it never saw
-                raise InputError(f"{url}: truncated or corrupt compressed file (unreadable from line {lineno}); "
-                                 f"nothing was checked")
-            if err == "blank_line":  # not data: never counted as a skipped line
-                continue
-            if err is not None or raw is None:
-                if stats is not None:
-                    stats["skipped_lines"] = stats.get("skipped_lines", 0) + 1
-                continue
-            try:
-                obj = json.loads(raw)
-                if not isinstance(obj, dict):
-                    raise ValueError
-            except ValueError:
-                if stats is not None:
-                    stats["skipped_lines"] = stats.get("skipped_lines", 0) + 1
-                continue
-            rows.append(obj)
-            seen += 1
-            if len(rows) >= batch_rows:
-                yield _rows_batch(url, rows, first, text_fields)
-                first += len(rows)
-                rows = []
-    if rows:
-        yield _rows_batch(url, rows, first, text_fields)
-
-
-def _rows_batch(url: str, rows: list[dict], first: int, text_fields) -> TextBatch:
-    names = set().union(*(r.keys() for r in rows))
-    cols = _columns_for(sorted(names), text_fields, url)
-    data: dict[str, Any] = {}
-    for c in cols:
-        if c == "segments":
-            data[c] = pa.array([[{"text": _str(s.get("text")) if isinstance(s, dict) else _str(s)} for s in (r.get(c) or [])]
-                                for r in rows], pa.list_(pa.struct([("text", pa.string())])))
-        else:
-            data[c] = pa.array([_str(r.get(c)) for r in rows], pa.string())
-    return _to_text_batch(url, pa.table(data), first, text_fields)
-
-
-def _str(v: Any) -> str | None:
-    if v is None or isinstance(v, str):
-        return v
-    return json.dumps(v, sort_keys=True, ensure_ascii=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -250,7 +182,7 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
             continue
         stats: dict[str, Any] = {}
         if kind == "packed":
-            batches = _packed_batches(p, batch_rows)
+            batches = packed_batches(p, batch_rows)
         else:
             batches = iter_text_batches(p, text_fields, batch_rows, stats)
         docs = texts = nbytes = 0
@@ -351,7 +283,7 @@ def _plan_inputs(paths: list[str], ngram: int | None, flags_req: int | None, tex
             if (ngram in (None, idx.ngram)) and (flags_req in (None, idx.flags)) and not text_fields:
                 plan.append(("index", p, idx))
                 continue
-        if _is_packed(p):
+        if is_packed(p):
             plan.append(("packed", p, None))
             continue
         expand(p, suffixes=DATA_SUFFIXES)  # fail fast (exit 2) on a missing input, before any work
@@ -452,34 +384,45 @@ def _redact_matches(results: list[EvalResult], table: EvalTable) -> Redaction:
 # packed token datasets
 # ---------------------------------------------------------------------------------------------
 
-def _is_packed(path: str) -> bool:
-    try:
-        fs, p = filesystem(path)
-        mf = f"{p.rstrip('/')}/manifest.json"
-        return fs.exists(mf) and json.loads(fs.cat_file(mf)).get("format") == "packed"
-    except (OSError, ValueError):
-        return False
-
-
-def _packed_batches(path: str, batch_rows: int) -> Iterator[TextBatch]:
-    """Decode a packed dataset back to text, one document piece per string (needs the tokenizer)."""
+def _open_packed(path: str):
     try:
         from datakit.loader import PackedDataset
     except ImportError:
         raise InputError(f"{path}: packed token datasets need datakit.loader, which is not available") from None
-    ds = PackedDataset(path)
+    return PackedDataset(path)
+
+
+def packed_windows(path: str, batch_rows: int) -> list[tuple[int, int]]:
+    """The sequence ranges `packed_batches` decodes as one batch each (a batch ends once it holds
+    `batch_rows` document pieces): independent units of work with the same texts as one pass."""
+    ds = _open_packed(path)
+    out, start, count = [], 0, 0
+    for i in range(len(ds)):
+        count += sum(1 for seg in ds.segments(i) if seg["doc_id"] is not None)
+        if count >= batch_rows:
+            out.append((start, i + 1))
+            start, count = i + 1, 0
+    if start < len(ds):
+        out.append((start, len(ds)))
+    return out
+
+
+def packed_batches(path: str, batch_rows: int, window: tuple[int, int] | None = None) -> Iterator[TextBatch]:
+    """Decode a packed dataset (or the sequences of one window) back to text, one document piece per
+    string (needs the tokenizer). A document cut across sequences is glued back in offset order
+    (n-grams span the cut) within its batch."""
+    ds = _open_packed(path)
     decode = _decoder(ds.manifest, path)
     pieces: dict[str, list[tuple[int, str]]] = {}
     count = 0
     first = 0
 
     def flush() -> TextBatch:
-        # a document cut across sequences is glued back in offset order (n-grams span the cut)
         ids = sorted(pieces)
         texts = ["".join(t for _, t in sorted(pieces[d])) for d in ids]
-        return _to_text_batch(path, pa.table({"doc_id": ids, "text": texts}), first, None)
+        return to_text_batch(path, pa.table({"doc_id": ids, "text": texts}), first, None)
 
-    for i in range(len(ds)):
+    for i in range(*(window or (0, len(ds)))):
         tokens, _, _ = ds.raw(i)
         for seg in ds.segments(i):
             if seg["doc_id"] is None:

@@ -19,24 +19,24 @@ Layout of an index folder (all little-endian raw arrays)::
     offsets.bin         uint32/uint64[2^bucket_bits + 1]: bucket -> first fingerprint
     fingerprints.bin    uint32[N] (or uint16): hash bits [64-b-F, 64-b), sorted within each bucket
 
-Build: `build_index(dataset_path, out_path, ngram, normalization, workers=N)`
-is a map/reduce on the shared spawn pool (`datakit.workers`, also the local engine's; all cores by default):
+Build: a plan like any other, run by the local or the Spark engine (`datakit.indexing.build_index`
+runs it and publishes the folder)::
 
-* map: the input is cut into units (files; Parquet row-group ranges when there
-  are fewer files than 4 per worker); each task hashes its units' texts and
-  writes one spill file per partition (top 4 bits of the hash: 16 partitions);
-* reduce: each partition is sorted and deduplicated by one task (one
-  partition's hashes in memory at a time; a partition bigger than
-  `max_partition_bytes` is split again by its next bits), which writes its
-  fingerprints and per-bucket counts;
-* assembly: the per-partition files are concatenated in partition order into
-  `fingerprints.bin`; `offsets.bin` is the running sum of the counts.
+    Source(units) -> MapBatches(hash n-grams) -> Sink(format="ngram_index", partition="value", key="part")
 
-The result is deterministic: same data and settings, same bytes, for any
-number of workers (the index is a sorted set; the counts in index.json are
-sums). `index_spark.build_index_spark` runs the same phases on Spark. A failed
-task raises (`IndexBuildError` naming its file, or `InputError`) and nothing
-is published (locally the folder appears by one rename; remote: index.json is uploaded last).
+* the Source is the input cut into *units* (files; Parquet row-group ranges when there are fewer
+  files than tasks; sequence windows of a packed dataset), one tiny Parquet file each, so an
+  engine spreads them over its tasks like input files; the units are read with `datakit.io.records`
+  (and a packed dataset decoded with its tokenizer);
+* `HashUnits` hashes every text of its units: rows (part = top `part_bits` bits, hash), and the
+  documents/texts/bytes/n-grams counted as `_metrics` (summed by the engine, exactly once);
+* the sink routes each row to shard `part`; `NgramIndexWriter.write` sorts and de-duplicates one
+  shard (a contiguous hash range), and its `commit` turns the shards, in order, into fingerprints
+  and bucket offsets once the total n-gram count (which sets `bucket_bits`) is known.
+
+The result is deterministic: same data and settings, same bytes, on any engine, worker or
+partition count (the index is a sorted set; the counts in index.json are sums). A failed unit
+raises (`IndexBuildError` naming its file, or `InputError`) and nothing is published.
 """
 from __future__ import annotations
 
@@ -45,27 +45,37 @@ import logging
 import math
 import os
 import shutil
-import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
+from typing import Any, BinaryIO, Iterable, Iterator, Sequence
 
 import numpy as np
-from datakit.jit import njit
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
-from datakit.io.fs import InputError, expand, filesystem
-from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS, flags_of, names_of
+from datakit.io.fs import InputError, filesystem
+from datakit.io.records import data_files, is_packed, iter_tables, open_parquet
+from datakit.io.sinks import register_writer
+from datakit.jit import njit
+from datakit.plan import Plan, SinkSpec, StageSpan, source
+from datakit.stages.decontaminate.check import Columns, packed_batches, packed_windows, to_text_batch
 from datakit.stages.decontaminate.ngrams import hash_strings
+from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS, flags_of, names_of
 
 INDEX_FORMAT = "datakit-ngram-index"
 INDEX_VERSION = 1
 INDEX_DIRNAME = "_ngram_index"  # where a pipeline's sink puts the index beside its output
-_PART_BITS = 4  # map-phase partitions (16): each reduce task sorts one
-_MAX_SUB_BITS = 8  # part bits + sub-split bits <= 20 <= bucket_bits + 16: no (bucket, fp) pair straddles two
-MAX_PARTITION_BYTES = 1 << 30  # hashes a reduce task sorts at once; a bigger partition is split again
+INDEX_FILES = ("offsets.bin", "fingerprints.bin", "index.json")  # in publishing order: metadata last
+_PART_BITS = 4  # the fewest sink partitions (16)
 _CHUNK = 1 << 22  # uint64 values per streamed read (32 MB)
 FP_BITS = 32
+STAGE = "ngram_index"
+# one unit of input: a file, row groups [first, end) of a Parquet file, or sequences [first, end) of a
+# packed dataset (first = -1: the whole file)
+UNIT_SCHEMA = pa.schema([("url", pa.string()), ("first", pa.int64()), ("end", pa.int64()), ("packed", pa.bool_())])
+# Spark has no unsigned 64-bit type: the hash travels as the int64 with the same bits
+HASH_SCHEMA = pa.schema([("part", pa.int32()), ("hash", pa.int64())])
 log = logging.getLogger("datakit.decontam.index")
 
 
@@ -89,15 +99,7 @@ def _bucket_bits(total: int) -> int:
 
 
 class IndexBuildError(RuntimeError):
-    """A task failed while building an index (a worker died, a file broke mid-read); names the task."""
-
-
-@dataclass(frozen=True)
-class Unit:
-    """A slice of the input one map task reads: a whole file, or some row groups of one Parquet file."""
-
-    url: str
-    row_groups: tuple[int, ...] | None = None
+    """A unit failed while building an index (a file broke mid-read); names the file."""
 
 
 @dataclass(frozen=True)
@@ -111,262 +113,199 @@ class HashSpec:
     part_bits: int = _PART_BITS
 
 
-def build_index(dataset_path: str | Sequence[str], out_path: str, ngram: int = 13,
-                normalization: Sequence[str] = DEFAULT_NORMALIZATIONS, text_fields: Sequence[str] | None = None,
-                batch_rows: int = 8192, fingerprint_bits: int = FP_BITS, workers: int | None = None,
-                max_partition_bytes: int | None = None, partition_bits: int | None = None) -> IndexInfo:
-    """Index every n-gram of a records dataset (Parquet/JSONL, globs, fsspec URLs) or packed dataset into `out_path`.
+# -- the plan ------------------------------------------------------------------------------------
 
-    `normalization` is a list of normalization names (see `normalize.py`); the
-    check re-uses the index's n and normalizations automatically.
-    `fingerprint_bits` 32 (default, ~5 B per n-gram, FP ~1e-9 per n-gram) or 16
-    (~3 B per n-gram, FP ~1e-4 per n-gram: harmless under a min-fraction rule,
-    which needs many n-grams of one item, but visible with the any-n-gram rule).
-    `workers` processes (default: all cores, the shared `datakit.workers` pool);
-    the bytes written never depend on it. `max_partition_bytes` bounds the
-    hashes one reduce task holds in memory (a bigger partition is split further;
-    default: a quarter of the free memory shared by the concurrent tasks, <= 1 GB).
-    `partition_bits`: 2^bits reduce partitions (default 16, more above 8 workers; at most 12 bits).
-    """
+def index_plan(data: str | Sequence[str], work: str, *, ngram: int = 13,
+               normalization: Sequence[str] = DEFAULT_NORMALIZATIONS, text_fields: Sequence[str] | None = None,
+               batch_rows: int = 8192, fingerprint_bits: int = FP_BITS, parallelism: int = 1,
+               partition_bits: int | None = None) -> Plan:
+    """The plan that indexes `data` (records Parquet/JSONL, globs, fsspec URLs, or a packed dataset).
+
+    `work` is a folder the engine's tasks and this process all see (the unit files go under
+    it; the sink writes there; `index/` holds the result until it is published). `parallelism`
+    (the engine's task slots) sets how finely the input is cut and the default partition count:
+    2^`partition_bits` sink partitions (default >= 2 per slot, at least 16; at most 12 bits)."""
     if fingerprint_bits not in (16, 32):
         raise ValueError("fingerprint_bits must be 16 or 32")
-    from datakit.stages.decontaminate.check import _is_packed
-
-    from datakit.workers import usable_cpus
-
-    workers = max(1, workers or usable_cpus())
-    paths = [dataset_path] if isinstance(dataset_path, str) else list(dataset_path)
-    if any(str(p).startswith("memory://") for p in paths + [out_path]):
-        workers = 1  # an in-memory filesystem lives in this process only: spawned workers would not see it
-    part_bits = partition_bits or min(8, max(_PART_BITS, math.ceil(math.log2(2 * workers))))  # >= 2 per worker
+    part_bits = partition_bits or min(8, max(_PART_BITS, math.ceil(math.log2(2 * max(parallelism, 1)))))
     if not 1 <= part_bits <= 12:
         raise ValueError("partition_bits must be 1..12")
-    max_partition_bytes = max_partition_bytes or _default_partition_bytes(min(workers, 1 << part_bits))
     spec = HashSpec(int(ngram), flags_of(normalization), tuple(text_fields) if text_fields else None, batch_rows,
                     part_bits)
-    tmp = Path(tempfile.mkdtemp(prefix="dk-ngram-index-"))
-    stage_dir: Path | None = None
-    try:
-        t0 = time.perf_counter()
-        if isinstance(dataset_path, str) and _is_packed(dataset_path):
-            units: list[Unit] = []
-            tasks = [_MapTask(0, (), dataset_path, spec, str(tmp))]  # decoded in order, in this process
-        else:
-            units = plan_units(dataset_path, 1 if workers == 1 else 4 * workers)
-            tasks = [_MapTask(i, tuple(c), None, spec, str(tmp)) for i, c in enumerate(_chunks(units, 4 * workers))]
-        maps = _run_tasks(_map_task, tasks, 1 if tasks and tasks[0].packed else workers, "map")
-        stats = sum_stats(maps)
-        log.info("n-gram index map: %d units in %d tasks on %d workers: %d documents, %d texts, %d n-grams "
-                 "hashed (%.1f s)", len(units), len(tasks), workers, stats["documents"], stats["texts"],
-                 stats["hashes"], time.perf_counter() - t0)
-        b = _bucket_bits(stats["hashes"])
-        t1 = time.perf_counter()
-        reduces = [_ReduceTask(p, tuple(m["files"][p] for m in maps if p in m["files"]), spec.part_bits, b,
-                               fingerprint_bits, max_partition_bytes, str(tmp)) for p in range(1 << spec.part_bits)]
-        parts = _run_tasks(_reduce_task, reduces, workers, "reduce")
-        log.info("n-gram index reduce: %d partitions on %d workers: %d entries (%.1f s)", len(parts), workers,
-                 sum(r["entries"] for r in parts), time.perf_counter() - t1)
-        local_out = _local_target(out_path)  # only now: a missing input must not leave folders behind
-        stage_dir = Path(tempfile.mkdtemp(prefix=".tmp-index-", dir=str(local_out.parent) if local_out else None))
-        info = finish_index(stage_dir, out_path, local_out, spec, parts, b, fingerprint_bits, stats,
-                            lambda path: open(path, "rb"))
-        stage_dir = None  # published (moved or uploaded)
-        log.info("n-gram index written: %d n-grams, bucket_bits %d (%.1f s in all)", info.ngrams, b,
-                 time.perf_counter() - t0)
-        return info
-    finally:
-        if stage_dir is not None:
-            shutil.rmtree(stage_dir, ignore_errors=True)  # a failed assembly never leaves a half folder behind
-        shutil.rmtree(tmp, ignore_errors=True)
+    units = plan_units(data, 1 if parallelism <= 1 else 4 * parallelism, batch_rows)
+    paths = []
+    for i, unit in enumerate(units):
+        url = f"{work.rstrip('/')}/_units/u-{i:06d}.parquet"
+        fs, p = filesystem(url)
+        fs.makedirs(p.rsplit("/", 1)[0], exist_ok=True)
+        with fs.open(p, "wb") as f:
+            pq.write_table(pa.Table.from_pylist([dict(zip(UNIT_SCHEMA.names, unit))], schema=UNIT_SCHEMA), f)
+        paths.append(url)
+    rel = source(paths, "parquet", UNIT_SCHEMA, "ngram_index_units", stage=STAGE)
+    out = rel.map_batches(HashUnits(spec), HASH_SCHEMA, name="hash_ngrams")
+    settings = {"ngram": spec.ngram, "normalizations": names_of(spec.flags), "text_fields": list(text_fields or []) or None,
+                "fingerprint_bits": fingerprint_bits}
+    sink = SinkSpec(path=work, format="ngram_index", shards=1 << part_bits, key="part", partition="value",
+                    options=settings)
+    config = {"ngram_index": {**settings, "data": data if isinstance(data, str) else list(data),
+                              "batch_rows": batch_rows}}
+    return Plan(root=out.node, sink=sink, spans=[StageSpan(STAGE, STAGE, rel.node, out.node, emits="ngrams")],
+                config=config)
 
 
-def _default_partition_bytes(concurrent: int) -> int:
-    """Hashes one reduce task may sort at once: sorting needs ~2x (the deduplicated copy), and
-    `concurrent` tasks run side by side; 64 MB .. 1 GB."""
-    try:
-        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):  # not Linux: assume plenty
-        return MAX_PARTITION_BYTES
-    return int(min(MAX_PARTITION_BYTES, max(64 << 20, free // (4 * max(concurrent, 1)))))
-
-
-# -- planning ---------------------------------------------------------------------------------
-
-def plan_units(paths: str | Sequence[str], target: int) -> list[Unit]:
+def plan_units(paths: str | Sequence[str], target: int, batch_rows: int = 8192) -> list[tuple[str, int, int, bool]]:
     """The input as units of work, in file order: whole files when there are enough of them, else
-    Parquet row-group ranges (so 3 big files still keep 8 cores busy). Reads footers only then."""
-    from datakit.stages.decontaminate.check import DATA_SUFFIXES
-
-    files = expand(paths, suffixes=DATA_SUFFIXES)
+    Parquet row-group ranges (so 3 big files still keep 8 cores busy; reads footers only then);
+    a packed dataset as its decoding windows."""
+    if isinstance(paths, str) and is_packed(paths):
+        return [(paths, a, b, True) for a, b in packed_windows(paths, batch_rows)]
+    files = data_files(paths)
     if len(files) >= target:
-        return [Unit(f) for f in files]
-    groups = {f: _open_parquet(f).metadata.num_row_groups for f in files if f.endswith(".parquet")}
+        return [(f, -1, -1, False) for f in files]
+    groups = {f: open_parquet(f).metadata.num_row_groups for f in files if f.endswith(".parquet")}
     per = max(1, math.ceil((sum(groups.values()) + len(files) - len(groups)) / max(target, 1)))
-    units: list[Unit] = []
+    units: list[tuple[str, int, int, bool]] = []
     for f in files:
         n = groups.get(f, 0)
         if n <= per:
-            units.append(Unit(f))
+            units.append((f, -1, -1, False))
         else:
-            units.extend(Unit(f, tuple(range(s, min(n, s + per)))) for s in range(0, n, per))
+            units.extend((f, s, min(n, s + per), False) for s in range(0, n, per))
     return units
 
 
-def _chunks(items: list, n: int) -> list[list]:
-    """`items` cut into at most `n` contiguous, near-equal runs (a few per worker: the pool balances them)."""
-    n = max(1, min(n, len(items)))
-    return [[items[i] for i in c] for c in np.array_split(np.arange(len(items)), n) if len(c)]
-
-
-def _open_parquet(url: str):
-    import pyarrow.parquet as pq
-
-    fs, p = filesystem(url)
-    try:
-        return pq.ParquetFile(p, filesystem=fs)
-    except Exception as e:  # ArrowInvalid for non-Parquet bytes
-        raise InputError(f"cannot read Parquet file {url}: {type(e).__name__}") from None
-
-
-# -- map: texts -> hashes, split by their top bits -----------------------------------------------
-
-def unit_batches(unit: Unit, spec: HashSpec) -> Iterator:
-    """The TextBatches of one unit, through the check's readers (same columns, same texts)."""
-    from datakit.stages.decontaminate.check import _columns_for, _to_text_batch, iter_text_batches
-
-    if unit.row_groups is None:
-        yield from iter_text_batches(unit.url, text_fields=spec.text_fields, batch_rows=spec.batch_rows)
-        return
-    pf = _open_parquet(unit.url)
-    cols = _columns_for(pf.schema_arrow.names, spec.text_fields, unit.url)
-    for rb in pf.iter_batches(batch_size=spec.batch_rows, row_groups=list(unit.row_groups), columns=cols):
-        yield _to_text_batch(unit.url, rb, 0, spec.text_fields)
-
+# -- map: units -> (part, hash) rows ------------------------------------------------------------
 
 def new_stats() -> dict[str, int]:
     return {"documents": 0, "texts": 0, "bytes": 0, "hashes": 0}
 
 
-def sum_stats(parts: Sequence[dict]) -> dict[str, int]:
-    out = new_stats()
-    for s in parts:
-        for k in out:
-            out[k] += int(s[k])
-    return out
-
-
-def hash_partitions(batches: Iterable, spec: HashSpec, stats: dict[str, int]) -> Iterator[tuple[int, np.ndarray]]:
-    """(partition, hashes) pieces of every text's n-gram hashes; partition = top `part_bits` bits.
-
-    Counts documents/texts/bytes/hashes into `stats` (sums: independent of how the input was cut)."""
-    pb = spec.part_bits
+def hash_texts(batches: Iterable, spec: HashSpec, stats: dict[str, int]) -> Iterator[np.ndarray]:
+    """The n-gram hashes of every text; counts documents/texts/bytes/hashes into `stats` (sums:
+    independent of how the input was cut)."""
     for batch in batches:
         stats["documents"] += batch.rows
         for src in batch.sources:
             stats["texts"] += len(src.offsets) - 1
             stats["bytes"] += int(src.offsets[-1] - src.offsets[0]) if len(src.offsets) else 0
             h = hash_strings(src.data, src.offsets, spec.ngram, spec.flags)[0]
-            if not len(h):
-                continue
-            stats["hashes"] += len(h)
-            part = (h >> np.uint64(64 - pb)).astype(np.uint16)
-            order = np.argsort(part, kind="stable")  # radix sort for small ints: O(n)
-            hs, ps = h[order], part[order]
-            cuts = np.searchsorted(ps, np.arange((1 << pb) + 1))
-            for p in np.flatnonzero(np.diff(cuts)):
-                yield int(p), hs[cuts[p]:cuts[p + 1]]
+            if len(h):
+                stats["hashes"] += len(h)
+                yield h
 
 
-@dataclass(frozen=True)
-class _MapTask:
-    task: int
-    units: tuple[Unit, ...]
-    packed: str | None  # a packed dataset: decoded by one task, in order
-    spec: HashSpec
-    tmp: str
+class HashUnits:
+    """MapBatches fn: unit rows -> one row per n-gram hash (`HASH_SCHEMA`), the counts as `_metrics`.
 
-    def describe(self) -> str:
-        if self.packed:
-            return f"map task {self.task} (packed dataset {self.packed})"
-        first = self.units[0].url if self.units else "-"
-        return f"map task {self.task} ({len(self.units)} units from {first})"
+    A unit with no n-grams still yields one row (hash null, dropped by the writer) to carry its counts."""
 
+    def __init__(self, spec: HashSpec) -> None:
+        self.spec = spec
 
-def _map_task(t: _MapTask) -> dict[str, Any]:
-    """Hash the task's units into its own spill file per partition (raw uint64, in arrival order)."""
-    from datakit.stages.decontaminate.check import _packed_batches
-
-    stats: dict[str, Any] = new_stats()
-    reading = [t.packed or ""]
-
-    def batches() -> Iterator:
-        if t.packed:
-            yield from _packed_batches(t.packed, t.spec.batch_rows)
+    def _batches(self, url: str, first: int, end: int, packed: bool) -> Iterator:
+        if packed:
+            yield from packed_batches(url, self.spec.batch_rows, (first, end))
             return
-        for u in t.units:
-            reading[0] = u.url if u.row_groups is None else f"{u.url} (row groups {u.row_groups[0]}-{u.row_groups[-1]})"
-            yield from unit_batches(u, t.spec)
+        groups = range(first, end) if first >= 0 else None
+        for row, table in iter_tables(url, Columns(self.spec.text_fields), self.spec.batch_rows, row_groups=groups):
+            yield to_text_batch(url, table, row, self.spec.text_fields)
 
-    files: dict[int, Any] = {}
-    try:
-        for p, h in hash_partitions(batches(), t.spec, stats):
-            f = files.get(p)
-            if f is None:  # no mkdir: if the build was abandoned and its folder removed, this fails
-                f = files[p] = open(f"{t.tmp}/m{t.task:05d}-p{p:04d}.u64", "wb")
+    def __call__(self, batch: pa.RecordBatch) -> pa.Table:
+        stats = new_stats()
+        out: list[np.ndarray] = []
+        for url, first, end, packed in zip(*(batch.column(c).to_pylist() for c in UNIT_SCHEMA.names)):
+            try:
+                out.extend(hash_texts(self._batches(url, first, end, packed), self.spec, stats))
+            except (InputError, IndexBuildError):
+                raise
+            except Exception as e:  # name the file: "a task failed" alone sends nobody anywhere
+                where = url if first < 0 else f"{url} ({'sequences' if packed else 'row groups'} {first}-{end - 1})"
+                raise IndexBuildError(f"n-gram index build failed while reading {where}: {_one_line(e)}") from None
+        h = np.concatenate(out) if out else np.zeros(0, np.uint64)
+        n = max(len(h), 1)
+        metrics = pa.concat_arrays([pa.array([json.dumps(stats)]), pa.nulls(n - 1, pa.string())])
+        part = (h >> np.uint64(64 - self.spec.part_bits)).astype(np.int32) if len(h) else np.zeros(1, np.int32)
+        hashes = pa.array(h.view(np.int64)) if len(h) else pa.nulls(1, pa.int64())
+        return pa.table({"part": part, "hash": hashes, "_metrics": metrics})
+
+
+# -- the sink: sort/dedup per partition, then fingerprints + offsets ------------------------------
+
+@register_writer("ngram_index")
+class NgramIndexWriter:
+    """Writes one partition's sorted distinct hashes (`write`), then the index from all of them (`commit`)."""
+
+    name = "ngram_index"
+    owns_order = True
+
+    def write(self, table: pa.Table, shard: int, out_url: str, spec: SinkSpec) -> dict[str, Any]:
+        col = pc.drop_null(table.column("hash"))
+        h = (np.concatenate([c.to_numpy() for c in col.chunks]) if col.num_chunks else np.zeros(0, np.int64))
+        h = _sorted_unique(h.view(np.uint64))
+        name = f"_parts/p-{shard:05d}.u64"
+        fs, p = filesystem(f"{out_url}/{name}")
+        fs.makedirs(p.rsplit("/", 1)[0], exist_ok=True)
+        with fs.open(p, "wb") as f:
             f.write(h.tobytes())
-    except (InputError, IndexBuildError):
-        raise
-    except Exception as e:  # name the file: "map task 3 failed" alone sends nobody anywhere
-        raise IndexBuildError(f"n-gram index build failed in map task {t.task} while reading {reading[0]}: "
-                              f"{_one_line(e)}") from None
-    finally:
-        for f in files.values():
-            f.close()
-    stats["files"] = {p: f.name for p, f in files.items()}
-    return stats
+        return {"files": [name], "rows": table.num_rows, "hashes": len(col), "unique": len(h)}
+
+    def manifest_extra(self, spec: SinkSpec, shards: list[dict[str, Any]]) -> dict[str, Any]:
+        return {}
+
+    def commit(self, spec: SinkSpec, shards: list[dict[str, Any]], manifest: dict[str, Any],
+               metrics: dict[str, int]) -> dict[str, Any]:
+        """Fingerprint the partitions in order into `<work>/index/` (fingerprints, offsets, index.json)."""
+        o = spec.options
+        fp_bits = int(o["fingerprint_bits"])
+        part_bits = spec.shards.bit_length() - 1
+        hashes = sum(int(s["hashes"]) for s in shards)
+        b = _bucket_bits(hashes)
+        out = f"{spec.path.rstrip('/')}/index"
+        fs, base = filesystem(out)
+        fs.makedirs(base, exist_ok=True)
+        off_dtype = "<u4" if sum(int(s["unique"]) for s in shards) < 2**32 else "<u8"
+        n_unique = 0
+        small = np.zeros(1 << b, np.int64) if b < part_bits else None  # partitions narrower than a bucket
+        with fs.open(f"{base}/fingerprints.bin", "wb") as fps, fs.open(f"{base}/offsets.bin", "wb") as offs:
+            offs.write(np.zeros(1, dtype=off_dtype).tobytes())
+            carry = 0
+            for s in shards:
+                fpr = Fingerprinter(int(s["shard"]), part_bits, b, fp_bits)
+                pfs, pp = filesystem(f"{spec.path.rstrip('/')}/{s['files'][0]}")
+                with pfs.open(pp, "rb") as f:
+                    for chunk in read_u64_chunks(f):
+                        fps.write(fpr.add(chunk).tobytes())
+                n_unique += fpr.entries
+                if small is not None:
+                    small[fpr.lo:fpr.lo + len(fpr.counts)] += fpr.counts
+                    continue
+                cs = np.cumsum(fpr.counts, dtype=np.int64) + carry
+                carry = int(cs[-1]) if len(cs) else carry
+                offs.write(cs.astype(off_dtype).tobytes())
+            if small is not None:
+                offs.write(np.cumsum(small, dtype=np.int64).astype(off_dtype).tobytes())
+        if off_dtype == "<u8" and n_unique < 2**32:  # (bucket, fp) collisions took it below 2^32
+            data = np.frombuffer(fs.cat_file(f"{base}/offsets.bin"), dtype="<u8")
+            off_dtype = "<u4"
+            fs.pipe_file(f"{base}/offsets.bin", data.astype(off_dtype).tobytes())
+        meta = {
+            "format": INDEX_FORMAT, "format_version": INDEX_VERSION,
+            "ngram": int(o["ngram"]), "normalizations": list(o["normalizations"]), "hash": "fnv1a-fmix64/window-v1",
+            "ngrams": n_unique, "bucket_bits": b, "fingerprint_bits": fp_bits,
+            "offsets_dtype": off_dtype, "fingerprints_dtype": "<u2" if fp_bits == 16 else "<u4",
+            "fp_rate_per_ngram": n_unique / float(2 ** (b + fp_bits)),
+            "documents": int(metrics.get("documents", 0)), "texts": int(metrics.get("texts", 0)),
+            "bytes": int(metrics.get("bytes", 0)), "text_fields": o.get("text_fields"),
+        }
+        fs.pipe_file(f"{base}/index.json", (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
+        for s in shards:  # the sorted hashes are 8 B per n-gram: gone as soon as they are fingerprinted
+            pfs, pp = filesystem(f"{spec.path.rstrip('/')}/{s['files'][0]}")
+            pfs.rm(pp)
+        log.info("n-gram index: %d n-grams hashed, %d distinct, bucket_bits %d", hashes, n_unique, b)
+        return {**meta, "rows": hashes, "path": out}
 
 
-# -- reduce: one partition's hashes -> sorted unique -> fingerprints + bucket counts ----------------
-
-def sorted_unique_chunks(files: Sequence[str], part: int, part_bits: int, max_bytes: int,
-                         scratch: str) -> Iterator[np.ndarray]:
-    """Sorted distinct hashes of one partition, as ascending chunks, holding <= ~max_bytes at once.
-
-    A partition bigger than `max_bytes` is split again by its next bits into
-    sub-files first; the chunks still come out in hash order. Deletes `files`."""
-    size = sum(os.path.getsize(f) for f in files)
-    if size <= max_bytes:
-        h = np.concatenate([np.fromfile(f, dtype=np.uint64) for f in files]) if files else np.zeros(0, np.uint64)
-        for f in files:
-            os.unlink(f)
-        yield _sorted_unique(h)
-        return
-    k = min(_MAX_SUB_BITS, max(1, math.ceil(math.log2(size / max_bytes)) + 1))
-    shift, mask = np.uint64(64 - part_bits - k), np.uint64((1 << k) - 1)
-    subs: dict[int, Any] = {}
-    try:
-        for f in files:
-            for chunk in read_u64_chunks(f):
-                q = ((chunk >> shift) & mask).astype(np.uint16)
-                order = np.argsort(q, kind="stable")
-                hs, qs = chunk[order], q[order]
-                cuts = np.searchsorted(qs, np.arange((1 << k) + 1))
-                for s in np.flatnonzero(np.diff(cuts)):
-                    out = subs.get(int(s))
-                    if out is None:
-                        out = subs[int(s)] = open(f"{scratch}/r-p{part:04d}-s{int(s):03d}.u64", "wb")
-                    out.write(hs[cuts[s]:cuts[s + 1]].tobytes())
-            os.unlink(f)
-    finally:
-        for out in subs.values():
-            out.close()
-    log.info("n-gram index reduce: partition %d holds %d MB of hashes: split %d ways", part, size >> 20, 1 << k)
-    for s in sorted(subs):
-        path = subs[s].name
-        h = np.fromfile(path, dtype=np.uint64)
-        os.unlink(path)
-        yield _sorted_unique(h)
-
+# -- shared helpers ----------------------------------------------------------------------------
 
 def read_u64_chunks(f: str | BinaryIO, chunk: int = _CHUNK) -> Iterator[np.ndarray]:
     """A raw uint64 file (path or open binary file) in chunks of `chunk` values."""
@@ -422,148 +361,10 @@ class Fingerprinter:
         return fps
 
 
-@dataclass(frozen=True)
-class _ReduceTask:
-    part: int
-    files: tuple[str, ...]
-    part_bits: int
-    bucket_bits: int
-    fingerprint_bits: int
-    max_bytes: int
-    tmp: str
-
-    def describe(self) -> str:
-        return f"reduce task of partition {self.part} ({len(self.files)} spill files)"
-
-
-def _reduce_task(t: _ReduceTask) -> dict[str, Any]:
-    """Sort/dedup one partition; write its fingerprints and bucket counts beside the spills."""
-    fpr = Fingerprinter(t.part, t.part_bits, t.bucket_bits, t.fingerprint_bits)
-    fps_path, counts_path = f"{t.tmp}/fp-p{t.part:04d}.bin", f"{t.tmp}/cnt-p{t.part:04d}.i64"
-    with open(fps_path, "wb") as out:
-        for h in sorted_unique_chunks(t.files, t.part, t.part_bits, t.max_bytes, t.tmp):
-            out.write(fpr.add(h).tobytes())
-    fpr.counts.tofile(counts_path)
-    return {"part": t.part, "fps": fps_path, "counts": counts_path, "lo": fpr.lo, "entries": fpr.entries}
-
-
-# -- assembly ------------------------------------------------------------------------------------
-
-def finish_index(stage_dir: Path, out_path: str, local_out: Path | None, spec: HashSpec, parts: Sequence[dict],
-                 b: int, fingerprint_bits: int, stats: dict[str, int],
-                 open_part: Callable[[str], BinaryIO]) -> IndexInfo:
-    """Concatenate the per-partition results in partition order, write the metadata, publish.
-
-    `parts`: {"part", "fps", "counts", "lo", "entries"} per partition (files
-    opened with `open_part`: local paths, or fsspec for Spark's results)."""
-    parts = sorted(parts, key=lambda r: r["part"])
-    fp_dtype = "<u2" if fingerprint_bits == 16 else "<u4"
-    n_unique = int(sum(r["entries"] for r in parts))
-    off_dtype = "<u4" if n_unique < 2**32 else "<u8"
-    with open(stage_dir / "fingerprints.bin", "wb") as out:
-        for r in parts:
-            with open_part(r["fps"]) as f:
-                shutil.copyfileobj(f, out, 1 << 22)
-    _write_offsets(stage_dir / "offsets.bin", parts, b, off_dtype, open_part)
-    fp_rate = n_unique / float(2 ** (b + fingerprint_bits))
-    meta = {
-        "format": INDEX_FORMAT, "format_version": INDEX_VERSION,
-        "ngram": int(spec.ngram), "normalizations": names_of(spec.flags), "hash": "fnv1a-fmix64/window-v1",
-        "ngrams": n_unique, "bucket_bits": b, "fingerprint_bits": fingerprint_bits,
-        "offsets_dtype": off_dtype, "fingerprints_dtype": fp_dtype,
-        "fp_rate_per_ngram": fp_rate,
-        "documents": int(stats["documents"]), "texts": int(stats["texts"]), "bytes": int(stats["bytes"]),
-        "text_fields": list(spec.text_fields) if spec.text_fields else None,
-    }
-    (stage_dir / "index.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    _publish(stage_dir, out_path, local_out)
-    return IndexInfo(out_path, spec.ngram, spec.flags, n_unique, b, fp_rate, int(stats["documents"]),
-                     int(stats["texts"]), int(stats["bytes"]), meta)
-
-
-def _write_offsets(path: Path, parts: Sequence[dict], b: int, off_dtype: str,
-                   open_part: Callable[[str], BinaryIO]) -> None:
-    """offsets = 0 followed by the running sum of bucket counts. Streamed partition by partition when
-    the partitions tile the buckets in order (the usual case), so the driver never holds 2^b counts twice."""
-    def counts_of(r: dict) -> np.ndarray:
-        with open_part(r["counts"]) as f:
-            return np.frombuffer(f.read(), dtype=np.int64)
-
-    with open(path, "wb") as out:
-        out.write(np.zeros(1, dtype=off_dtype).tobytes())
-        carry = expect = 0
-        for r in parts:
-            if int(r["lo"]) != expect:
-                break
-            c = counts_of(r)
-            cs = np.cumsum(c, dtype=np.int64) + carry
-            if len(cs):
-                carry = int(cs[-1])
-            out.write(cs.astype(off_dtype).tobytes())
-            expect += len(c)
-        else:
-            if expect == 1 << b:
-                return
-    counts = np.zeros(1 << b, dtype=np.int64)  # partitions narrower than a bucket (tiny data): add them up
-    for r in parts:
-        c = counts_of(r)
-        counts[int(r["lo"]):int(r["lo"]) + len(c)] += c
-    offsets = np.zeros((1 << b) + 1, dtype=off_dtype)
-    np.cumsum(counts, out=offsets[1:], dtype=offsets.dtype)
-    offsets.tofile(path)
-
-
 def _one_line(e: BaseException) -> str:
     """`Type: message` on one line (Arrow's messages carry newlines; the CLI prints one line)."""
     return f"{type(e).__name__}: {' '.join(str(e).split())}"
 
-
-# -- running tasks ---------------------------------------------------------------------------------
-
-def _run_tasks(fn: Callable, tasks: Sequence, workers: int, what: str) -> list:
-    """Run `fn` over `tasks` in this process (workers=1) or on the shared spawn pool (`datakit.workers`).
-
-    A failure names its task; the others are cancelled (or waited for, if running) before the
-    caller removes the temporary folder they write into. InputError passes through unchanged."""
-    if workers == 1 or len(tasks) <= 1:
-        out = []
-        for t in tasks:
-            try:
-                out.append(fn(t))
-            except (InputError, IndexBuildError):
-                raise
-            except Exception as e:
-                raise IndexBuildError(f"n-gram index build failed in {t.describe()}: {_one_line(e)}") from e
-        return out
-    from concurrent.futures import wait
-    from concurrent.futures.process import BrokenProcessPool
-
-    from datakit.workers import drop_pool, pool
-
-    futures = [pool(workers).submit(fn, t) for t in tasks]
-    results = []
-    try:
-        for t, f in zip(tasks, futures):
-            try:
-                results.append(f.result())
-            except BrokenProcessPool:
-                drop_pool(workers)
-                raise IndexBuildError(f"a worker process died during the n-gram index {what} phase ({t.describe()}): "
-                                      "killed, out of memory, or a script that builds at import time (spawned "
-                                      "workers import it: use `if __name__ == \"__main__\":`)") from None
-            except (InputError, IndexBuildError):
-                raise
-            except Exception as e:
-                raise IndexBuildError(f"n-gram index build failed in {t.describe()}: {_one_line(e)}") from e
-    except Exception:
-        for f in futures:
-            f.cancel()
-        wait(futures)  # running tasks finish before their folder is removed
-        raise
-    except BaseException:  # Ctrl-C: do not wait for long tasks
-        drop_pool(workers)
-        raise
-    return results
 
 
 def _sorted_unique(h: np.ndarray) -> np.ndarray:
@@ -577,16 +378,17 @@ def _sorted_unique(h: np.ndarray) -> np.ndarray:
     return h[keep]
 
 
-def _local_target(out_path: str) -> Path | None:
-    if "://" in out_path and not out_path.startswith("file://"):
-        return None
-    p = Path(out_path.removeprefix("file://")).resolve()
-    p.parent.mkdir(parents=True, exist_ok=True)
-    return p
+
+# -- publishing ----------------------------------------------------------------------------------
+
+def info_of(path: str, meta: dict) -> IndexInfo:
+    return IndexInfo(path, int(meta["ngram"]), flags_of(meta["normalizations"]), int(meta["ngrams"]),
+                     int(meta["bucket_bits"]), float(meta["fp_rate_per_ngram"]), int(meta["documents"]),
+                     int(meta["texts"]), int(meta["bytes"]), meta)
 
 
-def _publish(stage_dir: Path, out_path: str, local_out: Path | None) -> None:
-    """Move the finished folder into place.
+def publish(built: str, out_path: str) -> None:
+    """Move a finished index folder (`built`) into place at `out_path`.
 
     Locally: the old index is renamed aside, the new one renamed in, then the old
     one removed, so there is always a whole index at `out_path` (the old or the
@@ -595,13 +397,14 @@ def _publish(stage_dir: Path, out_path: str, local_out: Path | None) -> None:
     (never old data files under new metadata or the reverse); `index.json` is
     uploaded last.
     """
-    if local_out is not None:
+    local_in, local_out = _local_target(built), _local_target(out_path)
+    if local_in is not None and local_out is not None:
         old = None
         if local_out.exists():
             old = local_out.with_name(f".{local_out.name}.old-{os.getpid()}")
             os.replace(local_out, old)
         try:
-            os.replace(stage_dir, local_out)
+            os.replace(local_in, local_out)
         except BaseException:
             if old is not None:
                 os.replace(old, local_out)  # put the old index back
@@ -611,13 +414,21 @@ def _publish(stage_dir: Path, out_path: str, local_out: Path | None) -> None:
         return
     fs, p = filesystem(out_path)
     base = p.rstrip("/")
-    try:
-        if fs.exists(f"{base}/index.json"):
-            fs.rm(f"{base}/index.json")
-        for name in ("offsets.bin", "fingerprints.bin", "index.json"):  # metadata last
-            fs.put(str(stage_dir / name), f"{base}/{name}")
-    finally:
-        shutil.rmtree(stage_dir, ignore_errors=True)
+    if fs.exists(f"{base}/index.json"):
+        fs.rm(f"{base}/index.json")
+    sfs, sp = filesystem(built)
+    for name in INDEX_FILES:  # metadata last
+        if local_in is not None:
+            fs.put(str(local_in / name), f"{base}/{name}")
+        else:
+            with sfs.open(f"{sp.rstrip('/')}/{name}", "rb") as src, fs.open(f"{base}/{name}", "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 22)
+
+
+def _local_target(path: str) -> Path | None:
+    if "://" in path and not path.startswith("file://"):
+        return None
+    return Path(path.removeprefix("file://")).resolve()
 
 
 def is_index(path: str) -> bool:

@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from datakit.plan import DROP, DROP_DETAIL, METRICS, Rel
 from datakit.stages.base import CompileContext, StageConfig, register_stage
+from datakit.stages.texts import RECORD_TEXT_COLUMNS
 from datakit.stages.decontaminate.evals import _NAMED, EvalSet, load_eval
 from datakit.stages.decontaminate.matcher import (BatchMatches, EvalTable, Rule, default_rule, match_batch, merge_spans,
                                              text_sources)
@@ -87,6 +88,8 @@ class DecontaminateConfig(StageConfig):
     """Config of the decontamination stage (see module docstring for the YAML form)."""
 
     kind: Literal["decontaminate"] = "decontaminate"
+    reads = RECORD_TEXT_COLUMNS
+    writes = ("segments",)  # mode: mask rewrites segment texts
     evals: list[str | EvalSpec] = Field(min_length=1, description="eval names or files")
     ngram: int = Field(13, ge=1, le=256)
     mode: Literal["drop", "mask"] = "drop"

@@ -1,11 +1,8 @@
-"""Which text of a record is deduplicated, and the exact-duplicate content key.
+"""The exact-duplicate content key of a record's text.
 
 Why one definition: exact keys, MinHash signatures and verification must all
-see the same text, on every engine. The text of a training record is its
-segment texts in stored order joined by one newline, followed (newline-joined)
-by `chosen` and `rejected` when they are not null (so two preference pairs with
-the same prompt but different answers are not duplicates). Null segment texts
-count as empty. A stage may name a plain string column instead (`text_column`).
+see the same text, on every engine: `datakit.stages.texts.record_texts` (segment
+texts, then `chosen`/`rejected`, newline-joined; or a plain `text_column`).
 """
 from __future__ import annotations
 
@@ -16,29 +13,6 @@ import xxhash
 from datakit.jit import njit
 
 from datakit.stages.dedup.shingles import WS_TABLE, arrow_buffers, normalize_texts
-
-
-def record_texts(batch: pa.RecordBatch | pa.Table, text_column: str | None = None) -> pa.Array:
-    """The dedup text of each row (a `string` array, never null)."""
-    if text_column is not None:
-        return normalize_texts(batch.column(text_column), lowercase=False)
-    seg = batch.column("segments")
-    if isinstance(seg, pa.ChunkedArray):
-        seg = seg.combine_chunks()
-    lengths = pc.fill_null(pc.list_value_length(seg), 0).to_numpy(zero_copy_only=False).astype(np.int32)
-    offsets = np.zeros(len(seg) + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    flat = seg.flatten()  # honours slicing; null lists contribute nothing
-    texts = pc.fill_null(pc.struct_field(flat, "text"), "") if len(flat) else pa.array([], pa.string())
-    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), texts), "\n")
-    parts = [joined]
-    for extra in ("chosen", "rejected"):
-        if extra in batch.schema.names:
-            col = batch.column(extra)
-            parts.append(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
-    if len(parts) > 1:
-        joined = pc.binary_join_element_wise(*parts, "\n", null_handling="skip")
-    return normalize_texts(joined, lowercase=False)
 
 
 @njit(cache=True)

@@ -30,7 +30,7 @@ from typing import Literal
 import pyarrow as pa
 from pydantic import Field, field_validator
 
-from datakit.contracts import RECORD_KINDS, TRAINING_RECORD_V1
+from datakit.contracts import EDITOR_EVENT_V1, RECORD_KINDS, TRAINING_RECORD_V1
 from datakit.plan import DROP, DROP_DETAIL, Rel
 from datakit.stages.base import CompileContext, StageConfig, register_stage
 from datakit.stages.extract.feedback import RT_NEXT, FeedbackOptions, feedback_records, with_retention
@@ -98,6 +98,8 @@ class ExtractConfig(StageConfig):
     consumes = "editor_event.v1"
     produces = "training_record.v1"
     emits = "records"
+    reads = tuple(n for n in EDITOR_EVENT_V1.names if not n.startswith("_"))
+    writes = tuple(TRAINING_RECORD_V1.names)
 
     @field_validator("kinds")
     @classmethod

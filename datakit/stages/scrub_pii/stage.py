@@ -34,6 +34,7 @@ from pydantic import Field, field_validator, model_validator
 from datakit.contracts import SEGMENT, TRAINING_RECORD_V1
 from datakit.plan import DROP, DROP_DETAIL, METRICS, Rel
 from datakit.stages.base import CompileContext, StageConfig, register_stage
+from datakit.stages.texts import RECORD_TEXT_COLUMNS
 from datakit.stages.scrub_pii.detectors import BY_ENTITY, DETECTORS, Detector, Policy
 from datakit.stages.scrub_pii.replace import DEFAULT_KEY_ENV, Replacer, load_key
 from datakit.stages.scrub_pii.scan import Finding, Strategy, resolve_strategy, scan_batch
@@ -48,9 +49,11 @@ Prose = "bool | list[tuple[int, int]]"
 # a FIM record is one file cut in three; its document order is prefix, middle, suffix
 _FIM_ORDER = {"prefix": 0, "middle": 1, "suffix": 2}
 _SEGMENTS_TYPE = TRAINING_RECORD_V1.field("segments").type
-_FIM_ROLES = pa.array(sorted(_FIM_ORDER), pa.string())
-_FIM_ROLES_ORDERED = pa.array(sorted(_FIM_ORDER, key=_FIM_ORDER.__getitem__), pa.string())
-_PROSE_ROLES = pa.array(sorted(PROSE_ROLES), pa.string())
+# (from numpy arrays: pa.array of a Python list imports pandas, 0.3 CPU-s, to check for pandas types;
+# this module is also loaded by every process's log redaction)
+_FIM_ROLES = pa.array(np.array(sorted(_FIM_ORDER)), pa.string())
+_FIM_ROLES_ORDERED = pa.array(np.array(sorted(_FIM_ORDER, key=_FIM_ORDER.__getitem__)), pa.string())
+_PROSE_ROLES = pa.array(np.array(sorted(PROSE_ROLES)), pa.string())
 
 
 @register_stage
@@ -58,6 +61,8 @@ class ScrubPiiConfig(StageConfig):
     """Config of the PII/secret scrubber (see module docstring for the YAML form)."""
 
     kind: Literal["scrub_pii"] = "scrub_pii"
+    reads = RECORD_TEXT_COLUMNS
+    writes = RECORD_TEXT_COLUMNS
     entities: list[str] | None = Field(default=None, description="detector names to run; default: all")
     policy: dict[str, Policy] = Field(default_factory=dict, description="per-entity policy overrides")
     default_policy: Policy | None = Field(default=None, description="policy for entities not in `policy`")

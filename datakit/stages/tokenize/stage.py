@@ -5,7 +5,7 @@ shard in one deterministic order to be byte-identical on every engine and
 partitioning. The sink already gives a writer exactly that (a shard's rows,
 sorted), so this stage only encodes (a row-local `map_batches`, the expensive
 part, parallel on both engines) and hands its settings to the `packed` /
-`megatron` writer through `ctx.artifacts["sink_options"]` (the pipeline copies
+`megatron` writer through `ctx.sink_options` (the pipeline copies
 them into `SinkSpec.options`).
 
 Global shuffle (documented in docs/packed_format.md): a document's shard is
@@ -119,6 +119,8 @@ class TokenizeConfig(StageConfig):
     chat_roles: bool = Field(True, description="add chat role markers (<|user|>...) when the tokenizer lacks them")
 
     produces = "tokenized_record.v1"
+    reads = ("doc_id", "kind", "segments", "chosen", "rejected", "source")
+    writes = ("input_ids", "loss_mask")
 
     @field_validator("special_tokens")
     @classmethod
@@ -164,8 +166,7 @@ class TokenizeConfig(StageConfig):
         tok = self.load(ctx)  # fail at compile time, with a clear message, if the tokenizer is missing
         opts = EncodeOptions(seed=ctx.seed, fim_rate=self.fim_rate, fim_spm_rate=self.fim_spm_rate,
                              add_bos=self.add_bos, seq_len=self.seq_len, overlong=self.overlong)
-        ctx.artifacts.setdefault("sink_options", {}).update(self.sink_options(tok, ctx.seed))
-        ctx.artifacts["tokenizer"] = tok.manifest_fields()
+        ctx.sink_options.update(self.sink_options(tok, ctx.seed))
         # the encoding depends on the tokenizer file and on the library that runs it
         from datakit.io.identity import library_version
 
@@ -175,7 +176,7 @@ class TokenizeConfig(StageConfig):
             from datakit.stages.tokenize.repository import GROUP, compile_repository
 
             # a repository goes to one shard whole: shard by its group, sort by doc_id inside
-            ctx.artifacts["sink_key"], ctx.artifacts["sink_sort_key"] = GROUP, "doc_id"
+            ctx.sink_key, ctx.sink_sort_key = GROUP, "doc_id"
             return compile_repository(rel, RepoEncodeFn(tok.name, self.overrides(tok.name), self.chat_roles, opts, tok.sha256))
         fn = EncodeFn(tok.name, dict(self.special_tokens), self.chat_roles, opts, tok.sha256)
         return rel.map_batches(fn, ENCODED_SCHEMA, name="tokenize", drop_log_key="doc_id")

@@ -7,7 +7,7 @@ shard's content depends only on which documents hash to it, output bytes are
 the same on every engine and for any number of workers or partitions.
 
 The writer needs the tokenize stage's settings; the stage puts them in
-`ctx.artifacts["sink_options"]` and the pipeline copies them into
+`ctx.sink_options` and the pipeline copies them into
 `SinkSpec.options` (keys: seq_len, packing, tokenizer, tokenizer_overrides,
 tokenizer_roles, tokenizer_sha256, vocab_size, pad_id, special_tokens).
 See docs/packed_format.md for the layout.

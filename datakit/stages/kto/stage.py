@@ -83,6 +83,8 @@ class KtoConfig(StageConfig):
 
     consumes = "training_record.v1"
     produces = "kto_example.v1"
+    reads = ("doc_id", "kind", "segments", "source", "meta")
+    writes = ("prompt", "completion", "label", "reward")
 
     def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
         missing = sorted(set(DEFAULT_FIM) - set(self.fim_tokens))

@@ -1,0 +1,81 @@
+"""How many partitions a Spark run uses: from the input's size unless the user said otherwise.
+
+Why: Spark's default shuffle partition count (`spark.sql.shuffle.partitions`, which our session
+sets to the core count) is right for a laptop and far too few for terabytes -- every stage
+function is a Python worker holding a batch of a partition, so a partition of tens of GB
+spills or gets the container killed, and a straggler on it is a long task to redo. So the
+engine derives the count from the bytes it reads, with a documented target per partition:
+
+    n = max(parallelism, ceil(input_bytes / target))     target = 64 MiB of (compressed) input
+
+What the user says wins, in this order: `--partitions N` (the engine option), then
+`spark.sql.shuffle.partitions` given with `--conf` / the pipeline's `spark:` block or to
+spark-submit; `spark.datakit.partitionBytes` changes the target. Output bytes never
+depend on the count (shards are assigned by key hash and sorted before writing).
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["TARGET_PARTITION_BYTES", "TARGET_CONF", "PartitionPlan", "plan_partitions", "parse_bytes",
+           "check_user_conf"]
+
+TARGET_PARTITION_BYTES = 64 << 20  # ~0.5 GB of events as .zst JSONL: a batch-sized share per Python worker
+TARGET_CONF = "spark.datakit.partitionBytes"
+SHUFFLE_CONF = "spark.sql.shuffle.partitions"
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+
+
+def parse_bytes(value: Any) -> int:
+    """`67108864`, `64m`, `64MiB`, `1g` -> bytes (Spark's size suffixes, binary)."""
+    m = _SIZE.match(str(value))
+    if not m or int(m.group(1)) <= 0:
+        raise ValueError(f"{TARGET_CONF} must be a positive size such as 64m or 1g (got {value!r})")
+    return int(m.group(1)) << (10 * " kmgt".index(m.group(2).lower() or " "))
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    """The partition count of one run and where it came from (recorded in the run report)."""
+
+    n: int
+    source: str  # "--partitions" | SHUFFLE_CONF | "input size"
+    input_bytes: int
+    target_bytes: int
+
+    def report(self) -> dict[str, Any]:
+        return {"partitions": self.n, "partitions_from": self.source, "input_bytes": self.input_bytes,
+                "partition_target_bytes": self.target_bytes}
+
+
+def check_user_conf(conf: dict[str, Any]) -> None:
+    """ValueError (one line) for a partition setting that can never work, before any session exists."""
+    plan_partitions(0, 1, None, conf)
+
+
+def plan_partitions(input_bytes: int, parallelism: int, explicit: int | None = None,
+                    user_conf: dict[str, Any] | None = None) -> PartitionPlan:
+    """The partition count for a run reading `input_bytes` on a cluster of `parallelism` cores.
+
+    `explicit`: the engine's `partitions` option. `user_conf`: the settings the *user* gave
+    (never our own session defaults), where `spark.sql.shuffle.partitions` and
+    `spark.datakit.partitionBytes` are looked up.
+    """
+    conf = user_conf or {}
+    target = parse_bytes(conf[TARGET_CONF]) if conf.get(TARGET_CONF) else TARGET_PARTITION_BYTES
+    if explicit:
+        return PartitionPlan(int(explicit), "--partitions", input_bytes, target)
+    if conf.get(SHUFFLE_CONF):
+        try:
+            n = int(str(conf[SHUFFLE_CONF]))
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ValueError(f"{SHUFFLE_CONF} must be a positive number (got {conf[SHUFFLE_CONF]!r})")
+        return PartitionPlan(n, SHUFFLE_CONF, input_bytes, target)
+    n = max(1, parallelism, math.ceil(max(0, input_bytes) / target))
+    return PartitionPlan(n, "input size", input_bytes, target)

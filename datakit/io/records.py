@@ -1,0 +1,119 @@
+"""Reading the texts of a dataset someone hands us: records Parquet/JSON Lines, any table with a text column.
+
+Why here (not in the contamination check): the check's scan and the n-gram index build read the
+same files and must see the same texts, the same skipped lines and the same errors; both go
+through this module. Files are read in sorted order; a Parquet file may be read by row groups
+(so a few big files still split into many tasks).
+
+Which columns: the caller's `ColumnChoice`, asked once per Parquet file (its schema) and once
+per batch of JSON Lines (the keys of its objects).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Iterator, Sequence
+
+import pyarrow as pa
+
+from datakit.io.fs import InputError, expand, filesystem
+
+DATA_SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.zstd", ".ndjson")
+# (column names, file url) -> the columns to read; the caller's rule (the texts of a record are a
+# stage's business: `datakit.stages.texts`), raising InputError when a file has none
+ColumnChoice = Callable[[Sequence[str], str], list[str]]
+
+
+def data_files(paths: str | Sequence[str]) -> list[str]:
+    """The data files of `paths` (files, folders, globs, fsspec URLs), sorted; InputError if none."""
+    return expand(paths, suffixes=DATA_SUFFIXES)
+
+
+def open_parquet(url: str):
+    import pyarrow.parquet as pq
+
+    fs, p = filesystem(url)
+    try:
+        return pq.ParquetFile(p, filesystem=fs)
+    except FileNotFoundError:
+        raise InputError(f"input not found: {url}") from None
+    except Exception as e:  # ArrowInvalid for non-Parquet bytes
+        raise InputError(f"cannot read Parquet file {url}: {type(e).__name__}") from None
+
+
+def iter_tables(url: str, columns: ColumnChoice, batch_rows: int = 8192, stats: dict | None = None,
+                row_groups: Sequence[int] | None = None) -> Iterator[tuple[int, pa.Table]]:
+    """(first row, batch of the `columns` it chose) of one data file; `row_groups`: only those (Parquet).
+
+    JSON Lines: blank lines are not data; lines that are not JSON objects are skipped and counted
+    in `stats["skipped_lines"]`; a truncated compressed file is an InputError (a gate must not answer
+    for data it never saw)."""
+    if not url.endswith(".parquet"):
+        yield from _jsonl_tables(url, columns, batch_rows, stats)
+        return
+    pf = open_parquet(url)
+    cols = columns(pf.schema_arrow.names, url)
+    row = 0
+    groups = list(row_groups) if row_groups is not None else None
+    for rb in pf.iter_batches(batch_size=batch_rows, row_groups=groups, columns=cols):
+        yield row, pa.Table.from_batches([rb])
+        row += rb.num_rows
+
+
+def _jsonl_tables(url: str, columns: ColumnChoice, batch_rows: int, stats: dict | None) -> Iterator[tuple[int, pa.Table]]:
+    from datakit.io.readers import iter_raw_lines
+
+    rows: list[dict] = []
+    first = 0
+    for rb in iter_raw_lines(url, batch_rows=batch_rows):
+        for raw, err, lineno in zip(rb.column("_raw").to_pylist(), rb.column("_read_error").to_pylist(),
+                                    rb.column("_source_line").to_pylist()):
+            if err is not None and err.startswith("truncated_file"):
+                raise InputError(f"{url}: truncated or corrupt compressed file (unreadable from line {lineno}); "
+                                 f"nothing was checked")
+            if err == "blank_line":  # not data: never counted as a skipped line
+                continue
+            try:
+                if err is not None or raw is None:
+                    raise ValueError
+                obj = json.loads(raw)
+                if not isinstance(obj, dict):
+                    raise ValueError
+            except ValueError:
+                if stats is not None:
+                    stats["skipped_lines"] = stats.get("skipped_lines", 0) + 1
+                continue
+            rows.append(obj)
+            if len(rows) >= batch_rows:
+                yield first, _rows_table(url, rows, columns)
+                first += len(rows)
+                rows = []
+    if rows:
+        yield first, _rows_table(url, rows, columns)
+
+
+def _rows_table(url: str, rows: list[dict], columns: ColumnChoice) -> pa.Table:
+    names = set().union(*(r.keys() for r in rows))
+    data: dict[str, Any] = {}
+    for c in columns(sorted(names), url):
+        if c == "segments":
+            data[c] = pa.array([[{"text": _str(s.get("text")) if isinstance(s, dict) else _str(s)} for s in (r.get(c) or [])]
+                                for r in rows], pa.list_(pa.struct([("text", pa.string())])))
+        else:
+            data[c] = pa.array([_str(r.get(c)) for r in rows], pa.string())
+    return pa.table(data)
+
+
+def _str(v: Any) -> str | None:
+    if v is None or isinstance(v, str):
+        return v
+    return json.dumps(v, sort_keys=True, ensure_ascii=False)
+
+
+def is_packed(path: str) -> bool:
+    """True for a packed token dataset folder (its manifest says `format: packed`)."""
+    try:
+        fs, p = filesystem(path)
+        mf = f"{p.rstrip('/')}/manifest.json"
+        return fs.exists(mf) and json.loads(fs.cat_file(mf)).get("format") == "packed"
+    except (OSError, ValueError):
+        return False

@@ -1,0 +1,1 @@
+"""Helpers only tests and benchmarks use (planted leaks, presidio baseline): kept out of the library."""

@@ -1,0 +1,107 @@
+"""Custom stages load from a pipeline file by module path or entry point (issue #13 item 5), with
+one-line errors for a bad path; a saved pipeline names the path again so it loads in a new process."""
+from __future__ import annotations
+
+import textwrap
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from datakit import Pipeline
+from datakit.cli import app
+from datakit.pipeline import PipelineError
+from tests.eventgen import make_event, write_jsonl
+
+_MODULE = '''
+from typing import Literal
+
+import pyarrow as pa
+
+from datakit import StageConfig
+from datakit.contracts import TRAINING_RECORD_V1
+
+
+class _Upper:
+    def __call__(self, batch):
+        segs = [[dict(s, text=(s["text"] or "").upper()) for s in row] for row in batch.column("segments").to_pylist()]
+        return batch.set_column(batch.schema.get_field_index("segments"), "segments",
+                                pa.array(segs, batch.schema.field("segments").type))
+
+
+class {cls}(StageConfig):  # not registered: found by its module path
+    kind: Literal["{kind}"] = "{kind}"
+
+    def compile(self, rel, ctx):
+        return rel.map_batches(_Upper(), TRAINING_RECORD_V1, name="{kind}")
+
+
+NOT_A_STAGE = 3
+'''
+
+
+@pytest.fixture
+def mystages(tmp_path, monkeypatch):
+    """A package `dk_user_stages_<test>` on sys.path (a fresh name per test: imports are cached)."""
+    name = f"dk_user_stages_{abs(hash(str(tmp_path))) % 10**8}"
+    pkg = tmp_path / "site" / name
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "stages.py").write_text(_MODULE.replace("{cls}", "UpperCase").replace("{kind}", f"{name}_upper"))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    return name
+
+
+def _yaml(tmp_path, kind: str) -> str:
+    logs = write_jsonl(tmp_path / "logs" / "a.jsonl", [make_event(i) for i in range(4)])
+    return textwrap.dedent(f"""\
+        name: custom
+        input: {{path: {logs}}}
+        stages: [{{kind: ingest}}, {{kind: extract, kinds: [code]}}, {{kind: "{kind}"}}]
+        output: {{path: {tmp_path / 'out'}}}
+        """)
+
+
+def test_module_path_kind_runs_and_saves_as_its_path(tmp_path, mystages):
+    p = Pipeline.from_yaml_string(_yaml(tmp_path, f"{mystages}.stages:UpperCase"))
+    assert p.config.stages[2].kind == f"{mystages}_upper"
+    assert f"kind: {mystages}.stages:UpperCase" in p.to_yaml()  # reloads in a process that never imported it
+    assert Pipeline.from_yaml_string(p.to_yaml()) == p
+    result = p.run(workers=1)
+    assert result.stage(f"{mystages}_upper")["rows_out"] > 0
+    texts = [s["text"] for row in pq.read_table(tmp_path / "out" / "data").column("segments").to_pylist() for s in row]
+    assert texts and all(t == t.upper() for t in texts)
+
+
+def test_entry_point_kind(tmp_path, mystages):
+    dist = tmp_path / "site" / f"{mystages}-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {mystages}\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[datakit.stages]\n{mystages}_upper = {mystages}.stages:UpperCase\n"
+                                          f"{mystages}_misnamed = {mystages}.stages:UpperCase\n")
+    p = Pipeline.from_yaml_string(_yaml(tmp_path, f"{mystages}_upper"))
+    assert type(p.config.stages[2]).__name__ == "UpperCase"
+    assert f"kind: {mystages}_upper\n" in p.to_yaml()  # the entry point's name is enough to load it again
+    with pytest.raises(PipelineError, match=f"entry point .* is a stage of kind '{mystages}_upper'"):
+        Pipeline.from_yaml_string(_yaml(tmp_path, f"{mystages}_misnamed"))
+
+
+@pytest.mark.parametrize("suffix, needle", [
+    ("nope:UpperCase", "cannot import module '{m}.nope' (ModuleNotFoundError"),
+    ("stages:Missing", "module '{m}.stages' has no 'Missing'"),
+    ("stages:NOT_A_STAGE", "'NOT_A_STAGE' is not a StageConfig subclass"),
+    ("stages:", "expected package.module:ClassName"),
+])
+def test_bad_module_path_is_one_line(tmp_path, mystages, suffix, needle):
+    kind = f"{mystages}.{suffix}"
+    with pytest.raises(PipelineError) as e:
+        Pipeline.from_yaml_string(_yaml(tmp_path, kind))
+    msg = str(e.value)
+    assert "\n" not in msg and f"stage 3: stage kind '{kind}'" in msg and needle.format(m=mystages) in msg
+
+
+def test_cli_bad_path_exit_2(tmp_path, mystages):
+    (tmp_path / "p.yaml").write_text(_yaml(tmp_path, "no_such_pkg_xyz.mod:Stage"))
+    r = CliRunner().invoke(app, ["run", str(tmp_path / "p.yaml"), "--workers", "1"])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert "cannot import module 'no_such_pkg_xyz.mod'" in r.output
