@@ -45,6 +45,8 @@ class HubEval:
     id_field: str
     license: str
     revision: str | None = None  # a commit pin; None: `main` at pull time (the commit is recorded)
+    # the patterns are alternative layouts of the same split (read the first that matches), not parts of it
+    one_of: bool = False
 
 
 _MULTIPLE_LANGS = ("cpp", "cs", "d", "go", "java", "jl", "js", "lua", "php", "pl", "r", "rb", "rkt", "rs", "scala",
@@ -70,7 +72,7 @@ ENTRIES: dict[str, HubEval] = {e.name: e for e in [
             "task_id", "Apache-2.0", None),
     # pin: public suite-builder code loading xlangai/DS-1000 at this commit (its `test` split)
     HubEval("ds1000", "xlangai/DS-1000", ("test.jsonl", "data/test-*.parquet"), ("prompt", "reference_code"),
-            "metadata", "CC-BY-SA-4.0", "4416080ac5cb80bdf7576aefb8f9a0b4d5426a44"),
+            "metadata", "CC-BY-SA-4.0", "4416080ac5cb80bdf7576aefb8f9a0b4d5426a44", one_of=True),
     # unverified (public code loads APPS from `refs/convert/parquet`, a branch, not a commit)
     HubEval("apps", "codeparrot/apps", ("test.jsonl",), ("question", "solutions", "starter_code"), "problem_id",
             "MIT", None),
@@ -165,11 +167,19 @@ def snapshot(e: HubEval, offline: bool, revision: str | None = None) -> Path:
 
 
 def files_of(e: HubEval, root: Path) -> list[Path]:
-    """The entry's files inside a snapshot, in pattern order, then by name."""
+    """The entry's files inside a snapshot, in pattern order, then by name.
+
+    With `one_of`, only the first pattern that matches: a repository holding the
+    split both as JSON lines and as Parquet would otherwise give every item twice,
+    and an n-gram shared by two items of one eval is that eval's boilerplate
+    (every n-gram of a doubled item would be ignored).
+    """
     out: list[Path] = []
     every = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
     for pat in e.files:
         out += [root / rel for rel in every if fnmatch.fnmatch(rel, pat) and root / rel not in out]
+        if out and e.one_of:
+            break
     return out
 
 
