@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo test test-fast bench lock clean browser
+.PHONY: venv venv-mds demo test test-fast bench lock clean browser
 
 venv: $(STAMP)
 
@@ -17,10 +17,21 @@ $(STAMP): requirements.lock pyproject.toml
 	$(PY) -m datakit.cli warmup   # compile the numba kernels once into the package's cache (datakit/jit.py)
 	@touch $(STAMP)
 
+# mosaicml-streaming's own reader/writer for tests/test_mds.py, in a venv of its own: its pins (numpy<2.2,
+# xxhash<4, transformers<5) conflict with requirements.lock. Built once; offline afterwards.
+VENV_MDS := .venv-mds
+
+venv-mds: $(VENV_MDS)/.installed
+
+$(VENV_MDS)/.installed: requirements-mds.lock
+	@test -x $(VENV_MDS)/bin/python || $(PYTHON) -m venv $(VENV_MDS)
+	$(VENV_MDS)/bin/python -m pip install -q --no-deps -r requirements-mds.lock
+	@touch $@
+
 demo: venv
 	$(PY) -m datakit.cli.demo
 
-test: venv browser
+test: venv venv-mds browser
 	$(PY) -m pytest
 
 # Headless Chromium (Debian's `chromium`) renders report.html in tests/test_report_diff.py. CI runs as root on
@@ -48,4 +59,4 @@ lock:
 	sed -i 's/^hyperscan==\(.*\)$$/hyperscan==\1; platform_machine != "aarch64"/' requirements.lock
 
 clean:
-	rm -rf $(VENV) demo out
+	rm -rf $(VENV) $(VENV_MDS) demo out

@@ -185,7 +185,11 @@ def cli_vs_bare(mb: float, doc_chars: int, tokenizer: str, batch: int, runs: int
             f"stages: [{{kind: tokenize, tokenizer: '{tokenizer}', seq_len: 2048, packing: best_fit}}]\n"
             "output: {path: out, format: packed, shards: 4}\n")
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        cmds = {"ours": [sys.executable, "-m", "datakit.cli", "run", f"{d}/p.yaml", "--quiet", "--no-report"],
+        # the `datakit` command as installed beside this interpreter (what users type), else `-m datakit.cli`;
+        # --no-report: the HTML report is a view written after the run, not part of the stage
+        exe = Path(sys.executable).with_name("datakit")
+        cli = [str(exe)] if exe.exists() else [sys.executable, "-m", "datakit.cli"]
+        cmds = {"ours": [*cli, "run", f"{d}/p.yaml", "--quiet", "--no-report"],
                 "bare": [sys.executable, __file__, "--child-bare", d, "--tokenizer", tokenizer, "--batch", str(batch)]}
 
         def one(side: str) -> dict:

@@ -107,14 +107,20 @@ def njit(*args: Any, **kwargs: Any) -> Callable:
 
 
 @functools.lru_cache(maxsize=1)
-def _compile_timer() -> "list[float]":
-    """A process-wide listener summing numba compile seconds (for run reports and warm-up output)."""
+def _compile_timer() -> "dict[str, float]":
+    """Process-wide listeners summing numba seconds (for run reports and warm-up output).
+
+    `compile`: compiling kernels (numba's `numba:compile` event). `jit`: all time under numba's
+    compiler lock, i.e. compiling plus loading cached kernels from disk and typing them, which is
+    what a warm process still pays on a kernel's first call (a cache hit fires no compile event).
+    """
     from numba.core import event
 
-    total = [0.0]
+    total = {"compile": 0.0, "jit": 0.0}
 
     class _Timer(event.Listener):
-        def __init__(self) -> None:
+        def __init__(self, key: str) -> None:
+            self._key = key
             self._depth = 0
             self._t0 = 0.0
 
@@ -130,15 +136,21 @@ def _compile_timer() -> "list[float]":
 
             self._depth -= 1
             if self._depth == 0:
-                total[0] += time.perf_counter() - self._t0
+                total[self._key] += time.perf_counter() - self._t0
 
-    event.register("numba:compile", _Timer())
+    event.register("numba:compile", _Timer("compile"))
+    event.register("numba:compiler_lock", _Timer("jit"))
     return total
 
 
 def compile_seconds() -> float:
     """Seconds this process has spent compiling numba kernels since the timer was first asked for."""
-    return _compile_timer()[0]
+    return _compile_timer()["compile"]
+
+
+def jit_seconds() -> float:
+    """Seconds this process has spent compiling or loading (from the cache) numba kernels."""
+    return _compile_timer()["jit"]
 
 
 def start_compile_timer() -> None:

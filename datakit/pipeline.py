@@ -324,7 +324,7 @@ class Pipeline:
             options["rows_per_shard"] = o.rows_per_shard
             shards = 0 if o.shards == "auto" else o.shards
             sort_key = ctx.sink_sort_key
-            if o.format in ("packed", "megatron") and "seq_len" not in options:
+            if o.format in ("packed", "megatron", "mds") and "seq_len" not in options:
                 # found out at compile, not after every stage has run and the sink tries to write
                 raise PipelineError(f"{cfg.name}: output format {o.format!r} needs a tokenize stage "
                                     f"({{kind: tokenize, ...}}) before it; use format: parquet for records")
@@ -467,7 +467,9 @@ class Pipeline:
             timer.add("engine_start", time.perf_counter() - t)
             t = time.perf_counter()
         result = runner.execute(plan)
+        worker_tasks = result.extra.pop("worker_tasks", None) or []  # the local pool's costs (run_timing)
         if timer is not None:
+            timer.worker_tasks = worker_tasks
             executed = time.perf_counter() - t
             timer.add("stages", min(result.seconds, executed))  # the engine's own clock, up to the commit
             timer.add("commit", executed - min(result.seconds, executed))  # side outputs, manifest, clean-up

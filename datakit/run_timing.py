@@ -10,7 +10,10 @@ half of the numba kernel compilation happens at pipeline compile. None of that w
 `RunTimer` measures consecutive phases with one wall clock, so the phases plus `other`
 (the gaps between them: locks, bookkeeping) add up to `total` exactly, up to rounding.
 It also records this process's CPU seconds, its peak RSS and the seconds numba spent
-compiling kernels in this process (pool workers compile their own; not counted here).
+compiling kernels in this process, and (`workers`) what the local engine's pool processes spent:
+each pool task measures itself (`task_begin`/`task_end`, called by the scheduler), and the first
+task of a process also reports the process's start-up (interpreter, imports, unpickling the task:
+everything before its first row) and its RSS at that point.
 """
 from __future__ import annotations
 
@@ -34,13 +37,74 @@ def _numba_compile_seconds() -> float:
     return jit.compile_seconds() if jit is not None else 0.0
 
 
+def _numba_jit_seconds() -> float:
+    """Seconds compiling or loading cached numba kernels since datakit.jit was imported (0 if it was not)."""
+    jit = sys.modules.get("datakit.jit")
+    return jit.jit_seconds() if jit is not None else 0.0
+
+
+def rss_mb() -> float:
+    """This process's resident set size now, in MB (Linux /proc; else the peak)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize() / (1 << 20)
+    except (OSError, ValueError, IndexError):
+        return peak_rss_mb()
+
+
+_STARTED: list[bool] = []  # set once this process has reported its start-up
+
+
+def task_begin() -> tuple[float, float, float, dict[str, float] | None]:
+    """Called by a pool worker before a task: the counters `task_end` subtracts (and, on the
+    process's first task, its start-up: CPU seconds since the interpreter started, RSS now)."""
+    startup = None
+    if not _STARTED:
+        _STARTED.append(True)
+        startup = {"cpu_seconds": time.process_time(), "rss_mb": rss_mb()}
+    return time.process_time(), _numba_compile_seconds(), _numba_jit_seconds(), startup
+
+
+def task_end(begin: tuple[float, float, float, dict[str, float] | None]) -> dict[str, Any]:
+    """What one pool task cost its process (JSON-able; summed by `workers_block`)."""
+    import os
+
+    cpu0, compile0, jit0, startup = begin
+    out: dict[str, Any] = {"pid": os.getpid(), "cpu_seconds": time.process_time() - cpu0,
+                           "numba_compile": _numba_compile_seconds() - compile0,
+                           "numba_jit": _numba_jit_seconds() - jit0, "peak_rss_mb": peak_rss_mb()}
+    if startup is not None:
+        out["startup"] = startup
+    return out
+
+
+def workers_block(tasks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The `timing.workers` object: pool processes' CPU, numba and start-up, summed over their tasks."""
+    startups = [t["startup"] for t in tasks if "startup" in t]
+    compile_s = sum(t["numba_compile"] for t in tasks)
+    jit_s = sum(t["numba_jit"] for t in tasks)
+    return {
+        "processes": len({t["pid"] for t in tasks}),
+        "tasks": len(tasks),
+        "cpu_seconds": round(sum(t["cpu_seconds"] for t in tasks) + sum(s["cpu_seconds"] for s in startups), 3),
+        "numba_compile": round(compile_s, 3),
+        "numba_load": round(max(0.0, jit_s - compile_s), 3),
+        "started": len(startups),
+        "startup_cpu_seconds": round(max((s["cpu_seconds"] for s in startups), default=0.0), 3),
+        "startup_rss_mb": round(max((s["rss_mb"] for s in startups), default=0.0), 1),
+        "peak_rss_mb": round(max((t["peak_rss_mb"] for t in tasks), default=0.0), 1),
+    }
+
+
 class RunTimer:
-    """Wall seconds per phase of one `Pipeline.run`, plus process CPU seconds and numba compile seconds."""
+    """Wall seconds per phase of one `Pipeline.run`, plus CPU and numba seconds of this process and its pool."""
 
     def __init__(self) -> None:
         # numba's compile events are summed from the moment datakit.jit is imported (every kernel
         # module imports it first); a run without kernels never imports numba (0.2 CPU-s, 40 MB)
         self._numba0 = _numba_compile_seconds()
+        self._jit0 = _numba_jit_seconds()
+        self.worker_tasks: list[dict[str, Any]] = []  # pool tasks' costs (the engine hands them over)
         self._t0 = time.perf_counter()
         self._cpu0 = time.process_time()
         self.parts: dict[str, float] = {}
@@ -55,10 +119,15 @@ class RunTimer:
         total = time.perf_counter() - self._t0
         parts = {p: round(self.parts.get(p, 0.0), 3) for p in PHASES}
         parts["other"] = round(max(0.0, total - sum(self.parts.values())), 3)
-        return {"total": round(total, 3), "parts": parts,
-                "numba_compile": round(_numba_compile_seconds() - self._numba0, 3),
-                "cpu_seconds": round(time.process_time() - self._cpu0, 3),
-                "peak_rss_mb": round(peak_rss_mb(), 1)}
+        compile_s = _numba_compile_seconds() - self._numba0
+        out = {"total": round(total, 3), "parts": parts,
+               "numba_compile": round(compile_s, 3),
+               "numba_load": round(max(0.0, _numba_jit_seconds() - self._jit0 - compile_s), 3),
+               "cpu_seconds": round(time.process_time() - self._cpu0, 3),
+               "peak_rss_mb": round(peak_rss_mb(), 1)}
+        if self.worker_tasks:
+            out["workers"] = workers_block(self.worker_tasks)
+        return out
 
 
 def record(run_json: str, timer: RunTimer) -> dict[str, Any]:

@@ -19,6 +19,10 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
 _POOLS: dict[int, tuple[ProcessPoolExecutor, int]] = {}
+# Variables a library sets in os.environ for itself when it is imported, not a user's change:
+# polars writes its allocator settings on import, and polars is imported at a run's first barrier,
+# so counting it would replace the pool (and re-import everything in new workers) mid-run.
+_LIBRARY_ENV = frozenset({"_RJEM_MALLOC_CONF"})
 
 
 def usable_cpus() -> int:
@@ -38,7 +42,7 @@ def pool(workers: int) -> ProcessPoolExecutor:
     from datakit.logs import init_worker, worker_config
 
     logcfg = worker_config()
-    env = hash((frozenset(os.environ.items()), logcfg))
+    env = hash((frozenset((k, v) for k, v in os.environ.items() if k not in _LIBRARY_ENV), logcfg))
     for other in [w for w in _POOLS if w != workers]:
         drop_pool(other)
     existing, born = _POOLS.get(workers, (None, None))

@@ -29,15 +29,15 @@ ITEMS = [  # sanitized-MBPP rows: real field names, made-up problems
 ]
 
 
-def _hub_cache(root, repo: str, rel: str, rows: list[dict]) -> None:
-    """One dataset file in a Hub cache: the blob, the snapshot symlink to it, and refs/main."""
+def _hub_cache(root, repo: str, rel: str, rows: list[dict], commit: str = COMMIT) -> None:
+    """One dataset file in a Hub cache: the blob, the snapshot symlink to it, and refs/main -> `commit`."""
     base = root / f"datasets--{repo.replace('/', '--')}"
     (base / "refs").mkdir(parents=True, exist_ok=True)
-    (base / "refs" / "main").write_text(COMMIT)
-    blob = base / "blobs" / f"blob-{abs(hash(rel)):x}"
+    (base / "refs" / "main").write_text(commit)
+    blob = base / "blobs" / f"blob-{abs(hash((rel, commit))):x}"
     blob.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), str(blob))
-    link = base / "snapshots" / COMMIT / rel
+    link = base / "snapshots" / commit / rel
     link.parent.mkdir(parents=True, exist_ok=True)
     link.symlink_to(blob)
 
@@ -84,7 +84,7 @@ def test_evals_pull_and_list_cli(hub):
     assert r.exit_code == 0, r.output
     assert f"mbpp-sanitized: google-research-datasets/mbpp@{COMMIT} (1 file, license CC-BY-4.0)" in r.output
     r = CliRunner().invoke(app, ["evals", "list"])
-    assert "mbpp-sanitized: google-research-datasets/mbpp" in r.output and "[cached]" in r.output
+    assert "mbpp-sanitized: google-research-datasets/mbpp" in r.output and f"[cached @{COMMIT[:12]}]" in r.output
     r = CliRunner().invoke(app, ["evals", "pull", "swebench-verified"])  # offline, not cached: one line, exit 2
     err = (r.stderr or r.output).strip()
     assert r.exit_code == 2 and len(err.splitlines()) == 1 and "not in the Hugging Face cache" in err
@@ -103,3 +103,37 @@ def test_name_equals_path_still_works(tmp_path):
     f.write_text("".join(json.dumps({"id": str(r["task_id"]), "code": r["code"]}) + "\n" for r in ITEMS))
     res = check(_data(tmp_path, [ITEMS[1]["code"]]), [f"mine={f}"])
     assert res.evals[0].name == "mine" and [i.eval_id for i in res.evals[0].contaminated] == ["3"]
+
+
+def test_pull_records_the_commit_it_downloaded_and_checks_stay_on_it(hub, tmp_path):
+    """The cache's `main` moves (a later pull of another entry of the same repository, a copied cache):
+    a check keeps reading the commit this eval was pulled at, and the report names it."""
+    from datakit.stages.decontaminate.registry import pull, record_path
+
+    (e, root, n), = pull(["mbpp-sanitized"])
+    rec = json.loads(record_path("mbpp-sanitized").read_text())
+    assert rec["commit"] == COMMIT == root.name and rec["pinned"] is None and rec["repo"] == e.repo
+    assert rec["files"] == ["sanitized/test-00000-of-00001.parquet"]
+    newer = "0123456789abcdef0123456789abcdef01234567"
+    _hub_cache(hub, "google-research-datasets/mbpp", "sanitized/test-00000-of-00001.parquet", ITEMS[1:], newer)
+    res = check(_data(tmp_path, [ITEMS[0]["code"]]), ["mbpp-sanitized"])
+    assert res.evals[0].source == f"hf://google-research-datasets/mbpp@{COMMIT}" and res.evals[0].items == 2
+    assert [i.eval_id for i in res.evals[0].contaminated] == ["2"]
+
+
+def test_a_pinned_entry_is_pulled_at_its_pin_and_a_stale_pull_is_an_error(hub, tmp_path, monkeypatch):
+    from datakit.stages.decontaminate import registry
+
+    pin = ENTRIES["swebench-verified"].revision
+    assert pin and len(pin) == 40
+    rows = [{"instance_id": "astropy__astropy-1", "problem_statement": "Fix the frobnicator when the widget is "
+             "empty and the flag is set to true for every item", "patch": "diff --git a/x.py b/x.py\n"}]
+    _hub_cache(hub, "princeton-nlp/SWE-bench_Verified", "data/test-00000-of-00001.parquet", rows, pin)
+    (_, root, _), = registry.pull(["swebench-verified"])
+    assert root.name == pin and json.loads(registry.record_path("swebench-verified").read_text())["commit"] == pin
+    assert check(_data(tmp_path, ["x = 1\n"]), ["swebench-verified"]).evals[0].source.endswith(f"@{pin}")
+    moved = dict(registry.ENTRIES)
+    moved["swebench-verified"] = registry.HubEval(**{**ENTRIES["swebench-verified"].__dict__, "revision": "f" * 40})
+    monkeypatch.setattr(registry, "ENTRIES", moved)
+    with pytest.raises(registry.EvalError, match="pulled at commit .* but the registry pins f{40}"):
+        registry.load("swebench-verified")

@@ -80,3 +80,80 @@ def test_rerun_with_fewer_shards_leaves_no_stale_data_file(tmp_path):
     assert sorted(x.name for x in (tmp_path / "o" / "data").iterdir()) == ["part-00000.parquet", "part-00001.parquet"]
     card = (tmp_path / "o" / "README.md").read_text()
     assert card == card_text(m) and "data/part-00002.parquet" not in card and "data/part-00001.parquet" in card
+
+
+# -- the README's "Use the output" section runs as it is ---------------------------------------------
+
+@pytest.fixture(scope="module")
+def readme_dir(outputs, tmp_path_factory):
+    """A folder whose out/ holds what the README's snippets open: this module's records and preference
+    runs, and packed / megatron output written by the tokenize writers (MDS: tests/test_mds.py)."""
+    from datakit.stages.tokenize.direct import build_dataset
+    from datakit.stages.tokenize.stage import TokenizeConfig
+    from tests.stages.test_tokenize import code_records, sft_record, table
+
+    root = tmp_path_factory.mktemp("readme")
+    (root / "out").mkdir()
+    for name in ("records", "preference"):
+        (root / "out" / name).symlink_to(outputs / name)
+    records = table(code_records(40, max_chars=1000) + [
+        sft_record(f"s{i:03d}", [("user", f"q{i}?"), ("assistant", f"a{i}\n" * 3)]) for i in range(10)])
+    cfg = TokenizeConfig(tokenizer=TOKENIZER, seq_len=128)
+    build_dataset(records, str(root / "out" / "pretrain"), cfg, shards=2, format="packed")
+    build_dataset(table(code_records(30, max_chars=600)), str(root / "out" / "megatron"), cfg, format="megatron")
+    return root
+
+
+def _dpo_names(root: Path) -> dict:
+    """The `model` and `tokenizer` the TRL block is given: a tiny random causal LM loaded from a folder, as
+    users load theirs (DPOTrainer builds its reference model from that path), and our tokenizer."""
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from datakit.stages.tokenize.tokenizers import load_tokenizer
+
+    lt = load_tokenizer(TOKENIZER)
+    (root / "tok.json").write_text(lt.to_json())
+    tok = PreTrainedTokenizerFast(tokenizer_file=str(root / "tok.json"), eos_token=lt.special_text["eos"],
+                                  pad_token=lt.special_text["pad"])
+    LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=2)).save_pretrained(root / "tiny-lm")
+    return {"model": LlamaForCausalLM.from_pretrained(root / "tiny-lm"), "tokenizer": tok}
+
+
+def test_use_the_output_has_one_block_per_client():
+    from tests.readme import streaming_snippet, use_the_output_snippets
+
+    blocks = use_the_output_snippets()
+    for client in ("datasets", "trl", "datakit.loader", "megatron", "streaming"):
+        assert any(client in b for b in blocks), client
+    assert len(blocks) == 5 and streaming_snippet() in blocks  # the streaming one runs in tests/test_mds.py
+
+
+@pytest.mark.parametrize("client", ["datasets", "trl", "datakit.loader", "megatron"])
+def test_use_the_output_snippet_runs(readme_dir, client, monkeypatch):
+    from tests.readme import use_the_output_snippets
+
+    marker = {"datasets": "pads.dataset", "trl": "DPOTrainer", "datakit.loader": "torch_loader",
+              "megatron": "IndexedDataset"}[client]
+    (block,) = [b for b in use_the_output_snippets() if marker in b]
+    monkeypatch.chdir(readme_dir)
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", readme_dir / "hf-cache")
+    names: dict = {"__name__": "readme_snippet"}
+    if client == "trl":
+        pytest.importorskip("trl")
+        names.update(_dpo_names(readme_dir))
+    exec(compile(block, f"README.md ({client} snippet)", "exec"), names)  # noqa: S102 - the README's own code
+    # what each block made is the data, not an empty shell
+    if client == "datasets":
+        rows = json.loads((readme_dir / "out" / "records" / "manifest.json").read_text())["rows"]
+        assert len(names["ds"]) == names["t"].num_rows == len(names["df"]) == rows > 0
+    elif client == "trl":
+        assert len(names["trainer"].train_dataset) > 0
+    elif client == "datakit.loader":
+        assert names["step"] == len(names["loader"]) - 1 > 0
+    else:
+        assert len(names["ds"]) == 30

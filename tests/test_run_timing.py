@@ -34,3 +34,24 @@ def test_timing_parts_add_up_and_compile_is_attributed(tmp_path, monkeypatch):
     assert parts["stages"] == run["seconds"]  # the engine's own clock is the stages part
     assert parts["after_commit"] > 0  # the report was written after the commit, inside the run
     assert timing["cpu_seconds"] > 0 and timing["peak_rss_mb"] > 0 and timing["numba_compile"] >= 0
+
+
+def test_pool_workers_seconds_and_numba_are_in_the_timing(tmp_path):
+    """A run on the pool: the workers' CPU, start-up and numba kernel time (compile or cache load) are
+    in `timing.workers`; before this, _run.json only knew the driver process."""
+    from datakit.workers import drop_pool
+
+    drop_pool(2)  # fresh processes, so their start-up belongs to this run
+    for part in range(3):
+        write_jsonl(tmp_path / "l" / f"p{part}.jsonl", [make_event(part * 100 + i) for i in range(30)])
+    p = (Pipeline("t").input(str(tmp_path / "l")).add({"kind": "ingest"}).add({"kind": "extract"})
+         .add({"kind": "dedup"}).output(str(tmp_path / "o"), shards=2))
+    p.run(workers=2)
+    run = json.loads((tmp_path / "o" / "_run.json").read_text())
+    jsonschema.validate(run, SCHEMA)
+    w = run["timing"]["workers"]
+    assert 1 <= w["processes"] <= 2 and w["tasks"] >= 3 + 2  # 3 input files, 2 output shards at least
+    assert w["started"] == w["processes"] and w["startup_cpu_seconds"] > 0 and w["startup_rss_mb"] > 0
+    assert w["cpu_seconds"] > w["startup_cpu_seconds"]
+    assert w["numba_compile"] + w["numba_load"] > 0  # dedup's MinHash kernels ran in the workers
+    assert w["peak_rss_mb"] >= w["startup_rss_mb"]

@@ -108,8 +108,12 @@ def run(
     else:
         _print_stages(result.stages)
         timing = (result.extra or {}).get("timing")
+        w = (timing or {}).get("workers") or {}
+        kernels = (timing or {}).get("numba_compile", 0) + (timing or {}).get("numba_load", 0) \
+            + w.get("numba_compile", 0) + w.get("numba_load", 0)
         took = (f"stages {result.seconds:.1f}s of {timing['total']:.1f}s total; compile "
-                f"{timing['parts']['compile']:.1f}s, numba kernels {timing['numba_compile']:.1f}s, see _run.json"
+                f"{timing['parts']['compile']:.1f}s, numba kernels {kernels:.1f}s"
+                + (f", {w['processes']} workers {w['cpu_seconds']:.1f} CPU-s" if w else "") + ", see _run.json"
                 if timing else f"{result.seconds:.1f}s")
         typer.echo(f"output: {result.output_path}  ({result.manifest['rows'] if result.manifest else 0} rows, {took})")
         fb = (result.extra or {}).get("feedback")

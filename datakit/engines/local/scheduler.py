@@ -5,7 +5,7 @@ import logging
 import os
 import pickle
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from datakit import progress, watchdog
 from datakit.io import storage
@@ -51,27 +51,30 @@ def workers_for(plan: Plan, workers: int) -> int:
 
 
 def run_tasks(fn: Callable, items: list, what: str, workers: int, progress_enabled: bool | None, beat_dir: str,
-              label: str | None = None) -> list:
+              label: str | None = None, costs: list | None = None) -> list:
     """`fn` over `items`, in this process (one worker or one item) or on the kept pool, results in order.
 
     Pool tasks are watched (`datakit.watchdog`): a task whose heartbeat in `beat_dir` stops is
-    reported as stalled instead of hanging the run. Progress is reported per finished task."""
+    reported as stalled instead of hanging the run. Progress is reported per finished task.
+    Each pool task's cost (CPU, numba, and its process's start-up: `run_timing.task_end`) is
+    appended to `costs`, so the run report can account for the workers' seconds too."""
     if not items:
         return []
-    fn = _Guarded(fn)
     st = progress.step(label or what, len(items), progress_enabled)
     ok = False
     try:
         if workers == 1 or len(items) == 1:
+            fn = _Guarded(fn)
             out = []
             for i in items:
                 out.append(fn(i))
                 st.advance(rows=_task_rows(out[-1]))
             ok = True
             return out
+        fn = _Guarded(fn, timed=True)
         try:
             out = watchdog.map_watched(fn, items, workers, beat_dir, what, _task_path,
-                                       lambda r: st.advance(rows=_task_rows(r)))
+                                       lambda r: st.advance(rows=_task_rows(r.result)))
         except watchdog.TaskStalled as e:
             raise EngineError(str(e)) from None
         except BrokenProcessPool:
@@ -79,7 +82,9 @@ def run_tasks(fn: Callable, items: list, what: str, workers: int, progress_enabl
                 f"a local worker process died during '{what}' (killed, out of memory, or a script that runs its "
                 "pipeline at import time: use `if __name__ == \"__main__\":`); rerun to resume finished work") from None
         ok = True
-        return out
+        if costs is not None:
+            costs.extend(r.cost for r in out)
+        return [r.result for r in out]
     finally:
         st.finish(ok=ok)
 
@@ -98,12 +103,19 @@ class _Guarded:
     unrelated "can't pickle" error hiding it.
     """
 
-    def __init__(self, fn: Callable) -> None:
+    def __init__(self, fn: Callable, timed: bool = False) -> None:
         self.fn = fn
+        self.timed = timed  # a pool task: the result goes back with what it cost (`_Costed`)
 
     def __call__(self, item: Any) -> Any:
         try:
-            return self.fn(item)
+            if not self.timed:
+                return self.fn(item)
+            from datakit import run_timing
+
+            begin = run_timing.task_begin()
+            result = self.fn(item)
+            return _Costed(result, run_timing.task_end(begin))
         except Exception as e:
             if storage.is_storage_error(e):
                 raise storage.describe(e, _task_path(item), "read or write") from None
@@ -112,6 +124,13 @@ class _Guarded:
             except Exception:  # noqa: BLE001 - any pickling failure: send the text
                 raise EngineError(f"{type(e).__name__}: {e}") from None
             raise
+
+
+class _Costed(NamedTuple):
+    """A pool task's result and its cost (`run_timing.task_end`)."""
+
+    result: Any
+    cost: dict
 
 
 def _task_path(item: Any) -> str:

@@ -41,7 +41,7 @@ def eval_excerpt(table: EvalTable, item: int, hashes: np.ndarray) -> tuple[str |
     best = max(dict.fromkeys(fields), key=fields.count)
     mine = [(a, b) for f, a, b in spans if f == best]
     lo, hi = min(a for a, _ in mine), max(b for _, b in mine)
-    text, _, _, line = excerpt(table.item_texts[item][best], lo, hi, limit=4 * EXCERPT_CHARS)
+    text, _, _, line = excerpt(table.item_text(item, best), lo, hi, limit=4 * EXCERPT_CHARS)
     return best, line, text
 
 

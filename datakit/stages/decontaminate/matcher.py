@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from datakit.stages.decontaminate.continuation import joined_texts
 from datakit.stages.decontaminate.evals import EvalSet
 from datakit.stages.decontaminate.normalize import F_COMMENTS, F_FLAT, F_IDENT
 from datakit.stages.decontaminate.ngrams import arrow_text_buffers, build_table, hash_strings, scan_strings, texts_to_buffers
@@ -211,6 +212,7 @@ class EvalTable:
         views = views_of(n, flags, robust)
         texts: list[str] = []
         text_item: list[int] = []
+        place_text: list[tuple[int, int, int]] = []  # per text: (field text, solution text, seam byte)
         item_eval: list[int] = []
         item_ids: list[str] = []
         item_texts: list[dict[str, str]] = []
@@ -220,11 +222,21 @@ class EvalTable:
                 item_ids.append(it.id)
                 item_eval.append(e_no)
                 item_texts.append(dict(it.fields))
+                first = len(texts)
                 for txt in it.fields.values():
                     texts.append(txt)
                     text_item.append(g)
+                    place_text.append((len(texts) - 1, len(texts) - 1, 1 << 31))
+                for j in (joined_texts(it.fields) if robust else []):
+                    # a window of prompt + solution counts at the place (field, byte) where it starts
+                    names = list(it.fields)
+                    texts.append(j.text)
+                    text_item.append(g)
+                    place_text.append((first + names.index(j.prompt_field), first + names.index(j.solution_field),
+                                       j.cut))
         data, offs = texts_to_buffers(texts)
         t_item = np.asarray(text_item, dtype=np.int64)
+        pt = np.asarray(place_text, np.int64).reshape(-1, 3)
         hs, items, pos, weaks = [], [], [], []
         for vn, vf in views:
             h, s, a, b = hash_strings(data, offs, vn, vf, spans=True)
@@ -236,7 +248,9 @@ class EvalTable:
                     weak[lo:hi] = weak_windows(bytes(data[offs[t]:offs[t + 1]]), a[lo:hi], b[lo:hi])
             hs.append(h)
             items.append(t_item[s] if len(s) else np.zeros(0, np.int64))
-            pos.append((s.astype(np.int64) << 32) | a.astype(np.int64))
+            a64, s64 = a.astype(np.int64), s.astype(np.int64)
+            after = a64 >= pt[s64, 2]  # in a joined text: past the seam, a place of the solution field
+            pos.append(np.where(after, (pt[s64, 1] << 32) | (a64 - pt[s64, 2]), (pt[s64, 0] << 32) | a64))
             weaks.append(weak)
         H = np.concatenate(hs) if hs else np.zeros(0, np.uint64)
         I = np.concatenate(items).astype(np.int64) if items else np.zeros(0, np.int64)
@@ -286,6 +300,12 @@ class EvalTable:
                    h_items=pi, keys=keys, vals=vals, ignored_common=ignored, h_pos=pp, h_weak=pw, views=views,
                    ignored_reference=ignored_ref, reference=ref_info)
 
+    def item_text(self, item: int, name: str) -> str:
+        """The text of an item's field, or of one of its joined texts (`eval_spans` names them)."""
+        if name in self.item_texts[item]:
+            return self.item_texts[item][name]
+        return next(j.text for j in joined_texts(self.item_texts[item]) if j.name == name)
+
     @property
     def n_items(self) -> int:
         return len(self.item_ids)
@@ -303,7 +323,10 @@ class EvalTable:
         return pos, self.h_items[ent], self.h_pos[ent], self.h_weak[ent]
 
     def eval_spans(self, item: int, matched: np.ndarray) -> list[tuple[str, int, int]]:
-        """Byte spans (field, start, end) of an item's texts whose window hash (any view) is in `matched` (sorted)."""
+        """Byte spans (field, start, end) of an item's texts whose window hash (any view) is in `matched` (sorted).
+
+        A window across the prompt/solution seam is a span of the joined text, named
+        `Joined.name` (`item_text` gives its text)."""
         out = []
         for fname, txt in self.item_texts[item].items():
             data, offs = texts_to_buffers([txt])
@@ -311,6 +334,13 @@ class EvalTable:
                 h, _, a, b = hash_strings(data, offs, vn, vf, spans=True)
                 hit = np.isin(h, matched)
                 out.extend((fname, int(x), int(y)) for x, y in zip(a[hit], b[hit]))
+        if len(self.views) > 1:  # robust: windows across the prompt/solution seam, on the joined text
+            for j in joined_texts(self.item_texts[item]):
+                data, offs = texts_to_buffers([j.text])
+                for vn, vf in self.views:
+                    h, _, a, b = hash_strings(data, offs, vn, vf, spans=True)
+                    hit = np.isin(h, matched) & (a < j.cut) & (b > j.cut)  # the others are in the fields' own
+                    out.extend((j.name, int(x), int(y)) for x, y in zip(a[hit], b[hit]))
         return sorted(set(out))
 
 

