@@ -238,7 +238,11 @@ class HashUnits:
         h = np.concatenate(out) if out else np.zeros(0, np.uint64)
         n = max(len(h), 1)
         metrics = pa.concat_arrays([pa.array([json.dumps(stats)]), pa.nulls(n - 1, pa.string())])
-        part = (h >> np.uint64(64 - self.spec.part_bits)).astype(np.int32) if len(h) else np.zeros(1, np.int32)
+        part = (h >> np.uint64(64 - self.spec.part_bits)).astype(np.uint16)
+        order = np.argsort(part, kind="stable")  # rows grouped by partition (radix sort): the sink splits by slicing
+        h, part = h[order], part[order].astype(np.int32)
+        if not len(h):
+            part = np.zeros(1, np.int32)
         hashes = pa.array(h.view(np.int64)) if len(h) else pa.nulls(1, pa.int64())
         return pa.table({"part": part, "hash": hashes, "_metrics": metrics})
 
