@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: tests/support/plant.py
 
 import argparse
 import importlib.util
@@ -50,7 +51,7 @@ def _bench_module():
 
 def make_dataset(root: Path, mb: float) -> int:
     """The synthetic dataset with 10 planted HumanEval items; returns the input text bytes."""
-    from datakit.stages.decontaminate.plant import plant
+    from tests.support.plant import plant
 
     bench = _bench_module()
     root.mkdir(parents=True, exist_ok=True)

@@ -3,8 +3,9 @@
 Why the state too: a forgotten document left in the state would still drop a later duplicate
 of it (keeping another user's copy out of the dataset because of data that no longer exists),
 and its signature would outlive its deletion. So each touched snapshot gets a new version:
-its records through the `forget` stage (any engine; the same bytes), its state filtered to the
-documents it still keeps.
+its records through the `forget` stage (any engine; the same bytes), its state without the rows of
+forgotten documents: kept documents of *any* snapshot (a state maps dropped duplicates to kept
+documents of earlier snapshots) and dropped duplicates whose lineage the list matches (`_dk_via`).
 
 Commit: every new version is written under `_snapshots/<ID>~forget-<N>/` (N: the dataset's
 forget generation), then one atomic write of the top manifest points at them, then the old
@@ -26,7 +27,7 @@ from datakit.io.fs import InputError, filesystem
 from datakit.io.publish import output_lock
 from datakit.io.snapshots import FORGET_DIR, SNAPSHOTS_DIR, _commit_top, _union, read_top
 
-_HIST = "_dk_hist"
+_HIST, _VIA = "_dk_hist", "_dk_via"
 
 
 def _rmtree(url: str) -> None:
@@ -37,22 +38,51 @@ def _rmtree(url: str) -> None:
         fs.rm(p, recursive=True)
 
 
+def _state_rows_gone(t: pa.Table, removed: set[str], digests: set[str]) -> pa.Array:
+    """Rows of a state table to delete: mapped to a forgotten kept document, or carrying the lineage
+    of a forgotten dropped duplicate (`_dk_via`, bands only)."""
+    gone = pc.is_in(t.column(_HIST), pa.array(sorted(removed), pa.string()))
+    if _VIA in t.column_names and digests:
+        via = [bool(v) and not digests.isdisjoint(v.split(" ")) for v in t.column(_VIA).to_pylist()]
+        gone = pc.or_(gone, pa.array(via, pa.bool_()))
+    return gone
+
+
+def _read_state(root: str, state: dict[str, Any], prefix: str) -> dict[str, pa.Table]:
+    return {kind: pq.read_table(filesystem(f"{root}/{rel[len(prefix) + 1:]}")[1]) for kind, rel in state["files"].items()}
+
+
+def _state_touched(root: str, state: dict[str, Any], prefix: str, removed: set[str], digests: set[str]) -> bool:
+    return any(pc.any(_state_rows_gone(t, removed, digests)).as_py() for t in _read_state(root, state, prefix).values())
+
+
 def _filter_state(old_root: str, new_root: str, state: dict[str, Any], old_prefix: str, new_prefix: str,
-                  keep: set[str]) -> dict[str, Any]:
-    """The snapshot's state without rows of documents it no longer keeps (same sort order, same writer)."""
+                  removed: set[str], digests: set[str]) -> dict[str, Any]:
+    """The snapshot's state without the rows of forgotten documents (same layout, same writer).
+
+    Why across snapshots: a state's band rows may map a dropped duplicate to a kept document of an
+    *earlier* snapshot; forgetting that document must remove them wherever they are."""
     from datakit.io.atomic import sha256_file
-    from datakit.io.sinks import write_parquet
+    from datakit.stages.dedup.history import write_table
 
     files: dict[str, str] = {}
-    for kind, rel in state["files"].items():
-        name = rel[len(old_prefix) + 1:]
-        t = pq.read_table(filesystem(f"{old_root}/{name}")[1])
-        ids = pa.array([json.loads(h)["doc_id"] for h in t.column(_HIST).to_pylist()], pa.string())
-        t = t.filter(pc.is_in(ids, pa.array(sorted(keep), pa.string())))
-        write_parquet(t, f"{new_root}/{name}")
+    for kind, t in _read_state(old_root, state, old_prefix).items():
+        name = state["files"][kind][len(old_prefix) + 1:]
+        t = t.filter(pc.invert(_state_rows_gone(t, removed, digests)))
+        write_table(t, kind, f"{new_root}/{name}")
         files[kind] = f"{new_prefix}/{name}"
     return {**state, "files": files,
             "sha256": {k: sha256_file(f"{new_root}/{v[len(new_prefix) + 1:]}") for k, v in files.items()}}
+
+
+def _list_digests(optouts: str | list[str]) -> set[str]:
+    from datakit.io.fs import expand
+    from datakit.stages.consent import OPTOUT_SUFFIXES, read_id_lists
+    from datakit.stages.forget import list_digests
+
+    paths = [optouts] if isinstance(optouts, str) else list(optouts)
+    lists = read_id_lists(expand(paths, suffixes=OPTOUT_SUFFIXES), ("user_id", "org_id", "event_id"))
+    return list_digests(lists["user_id"], lists["org_id"], lists["event_id"])
 
 
 def forget(out: str, optouts: str | list[str], engine: str = "local", **engine_options: Any) -> dict[str, Any]:
@@ -61,6 +91,7 @@ def forget(out: str, optouts: str | list[str], engine: str = "local", **engine_o
     Parquet dataset."""
     from datakit.io.dataset import read_output
     from datakit.pipeline import Pipeline
+    from datakit.stages.dedup.history import hist_id
 
     out = out.rstrip("/")
     if not read_top(out):  # before the lock, which would create the folder
@@ -74,8 +105,8 @@ def forget(out: str, optouts: str | list[str], engine: str = "local", **engine_o
                              "dataset and tokenize again (docs/lineage.md)")
         gen = int(top.get("forget_generation", 0)) + 1
         removed: dict[str, int] = {}
-        new_snaps: list[dict[str, Any]] = []
-        stale: list[str] = []
+        runs = []
+        gone_hists: set[str] = set()  # the forgotten kept documents of every snapshot (state `_dk_hist`)
         for s in top["snapshots"]:
             new_prefix = f"{SNAPSHOTS_DIR}/{s['id']}~forget-{gen}"
             new_root = f"{out}/{new_prefix}"
@@ -86,16 +117,26 @@ def forget(out: str, optouts: str | list[str], engine: str = "local", **engine_o
             res = p.run(engine=engine, **engine_options)
             gone = sum(res.stage("forget")["dropped"].values())
             removed[s["id"]] = gone
-            if gone == 0:
+            if gone:
+                before = set(read_output(f"{out}/{s['path']}", ["doc_id"]).column("doc_id").to_pylist())
+                after = set(read_output(new_root, ["doc_id"]).column("doc_id").to_pylist())
+                gone_hists |= {hist_id(d, s["id"]) for d in before - after}
+            runs.append((s, new_prefix, new_root, gone, res))
+        digests = _list_digests(optouts)
+        new_snaps: list[dict[str, Any]] = []
+        stale: list[str] = []
+        for s, new_prefix, new_root, gone, res in runs:
+            st = s.get("dedup_state")
+            touched = bool(st) and _state_touched(f"{out}/{s['path']}", st, s["path"], gone_hists, digests)
+            if gone == 0 and not touched:
                 _rmtree(new_root)
                 new_snaps.append(s)
                 continue
             entry = {**s, "path": new_prefix, "rows": int(res.manifest["rows"]),
                      "shards": [_prefixed_shard(sh, new_prefix) for sh in res.manifest["shards"]]}
-            if s.get("dedup_state"):
-                keep = set(read_output(new_root, ["doc_id"]).column("doc_id").to_pylist())
-                entry["dedup_state"] = _filter_state(f"{out}/{s['path']}", new_root, s["dedup_state"], s["path"],
-                                                     new_prefix, keep)
+            if st:
+                entry["dedup_state"] = _filter_state(f"{out}/{s['path']}", new_root, st, s["path"], new_prefix,
+                                                     gone_hists, digests)
             new_snaps.append(entry)
             stale.append(f"{out}/{s['path']}")
         if not stale:

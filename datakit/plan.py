@@ -11,7 +11,11 @@ optional string column `_drop_detail` (e.g. the kept duplicate's doc_id, the
 matched eval ids). The engine removes those rows, counts them by reason under
 the node's stage, writes them to quarantine (`quarantine=True`, full rows) or to
 the drop log (`drop_log_key="doc_id"`, key + reason + detail), and casts the
-kept rows to the node's declared schema.
+kept rows to the node's declared schema. A drop-logging function may also add a
+string column `_drop_state` (null for most rows): what a *later* run needs to know
+about a dropped row (e.g. the LSH band keys of a near duplicate, for dedup against
+history). The engine writes those rows (stage, key, detail, state) to the side
+output `_dropped_state/`, never to the data.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ BatchFn = Callable[[pa.RecordBatch], "pa.RecordBatch | pa.Table"]
 
 DROP = "_drop"
 DROP_DETAIL = "_drop_detail"
+DROP_STATE = "_drop_state"
 # a string column of JSON objects {name: count} a MapBatches fn may add; summed into the stage's `metrics`
 METRICS = "_metrics"
 
@@ -74,6 +79,7 @@ class MapBatches(Node):
     name: str = ""
     quarantine: bool = False
     drop_log_key: str | None = None
+    drop_state: bool = False  # its dropped rows may carry `_drop_state` (written to `_dropped_state/`)
 
     @property
     def inputs(self) -> list[Node]:
@@ -299,11 +305,12 @@ class Rel:
         name: str,
         quarantine: bool = False,
         drop_log_key: str | None = None,
+        drop_state: bool = False,
     ) -> "Rel":
         return self._wrap(
             MapBatches(
                 stage=self.stage, schema=schema, input=self.node, fn=fn, name=name,
-                quarantine=quarantine, drop_log_key=drop_log_key,
+                quarantine=quarantine, drop_log_key=drop_log_key, drop_state=drop_state,
             )
         )
 

@@ -184,3 +184,18 @@ def test_masked_data_to_mds_compiles_and_needs_a_tokenize_stage(tmp_path):
     with pytest.raises(PipelineError, match="needs a tokenize stage"):
         Pipeline("n").input(str(tmp_path / "in.parquet"), format="parquet", schema="training_record.v1").output(
             str(tmp_path / "o"), format="mds").compile()
+
+
+def test_inspect_shows_mds_sequences(outputs):
+    """`datakit inspect` decodes MDS samples (read from the files, no mosaicml-streaming needed)."""
+    from datakit.cli.inspect import inspect_dataset
+    from datakit.stages.tokenize.tokenizers import load_tokenizer
+
+    root, mds, packed = outputs
+    text = inspect_dataset(root / "mds", sequences=2, max_chars=100_000)
+    want = expected_samples(root, packed)["00000"]
+    ids = want["input_ids"][0]
+    starts = np.flatnonzero(want["position_ids"][0] == 0).tolist() + [len(ids)]
+    first_doc_end = starts[1]
+    assert f"sequences {mds['totals']['sequences']}" in text and "═══ sequence 1:" in text
+    assert load_tokenizer(TOKENIZER).decode(ids[:first_doc_end].tolist())[:40] in text

@@ -248,3 +248,94 @@ def test_hf_datasets_reads_the_union_through_the_card(tmp_path, monkeypatch):
     assert hf["doc_id"] == ids(tmp_path / "ds")
     glob = str(tmp_path / "ds" / "_snapshots" / "*" / "data" / "*.parquet")
     assert sorted(r[0] for r in duckdb.sql(f"SELECT doc_id FROM '{glob}'").fetchall()) == sorted(hf["doc_id"])
+
+
+# A chain through a dropped document: B ~ A (dropped on day 2), C ~ B and C ~ A (J = 0.82), but with
+# these LSH settings C shares no bucket with A itself, only with B. One run over all days clusters
+# A-B-C and drops C (it is similar to the kept A); the history must too.
+CHAIN = {"kind": "dedup", "exact": True, "minhash": {"threshold": 0.8, "ngram": 1, "bands": 4, "rows": 8, "seed": 2}}
+A_TXT, B_TXT, C_TXT = words(0, 100), words(5, 105), words(10, 110)
+
+
+def _shared_buckets(*texts: str) -> list[bool]:
+    """Premise check with the stage's own functions: do (A, B), (B, C), (A, C) share an LSH bucket?"""
+    from datakit.contracts import TRAINING_RECORD_V1
+    from datakit.stages.dedup.stage import DedupConfig, _BandFn, _SignatureFn
+
+    m = DedupConfig(**CHAIN).minhash
+    batch = pa.Table.from_pylist([rec(f"x{i}", t) for i, t in enumerate(texts)], schema=TRAINING_RECORD_V1).to_batches()[0]
+    rows = _BandFn(m.num_perm, *m.band_rows(), "kind")(_SignatureFn(None, m, "kind")(batch)).to_pylist()
+    k = {f"x{i}": {(r["_dk_band"], r["_dk_bucket"]) for r in rows if r["doc_id"] == f"x{i}"} for i in range(3)}
+    return [bool(k[f"x{i}"] & k[f"x{j}"]) for i, j in ((0, 1), (1, 2), (0, 2))]
+
+
+def test_chain_through_a_dropped_document_matches_one_run(tmp_path):
+    assert _shared_buckets(A_TXT, B_TXT, C_TXT) == [True, True, False]
+    days = {"2026-11-01": [urec("a1", A_TXT, "u1"), urec("u1", "x = 1\n", "u1")],
+            "2026-11-02": [urec("b2", B_TXT, "u2")], "2026-11-03": [urec("c3", C_TXT, "u3")]}
+    for day, rows in days.items():
+        run_day(tmp_path, day, rows, stages=(CHAIN,))
+    out = tmp_path / "ds"
+    hist_a1 = json.dumps({"doc_id": "a1", "snapshot": "dt=2026-11-01"}, sort_keys=True, separators=(",", ":"))
+    assert dropped(out, "dt=2026-11-02") == {"b2": ("near_duplicate_of_history", hist_a1)}
+    assert dropped(out, "dt=2026-11-03") == {"c3": ("near_duplicate_of_history", hist_a1)}
+    one = write_records(tmp_path / "all", [r for rows in days.values() for r in rows])
+    Pipeline("one").input(one, format="parquet", schema="training_record.v1").add(dict(CHAIN)).output(
+        str(tmp_path / "one")).run(workers=1)
+    assert ids(out) == ids(tmp_path / "one") == ["a1", "u1"]
+    # the state maps b2's band keys to a1, with b2's lineage (digests only), never b2's id or user
+    bands = pq.read_table(out / "_snapshots" / "dt=2026-11-02" / "_dedup_state" / "bands.parquet")
+    assert set(bands.column("_dk_hist").to_pylist()) == {hist_a1} and bands.num_rows == 4
+    assert "b2" not in str(bands.to_pylist()) and "u2" not in str(bands.to_pylist())
+
+
+def test_forget_a_dropped_document_removes_its_band_keys(tmp_path):
+    """Forgetting B (dropped, not in the data) removes B's keys from the state: C, which reached A only
+    through B's buckets, is kept on a later day. Forgetting A removes every row mapped to A."""
+    from datakit.forget_snapshots import forget
+
+    run_day(tmp_path, "2026-11-01", [urec("a1", A_TXT, "u1")], stages=(CHAIN,))
+    run_day(tmp_path, "2026-11-02", [urec("b2", B_TXT, "gone")], stages=(CHAIN,))
+    out = tmp_path / "ds"
+    pq.write_table(pa.table({"user_id": ["gone"]}), tmp_path / "del.parquet")
+    assert forget(str(out), str(tmp_path / "del.parquet"), workers=1) == {"dt=2026-11-01": 0, "dt=2026-11-02": 0}
+    top = json.loads((out / "manifest.json").read_text())
+    assert [s["path"] for s in top["snapshots"]] == ["_snapshots/dt=2026-11-01", "_snapshots/dt=2026-11-02~forget-1"]
+    assert pq.read_table(out / "_snapshots" / "dt=2026-11-02~forget-1" / "_dedup_state" / "bands.parquet").num_rows == 0
+    run_day(tmp_path, "2026-11-03", [urec("c3", C_TXT, "u3")], stages=(CHAIN,))
+    assert ids(out) == ["a1", "c3"]
+    # forgetting a1: the rows mapped to it go from every snapshot's state (c3 is then kept by no one)
+    run_day(tmp_path, "2026-11-04", [urec("b4", B_TXT, "u4")], stages=(CHAIN,))
+    assert dropped(out, "dt=2026-11-04")["b4"][0] == "near_duplicate_of_history"
+    pq.write_table(pa.table({"user_id": ["u1"]}), tmp_path / "del2.parquet")
+    forget(str(out), str(tmp_path / "del2.parquet"), workers=1)
+    top = json.loads((out / "manifest.json").read_text())
+    for s in top["snapshots"]:
+        for f in s.get("dedup_state", {}).get("files", {}).values():
+            assert '"a1"' not in str(pq.read_table(out / f, columns=["_dk_hist"]).to_pylist()), f
+    assert ids(out) == ["c3"]
+
+
+def test_state_layouts_old_is_read_newer_is_refused(tmp_path):
+    """Layout 1 (before dropped duplicates' keys; no `layout` field) is still read; a newer layout is
+    refused in one line saying what to do."""
+    from datakit.stages.dedup.history import StateLayoutError
+
+    run_day(tmp_path, "2026-11-01", DAY1)
+    out = tmp_path / "ds"
+    top_file = out / "manifest.json"
+    top = json.loads(top_file.read_text())
+    entry = top["snapshots"][0]["dedup_state"]
+    bands = out / entry["files"]["bands"]  # as layout 1 wrote it: (band, bucket, hist), one row group
+    t = pq.read_table(bands).select(["_dk_band", "_dk_bucket", "_dk_hist"]).sort_by([("_dk_band", "ascending"), ("_dk_bucket", "ascending")])
+    pq.write_table(t, bands)
+    del entry["layout"]
+    top_file.write_text(json.dumps(top))
+    run_day(tmp_path, "2026-11-02", DAY2)
+    assert dropped(out, "dt=2026-11-02")["b2"][0] == "near_duplicate_of_history"
+    top = json.loads(top_file.read_text())
+    top["snapshots"][0]["dedup_state"]["layout"] = 99
+    top_file.write_text(json.dumps(top))
+    with pytest.raises(StateLayoutError, match="upgrade datakit") as e:
+        run_day(tmp_path, "2026-11-03", DAY3)
+    assert "\n" not in str(e.value)

@@ -37,7 +37,7 @@ def _summary(m: dict[str, Any], path: Path) -> list[str]:
     ]
     if "config_hash" in m:
         lines.append(f"pipeline  config sha256 {str(m['config_hash'])[:16]}…")
-    if m.get("format") == "packed":
+    if m.get("format") in ("packed", "mds"):
         seqs, seq_len = t.get("sequences", 0), int(m.get("seq_len", 0))
         slots = seqs * seq_len
         lines += [
@@ -95,8 +95,8 @@ def inspect_dataset(path: str | Path, sequences: int = 2, max_chars: int = 1500,
     from datakit.io.verify import verify_dataset
 
     verify_dataset(str(path), m, checksums=verify)  # sizes always; sha256 with --verify
-    if m.get("format") not in ("packed", "megatron"):
-        raise ValueError(f"{path}: format {m.get('format')!r} is not a tokenized dataset (packed or megatron)")
+    if m.get("format") not in ("packed", "megatron", "mds"):
+        raise ValueError(f"{path}: format {m.get('format')!r} is not a tokenized dataset (packed, megatron or mds)")
     lines = _summary(m, path)
     tok = _load_tok(path, m)
     if m.get("format") == "packed" and sequences > 0:
@@ -115,6 +115,17 @@ def inspect_dataset(path: str | Path, sequences: int = 2, max_chars: int = 1500,
                     continue
                 lines.append(f"── [{a}:{b}) doc {s['doc_id']} +{s['doc_offset']}")
                 lines.append(_clip(render_tokens(tok, np.asarray(tokens[a:b]), np.asarray(mask[a:b])), max_chars))
+    elif m.get("format") == "mds" and sequences > 0:
+        from datakit.stages.tokenize.mds import read_samples
+
+        for i, smp in enumerate(read_samples(str(path / "data"), sequences)):
+            ids, mask = smp["input_ids"], smp["loss_mask"]
+            starts = np.append(np.flatnonzero(smp["position_ids"] == 0), len(ids))
+            lines += ["", f"═══ sequence {i}: {len(starts) - 1} segments (documents start where position_ids is 0), "
+                          f"{int(mask.sum())}/{len(ids)} tokens with loss ═══"]
+            for a, b in zip(starts[:-1].tolist(), starts[1:].tolist()):
+                lines.append(f"── [{a}:{b})")
+                lines.append(_clip(render_tokens(tok, ids[a:b], mask[a:b]), max_chars))
     elif m.get("format") == "megatron" and sequences > 0:
         for prefix in m.get("data_prefixes", [])[:1]:
             for j, ids in enumerate(_megatron_docs(path / prefix, sequences)):
@@ -137,7 +148,7 @@ def _megatron_docs(prefix: Path, n: int) -> list[np.ndarray]:
 
 
 def inspect_command(
-    path: Path = typer.Argument(..., help="A packed (or megatron) dataset folder written by datakit."),
+    path: Path = typer.Argument(..., help="A packed, megatron or mds dataset folder written by datakit."),
     sequences: int = typer.Option(2, "--sequences", "-n", help="How many sequences to decode and show."),
     max_chars: int = typer.Option(1500, help="Clip each decoded segment to this many characters."),
     verify: bool = typer.Option(False, "--verify", help="Also compare every data file's sha256 with the manifest."),

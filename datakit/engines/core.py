@@ -21,9 +21,10 @@ from datakit.engines.contract import conform_output
 from datakit.io import identity, publish, sinks
 from datakit.io.atomic import write_json_atomic
 from datakit.io.fs import filesystem
-from datakit.plan import DROP, DROP_DETAIL, METRICS, Plan, SinkSpec
+from datakit.plan import DROP, DROP_DETAIL, DROP_STATE, METRICS, Plan, SinkSpec
 
-__all__ = ["Engine", "METRICS", "QUARANTINE_SCHEMA", "DROPLOG_SCHEMA", "SIDE_OUTPUTS", "RunResult", "MapOutput",
+__all__ = ["Engine", "worker_fn", "METRICS", "QUARANTINE_SCHEMA", "DROPLOG_SCHEMA", "DROPSTATE_SCHEMA", "SIDE_OUTPUTS",
+           "RunResult", "MapOutput",
            "conform", "apply_map", "shard_count", "resolve_sink", "write_side_output", "commit_run",
            "remove_if_empty"]
 
@@ -33,10 +34,14 @@ QUARANTINE_SCHEMA = pa.schema([
 ])
 DROPLOG_SCHEMA = pa.schema([("stage", pa.string()), ("key", pa.string()), ("reason", pa.string()),
                             ("detail", pa.string())])
+# dropped rows' `_drop_state` (datakit.plan): what a later run needs of them (dedup against history)
+DROPSTATE_SCHEMA = pa.schema([("stage", pa.string()), ("key", pa.string()), ("detail", pa.string()),
+                              ("state", pa.string())])
 # side output -> (folder under the output, schema); rows are sorted by every column in schema order
 SIDE_OUTPUTS: dict[str, tuple[str, pa.Schema]] = {
     "quarantine": ("_quarantine", QUARANTINE_SCHEMA),
     "droplog": ("_dropped", DROPLOG_SCHEMA),
+    "dropstate": ("_dropped_state", DROPSTATE_SCHEMA),
 }
 DEFAULT_ROWS_PER_SHARD = 100_000
 
@@ -72,6 +77,32 @@ class Engine:
 
     def _execute(self, plan: Plan) -> RunResult:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+# token -> a batch function loaded and set up in this process; only the current run's are kept
+_READY: dict[str, Any] = {}
+
+
+def worker_fn(token: str, load: Callable[[], Any]) -> Any:
+    """The batch function named `token` ("<run>:<op>"), ready in this worker process.
+
+    Why here: a stage function that needs a model, tokenizer or analyzer defines `setup()` (load
+    it into the instance; never pickled) and both engines call this, so `setup()` runs once per
+    worker process per run (local pool worker or in-process run, Spark Python worker), not once
+    per task, and a stage keeps no module-level cache of its own. Another run's functions are
+    dropped when a new run's first one arrives (a kept pool must not hold old eval tables).
+    """
+    fn = _READY.get(token)
+    if fn is None:
+        run = token.partition(":")[0]
+        for old in [k for k in _READY if k.partition(":")[0] != run]:
+            del _READY[old]
+        fn = load()
+        setup = getattr(fn, "setup", None)
+        if callable(setup):
+            setup()
+        _READY[token] = fn
+    return fn
 
 
 def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
@@ -131,6 +162,14 @@ def quarantine_rows(stage: str, rows: pa.RecordBatch) -> pa.RecordBatch:
 def droplog_rows(stage: str, key: str, rows: pa.RecordBatch) -> pa.RecordBatch:
     """Dropped rows of a drop-logging op as DROPLOG_SCHEMA rows (`key` is the row's id column)."""
     return _side_rows(rows, DROPLOG_SCHEMA, stage, {"key": key, "reason": DROP, "detail": DROP_DETAIL})
+
+
+def dropstate_rows(stage: str, key: str, rows: pa.RecordBatch) -> pa.RecordBatch | None:
+    """Dropped rows that carry a `_drop_state` as DROPSTATE_SCHEMA rows (None: no such row)."""
+    if DROP_STATE not in rows.schema.names or rows.column(DROP_STATE).null_count == rows.num_rows:
+        return None
+    rows = rows.filter(pc.is_valid(rows.column(DROP_STATE)))
+    return _side_rows(rows, DROPSTATE_SCHEMA, stage, {"key": key, "detail": DROP_DETAIL, "state": DROP_STATE})
 
 
 def _side_rows(rows: pa.RecordBatch, schema: pa.Schema, stage: str, source: dict[str, str]) -> pa.RecordBatch:

@@ -44,14 +44,14 @@ import pyarrow as pa
 from datakit import progress
 from datakit.accounting import NodeStats, stage_report
 from datakit.engines.core import (Engine, RunResult, apply_map, commit_run, conform, remove_if_empty, resolve_sink,
-                                  reused_shards, write_side_output)
+                                  reused_shards, worker_fn, write_side_output)
 from datakit.engines.spark_partitions import (SHUFFLE_CONF, TARGET_CONF, PartitionPlan, check_user_conf,
                                               plan_partitions)
 from datakit.engines.spark_session import (SparkError, SparkJobError, SparkSetupError, executor_environment,
                                            get_session, log_file, straggler_conf, translate_errors)
 from datakit.io import identity, publish, sinks
 from datakit.io.readers import iter_source
-from datakit.plan import (DROP, DROP_DETAIL, Aggregate, ConnectedComponents, Join, MapBatches, Node, Plan,
+from datakit.plan import (DROP, DROP_DETAIL, DROP_STATE, Aggregate, ConnectedComponents, Join, MapBatches, Node, Plan,
                           SinkSpec, Source)
 
 log = logging.getLogger("datakit.engine.spark")
@@ -62,20 +62,14 @@ SHARD_COL = "_shard"
 # --------------------------------------------------------------------------- executor-side functions
 # Module-level classes: cloudpickle ships them by reference, executors import this module.
 
-_FN_CACHE: dict[str, Any] = {}
-
-
 def _load_fn(bc, token: str) -> Any:
-    """The stage function of a broadcast, unpickled once per Python worker (not per task).
+    """The stage function of a broadcast, unpickled and set up once per Python worker (not per task).
 
-    `token` is a random id made on the driver: executors do not know a broadcast's id.
+    `token` ("<run>:<random>") is made on the driver: executors do not know a broadcast's id.
     """
-    fn = _FN_CACHE.get(token)
-    if fn is None:
-        from pyspark import cloudpickle
+    from pyspark import cloudpickle
 
-        fn = _FN_CACHE[token] = cloudpickle.loads(bc.value)
-    return fn
+    return worker_fn(token, lambda: cloudpickle.loads(bc.value))
 
 
 def _cast_in(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
@@ -87,10 +81,12 @@ def _cast_in(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 # (a prefix no stage uses: stages name their own internal columns `_dk_*`)
 KIND, OP, SKIND, SNAME, N = "__sx_kind", "__sx_op", "__sx_skind", "__sx_sname", "__sx_n"
 QFILE, QLINE, QRAW, DKEY = "__sx_qfile", "__sx_qline", "__sx_qraw", "__sx_key"
+DSTATE = "__sx_state"
 DATA, DROPPED, STATS = 0, 1, 2
 _CHAIN_COLS = [
     pa.field(KIND, pa.int8()), pa.field(OP, pa.int32()), pa.field(DROP, pa.string()), pa.field(DROP_DETAIL, pa.string()),
     pa.field(QFILE, pa.string()), pa.field(QLINE, pa.int64()), pa.field(QRAW, pa.binary()), pa.field(DKEY, pa.string()),
+    pa.field(DSTATE, pa.string()),
     pa.field(SKIND, pa.string()), pa.field(SNAME, pa.string()), pa.field(N, pa.int64()),
 ]
 
@@ -187,6 +183,7 @@ class _ChainFn:
                          QRAW: col("_raw", pa.binary())})
         else:
             cols[DKEY] = col(op["drop_log_key"], pa.string())
+            cols[DSTATE] = col(DROP_STATE, pa.string())
         return self._emit(m, cols)
 
 
@@ -335,6 +332,7 @@ class _Run:
     def __init__(self, engine: SparkEngine, spark, plan: Plan, parts: PartitionPlan) -> None:
         self.engine, self.spark, self.plan = engine, spark, plan
         self.sc = spark.sparkContext
+        self.token = uuid.uuid4().hex[:12]  # this run's prefix of batch-function tokens (core.worker_fn)
         self.parts = parts
         self.n = parts.n  # read slices and shuffle partitions (spark_partitions.py: from input size by default)
         self.df: dict[int, Any] = {}
@@ -344,6 +342,7 @@ class _Run:
         self.broadcasts: list[Any] = []
         self.quarantine: list[Any] = []
         self.droplog: list[Any] = []
+        self.dropstate: list[Any] = []
         self.infos: list[dict[str, Any]] = []
         self.spec: SinkSpec | None = None
         self.current = "starting"
@@ -503,8 +502,8 @@ class _Run:
         for op in ops:
             bc = self.sc.broadcast(cloudpickle.dumps(op.fn))
             self.broadcasts.append(bc)
-            op_specs.append({"bc": bc, "token": uuid.uuid4().hex, "schema": op.schema, "stage": op.stage,
-                             "name": op.name, "quarantine": op.quarantine, "drop_log_key": op.drop_log_key})
+            op_specs.append({"bc": bc, "token": f"{self.token}:{uuid.uuid4().hex}", "schema": op.schema,
+                             "stage": op.stage, "name": op.name, "quarantine": op.quarantine, "drop_log_key": op.drop_log_key})
         fn = _ChainFn(base.format if read_files else None, base.schema if read_files else None,
                       in_schema, op_specs, data_schema, out_schema)
         out = self._persist(inp.mapInArrow(fn, from_arrow_schema(out_schema)))
@@ -542,6 +541,10 @@ class _Run:
                 self.droplog.append(dropped.select(
                     F.lit(op.stage).alias("stage"), F.col(DKEY).alias("key"), F.col(DROP).alias("reason"),
                     F.col(DROP_DETAIL).alias("detail")))
+                if op.drop_state:
+                    self.dropstate.append(dropped.where(F.col(DSTATE).isNotNull()).select(
+                        F.lit(op.stage).alias("stage"), F.col(DKEY).alias("key"), F.col(DROP_DETAIL).alias("detail"),
+                        F.col(DSTATE).alias("state")))
         self.df[node.id] = out.where(F.col(KIND) == DATA).select(*data_schema.names)
         self.arrow[node.id] = data_schema
 
@@ -627,13 +630,16 @@ class _Run:
         from pyspark.sql import functions as F
 
         out = self.plan.sink.path.rstrip("/")
-        for frames, side in ((self.quarantine, "quarantine"), (self.droplog, "droplog")):
+        for frames, side in ((self.quarantine, "quarantine"), (self.droplog, "droplog"), (self.dropstate, "dropstate")):
             if not frames:
                 write_side_output(None, out, side)  # removes an earlier run's side output
                 continue
             df = frames[0]
             for f in frames[1:]:
                 df = df.unionByName(f)
+            if side == "dropstate" and df.isEmpty():  # only some drop-logging ops carry state
+                write_side_output(None, out, side)
+                continue
             (df.withColumn("_g", F.lit(0)).groupBy("_g")
              .applyInArrow(_table_fn(_WriteSide(out, side)), "rows long").collect())
 

@@ -18,6 +18,35 @@ from datakit.plan import DROP, Rel
 from datakit.stages.base import CompileContext, StageConfig, register_stage
 from datakit.stages.consent import OPTOUT_SUFFIXES, ids_digest, read_id_lists
 
+def _digest(field: str, value: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(f"{field}\x00{value}".encode()).hexdigest()[:16]
+
+
+def lineage_digests(source: dict | None, meta: str | None) -> list[str]:
+    """Digests of the ids `ForgetFn` matches a record by (user, org, event ids), sorted.
+
+    Why digests: the dedup state keeps what it needs of *dropped* duplicates (their band keys) for
+    later runs; a deletion list must still find them (`list_digests`), without the state holding
+    the ids themselves."""
+    s = source or {}
+    out = set()
+    for field, value in (("user_id", s.get("user_id")), ("org_id", s.get("org_id")), ("event_id", s.get("event_id"))):
+        if value is not None:
+            out.add(_digest(field, str(value)))
+    if meta and "event_ids" in meta:
+        for e in json.loads(meta).get("event_ids") or []:
+            out.add(_digest("event_id", str(e)))
+    return sorted(out)
+
+
+def list_digests(users: tuple[str, ...], orgs: tuple[str, ...], events: tuple[str, ...]) -> set[str]:
+    """The `lineage_digests` a deletion list matches."""
+    return ({_digest("user_id", u) for u in users} | {_digest("org_id", o) for o in orgs}
+            | {_digest("event_id", e) for e in events})
+
+
 class ForgetFn:
     """Batch function over training records: `_drop` = opt_out_user / opt_out_org / deleted_event by lineage.
 

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from datakit import watchdog
 from datakit.accounting import NodeStats
-from datakit.engines.core import apply_map, conform, droplog_rows, quarantine_rows
+from datakit.engines.core import apply_map, conform, droplog_rows, dropstate_rows, quarantine_rows, worker_fn
 from datakit.engines.local.broadcast import broadcast_table
 from datakit.engines.local.memory import release_free_memory
 from datakit.engines.local.spill import IpcSpill, Partition, read_spill
@@ -45,12 +45,13 @@ class ChainTask:
     aux_dir: str = ""
     broadcasts: dict[int, str] = field(default_factory=dict)
     shard_by: str = "hash"  # `SinkSpec.partition`
+    run_token: str = ""  # names this run's batch functions: each is set up once per worker (core.worker_fn)
 
 
-def _apply_op(op: MapBatches, batch: pa.RecordBatch, st: NodeStats, aux: "_AuxWriters") -> pa.RecordBatch:
+def _apply_op(op: MapBatches, fn: Any, batch: pa.RecordBatch, st: NodeStats, aux: "_AuxWriters") -> pa.RecordBatch:
     st.rows_in += batch.num_rows
     t0 = time.perf_counter()
-    r = apply_map(op.fn, batch, op.schema, op.stage, op.name)
+    r = apply_map(fn, batch, op.schema, op.stage, op.name)
     st.metrics.update(r.metrics)
     if r.dropped is not None:
         st.dropped.update(r.drops)
@@ -58,6 +59,9 @@ def _apply_op(op: MapBatches, batch: pa.RecordBatch, st: NodeStats, aux: "_AuxWr
             aux.q.append(quarantine_rows(op.stage, r.dropped))
         elif op.drop_log_key:
             aux.d.append(droplog_rows(op.stage, op.drop_log_key, r.dropped))
+            state = dropstate_rows(op.stage, op.drop_log_key, r.dropped) if op.drop_state else None
+            if state is not None:
+                aux.s.append(state)
     st.rows_out += r.kept.num_rows
     st.seconds += time.perf_counter() - t0
     return r.kept
@@ -112,12 +116,15 @@ class _AuxWriters:
         self.aux_dir, self.part_name = aux_dir, part_name
         self.q: list[pa.RecordBatch] = []
         self.d: list[pa.RecordBatch] = []
+        self.s: list[pa.RecordBatch] = []
 
     def close(self) -> None:
         if self.q:
             pq.write_table(pa.Table.from_batches(self.q), f"{self.aux_dir}/quarantine-{self.part_name}.parquet")
         if self.d:
             pq.write_table(pa.Table.from_batches(self.d), f"{self.aux_dir}/droplog-{self.part_name}.parquet")
+        if self.s:
+            pq.write_table(pa.Table.from_batches(self.s), f"{self.aux_dir}/dropstate-{self.part_name}.parquet")
 
 
 def run_chain(task: ChainTask) -> dict[str, Any]:
@@ -138,6 +145,8 @@ def run_chain(task: ChainTask) -> dict[str, Any]:
     writers: dict[int, pq.ParquetWriter] = {}
     files: dict[int, str] = {}
     out_schema = task.ops[-1].schema if task.ops else task.partition.schema
+    fns = {op.id: worker_fn(f"{task.run_token}:{op.id}", lambda op=op: op.fn)
+           for op in task.ops if not isinstance(op, Join)}
     try:
         for batch in task.partition.batches():
             base_rows += batch.num_rows
@@ -145,7 +154,7 @@ def run_chain(task: ChainTask) -> dict[str, Any]:
                 if isinstance(op, Join):
                     batch = _apply_broadcast_join(op, batch, stats[op.id], broadcast_table(task.broadcasts[op.id]))
                 else:
-                    batch = _apply_op(op, batch, stats[op.id], aux)
+                    batch = _apply_op(op, fns[op.id], batch, stats[op.id], aux)
             release_free_memory()
             watchdog.beat()
             if batch.num_rows == 0:

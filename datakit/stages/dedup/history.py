@@ -1,27 +1,38 @@
-"""Dedup against a dataset's history (append mode): the state of kept documents, and its plan nodes.
+"""Dedup against a dataset's history (append mode): the state, and the lookups that read it.
 
-State (per snapshot, written with it under `_snapshots/<ID>/_dedup_state/`, listed in the top manifest,
-so it is versioned and rolled back with the snapshot):
+State (per snapshot, written with it under `_snapshots/<ID>/_dedup_state/`, listed in the top manifest
+with `layout: 2`, so it is versioned and rolled back with the snapshot; schemas/output_layout.md):
 
-    exact.parquet       _dk_key (the exact content key, `text.exact_keys`), _dk_hist
-    signatures.parquet  _dk_hist, _dk_hsig (MinHash signature, little-endian uint32 bytes)
-    bands.parquet       _dk_band, _dk_bucket (the LSH bucket of each band), _dk_hist
+    exact.parquet       _dk_key (the exact content key, `text.exact_keys`), _dk_hist     sorted by _dk_key
+    bands.parquet       _dk_bucket, _dk_band, _dk_hist, _dk_via                          sorted by _dk_bucket
+    signatures.parquet  _dk_hist, _dk_hsig (MinHash signature, little-endian uint32)     sorted by _dk_hist
+    texts.parquet       _dk_hist, _dk_htext (dedup text; `verify: exact` only)           sorted by _dk_hist
 
-`_dk_hist` is the kept document as `{"doc_id": ..., "snapshot": ...}` (canonical JSON): it is the
-drop log's detail of a document dropped as `exact_duplicate_of_history` / `near_duplicate_of_history`.
-The state is computed from the snapshot's *committed* records (a pure function of its data), so both
-engines produce the same state bytes.
+`_dk_hist` is a kept document as `{"doc_id": ..., "snapshot": ...}` (canonical JSON): the drop log's
+detail of a document dropped as `exact_duplicate_of_history` / `near_duplicate_of_history`.
 
-Why plan nodes (a `Source` of the state joined into the dedup stage) and not a lookup in driver code:
-both engines then execute it, byte-identical, and the cost of a run is a join of today's documents
-(their band keys) with the state's band keys -- proportional to today's input plus a scan of the
-state, never a recomputation of the history. Verification against history uses the stored signatures
-(estimated Jaccard) with `verify: signature`; with `verify: exact` (the default) the state also keeps
-the kept documents' dedup texts (texts.parquet: `_dk_hist`, `_dk_htext`), so a pair across days is
-decided by exact Jaccard, as a single run over all days decides it.
+Why the band keys of *dropped* near duplicates too (`_dk_via` set; null on a kept document's own
+rows): a single run over all days clusters by connected components, so a document reaches a kept
+document through a chain of near duplicates (A kept, B ~ A dropped, C ~ B). With only the kept
+documents' keys, C would have to share an LSH bucket with A itself, and the history would miss what
+one run finds. So the run that drops B writes B's band keys (`_dropped_state/`, datakit.plan), and
+the state maps them to B's kept document A: C meets A through B's buckets, and is then checked
+against A itself (verification), as the single run's `similar_to_kept` rule does. `_dk_via` holds
+digests of B's lineage (`forget.lineage_digests`), so forgetting B removes B's keys; forgetting A
+removes every row mapped to A. The state is a pure function of the snapshot's committed records and
+its `_dropped_state/` (both byte-identical on every engine), so both engines write the same bytes.
+
+Why lookups (a MapBatches function reading the state) and not a Source of the state joined in:
+a join reads every snapshot's state, so day N would cost a scan of the whole history. Each state
+file is sorted by its lookup key and written in small row groups; a batch of today's documents reads,
+per file, only the row groups whose min/max statistics can hold one of its keys (footers are cached
+per process, keyed by the file's sha256 from the manifest). Day N costs its own input plus those
+reads. The function is row-local and a pure function of the batch and immutable files, so both
+engines run it unchanged, byte-identical, with no shuffle.
 """
 from __future__ import annotations
 
+import bisect
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -29,18 +40,27 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
-from datakit.plan import DROP, DROP_DETAIL, Rel, source
+from datakit.io.fs import InputError
+from datakit.plan import DROP, DROP_DETAIL, DROP_STATE, Rel
 
-_HIST, _HSIG, _HMIN = "_dk_hist", "_dk_hsig", "_dk_hist_min"
+LAYOUT = 2  # the state layout this version writes; layout 1 (no `layout` field) is read too
+_HIST, _HSIG, _HTEXT, _VIA = "_dk_hist", "_dk_hsig", "_dk_htext", "_dk_via"
 _KEY, _SIG, _BAND, _BUCKET = "_dk_key", "_dk_sig", "_dk_band", "_dk_bucket"
 STATE_FILES = {"exact": "exact.parquet", "signatures": "signatures.parquet", "bands": "bands.parquet",
                "texts": "texts.parquet"}
-_HTEXT = "_dk_htext"
 TEXT_SCHEMA = pa.schema([(_HIST, pa.string()), (_HTEXT, pa.string())])
 EXACT_SCHEMA = pa.schema([(_KEY, pa.string()), (_HIST, pa.string())])
 SIG_SCHEMA = pa.schema([(_HIST, pa.string()), (_HSIG, pa.binary())])
-BAND_SCHEMA = pa.schema([(_BAND, pa.int32()), (_BUCKET, pa.int64()), (_HIST, pa.string())])
+BAND_SCHEMA = pa.schema([(_BUCKET, pa.int64()), (_BAND, pa.int32()), (_HIST, pa.string()), (_VIA, pa.string())])
+# rows per row group: the unit a lookup reads (small: a day's keys hit few groups of a large state)
+ROW_GROUP = {"exact": 1024, "bands": 256, "signatures": 64, "texts": 8}
+_SORT = {"exact": [_KEY, _HIST], "bands": [_BUCKET, _BAND, _HIST, _VIA], "signatures": [_HIST], "texts": [_HIST]}
+
+
+class StateLayoutError(InputError):
+    """A snapshot's dedup state has a layout this version cannot read (one line, exit 2)."""
 
 
 def history_config(stages: list[Any]):
@@ -61,195 +81,336 @@ def state_params(cfg: Any) -> dict[str, Any]:
             "text_column": cfg.text_column, "minhash": near}
 
 
+def hist_id(doc_id: str, snapshot: str) -> str:
+    return json.dumps({"doc_id": doc_id, "snapshot": snapshot}, sort_keys=True, separators=(",", ":"))
+
+
 def _hist_ids(doc_ids: list[str], snapshot: str) -> pa.Array:
-    return pa.array([json.dumps({"doc_id": d, "snapshot": snapshot}, sort_keys=True, separators=(",", ":"))
-                     for d in doc_ids], pa.string())
+    return pa.array([hist_id(d, snapshot) for d in doc_ids], pa.string())
+
+
+def write_table(t: pa.Table, kind: str, url: str) -> None:
+    """A state file: sorted by its lookup key, small row groups, statistics on (same bytes everywhere)."""
+    from datakit.io.atomic import atomic_path
+    from datakit.io.fs import filesystem
+    from datakit.io.sinks import PARQUET_WRITE_OPTIONS
+
+    t = t.take(pc.sort_indices(t, [(c, "ascending") for c in _SORT[kind] if c in t.column_names])).combine_chunks()
+    opts = {**PARQUET_WRITE_OPTIONS, "row_group_size": ROW_GROUP[kind]}
+    with atomic_path(url) as tmp:
+        fs, p = filesystem(tmp)
+        pq.write_table(t, p, filesystem=fs, **opts)
+
+
+def _member_rows(snap_path: str, snapshot: str, kept: set[str], bands: int) -> pa.Table:
+    """Band rows of the near duplicates this run dropped (`_dropped_state/`), mapped to their kept document."""
+    from datakit.io.fs import filesystem
+
+    url = f"{snap_path.rstrip('/')}/_dropped_state/part-00000.parquet"
+    fs, p = filesystem(url)
+    if not fs.exists(p):
+        return BAND_SCHEMA.empty_table()
+    log = pq.read_table(p, filesystem=fs, columns=["detail", "state"])
+    buckets, band_ix, hists, vias = [], [], [], []
+    for detail, state in zip(log.column("detail").to_pylist(), log.column("state").to_pylist()):
+        if detail is None or state is None:
+            continue
+        if detail.startswith("{"):  # dropped as a duplicate of history: detail is the kept document's hist id
+            rep = detail
+        elif detail in kept:  # dropped in favour of a document of this snapshot (that a later stage kept too)
+            rep = hist_id(detail, snapshot)
+        else:
+            continue
+        st = json.loads(state)
+        keys = st["keys"]
+        if len(keys) != bands:
+            raise ValueError(f"snapshot {snapshot}: _dropped_state has {len(keys)} band keys per document, expected {bands}")
+        via = " ".join(st.get("via") or [])
+        buckets += keys
+        band_ix += range(bands)
+        hists += [rep] * bands
+        vias += [via] * bands
+    return pa.table([pa.array(buckets, pa.int64()), pa.array(band_ix, pa.int32()), pa.array(hists, pa.string()),
+                     pa.array(vias, pa.string())], schema=BAND_SCHEMA)
 
 
 def write_state(snap_path: str, snapshot: str, cfg: Any) -> dict[str, Any]:
-    """Compute and write the snapshot's dedup state from its committed records; returns the manifest entry."""
+    """Compute and write the snapshot's dedup state from its committed records and `_dropped_state/`;
+    returns the manifest entry."""
     from datakit.io.atomic import sha256_file
     from datakit.io.dataset import read_output
-    from datakit.io.sinks import write_parquet
-    from datakit.stages.dedup.stage import _BandFn, _SignatureFn, _sig_matrix
+    from datakit.stages.dedup.stage import _BandFn, _SignatureFn
     from datakit.stages.dedup.text import exact_keys
     from datakit.stages.texts import record_texts
 
     table = read_output(snap_path)
     scope = "kind" if cfg.scope == "kind" and "kind" in table.column_names else None
     root = f"{snap_path.rstrip('/')}/_dedup_state"
-    hist = _hist_ids(table.column("doc_id").to_pylist() if table.num_rows else [], snapshot)
-    files: dict[str, str] = {}
+    doc_ids = table.column("doc_id").to_pylist() if table.num_rows else []
+    hist = _hist_ids(doc_ids, snapshot)
+    tables: list[tuple[str, pa.Table]] = []
     if cfg.exact:
         keys = exact_keys(record_texts(table, cfg.text_column), cfg.exact_normalize,
                           table.column(scope).combine_chunks() if scope else None) if table.num_rows else pa.array([], pa.string())
-        t = pa.table([keys, hist], schema=EXACT_SCHEMA)
-        t = t.take(pc.sort_indices(t, [(_KEY, "ascending"), (_HIST, "ascending")]))
-        files["exact"] = STATE_FILES["exact"]
-        write_parquet(t, f"{root}/{files['exact']}")
+        tables.append(("exact", pa.table([keys, hist], schema=EXACT_SCHEMA)))
     m = cfg.minhash
     if m is not None:
         bands, rows = m.band_rows()
         batch = table.combine_chunks().to_batches()[0] if table.num_rows else None
         if batch is not None:
             docs = _SignatureFn(cfg.text_column, m, scope)(batch)
-            banded = _BandFn(m.num_perm, bands, rows, scope)(docs)
-            by_doc = dict(zip(docs.column("doc_id").to_pylist(), hist.to_pylist()))
+            idx, keys = _BandFn(m.num_perm, bands, rows, scope).keys(docs)
             sig_t = pa.table([hist, docs.column(_SIG)], schema=SIG_SCHEMA)
-            band_t = pa.table([banded.column(_BAND), banded.column(_BUCKET),
-                               pa.array([by_doc[d] for d in banded.column("doc_id").to_pylist()], pa.string())],
-                              schema=BAND_SCHEMA)
+            own = pa.table([pa.array(keys.reshape(-1), pa.int64()), pa.array(np.tile(np.arange(bands, dtype=np.int32), len(idx))),
+                            hist.take(pa.array(np.repeat(idx, bands), pa.int64())), pa.nulls(len(idx) * bands, pa.string())],
+                           schema=BAND_SCHEMA)
         else:
-            sig_t, band_t = SIG_SCHEMA.empty_table(), BAND_SCHEMA.empty_table()
-        sig_t = sig_t.take(pc.sort_indices(sig_t, [(_HIST, "ascending")]))
-        band_t = band_t.take(pc.sort_indices(band_t, [(_BAND, "ascending"), (_BUCKET, "ascending"), (_HIST, "ascending")]))
-        _ = _sig_matrix  # signatures are stored exactly as the stage computes them
-        tables = [("signatures", sig_t), ("bands", band_t)]
+            sig_t, own = SIG_SCHEMA.empty_table(), BAND_SCHEMA.empty_table()
+        members = _member_rows(snap_path, snapshot, set(doc_ids), bands)
+        band_t = pa.concat_tables([own, members])
+        if members.num_rows:  # one row per (key, kept doc, lineage): a dropped copy adds no repeated rows
+            band_t = band_t.group_by(BAND_SCHEMA.names, use_threads=False).aggregate([]).select(BAND_SCHEMA.names)
+        tables += [("signatures", sig_t), ("bands", band_t)]
         if m.verify == "exact":  # exact Jaccard against history needs the kept documents' dedup texts
             texts = record_texts(table, cfg.text_column) if table.num_rows else pa.array([], pa.string())
-            text_t = pa.table([hist, texts], schema=TEXT_SCHEMA)
-            tables.append(("texts", text_t.take(pc.sort_indices(text_t, [(_HIST, "ascending")]))))
-        for name, t in tables:
-            files[name] = STATE_FILES[name]
-            write_parquet(t, f"{root}/{files[name]}")
-    files = {k: f"_dedup_state/{v}" for k, v in files.items()}
-    return {"params": state_params(cfg), "files": files,
+            tables.append(("texts", pa.table([hist, texts], schema=TEXT_SCHEMA)))
+    files: dict[str, str] = {}
+    for kind, t in tables:
+        files[kind] = f"_dedup_state/{STATE_FILES[kind]}"
+        write_table(t, kind, f"{root}/{STATE_FILES[kind]}")
+    return {"layout": LAYOUT, "params": state_params(cfg), "files": files,
             "sha256": {k: sha256_file(f"{snap_path.rstrip('/')}/{v}") for k, v in files.items()}}
 
 
-def history_files(history: list[dict[str, Any]], kind: str, cfg: Any) -> list[str]:
-    """Absolute paths of the history's state files of one kind; refuses a state written under other settings."""
+def history_files(history: list[dict[str, Any]], kind: str, cfg: Any) -> tuple[tuple[str, str], ...]:
+    """(absolute path, sha256) of the history's state files of one kind, in snapshot order.
+
+    Refuses a state written under other settings, or in a layout newer than this version reads.
+    Layout 1 (before the band keys of dropped duplicates) is read as it is: its files have the same
+    columns; it only lacks those rows, so chains through its dropped documents are not followed."""
     out = []
     want = state_params(cfg)
     for s in history:
         st = s.get("dedup_state")
         if not st:
             continue
+        if int(st.get("layout", 1)) > LAYOUT:
+            raise StateLayoutError(
+                f"snapshot {s['id']}'s dedup state has layout {st['layout']}, newer than this datakit reads "
+                f"(layout {LAYOUT}); upgrade datakit to append to this dataset")
         if st["params"] != want:
             raise ValueError(f"snapshot {s['id']}'s dedup state was written with other dedup settings "
                              f"({st['params']}); history dedup needs the same settings in every snapshot")
         if kind in st["files"]:
-            out.append(f"{s['root']}/{st['files'][kind]}")
-    return out
+            out.append((f"{s['root']}/{st['files'][kind]}", st.get("sha256", {}).get(kind, "")))
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- lookups
+
+_FILES: dict[tuple[str, str], pq.ParquetFile] = {}
+
+
+def _parquet_file(path: str, sha: str) -> pq.ParquetFile:
+    """An open state file, its footer parsed once per process. Keyed by the manifest's sha256 too:
+    a rerun that rewrote the file under the same path is never served the old footer."""
+    f = _FILES.get((path, sha))
+    if f is None:
+        from datakit.io.fs import filesystem
+
+        fs, p = filesystem(path)
+        f = pq.ParquetFile(fs.open(p, "rb"))
+        if len(_FILES) > 4096:
+            _FILES.clear()
+        _FILES[(path, sha)] = f
+    return f
+
+
+def lookup(files: tuple[tuple[str, str], ...], key: str, keys: pa.Array, columns: list[str],
+           stats: dict[str, int] | None = None) -> pa.Table:
+    """Rows of `files` whose `key` column is in `keys`, reading only the row groups whose min/max
+    statistics can hold one of them. `columns` must include `key`. `stats` (optional) counts the
+    row groups and rows read and present (benchmarks/incremental.py reports them)."""
+    uniq = pc.unique(keys.filter(pc.is_valid(keys)))
+    parts = []
+    if len(uniq):
+        srt = uniq.take(pc.sort_indices(uniq)).to_pylist()
+        for path, sha in files:
+            pf = _parquet_file(path, sha)
+            md = pf.metadata
+            j = pf.schema_arrow.get_field_index(key)
+            groups = []
+            for g in range(md.num_row_groups):
+                st = md.row_group(g).column(j).statistics
+                if md.row_group(g).num_rows == 0:
+                    continue
+                if st is None or not st.has_min_max:
+                    groups.append(g)
+                    continue
+                lo = bisect.bisect_left(srt, st.min)
+                if lo < len(srt) and srt[lo] <= st.max:
+                    groups.append(g)
+            if stats is not None:
+                for name, n in (("groups_total", md.num_row_groups), ("groups_read", len(groups)),
+                                ("rows_total", md.num_rows), ("rows_read", sum(md.row_group(g).num_rows for g in groups))):
+                    stats[name] = stats.get(name, 0) + n
+            if groups:
+                t = pf.read_row_groups(groups, columns=columns, use_threads=False)
+                parts.append(t.filter(pc.is_in(t.column(key), value_set=uniq)))
+    if not parts:
+        return pa.schema([pa.field(c, _TYPES[c]) for c in columns]).empty_table()
+    return pa.concat_tables([p.select(columns).cast(pa.schema([pa.field(c, _TYPES[c]) for c in columns])) for p in parts])
+
+
+_TYPES = {_KEY: pa.string(), _HIST: pa.string(), _HSIG: pa.binary(), _HTEXT: pa.string(), _BUCKET: pa.int64(),
+          _BAND: pa.int32(), _VIA: pa.string()}
 
 
 # --------------------------------------------------------------------------- batch functions (picklable)
 
 @dataclass(frozen=True)
-class _Project:
-    """Keep only the declared columns (a Parquet source appends provenance columns)."""
+class DropState:
+    """The `_drop_state` of near duplicates dropped in an append-mode run: their band keys and lineage
+    digests, so the snapshot's state can map them to the document they were dropped for."""
 
+    sig_fn: Any  # stage._SignatureFn
+    band_fn: Any  # stage._BandFn
+
+    def __call__(self, batch: pa.RecordBatch, loser: pa.Array,
+                 known: tuple[np.ndarray, np.ndarray] | None = None) -> pa.Array:
+        """`known`: (row indices, band keys) of the batch's documents when the caller has them already."""
+        from datakit.stages.forget import lineage_digests
+
+        out: list[str | None] = [None] * batch.num_rows
+        rows = np.nonzero(pc.fill_null(loser, False).to_numpy(zero_copy_only=False))[0]
+        if len(rows) == 0:
+            return pa.array(out, pa.string())
+        sub = batch.take(pa.array(rows, pa.int64()))
+        if known is not None:  # the losers' rows among the documents with band keys
+            pos = {int(r): i for i, r in enumerate(known[0])}
+            have = [j for j, r in enumerate(rows.tolist()) if r in pos]
+            idx, keys = np.array(have, dtype=np.int64), known[1][[pos[int(rows[j])] for j in have]]
+        else:
+            idx, keys = self.band_fn.keys(self.sig_fn(sub))
+        names = sub.schema.names
+        src = sub.column("source").to_pylist() if "source" in names else [None] * len(rows)
+        meta = sub.column("meta").to_pylist() if "meta" in names else [None] * len(rows)
+        for i, k in zip(idx.tolist(), keys.tolist()):
+            via = lineage_digests(src[i] if isinstance(src[i], dict) else None, meta[i] if isinstance(meta[i], str) else None)
+            out[int(rows[i])] = json.dumps({"keys": k, "via": via}, separators=(",", ":"))
+        return pa.array(out, pa.string())
+
+
+def _marked(batch: pa.RecordBatch, names: tuple[str, ...], reason: str, hit: pa.Array,
+            state: DropState | None, known: tuple[np.ndarray, np.ndarray] | None = None) -> pa.RecordBatch:
+    if isinstance(hit, pa.ChunkedArray):
+        hit = hit.combine_chunks()
+    drop = pc.if_else(pc.is_valid(hit), pa.scalar(reason, pa.string()), pa.scalar(None, pa.string()))
+    cols = [batch.column(n) for n in names] + [drop, hit.cast(pa.string())]
+    out_names = list(names) + [DROP, DROP_DETAIL]
+    if state is not None:
+        cols.append(state(batch, pc.is_valid(hit), known))
+        out_names.append(DROP_STATE)
+    return pa.RecordBatch.from_arrays(cols, names=out_names)
+
+
+def _min_per_row(n: int, rows: np.ndarray, hists: list[str]) -> pa.Array:
+    best: list[str | None] = [None] * n
+    for r, h in zip(rows.tolist(), hists):
+        if best[r] is None or h < best[r]:
+            best[r] = h
+    return pa.array(best, pa.string())
+
+
+@dataclass(frozen=True)
+class HistExactFn:
+    """Drop records whose exact key a kept document of the history has (`exact_duplicate_of_history`,
+    detail: the smallest such document)."""
+
+    key_fn: Any  # stage._ExactKeyFn
+    files: tuple[tuple[str, str], ...]
     names: tuple[str, ...]
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        return pa.RecordBatch.from_arrays([batch.column(n) for n in self.names], names=list(self.names))
+        keys = self.key_fn(batch).column(_KEY)
+        found = lookup(self.files, _KEY, keys, [_KEY, _HIST])
+        best = found.group_by(_KEY, use_threads=False).aggregate([(_HIST, "min")])
+        idx = pc.index_in(keys, value_set=best.column(_KEY))
+        hit = pc.take(best.column(f"{_HIST}_min"), idx)
+        return _marked(batch, self.names, "exact_duplicate_of_history", hit, None)
 
 
 @dataclass(frozen=True)
-class _HistMarkFn:
-    """Drop rows that matched a kept document of the history: reason, detail = that document."""
+class HistNearFn:
+    """Drop records similar (>= threshold) to a kept document of the history that shares an LSH bucket
+    with them, directly or through a near duplicate dropped in its favour (`near_duplicate_of_history`,
+    detail: the smallest such document). Verification: exact Jaccard against the kept document's text
+    (`verify: exact`, as one run over all days decides) or the signatures' estimate."""
 
-    reason: str
-    names: tuple[str, ...]
-
-    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        hit = batch.column(_HMIN)
-        drop = pc.if_else(pc.is_valid(hit), pa.scalar(self.reason, pa.string()), pa.scalar(None, pa.string()))
-        cols = [batch.column(n) for n in self.names] + [drop, hit.cast(pa.string())]
-        return pa.RecordBatch.from_arrays(cols, names=list(self.names) + [DROP, DROP_DETAIL])
-
-
-@dataclass(frozen=True)
-class _PairFn:
-    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        return pa.RecordBatch.from_arrays([batch.column("doc_id"), batch.column(_HIST)], names=["doc_id", _HIST])
-
-
-@dataclass(frozen=True)
-class _HistVerifyFn:
-    """Candidate (doc, history doc) pairs -> only those whose estimated Jaccard reaches the threshold."""
-
-    num_perm: int
+    sig_fn: Any  # stage._SignatureFn
+    band_fn: Any  # stage._BandFn
+    band_files: tuple[tuple[str, str], ...]
+    side_files: tuple[tuple[str, str], ...]  # texts (verify exact) or signatures
+    verify: str
     threshold: float
+    names: tuple[str, ...]
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         from datakit.stages.dedup.stage import _sig_matrix
-        from datakit.stages.dedup.verify import signature_jaccard
+        from datakit.stages.texts import record_texts
+        from datakit.stages.dedup.verify import exact_jaccard, signature_jaccard
 
-        if batch.num_rows == 0:
-            return pa.RecordBatch.from_arrays([batch.column("doc_id"), batch.column(_HIST)], names=["doc_id", _HIST])
-        sim = signature_jaccard(_sig_matrix(batch.column(_SIG), self.num_perm), _sig_matrix(batch.column(_HSIG), self.num_perm))
-        ok = pa.array(sim >= self.threshold)
-        return pa.RecordBatch.from_arrays([batch.column("doc_id").filter(ok), batch.column(_HIST).filter(ok)],
-                                          names=["doc_id", _HIST])
+        n = batch.num_rows
+        docs = self.sig_fn(batch)
+        idx, keys = self.band_fn.keys(docs)
+        bands = self.band_fn.bands
+        mine = pa.table({"_r": pa.array(np.repeat(idx, bands), pa.int64()), _BUCKET: pa.array(keys.reshape(-1), pa.int64()),
+                         _BAND: pa.array(np.tile(np.arange(bands, dtype=np.int32), len(idx)))})
+        found = lookup(self.band_files, _BUCKET, mine.column(_BUCKET), [_BUCKET, _BAND, _HIST])
+        hit = None
+        if found.num_rows:
+            pairs = mine.join(found, [_BUCKET, _BAND], join_type="inner", use_threads=False)
+            pairs = pairs.group_by(["_r", _HIST], use_threads=False).aggregate([])
+            pairs = pairs.take(pc.sort_indices(pairs, [("_r", "ascending"), (_HIST, "ascending")]))
+            rows = pairs.column("_r").to_numpy()
+            hists = pairs.column(_HIST)
+            if self.verify == "exact":
+                side = lookup(self.side_files, _HIST, hists.combine_chunks(), [_HIST, _HTEXT])
+                where = pc.index_in(hists, value_set=side.column(_HIST))
+                theirs = pc.take(side.column(_HTEXT), where)
+                ok_side = pc.is_valid(where).to_numpy(zero_copy_only=False)
+                c = self.sig_fn.cfg
+                sim = exact_jaccard(pc.fill_null(theirs, "").combine_chunks(),
+                                    record_texts(batch, self.sig_fn.text_column).take(pa.array(rows, pa.int64())),
+                                    c.ngram, c.shingle, c.lowercase)
+            else:
+                side = lookup(self.side_files, _HIST, hists.combine_chunks(), [_HIST, _HSIG])
+                where = pc.index_in(hists, value_set=side.column(_HIST))
+                ok_side = pc.is_valid(where).to_numpy(zero_copy_only=False)
+                num_perm = self.band_fn.num_perm
+                theirs = pc.take(side.column(_HSIG), pc.fill_null(where, 0)) if side.num_rows else None
+                mine_sig = docs.column(_SIG).take(pa.array(rows, pa.int64()))
+                sim = (signature_jaccard(_sig_matrix(mine_sig, num_perm), _sig_matrix(theirs.combine_chunks(), num_perm))
+                       if theirs is not None else np.zeros(len(rows)))
+            ok = ok_side & (sim >= self.threshold)
+            hit = _min_per_row(n, rows[ok], [h for h, k in zip(hists.to_pylist(), ok.tolist()) if k])
+        if hit is None:
+            hit = pa.nulls(n, pa.string())
+        return _marked(batch, self.names, "near_duplicate_of_history", hit, DropState(self.sig_fn, self.band_fn),
+                       (idx, keys))
 
 
 # --------------------------------------------------------------------------- compilation
 
-def _state_source(files: list[str], schema: pa.Schema, rel: Rel, name: str) -> Rel:
-    src = source(files, "parquet", schema, "dedup_state", stage=rel.stage)
-    return src.map_batches(_Project(tuple(schema.names)), schema, name=name)
-
-
-def compile_exact_history(rel: Rel, files: list[str], key_fn: Any) -> Rel:
+def compile_exact_history(rel: Rel, files: tuple[tuple[str, str], ...], key_fn: Any) -> Rel:
     """Drop documents whose exact key a kept document of the history has (`exact_duplicate_of_history`)."""
-    schema = rel.schema
-    keyed = rel.map_batches(key_fn, pa.schema(list(schema) + [pa.field(_KEY, pa.string())]), name="dedup_history_key")
-    hist = _state_source(files, EXACT_SCHEMA, rel, "dedup_history_exact_state")
-    hist = hist.aggregate([_KEY], {_HMIN: ("min", _HIST)})
-    joined = keyed.join(hist, _KEY, how="left")
-    return joined.map_batches(_HistMarkFn("exact_duplicate_of_history", tuple(schema.names)), schema,
-                              name="dedup_history_exact", drop_log_key="doc_id")
+    return rel.map_batches(HistExactFn(key_fn, files, tuple(rel.schema.names)), rel.schema,
+                           name="dedup_history_exact", drop_log_key="doc_id")
 
 
-@dataclass(frozen=True)
-class _HistExactVerifyFn:
-    """Candidate pairs with the history doc's text and today's record: exact Jaccard >= threshold?"""
-
-    text_column: str | None
-    ngram: int
-    shingle: str
-    lowercase: bool
-    threshold: float
-
-    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        from datakit.stages.texts import record_texts
-        from datakit.stages.dedup.verify import exact_jaccard
-
-        if batch.num_rows == 0:
-            return pa.RecordBatch.from_arrays([batch.column("doc_id"), batch.column(_HIST)], names=["doc_id", _HIST])
-        sim = exact_jaccard(batch.column(_HTEXT), record_texts(batch, self.text_column), self.ngram, self.shingle,
-                            self.lowercase)
-        ok = pa.array(sim >= self.threshold)
-        return pa.RecordBatch.from_arrays([batch.column("doc_id").filter(ok), batch.column(_HIST).filter(ok)],
-                                          names=["doc_id", _HIST])
-
-
-def compile_near_history(rel: Rel, sig_files: list[str], band_files: list[str], sig_fn: Any, band_fn: Any,
-                         num_perm: int, threshold: float, text_files: list[str] | None = None) -> Rel:
-    """Drop documents whose signature is similar (>= threshold) to a kept document of the history that
-    shares an LSH bucket with it (`near_duplicate_of_history`)."""
-    schema = rel.schema
-    doc_fields = [schema.field("doc_id")] + ([schema.field(sig_fn.scope)] if sig_fn.scope else []) + [pa.field(_SIG, pa.binary())]
-    docs = rel.map_batches(sig_fn, pa.schema(doc_fields), name="dedup_history_minhash")
-    band_schema = pa.schema([schema.field("doc_id"), pa.field(_BAND, pa.int32()), pa.field(_BUCKET, pa.int64())])
-    banded = docs.map_batches(band_fn, band_schema, name="dedup_history_bands")
-    hbands = _state_source(band_files, BAND_SCHEMA, rel, "dedup_history_band_state")
-    cand = banded.join(hbands, [_BAND, _BUCKET], how="inner")
-    pair_schema = pa.schema([schema.field("doc_id"), pa.field(_HIST, pa.string())])
-    pairs = cand.map_batches(_PairFn(), pair_schema, name="dedup_history_candidates")
-    pairs = pairs.aggregate(["doc_id", _HIST], {"_dk_n": ("count", "doc_id")})  # distinct pairs
-    if text_files:  # verify: exact -- the same decision a single run over all days makes
-        htexts = _state_source(text_files, TEXT_SCHEMA, rel, "dedup_history_text_state")
-        pairs = pairs.join(htexts, _HIST, how="inner").join(rel, "doc_id", how="inner")
-        c = sig_fn.cfg
-        verified = pairs.map_batches(_HistExactVerifyFn(sig_fn.text_column, c.ngram, c.shingle, c.lowercase, threshold),
-                                     pair_schema, name="dedup_history_verify")
-    else:
-        hsigs = _state_source(sig_files, SIG_SCHEMA, rel, "dedup_history_signature_state")
-        pairs = pairs.join(hsigs, _HIST, how="inner").join(docs, "doc_id", how="inner")
-        verified = pairs.map_batches(_HistVerifyFn(num_perm, threshold), pair_schema, name="dedup_history_verify")
-    best = verified.aggregate(["doc_id"], {_HMIN: ("min", _HIST)})
-    marked = rel.join(best, "doc_id", how="left")
-    return marked.map_batches(_HistMarkFn("near_duplicate_of_history", tuple(schema.names)), schema,
-                              name="dedup_history_near", drop_log_key="doc_id")
+def compile_near_history(rel: Rel, band_files: tuple[tuple[str, str], ...], side_files: tuple[tuple[str, str], ...],
+                         sig_fn: Any, band_fn: Any, verify: str, threshold: float) -> Rel:
+    """Drop documents similar to a kept document of the history (`near_duplicate_of_history`); their
+    band keys go to `_dropped_state/` so the next snapshot's state maps them to that document."""
+    fn = HistNearFn(sig_fn, band_fn, band_files, side_files, verify, threshold, tuple(rel.schema.names))
+    return rel.map_batches(fn, rel.schema, name="dedup_history_near", drop_log_key="doc_id", drop_state=True)

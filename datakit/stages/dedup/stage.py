@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from datakit.plan import DROP, DROP_DETAIL, METRICS, Rel
+from datakit.plan import DROP, DROP_DETAIL, DROP_STATE, METRICS, Rel
 from datakit.stages.base import CompileContext, StageConfig, register_stage
 from datakit.stages.dedup.lsh import band_hashes, optimal_param
 from datakit.stages.dedup.minhash import MAX_HASH, minhash_signatures
@@ -120,12 +120,13 @@ class DedupConfig(StageConfig):
         scope = "kind" if self.scope == "kind" and "kind" in schema.names else None
         if self.history and ctx.history is None:
             raise ValueError("history: true needs output mode: append (a dataset of snapshots)")
+        keeps_state = ctx.history is not None and self.history is not False  # append mode: a state for later runs
         if ctx.history and self.history is not False:
             rel = self._compile_history(rel, ctx, scope)
         if self.exact:
             rel = _compile_exact(rel, self.text_column, self.exact_normalize, scope)
         if self.minhash is not None:
-            rel = _compile_near(rel, self.text_column, self.minhash, scope)
+            rel = _compile_near(rel, self.text_column, self.minhash, scope, keeps_state)
         return rel
 
     def _compile_history(self, rel: Rel, ctx: CompileContext, scope: str | None) -> Rel:
@@ -136,14 +137,15 @@ class DedupConfig(StageConfig):
             files = h.history_files(ctx.history, "exact", self)
             if files:
                 rel = h.compile_exact_history(rel, files, _ExactKeyFn(self.text_column, self.exact_normalize, scope))
-        if self.minhash is not None:
-            sigs, bands_f = h.history_files(ctx.history, "signatures", self), h.history_files(ctx.history, "bands", self)
-            if sigs and bands_f:
-                bands, rows = self.minhash.band_rows()
-                texts = h.history_files(ctx.history, "texts", self) if self.minhash.verify == "exact" else None
-                rel = h.compile_near_history(rel, sigs, bands_f, _SignatureFn(self.text_column, self.minhash, scope),
-                                             _BandFn(self.minhash.num_perm, bands, rows, scope),
-                                             self.minhash.num_perm, self.minhash.threshold, texts)
+        m = self.minhash
+        if m is not None:
+            verify = "exact" if m.verify == "exact" else "signature"
+            bands_f = h.history_files(ctx.history, "bands", self)
+            side = h.history_files(ctx.history, "texts" if verify == "exact" else "signatures", self)
+            if bands_f and side:
+                bands, rows = m.band_rows()
+                rel = h.compile_near_history(rel, bands_f, side, _SignatureFn(self.text_column, m, scope),
+                                             _BandFn(m.num_perm, bands, rows, scope), verify, m.threshold)
         return rel
 
 
@@ -183,6 +185,7 @@ class _MarkFn:
     keep_col: str
     reason: str
     size_col: str | None = None  # cluster size, set on the kept doc of each cluster only
+    state: object | None = None  # append mode: history.DropState, the dropped rows' `_drop_state`
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         doc = batch.column("doc_id")
@@ -194,6 +197,9 @@ class _MarkFn:
         if self.size_col is not None:
             names.append(METRICS)
             cols.append(_size_histogram(batch.column(self.size_col)))
+        if self.state is not None:
+            names.append(DROP_STATE)
+            cols.append(self.state(batch, loser))
         return _with_columns(batch, names, cols)
 
 
@@ -279,17 +285,21 @@ class _BandFn:
     rows: int
     scope: str | None
 
-    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+    def keys(self, batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray]:
+        """(row indices of the non-empty documents, their (n, bands) int64 bucket keys)."""
         sig = _sig_matrix(batch.column(_SIG), self.num_perm)
-        nonempty = ~np.all(sig == MAX_HASH, axis=1)
-        idx = np.nonzero(nonempty)[0]
+        idx = np.nonzero(~np.all(sig == MAX_HASH, axis=1))[0]
         keys = band_hashes(sig[idx], self.bands, self.rows)
         if self.scope:  # fold the scope into the bucket so different kinds never share one
             import xxhash
 
-            salt = np.array([xxhash.xxh64_intdigest((s or "").encode()) for s in batch.column(self.scope).take(pa.array(idx)).to_pylist()],
+            salt = np.array([xxhash.xxh64_intdigest((s or "").encode()) for s in batch.column(self.scope).take(pa.array(idx, pa.int64())).to_pylist()],
                             dtype=np.uint64).view(np.int64)
             keys = keys ^ salt[:, None]
+        return idx, keys
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        idx, keys = self.keys(batch)
         doc = batch.column("doc_id").take(pa.array(np.repeat(idx, self.bands)))
         band = pa.array(np.tile(np.arange(self.bands, dtype=np.int32), len(idx)))
         return pa.RecordBatch.from_arrays([doc, band, pa.array(keys.reshape(-1))], names=["doc_id", _BAND, _BUCKET])
@@ -375,7 +385,8 @@ def _compile_exact(rel: Rel, text_column: str | None, normalize: str, scope: str
     return joined.map_batches(_MarkFn(_KEEP, "exact_duplicate"), schema, name="dedup_exact", drop_log_key="doc_id")
 
 
-def _compile_near(rel: Rel, text_column: str | None, cfg: MinHashConfig, scope: str | None) -> Rel:
+def _compile_near(rel: Rel, text_column: str | None, cfg: MinHashConfig, scope: str | None,
+                  keeps_state: bool = False) -> Rel:
     schema = rel.schema
     bands, rows = cfg.band_rows()
     doc_fields = [schema.field("doc_id")] + ([schema.field(scope)] if scope else []) + [pa.field(_SIG, pa.binary())]
@@ -387,8 +398,13 @@ def _compile_near(rel: Rel, text_column: str | None, cfg: MinHashConfig, scope: 
     edge_schema = pa.schema([pa.field("src", pa.string()), pa.field("dst", pa.string())])
     edges = cand.map_batches(_EdgeFn(), edge_schema, name="dedup_lsh_edges")
     edges = edges.aggregate(["src", "dst"], {"_dk_n": ("count", "src")})  # one row per distinct pair
+    state = None
+    if keeps_state:  # the dropped duplicates' band keys, for the next snapshots' state (dedup/history.py)
+        from datakit.stages.dedup.history import DropState
+
+        state = DropState(_SignatureFn(text_column, cfg, scope), _BandFn(cfg.num_perm, bands, rows, scope))
     if cfg.verify == "none":
-        return _mark_clusters(rel, edges.connected_components(), None)
+        return _mark_clusters(rel, edges.connected_components(), None, state)
     side = rel if cfg.verify == "exact" else docs  # where a doc's text (its record) or signature comes from
     side_type = pa.string() if cfg.verify == "exact" else pa.binary()
     src_schema = pa.schema(list(edge_schema) + [pa.field(_SIDE[cfg.verify], side_type)])
@@ -406,10 +422,10 @@ def _compile_near(rel: Rel, text_column: str | None, cfg: MinHashConfig, scope: 
         # the others stay (chain ends). Rejected pairs come back as (src, src), i.e. "keep".
         members = comps.map_batches(_MembersFn(), edge_schema, name="dedup_members")
         verdict = verified(members, "dedup_verify_kept", ("cluster_members", "members_similar_to_kept"))
-    return _mark_clusters(rel, comps, verdict)
+    return _mark_clusters(rel, comps, verdict, state)
 
 
-def _mark_clusters(rel: Rel, comps: Rel, verdict: Rel | None) -> Rel:
+def _mark_clusters(rel: Rel, comps: Rel, verdict: Rel | None, state: object | None = None) -> Rel:
     """Drop cluster members: all but the component's smallest id, or (with `verdict`) those similar to it.
 
     Cluster sizes ride along to the final marking, which counts them once per kept doc.
@@ -422,4 +438,5 @@ def _mark_clusters(rel: Rel, comps: Rel, verdict: Rel | None) -> Rel:
     rule = "component" if verdict is None else "similar_to_kept"
     decided = nodes.map_batches(_DecisionFn(rule), decision_schema, name="dedup_decided")
     marked = rel.join(decided, "doc_id", "src", how="left")
-    return marked.map_batches(_MarkFn(_KEEP, "near_duplicate", _SIZE), rel.schema, name="dedup_near", drop_log_key="doc_id")
+    return marked.map_batches(_MarkFn(_KEEP, "near_duplicate", _SIZE, state), rel.schema, name="dedup_near",
+                              drop_log_key="doc_id", drop_state=state is not None)

@@ -105,6 +105,29 @@ def samples_per_file(sample_bytes: int, config_json: bytes, size_limit: int) -> 
     return max(1, (size_limit - 8 - len(config_json)) // (sample_bytes + 4))
 
 
+def read_samples(data_dir: str, n: int) -> list[dict[str, np.ndarray]]:
+    """The first `n` samples of an MDS dataset with fixed-shape ndarray columns (what we write), read
+    from data_dir/index.json without mosaicml-streaming (for `datakit inspect`)."""
+    from pathlib import Path
+
+    root = Path(data_dir)
+    out: list[dict[str, np.ndarray]] = []
+    for entry in json.loads((root / INDEX).read_text())["shards"]:
+        data = (root / entry["raw_data"]["basename"]).read_bytes()
+        count = int(np.frombuffer(data, "<u4", 1, 0)[0])
+        offsets = np.frombuffer(data, "<u4", count + 1, 4)
+        for i in range(min(count, n - len(out))):
+            pos, sample = int(offsets[i]), {}
+            for name, enc, size in zip(entry["column_names"], entry["column_encodings"], entry["column_sizes"]):
+                _, dtype, shape = enc.split(":")
+                sample[name] = np.frombuffer(data, np.dtype(dtype).newbyteorder("<"), int(shape), pos)
+                pos += size
+            out.append(sample)
+        if len(out) >= n:
+            break
+    return out
+
+
 @register_writer("mds")
 class MDSShardWriter:
     """Packed sequences as MDS shard files; `dataset_files` writes data/index.json at commit."""
@@ -173,6 +196,7 @@ class MDSShardWriter:
             "layout": "mosaicml.mds.v2",
             "tokenizer": _manifest_common(spec, o, shards),
             "seq_len": seq_len,
+            "dtype": "int32",  # input_ids as stored (labels int64, loss_mask uint8, position_ids int32)
             "packing": o["packing"],
             "pad_id": int(o["pad_id"]),
             "mds": {"index": f"{DATA_PREFIX}/{INDEX}", "columns": mds_columns(seq_len),
