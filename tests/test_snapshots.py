@@ -206,6 +206,14 @@ def test_packed_union_and_history_needs_records(tmp_path):
         sizes.append(len(PackedDataset(tmp_path / "packed" / "_snapshots" / f"dt={day}")))
     union = PackedDataset(tmp_path / "packed", verify=True)
     assert len(union) == sum(sizes) and sizes[0] > 0 and sizes[1] > 0
+    # the top manifest's totals are the union's, not the last snapshot's
+    top = json.loads((tmp_path / "packed" / "manifest.json").read_text())
+    days = [json.loads((tmp_path / "packed" / "_snapshots" / f"dt={d}" / "manifest.json").read_text())
+            for d in ("2026-11-01", "2026-11-02")]
+    for key in ("sequences", "tokens", "documents", "padding_tokens"):
+        assert top["totals"][key] == sum(m["totals"][key] for m in days), key
+    assert top["totals"]["sequences"] == len(union)
+    assert top["totals"]["fill_rate"] == round(top["totals"]["tokens"] / (len(union) * top["seq_len"]), 6)
     first = PackedDataset(tmp_path / "packed" / "_snapshots" / "dt=2026-11-01")
     assert (union[0]["input_ids"] == first[0]["input_ids"]).all()
     p = day_pipeline(tmp_path, "2026-11-03", DAY3, stages=(DEDUP, tok), out="packed2")

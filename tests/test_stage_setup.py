@@ -56,6 +56,14 @@ def test_local_pool_sets_up_once_per_worker(tmp_path):
     assert per_pid and set(per_pid.values()) == {1} and len(per_pid) <= 2, per_pid
 
 
+def test_in_process_run_sets_up_once_and_lets_go(tmp_path):
+    from datakit.engines import core
+
+    per_pid = _run(tmp_path, workers=1)
+    assert per_pid == Counter({str(os.getpid()): 1})
+    assert not core._READY  # the driver keeps no set-up functions (models, eval tables) after the run
+
+
 @pytest.mark.spark
 def test_spark_sets_up_once_per_python_worker(spark, tmp_path):
     per_pid = _run(tmp_path, engine="spark", partitions=6)

@@ -64,23 +64,27 @@ class RunResult:
         raise KeyError(name)
 
 
+# token -> a batch function loaded and set up in this process; only the current run's are kept
+_READY: dict[str, Any] = {}
+
+
 class Engine:
     """The part of `execute` every engine shares: a run that writes holds its output folder's writer
     lock (flock / object-store lease) from before the first byte to after the commit. An engine
-    implements `_execute(plan)`; this wrapper is why neither can forget the lock."""
+    implements `_execute(plan)`; this wrapper is why neither can forget the lock, nor keep the
+    batch functions an in-process run set up alive after it."""
 
     def execute(self, plan: Plan) -> RunResult:
-        if plan.sink is None:
-            return self._execute(plan)
-        with publish.output_lock(plan.sink.path):  # one writer per folder; preflight of the path
-            return self._execute(plan)
+        try:
+            if plan.sink is None:
+                return self._execute(plan)
+            with publish.output_lock(plan.sink.path):  # one writer per folder; preflight of the path
+                return self._execute(plan)
+        finally:
+            _READY.clear()  # what an in-process run set up (worker_fn): free its models and tables
 
     def _execute(self, plan: Plan) -> RunResult:  # pragma: no cover - abstract
         raise NotImplementedError
-
-
-# token -> a batch function loaded and set up in this process; only the current run's are kept
-_READY: dict[str, Any] = {}
 
 
 def worker_fn(token: str, load: Callable[[], Any]) -> Any:
