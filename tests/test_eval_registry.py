@@ -105,11 +105,16 @@ def test_name_equals_path_still_works(tmp_path):
     assert res.evals[0].name == "mine" and [i.eval_id for i in res.evals[0].contaminated] == ["3"]
 
 
-def test_pull_records_the_commit_it_downloaded_and_checks_stay_on_it(hub, tmp_path):
-    """The cache's `main` moves (a later pull of another entry of the same repository, a copied cache):
-    a check keeps reading the commit this eval was pulled at, and the report names it."""
+def test_pull_records_the_commit_it_downloaded_and_checks_stay_on_it(hub, tmp_path, monkeypatch):
+    """An entry without a pin: the cache's `main` moves (a later pull of another entry of the same
+    repository, a copied cache): a check keeps reading the commit this eval was pulled at, and the report
+    names it."""
+    from datakit.stages.decontaminate import registry
     from datakit.stages.decontaminate.registry import pull, record_path
 
+    unpinned = dict(registry.ENTRIES)
+    unpinned["mbpp-sanitized"] = registry.HubEval(**{**ENTRIES["mbpp-sanitized"].__dict__, "revision": None})
+    monkeypatch.setattr(registry, "ENTRIES", unpinned)
     (e, root, n), = pull(["mbpp-sanitized"])
     rec = json.loads(record_path("mbpp-sanitized").read_text())
     assert rec["commit"] == COMMIT == root.name and rec["pinned"] is None and rec["repo"] == e.repo
