@@ -161,9 +161,14 @@ def run_chain(task: ChainTask) -> dict[str, Any]:
                 continue
             if task.shards:
                 ids = sinks.shard_ids(batch.column(task.shard_key), task.shards, task.shard_by)
-                for s in np.unique(ids):
-                    sub = batch.filter(pa.array(ids == s))
-                    _writer(writers, files, int(s), task, out_schema).write_batch(sub)
+                # group by shard with one stable sort (radix for small ids), unless a stage already did, then
+                # slice (a filter per shard would pass over the batch once per shard)
+                if len(ids) > 1 and (ids[1:] < ids[:-1]).any():
+                    order = np.argsort(ids.astype(np.uint16) if task.shards <= 1 << 16 else ids, kind="stable")
+                    ids, batch = ids[order], batch.take(pa.array(order))
+                cuts = np.flatnonzero(np.diff(ids)) + 1
+                for a, b in zip([0, *cuts], [*cuts, len(ids)]):
+                    _writer(writers, files, int(ids[a]), task, out_schema).write_batch(batch.slice(a, b - a))
             else:
                 _writer(writers, files, 0, task, out_schema).write_batch(batch)
     finally:
