@@ -11,7 +11,8 @@ Usage: .venv/bin/python benchmarks/run_all.py [--only NAME ...] [--quick] [--upd
 
 Only the benchmarks in BENCHES run (each writes like-for-like comparisons); the others in this
 folder are single-sided measurements or long studies run on their own (scaling.py at 1e5+ events
-takes hours on 2 cores). `--scaling` adds the end-to-end quickstart rows from a scaling.py
+takes hours on 2 cores; decontam_index_check.py builds a 1 GB dataset and its index; pii_heldout.py
+scores recall, not speed). `--scaling` adds the end-to-end quickstart rows from a scaling.py
 results file (one JSON object per line) as measurements, with the input's JSON size counted from
 its logs folder when that is still beside it.
 """

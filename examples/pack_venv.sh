@@ -4,8 +4,10 @@
 #   examples/pack_venv.sh [OUT.tar.gz] [ENV_DIR]
 #
 # 1. builds the wheel from this checkout (or uses WHEEL=path/to/datakit-*.whl),
-# 2. creates ENV_DIR (default ./datakit-env) and pip-installs the wheel with its dependencies,
-#    unless ENV_DIR already has datakit installed (then it is packed as it is),
+# 2. creates ENV_DIR (default ./datakit-env) and pip-installs the wheel with its dependencies and
+#    extras EXTRAS (default s3,pii-fast; use EXTRAS=s3 on aarch64, which has no hyperscan wheel) and
+#    the spaCy model SPACY_MODEL (default en_core_web_sm; empty for none), unless ENV_DIR already
+#    has datakit installed (then it is packed as it is). The driver must use the same env;
 # 3. compiles datakit's numba kernels into the environment (`datakit warmup`: executors start
 #    without compiling), and
 # 4. packs it with venv-pack (default datakit-env.tar.gz). Ship it with
@@ -27,7 +29,11 @@ if ! "$ENV_DIR/bin/python" -c 'import datakit' 2>/dev/null; then
     WHEEL=$(ls -t "$HERE"/../dist/datakit-*.whl | head -1)
   fi
   "$PYTHON" -m venv "$ENV_DIR"
-  "$ENV_DIR/bin/pip" install --quiet "${WHEEL}[s3]"
+  "$ENV_DIR/bin/pip" install --quiet "${WHEEL}[${EXTRAS:-s3,pii-fast}]"
+  # scrub_pii's NER model (skip with SPACY_MODEL= for pipelines with `ner: off`)
+  if [ -n "${SPACY_MODEL-en_core_web_sm}" ]; then
+    "$ENV_DIR/bin/python" -m spacy download "${SPACY_MODEL-en_core_web_sm}"
+  fi
 fi
 "$ENV_DIR/bin/datakit" warmup
 VENV_PACK=${VENV_PACK:-$(command -v venv-pack || true)}

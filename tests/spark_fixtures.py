@@ -97,11 +97,10 @@ def kill_group(proc: subprocess.Popen, timeout: float = 10) -> None:
     (spark-submit's JVM, the driver's Python, its Python workers), then reap it."""
     import signal
 
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    try:  # also when the leader has exited: its group may still hold a JVM or Python workers
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -1,7 +1,7 @@
 """Object-store faults (issue 18): a proxy on loopback in front of the moto S3 server fails a share of
 the requests with HTTP 503/500. Transient faults are retried inside the IO layer; what still fails is
 one line naming the path, exit 3 -- never a traceback, never a `can't pickle` hiding the cause; and a
-killed run leaves no temp work folder behind for long."""
+killed run resumes from its work folder and leaves nothing in the system temp directory."""
 from __future__ import annotations
 
 import http.client
@@ -11,14 +11,17 @@ import random
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
+from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlparse
 
 import pytest
 
 from datakit import Pipeline
+from datakit.io.sinks import output_checksums
 from tests.eventgen import make_event, write_jsonl
 from tests.test_object_store import s3_endpoint  # noqa: F401 - the moto server fixture
 
@@ -162,30 +165,56 @@ def test_85_percent_faults_fail_in_one_line_naming_the_path(s3_endpoint, faulty,
     assert "Traceback" not in r.stderr and "pickle" not in r.stderr
 
 
-def test_a_killed_run_leaves_no_temp_work_folder(s3_endpoint, tmp_path):  # noqa: F811
-    _bucket_with_logs(s3_endpoint, tmp_path, "killed", events=300)
-    tmp = tmp_path / "tmp"
+# a run over s3://BUCKET/raw into argv[1]; DK_TEST_KILL_AFTER_SHARD: SIGKILL itself once that shard is committed
+KILLABLE = textwrap.dedent("""
+    import os, signal, sys
+    from datakit import Pipeline
+    from datakit.io import sinks
+
+    real = sinks.write_shard
+    def write_shard(table, shard, spec, schema=None):
+        info = real(table, shard, spec, schema)
+        if os.environ.get("DK_TEST_KILL_AFTER_SHARD") == str(shard):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return info
+    sinks.write_shard = write_shard
+    if __name__ == "__main__":
+        res = (Pipeline("s3").input("s3://killed/raw/*.jsonl.zst").add({"kind": "ingest"})
+               .add({"kind": "extract"}).add({"kind": "scrub_pii", "ner": "off"})
+               .output(sys.argv[1], shards=3).run(workers=1))
+        print(res.extra["reused_tasks"], res.extra["reused_shards"])
+""")
+
+
+def test_a_killed_s3_run_resumes_from_its_work_folder_and_leaves_no_temp_folder(s3_endpoint, tmp_path):  # noqa: F811
+    """Issue 18: the local engine's work folder of an object-store run was a fresh temp folder: a rerun after a
+    kill found nothing to reuse, and SIGKILL leaked `datakit-work-*` into the system temp directory."""
+    fs = _bucket_with_logs(s3_endpoint, tmp_path, "killed", events=120)
+    tmp, cache = tmp_path / "tmp", tmp_path / "cache"
     tmp.mkdir()
-    (tmp_path / "p.yaml").write_text("name: s3\ninput: {path: 's3://killed/raw/*.jsonl.zst'}\n"
-                                     "stages: [{kind: ingest}, {kind: extract}, {kind: scrub_pii, ner: 'off'}]\n"
-                                     "output: {path: 's3://killed/out', shards: 2}\n")
-    env = dict(os.environ, TMPDIR=str(tmp))
-    cmd = [sys.executable, "-m", "datakit.cli", "run", str(tmp_path / "p.yaml"), "--workers", "1"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while not list(tmp.glob("datakit-work-*")) and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    assert proc.poll() is None, "the run ended before it could be killed"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert list(tmp.glob("datakit-work-*"))  # the kill left it (nothing can clean up after SIGKILL)
-    # the next run on this machine (here into another prefix: the killed run's lease on s3://killed/out
-    # stays until it expires) removes the dead run's temp folder, and its own when it is done
-    r = subprocess.run(cmd + ["--output", "s3://killed/out2", "--json"], env=env, capture_output=True, text=True,
-                       timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert json.loads(r.stdout)["stages"][0]["rows_out"] == 300
-    assert list(tmp.glob("datakit-work-*")) == []  # the dead run's folder and its own are gone
+    (tmp_path / "run.py").write_text(KILLABLE)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "TMPDIR": str(tmp),
+           "DATAKIT_CACHE_DIR": str(cache)}
+    cmd = [sys.executable, str(tmp_path / "run.py"), "s3://killed/out"]
+    killed = subprocess.run(cmd, env={**env, "DK_TEST_KILL_AFTER_SHARD": "1"}, capture_output=True, text=True,
+                            timeout=600)
+    assert killed.returncode == -9, killed.stderr[-2000:]  # shards 0 and 1 committed, then SIGKILL
+    work = list((cache / "work").iterdir())
+    assert len(work) == 1 and list(work[0].rglob("part-*.done.json"))  # finished tasks, kept for the rerun
+    assert list(tmp.iterdir()) == []  # nothing in the system temp directory, even after SIGKILL
+    rerun = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    reused_tasks, reused_shards = map(int, rerun.stdout.split()[-2:])
+    assert reused_shards == 2 and reused_tasks >= 3  # the kill cost one shard, no task
+    assert not (cache / "work").exists() or list((cache / "work").iterdir()) == []  # done: removed
+    assert list(tmp.iterdir()) == []
+    fs.invalidate_cache()
+    assert not [p for p in fs.find("killed/out") if "_work" in p or "/." in p]  # nothing temporary in the dataset
+    # and the resumed output is the one a clean run writes
+    clean = subprocess.run([sys.executable, str(tmp_path / "run.py"), "s3://killed/clean"], env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert clean.returncode == 0, clean.stderr[-2000:]
+    assert output_checksums("s3://killed/out") == output_checksums("s3://killed/clean")
 
 
 class _Unpicklable(Exception):

@@ -18,14 +18,21 @@ from pathlib import Path
 
 import pytest
 
-from tests.packaging_env import ROOT, build_dists, clean_env, make_venv
+from tests.packaging_env import RECORDS, RECORDS_STAGES, ROOT, clean_env, make_venv
+from tests.spark_fixtures import kill_group
 from tests.test_object_store import s3_endpoint  # noqa: F401  (module fixture: moto on loopback)
 
 # a cluster, a packed env and spark-submit runs: minutes on 2 cores, many more on a loaded machine
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(2400)]
 
-PIPELINE = """\
-name: packed-cluster
+# The byte-for-byte test runs every stage of the records pipeline (scrub_pii with NER, MinHash dedup,
+# decontamination, tokenize) on the executors; tests/test_wheel.py runs the feedback stages too.
+FULL = RECORDS.format(logs="s3://logs/raw", optouts="s3://logs/optouts.parquet").replace(
+    '"out/records"', '"s3://out/unused"').replace("shards: 2", "shards: 3")
+# The stalled-executor and killed-driver tests are about recovery, not stage coverage: a shorter
+# pipeline keeps them (each needs a full run on the cluster) within minutes.
+SHORT = """\
+name: packed-cluster-short
 seed: 4
 input: {path: "s3://logs/raw/dt=*/*.jsonl.*", format: jsonl, schema: editor_event.v1}
 stages:
@@ -36,33 +43,33 @@ stages:
   - {kind: tokenize, tokenizer: "datakit:demo-bpe", seq_len: 512, packing: best_fit}
 output: {path: "s3://out/unused", format: packed, shards: 3}
 """
-# Lean on purpose (each Spark job costs ~1 s on 2 cores): every stage on Spark is covered by
-# tests/test_wheel.py (local[2], installed wheel) and the conformance tests; this one is about deployment.
 EXECUTOR_CONF = "--conf spark.executor.cores=1 --conf spark.cores.max=2"
+_SUBMITTED: list[subprocess.Popen] = []  # every spark-submit we started: killed (whole group) at teardown
 
 
 @pytest.fixture(scope="module")
-def deploy(tmp_path_factory, s3_endpoint):  # noqa: F811
-    """Everything docs/deploy.md builds: the wheel, a driver venv, the packed executor env, the data on S3."""
+def deploy(tmp_path_factory, s3_endpoint, wheel_dists, user_venv):  # noqa: F811
+    """Everything docs/deploy.md builds: the wheel (shared with tests/test_wheel.py), a driver venv,
+    the packed executor env, the data on S3, and the local engine's reference outputs."""
     import s3fs
 
     from datakit import Pipeline
     from tests.engines.test_spark_conformance import make_logs
 
     root = tmp_path_factory.mktemp("deploy")
-    wheel, _ = build_dists(root)
-    driver_py = make_venv(root / "driver-venv", wheel, deps="link")  # the submitting machine
+    wheel, _ = wheel_dists
+    driver_py = user_venv  # the submitting machine: datakit from the wheel
     env_dir = root / "datakit-env"
-    make_venv(env_dir, wheel, deps="copy")  # offline stand-in for `pip install datakit-*.whl[s3]`
-    archive = root / "datakit-env.tar.gz"
     t0 = time.monotonic()
+    make_venv(env_dir, wheel, deps="copy")  # offline stand-in for `pip install datakit-*.whl[s3]` + a spaCy model
+    archive = root / "datakit-env.tar.gz"
     res = subprocess.run(["bash", str(ROOT / "examples" / "pack_venv.sh"), str(archive), str(env_dir)],
                          capture_output=True, text=True, timeout=1800,
                          env=clean_env(VENV_PACK=str(Path(sys.executable).parent / "venv-pack"), COMPRESS_LEVEL="1"))
     assert res.returncode == 0, res.stderr[-3000:]
     pack_seconds = time.monotonic() - t0
 
-    logs = make_logs(root, events=160)
+    logs = make_logs(root, events=100)
     fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_endpoint})
     fs.mkdir("logs")
     fs.mkdir("out")
@@ -72,9 +79,11 @@ def deploy(tmp_path_factory, s3_endpoint):  # noqa: F811
             fs.put(str(f), f"logs/{'optouts.parquet' if rel == 'optouts.parquet' else 'raw/' + rel}")
     work = root / "job"
     work.mkdir()
-    (work / "pipeline.yaml").write_text(PIPELINE)
-    # the reference: the local engine (this checkout, in-process) over the same S3 input
-    Pipeline.from_yaml(work / "pipeline.yaml").run(engine="local", workers=1, output="s3://out/local")
+    (work / "full.yaml").write_text(FULL)
+    (work / "short.yaml").write_text(SHORT)
+    # the references: the local engine (this checkout, in-process) over the same S3 input
+    for name in ("full", "short"):
+        Pipeline.from_yaml(work / f"{name}.yaml").run(engine="local", workers=1, output=f"s3://out/local-{name}")
     return {"root": root, "driver_py": driver_py, "archive": archive, "work": work, "fs": fs,
             "pack_seconds": pack_seconds, "archive_mb": archive.stat().st_size / 1e6}
 
@@ -92,20 +101,26 @@ def packed_cluster(deploy, s3_endpoint):  # noqa: F811
     try:
         yield cluster
     finally:
-        cluster.stop()
+        try:
+            for proc in _SUBMITTED:  # a driver a failed test left running (its JVM, its Python)
+                kill_group(proc)
+        finally:
+            cluster.stop()
 
 
-def _submit(deploy, cluster, output: str, extra_conf: str = "", **popen) -> subprocess.Popen:
+def _submit(deploy, cluster, output: str, extra_conf: str = "", pipeline: str = "short.yaml",
+            **popen) -> subprocess.Popen:
     env = clean_env(PYSPARK_DRIVER_PYTHON=str(deploy["driver_py"]), EXECUTOR_MEMORY="512m",
                     SPARK_CONF_EXTRA=f"{EXECUTOR_CONF} {extra_conf}".strip(),
                     DATAKIT_SPARK_LOG_DIR=str(deploy["root"] / "driver-logs"))
     # Spark's log goes to a file: a pipe nobody reads while the test polls would fill up and block the driver
     err = open(deploy["root"] / f"submit-{output.rsplit('/', 1)[-1]}-{time.monotonic_ns()}.log", "w+")
     proc = subprocess.Popen(["bash", str(ROOT / "examples" / "spark_submit_packed.sh"), str(deploy["archive"]),
-                             cluster.master_url, "pipeline.yaml", "--output", output, "--partitions", "4"],
+                             cluster.master_url, pipeline, "--output", output, "--partitions", "4"],
                             cwd=deploy["work"], env=env, stdout=subprocess.PIPE, stderr=err,
                             text=True, start_new_session=True, **popen)
     proc.err_file = err  # type: ignore[attr-defined]
+    _SUBMITTED.append(proc)
     return proc
 
 
@@ -130,12 +145,18 @@ def _counts(fs, path: str) -> list:
 
 def test_packed_env_on_a_standalone_cluster_matches_local_byte_for_byte(deploy, packed_cluster):
     t0 = time.monotonic()
-    info = _finish(_submit(deploy, packed_cluster, "s3://out/cluster"), timeout=1800)
-    print(f"\npacked env: {deploy['archive_mb']:.0f} MB in {deploy['pack_seconds']:.0f}s; "
-          f"cluster run {time.monotonic() - t0:.0f}s")
+    info = _finish(_submit(deploy, packed_cluster, "s3://out/cluster", pipeline="full.yaml"), timeout=1800)
+    print(f"\npacked env: {deploy['archive_mb']:.0f} MB, made and packed in {deploy['pack_seconds']:.0f}s; "
+          f"full pipeline on the cluster {time.monotonic() - t0:.0f}s")
     fs = deploy["fs"]
-    assert _checksums(fs, "out/cluster") == _checksums(fs, "out/local")
-    assert _counts(fs, "out/cluster") == _counts(fs, "out/local")
+    assert _checksums(fs, "out/cluster") == _checksums(fs, "out/local-full")
+    assert _counts(fs, "out/cluster") == _counts(fs, "out/local-full")
+    assert [c[0] for c in _counts(fs, "out/cluster")] == RECORDS_STAGES  # every records stage, NER on
+    for side in ("_quarantine/part-00000.parquet", "_dropped/part-00000.parquet"):
+        a, b = f"out/cluster/{side}", f"out/local-full/{side}"
+        assert fs.exists(a) == fs.exists(b) and (not fs.exists(a) or fs.cat_file(a) == fs.cat_file(b)), side
+    env = json.dumps(json.loads(fs.cat_file("out/cluster/manifest.json"))["environment"])
+    assert "core_web" in env  # scrub_pii's NER model, loaded on the executors from the packed env
     # inside spark-submit the session got datakit's straggler defaults for what the operator left unset
     assert info["straggler_conf"]["spark.speculation"] == "true"
     assert info["straggler_conf"]["spark.speculation.minTaskRuntime"] == "30s"
@@ -208,15 +229,14 @@ def test_stalled_executor_is_overtaken_and_output_is_identical(deploy, packed_cl
                 p.send_signal(signal.SIGCONT)
             except Exception:
                 pass
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        kill_group(proc)
     assert info["rows"] > 0
     log = proc.stderr_text if hasattr(proc, "stderr_text") else ""
     print(f"\nstalled executor {victim}: job done; driver log: {log.count('as speculatable')} tasks speculated, "
           f"{log.count('Lost executor')} lost-executor lines")
     assert info["straggler_conf"]["spark.network.timeout"] == "45s"  # the operator's --conf wins
-    assert _checksums(fs, "out/stalled") == _checksums(fs, "out/local")
-    assert _counts(fs, "out/stalled") == _counts(fs, "out/local")
+    assert _checksums(fs, "out/stalled") == _checksums(fs, "out/local-short")
+    assert _counts(fs, "out/stalled") == _counts(fs, "out/local-short")
 
 
 def test_rerun_after_a_killed_driver_resumes_from_committed_shards(deploy, packed_cluster):
@@ -236,16 +256,14 @@ def test_rerun_after_a_killed_driver_resumes_from_committed_shards(deploy, packe
                 break
             time.sleep(0.2)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        kill_group(proc)
     assert killed_with, "no shard was committed before the driver finished"
     fs.invalidate_cache()
     if fs.exists("out/resume/manifest.json"):
         pytest.skip("the driver finished committing before it was killed (too fast to interrupt)")
     # the rerun the other documented way: `datakit run --engine spark` with the archive as a setting
     archive = deploy["archive"]
-    args = [str(deploy["driver_py"].parent / "datakit"), "run", "pipeline.yaml", "--engine", "spark",
+    args = [str(deploy["driver_py"].parent / "datakit"), "run", "short.yaml", "--engine", "spark",
             "--master", packed_cluster.master_url, "--partitions", "4", "--output", "s3://out/resume",
             "--conf", f"spark.archives={archive}#environment", "--conf", "spark.pyspark.python=./environment/bin/python",
             "--conf", "spark.executor.memory=512m", *[a for c in EXECUTOR_CONF.split("--conf ")[1:] for a in ("--conf", c.strip())]]
@@ -255,5 +273,5 @@ def test_rerun_after_a_killed_driver_resumes_from_committed_shards(deploy, packe
     assert res.returncode == 0, f"{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
     fs.invalidate_cache()
     assert json.loads(fs.cat_file("out/resume/_run.json"))["output"]["reused_shards"] >= killed_with
-    assert _checksums(fs, "out/resume") == _checksums(fs, "out/local")
-    assert _counts(fs, "out/resume") == _counts(fs, "out/local")
+    assert _checksums(fs, "out/resume") == _checksums(fs, "out/local-short")
+    assert _counts(fs, "out/resume") == _counts(fs, "out/local-short")

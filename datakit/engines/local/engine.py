@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+import uuid
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -84,6 +85,7 @@ class LocalEngine(Engine):
         if self._auto_workers:
             self.workers = scheduler.workers_for(plan, self.workers)
         self._plan = plan
+        self._token = uuid.uuid4().hex[:12]  # this run's prefix of batch-function tokens (core.worker_fn)
         self._stats: dict[int, NodeStats] = defaultdict(NodeStats)
         self._rows: dict[int, int] = {}
         self._materialized: dict[int, list[Partition]] = {}
@@ -112,14 +114,16 @@ class LocalEngine(Engine):
         except Exception as e:
             # a failed task may leave workers mid-job: start fresh next time, and let tasks that are
             # still running finish first, so a rerun (resume) never races them in the work folder
-            drop_pool(self.workers, wait=True)
-            tempwork.discard(self._temp_root)
+            drop_pool(self.workers, wait=True)  # (the work folder stays: a rerun resumes from it)
+            if plan.sink is None:
+                tempwork.discard(self._temp_root)
             if storage.is_storage_error(e):
                 raise storage.describe(e, where, "read or write under") from None
             raise
         except BaseException:  # Ctrl-C: the workers got it too; do not wait on them
             drop_pool(self.workers)
-            tempwork.discard(self._temp_root)
+            if plan.sink is None:
+                tempwork.discard(self._temp_root)
             raise
         stages = stage_report(plan, self._stats, self._rows)
         seconds = time.perf_counter() - t0
@@ -129,7 +133,6 @@ class LocalEngine(Engine):
                 publish.sweep(plan.sink.path)  # temp files of interrupted earlier writes
                 manifest = self._commit(plan, stages, seconds)
             except Exception as e:
-                tempwork.discard(self._temp_root)
                 if storage.is_storage_error(e):
                     raise storage.describe(e, where, "write the outputs under") from None
                 raise
@@ -150,17 +153,19 @@ class LocalEngine(Engine):
         mtimes + output), so a rerun of the same run finds its finished tasks and a run over other
         input never picks up another run's parts or quarantine rows.
 
-        Where: `<out>/_work/` for a local output. For an object-store output the workers' spills go
-        to a temp folder of this run (io/tempwork.py); a rerun then reuses the finished *shards*,
-        whose sidecars live under the output prefix."""
+        Where: `<out>/_work/` for a local output. For an object-store output the spills stay on
+        local disk, in this machine's cache folder under the same run id (io/tempwork.py), which a
+        rerun of the same command finds again; the finished *shards*' sidecars live under the
+        output prefix either way. Kept when a run fails, removed when it is done."""
         rid = identity.run_id(plan.config_hash, self._inputs, plan.sink.path if plan.sink else None)
         self._temp_root = None
         if self.work_dir:
             root = self.work_dir
         elif plan.sink is not None and "://" not in plan.sink.path:
             root = str(Path(plan.sink.path) / "_work")
-        else:  # removed on failure too; a killed run's folder goes at the next run (io/tempwork.py)
-            root = self._temp_root = tempwork.make()
+        else:  # no sink: nothing to resume into, and no output lock -- a folder of this run alone
+            path = self._temp_root = tempwork.claim(rid if plan.sink is not None else uuid.uuid4().hex)
+            return path
         path = f"{root}/{rid[:16]}"
         os.makedirs(path, exist_ok=True)
         return path
@@ -213,7 +218,7 @@ class LocalEngine(Engine):
         os.makedirs(out_dir, exist_ok=True)
         bcast = self._broadcast_tables(ops)
         tasks = [ChainTask(p, ops, out_dir, f"part-{i:05d}", [o.id for o in ops], shards, shard_key, self._aux, bcast,
-                           shard_by) for i, p in enumerate(parts)]
+                           shard_by, self._token) for i, p in enumerate(parts)]
         stages = list(dict.fromkeys(o.stage for o in ops if ":" not in o.stage and o.stage != "input")) or [node.stage]
         results = self._map(run_chain, tasks, f"{seg}: {' > '.join(getattr(o, 'name', 'join') for o in ops) or 'read'}",
                             label=f"{', '.join(stages)}{' -> shards' if shards else ''}")
