@@ -29,6 +29,7 @@ ARGS: dict[str, tuple[list[str], list[str]]] = {
                     ["--docs", "4000", "--baseline-docs", "1000", "--skip-stage", "--runs", "1"]),
     "dedup_vs_datatrove": (["--records", "20000"], ["--records", "3000", "--runs", "1"]),
     "pii_heldout": ([], []),
+    "decontam_index_check": (["--mb", "1024"], ["--mb", "50", "--repeat", "1"]),
 }
 
 

@@ -25,7 +25,12 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _tree_rss(pid: int) -> int:
+def _tree_rss(pid: int, cpu_seen: dict[int, float]) -> int:
+    """Resident memory of the process tree; also records each process's latest CPU seconds.
+
+    Why psutil and not RUSAGE_CHILDREN alone: pool workers that are not waited for by the run
+    process (killed at exit) never reach its rusage, so their CPU would be missing.
+    """
     try:
         p = psutil.Process(pid)
         procs = [p] + p.children(recursive=True)
@@ -34,7 +39,10 @@ def _tree_rss(pid: int) -> int:
     total = 0
     for q in procs:
         try:
-            total += q.memory_info().rss
+            with q.oneshot():
+                total += q.memory_info().rss
+                t = q.cpu_times()
+                cpu_seen[q.pid] = t.user + t.system
         except psutil.NoSuchProcess:
             pass
     return total
@@ -58,6 +66,7 @@ def run_once(events: int, workers: int, work: Path) -> dict:
     pfile.write_text(pipe)
     cmd[4] = str(pfile)
     peak = 0
+    cpu_seen: dict[int, float] = {}
     load0 = os.getloadavg()[0]
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
@@ -67,7 +76,7 @@ def run_once(events: int, workers: int, work: Path) -> dict:
     def sample() -> None:
         nonlocal peak
         while not stop.is_set():
-            peak = max(peak, _tree_rss(proc.pid))
+            peak = max(peak, _tree_rss(proc.pid, cpu_seen))
             time.sleep(0.2)
 
     th = threading.Thread(target=sample, daemon=True)
@@ -86,6 +95,7 @@ def run_once(events: int, workers: int, work: Path) -> dict:
     in_bytes = sum(f.stat().st_size for f in logs.glob("dt=*/*.jsonl.zst"))
     return {"events": events, "workers": workers, "input_mb": round(in_bytes / 2**20, 1),
             "generate_s": round(gen_s, 1), "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
+            "cpu_s_sampled": round(sum(cpu_seen.values()), 1),
             "load_avg_start_end": [round(load0, 1), round(os.getloadavg()[0], 1)], "peak_rss_mb": round(peak / 2**20),
             "stages": {s["name"]: round(s["seconds"], 2) for s in stages},
             "rows_in": stages[0]["rows_in"], "rows_out_last": stages[-1]["rows_out"]}

@@ -15,7 +15,6 @@ next commit removes. Snapshots the deletion does not touch keep their files and 
 """
 from __future__ import annotations
 
-import json
 import shutil
 from typing import Any
 

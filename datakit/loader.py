@@ -33,7 +33,6 @@ from typing import Any, Iterator
 import numpy as np
 
 IGNORE_INDEX = -100  # the label value PyTorch's cross-entropy ignores
-_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
 class DatasetError(Exception):

@@ -105,3 +105,15 @@ def test_cli_bad_path_exit_2(tmp_path, mystages):
     r = CliRunner().invoke(app, ["run", str(tmp_path / "p.yaml"), "--workers", "1"])
     assert r.exit_code == 2 and "Traceback" not in r.output, r.output
     assert "cannot import module 'no_such_pkg_xyz.mod'" in r.output
+
+
+def test_the_example_pipeline_file_runs(tmp_path, monkeypatch):
+    """examples/custom_stage.yaml names examples/custom_stage.py's stage by module path."""
+    from pathlib import Path
+
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    monkeypatch.syspath_prepend(str(examples))
+    logs = write_jsonl(tmp_path / "logs" / "a.jsonl", [make_event(i) for i in range(8)])
+    p = Pipeline.from_yaml(examples / "custom_stage.yaml")
+    result = p.run(workers=1, input=str(logs), output=str(tmp_path / "out"))
+    assert result.stage("drop_long")["rows_in"] == result.stage("extract")["emitted"] > 0

@@ -3,6 +3,7 @@ through it, is now exactly one quarantine row with a precise reason, and the goo
 from __future__ import annotations
 
 import json
+import pickle
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -182,9 +183,16 @@ def test_arrow_refusing_a_value_costs_that_row_only():
 def test_quarantine_hashes_when_the_scrubber_cannot_load(monkeypatch):
     import datakit.stages.ingest as ingest
 
-    def unavailable(texts):
+    def unavailable():
         raise ImportError("no presidio")
 
-    monkeypatch.setattr(ingest, "_scrub", unavailable)
-    out = ingest.quarantine_raw([f"key {SECRET}".encode(), None], [10, None], "scrubbed")
+    monkeypatch.setattr(ingest, "quarantine_scrubber", unavailable)
+    fn = ingest.IngestFn("scrubbed")
+    fn.setup()  # what an engine calls once per worker: the loader fails, so lines are hashed
+    out = ingest.quarantine_raw([f"key {SECRET}".encode(), None], [10, None], "scrubbed", fn._scrub)
     assert out[1] is None and out[0].startswith(b"sha256=") and out[0].endswith(b";bytes=10-34")
+    monkeypatch.undo()
+    fn = pickle.loads(pickle.dumps(ingest.IngestFn("scrubbed")))
+    fn.setup()
+    out = ingest.quarantine_raw([f"key {SECRET}".encode()], [10], "scrubbed", fn._scrub)
+    assert SECRET.encode() not in out[0] and not out[0].startswith(b"sha256=")  # scrubbed, not hashed

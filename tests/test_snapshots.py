@@ -206,6 +206,14 @@ def test_packed_union_and_history_needs_records(tmp_path):
         sizes.append(len(PackedDataset(tmp_path / "packed" / "_snapshots" / f"dt={day}")))
     union = PackedDataset(tmp_path / "packed", verify=True)
     assert len(union) == sum(sizes) and sizes[0] > 0 and sizes[1] > 0
+    # the top manifest's totals are the union's, not the last snapshot's
+    top = json.loads((tmp_path / "packed" / "manifest.json").read_text())
+    days = [json.loads((tmp_path / "packed" / "_snapshots" / f"dt={d}" / "manifest.json").read_text())
+            for d in ("2026-11-01", "2026-11-02")]
+    for key in ("sequences", "tokens", "documents", "padding_tokens"):
+        assert top["totals"][key] == sum(m["totals"][key] for m in days), key
+    assert top["totals"]["sequences"] == len(union)
+    assert top["totals"]["fill_rate"] == round(top["totals"]["tokens"] / (len(union) * top["seq_len"]), 6)
     first = PackedDataset(tmp_path / "packed" / "_snapshots" / "dt=2026-11-01")
     assert (union[0]["input_ids"] == first[0]["input_ids"]).all()
     p = day_pipeline(tmp_path, "2026-11-03", DAY3, stages=(DEDUP, tok), out="packed2")
@@ -339,3 +347,18 @@ def test_state_layouts_old_is_read_newer_is_refused(tmp_path):
     with pytest.raises(StateLayoutError, match="upgrade datakit") as e:
         run_day(tmp_path, "2026-11-03", DAY3)
     assert "\n" not in str(e.value)
+
+
+def test_chain_within_a_day_through_a_document_dropped_against_history(tmp_path):
+    """B and C arrive on the same day: B ~ A (history) is dropped, C reaches A only through B. One run
+    drops C too (its cluster's kept document is A and C ~ A), so the day's clustering puts history first."""
+    days = {"2026-11-01": [urec("a1", A_TXT, "u1")], "2026-11-02": [urec("b2", B_TXT, "u2"), urec("c2", C_TXT, "u3")]}
+    for day, rows in days.items():
+        run_day(tmp_path, day, rows, stages=(CHAIN,))
+    hist_a1 = json.dumps({"doc_id": "a1", "snapshot": "dt=2026-11-01"}, sort_keys=True, separators=(",", ":"))
+    assert dropped(tmp_path / "ds", "dt=2026-11-02") == {"b2": ("near_duplicate_of_history", hist_a1),
+                                                          "c2": ("near_duplicate_of_history", hist_a1)}
+    one = write_records(tmp_path / "all", [r for rows in days.values() for r in rows])
+    Pipeline("one").input(one, format="parquet", schema="training_record.v1").add(dict(CHAIN)).output(
+        str(tmp_path / "one")).run(workers=1)
+    assert ids(tmp_path / "ds") == ids(tmp_path / "one") == ["a1"]

@@ -23,7 +23,8 @@ from datakit.io.atomic import write_json_atomic
 from datakit.io.fs import filesystem
 from datakit.plan import DROP, DROP_DETAIL, DROP_STATE, METRICS, Plan, SinkSpec
 
-__all__ = ["Engine", "METRICS", "QUARANTINE_SCHEMA", "DROPLOG_SCHEMA", "DROPSTATE_SCHEMA", "SIDE_OUTPUTS", "RunResult", "MapOutput",
+__all__ = ["Engine", "worker_fn", "METRICS", "QUARANTINE_SCHEMA", "DROPLOG_SCHEMA", "DROPSTATE_SCHEMA", "SIDE_OUTPUTS",
+           "RunResult", "MapOutput",
            "conform", "apply_map", "shard_count", "resolve_sink", "write_side_output", "commit_run",
            "remove_if_empty"]
 
@@ -63,19 +64,49 @@ class RunResult:
         raise KeyError(name)
 
 
+# token -> a batch function loaded and set up in this process; only the current run's are kept
+_READY: dict[str, Any] = {}
+
+
 class Engine:
     """The part of `execute` every engine shares: a run that writes holds its output folder's writer
     lock (flock / object-store lease) from before the first byte to after the commit. An engine
-    implements `_execute(plan)`; this wrapper is why neither can forget the lock."""
+    implements `_execute(plan)`; this wrapper is why neither can forget the lock, nor keep the
+    batch functions an in-process run set up alive after it."""
 
     def execute(self, plan: Plan) -> RunResult:
-        if plan.sink is None:
-            return self._execute(plan)
-        with publish.output_lock(plan.sink.path):  # one writer per folder; preflight of the path
-            return self._execute(plan)
+        try:
+            if plan.sink is None:
+                return self._execute(plan)
+            with publish.output_lock(plan.sink.path):  # one writer per folder; preflight of the path
+                return self._execute(plan)
+        finally:
+            _READY.clear()  # what an in-process run set up (worker_fn): free its models and tables
 
     def _execute(self, plan: Plan) -> RunResult:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+def worker_fn(token: str, load: Callable[[], Any]) -> Any:
+    """The batch function named `token` ("<run>:<op>"), ready in this worker process.
+
+    Why here: a stage function that needs a model, tokenizer or analyzer defines `setup()` (load
+    it into the instance; never pickled) and both engines call this, so `setup()` runs once per
+    worker process per run (local pool worker or in-process run, Spark Python worker), not once
+    per task, and a stage keeps no module-level cache of its own. Another run's functions are
+    dropped when a new run's first one arrives (a kept pool must not hold old eval tables).
+    """
+    fn = _READY.get(token)
+    if fn is None:
+        run = token.partition(":")[0]
+        for old in [k for k in _READY if k.partition(":")[0] != run]:
+            del _READY[old]
+        fn = load()
+        setup = getattr(fn, "setup", None)
+        if callable(setup):
+            setup()
+        _READY[token] = fn
+    return fn
 
 
 def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:

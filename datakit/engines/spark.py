@@ -44,7 +44,7 @@ import pyarrow as pa
 from datakit import progress
 from datakit.accounting import NodeStats, stage_report
 from datakit.engines.core import (Engine, RunResult, apply_map, commit_run, conform, remove_if_empty, resolve_sink,
-                                  reused_shards, write_side_output)
+                                  reused_shards, worker_fn, write_side_output)
 from datakit.engines.spark_partitions import (SHUFFLE_CONF, TARGET_CONF, PartitionPlan, check_user_conf,
                                               plan_partitions)
 from datakit.engines.spark_session import (SparkError, SparkJobError, SparkSetupError, executor_environment,
@@ -62,20 +62,14 @@ SHARD_COL = "_shard"
 # --------------------------------------------------------------------------- executor-side functions
 # Module-level classes: cloudpickle ships them by reference, executors import this module.
 
-_FN_CACHE: dict[str, Any] = {}
-
-
 def _load_fn(bc, token: str) -> Any:
-    """The stage function of a broadcast, unpickled once per Python worker (not per task).
+    """The stage function of a broadcast, unpickled and set up once per Python worker (not per task).
 
-    `token` is a random id made on the driver: executors do not know a broadcast's id.
+    `token` ("<run>:<random>") is made on the driver: executors do not know a broadcast's id.
     """
-    fn = _FN_CACHE.get(token)
-    if fn is None:
-        from pyspark import cloudpickle
+    from pyspark import cloudpickle
 
-        fn = _FN_CACHE[token] = cloudpickle.loads(bc.value)
-    return fn
+    return worker_fn(token, lambda: cloudpickle.loads(bc.value))
 
 
 def _cast_in(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
@@ -338,6 +332,7 @@ class _Run:
     def __init__(self, engine: SparkEngine, spark, plan: Plan, parts: PartitionPlan) -> None:
         self.engine, self.spark, self.plan = engine, spark, plan
         self.sc = spark.sparkContext
+        self.token = uuid.uuid4().hex[:12]  # this run's prefix of batch-function tokens (core.worker_fn)
         self.parts = parts
         self.n = parts.n  # read slices and shuffle partitions (spark_partitions.py: from input size by default)
         self.df: dict[int, Any] = {}
@@ -507,8 +502,8 @@ class _Run:
         for op in ops:
             bc = self.sc.broadcast(cloudpickle.dumps(op.fn))
             self.broadcasts.append(bc)
-            op_specs.append({"bc": bc, "token": uuid.uuid4().hex, "schema": op.schema, "stage": op.stage,
-                             "name": op.name, "quarantine": op.quarantine, "drop_log_key": op.drop_log_key})
+            op_specs.append({"bc": bc, "token": f"{self.token}:{uuid.uuid4().hex}", "schema": op.schema,
+                             "stage": op.stage, "name": op.name, "quarantine": op.quarantine, "drop_log_key": op.drop_log_key})
         fn = _ChainFn(base.format if read_files else None, base.schema if read_files else None,
                       in_schema, op_specs, data_schema, out_schema)
         out = self._persist(inp.mapInArrow(fn, from_arrow_schema(out_schema)))

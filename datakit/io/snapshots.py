@@ -147,7 +147,20 @@ def _union(base: dict[str, Any], snaps: list[dict[str, Any]], withdrawn: list[di
     body = {k: v for k, v in base.items() if k not in ("snapshots", "withdrawn", "shards", "rows")}
     body.update({"layout": LAYOUT, "snapshots": snaps, "withdrawn": sorted(withdrawn, key=lambda w: w["seq"]),
                  "shards": shards, "rows": int(sum(s["rows"] for s in snaps))})
+    if isinstance(base.get("totals"), dict):
+        body["totals"] = _union_totals(base["totals"], shards, base.get("seq_len"))
     return body
+
+
+def _union_totals(latest: dict[str, Any], shards: list[dict[str, Any]], seq_len: Any) -> dict[str, Any]:
+    """A token format's `totals` over every snapshot: each count is the sum of the shard entries'
+    (the writers compute their totals the same way), fill rate recomputed. Without this the top
+    manifest carried the latest snapshot's totals, and `inspect`/loaders reported one day as the dataset."""
+    totals = {k: int(sum(int(sh.get(k, 0)) for sh in shards)) for k in latest if k != "fill_rate"}
+    if "fill_rate" in latest:
+        seqs = totals.get("sequences", 0)
+        totals["fill_rate"] = round(totals.get("tokens", 0) / (seqs * int(seq_len)), 6) if seqs and seq_len else 0.0
+    return totals
 
 
 def _commit_top(out: str, body: dict[str, Any]) -> None:

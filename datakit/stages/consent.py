@@ -46,7 +46,6 @@ OPTOUT_SCHEMA = pa.schema([("user_id", pa.string()), ("org_id", pa.string())])
 # what a Parquet source of opt-out files yields (readers add provenance columns)
 OPTOUT_SOURCE_SCHEMA = pa.schema(list(OPTOUT_SCHEMA) + [("_source_file", pa.string()), ("_source_line", pa.int64())])
 OPTOUT_SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".ndjson")
-REASONS = ("privacy_mode", "opt_out_user", "opt_out_org")
 
 
 class ConsentFn:

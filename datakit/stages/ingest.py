@@ -22,7 +22,7 @@ import json
 import logging
 import re
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -214,17 +214,13 @@ def _to_arrow(rows: list[dict[str, Any]], drops: list, details: list, raws: list
 
 
 QuarantineRaw = Literal["scrubbed", "hash", "verbatim"]
-_SCRUBBER: Any = None
 
 
-def _scrub(texts: list[str]) -> list[str]:
-    """`scrub_pii`'s detectors (secrets and personal data, placeholder policy, no NER), built once per process."""
-    global _SCRUBBER
-    if _SCRUBBER is None:
-        from datakit.stages.scrub_pii.stage import ScrubPiiConfig
+def quarantine_scrubber() -> Any:
+    """`scrub_pii`'s detectors (secrets and personal data, placeholder policy, no NER) for quarantined lines."""
+    from datakit.stages.scrub_pii.stage import ScrubPiiConfig
 
-        _SCRUBBER = ScrubPiiConfig(ner="off", default_policy="placeholder").build_fn()
-    return _SCRUBBER.scrub(texts)[0]
+    return ScrubPiiConfig(ner="off", default_policy="placeholder").build_fn()
 
 
 def _fingerprint(raw: bytes, offset: int | None) -> bytes:
@@ -232,12 +228,13 @@ def _fingerprint(raw: bytes, offset: int | None) -> bytes:
     return f"sha256={hashlib.sha256(raw).hexdigest()};{where}".encode()
 
 
-def quarantine_raw(raws: list[bytes | None], offsets: list[int | None], mode: QuarantineRaw) -> list[bytes | None]:
+def quarantine_raw(raws: list[bytes | None], offsets: list[int | None], mode: QuarantineRaw,
+                   scrub: Callable[[list[str]], list[str | None]] | None = None) -> list[bytes | None]:
     """What `_quarantine/` keeps of each rejected line (issue 18: quarantine is next to the dataset and
     read by operators, so it must not be a back door for the secrets and personal data the pipeline removes).
 
-    * `scrubbed` (default): the line with `scrub_pii`'s findings replaced by placeholders;
-      if the scrubber cannot be loaded the line is hashed instead (never kept verbatim);
+    * `scrubbed` (default): the line with `scrub_pii`'s findings replaced by placeholders (`scrub`);
+      if the scrubber could not be loaded (None) or fails, the line is hashed instead (never kept verbatim);
     * `hash`: `sha256=<hex>;bytes=<start>-<end>` -- enough to find the line in the input;
     * `verbatim`: the line as read (only for inputs known to be clean).
     """
@@ -247,7 +244,9 @@ def quarantine_raw(raws: list[bytes | None], offsets: list[int | None], mode: Qu
     out = list(raws)
     if mode == "scrubbed" and idx:
         try:
-            clean = _scrub([raws[i].decode("utf-8", "replace") for i in idx])
+            if scrub is None:
+                raise ImportError("not loaded")
+            clean = scrub([raws[i].decode("utf-8", "replace") for i in idx])
         except (ImportError, OSError) as e:
             log.warning("quarantine: scrubber unavailable (%s); quarantined lines are hashed", type(e).__name__)
             mode = "hash"
@@ -265,8 +264,28 @@ class IngestFn:
 
     def __init__(self, raw_mode: QuarantineRaw = "scrubbed") -> None:
         self.raw_mode = raw_mode
+        self._scrub: Callable[[list[str]], list[str | None]] | None = None
+        self._ready = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"raw_mode": self.raw_mode}  # the scrubber is built per worker by setup(), never pickled
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["raw_mode"])  # type: ignore[misc]
+
+    def setup(self) -> None:
+        """Build the quarantine scrubber (`raw_mode: scrubbed`) once per worker process; when it cannot
+        be loaded, quarantined lines are hashed (quarantine_raw)."""
+        if self.raw_mode == "scrubbed":
+            try:
+                self._scrub = lambda texts, fn=quarantine_scrubber(): fn.scrub(texts)[0]
+            except (ImportError, OSError):
+                self._scrub = None
+        self._ready = True
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        if not self._ready:  # a direct call, not through an engine (which calls setup once per worker)
+            self.setup()
         files = batch.column("_source_file").to_pylist()
         lines = batch.column("_source_line").to_pylist()
         raw_col = batch.column("_raw").to_pylist()
@@ -300,7 +319,7 @@ class IngestFn:
                    else [None] * batch.num_rows)
         out = out.append_column(DROP, pa.array(drops, pa.string()))
         out = out.append_column(DROP_DETAIL, pa.array(details, pa.string()))
-        out = out.append_column("_raw", pa.array(quarantine_raw(raws, offsets, self.raw_mode), pa.binary()))
+        out = out.append_column("_raw", pa.array(quarantine_raw(raws, offsets, self.raw_mode, self._scrub), pa.binary()))
         return out.combine_chunks().to_batches()[0] if out.num_rows else pa.RecordBatch.from_pylist([], schema=out.schema)
 
 

@@ -297,6 +297,8 @@ def test_cli_workers_option(corpus, reference, tmp_path):
     assert "indexed 308 documents" in r.output and _bytes(tmp_path / "idx") == _bytes(reference)
     r = runner.invoke(app, [str(corpus), "--out", str(tmp_path / "idx2"), "--workers", "0"])
     assert r.exit_code == 2 and not (tmp_path / "idx2").exists()
+    r = runner.invoke(app, [str(corpus), "--out", str(tmp_path / "idx2"), "--engine", "flink"])
+    assert r.exit_code == 2 and "unknown engine 'flink'" in (r.stderr or r.output) and not (tmp_path / "idx2").exists()
     bad = tmp_path / "bad"
     bad.mkdir()
     pq.write_table(pa.table({"text": [f"y{i} " * 300 for i in range(50)]}), str(bad / "a.parquet"), compression="zstd")

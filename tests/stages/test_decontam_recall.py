@@ -122,3 +122,18 @@ def test_a_seam_match_shows_the_joined_text_as_evidence(tmp_path, he_rows, human
     assert "def strlen(string: str) -> int:" in m.eval_excerpt and "return len(string)" in m.eval_excerpt
     (a, b), = m.eval_spans
     assert "strlen" in m.eval_excerpt[a:b] and "len(string)" in m.eval_excerpt[a:b]
+
+
+def test_literal_tables_alone_are_not_evidence(tmp_path, he_rows, humaneval):  # noqa: F811
+    """An item's example tables (`[5, 3, -5, 2, -3, 3, 9, 0, 123, 1, -10]`, grids) copied as data into other
+    code: windows of only numbers, strings and punctuation are what code at large shares by accident (matrices
+    in docstrings, test fixtures); they are not evidence. (Every one of these documents matched before.)"""
+    import re
+
+    docs = []
+    for r in he_rows:
+        tables = re.findall(r"\[[\[\(\d,\s\]\)\.\-]{40,}\]", r["prompt"] + r["canonical_solution"])
+        if tables:
+            docs.append('def fixture():\n    """Sample inputs."""\n    return ' + ", ".join(tables) + "\n")
+    assert len(docs) >= 10
+    assert check(_write(tmp_path, docs), [humaneval]).evals[0].contaminated_items == 0

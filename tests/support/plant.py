@@ -62,15 +62,25 @@ def rename_identifiers(code: str, rng: random.Random, in_strings: bool = True, a
     Renaming inside strings and docstrings (doctest lines name the function and
     its arguments) is what a rename-and-search/replace does, and it leaves the
     prose as the only literal evidence: the harder case for the matcher.
+
+    C-family code (Rust, ...) is read by Python's tokenizer too, so its `//`
+    comments are first made Python comments and treated like docstrings (only
+    the code's names renamed in them): read as code, every English word of a
+    doc comment would be "renamed", which no refactoring does. A macro call's
+    name (`vec!`) is the language's, not the user's: kept.
     """
+    c_family = bool(re.search(r"^\s*(?:pub\s+)?fn\s|^\s*//", code, re.M)) and not re.search(r"^\s*def\s", code, re.M)
+    if c_family:
+        code = re.sub(r"(?m)^([^\n\"]*?)//", lambda m: f"{m.group(1)}#//", code)
     try:
         toks = _tokens(code)
     except (tokenize.TokenError, IndentationError, SyntaxError):
-        return code
+        return code.replace("#//", "//") if c_family else code
     mapping: dict[str, str] = {}
     prev = None
-    for t in toks:
-        if t.type == tokenize.NAME and t.string not in _KEEP and (attributes or not (prev is not None and prev.string == ".")):
+    for i, t in enumerate(toks):
+        macro = c_family and i + 1 < len(toks) and toks[i + 1].string == "!"
+        if t.type == tokenize.NAME and t.string not in _KEEP and not macro and (attributes or not (prev is not None and prev.string == ".")):
             if t.string not in mapping:
                 mapping[t.string] = f"{rng.choice(['v', 'tmp', 'x', 'item', 'val'])}_{len(mapping)}_{rng.randrange(100)}"
         if t.type not in (tokenize.NL, tokenize.COMMENT):
@@ -84,6 +94,8 @@ def rename_identifiers(code: str, rng: random.Random, in_strings: bool = True, a
             s = mapping[s]
         elif t.type == tokenize.STRING and names is not None and in_strings:
             s = names.sub(lambda m: mapping[m.group(1)], s)
+        elif t.type == tokenize.COMMENT and c_family and s.startswith("#//"):
+            s = s[1:] if names is None or not in_strings else names.sub(lambda m: mapping[m.group(1)], s[1:])
         out.append((t.type, s))
         if t.type not in (tokenize.NL, tokenize.COMMENT):
             prev = t

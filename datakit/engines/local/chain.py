@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from datakit import watchdog
 from datakit.accounting import NodeStats
-from datakit.engines.core import apply_map, conform, droplog_rows, dropstate_rows, quarantine_rows
+from datakit.engines.core import apply_map, conform, droplog_rows, dropstate_rows, quarantine_rows, worker_fn
 from datakit.engines.local.broadcast import broadcast_table
 from datakit.engines.local.memory import release_free_memory
 from datakit.engines.local.spill import IpcSpill, Partition, read_spill
@@ -45,12 +45,13 @@ class ChainTask:
     aux_dir: str = ""
     broadcasts: dict[int, str] = field(default_factory=dict)
     shard_by: str = "hash"  # `SinkSpec.partition`
+    run_token: str = ""  # names this run's batch functions: each is set up once per worker (core.worker_fn)
 
 
-def _apply_op(op: MapBatches, batch: pa.RecordBatch, st: NodeStats, aux: "_AuxWriters") -> pa.RecordBatch:
+def _apply_op(op: MapBatches, fn: Any, batch: pa.RecordBatch, st: NodeStats, aux: "_AuxWriters") -> pa.RecordBatch:
     st.rows_in += batch.num_rows
     t0 = time.perf_counter()
-    r = apply_map(op.fn, batch, op.schema, op.stage, op.name)
+    r = apply_map(fn, batch, op.schema, op.stage, op.name)
     st.metrics.update(r.metrics)
     if r.dropped is not None:
         st.dropped.update(r.drops)
@@ -144,6 +145,8 @@ def run_chain(task: ChainTask) -> dict[str, Any]:
     writers: dict[int, pq.ParquetWriter] = {}
     files: dict[int, str] = {}
     out_schema = task.ops[-1].schema if task.ops else task.partition.schema
+    fns = {op.id: worker_fn(f"{task.run_token}:{op.id}", lambda op=op: op.fn)
+           for op in task.ops if not isinstance(op, Join)}
     try:
         for batch in task.partition.batches():
             base_rows += batch.num_rows
@@ -151,16 +154,21 @@ def run_chain(task: ChainTask) -> dict[str, Any]:
                 if isinstance(op, Join):
                     batch = _apply_broadcast_join(op, batch, stats[op.id], broadcast_table(task.broadcasts[op.id]))
                 else:
-                    batch = _apply_op(op, batch, stats[op.id], aux)
+                    batch = _apply_op(op, fns[op.id], batch, stats[op.id], aux)
             release_free_memory()
             watchdog.beat()
             if batch.num_rows == 0:
                 continue
             if task.shards:
                 ids = sinks.shard_ids(batch.column(task.shard_key), task.shards, task.shard_by)
-                for s in np.unique(ids):
-                    sub = batch.filter(pa.array(ids == s))
-                    _writer(writers, files, int(s), task, out_schema).write_batch(sub)
+                # group by shard with one stable sort (radix for small ids), unless a stage already did, then
+                # slice (a filter per shard would pass over the batch once per shard)
+                if len(ids) > 1 and (ids[1:] < ids[:-1]).any():
+                    order = np.argsort(ids.astype(np.uint16) if task.shards <= 1 << 16 else ids, kind="stable")
+                    ids, batch = ids[order], batch.take(pa.array(order))
+                cuts = np.flatnonzero(np.diff(ids)) + 1
+                for a, b in zip([0, *cuts], [*cuts, len(ids)]):
+                    _writer(writers, files, int(ids[a]), task, out_schema).write_batch(batch.slice(a, b - a))
             else:
                 _writer(writers, files, 0, task, out_schema).write_batch(batch)
     finally:

@@ -85,6 +85,7 @@ class LocalEngine(Engine):
         if self._auto_workers:
             self.workers = scheduler.workers_for(plan, self.workers)
         self._plan = plan
+        self._token = uuid.uuid4().hex[:12]  # this run's prefix of batch-function tokens (core.worker_fn)
         self._stats: dict[int, NodeStats] = defaultdict(NodeStats)
         self._rows: dict[int, int] = {}
         self._materialized: dict[int, list[Partition]] = {}
@@ -217,7 +218,7 @@ class LocalEngine(Engine):
         os.makedirs(out_dir, exist_ok=True)
         bcast = self._broadcast_tables(ops)
         tasks = [ChainTask(p, ops, out_dir, f"part-{i:05d}", [o.id for o in ops], shards, shard_key, self._aux, bcast,
-                           shard_by) for i, p in enumerate(parts)]
+                           shard_by, self._token) for i, p in enumerate(parts)]
         stages = list(dict.fromkeys(o.stage for o in ops if ":" not in o.stage and o.stage != "input")) or [node.stage]
         results = self._map(run_chain, tasks, f"{seg}: {' > '.join(getattr(o, 'name', 'join') for o in ops) or 'read'}",
                             label=f"{', '.join(stages)}{' -> shards' if shards else ''}")

@@ -69,6 +69,7 @@ INDEX_DIRNAME = "_ngram_index"  # where a pipeline's sink puts the index beside 
 INDEX_FILES = ("offsets.bin", "fingerprints.bin", "index.json")  # in publishing order: metadata last
 _PART_BITS = 4  # the fewest sink partitions (16)
 _CHUNK = 1 << 22  # uint64 values per streamed read (32 MB)
+PARTITION_HASH_BYTES = 128 << 20  # the default partition count aims at about this much hash data per partition
 FP_BITS = 32
 STAGE = "ngram_index"
 # one unit of input: a file, row groups [first, end) of a Parquet file, or sequences [first, end) of a
@@ -124,15 +125,19 @@ def index_plan(data: str | Sequence[str], work: str, *, ngram: int = 13,
     `work` is a folder the engine's tasks and this process all see (the unit files go under
     it; the sink writes there; `index/` holds the result until it is published). `parallelism`
     (the engine's task slots) sets how finely the input is cut and the default partition count:
-    2^`partition_bits` sink partitions (default >= 2 per slot, at least 16; at most 12 bits)."""
+    2^`partition_bits` sink partitions (default: >= 2 per slot, at least 16, more for big inputs so a
+    partition's hashes stay near `PARTITION_HASH_BYTES`; at most 12 bits)."""
     if fingerprint_bits not in (16, 32):
         raise ValueError("fingerprint_bits must be 16 or 32")
-    part_bits = partition_bits or min(8, max(_PART_BITS, math.ceil(math.log2(2 * max(parallelism, 1)))))
-    if not 1 <= part_bits <= 12:
+    if partition_bits is not None and not 1 <= partition_bits <= 12:
         raise ValueError("partition_bits must be 1..12")
+    units = plan_units(data, 1 if parallelism <= 1 else 4 * parallelism, batch_rows)
+    # >= 2 partitions per task slot, and small enough that one sorts in memory: the sink holds a
+    # partition's hashes at once (~2 B of hashes per byte of text; Parquet/compressed input counted 4x)
+    need = math.ceil(math.log2(max(2 * _input_bytes(units) / PARTITION_HASH_BYTES, 1)))
+    part_bits = partition_bits or min(12, max(_PART_BITS, need, math.ceil(math.log2(2 * max(parallelism, 1)))))
     spec = HashSpec(int(ngram), flags_of(normalization), tuple(text_fields) if text_fields else None, batch_rows,
                     part_bits)
-    units = plan_units(data, 1 if parallelism <= 1 else 4 * parallelism, batch_rows)
     paths = []
     for i, unit in enumerate(units):
         url = f"{work.rstrip('/')}/_units/u-{i:06d}.parquet"
@@ -172,6 +177,15 @@ def plan_units(paths: str | Sequence[str], target: int, batch_rows: int = 8192) 
         else:
             units.extend((f, s, min(n, s + per), False) for s in range(0, n, per))
     return units
+
+
+def _input_bytes(units: Sequence[tuple[str, int, int, bool]]) -> int:
+    """Rough uncompressed size of the input (file sizes; Parquet and compressed files times 4)."""
+    total = 0
+    for url in dict.fromkeys(u[0] for u in units if not u[3]):
+        fs, p = filesystem(url)
+        total += int(fs.size(p) or 0) * (4 if url.endswith((".parquet", ".gz", ".zst", ".zstd")) else 1)
+    return total
 
 
 # -- map: units -> (part, hash) rows ------------------------------------------------------------
@@ -224,7 +238,11 @@ class HashUnits:
         h = np.concatenate(out) if out else np.zeros(0, np.uint64)
         n = max(len(h), 1)
         metrics = pa.concat_arrays([pa.array([json.dumps(stats)]), pa.nulls(n - 1, pa.string())])
-        part = (h >> np.uint64(64 - self.spec.part_bits)).astype(np.int32) if len(h) else np.zeros(1, np.int32)
+        part = (h >> np.uint64(64 - self.spec.part_bits)).astype(np.uint16)
+        order = np.argsort(part, kind="stable")  # rows grouped by partition (radix sort): the sink splits by slicing
+        h, part = h[order], part[order].astype(np.int32)
+        if not len(h):
+            part = np.zeros(1, np.int32)
         hashes = pa.array(h.view(np.int64)) if len(h) else pa.nulls(1, pa.int64())
         return pa.table({"part": part, "hash": hashes, "_metrics": metrics})
 

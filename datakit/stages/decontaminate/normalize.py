@@ -121,26 +121,6 @@ _SAME = np.arange(256, dtype=np.uint8)
 
 
 @njit(cache=True, inline="always")
-def _is_ws(c):
-    return c == 32 or c == 9 or c == 10 or c == 13 or c == 12 or c == 11
-
-
-@njit(cache=True, inline="always")
-def _is_ident_start(c):
-    return (c >= 97 and c <= 122) or (c >= 65 and c <= 90) or c == 95 or c >= 128
-
-
-@njit(cache=True, inline="always")
-def _is_ident_cont(c):
-    return _is_ident_start(c) or (c >= 48 and c <= 57)
-
-
-@njit(cache=True, inline="always")
-def _is_digit(c):
-    return c >= 48 and c <= 57
-
-
-@njit(cache=True, inline="always")
 def _hash_bytes(data, a, b, fold):
     tab = _FOLD if fold else _SAME
     h = _FNV_OFFSET

@@ -22,6 +22,13 @@ digests of B's lineage (`forget.lineage_digests`), so forgetting B removes B's k
 removes every row mapped to A. The state is a pure function of the snapshot's committed records and
 its `_dropped_state/` (both byte-identical on every engine), so both engines write the same bytes.
 
+History first, inside the day too: the near lookup (`HistNearFn`) does not drop; it marks each
+record with the history document it is a verified near duplicate of (`_dk_hrep`). The day's own
+clustering (stage.py `_mark_clusters`) then gives every cluster that holds a marked record the
+smallest marked history document (`_dk_hcomp`): members similar to it are dropped as
+`near_duplicate_of_history`, the others are kept; so a document that reaches the history only
+through a document of the same day (B ~ A marked, C ~ B) is dropped as one run over all days drops it.
+
 Why lookups (a MapBatches function reading the state) and not a Source of the state joined in:
 a join reads every snapshot's state, so day N would cost a scan of the whole history. Each state
 file is sorted by its lookup key and written in small row groups; a batch of today's documents reads,
@@ -47,6 +54,7 @@ from datakit.plan import DROP, DROP_DETAIL, DROP_STATE, Rel
 
 LAYOUT = 2  # the state layout this version writes; layout 1 (no `layout` field) is read too
 _HIST, _HSIG, _HTEXT, _VIA = "_dk_hist", "_dk_hsig", "_dk_htext", "_dk_via"
+HREP, HCOMP = "_dk_hrep", "_dk_hcomp"  # a record's history document; its day cluster's smallest one
 _KEY, _SIG, _BAND, _BUCKET = "_dk_key", "_dk_sig", "_dk_band", "_dk_bucket"
 STATE_FILES = {"exact": "exact.parquet", "signatures": "signatures.parquet", "bands": "bands.parquet",
                "texts": "texts.parquet"}
@@ -276,9 +284,7 @@ class DropState:
     sig_fn: Any  # stage._SignatureFn
     band_fn: Any  # stage._BandFn
 
-    def __call__(self, batch: pa.RecordBatch, loser: pa.Array,
-                 known: tuple[np.ndarray, np.ndarray] | None = None) -> pa.Array:
-        """`known`: (row indices, band keys) of the batch's documents when the caller has them already."""
+    def __call__(self, batch: pa.RecordBatch, loser: pa.Array) -> pa.Array:
         from datakit.stages.forget import lineage_digests
 
         out: list[str | None] = [None] * batch.num_rows
@@ -286,12 +292,7 @@ class DropState:
         if len(rows) == 0:
             return pa.array(out, pa.string())
         sub = batch.take(pa.array(rows, pa.int64()))
-        if known is not None:  # the losers' rows among the documents with band keys
-            pos = {int(r): i for i, r in enumerate(known[0])}
-            have = [j for j, r in enumerate(rows.tolist()) if r in pos]
-            idx, keys = np.array(have, dtype=np.int64), known[1][[pos[int(rows[j])] for j in have]]
-        else:
-            idx, keys = self.band_fn.keys(self.sig_fn(sub))
+        idx, keys = self.band_fn.keys(self.sig_fn(sub))
         names = sub.schema.names
         src = sub.column("source").to_pylist() if "source" in names else [None] * len(rows)
         meta = sub.column("meta").to_pylist() if "meta" in names else [None] * len(rows)
@@ -301,17 +302,12 @@ class DropState:
         return pa.array(out, pa.string())
 
 
-def _marked(batch: pa.RecordBatch, names: tuple[str, ...], reason: str, hit: pa.Array,
-            state: DropState | None, known: tuple[np.ndarray, np.ndarray] | None = None) -> pa.RecordBatch:
+def _marked(batch: pa.RecordBatch, names: tuple[str, ...], reason: str, hit: pa.Array) -> pa.RecordBatch:
     if isinstance(hit, pa.ChunkedArray):
         hit = hit.combine_chunks()
     drop = pc.if_else(pc.is_valid(hit), pa.scalar(reason, pa.string()), pa.scalar(None, pa.string()))
     cols = [batch.column(n) for n in names] + [drop, hit.cast(pa.string())]
-    out_names = list(names) + [DROP, DROP_DETAIL]
-    if state is not None:
-        cols.append(state(batch, pc.is_valid(hit), known))
-        out_names.append(DROP_STATE)
-    return pa.RecordBatch.from_arrays(cols, names=out_names)
+    return pa.RecordBatch.from_arrays(cols, names=list(names) + [DROP, DROP_DETAIL])
 
 
 def _min_per_row(n: int, rows: np.ndarray, hists: list[str]) -> pa.Array:
@@ -337,29 +333,65 @@ class HistExactFn:
         best = found.group_by(_KEY, use_threads=False).aggregate([(_HIST, "min")])
         idx = pc.index_in(keys, value_set=best.column(_KEY))
         hit = pc.take(best.column(f"{_HIST}_min"), idx)
-        return _marked(batch, self.names, "exact_duplicate_of_history", hit, None)
+        return _marked(batch, self.names, "exact_duplicate_of_history", hit)
+
+
+@dataclass(frozen=True)
+class HistVerify:
+    """Is a record similar (>= threshold) to a kept document of the history? Exact Jaccard against the
+    kept document's text (`verify: exact`, as one run over all days decides) or the signatures' estimate."""
+
+    sig_fn: Any  # stage._SignatureFn
+    num_perm: int
+    side_files: tuple[tuple[str, str], ...]  # texts (verify exact) or signatures
+    verify: str
+    threshold: float
+
+    def similar(self, batch: pa.RecordBatch, rows: np.ndarray, hists: pa.Array,
+                docs: pa.RecordBatch | None = None) -> np.ndarray:
+        """For each (record `rows[i]`, history document `hists[i]`) pair: similar? (bool array)."""
+        from datakit.stages.dedup.stage import _sig_matrix
+        from datakit.stages.dedup.verify import exact_jaccard, signature_jaccard
+        from datakit.stages.texts import record_texts
+
+        if len(rows) == 0:
+            return np.zeros(0, dtype=bool)
+        hists = hists.combine_chunks() if isinstance(hists, pa.ChunkedArray) else hists
+        take = pa.array(rows, pa.int64())
+        if self.verify == "exact":
+            side = lookup(self.side_files, _HIST, hists, [_HIST, _HTEXT])
+            where = pc.index_in(hists, value_set=side.column(_HIST))
+            theirs = pc.fill_null(pc.take(side.column(_HTEXT), where), "")
+            c = self.sig_fn.cfg
+            sim = exact_jaccard(theirs.combine_chunks() if isinstance(theirs, pa.ChunkedArray) else theirs,
+                                record_texts(batch, self.sig_fn.text_column).take(take), c.ngram, c.shingle, c.lowercase)
+        else:
+            side = lookup(self.side_files, _HIST, hists, [_HIST, _HSIG])
+            where = pc.index_in(hists, value_set=side.column(_HIST))
+            if not side.num_rows:
+                return np.zeros(len(rows), dtype=bool)
+            theirs = pc.take(side.column(_HSIG), pc.fill_null(where, 0))
+            docs = docs if docs is not None else self.sig_fn(batch)
+            sim = signature_jaccard(_sig_matrix(docs.column(_SIG).take(take), self.num_perm),
+                                    _sig_matrix(theirs.combine_chunks() if isinstance(theirs, pa.ChunkedArray) else theirs,
+                                                self.num_perm))
+        return pc.is_valid(where).to_numpy(zero_copy_only=False) & (sim >= self.threshold)
 
 
 @dataclass(frozen=True)
 class HistNearFn:
-    """Drop records similar (>= threshold) to a kept document of the history that shares an LSH bucket
-    with them, directly or through a near duplicate dropped in its favour (`near_duplicate_of_history`,
-    detail: the smallest such document). Verification: exact Jaccard against the kept document's text
-    (`verify: exact`, as one run over all days decides) or the signatures' estimate."""
+    """Annotate each record with `_dk_hrep`: the smallest kept document of the history it is similar to
+    (verified) among those sharing an LSH bucket with it, directly or through a near duplicate dropped
+    in their favour; null if none. The within-day clustering then drops it (`near_duplicate_of_history`)
+    together with the day's documents that reach it through it (dedup/stage.py `_mark_clusters`)."""
 
     sig_fn: Any  # stage._SignatureFn
     band_fn: Any  # stage._BandFn
     band_files: tuple[tuple[str, str], ...]
-    side_files: tuple[tuple[str, str], ...]  # texts (verify exact) or signatures
-    verify: str
-    threshold: float
+    check: HistVerify
     names: tuple[str, ...]
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        from datakit.stages.dedup.stage import _sig_matrix
-        from datakit.stages.texts import record_texts
-        from datakit.stages.dedup.verify import exact_jaccard, signature_jaccard
-
         n = batch.num_rows
         docs = self.sig_fn(batch)
         idx, keys = self.band_fn.keys(docs)
@@ -367,37 +399,16 @@ class HistNearFn:
         mine = pa.table({"_r": pa.array(np.repeat(idx, bands), pa.int64()), _BUCKET: pa.array(keys.reshape(-1), pa.int64()),
                          _BAND: pa.array(np.tile(np.arange(bands, dtype=np.int32), len(idx)))})
         found = lookup(self.band_files, _BUCKET, mine.column(_BUCKET), [_BUCKET, _BAND, _HIST])
-        hit = None
+        hit = pa.nulls(n, pa.string())
         if found.num_rows:
             pairs = mine.join(found, [_BUCKET, _BAND], join_type="inner", use_threads=False)
             pairs = pairs.group_by(["_r", _HIST], use_threads=False).aggregate([])
             pairs = pairs.take(pc.sort_indices(pairs, [("_r", "ascending"), (_HIST, "ascending")]))
             rows = pairs.column("_r").to_numpy()
             hists = pairs.column(_HIST)
-            if self.verify == "exact":
-                side = lookup(self.side_files, _HIST, hists.combine_chunks(), [_HIST, _HTEXT])
-                where = pc.index_in(hists, value_set=side.column(_HIST))
-                theirs = pc.take(side.column(_HTEXT), where)
-                ok_side = pc.is_valid(where).to_numpy(zero_copy_only=False)
-                c = self.sig_fn.cfg
-                sim = exact_jaccard(pc.fill_null(theirs, "").combine_chunks(),
-                                    record_texts(batch, self.sig_fn.text_column).take(pa.array(rows, pa.int64())),
-                                    c.ngram, c.shingle, c.lowercase)
-            else:
-                side = lookup(self.side_files, _HIST, hists.combine_chunks(), [_HIST, _HSIG])
-                where = pc.index_in(hists, value_set=side.column(_HIST))
-                ok_side = pc.is_valid(where).to_numpy(zero_copy_only=False)
-                num_perm = self.band_fn.num_perm
-                theirs = pc.take(side.column(_HSIG), pc.fill_null(where, 0)) if side.num_rows else None
-                mine_sig = docs.column(_SIG).take(pa.array(rows, pa.int64()))
-                sim = (signature_jaccard(_sig_matrix(mine_sig, num_perm), _sig_matrix(theirs.combine_chunks(), num_perm))
-                       if theirs is not None else np.zeros(len(rows)))
-            ok = ok_side & (sim >= self.threshold)
+            ok = self.check.similar(batch, rows, hists, docs)
             hit = _min_per_row(n, rows[ok], [h for h, k in zip(hists.to_pylist(), ok.tolist()) if k])
-        if hit is None:
-            hit = pa.nulls(n, pa.string())
-        return _marked(batch, self.names, "near_duplicate_of_history", hit, DropState(self.sig_fn, self.band_fn),
-                       (idx, keys))
+        return pa.RecordBatch.from_arrays([batch.column(c) for c in self.names] + [hit], names=list(self.names) + [HREP])
 
 
 # --------------------------------------------------------------------------- compilation
@@ -408,9 +419,48 @@ def compile_exact_history(rel: Rel, files: tuple[tuple[str, str], ...], key_fn: 
                            name="dedup_history_exact", drop_log_key="doc_id")
 
 
-def compile_near_history(rel: Rel, band_files: tuple[tuple[str, str], ...], side_files: tuple[tuple[str, str], ...],
-                         sig_fn: Any, band_fn: Any, verify: str, threshold: float) -> Rel:
-    """Drop documents similar to a kept document of the history (`near_duplicate_of_history`); their
-    band keys go to `_dropped_state/` so the next snapshot's state maps them to that document."""
-    fn = HistNearFn(sig_fn, band_fn, band_files, side_files, verify, threshold, tuple(rel.schema.names))
-    return rel.map_batches(fn, rel.schema, name="dedup_history_near", drop_log_key="doc_id", drop_state=True)
+def compile_near_history(rel: Rel, band_files: tuple[tuple[str, str], ...], sig_fn: Any, band_fn: Any,
+                         check: HistVerify) -> Rel:
+    """`rel` plus `_dk_hrep` (the history document each record is a near duplicate of, or null); the
+    within-day clustering drops those records and the day's documents that reach them through them."""
+    fn = HistNearFn(sig_fn, band_fn, band_files, check, tuple(rel.schema.names))
+    return rel.map_batches(fn, pa.schema(list(rel.schema) + [pa.field(HREP, pa.string())]), name="dedup_history_near")
+
+
+@dataclass(frozen=True)
+class Project:
+    """Keep only the named columns (a narrow relation to shuffle)."""
+
+    names: tuple[str, ...]
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        return pa.RecordBatch.from_arrays([batch.column(n) for n in self.names], names=list(self.names))
+
+
+def history_decision(batch: pa.RecordBatch, drop: pa.Array, detail: pa.Array, check: HistVerify
+                     ) -> tuple[pa.Array, pa.Array]:
+    """The within-day near decision (`drop`, `detail`) with the history first, as one run over all days
+    decides: a record similar to a history document (`_dk_hrep`) is dropped in its favour; a record in
+    a cluster that reaches the history (`_dk_hcomp`, the smallest history document of the cluster) is
+    checked against that document and dropped if similar, else kept (the cluster's kept document is
+    the history's, so the day's own decision does not apply)."""
+    own = batch.column(HREP)
+    comp = batch.column(HCOMP) if HCOMP in batch.schema.names else pa.nulls(batch.num_rows, pa.string())
+    own_ok = pc.is_valid(own).to_numpy(zero_copy_only=False)
+    in_comp = pc.is_valid(comp).to_numpy(zero_copy_only=False)
+    need = np.nonzero(~own_ok & in_comp)[0]
+    sim = check.similar(batch, need, comp.take(pa.array(need, pa.int64())))
+    hit: list[str | None] = [None] * batch.num_rows
+    for i, v in enumerate(own.to_pylist()):
+        if v is not None:
+            hit[i] = v
+    comp_v = comp.to_pylist()
+    for i, ok in zip(need.tolist(), sim.tolist()):
+        if ok:
+            hit[i] = comp_v[i]
+    hit_a = pa.array(hit, pa.string())
+    ours = pa.array(own_ok | in_comp)
+    reason = pa.scalar("near_duplicate_of_history", pa.string())
+    new_drop = pc.if_else(pc.is_valid(hit_a), reason, pc.if_else(ours, pa.scalar(None, pa.string()), drop))
+    new_detail = pc.if_else(pc.is_valid(hit_a), hit_a, pc.if_else(ours, pa.scalar(None, pa.string()), detail))
+    return new_drop, new_detail

@@ -121,15 +121,16 @@ class DedupConfig(StageConfig):
         if self.history and ctx.history is None:
             raise ValueError("history: true needs output mode: append (a dataset of snapshots)")
         keeps_state = ctx.history is not None and self.history is not False  # append mode: a state for later runs
+        check = None
         if ctx.history and self.history is not False:
-            rel = self._compile_history(rel, ctx, scope)
+            rel, check = self._compile_history(rel, ctx, scope)
         if self.exact:
             rel = _compile_exact(rel, self.text_column, self.exact_normalize, scope)
         if self.minhash is not None:
-            rel = _compile_near(rel, self.text_column, self.minhash, scope, keeps_state)
+            rel = _compile_near(rel, self.text_column, self.minhash, scope, keeps_state, check)
         return rel
 
-    def _compile_history(self, rel: Rel, ctx: CompileContext, scope: str | None) -> Rel:
+    def _compile_history(self, rel: Rel, ctx: CompileContext, scope: str | None):
         """Drop duplicates of the history's kept documents first (datakit.stages.dedup.history)."""
         from datakit.stages.dedup import history as h
 
@@ -137,16 +138,17 @@ class DedupConfig(StageConfig):
             files = h.history_files(ctx.history, "exact", self)
             if files:
                 rel = h.compile_exact_history(rel, files, _ExactKeyFn(self.text_column, self.exact_normalize, scope))
-        m = self.minhash
+        m, check = self.minhash, None
         if m is not None:
             verify = "exact" if m.verify == "exact" else "signature"
             bands_f = h.history_files(ctx.history, "bands", self)
             side = h.history_files(ctx.history, "texts" if verify == "exact" else "signatures", self)
             if bands_f and side:
                 bands, rows = m.band_rows()
-                rel = h.compile_near_history(rel, bands_f, side, _SignatureFn(self.text_column, m, scope),
-                                             _BandFn(m.num_perm, bands, rows, scope), verify, m.threshold)
-        return rel
+                sig_fn = _SignatureFn(self.text_column, m, scope)
+                check = h.HistVerify(sig_fn, m.num_perm, side, verify, m.threshold)
+                rel = h.compile_near_history(rel, bands_f, sig_fn, _BandFn(m.num_perm, bands, rows, scope), check)
+        return rel, check
 
 
 # --------------------------------------------------------------------------- batch functions (picklable)
@@ -186,6 +188,7 @@ class _MarkFn:
     reason: str
     size_col: str | None = None  # cluster size, set on the kept doc of each cluster only
     state: object | None = None  # append mode: history.DropState, the dropped rows' `_drop_state`
+    history: object | None = None  # append mode with history: history.HistVerify (history first)
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         doc = batch.column("doc_id")
@@ -193,6 +196,11 @@ class _MarkFn:
         loser = pc.fill_null(pc.and_(pc.is_valid(doc), pc.not_equal(doc, keep)), False)
         drop = pc.if_else(loser, pa.scalar(self.reason, pa.string()), pa.scalar(None, pa.string()))
         detail = pc.if_else(loser, keep.cast(pa.string()), pa.scalar(None, pa.string()))
+        if self.history is not None:
+            from datakit.stages.dedup.history import history_decision
+
+            drop, detail = history_decision(batch, drop, detail, self.history)
+            loser = pc.is_valid(drop)
         names, cols = [DROP, DROP_DETAIL], [drop, detail]
         if self.size_col is not None:
             names.append(METRICS)
@@ -232,13 +240,15 @@ class _DecisionFn:
     """
 
     rule: str
+    carry: tuple[str, ...] = ()  # columns passed through (the cluster's history document)
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         node, comp, size = batch.column("node"), batch.column("component"), batch.column(_SIZE)
         is_rep = pc.equal(node, comp)
         keep = comp if self.rule == "component" else pc.coalesce(batch.column("dst"), node)
         rep_size = pc.if_else(pc.and_(is_rep, pc.greater(size, 1)), size, pa.scalar(None, pa.int64()))
-        return pa.RecordBatch.from_arrays([node, keep, rep_size], names=["src", _KEEP, _SIZE])
+        return pa.RecordBatch.from_arrays([node, keep, rep_size] + [batch.column(c) for c in self.carry],
+                                          names=["src", _KEEP, _SIZE, *self.carry])
 
 
 @dataclass(frozen=True)
@@ -386,7 +396,7 @@ def _compile_exact(rel: Rel, text_column: str | None, normalize: str, scope: str
 
 
 def _compile_near(rel: Rel, text_column: str | None, cfg: MinHashConfig, scope: str | None,
-                  keeps_state: bool = False) -> Rel:
+                  keeps_state: bool = False, history: object | None = None) -> Rel:
     schema = rel.schema
     bands, rows = cfg.band_rows()
     doc_fields = [schema.field("doc_id")] + ([schema.field(scope)] if scope else []) + [pa.field(_SIG, pa.binary())]
@@ -404,7 +414,7 @@ def _compile_near(rel: Rel, text_column: str | None, cfg: MinHashConfig, scope: 
 
         state = DropState(_SignatureFn(text_column, cfg, scope), _BandFn(cfg.num_perm, bands, rows, scope))
     if cfg.verify == "none":
-        return _mark_clusters(rel, edges.connected_components(), None, state)
+        return _mark_clusters(rel, edges.connected_components(), None, state, history)
     side = rel if cfg.verify == "exact" else docs  # where a doc's text (its record) or signature comes from
     side_type = pa.string() if cfg.verify == "exact" else pa.binary()
     src_schema = pa.schema(list(edge_schema) + [pa.field(_SIDE[cfg.verify], side_type)])
@@ -422,21 +432,35 @@ def _compile_near(rel: Rel, text_column: str | None, cfg: MinHashConfig, scope: 
         # the others stay (chain ends). Rejected pairs come back as (src, src), i.e. "keep".
         members = comps.map_batches(_MembersFn(), edge_schema, name="dedup_members")
         verdict = verified(members, "dedup_verify_kept", ("cluster_members", "members_similar_to_kept"))
-    return _mark_clusters(rel, comps, verdict, state)
+    return _mark_clusters(rel, comps, verdict, state, history)
 
 
-def _mark_clusters(rel: Rel, comps: Rel, verdict: Rel | None, state: object | None = None) -> Rel:
+def _mark_clusters(rel: Rel, comps: Rel, verdict: Rel | None, state: object | None = None,
+                   history: object | None = None) -> Rel:
     """Drop cluster members: all but the component's smallest id, or (with `verdict`) those similar to it.
 
     Cluster sizes ride along to the final marking, which counts them once per kept doc.
     """
-    sizes = comps.aggregate(["component"], {_SIZE: ("count", "node")})
+    carry: tuple[str, ...] = ()
+    out_schema = rel.schema
+    if history is None:
+        sizes = comps.aggregate(["component"], {_SIZE: ("count", "node")})
+    else:  # with each cluster's smallest history document (of its members' `_dk_hrep`), in the same pass
+        from datakit.stages.dedup.history import HCOMP, HREP, Project
+
+        out_schema = pa.schema([f for f in rel.schema if f.name != HREP])
+        reps = rel.map_batches(Project(("doc_id", HREP)), pa.schema([rel.schema.field("doc_id"), rel.schema.field(HREP)]),
+                               name="dedup_history_reps")
+        sizes = comps.join(reps, "node", "doc_id", how="inner").aggregate(
+            ["component"], {_SIZE: ("count", "node"), HCOMP: ("min", HREP)})
+        carry = (HCOMP,)
     nodes = comps.join(sizes, "component", how="inner")
     if verdict is not None:
         nodes = nodes.join(verdict, "node", "src", how="left")
-    decision_schema = pa.schema([pa.field("src", pa.string()), pa.field(_KEEP, pa.string()), pa.field(_SIZE, pa.int64())])
+    decision_schema = pa.schema([pa.field("src", pa.string()), pa.field(_KEEP, pa.string()), pa.field(_SIZE, pa.int64())]
+                                + [pa.field(c, pa.string()) for c in carry])
     rule = "component" if verdict is None else "similar_to_kept"
-    decided = nodes.map_batches(_DecisionFn(rule), decision_schema, name="dedup_decided")
+    decided = nodes.map_batches(_DecisionFn(rule, carry), decision_schema, name="dedup_decided")
     marked = rel.join(decided, "doc_id", "src", how="left")
-    return marked.map_batches(_MarkFn(_KEEP, "near_duplicate", _SIZE, state), rel.schema, name="dedup_near",
+    return marked.map_batches(_MarkFn(_KEEP, "near_duplicate", _SIZE, state, history), out_schema, name="dedup_near",
                               drop_log_key="doc_id", drop_state=state is not None)

@@ -782,4 +782,3 @@ DETECTORS: tuple[Detector, ...] = (
 
 BY_ENTITY: dict[str, Detector] = {d.entity: d for d in DETECTORS}
 ENTITIES: tuple[str, ...] = tuple(BY_ENTITY)
-SECRET_ENTITIES: frozenset[str] = frozenset(d.entity for d in DETECTORS if d.category == "secret")

@@ -128,9 +128,10 @@ def installed_spacy_model() -> str | None:
 def ner_analyzer(model: str) -> AnalyzerEngine:
     """A presidio AnalyzerEngine for PERSON over an installed spaCy pipeline; built once per process.
 
-    Why cached at module level: the stage function is pickled to worker
-    processes (possibly once per task); loading a pipeline costs ~1 s, so each
-    process loads it the first time it needs it and keeps it.
+    Why cached by model name: loading a pipeline costs ~1 s; `NerNames.setup()`
+    (called once per worker process by the engines) loads it, and every function
+    of the process that names the same model (two scrub_pii stages, a later run
+    in a kept worker pool) shares that one pipeline.
     Why only the `ner` pipe: in the CNN pipelines (sm/md/lg) the entity
     recognizer has its own tok2vec, so the tagger, parser and lemmatizer only
     cost time (same entities, tested); a pipeline whose NER listens to a
@@ -255,13 +256,18 @@ class PersonNameScanner:
         return {"model": self.model, "model_version": self.version, "spacy": library_version("spacy"),
                 "presidio_analyzer": library_version("presidio_analyzer")}
 
+    def setup(self) -> None:
+        """Check the model (a worker or executor with another version would find other names) and load it."""
+        have = model_version(self.model)
+        if have != self.version:
+            raise ValueError(f"scrub_pii: spaCy model {self.model!r} is {have or 'not installed'} here, "
+                             f"but the pipeline was compiled with {self.version}")
+        self._checked = True
+        ner_analyzer(self.model)
+
     def analyzer(self) -> AnalyzerEngine:
-        if not self._checked:  # a worker or executor with another model version would find other names
-            have = model_version(self.model)
-            if have != self.version:
-                raise ValueError(f"scrub_pii: spaCy model {self.model!r} is {have or 'not installed'} here, "
-                                 f"but the pipeline was compiled with {self.version}")
-            self._checked = True
+        if not self._checked:  # a direct call, not through an engine (which calls setup once per worker)
+            self.setup()
         return ner_analyzer(self.model)
 
     def names(self, texts: Sequence[str]) -> list[list[Finding]]:
@@ -363,21 +369,25 @@ class ExtraRecognizers:
     def __getstate__(self) -> dict:
         return {"conf_file": self.conf_file, "_analyzer": None}  # rebuilt on the worker
 
+    def setup(self) -> None:
+        """Build the analyzer from the recognizer file, once per worker process."""
+        from pathlib import Path
+
+        from presidio_analyzer.recognizer_registry import RecognizerRegistryProvider
+
+        # presidio silently loads its *default* recognizers when the file does not exist
+        if not Path(self.conf_file).is_file():
+            raise ValueError(f"scrub_pii: cannot load extra_recognizers {self.conf_file!r}: no such file")
+        try:
+            registry = RecognizerRegistryProvider(conf_file=self.conf_file).create_recognizer_registry()
+        except Exception as e:  # presidio raises many types for a bad file; name the file, not a traceback
+            raise ValueError(f"scrub_pii: cannot load extra_recognizers {self.conf_file!r}: {e}") from None
+        self._analyzer = pattern_only_analyzer(registry.recognizers)
+
     def analyzer(self) -> AnalyzerEngine:
-        if self._analyzer is None:
-            from pathlib import Path
-
-            from presidio_analyzer.recognizer_registry import RecognizerRegistryProvider
-
-            # presidio silently loads its *default* recognizers when the file does not exist
-            if not Path(self.conf_file).is_file():
-                raise ValueError(f"scrub_pii: cannot load extra_recognizers {self.conf_file!r}: no such file")
-            try:
-                registry = RecognizerRegistryProvider(conf_file=self.conf_file).create_recognizer_registry()
-            except Exception as e:  # presidio raises many types for a bad file; name the file, not a traceback
-                raise ValueError(f"scrub_pii: cannot load extra_recognizers {self.conf_file!r}: {e}") from None
-            self._analyzer = pattern_only_analyzer(registry.recognizers)
-        return self._analyzer
+        if self._analyzer is None:  # a direct call, not through an engine
+            self.setup()
+        return self._analyzer  # type: ignore[return-value]
 
     def entities(self) -> list[str]:
         return sorted({e.lower() for r in self.analyzer().registry.recognizers for e in r.supported_entities})

@@ -481,12 +481,3 @@ def resolve_strategy(strategy: Strategy) -> Strategy:
         raise ValueError("scan strategy 'hyperscan' needs the `hyperscan` package (pip install hyperscan); "
                          "'auto' falls back to 'polars'")
     return strategy
-
-
-def count_entities(findings: Iterable[list[Finding]]) -> dict[str, int]:
-    """Per-entity totals over many rows (sorted keys for stable JSON)."""
-    counts: dict[str, int] = {}
-    for fs in findings:
-        for f in fs:
-            counts[f.entity] = counts.get(f.entity, 0) + 1
-    return dict(sorted(counts.items()))

@@ -162,6 +162,14 @@ class ScrubFn:
         self.person = person  # a presidio NER scanner (person names) or None
         self.extra = extra  # a team's presidio recognizers (ExtraRecognizers) or None
 
+    def setup(self) -> None:
+        """Load what the scan needs beyond its config, once per worker process (the engines call this):
+        the NER model (checked against the driver's version) and a team's presidio recognizers."""
+        if self.person is not None:
+            self.person.setup()
+        if self.extra is not None:
+            self.extra.setup()
+
     @property
     def line_detectors(self) -> tuple[Detector, ...]:
         return tuple(d for d in self.detectors if not d.multiline)

@@ -31,10 +31,11 @@ from datakit.stages.tokenize.tokenizers import LoadedTokenizer, file_sep_text, h
 
 
 class EncodeFn:
-    """Picklable batch function: the tokenizer is loaded once per process, on first use.
+    """Picklable batch function: the tokenizer is loaded by `setup()`, once per worker process.
 
     Only the path and options travel to workers/executors (a tokenizer object
-    would be re-serialized for every task).
+    would be re-serialized for every task); the engines call `setup()` once per
+    worker and run (`engines/core.py: worker_fn`), a direct call loads it on first use.
     """
 
     def __init__(self, tokenizer: str, overrides: dict[str, str], roles: bool, opts: EncodeOptions,
@@ -53,13 +54,17 @@ class EncodeFn:
         self.__dict__.update(state)
         self._tok = None
 
+    def setup(self) -> None:
+        """Load the tokenizer and check it is the one the driver compiled with (same sha256)."""
+        tok = load_tokenizer(self.tokenizer, self.overrides, roles=self.roles)
+        if tok.sha256 != self.expected_sha256:
+            raise RuntimeError(f"tokenizer {self.tokenizer!r} differs on this worker (sha256 mismatch)")
+        self._tok = tok
+
     def tok(self) -> LoadedTokenizer:
         if self._tok is None:
-            tok = load_tokenizer(self.tokenizer, self.overrides, roles=self.roles)
-            if tok.sha256 != self.expected_sha256:
-                raise RuntimeError(f"tokenizer {self.tokenizer!r} differs on this worker (sha256 mismatch)")
-            self._tok = tok
-        return self._tok
+            self.setup()
+        return self._tok  # type: ignore[return-value]
 
     def __call__(self, batch: pa.RecordBatch) -> pa.Table:
         return encode_table(batch, self.tok(), self.opts)
