@@ -105,11 +105,16 @@ def test_name_equals_path_still_works(tmp_path):
     assert res.evals[0].name == "mine" and [i.eval_id for i in res.evals[0].contaminated] == ["3"]
 
 
-def test_pull_records_the_commit_it_downloaded_and_checks_stay_on_it(hub, tmp_path):
-    """The cache's `main` moves (a later pull of another entry of the same repository, a copied cache):
-    a check keeps reading the commit this eval was pulled at, and the report names it."""
+def test_pull_records_the_commit_it_downloaded_and_checks_stay_on_it(hub, tmp_path, monkeypatch):
+    """An entry without a pin: the cache's `main` moves (a later pull of another entry of the same
+    repository, a copied cache): a check keeps reading the commit this eval was pulled at, and the report
+    names it."""
+    from datakit.stages.decontaminate import registry
     from datakit.stages.decontaminate.registry import pull, record_path
 
+    unpinned = dict(registry.ENTRIES)
+    unpinned["mbpp-sanitized"] = registry.HubEval(**{**ENTRIES["mbpp-sanitized"].__dict__, "revision": None})
+    monkeypatch.setattr(registry, "ENTRIES", unpinned)
     (e, root, n), = pull(["mbpp-sanitized"])
     rec = json.loads(record_path("mbpp-sanitized").read_text())
     assert rec["commit"] == COMMIT == root.name and rec["pinned"] is None and rec["repo"] == e.repo
@@ -137,3 +142,18 @@ def test_a_pinned_entry_is_pulled_at_its_pin_and_a_stale_pull_is_an_error(hub, t
     monkeypatch.setattr(registry, "ENTRIES", moved)
     with pytest.raises(registry.EvalError, match="pulled at commit .* but the registry pins f{40}"):
         registry.load("swebench-verified")
+
+
+def test_alternative_layouts_of_one_split_are_read_once(hub, tmp_path):
+    """DS-1000's split as JSON lines or as Parquet: both present must not double every item (a doubled item's
+    n-grams are all "shared by two items of one eval", i.e. ignored: the eval would be blind)."""
+    pin = ENTRIES["ds1000"].revision
+    rows = [{"prompt": "Problem:\nHow do I get the rolling median of a pandas Series with a window of three values "
+             "and keep the index?\nA:\n<code>\nimport pandas as pd\n", "reference_code": "result = s.rolling(3)"
+             ".median().reindex(s.index)\nresult = result.fillna(method='bfill').astype(float).round(decimals=2)\n",
+             "metadata": {"problem_id": 7, "library": "Pandas"}}]
+    _hub_cache(hub, "xlangai/DS-1000", "data/test-00000-of-00001.parquet", rows, pin)
+    base = hub / "datasets--xlangai--DS-1000" / "snapshots" / pin
+    (base / "test.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    res = check(_data(tmp_path, [rows[0]["reference_code"]]), ["ds1000"])
+    assert res.evals[0].items == 1 and res.evals[0].contaminated_items == 1

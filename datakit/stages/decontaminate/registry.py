@@ -45,6 +45,8 @@ class HubEval:
     id_field: str
     license: str
     revision: str | None = None  # a commit pin; None: `main` at pull time (the commit is recorded)
+    # the patterns are alternative layouts of the same split (read the first that matches), not parts of it
+    one_of: bool = False
 
 
 _MULTIPLE_LANGS = ("cpp", "cs", "d", "go", "java", "jl", "js", "lua", "php", "pl", "r", "rb", "rkt", "rs", "scala",
@@ -61,19 +63,23 @@ ENTRIES: dict[str, HubEval] = {e.name: e for e in [
     # (hence test.jsonl, which that commit is known to hold; main also has data/test-*.parquet)
     HubEval("humaneval-plus", "evalplus/humanevalplus", ("test.jsonl",),
             ("prompt", "canonical_solution"), "task_id", "Apache-2.0", "d32357cf319e50e9c8d8dab5ea876c72b0fd321b"),
-    # unverified (no public pin found)
+    # pin: three public projects name this commit of google-research-datasets/mbpp (a split spec of its
+    # `full` config, an eval registry's "primary sources", a sanitized-MBPP provenance list)
     HubEval("mbpp", "google-research-datasets/mbpp", ("full/*.parquet",), ("text", "code", "test_list"),
-            "task_id", "CC-BY-4.0", None),
+            "task_id", "CC-BY-4.0", "4bb6404fdc6cacfda99d4ac4205087b89d32030c"),
     HubEval("mbpp-sanitized", "google-research-datasets/mbpp", ("sanitized/*.parquet",),
-            ("prompt", "code", "test_list"), "task_id", "CC-BY-4.0", None),
+            ("prompt", "code", "test_list"), "task_id", "CC-BY-4.0", "4bb6404fdc6cacfda99d4ac4205087b89d32030c"),
+    # unverified: public code names only `main` (its file, data/test-00000-of-00001-d5781c9c51e02795.parquet,
+    # 378 rows, LFS sha256 dc20030b3788fccf617444edcb34138ef13d7e4fafd17bfcb8c1279dbb12399b, per several sources)
     HubEval("mbpp-plus", "evalplus/mbppplus", ("data/test-*.parquet",), ("prompt", "code", "test_list"),
             "task_id", "Apache-2.0", None),
     # pin: public suite-builder code loading xlangai/DS-1000 at this commit (its `test` split)
     HubEval("ds1000", "xlangai/DS-1000", ("test.jsonl", "data/test-*.parquet"), ("prompt", "reference_code"),
-            "metadata", "CC-BY-SA-4.0", "4416080ac5cb80bdf7576aefb8f9a0b4d5426a44"),
-    # unverified (public code loads APPS from `refs/convert/parquet`, a branch, not a commit)
+            "metadata", "CC-BY-SA-4.0", "4416080ac5cb80bdf7576aefb8f9a0b4d5426a44", one_of=True),
+    # pin: an eval registry's "primary sources" names this commit of codeparrot/apps for its test files
+    # (most public code loads `refs/convert/parquet`, a branch)
     HubEval("apps", "codeparrot/apps", ("test.jsonl",), ("question", "solutions", "starter_code"), "problem_id",
-            "MIT", None),
+            "MIT", "21e74ddf8de1a21436da12e3e653065c5213e9d1"),
     # pin: the Hub API's `sha` of main quoted in a public dataset card for deepmind/code_contests (repo last
     # modified 2023-06-11)
     HubEval("codecontests", "deepmind/code_contests", ("data/test-*.parquet",), ("description", "solutions"),
@@ -89,15 +95,19 @@ ENTRIES: dict[str, HubEval] = {e.name: e for e in [
     # manifest and a task-selection doc)
     HubEval("swebench-verified", "princeton-nlp/SWE-bench_Verified", ("data/test-*.parquet",),
             ("problem_statement", "patch"), "instance_id", "MIT", "c104f840cc67f8b6eec6f759ebc8b2693d585d4a"),
-    # LiveCodeBench by release: release_vN is test.jsonl + test2.jsonl + ... + testN.jsonl. Unverified: public
-    # code names release tags (`release_v6`), not commits
+    # LiveCodeBench by release: release_vN is test.jsonl + test2.jsonl + ... + testN.jsonl. pin (v1-v5): two
+    # public projects load release_v5 at this commit (a payload table, a provenance list); release_v6 is
+    # unverified there (its test6.jsonl may postdate the commit), so v6 reads `main` and records what it got
     *[HubEval(f"livecodebench-v{v}", "livecodebench/code_generation_lite",
               tuple(["test.jsonl"] + [f"test{k}.jsonl" for k in range(2, v + 1)]),
-              ("question_content", "starter_code"), "question_id", "CC (per the dataset card)", None)
+              ("question_content", "starter_code"), "question_id", "CC (per the dataset card)",
+              "0fe84c3912ea0c4d4a78037083943e8f0c4dd505" if v <= 5 else None)
       for v in range(1, 7)],
-    # MultiPL-E: HumanEval translated, one config per language. Unverified (no public pin found)
+    # MultiPL-E: HumanEval translated, one config per language. pin: public fetch scripts of two projects
+    # download `resolve/<commit>/humaneval-<lang>/test-00000-of-00001.parquet` at this commit (rs, ts)
     *[HubEval(f"multipl-e-{lang}", "nuprl/MultiPL-E", (f"humaneval-{lang}/*.parquet",), ("prompt", "tests"),
-              "name", "MIT (per the dataset card)", None) for lang in _MULTIPLE_LANGS],
+              "name", "MIT (per the dataset card)", "28441b6024e71d4a1c1c0f6bf171c935cd5a43f2")
+      for lang in _MULTIPLE_LANGS],
 ]}
 
 
@@ -165,11 +175,19 @@ def snapshot(e: HubEval, offline: bool, revision: str | None = None) -> Path:
 
 
 def files_of(e: HubEval, root: Path) -> list[Path]:
-    """The entry's files inside a snapshot, in pattern order, then by name."""
+    """The entry's files inside a snapshot, in pattern order, then by name.
+
+    With `one_of`, only the first pattern that matches: a repository holding the
+    split both as JSON lines and as Parquet would otherwise give every item twice,
+    and an n-gram shared by two items of one eval is that eval's boilerplate
+    (every n-gram of a doubled item would be ignored).
+    """
     out: list[Path] = []
     every = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
     for pat in e.files:
         out += [root / rel for rel in every if fnmatch.fnmatch(rel, pat) and root / rel not in out]
+        if out and e.one_of:
+            break
     return out
 
 

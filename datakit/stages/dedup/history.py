@@ -22,6 +22,13 @@ digests of B's lineage (`forget.lineage_digests`), so forgetting B removes B's k
 removes every row mapped to A. The state is a pure function of the snapshot's committed records and
 its `_dropped_state/` (both byte-identical on every engine), so both engines write the same bytes.
 
+History first, inside the day too: the near lookup (`HistNearFn`) does not drop; it marks each
+record with the history document it is a verified near duplicate of (`_dk_hrep`). The day's own
+clustering (stage.py `_mark_clusters`) then gives every cluster that holds a marked record the
+smallest marked history document (`_dk_hcomp`): members similar to it are dropped as
+`near_duplicate_of_history`, the others are kept; so a document that reaches the history only
+through a document of the same day (B ~ A marked, C ~ B) is dropped as one run over all days drops it.
+
 Why lookups (a MapBatches function reading the state) and not a Source of the state joined in:
 a join reads every snapshot's state, so day N would cost a scan of the whole history. Each state
 file is sorted by its lookup key and written in small row groups; a batch of today's documents reads,
