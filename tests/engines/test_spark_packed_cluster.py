@@ -108,11 +108,18 @@ def packed_cluster(deploy, s3_endpoint):  # noqa: F811
             cluster.stop()
 
 
+def _driver_env(deploy) -> dict[str, str]:
+    """The driver's log and temp folders inside the test's folder: a killed driver cannot remove its
+    checkpoint folder (`spark-checkpoints-*` in the temp dir for an object-store output)."""
+    tmp = deploy["root"] / "driver-tmp"
+    tmp.mkdir(exist_ok=True)
+    return {"DATAKIT_SPARK_LOG_DIR": str(deploy["root"] / "driver-logs"), "TMPDIR": str(tmp)}
+
+
 def _submit(deploy, cluster, output: str, extra_conf: str = "", pipeline: str = "short.yaml",
             **popen) -> subprocess.Popen:
     env = clean_env(PYSPARK_DRIVER_PYTHON=str(deploy["driver_py"]), EXECUTOR_MEMORY="512m",
-                    SPARK_CONF_EXTRA=f"{EXECUTOR_CONF} {extra_conf}".strip(),
-                    DATAKIT_SPARK_LOG_DIR=str(deploy["root"] / "driver-logs"))
+                    SPARK_CONF_EXTRA=f"{EXECUTOR_CONF} {extra_conf}".strip(), **_driver_env(deploy))
     # Spark's log goes to a file: a pipe nobody reads while the test polls would fill up and block the driver
     err = open(deploy["root"] / f"submit-{output.rsplit('/', 1)[-1]}-{time.monotonic_ns()}.log", "w+")
     proc = subprocess.Popen(["bash", str(ROOT / "examples" / "spark_submit_packed.sh"), str(deploy["archive"]),
@@ -268,8 +275,7 @@ def test_rerun_after_a_killed_driver_resumes_from_committed_shards(deploy, packe
             "--conf", f"spark.archives={archive}#environment", "--conf", "spark.pyspark.python=./environment/bin/python",
             "--conf", "spark.executor.memory=512m", *[a for c in EXECUTOR_CONF.split("--conf ")[1:] for a in ("--conf", c.strip())]]
     res = subprocess.run(args, cwd=deploy["work"], capture_output=True, text=True, timeout=1800,
-                         env=clean_env(deploy["driver_py"].parent.parent,
-                                       DATAKIT_SPARK_LOG_DIR=str(deploy["root"] / "driver-logs")))
+                         env=clean_env(deploy["driver_py"].parent.parent, **_driver_env(deploy)))
     assert res.returncode == 0, f"{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
     fs.invalidate_cache()
     assert json.loads(fs.cat_file("out/resume/_run.json"))["output"]["reused_shards"] >= killed_with

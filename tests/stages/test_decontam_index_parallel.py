@@ -213,6 +213,20 @@ def test_other_partition_counts_keep_the_bytes(corpus, reference, tmp_path, bits
     assert _bytes(tmp_path / "idx") == _bytes(reference)
 
 
+def test_big_files_cut_by_row_groups_and_many_rows_per_partition_keep_the_bytes(corpus, reference, tmp_path,
+                                                                               monkeypatch):
+    """A file over UNIT_BYTES is cut by row groups even with few tasks; a partition's hashes split over
+    many rows: still the reference bytes."""
+    from datakit.stages.decontaminate import index
+
+    monkeypatch.setattr(index, "UNIT_BYTES", 4096)
+    monkeypatch.setattr(index, "ROW_HASHES", 100)
+    units = index.plan_units(str(corpus), 1)
+    assert sum(1 for u in units if u[1] >= 0) > 6 and any(u[1] < 0 for u in units)  # the JSONL file stays whole
+    build_index(str(corpus), str(tmp_path / "idx"), 13, ["whitespace", "case"], workers=1)
+    assert _bytes(tmp_path / "idx") == _bytes(reference)
+
+
 def test_partitions_narrower_than_a_bucket_tiny_data(tmp_path):
     """A handful of n-grams: bucket_bits is 4, below 6 partition bits, so partitions share buckets."""
     pq.write_table(pa.table({"text": ["a b c d e f", "g h i j", "", "a b c x y z"]}), str(tmp_path / "t.parquet"))

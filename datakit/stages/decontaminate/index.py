@@ -51,7 +51,6 @@ from typing import Any, BinaryIO, Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from datakit.io.fs import InputError, filesystem
@@ -75,8 +74,11 @@ STAGE = "ngram_index"
 # one unit of input: a file, row groups [first, end) of a Parquet file, or sequences [first, end) of a
 # packed dataset (first = -1: the whole file)
 UNIT_SCHEMA = pa.schema([("url", pa.string()), ("first", pa.int64()), ("end", pa.int64()), ("packed", pa.bool_())])
-# Spark has no unsigned 64-bit type: the hash travels as the int64 with the same bits
-HASH_SCHEMA = pa.schema([("part", pa.int32()), ("hash", pa.int64())])
+# the hashes of one partition from one unit travel as raw little-endian uint64 bytes in a few rows, not
+# one row per n-gram: engines (Spark above all) pay per row, and the sink only needs the set
+HASH_SCHEMA = pa.schema([("part", pa.int32()), ("hashes", pa.binary())])
+ROW_HASHES = 1 << 20  # hashes per row at most (8 MB)
+UNIT_BYTES = 256 << 20  # a Parquet file bigger than this (uncompressed, estimated) is cut by row groups
 log = logging.getLogger("datakit.decontam.index")
 
 
@@ -160,32 +162,43 @@ def index_plan(data: str | Sequence[str], work: str, *, ngram: int = 13,
 
 def plan_units(paths: str | Sequence[str], target: int, batch_rows: int = 8192) -> list[tuple[str, int, int, bool]]:
     """The input as units of work, in file order: whole files when there are enough of them, else
-    Parquet row-group ranges (so 3 big files still keep 8 cores busy; reads footers only then);
-    a packed dataset as its decoding windows."""
+    Parquet row-group ranges (so 3 big files still keep 8 cores busy); a Parquet file bigger than
+    `UNIT_BYTES` is always cut by row groups (a unit's hashes are held in memory by its task). Footers
+    are read only for those. A packed dataset: its decoding windows."""
     if isinstance(paths, str) and is_packed(paths):
         return [(paths, a, b, True) for a, b in packed_windows(paths, batch_rows)]
     files = data_files(paths)
-    if len(files) >= target:
-        return [(f, -1, -1, False) for f in files]
-    groups = {f: open_parquet(f).metadata.num_row_groups for f in files if f.endswith(".parquet")}
-    per = max(1, math.ceil((sum(groups.values()) + len(files) - len(groups)) / max(target, 1)))
+    few = len(files) < target
+    meta = {f: open_parquet(f).metadata for f in files
+            if f.endswith(".parquet") and (few or _estimated_bytes(f) > UNIT_BYTES)}
+    groups = sum(m.num_row_groups for m in meta.values()) + len(files) - len(meta)
+    per = max(1, math.ceil(groups / max(target, 1))) if few else 1 << 30
     units: list[tuple[str, int, int, bool]] = []
     for f in files:
-        n = groups.get(f, 0)
-        if n <= per:
+        m = meta.get(f)
+        sizes = [m.row_group(i).total_byte_size for i in range(m.num_row_groups)] if m is not None else []
+        if m is None or (len(sizes) <= per and sum(sizes) <= UNIT_BYTES):
             units.append((f, -1, -1, False))
-        else:
-            units.extend((f, s, min(n, s + per), False) for s in range(0, n, per))
+            continue
+        start, held = 0, 0
+        for i, size in enumerate(sizes):
+            if i > start and (i - start >= per or held + size > UNIT_BYTES):
+                units.append((f, start, i, False))
+                start, held = i, 0
+            held += size
+        units.append((f, start, len(sizes), False))
     return units
 
 
+def _estimated_bytes(url: str) -> int:
+    """Rough uncompressed size of a file (Parquet and compressed files count 4x their size)."""
+    fs, p = filesystem(url)
+    return int(fs.size(p) or 0) * (4 if url.endswith((".parquet", ".gz", ".zst", ".zstd")) else 1)
+
+
 def _input_bytes(units: Sequence[tuple[str, int, int, bool]]) -> int:
-    """Rough uncompressed size of the input (file sizes; Parquet and compressed files times 4)."""
-    total = 0
-    for url in dict.fromkeys(u[0] for u in units if not u[3]):
-        fs, p = filesystem(url)
-        total += int(fs.size(p) or 0) * (4 if url.endswith((".parquet", ".gz", ".zst", ".zstd")) else 1)
-    return total
+    """Rough uncompressed size of the input (the files of `units`)."""
+    return sum(_estimated_bytes(url) for url in dict.fromkeys(u[0] for u in units if not u[3]))
 
 
 # -- map: units -> (part, hash) rows ------------------------------------------------------------
@@ -209,9 +222,9 @@ def hash_texts(batches: Iterable, spec: HashSpec, stats: dict[str, int]) -> Iter
 
 
 class HashUnits:
-    """MapBatches fn: unit rows -> one row per n-gram hash (`HASH_SCHEMA`), the counts as `_metrics`.
+    """MapBatches fn: unit rows -> (partition, raw hashes) rows (`HASH_SCHEMA`), the counts as `_metrics`.
 
-    A unit with no n-grams still yields one row (hash null, dropped by the writer) to carry its counts."""
+    A unit with no n-grams still yields one row (no hashes) to carry its counts."""
 
     def __init__(self, spec: HashSpec) -> None:
         self.spec = spec
@@ -236,15 +249,21 @@ class HashUnits:
                 where = url if first < 0 else f"{url} ({'sequences' if packed else 'row groups'} {first}-{end - 1})"
                 raise IndexBuildError(f"n-gram index build failed while reading {where}: {_one_line(e)}") from None
         h = np.concatenate(out) if out else np.zeros(0, np.uint64)
-        n = max(len(h), 1)
-        metrics = pa.concat_arrays([pa.array([json.dumps(stats)]), pa.nulls(n - 1, pa.string())])
+        if h.nbytes >= 1 << 31:  # a binary column holds < 2 GB
+            raise IndexBuildError(f"n-gram index build: one unit of {batch.column('url')[0]} has {len(h)} n-grams "
+                                  "(> 2 GB of hashes); split the file into smaller files or row groups")
         part = (h >> np.uint64(64 - self.spec.part_bits)).astype(np.uint16)
-        order = np.argsort(part, kind="stable")  # rows grouped by partition (radix sort): the sink splits by slicing
-        h, part = h[order], part[order].astype(np.int32)
-        if not len(h):
-            part = np.zeros(1, np.int32)
-        hashes = pa.array(h.view(np.int64)) if len(h) else pa.nulls(1, pa.int64())
-        return pa.table({"part": part, "hash": hashes, "_metrics": metrics})
+        order = np.argsort(part, kind="stable")  # grouped by partition (radix sort)
+        h, part = h[order], part[order]
+        cuts = np.searchsorted(part, np.arange((1 << self.spec.part_bits) + 1))
+        starts = [a for p in np.flatnonzero(np.diff(cuts)) for a in range(int(cuts[p]), int(cuts[p + 1]), ROW_HASHES)]
+        ends = [min(a + ROW_HASHES, int(cuts[part[a] + 1])) for a in starts]
+        n = max(len(starts), 1)
+        offsets = np.array([0] + ends, np.int64) * 8 if starts else np.zeros(2, np.int64)
+        blobs = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(h)])
+        parts = pa.array(part[starts].astype(np.int32) if starts else np.zeros(1, np.int32))
+        metrics = pa.concat_arrays([pa.array([json.dumps(stats)]), pa.nulls(n - 1, pa.string())])
+        return pa.table({"part": parts, "hashes": blobs, "_metrics": metrics})
 
 
 # -- the sink: sort/dedup per partition, then fingerprints + offsets ------------------------------
@@ -257,15 +276,16 @@ class NgramIndexWriter:
     owns_order = True
 
     def write(self, table: pa.Table, shard: int, out_url: str, spec: SinkSpec) -> dict[str, Any]:
-        col = pc.drop_null(table.column("hash"))
-        h = (np.concatenate([c.to_numpy() for c in col.chunks]) if col.num_chunks else np.zeros(0, np.int64))
-        h = _sorted_unique(h.view(np.uint64))
+        col = table.column("hashes")
+        pieces = [np.frombuffer(b, dtype="<u8") for c in col.chunks for b in c.to_pylist() if b]
+        h = _sorted_unique(np.concatenate(pieces) if pieces else np.zeros(0, np.uint64))
+        hashed = sum(len(x) for x in pieces)
         name = f"_parts/p-{shard:05d}.u64"
         fs, p = filesystem(f"{out_url}/{name}")
         fs.makedirs(p.rsplit("/", 1)[0], exist_ok=True)
         with fs.open(p, "wb") as f:
             f.write(h.tobytes())
-        return {"files": [name], "rows": table.num_rows, "hashes": len(col), "unique": len(h)}
+        return {"files": [name], "rows": table.num_rows, "hashes": hashed, "unique": len(h)}
 
     def manifest_extra(self, spec: SinkSpec, shards: list[dict[str, Any]]) -> dict[str, Any]:
         return {}
