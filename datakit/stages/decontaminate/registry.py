@@ -116,6 +116,13 @@ def cache_dir() -> str | None:
     return os.environ.get("HF_HUB_CACHE") or None
 
 
+def hub_offline() -> bool:
+    """`HF_HUB_OFFLINE` read at call time: huggingface_hub reads it once, at its own import, so a process
+    that imported it before setting the variable (a notebook, a test session, a host program) would
+    otherwise still reach for the network on `evals pull`."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def record_path(name: str) -> Path:
     """Where `pull` records the commit it downloaded for an eval: inside the Hub cache (it travels with a copy)."""
     root = cache_dir()
@@ -164,7 +171,8 @@ def snapshot(e: HubEval, offline: bool, revision: str | None = None) -> Path:
         raise EvalError(f"eval {e.name!r} needs the huggingface_hub package") from None
     try:
         return Path(snapshot_download(repo_id=e.repo, repo_type="dataset", revision=revision or e.revision,
-                                      allow_patterns=list(e.files), cache_dir=cache_dir(), local_files_only=offline))
+                                      allow_patterns=list(e.files), cache_dir=cache_dir(),
+                                      local_files_only=offline or hub_offline()))
     except LocalEntryNotFoundError:
         raise EvalError(f"eval {e.name!r} ({e.repo}) is not in the Hugging Face cache "
                         f"({cache_dir() or 'default'}); run `datakit evals pull {e.name}` on a machine with network "
