@@ -11,7 +11,7 @@ Like for like:
 - per process, measured the same way by this script for both sides: wall time from start to exit
   and CPU seconds (user + system of the process tree, from getrusage of the waited child, so a
   loaded shared machine slows the wall clock but not the CPU count), median of --runs after one
-  warm-up each, alternated; and peak RSS (the process's own getrusage);
+  warm-up each, alternated; and peak RSS (the process's own VmHWM: see PEAK);
 - the same work: the removed sets are compared (overlap, and how many each removes).
 
 datatrove lives in its own venv that this script creates on first use (pip install
@@ -41,6 +41,12 @@ from _report import comparison, write  # noqa: E402
 
 DATATROVE = "datatrove==0.10.1"
 BANDS, ROWS, NGRAM = 14, 8, 5
+
+# peak RSS of a job process in KB: VmHWM (this exec'd image), not ru_maxrss, which a child started by
+# (v)fork + exec inherits from its parent: every job reported at least this script's own RSS (~440 MB
+# at 20k records, so datatrove's 67 MB read as 440); plus the job's own children, if any
+PEAK = ("peak = max(int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM:')).split()[1]), "
+        "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
 
 # runs inside datatrove's venv: argv = jsonl dir, work dir; prints seconds, peak RSS and removed ids
 DATATROVE_JOB = textwrap.dedent('''
@@ -80,9 +86,9 @@ DATATROVE_JOB = textwrap.dedent('''
     removed = sorted(json.loads(l)["id"] for f in glob.glob(f"{work}/removed/*") for l in open(f))
     in_clusters = sorted(d["id"] for f in glob.glob(f"{work}/removed/*") + glob.glob(f"{work}/kept/*")
                          for d in map(json.loads, open(f)) if d["metadata"].get("minhash_cluster_id", -1) != -1)
-    peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    %(peak)s
     print(json.dumps({"seconds": secs, "peak_rss_mb": peak / 1024, "removed": removed, "in_clusters": in_clusters}))
-''') % {"ngram": NGRAM, "bands": BANDS, "rows": ROWS}
+''') % {"ngram": NGRAM, "bands": BANDS, "rows": ROWS, "peak": PEAK}
 
 # runs our CLI in a fresh interpreter and prints its own seconds and peak RSS (workers=1: in-process)
 OURS_JOB = textwrap.dedent('''
@@ -95,9 +101,9 @@ OURS_JOB = textwrap.dedent('''
     except SystemExit as e:
         if e.code: raise
     secs = time.perf_counter() - t0
-    peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    %(peak)s
     print(json.dumps({"seconds": secs, "peak_rss_mb": peak / 1024}))
-''')
+''') % {"peak": PEAK}
 
 
 def datatrove_python() -> Path:

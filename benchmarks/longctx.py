@@ -6,7 +6,8 @@ at 8K and at 256K; the reference is `best_fit` packing (documents, not
 repositories), which materializes every sequence of a shard at once.
 
 Each (packing, seq_len) runs in a fresh process (peak RSS = that process's
-ru_maxrss) over the same records: code records extracted once from synthetic
+VmHWM, datakit.run_timing.peak_rss_mb: its ru_maxrss would start at this
+parent's peak) over the same records: code records extracted once from synthetic
 logs with repository projects (`generate(repositories=N)`), read as Parquet,
 tokenized with the test tokenizer, one shard, workers=1.
 
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -40,6 +40,7 @@ def _rss_now_mb() -> float:
 def child(records: str, out: str, seq_len: int, packing: str) -> None:
     """One run in this (fresh) process; prints a JSON line with peak RSS and the manifest totals."""
     from datakit import Pipeline
+    from datakit.run_timing import peak_rss_mb
 
     p = (Pipeline("bench", seed=0).input(records, format="parquet", schema="training_record.v1")
          .add({"kind": "tokenize", "tokenizer": TOKENIZER, "seq_len": seq_len, "packing": packing})
@@ -48,7 +49,7 @@ def child(records: str, out: str, seq_len: int, packing: str) -> None:
     t0 = time.perf_counter()
     res = p.run(workers=1)
     secs = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = peak_rss_mb()
     t = res.manifest["totals"]
     print(json.dumps({"seq_len": seq_len, "packing": packing, "peak_rss_mb": round(peak, 1),
                       "rss_before_run_mb": round(base, 1), "seconds": round(secs, 2), "sequences": t["sequences"],

@@ -26,7 +26,21 @@ PHASES = ("engine_start", "compile", "stages", "commit", "after_commit")
 
 
 def peak_rss_mb() -> float:
-    """This process's peak resident set size in MB (ru_maxrss is KB on Linux, bytes on macOS)."""
+    """This process's peak resident set size in MB.
+
+    Linux: VmHWM of /proc/self/status, not ru_maxrss: a process started by fork/vfork + exec
+    (every pool worker, every subprocess) inherits in ru_maxrss the peak of the process that
+    started it (the kernel keeps the pre-exec address space's high-water mark), so a worker of a
+    600 MB driver reported >= 600 MB whatever it used. VmHWM belongs to the exec'd image only.
+    Elsewhere ru_maxrss (KB on Linux, bytes on macOS).
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss / (1 << 20) if sys.platform == "darwin" else rss / 1024
 

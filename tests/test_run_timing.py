@@ -55,3 +55,17 @@ def test_pool_workers_seconds_and_numba_are_in_the_timing(tmp_path):
     assert w["cpu_seconds"] > w["startup_cpu_seconds"]
     assert w["numba_compile"] + w["numba_load"] > 0  # dedup's MinHash kernels ran in the workers
     assert w["peak_rss_mb"] >= w["startup_rss_mb"]
+
+
+def test_peak_rss_is_the_process_own_not_its_parents():
+    """A subprocess of a big process reports its own peak: ru_maxrss of a (v)fork + exec child
+    starts at its parent's peak, so every pool worker of a large driver looked as large as it."""
+    import subprocess
+    import sys
+
+    ballast = bytearray(400 << 20)
+    ballast[::4096] = b"x" * len(ballast[::4096])  # touch every page: resident
+    out = subprocess.run([sys.executable, "-c", "from datakit.run_timing import peak_rss_mb; print(peak_rss_mb())"],
+                         capture_output=True, text=True, check=True).stdout
+    del ballast
+    assert 0 < float(out) < 200, out  # an interpreter importing one small module, not the 400+ MB parent
