@@ -141,14 +141,17 @@ class SparkCluster:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.web_port}/json/", timeout=5) as r:
             return json.loads(r.read())
 
-    def wait_workers(self, n: int, timeout: float = 60) -> None:
+    def wait_workers(self, n: int, timeout: float = 120) -> None:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             try:
                 alive = [w for w in self.state().get("workers", []) if w.get("state") == "ALIVE"]
                 if len(alive) >= n:
                     return
-            except OSError:
+            except (OSError, ValueError):
+                # OSError: the UI is not listening yet; ValueError: it answered /json/ with an HTML page,
+                # seen once in CI right after 'MasterUI' bound its port on a loaded machine (its handlers
+                # were not all attached yet): both mean "not ready", so poll again
                 pass
             time.sleep(0.3)
         raise RuntimeError(f"{n} Spark worker(s) did not register in {timeout:.0f}s; logs in {self.workdir}")
