@@ -37,11 +37,11 @@ import pyarrow as pa
 
 from datakit.io.atomic import write_bytes_atomic
 from datakit.io.layout import DATA_PREFIX, data_file
-from datakit.io.sinks import register_writer, write_parquet
+from datakit.io.sinks import register_writer
 from datakit.plan import SinkSpec
 from datakit.stages.tokenize.packing import materialize, pack
 from datakit.stages.tokenize.writers import (PackedOptionsError, _manifest_common, _options, _ordered_docs,
-                                             _preference_table, _split, _sum, shuffle_order, token_dtype)
+                                             _split, _sum, token_dtype, write_side_files)
 
 MDS_VERSION = 2
 DEFAULT_SIZE_LIMIT = 1 << 26  # MDSWriter's default: 64 MiB per shard file
@@ -161,18 +161,9 @@ class MDSShardWriter:
                 write_bytes_atomic(f"{out}/{data_file(name)}", body)
                 files.append(data_file(name))
                 parts.append({"basename": name, "samples": int(min(step, n - lo)), "bytes": len(body)})
-        docs_name = data_file(f"docs-{shard:05d}.parquet")
-        write_parquet(packable.select(["doc_id", "kind", "n_tokens", "fim_mode"]).take(pa.array(order)),
-                      f"{out}/{docs_name}")
-        files.append(docs_name)
-        info: dict[str, Any] = {"rows": table.num_rows, **packed.stats, "mds_files": parts,
-                                "preference_pairs": pref.num_rows}
-        if pref.num_rows:
-            name = data_file(f"preference-{shard:05d}.parquet")
-            write_parquet(_preference_table(pref.take(pa.array(shuffle_order(pref)))), f"{out}/{name}")
-            files.append(name)
-        info["files"] = sorted(files)
-        return info
+        files += write_side_files(out, shard, packable, order, pref)
+        return {"rows": table.num_rows, **packed.stats, "mds_files": parts,
+                "preference_pairs": pref.num_rows, "files": sorted(files)}
 
     def dataset_files(self, spec: SinkSpec, shards: list[dict[str, Any]], out: str) -> list[str]:
         """Write data/index.json (every shard's MDS files, in shard order) before the manifest."""

@@ -210,6 +210,21 @@ class PackedShardWriter:
         }
 
 
+def write_side_files(out: str, shard: int, packable: pa.Table, order: Any, pref: pa.Table) -> list[str]:
+    """A token shard's Parquet side files, shared by the megatron and MDS writers: the documents in
+    packing order (`docs-N`) and, when there are any, the preference pairs in shuffle order
+    (`preference-N`). Returns their paths relative to the output."""
+    docs_name = data_file(f"docs-{shard:05d}.parquet")
+    write_parquet(packable.select(["doc_id", "kind", "n_tokens", "fim_mode"]).take(pa.array(order)),
+                  f"{out}/{docs_name}")
+    names = [docs_name]
+    if pref.num_rows:
+        name = data_file(f"preference-{shard:05d}.parquet")
+        write_parquet(_preference_table(pref.take(pa.array(shuffle_order(pref)))), f"{out}/{name}")
+        names.append(name)
+    return names
+
+
 # --- Megatron-LM indexed dataset (MMIDIDX) -------------------------------------------------------
 
 MMIDIDX_MAGIC = b"MMIDIDX\x00\x00"
@@ -273,19 +288,10 @@ class MegatronShardWriter:
         if len(seq_mask) and not bool((seq_mask == 1).all()):
             files += [data_file(f) for f in write_mmidx(f"{out}/{data_file(f'loss_mask-{shard:05d}')}", seq_mask,
                                                         bounds, np.dtype(np.uint8))]
-        docs_name = data_file(f"docs-{shard:05d}.parquet")
-        write_parquet(packable.select(["doc_id", "kind", "n_tokens", "fim_mode"]).take(pa.array(order)),
-                      f"{out}/{docs_name}")
-        files.append(docs_name)
-        info: dict[str, Any] = {"rows": table.num_rows, "documents": packable.num_rows, "tokens": int(len(seq_values)),
-                                "loss_tokens": int(seq_mask.sum()) if len(seq_mask) else 0,
-                                "preference_pairs": pref.num_rows}
-        if pref.num_rows:
-            name = data_file(f"preference-{shard:05d}.parquet")
-            write_parquet(_preference_table(pref.take(pa.array(shuffle_order(pref)))), f"{out}/{name}")
-            files.append(name)
-        info["files"] = sorted(files)
-        return info
+        files += write_side_files(out, shard, packable, order, pref)
+        return {"rows": table.num_rows, "documents": packable.num_rows, "tokens": int(len(seq_values)),
+                "loss_tokens": int(seq_mask.sum()) if len(seq_mask) else 0,
+                "preference_pairs": pref.num_rows, "files": sorted(files)}
 
     def manifest_extra(self, spec: SinkSpec, shards: list[dict[str, Any]]) -> dict[str, Any]:
         o = _options(spec)
