@@ -25,8 +25,9 @@ from typing import Iterator
 
 import pytest
 
-__all__ = ["spark", "spark_cluster", "SparkCluster", "start_cluster", "requires_spark", "spark_temp_dirs",
-           "kill_group"]
+# `shared_cluster` and `spark_cluster` are not re-exported to tests/conftest.py: tests/engines/conftest.py
+# imports them, so the cluster's package scope is tests/engines (torn down after its last test).
+__all__ = ["spark", "SparkCluster", "start_cluster", "requires_spark", "spark_temp_dirs", "kill_group"]
 
 
 def _spark_available() -> str | None:
@@ -241,24 +242,47 @@ def start_cluster(workers: int = 1, cores: int = 1, memory: str = "1g", workdir:
     return cluster
 
 
-@pytest.fixture(scope="module")
-def spark_cluster(tmp_path_factory) -> Iterator[SparkCluster]:
-    """A standalone master + one 1-core worker for the tests of one module; always torn down.
+def _daemon_env() -> dict[str, str]:
+    """The standalone daemons' environment: nothing that puts the checkout or the test venv on an executor's
+    path, and no usable default Python: an application must say which interpreter its executors start
+    (spark-submit: spark.pyspark.python, e.g. a packed env; an in-process driver: its own PYSPARK_PYTHON)."""
+    from tests.packaging_env import clean_env
 
-    Module scope: the session on the cluster is stopped right after the module,
-    so later tests get the local[2] session again (one SparkContext per process).
+    return clean_env(PYSPARK_PYTHON="/nonexistent/python")
+
+
+@pytest.fixture(scope="package")
+def shared_cluster(tmp_path_factory) -> Iterator[SparkCluster]:
+    """One standalone master + two 1-core workers for every cluster test of tests/engines; always torn down.
+
+    Why one: each start costs master + worker JVMs (~10 s quiet, far more on a loaded CI machine), and the
+    packed-env tests (spark-submit of a shipped archive) and the in-process tests (this process's session
+    on the cluster) need the same thing: a real cluster whose daemons know nothing about this checkout.
+    Package scope (tests/engines/conftest.py): the daemons stop after the last test there, not at the end
+    of the whole run. Each test module stops its own application (see `spark_cluster`).
     """
     if _SKIP:
         pytest.skip(_SKIP)
-    from datakit.engines.spark_session import _active, stop_session
-
-    cluster = start_cluster(workers=1, cores=1, memory="1g", workdir=tmp_path_factory.mktemp("spark-cluster"))
+    cluster = start_cluster(workers=2, cores=1, memory="1g", workdir=tmp_path_factory.mktemp("spark-cluster"),
+                            base_env=_daemon_env())
     try:
         yield cluster
     finally:
-        try:
-            key = _active.get("key")
-            if key and key[0] == cluster.master_url:
-                stop_session()  # release the app before its master goes away
-        finally:
-            cluster.stop()
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(shared_cluster) -> Iterator[SparkCluster]:
+    """The shared standalone cluster for one module whose tests run this process's session on it.
+
+    At the end of the module the session on the cluster is stopped, so later tests get the local[2]
+    session again (one SparkContext per process).
+    """
+    from datakit.engines.spark_session import _active, stop_session
+
+    try:
+        yield shared_cluster
+    finally:
+        key = _active.get("key")
+        if key and key[0] == shared_cluster.master_url:
+            stop_session()  # release the app before its master goes away
