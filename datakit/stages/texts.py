@@ -74,10 +74,6 @@ class TextPiece:
     offsets: np.ndarray  # int64, num_rows + 1: row r's texts are texts[offsets[r]:offsets[r + 1]]
     roles: pa.Array | None = None  # segments: each text's role (string, null where none); else None
 
-    def row_texts(self, row: int) -> range:
-        """Indices (into `texts`) of one row's texts, in stored order."""
-        return range(int(self.offsets[row]), int(self.offsets[row + 1]))
-
 
 def text_piece(column: str, values: pa.Array | pa.ChunkedArray) -> TextPiece:
     """Every text of one column. A list column (segments) contributes each element (a struct's

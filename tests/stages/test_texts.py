@@ -41,7 +41,7 @@ def test_documents_read_fim_in_file_order_and_write_back_by_piece_index():
     b = pa.RecordBatch.from_pylist(rows, TRAINING_RECORD_V1)
     seg = text_piece("segments", b.column("segments"))
     assert seg.texts.to_pylist() == ["S", "P", "M", "q", None, "a"]  # a null segment holds no text
-    assert seg.offsets.tolist() == [0, 3, 6, 6] and list(seg.row_texts(1)) == [3, 4, 5]
+    assert seg.offsets.tolist() == [0, 3, 6, 6] and seg.rows.tolist() == [0, 0, 0, 1, 1, 1]
     docs = record_documents(seg)
     assert docs.texts.to_pylist() == ["PMS", "q\n\n\n\na", None]  # FIM joined with nothing, turns by a blank line
     assert [docs.parts(r) for r in range(3)] == [[1, 2, 0], [3, 4, 5], []]
