@@ -42,8 +42,7 @@ GENERIC_TEXT_FIELDS = ("text", "content", "code")
 FIM_ROLES = ("prefix", "middle", "suffix")
 
 __all__ = ["RECORD_TEXT_COLUMNS", "GENERIC_TEXT_FIELDS", "FIM_ROLES", "TextPiece", "RecordDocuments",
-           "text_columns", "text_piece", "text_pieces", "record_texts", "document_order", "record_documents",
-           "with_texts"]
+           "text_columns", "text_piece", "text_pieces", "record_texts", "record_documents", "with_texts"]
 
 # (from numpy arrays: pa.array of a Python list imports pandas, 0.3 CPU-s, to check for pandas types;
 # PII's module, which imports this one, is also loaded by every process's log redaction)
@@ -118,7 +117,7 @@ def record_texts(batch: pa.RecordBatch | pa.Table, text_column: str | None = Non
     return _strings(joined)
 
 
-def document_order(piece: TextPiece) -> tuple[np.ndarray, np.ndarray]:
+def _document_order(piece: TextPiece) -> tuple[np.ndarray, np.ndarray]:
     """(order, fim): `order` lists the piece's texts with each row's in document order (row r's are
     `order[offsets[r]:offsets[r + 1]]`): a FIM record -- `fim[r]`, a row with a prefix, middle or
     suffix segment -- reads prefix, middle, suffix, then its other segments; other rows as stored."""
@@ -140,7 +139,7 @@ class RecordDocuments:
 
     texts: pa.Array            # one per row; null for a row with no segment
     piece: TextPiece           # the segments they were built from
-    order: np.ndarray | None   # see `document_order`; None: one segment per row, `texts` IS `piece.texts`
+    order: np.ndarray | None   # see `_document_order`; None: one segment per row, `texts` IS `piece.texts`
     seps: list[str]            # per row: what joins its parts ([] when `order` is None)
 
     def parts(self, row: int) -> list[int]:
@@ -151,14 +150,14 @@ class RecordDocuments:
 
 
 def record_documents(piece: TextPiece, fim_sep: str = "", turn_sep: str = "\n\n") -> RecordDocuments:
-    """Each row's segments read as one document (module doc): parts in `document_order`, a FIM
+    """Each row's segments read as one document (module doc): parts in `_document_order`, a FIM
     record's joined by `fim_sep`, other records' by `turn_sep`; a null text counts as empty.
 
     The common case costs nothing: when every row has exactly one segment and no row is FIM, the
     documents are the segment texts themselves (no copy, no per-row Python)."""
     n = len(piece.offsets) - 1
     lens = np.diff(piece.offsets)
-    order, fim = document_order(piece)
+    order, fim = _document_order(piece)
     if n and bool((lens == 1).all()) and not fim.any():
         return RecordDocuments(piece.texts, piece, None, [])
     seps = [fim_sep if f else turn_sep for f in fim.tolist()]
