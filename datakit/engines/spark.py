@@ -44,7 +44,7 @@ import pyarrow as pa
 from datakit import progress
 from datakit.accounting import NodeStats, stage_report
 from datakit.engines.core import (Engine, RunResult, apply_map, commit_run, conform, remove_if_empty, resolve_sink,
-                                  reused_shards, worker_fn, write_side_output)
+                                  reused_shards, take_setup_seconds, worker_fn, write_side_output)
 from datakit.engines.spark_partitions import (SHUFFLE_CONF, TARGET_CONF, PartitionPlan, check_user_conf,
                                               plan_partitions)
 from datakit.engines.spark_session import (SparkError, SparkJobError, SparkSetupError, executor_environment,
@@ -135,6 +135,8 @@ class _ChainFn:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         fns = [_load_fn(op["bc"], op["token"]) for op in self.ops]
+        # unpickling + setup() in this Python worker (its first task of the run only), in microseconds
+        setup_us = [round(take_setup_seconds(op["token"]) * 1e6) for op in self.ops]
         base = 0
         outs = [0] * len(self.ops)
         drops = [Counter() for _ in self.ops]
@@ -160,6 +162,8 @@ class _ChainFn:
         stats = [(-1, "base", "", base)]
         for i in range(len(self.ops)):
             stats.append((i, "out", "", outs[i]))
+            if setup_us[i]:
+                stats.append((i, "setup_us", "", setup_us[i]))
             stats += [(i, "drop", k, v) for k, v in drops[i].items()]
             stats += [(i, "metric", k, v) for k, v in metrics[i].items()]
         yield self._emit(len(stats), {
@@ -520,6 +524,8 @@ class _Run:
                 st.rows_out += n
             elif kind == "drop":
                 st.dropped[name] += n
+            elif kind == "setup_us":
+                st.setup_seconds += n / 1e6
             else:
                 st.metrics[name] += n
         if base.id not in self.rows:  # files read here, or a deferred join/aggregate
