@@ -83,11 +83,10 @@ def text_piece(column: str, values: pa.Array | pa.ChunkedArray) -> TextPiece:
     if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
         texts, offsets = _flat(col)
         if pa.types.is_struct(texts.type):
-            if texts.type.get_field_index("role") >= 0:
-                roles = pc.struct_field(texts, "role")  # (struct_field: a null segment's fields are null)
-                if not pa.types.is_string(roles.type):
-                    roles = roles.cast(pa.string())
-            texts = pc.struct_field(texts, "text")
+            fields = _fields(texts)
+            texts, roles = fields["text"], fields.get("role")
+            if roles is not None and not pa.types.is_string(roles.type):
+                roles = roles.cast(pa.string())
         rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
     else:
         texts, rows, offsets = col, np.arange(n, dtype=np.int64), np.arange(n + 1, dtype=np.int64)
@@ -181,7 +180,7 @@ def with_texts(batch: pa.RecordBatch, new: Mapping[str, Mapping[int, str | None]
             if not repl and col.type == _SEGMENTS_TYPE:
                 continue
             flat, offsets = _flat(col)
-            field = {f.name: pc.struct_field(flat, f.name) for f in flat.type}
+            field = _fields(flat)
             values = pa.StructArray.from_arrays(
                 [_replace(field["text"], repl), field["train"].cast(pa.bool_()), field["role"].cast(pa.string())],
                 fields=list(SEGMENT), mask=flat.is_null() if flat.null_count else None)
@@ -215,10 +214,18 @@ def _replace(arr: pa.Array, new: Mapping[int, str | None]) -> pa.Array:
 def _flat(col: pa.Array) -> tuple[pa.Array, np.ndarray]:
     """A list column's elements (slicing honoured; a null list has none) and each row's range in them:
     the one enumeration `text_piece` and `with_texts` share, so an index means the same text in both."""
+    if not col.null_count:  # the common case: the column's own offsets and values, no copy
+        offsets = col.offsets.to_numpy().astype(np.int64)
+        return col.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0])), offsets - offsets[0]
     lengths = pc.fill_null(pc.list_value_length(col), 0).to_numpy(zero_copy_only=False).astype(np.int64)
     offsets = np.zeros(len(col) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     return pc.list_flatten(col), offsets
+
+
+def _fields(structs: pa.StructArray) -> dict[str, pa.Array]:
+    """A struct array's fields by name; a null struct's fields are null (`StructArray.flatten`)."""
+    return dict(zip([f.name for f in structs.type], structs.flatten()))
 
 
 def _combined(col: pa.Array | pa.ChunkedArray) -> pa.Array:

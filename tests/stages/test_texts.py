@@ -54,3 +54,10 @@ def test_documents_read_fim_in_file_order_and_write_back_by_piece_index():
     assert out.column("segments").to_pylist()[1][1] is None  # the null segment stays null
     assert out.column("chosen").to_pylist() == [None, None, "c"]
     assert with_texts(b, {"segments": {}}) is b  # nothing to replace, already the contract type: as is
+
+
+def test_a_null_list_holds_no_text_even_over_values():
+    values = pa.StructArray.from_arrays([pa.array(["hidden", "hidden", "seen"])], names=["text"])
+    col = pa.ListArray.from_arrays(pa.array([0, 2, 3], pa.int32()), values, mask=pa.array([True, False]))
+    piece = text_piece("segments", col)
+    assert piece.texts.to_pylist() == ["seen"] and piece.rows.tolist() == [1] and piece.offsets.tolist() == [0, 0, 1]
