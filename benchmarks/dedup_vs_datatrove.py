@@ -11,7 +11,10 @@ Like for like:
 - per process, measured the same way by this script for both sides: wall time from start to exit
   and CPU seconds (user + system of the process tree, from getrusage of the waited child, so a
   loaded shared machine slows the wall clock but not the CPU count), median of --runs after one
-  warm-up each, alternated; and peak RSS (the process's own VmHWM: see PEAK);
+  warm-up each, alternated; and peak RSS of the whole process tree, imports included: the larger
+  of the job's own VmHWM (with any exited child's, see PEAK) and the tree's summed RSS sampled
+  every 20 ms (neither side starts a child process with one worker; the sampled sum would show one);
+- the same steps: ours runs with `--no-report` (datatrove draws no HTML report);
 - the same work: the removed sets are compared (overlap, and how many each removes).
 
 datatrove lives in its own venv that this script creates on first use (pip install
@@ -119,21 +122,62 @@ def datatrove_python() -> Path:
     return py
 
 
+def peaks(run: dict) -> dict:
+    """`peak_rss_mb`: the larger of the job's own VmHWM (with its exited children's) and the sampled tree."""
+    run["vmhwm_mb"] = run["peak_rss_mb"]
+    run["peak_rss_mb"] = max(run["vmhwm_mb"], run["tree_peak_mb"])
+    return run
+
+
 def last_json(out: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def measured(cmd: list[str], **kw) -> tuple[subprocess.CompletedProcess, float, float]:
-    """Run one side's process; its wall seconds and the CPU seconds of its process tree.
+def tree_rss_mb(pid: int) -> float:
+    """Resident MB of a process and all its descendants now (Linux /proc; 0 once it is gone)."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/statm") as f:
+                total += int(f.read().split()[1])
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                todo += [int(c) for c in f.read().split()]
+        except (OSError, ValueError, IndexError):
+            continue
+    return total * resource.getpagesize() / (1 << 20)
+
+
+def measured(cmd: list[str], **kw) -> tuple[subprocess.CompletedProcess, float, float, float]:
+    """Run one side's process; its wall seconds, the CPU seconds of its process tree and the largest
+    sum of the tree's resident sets seen (sampled every 20 ms: children running beside the job count
+    together, which a per-process VmHWM cannot show).
 
     Why from here and not inside each job: both sides are then timed by one clock over the same
     span (interpreter start to exit, imports included), and CPU time still compares runs made
     while other work shares the cores.
     """
     c0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    tree = 0.0
+    out: dict[str, str] = {}
+
+    def drain(name: str, stream) -> None:
+        out[name] = stream.read()
+
+    import threading
+
+    readers = [threading.Thread(target=drain, args=(n, st)) for n, st in (("out", proc.stdout), ("err", proc.stderr))]
+    for th in readers:
+        th.start()
+    while proc.poll() is None:
+        tree = max(tree, tree_rss_mb(proc.pid))
+        time.sleep(0.02)
+    for th in readers:
+        th.join()
     wall, c1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r, wall, (c1.ru_utime - c0.ru_utime) + (c1.ru_stime - c0.ru_stime)
+    r = subprocess.CompletedProcess(cmd, proc.returncode, out.get("out", ""), out.get("err", ""))
+    return r, wall, (c1.ru_utime - c0.ru_utime) + (c1.ru_stime - c0.ru_stime), tree
 
 
 def main() -> int:
@@ -172,19 +216,20 @@ def main() -> int:
         def ours() -> dict:
             import shutil
             shutil.rmtree(t / "out", ignore_errors=True)
-            r, wall, cpu = measured([sys.executable, "-c", OURS_JOB, "run", str(t / "p.yaml"), "--workers", "1"],
-                                    env=env)
+            # --no-report: datatrove draws no plots either (the HTML report is a step after the commit)
+            r, wall, cpu, tree = measured([sys.executable, "-c", OURS_JOB, "run", str(t / "p.yaml"), "--workers", "1",
+                                           "--no-report"], env=env)
             if r.returncode:
                 raise SystemExit(f"datakit run failed: {r.stderr[-3000:]}")
-            return {**last_json(r.stdout), "wall_seconds": wall, "cpu_seconds": cpu}
+            return peaks({**last_json(r.stdout), "wall_seconds": wall, "cpu_seconds": cpu, "tree_peak_mb": tree})
 
         def theirs() -> dict:
             import shutil
             shutil.rmtree(t / "dt", ignore_errors=True)
-            r, wall, cpu = measured([str(dt_py), "-c", DATATROVE_JOB, str(t / "jsonl"), str(t / "dt")])
+            r, wall, cpu, tree = measured([str(dt_py), "-c", DATATROVE_JOB, str(t / "jsonl"), str(t / "dt")])
             if r.returncode:
                 raise SystemExit(f"datatrove failed: {r.stderr[-3000:]}")
-            return {**last_json(r.stdout), "wall_seconds": wall, "cpu_seconds": cpu}
+            return peaks({**last_json(r.stdout), "wall_seconds": wall, "cpu_seconds": cpu, "tree_peak_mb": tree})
 
         import statistics
         res = {"ours": [], "datatrove": []}

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 from datakit.engines.core import conform
 from datakit.io.atomic import sha256_file
 from datakit.io.fs import filesystem
-from datakit.io.readers import iter_source
+from datakit.io.readers import iter_source, parquet_batch_rows
 
 SPILL_ROW_GROUP = 50_000
 
@@ -46,7 +46,7 @@ class Partition:
             groups = range(*self.row_groups) if self.row_groups else None
             if groups is not None and len(groups) == 0:
                 return
-            for b in pf.iter_batches(batch_size=8192, row_groups=groups):
+            for b in pf.iter_batches(batch_size=min(8192, parquet_batch_rows(pf)), row_groups=groups):
                 yield conform(b, self.schema) if self.schema is not None else b
 
 
