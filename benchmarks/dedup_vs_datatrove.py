@@ -11,9 +11,11 @@ Like for like:
 - per process, measured the same way by this script for both sides: wall time from start to exit
   and CPU seconds (user + system of the process tree, from getrusage of the waited child, so a
   loaded shared machine slows the wall clock but not the CPU count), median of --runs after one
-  warm-up each, alternated; and peak RSS of the whole process tree, imports included: the larger
-  of the job's own VmHWM (with any exited child's, see PEAK) and the tree's summed RSS sampled
-  every 20 ms (neither side starts a child process with one worker; the sampled sum would show one);
+  warm-up each, alternated; and peak memory of the whole process tree, imports included: the
+  larger of the job's own VmHWM (with any exited child's, see PEAK) and the tree's summed PSS
+  sampled every 20 ms (`_proc.py`). Ours runs in one process; datatrove forks step processes
+  beside its main one (~47 MB RSS each, nearly all pages shared with the parent: by PSS the
+  tree's sum stays below the main process's own peak, so its VmHWM is the number);
 - the same steps: ours runs with `--no-report` (datatrove draws no HTML report);
 - the same work: the removed sets are compared (overlap, and how many each removes).
 
@@ -27,12 +29,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -40,6 +40,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(1, str(HERE))
 
+from _proc import run_measured  # noqa: E402
 from _report import comparison, write  # noqa: E402
 
 DATATROVE = "datatrove==0.10.1"
@@ -123,7 +124,7 @@ def datatrove_python() -> Path:
 
 
 def peaks(run: dict) -> dict:
-    """`peak_rss_mb`: the larger of the job's own VmHWM (with its exited children's) and the sampled tree."""
+    """`peak_rss_mb`: the larger of the job's own VmHWM (with its exited children's) and the sampled tree PSS."""
     run["vmhwm_mb"] = run["peak_rss_mb"]
     run["peak_rss_mb"] = max(run["vmhwm_mb"], run["tree_peak_mb"])
     return run
@@ -133,51 +134,16 @@ def last_json(out: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def tree_rss_mb(pid: int) -> float:
-    """Resident MB of a process and all its descendants now (Linux /proc; 0 once it is gone)."""
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            with open(f"/proc/{p}/statm") as f:
-                total += int(f.read().split()[1])
-            with open(f"/proc/{p}/task/{p}/children") as f:
-                todo += [int(c) for c in f.read().split()]
-        except (OSError, ValueError, IndexError):
-            continue
-    return total * resource.getpagesize() / (1 << 20)
-
-
 def measured(cmd: list[str], **kw) -> tuple[subprocess.CompletedProcess, float, float, float]:
-    """Run one side's process; its wall seconds, the CPU seconds of its process tree and the largest
-    sum of the tree's resident sets seen (sampled every 20 ms: children running beside the job count
-    together, which a per-process VmHWM cannot show).
+    """Run one side's process: its wall seconds, the CPU seconds and peak summed PSS of its process tree
+    (`_proc.run_measured`, the same for both sides).
 
     Why from here and not inside each job: both sides are then timed by one clock over the same
     span (interpreter start to exit, imports included), and CPU time still compares runs made
     while other work shares the cores.
     """
-    c0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
-    tree = 0.0
-    out: dict[str, str] = {}
-
-    def drain(name: str, stream) -> None:
-        out[name] = stream.read()
-
-    import threading
-
-    readers = [threading.Thread(target=drain, args=(n, st)) for n, st in (("out", proc.stdout), ("err", proc.stderr))]
-    for th in readers:
-        th.start()
-    while proc.poll() is None:
-        tree = max(tree, tree_rss_mb(proc.pid))
-        time.sleep(0.02)
-    for th in readers:
-        th.join()
-    wall, c1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
-    r = subprocess.CompletedProcess(cmd, proc.returncode, out.get("out", ""), out.get("err", ""))
-    return r, wall, (c1.ru_utime - c0.ru_utime) + (c1.ru_stime - c0.ru_stime), tree
+    r, m = run_measured(cmd, **kw)
+    return r, m["wall_seconds"], m["cpu_seconds"], m["tree_peak_mb"]
 
 
 def main() -> int:
