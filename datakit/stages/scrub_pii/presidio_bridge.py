@@ -21,7 +21,8 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from typing import Iterable, Sequence
+from collections import OrderedDict
+from typing import Any, Iterable, Sequence
 
 from datakit.stages.scrub_pii.lean_import import without_torch
 
@@ -158,6 +159,46 @@ def ner_analyzer(model: str) -> AnalyzerEngine:
     return AnalyzerEngine(registry=registry, nlp_engine=engine, supported_languages=["en"])
 
 
+# paragraph run -> PERSON spans, per model, bounded (see `person_spans`)
+_SPANS_CACHE: dict[str, "OrderedDict[str, tuple[tuple[int, int], ...]]"] = {}
+_SPANS_CACHE_MAX = 50_000  # entries; runs are short (a few paragraphs), so a few MB at most
+
+
+def person_spans(model: str, chunks: Sequence[str], batch_size: int = 64) -> list[tuple[tuple[int, int], ...]]:
+    """(start, end) of the PERSON entities spaCy finds in each chunk, each distinct chunk read once.
+
+    Why spaCy directly and not presidio's `analyze`: presidio's SpacyRecognizer returns exactly
+    the pipeline's PERSON/PER entities (`doc.ents`, score 0.85, no context words, nothing merged),
+    but first builds NlpArtifacts for every text (a lemma and an index per token) and runs its
+    analyzer loop per text: ~25% of NER time on chat text. `test_pii_ner` checks both give the same
+    spans. Why a cache: chat logs repeat paragraphs (system prompts, canned requests, the same
+    question asked in many sessions); a chunk's entities do not depend on what else is in its batch
+    (tested in `test_names_do_not_depend_on_batch_composition`), so each distinct chunk is read once
+    per batch and remembered for the process (least recently used entries go first).
+    """
+    nlp, labels = _ner_pipeline(model)
+    cache = _SPANS_CACHE.setdefault(model, OrderedDict())
+    todo = list(dict.fromkeys(c for c in chunks if c not in cache))
+    for c, doc in zip(todo, nlp.pipe(todo, batch_size=batch_size)):
+        cache[c] = tuple((e.start_char, e.end_char) for e in doc.ents if e.label_ in labels)
+    out = []
+    for c in chunks:
+        cache.move_to_end(c)
+        out.append(cache[c])
+    while len(cache) > _SPANS_CACHE_MAX:
+        cache.popitem(last=False)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _ner_pipeline(model: str) -> tuple[Any, frozenset[str]]:
+    """The spaCy pipeline inside `ner_analyzer(model)` and the model labels presidio maps to PERSON."""
+    engine = ner_analyzer(model).nlp_engine
+    mapping = engine.ner_model_configuration.model_to_presidio_entity_mapping
+    ignore = set(engine.ner_model_configuration.labels_to_ignore)
+    return engine.nlp["en"], frozenset(l for l, e in mapping.items() if e == "PERSON" and l not in ignore)
+
+
 # code inside chat text: fenced blocks and inline `spans` (blanked before NER, offsets kept)
 _CODE_SPANS = re.compile(r"```.*?(?:```|\Z)|`[^`\n]+`", re.DOTALL)
 # a person name is words of letters (O'Brien, Jean-Luc, Dr. ...); identifiers never are
@@ -233,7 +274,6 @@ class PersonNameScanner:
     name-shaped (identifiers, paths) are dropped. Pattern findings win overlaps.
     """
 
-    SCORE = 0.5
     BATCH = 64
 
     def __init__(self, model: str) -> None:
@@ -271,21 +311,19 @@ class PersonNameScanner:
         return ner_analyzer(self.model)
 
     def names(self, texts: Sequence[str]) -> list[list[Finding]]:
-        """PERSON findings per text: one spaCy `pipe` over the paragraphs that could hold a name
-        (`name_paragraphs`, code blanked), then presidio's recognizer on each."""
-        analyzer = self.analyzer()
+        """PERSON findings per text: the paragraphs that could hold a name (`name_paragraphs`, code
+        blanked) through the spaCy pipeline once per distinct paragraph run (`person_spans`)."""
         jobs: list[tuple[int, int, str]] = []  # (text index, offset, paragraph run)
         for i, t in enumerate(texts):
             blanked = _blank_code(t)
             jobs.extend((i, a, blanked[a:b]) for a, b in name_paragraphs(blanked))
         out: list[list[Finding]] = [[] for _ in texts]
-        chunks = [c for _i, _a, c in jobs]
-        for (i, a, _c), (text, artifacts) in zip(jobs, analyzer.nlp_engine.process_batch(chunks, "en",
-                                                                                          batch_size=self.BATCH)):
-            res = analyzer.analyze(text=text, language="en", entities=["PERSON"], nlp_artifacts=artifacts)
+        if not jobs:
+            return out
+        self.analyzer()  # checks the model version once (setup) and loads it
+        for (i, a, _c), spans in zip(jobs, person_spans(self.model, [c for _i, _a, c in jobs], self.BATCH)):
             orig = texts[i]
-            out[i].extend(Finding(r.start + a, r.end + a, "person") for r in res
-                          if r.score >= self.SCORE and plausible_name(orig[r.start + a : r.end + a]))
+            out[i].extend(Finding(s + a, e + a, "person") for s, e in spans if plausible_name(orig[s + a : e + a]))
         return [sorted(fs) for fs in out]
 
     def add_names(self, texts: Sequence[str | None], prose: Sequence["bool | list[tuple[int, int]]"],
