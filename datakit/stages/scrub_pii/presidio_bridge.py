@@ -222,6 +222,24 @@ too try under unless until up us use using very was we well were what whatever w
 whether which while who whom whose why with within without would yes yet you your yours yourself
 yourselves hi hello hey great good nice right yeah
 """.split())
+# capitalized in a coding chat without being a name: the imperative verbs requests start with
+# ("Add input validation to ...", "Refactor this ...") and tool, format and language names
+# ("The CI is red", "Python 3.12"); words that are also given or family names (Ruby, Julia, Swift,
+# Jenkins, Travis, Kafka, Django, Rust, Mac, Bill, Chase, Grant, Drew...) are deliberately not here
+_NOT_NAMES = _SENTENCE_STARTERS | frozenset("""
+add adjust allow apply avoid build call change check clean clear convert copy create debug delete
+describe document drop enable explain extract find fix format generate handle implement import improve
+include install keep list load log make merge migrate move optimize parse print refactor remove rename
+reorder replace restructure return rewrite run save search show simplify sort speed split start stop
+store suggest support switch test tidy translate turn update upgrade validate wrap write
+api apis ci cd cli css csv db dns gpu cpu html http https id ide json jwt orm pr prs sdk sql ssh ssl
+tls ui url urls utf xml yaml toml ascii unicode regex os io
+python javascript typescript java kotlin golang scala php perl bash shell powershell sql html
+numpy pandas pytest unittest mypy pip npm yarn webpack node react vue angular flask fastapi
+docker kubernetes linux windows macos ubuntu debian git github gitlab aws azure gcp postgres
+postgresql mysql sqlite redis mongodb nginx
+true false none null args kwargs returns raises yields
+""".split())
 
 
 def name_paragraphs(text: str) -> list[tuple[int, int]]:
@@ -243,7 +261,7 @@ def name_paragraphs(text: str) -> list[tuple[int, int]]:
         spans.append((pos, m.start()))
         pos = m.end()
     spans.append((pos, len(text)))
-    cand = [any(w[0].isupper() and w.lower() not in _SENTENCE_STARTERS for w in _WORD.findall(text, a, b))
+    cand = [any(w[0].isupper() and w.lower() not in _NOT_NAMES for w in _WORD.findall(text, a, b))
             for a, b in spans]
     runs: list[tuple[int, int]] = []
     for k, (a, b) in enumerate(spans):
@@ -262,8 +280,10 @@ def _blank_code(text: str) -> str:
 
 
 def plausible_name(span: str) -> bool:
-    """A PERSON span that could be a name: letters only, some word capitalized (not `parse_user_config`)."""
-    return bool(_NAME_SHAPE.fullmatch(span)) and any(w[:1].isupper() for w in span.split())
+    """A PERSON span that could be a name: letters only, some word capitalized (not `parse_user_config`),
+    not only words that are never names (spaCy's `Python`, `False`, `Returns`, `Convert`: see `_NOT_NAMES`)."""
+    return (bool(_NAME_SHAPE.fullmatch(span)) and any(w[:1].isupper() for w in span.split())
+            and not all(w.lower() in _NOT_NAMES for w in _WORD.findall(span)))
 
 
 class PersonNameScanner:
@@ -275,6 +295,9 @@ class PersonNameScanner:
     """
 
     BATCH = 64
+    # what NER reads and keeps, recorded in the manifest (so in the config hash): bump when it changes
+    # 2: tool calls are not prose; never-name words (`_NOT_NAMES`) neither open a paragraph nor are kept
+    READS = 2
 
     def __init__(self, model: str) -> None:
         self.model = model
@@ -294,7 +317,7 @@ class PersonNameScanner:
         from datakit.io.identity import library_version
 
         return {"model": self.model, "model_version": self.version, "spacy": library_version("spacy"),
-                "presidio_analyzer": library_version("presidio_analyzer")}
+                "presidio_analyzer": library_version("presidio_analyzer"), "reads": self.READS}
 
     def setup(self) -> None:
         """Check the model (a worker or executor with another version would find other names) and load it."""
