@@ -276,7 +276,17 @@ def name_paragraphs(text: str) -> list[tuple[int, int]]:
 
 def _blank_code(text: str) -> str:
     """`text` with code spans replaced by spaces (newlines kept), so NER sees only prose, same offsets."""
-    return _CODE_SPANS.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), text)
+    if "`" not in text:  # most turns hold no code: no regex pass
+        return text
+    return _CODE_SPANS.sub(_spaces, text)
+
+
+_NOT_NEWLINE = re.compile(r"[^\n]")
+
+
+def _spaces(m: re.Match) -> str:
+    g = m.group()
+    return _NOT_NEWLINE.sub(" ", g) if "\n" in g else " " * len(g)
 
 
 def plausible_name(span: str) -> bool:
