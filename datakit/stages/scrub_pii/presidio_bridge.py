@@ -170,8 +170,7 @@ def person_spans(model: str, chunks: Sequence[str], batch_size: int = 64) -> lis
     Why spaCy directly and not presidio's `analyze`: presidio's SpacyRecognizer returns exactly
     the pipeline's PERSON/PER entities (`doc.ents`, score 0.85, no context words, nothing merged),
     but first builds NlpArtifacts for every text (a lemma and an index per token) and runs its
-    analyzer loop per text: ~25% of NER time on chat text. `test_pii_ner` checks both give the same
-    spans. Why a cache: chat logs repeat paragraphs (system prompts, canned requests, the same
+    analyzer loop per text, work nothing here uses. `test_pii_ner` checks both give the same spans. Why a cache: chat logs repeat paragraphs (system prompts, canned requests, the same
     question asked in many sessions); a chunk's entities do not depend on what else is in its batch
     (tested in `test_names_do_not_depend_on_batch_composition`), so each distinct chunk is read once
     per batch and remembered for the process (least recently used entries go first).
@@ -297,7 +296,7 @@ def plausible_name(span: str) -> bool:
 
 
 class PersonNameScanner:
-    """Person names in natural-language spans (chat turns) via presidio's spaCy NER.
+    """Person names in natural-language spans (chat turns) via spaCy NER (presidio's SpacyRecognizer spans).
 
     Runs only on the prose parts the stage hands it (user/assistant/system/prompt
     segments, chosen/rejected), with code spans blanked; spans whose text is not
