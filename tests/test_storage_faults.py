@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 import pytest
 
 from datakit import Pipeline
+from datakit.io.dataset import read_output
 from datakit.io.sinks import output_checksums
 from tests.eventgen import make_event, write_jsonl
 from tests.test_object_store import s3_endpoint  # noqa: F401 - the moto server fixture
@@ -183,8 +184,7 @@ KILLABLE = textwrap.dedent("""
     engine.run_chain = run_chain
     if __name__ == "__main__":
         res = (Pipeline("s3").input(f"s3://{sys.argv[1].split('/')[2]}/raw/*.jsonl.zst").add({"kind": "ingest"})
-               .add({"kind": "extract"}).add({"kind": "scrub_pii", "ner": "off"})
-               .output(sys.argv[1], shards=int(sys.argv[2])).run(workers=1))
+               .add({"kind": "extract"}).output(sys.argv[1], shards=int(sys.argv[2])).run(workers=1))
         print("reused", res.extra["reused_tasks"], res.extra["reused_shards"])
 """)
 
@@ -198,7 +198,8 @@ def _work_markers(fs, out: str) -> list[str]:
     return sorted(p for p in fs.find(f"{out}/_work") if p.endswith(".done.json"))
 
 
-def test_a_killed_s3_run_resumes_on_another_host_from_the_work_folder_under_its_output(s3_endpoint, tmp_path):  # noqa: F811
+def test_a_killed_s3_run_resumes_on_another_host_from_the_work_folder_under_its_output(s3_endpoint, tmp_path,  # noqa: F811
+                                                                                      monkeypatch):
     """Issue 18: an object-store run's work folder was on the local disk of the host that ran it (a fresh
     temp folder before that): a rerun on another host -- a retried batch job on a new machine -- reused
     no finished task. Now each finished task is kept under `<out>/_work/<run id>/` (marker last) until
@@ -224,7 +225,7 @@ def test_a_killed_s3_run_resumes_on_another_host_from_the_work_folder_under_its_
         return [ln.split()[1] for ln in r.stdout.splitlines() if ln.startswith("task ")]
 
     a, b, c = host("a"), host("b"), host("c")
-    # host a: 11 of the 13 chain tasks finish (ingest's, extract > scrub_pii's, one of the sink's), then the
+    # host a: 11 of the 13 chain tasks finish (ingest's, then one of the sink's: extract > shards), then the
     # process is killed
     assert tasks(run("s3://killed/out", 3, a, kill_after=11)) == ["ran"] * 11
     assert len(_work_markers(fs, "killed/out")) == 11  # finished tasks, under the output prefix
@@ -238,8 +239,11 @@ def test_a_killed_s3_run_resumes_on_another_host_from_the_work_folder_under_its_
     assert json.loads(fs.cat_file("killed/out/_run.json"))["resume"]["reused_tasks"] == 11
     assert not [p for p in fs.find("killed/out") if "_work" in p or "/." in p]  # committed: nothing temporary
     assert list(tmp.iterdir()) == [] and _empty(tmp_path / "b" / "cache" / "work")
-    # the resumed output is the one an uninterrupted run writes
-    run("s3://killed/clean", 3, a)
+    # the resumed output is the one an uninterrupted run writes (here, on host a)
+    monkeypatch.setenv("DATAKIT_CACHE_DIR", a["DATAKIT_CACHE_DIR"])
+    clean = (Pipeline("s3").input("s3://killed/raw/*.jsonl.zst").add({"kind": "ingest"}).add({"kind": "extract"})
+             .output("s3://killed/clean", shards=3).run(workers=1))
+    assert clean.extra["reused_tasks"] == 0
     assert output_checksums("s3://killed/out") == output_checksums("s3://killed/clean")
     assert _empty(tmp_path / "a" / "cache" / "work")  # host a's scratch of the killed run: swept
 
@@ -259,10 +263,13 @@ def test_a_changed_input_file_reuses_no_finished_task_of_a_killed_s3_run(s3_endp
     fs.put(str(local), "changed/raw/p0.jsonl.zst")  # the first (already finished) task's file changed
     monkeypatch.setenv("DATAKIT_CACHE_DIR", str(tmp_path / "rerun-cache"))
     res = (Pipeline("s3").input("s3://changed/raw/*.jsonl.zst").add({"kind": "ingest"}).add({"kind": "extract"})
-           .add({"kind": "scrub_pii", "ner": "off"}).output("s3://changed/out", shards=2).run(workers=1))
+           .output("s3://changed/out", shards=2).run(workers=1))
     assert res.extra["reused_tasks"] == 0
     assert res.stage("ingest")["rows_in"] == 5 + 2 * 21  # the new file read, not the old one's part
     assert _work_markers(fs, "changed/out") == []
+    # readers go through the manifest: a work folder left over (say its removal failed) is never read
+    fs.put(str(tmp_path / "new.jsonl.zst"), "changed/out/_work/0123456789abcdef/n001/part-00000.parquet")
+    assert read_output("s3://changed/out").num_rows == res.manifest["rows"]
 
 
 class _Unpicklable(Exception):

@@ -210,7 +210,7 @@ def _writer(writers, files, key: int, task: ChainTask, schema: pa.Schema):
         os.makedirs(sub, exist_ok=True)
         if task.shards:
             path = f"{sub}/{task.part_name}.arrows"
-            writers[key] = IpcSpill(path, schema)
+            writers[key] = IpcSpill(path, schema, compress=bool(task.durable))
         else:
             path = f"{sub}/{task.part_name}.parquet"
             writers[key] = pq.ParquetWriter(path, schema, compression="zstd")
