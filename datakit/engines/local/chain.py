@@ -18,7 +18,8 @@ import pyarrow.parquet as pq
 
 from datakit import watchdog
 from datakit.accounting import NodeStats
-from datakit.engines.core import apply_map, conform, droplog_rows, dropstate_rows, quarantine_rows, worker_fn
+from datakit.engines.core import (apply_map, conform, droplog_rows, dropstate_rows, quarantine_rows, take_setup_seconds,
+                                  worker_fn)
 from datakit.engines.local.broadcast import broadcast_table
 from datakit.engines.local.memory import release_free_memory
 from datakit.engines.local.spill import IpcSpill, Partition, read_spill
@@ -155,6 +156,8 @@ def run_chain(task: ChainTask) -> dict[str, Any]:
     out_schema = task.ops[-1].schema if task.ops else task.partition.schema
     fns = {op.id: worker_fn(f"{task.run_token}:{op.id}", lambda op=op: op.fn)
            for op in task.ops if not isinstance(op, Join)}
+    for op_id in fns:  # paid by this process's first task of the run: apart from the batch time
+        stats[op_id].setup_seconds += take_setup_seconds(f"{task.run_token}:{op_id}")
     try:
         for batch in task.partition.batches():
             base_rows += batch.num_rows
