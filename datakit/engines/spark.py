@@ -62,6 +62,23 @@ SHARD_COL = "_shard"
 # --------------------------------------------------------------------------- executor-side functions
 # Module-level classes: cloudpickle ships them by reference, executors import this module.
 
+_WORKER_LOGGING: list[tuple[str, int, int]] = []  # the log set-up this Python worker installed (once)
+
+
+def _worker_logging(logcfg: tuple[str, int, int]) -> None:
+    """The driver's redacting log set-up, installed once in this Spark Python worker.
+
+    Why: a Python worker starts with no logging configuration, so a warning a stage logs
+    inside a task went through Python's last-resort handler to the executor's stderr (and
+    its log files) unredacted; the local engine's pool does the same at worker start.
+    """
+    if _WORKER_LOGGING != [logcfg]:
+        from datakit.logs import init_worker
+
+        init_worker(*logcfg)
+        _WORKER_LOGGING[:] = [logcfg]
+
+
 def _load_fn(bc, token: str) -> Any:
     """The stage function of a broadcast, unpickled and set up once per Python worker (not per task).
 
@@ -113,6 +130,9 @@ class _ChainFn:
         self.source_format, self.source_schema = source_format, source_schema
         self.in_schema = in_schema
         self.ops, self.data_schema, self.out_schema = ops, data_schema, out_schema
+        from datakit.logs import worker_config
+
+        self.logcfg = worker_config()  # made on the driver, installed in each Python worker (_worker_logging)
 
     def _base(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
@@ -134,6 +154,7 @@ class _ChainFn:
         return pa.RecordBatch.from_arrays(arrays, schema=self.out_schema)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        _worker_logging(self.logcfg)
         fns = [_load_fn(op["bc"], op["token"]) for op in self.ops]
         # unpickling + setup() in this Python worker (its first task of the run only), in microseconds
         setup_us = [round(take_setup_seconds(op["token"]) * 1e6) for op in self.ops]
