@@ -272,6 +272,33 @@ def test_a_changed_input_file_reuses_no_finished_task_of_a_killed_s3_run(s3_endp
     assert read_output("s3://changed/out").num_rows == res.manifest["rows"]
 
 
+def test_a_failed_s3_run_keeps_its_finished_tasks_under_the_output_and_no_local_scratch(s3_endpoint, tmp_path,  # noqa: F811
+                                                                                        monkeypatch):
+    """A run that fails (not killed) removes its local scratch copy at once; its finished tasks wait under
+    the output prefix, and the rerun (here from another cache folder) reuses every one of them."""
+    from datakit.io import sinks
+
+    fs = _bucket_with_logs(s3_endpoint, tmp_path, "failed", events=30)
+    monkeypatch.setenv("DATAKIT_CACHE_DIR", str(tmp_path / "cache"))
+    real = sinks.write_shard
+
+    def disk_full(*args, **kwargs):
+        raise RuntimeError("injected: disk full")
+
+    monkeypatch.setattr(sinks, "write_shard", disk_full)
+    pipeline = Pipeline("s3").input("s3://failed/raw/*.jsonl.zst").add({"kind": "ingest"}).output("s3://failed/out",
+                                                                                                  shards=2)
+    with pytest.raises(RuntimeError, match="injected: disk full"):
+        pipeline.run(workers=1)
+    assert _empty(tmp_path / "cache" / "work")
+    assert len(_work_markers(fs, "failed/out")) == 13  # every chain task finished before the shards
+    monkeypatch.setattr(sinks, "write_shard", real)
+    monkeypatch.setenv("DATAKIT_CACHE_DIR", str(tmp_path / "other-cache"))
+    res = pipeline.run(workers=1)
+    assert res.extra["reused_tasks"] == 13 and res.stage("ingest")["rows_in"] == 33
+    assert _work_markers(fs, "failed/out") == [] and _empty(tmp_path / "other-cache" / "work")
+
+
 class _Unpicklable(Exception):
     """Like aiohttp's errors, which carry a `multidict` of headers: cannot cross a process boundary."""
 

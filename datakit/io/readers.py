@@ -31,6 +31,7 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
+from fsspec.spec import AbstractBufferedFile
 
 from datakit.contracts import EDITOR_EVENT_V1, RAW_LINES
 from datakit.io import storage
@@ -48,6 +49,8 @@ def _decompressed(url: str, raw) -> io.BufferedIOBase:
         return io.BufferedReader(_ZstdFrames(raw), 1 << 20)
     if url.endswith(".gz"):
         return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+    if isinstance(raw, AbstractBufferedFile):  # an object-store file (s3fs): its readline() takes no size limit
+        return io.BufferedReader(raw, 1 << 20)  # type: ignore[arg-type]
     return raw
 
 

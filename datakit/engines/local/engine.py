@@ -117,13 +117,15 @@ class LocalEngine(Engine):
             # a failed task may leave workers mid-job: start fresh next time, and let tasks that are
             # still running finish first, so a rerun (resume) never races them in the work folder
             drop_pool(self.workers, wait=True)  # (the work folder stays: a rerun resumes from it)
-            tempwork.discard(self._temp_root)  # (a scratch copy: the durable one is under the output prefix)
+            if plan.sink is None or not self.keep_work:  # a scratch copy: the durable one is under the output
+                tempwork.discard(self._temp_root)
             if storage.is_storage_error(e):
                 raise storage.describe(e, where, "read or write under") from None
             raise
         except BaseException:  # Ctrl-C: the workers got it too; do not wait on them
             drop_pool(self.workers)
-            tempwork.discard(self._temp_root)
+            if plan.sink is None or not self.keep_work:
+                tempwork.discard(self._temp_root)
             raise
         stages = stage_report(plan, self._stats, self._rows)
         seconds = time.perf_counter() - t0
