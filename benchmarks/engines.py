@@ -87,6 +87,8 @@ def main() -> int:
             run = json.loads((out / "_run.json").read_text())
             checksums[engine] = output_checksums(str(out))
             shutil.rmtree(out, ignore_errors=True)
+            print(f"  {engine} run {n}: wall {m['wall_seconds']:.1f}s, CPU {m['cpu_seconds']:.1f}s, tree peak "
+                  f"{m['tree_peak_mb']:.0f} MB; parts {run['timing']['parts']}", flush=True)
             return {**m, "rows_in": run["stages"][0]["rows_in"], "parts": run["timing"]["parts"],
                     "stage_seconds": {s["name"]: s["seconds"] for s in run["stages"]},
                     "setup_seconds": {s["name"]: s.get("setup_seconds", 0.0) for s in run["stages"]}}
