@@ -40,6 +40,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "pii_ner": (["--events", "30000", "--runs", "3"], ["--events", "5000", "--runs", "1"]),
     "tokenize_bench": (["--cli-only", "--mb", "32", "--runs", "3"], ["--cli-only", "--mb", "8", "--runs", "1"]),
     "longctx": ([], ["--events", "300", "--repositories", "20"]),
+    "engines": (["--events", "10000", "--runs", "3"], ["--events", "1000", "--runs", "1"]),
 }
 
 

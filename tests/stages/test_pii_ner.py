@@ -223,6 +223,12 @@ def test_each_distinct_chunk_is_read_once(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(pb, "_SPANS_CACHE", {})
     assert [pb.person_spans(MODEL, [c])[0] for c in chunks] == first
     assert first[0] and first[3] and not first[1]
+    # bounded by characters: the oldest runs go first, the answers stay the same
+    monkeypatch.setattr(pb._SpanCache, "MAX_CHARS", 30)
+    monkeypatch.setattr(pb, "_SPANS_CACHE", {})
+    assert pb.person_spans(MODEL, chunks) == first
+    cache = pb._SPANS_CACHE[MODEL]
+    assert cache.chars == sum(map(len, cache)) <= 30 and list(cache) == ["Tomas Berg wrote it."]
 
 
 def test_words_that_are_never_names_open_no_paragraph_and_are_not_kept() -> None:

@@ -1,6 +1,8 @@
 """Memory hygiene of long-running worker processes."""
 from __future__ import annotations
 
+import pyarrow as pa
+
 
 def release_free_memory() -> None:
     """Give freed heap pages back to the OS after each batch.
@@ -10,6 +12,7 @@ def release_free_memory() -> None:
     input size even though live memory stays flat (measured: 3k vs 30k events,
     330 MB vs 650 MB peak; with the trim the growth is bounded).
     """
+    pa.default_memory_pool().release_unused()  # Arrow's allocator (mimalloc) keeps freed pages too
     if _LIBC is not None:
         _LIBC.malloc_trim(0)
 

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 from datakit.engines.core import conform
 from datakit.io.atomic import sha256_file
 from datakit.io.fs import filesystem
-from datakit.io.readers import iter_source
+from datakit.io.readers import iter_source, parquet_batch_rows
 
 # Rows per row group of a barrier's spill file. The next chain's tasks are slices of these row
 # groups (`LocalEngine._spill_polars`), so a group must be small enough that a barrier output of a
@@ -52,7 +52,7 @@ class Partition:
             groups = range(*self.row_groups) if self.row_groups else None
             if groups is not None and len(groups) == 0:
                 return
-            for b in pf.iter_batches(batch_size=8192, row_groups=groups):
+            for b in pf.iter_batches(batch_size=min(8192, parquet_batch_rows(pf)), row_groups=groups):
                 yield conform(b, self.schema) if self.schema is not None else b
 
 

@@ -160,8 +160,18 @@ def ner_analyzer(model: str) -> AnalyzerEngine:
 
 
 # paragraph run -> PERSON spans, per model, bounded (see `person_spans`)
-_SPANS_CACHE: dict[str, "OrderedDict[str, tuple[tuple[int, int], ...]]"] = {}
-_SPANS_CACHE_MAX = 50_000  # entries; runs are short (a few paragraphs), so a few MB at most
+class _SpanCache(OrderedDict):
+    """Paragraph run -> PERSON spans, least recently used first, bounded by the characters of its keys
+    (runs can be long: a pasted article, a long system prompt), so a worker's memory stays flat."""
+
+    MAX_CHARS = 4_000_000  # ~4-16 MB of strings
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.chars = 0
+
+
+_SPANS_CACHE: dict[str, _SpanCache] = {}
 
 
 def person_spans(model: str, chunks: Sequence[str], batch_size: int = 64) -> list[tuple[tuple[int, int], ...]]:
@@ -176,16 +186,17 @@ def person_spans(model: str, chunks: Sequence[str], batch_size: int = 64) -> lis
     per batch and remembered for the process (least recently used entries go first).
     """
     nlp, labels = _ner_pipeline(model)
-    cache = _SPANS_CACHE.setdefault(model, OrderedDict())
+    cache = _SPANS_CACHE.setdefault(model, _SpanCache())
     todo = list(dict.fromkeys(c for c in chunks if c not in cache))
     for c, doc in zip(todo, nlp.pipe(todo, batch_size=batch_size)):
         cache[c] = tuple((e.start_char, e.end_char) for e in doc.ents if e.label_ in labels)
+        cache.chars += len(c)
     out = []
     for c in chunks:
         cache.move_to_end(c)
         out.append(cache[c])
-    while len(cache) > _SPANS_CACHE_MAX:
-        cache.popitem(last=False)
+    while cache.chars > cache.MAX_CHARS and cache:
+        cache.chars -= len(cache.popitem(last=False)[0])
     return out
 
 
