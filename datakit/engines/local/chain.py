@@ -21,7 +21,7 @@ from datakit.accounting import NodeStats
 from datakit.engines.core import (apply_map, conform, droplog_rows, dropstate_rows, quarantine_rows, take_setup_seconds,
                                   worker_fn)
 from datakit.engines.local.broadcast import broadcast_table
-from datakit.engines.local.memory import release_free_memory
+from datakit.engines.local.memory import release_free_memory, release_free_memory_every
 from datakit.engines.local.spill import IpcSpill, Partition, read_spill
 from datakit.io import sinks, tempwork
 from datakit.io.atomic import sha256_file
@@ -161,12 +161,13 @@ def run_chain(task: ChainTask) -> dict[str, Any]:
     try:
         for batch in task.partition.batches():
             base_rows += batch.num_rows
+            nbytes = batch.nbytes
             for op in task.ops:
                 if isinstance(op, Join):
                     batch = _apply_broadcast_join(op, batch, stats[op.id], broadcast_table(task.broadcasts[op.id]))
                 else:
                     batch = _apply_op(op, fns[op.id], batch, stats[op.id], aux)
-            release_free_memory()
+            release_free_memory_every(nbytes)
             watchdog.beat()
             if batch.num_rows == 0:
                 continue
@@ -185,6 +186,7 @@ def run_chain(task: ChainTask) -> dict[str, Any]:
     finally:
         for w in writers.values():
             w.close()
+        release_free_memory()  # what the task freed goes back before the next task (see memory.py)
     aux_files = aux.close()
     result = {
         "fingerprint": fp,
