@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import random
-import resource
 import tempfile
 import time
 
@@ -167,6 +166,7 @@ def stage(args) -> dict:
 
     rows = records(args.stage_docs)
     out = {}
+    worker_peaks: list[dict] = []  # timing.workers of the pool runs (each worker's own peak)
     with tempfile.TemporaryDirectory() as tmp:
         files = max(2, args.stage_docs // 10_000)
         os.makedirs(f"{tmp}/in")
@@ -189,12 +189,16 @@ def stage(args) -> dict:
             res = p.run(engine=engine, **opts)
             secs = time.perf_counter() - t0
             st = res.stage("dedup")
+            worker_peaks += [w for w in [res.extra.get("timing", {}).get("workers")] if w]
             key = f"{engine} {opts}"
             out[key] = {"docs_per_s": len(rows) / secs, "seconds": secs, "dropped": st["dropped"], "metrics": st.get("metrics", {})}
             print(f"{key:32s} {len(rows) / secs:10.0f} docs/s  {secs:6.1f}s  dropped {st['dropped']}  {st.get('metrics', {})}")
-    peak_children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    peak_self = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"peak RSS: driver {peak_self:.0f} MB, largest worker {peak_children:.0f} MB")
+    # each process's own VmHWM (run_timing.peak_rss_mb): RUSAGE_CHILDREN's ru_maxrss counted only exited
+    # children (the kept pool's workers never exit here) and a (v)fork+exec child's starts at its parent's peak
+    from datakit.run_timing import peak_rss_mb
+
+    workers = [w["peak_rss_mb"] for w in worker_peaks] or [0.0]
+    print(f"peak RSS (VmHWM): driver {peak_rss_mb():.0f} MB, largest pool worker {max(workers):.0f} MB")
     return out
 
 

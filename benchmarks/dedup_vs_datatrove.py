@@ -11,7 +11,12 @@ Like for like:
 - per process, measured the same way by this script for both sides: wall time from start to exit
   and CPU seconds (user + system of the process tree, from getrusage of the waited child, so a
   loaded shared machine slows the wall clock but not the CPU count), median of --runs after one
-  warm-up each, alternated; and peak RSS (the process's own VmHWM: see PEAK);
+  warm-up each, alternated; and peak memory of the whole process tree, imports included: the
+  larger of the job's own VmHWM (with any exited child's, see PEAK) and the tree's summed PSS
+  sampled every 20 ms (`_proc.py`). Ours runs in one process; datatrove forks step processes
+  beside its main one (~47 MB RSS each, nearly all pages shared with the parent: by PSS the
+  tree's sum stays below the main process's own peak, so its VmHWM is the number);
+- the same steps: ours runs with `--no-report` (datatrove draws no HTML report);
 - the same work: the removed sets are compared (overlap, and how many each removes).
 
 datatrove lives in its own venv that this script creates on first use (pip install
@@ -24,12 +29,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -37,6 +40,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(1, str(HERE))
 
+from _proc import run_measured  # noqa: E402
 from _report import comparison, write  # noqa: E402
 
 DATATROVE = "datatrove==0.10.1"
@@ -119,21 +123,27 @@ def datatrove_python() -> Path:
     return py
 
 
+def peaks(run: dict) -> dict:
+    """`peak_rss_mb`: the larger of the job's own VmHWM (with its exited children's) and the sampled tree PSS."""
+    run["vmhwm_mb"] = run["peak_rss_mb"]
+    run["peak_rss_mb"] = max(run["vmhwm_mb"], run["tree_peak_mb"])
+    return run
+
+
 def last_json(out: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def measured(cmd: list[str], **kw) -> tuple[subprocess.CompletedProcess, float, float]:
-    """Run one side's process; its wall seconds and the CPU seconds of its process tree.
+def measured(cmd: list[str], **kw) -> tuple[subprocess.CompletedProcess, float, float, float]:
+    """Run one side's process: its wall seconds, the CPU seconds and peak summed PSS of its process tree
+    (`_proc.run_measured`, the same for both sides).
 
     Why from here and not inside each job: both sides are then timed by one clock over the same
     span (interpreter start to exit, imports included), and CPU time still compares runs made
     while other work shares the cores.
     """
-    c0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
-    wall, c1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r, wall, (c1.ru_utime - c0.ru_utime) + (c1.ru_stime - c0.ru_stime)
+    r, m = run_measured(cmd, **kw)
+    return r, m["wall_seconds"], m["cpu_seconds"], m["tree_peak_mb"]
 
 
 def main() -> int:
@@ -172,19 +182,20 @@ def main() -> int:
         def ours() -> dict:
             import shutil
             shutil.rmtree(t / "out", ignore_errors=True)
-            r, wall, cpu = measured([sys.executable, "-c", OURS_JOB, "run", str(t / "p.yaml"), "--workers", "1"],
-                                    env=env)
+            # --no-report: datatrove draws no plots either (the HTML report is a step after the commit)
+            r, wall, cpu, tree = measured([sys.executable, "-c", OURS_JOB, "run", str(t / "p.yaml"), "--workers", "1",
+                                           "--no-report"], env=env)
             if r.returncode:
                 raise SystemExit(f"datakit run failed: {r.stderr[-3000:]}")
-            return {**last_json(r.stdout), "wall_seconds": wall, "cpu_seconds": cpu}
+            return peaks({**last_json(r.stdout), "wall_seconds": wall, "cpu_seconds": cpu, "tree_peak_mb": tree})
 
         def theirs() -> dict:
             import shutil
             shutil.rmtree(t / "dt", ignore_errors=True)
-            r, wall, cpu = measured([str(dt_py), "-c", DATATROVE_JOB, str(t / "jsonl"), str(t / "dt")])
+            r, wall, cpu, tree = measured([str(dt_py), "-c", DATATROVE_JOB, str(t / "jsonl"), str(t / "dt")])
             if r.returncode:
                 raise SystemExit(f"datatrove failed: {r.stderr[-3000:]}")
-            return {**last_json(r.stdout), "wall_seconds": wall, "cpu_seconds": cpu}
+            return peaks({**last_json(r.stdout), "wall_seconds": wall, "cpu_seconds": cpu, "tree_peak_mb": tree})
 
         import statistics
         res = {"ours": [], "datatrove": []}

@@ -37,8 +37,10 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
                     ["--docs", "4000", "--baseline-docs", "1000", "--skip-stage", "--runs", "1"]),
     "dedup_vs_datatrove": (["--records", "20000"], ["--records", "3000", "--runs", "1"]),
     "pii": ([], ["--mb", "1", "--repeat", "1", "--ner-mb", "0"]),
+    "pii_ner": (["--events", "30000", "--runs", "3"], ["--events", "5000", "--runs", "1"]),
     "tokenize_bench": (["--cli-only", "--mb", "32", "--runs", "3"], ["--cli-only", "--mb", "8", "--runs", "1"]),
     "longctx": ([], ["--events", "300", "--repositories", "20"]),
+    "engines": (["--events", "10000", "--runs", "3"], ["--events", "1000", "--runs", "1"]),
 }
 
 
@@ -72,12 +74,17 @@ def scaling_measurements(path: Path) -> dict:
         per_cpu = f"{mb / r['cpu_s']:.2f} MB input JSON per CPU-s" if mb else \
             f"{r['input_mb'] / r['cpu_s']:.3f} MB zstd input per CPU-s"
         stages = ", ".join(f"{k} {v:.0f}s" for k, v in r["stages"].items())
+        if mb and r.get("tokenize_ceiling"):
+            ceil = r["tokenize_ceiling"]["ceiling_mb_per_cpu_s"]
+            per_cpu += f" ({mb / r['cpu_s'] / ceil:.0%} of the tokenize-only ceiling, {ceil:.2f} MB/CPU-s)"
+        per_process = (f"; largest process peak (VmHWM) {r['process_peak_rss_mb']} MB of {r['processes']}"
+                       if "process_peak_rss_mb" in r else "")
         rows.append({"name": f"quickstart end to end, {r['events']:,} events ({r['workers']} workers)",
                      "value": per_cpu,
                      "conditions": f"{r['cpu_s']:.0f} CPU-s for {mb:.0f} MB JSON ({r['input_mb']} MB zstd)"
                                    if mb else f"{r['cpu_s']:.0f} CPU-s for {r['input_mb']} MB zstd",
                      "detail": f"wall {r['wall_s']:.0f}s at load {r['load_avg_start_end'][0]}-"
-                               f"{r['load_avg_start_end'][1]}; peak RSS of the process tree {r['peak_rss_mb']} MB; "
+                               f"{r['load_avg_start_end'][1]}; peak RSS of the process tree {r['peak_rss_mb']} MB{per_process}; "
                                f"stage seconds (summed over workers) {stages}"})
     return {"benchmark": "scaling", "comparisons": [], "measurements": rows}
 

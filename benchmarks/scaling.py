@@ -4,7 +4,14 @@
 
 For each size: synthetic logs (`datakit.synth`), then `datakit run pipelines/quickstart.yaml`
 as a subprocess, while a sampler sums the resident memory of the run's whole process tree
-(parent + pool workers) every 0.2 s -- the peak of that sum is what a machine must hold.
+(parent + pool workers) every 0.2 s -- the peak of that sum is what a machine must hold -- and
+keeps each process's own high-water mark (VmHWM), whose maximum is the per-process peak #21 targets.
+
+The tokenize-only ceiling (`--ceiling`): the same input's text, every string value of every
+event except identifiers and labels (ids, timestamps, paths, roles), tokenized alone with the pipeline's tokenizer (`encode_batch_fast`, one thread, CPU
+seconds of the encode calls only, after one warm-up batch). Input JSON MB / those seconds is
+what a pipeline that did nothing but tokenize could reach; the run's MB per CPU-s over it is the
+share of that ceiling the whole pipeline reaches.
 Results are printed as JSON lines and feed docs/scaling.md.
 """
 from __future__ import annotations
@@ -25,7 +32,19 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _tree_rss(pid: int, cpu_seen: dict[int, float]) -> int:
+def _hwm_bytes(pid: int) -> int:
+    """A process's own peak resident memory (VmHWM); 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _tree_rss(pid: int, cpu_seen: dict[int, float], hwm: dict[int, int] | None = None) -> int:
     """Resident memory of the process tree; also records each process's latest CPU seconds.
 
     Why psutil and not RUSAGE_CHILDREN alone: pool workers that are not waited for by the run
@@ -43,6 +62,8 @@ def _tree_rss(pid: int, cpu_seen: dict[int, float]) -> int:
                 total += q.memory_info().rss
                 t = q.cpu_times()
                 cpu_seen[q.pid] = t.user + t.system
+            if hwm is not None:
+                hwm[q.pid] = max(hwm.get(q.pid, 0), _hwm_bytes(q.pid))
         except psutil.NoSuchProcess:
             pass
     return total
@@ -67,6 +88,7 @@ def run_once(events: int, workers: int, work: Path) -> dict:
     cmd[4] = str(pfile)
     peak = 0
     cpu_seen: dict[int, float] = {}
+    hwm: dict[int, int] = {}
     load0 = os.getloadavg()[0]
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
@@ -76,7 +98,7 @@ def run_once(events: int, workers: int, work: Path) -> dict:
     def sample() -> None:
         nonlocal peak
         while not stop.is_set():
-            peak = max(peak, _tree_rss(proc.pid, cpu_seen))
+            peak = max(peak, _tree_rss(proc.pid, cpu_seen, hwm))
             time.sleep(0.2)
 
     th = threading.Thread(target=sample, daemon=True)
@@ -97,20 +119,72 @@ def run_once(events: int, workers: int, work: Path) -> dict:
             "generate_s": round(gen_s, 1), "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
             "cpu_s_sampled": round(sum(cpu_seen.values()), 1),
             "load_avg_start_end": [round(load0, 1), round(os.getloadavg()[0], 1)], "peak_rss_mb": round(peak / 2**20),
+            "process_peak_rss_mb": round(max(hwm.values(), default=0) / 2**20), "processes": len(hwm),
             "stages": {s["name"]: round(s["seconds"], 2) for s in stages},
             "rows_in": stages[0]["rows_in"], "rows_out_last": stages[-1]["rows_out"]}
+
+
+# identifiers and labels, not text a model trains on (the ceiling tokenizes only the text)
+_NOT_TEXT = {"event_id", "event_type", "timestamp", "user_id", "org_id", "session_id", "client_version", "repo",
+             "file", "role", "tool_name", "privacy_mode", "outcome", "latency_ms", "language", "path"}
+
+
+def _event_strings(obj, out: list[str]) -> None:
+    if isinstance(obj, str):
+        out.append(obj)
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            if k not in _NOT_TEXT:
+                _event_strings(v, out)
+    elif isinstance(obj, list):
+        for v in obj:
+            _event_strings(v, out)
+
+
+def tokenize_ceiling(events: int, work: Path, tokenizer: str = "datakit:demo-bpe") -> dict:
+    """Input JSON MB per CPU-second of tokenizing the input's text alone (see the module docstring)."""
+    os.environ["RAYON_NUM_THREADS"] = "1"  # before tokenizers starts its pool: one thread, like one worker
+    import zstandard
+
+    from datakit.stages.tokenize.tokenizers import load_tokenizer
+
+    tok = load_tokenizer(tokenizer).impl
+    texts: list[str] = []
+    json_bytes = 0
+    for f in sorted((work / f"logs-{events}").glob("dt=*/*.jsonl.zst")):
+        with f.open("rb") as fh, zstandard.ZstdDecompressor().stream_reader(fh) as r:
+            data = r.read()
+        json_bytes += len(data)
+        for line in data.splitlines():
+            try:
+                _event_strings(json.loads(line), texts)
+            except ValueError:  # the synthetic logs' planted malformed lines (quarantined by the run)
+                continue
+    tok.encode_batch_fast(texts[:1000], add_special_tokens=False)  # warm-up
+    cpu = 0.0
+    for i in range(0, len(texts), 10_000):
+        batch = texts[i:i + 10_000]
+        c0 = time.process_time()
+        tok.encode_batch_fast(batch, add_special_tokens=False)
+        cpu += time.process_time() - c0
+    return {"json_mb": round(json_bytes / 1e6, 1), "encode_cpu_s": round(cpu, 2),
+            "ceiling_mb_per_cpu_s": round(json_bytes / 1e6 / cpu, 2), "strings": len(texts)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("sizes", nargs="+", type=int)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--ceiling", action="store_true", help="also measure the tokenize-only ceiling per size")
     ap.add_argument("--work", default=None, help="folder for logs and outputs (default: a temp folder)")
     a = ap.parse_args()
     work = Path(a.work or tempfile.mkdtemp(prefix="datakit-scaling-"))
     work.mkdir(parents=True, exist_ok=True)
     for n in a.sizes:
-        print(json.dumps(run_once(n, a.workers, work)), flush=True)
+        row = run_once(n, a.workers, work)
+        if a.ceiling:
+            row["tokenize_ceiling"] = tokenize_ceiling(n, work)
+        print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ class NodeStats:
     dropped: Counter = field(default_factory=Counter)
     metrics: Counter = field(default_factory=Counter)
     seconds: float = 0.0
+    setup_seconds: float = 0.0  # loading + setup() of the op's function in worker processes (core.worker_fn)
 
     def merge(self, other: "NodeStats") -> None:
         self.rows_in += other.rows_in
@@ -39,14 +40,16 @@ class NodeStats:
         self.dropped.update(other.dropped)
         self.metrics.update(other.metrics)
         self.seconds += other.seconds
+        self.setup_seconds += other.setup_seconds
 
     def to_json(self) -> dict[str, Any]:
         return {"rows_in": self.rows_in, "rows_out": self.rows_out, "dropped": dict(self.dropped),
-                "metrics": dict(self.metrics), "seconds": self.seconds}
+                "metrics": dict(self.metrics), "seconds": self.seconds, "setup_seconds": self.setup_seconds}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "NodeStats":
-        return cls(d["rows_in"], d["rows_out"], Counter(d["dropped"]), Counter(d.get("metrics", {})), d.get("seconds", 0.0))
+        return cls(d["rows_in"], d["rows_out"], Counter(d["dropped"]), Counter(d.get("metrics", {})), d.get("seconds", 0.0),
+                   d.get("setup_seconds", 0.0))
 
 
 def count_drops(batch: pa.RecordBatch | pa.Table) -> Counter:
@@ -78,12 +81,13 @@ def stage_report(plan: Plan, stats: dict[int, NodeStats], rows: dict[int, int]) 
     for span in plan.spans:
         dropped: Counter = Counter()
         metrics: Counter = Counter()
-        seconds = 0.0
+        seconds = setup = 0.0
         for n in plan.nodes():
             if n.stage == span.name and n.id in stats:
                 dropped.update(stats[n.id].dropped)
                 metrics.update(stats[n.id].metrics)
                 seconds += stats[n.id].seconds
+                setup += stats[n.id].setup_seconds
         rows_in = rows[span.input.id]
         emitted = rows[span.output.id]
         entry: dict[str, Any] = {"name": span.name, "kind": span.kind, "rows_in": rows_in}
@@ -105,6 +109,7 @@ def stage_report(plan: Plan, stats: dict[int, NodeStats], rows: dict[int, int]) 
         if expectations:
             entry["expectations"] = expectations
         entry["seconds"] = round(seconds, 3)
+        entry["setup_seconds"] = round(setup, 3)
         if entry["rows_in"] != entry["rows_out"] + sum(dropped.values()):
             raise AccountingError(
                 f"stage {span.name!r}: rows_in {entry['rows_in']} != rows_out {entry['rows_out']} + dropped {sum(dropped.values())}"

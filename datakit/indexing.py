@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import logging
 import shutil
-import tempfile
 import time
 import uuid
 from typing import Any, Sequence
 
 from datakit.engines import get_engine
+from datakit.io import tempwork
 from datakit.io.fs import filesystem
 from datakit.stages.decontaminate.index import FP_BITS, IndexInfo, index_plan, info_of, publish
 from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS
@@ -82,11 +82,12 @@ def _spark_parallelism(runner: Any) -> int:
 def _work_folder(out_path: str, engine: str) -> str:
     """Where the plan's units, partitions and the finished index live until published: beside `out_path`
     (so the publishing rename stays on one filesystem, and Spark executors see it on a shared store);
-    a local temp folder when a local engine writes to an object store."""
+    a local scratch folder when a local engine writes to an object store -- in this machine's cache folder,
+    not the system temp directory, so a killed build's folder is swept by the next run (io/tempwork.py)."""
     name = f".tmp-index-{uuid.uuid4().hex[:12]}"
     remote = "://" in out_path and not out_path.startswith("file://")
     if remote and engine == "local":
-        return tempfile.mkdtemp(prefix=".tmp-index-")
+        return tempwork.claim(uuid.uuid4().hex)
     parent = out_path.rstrip("/").rsplit("/", 1)[0] if "/" in out_path.rstrip("/") else "."
     return f"{parent}/{name}"  # created by the plan, once the input is known to exist
 

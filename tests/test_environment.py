@@ -48,6 +48,10 @@ def test_ner_model_is_recorded_and_its_absence_changes_the_hash(logs, tmp_path, 
     without = _pipe(logs, tmp_path, ner="auto").compile()  # allowed: the pipeline said so
     assert without.environment["stages"]["scrub_pii"]["ner"] is None
     assert without.config_hash != with_model.config_hash
+    # what NER reads (tool calls, never-name words...) is versioned: a change there changes the hash
+    monkeypatch.setattr(presidio_bridge, "installed_spacy_model", lambda: MODEL)
+    monkeypatch.setattr(presidio_bridge.PersonNameScanner, "READS", ner["reads"] + 1)
+    assert _pipe(logs, tmp_path, ner="auto").compile().config_hash != with_model.config_hash
 
 
 @needs_model

@@ -116,7 +116,8 @@ def test_rerun_after_crash_reuses_finished_work_and_matches_clean_run(tmp_path, 
     resumed = pipe(tmp_path / "resumed").run(workers=1)
     assert resumed.extra["reused_tasks"] == 2  # part-0 and part-1 finished before the crash
     assert output_checksums(str(tmp_path / "resumed")) == output_checksums(str(tmp_path / "clean"))
-    assert resumed.stages == [dict(s, seconds=r["seconds"]) for s, r in zip(clean.stages, resumed.stages)]
+    assert resumed.stages == [dict(s, seconds=r["seconds"], setup_seconds=r["setup_seconds"])
+                              for s, r in zip(clean.stages, resumed.stages)]
     # a third run reuses the finished shards too
     again = pipe(tmp_path / "resumed").run(workers=1)
     assert again.extra["reused_shards"] == 2

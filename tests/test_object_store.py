@@ -84,6 +84,20 @@ def test_pipeline_reads_and_writes_s3(s3_endpoint, tmp_path):
     assert run["stages"][0]["rows_in"] == 26
 
 
+def test_plain_jsonl_on_s3_is_read(s3_endpoint, tmp_path):
+    """Found while measuring issue 18's work folder: an uncompressed `.jsonl` input on S3 failed every
+    task with `AbstractBufferedFile.readline() takes 1 positional argument` (a traceback, exit 1)."""
+    import s3fs
+
+    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_endpoint})
+    fs.mkdir("plain-bucket")
+    local = write_jsonl(tmp_path / "a.jsonl", [make_event(i) for i in range(7)] + [b"nope"])
+    fs.put(str(local), "plain-bucket/raw/a.jsonl")
+    res = Pipeline("p").input("s3://plain-bucket/raw/a.jsonl").add({"kind": "ingest"}).output(str(tmp_path / "o")).run(
+        workers=1)
+    assert res.stage("ingest")["rows_in"] == 8 and res.stage("ingest")["rows_out"] == 7
+
+
 def test_memory_filesystem_round_trip(tmp_path):
     import fsspec
 

@@ -36,6 +36,33 @@ def test_timing_parts_add_up_and_compile_is_attributed(tmp_path, monkeypatch):
     assert timing["cpu_seconds"] > 0 and timing["peak_rss_mb"] > 0 and timing["numba_compile"] >= 0
 
 
+def test_stage_setup_seconds_are_reported_apart_from_stage_seconds(tmp_path, monkeypatch):
+    """A worker's first-task set-up (setup(): spaCy, a tokenizer, the quarantine scrubber) is each stage's
+    `setup_seconds`, not lost between the stages' batch seconds: in a one-process run the stages' batch
+    seconds and set-up seconds are disjoint intervals inside the engine's clock (`parts.stages`)."""
+    from datakit.stages.ingest import IngestFn
+
+    real_setup = IngestFn.setup
+
+    def slow_setup(self):  # a known 0.3 s of set-up: it must be the ingest stage's setup_seconds
+        time.sleep(0.3)
+        real_setup(self)
+
+    monkeypatch.setattr(IngestFn, "setup", slow_setup)
+    write_jsonl(tmp_path / "l" / "a.jsonl", [make_event(i) for i in range(20)] + [b"x"])
+    p = (Pipeline("t").input(str(tmp_path / "l")).add({"kind": "ingest"}).add({"kind": "extract"})
+         .output(str(tmp_path / "o")))
+    p.run(workers=1)
+    run = json.loads((tmp_path / "o" / "_run.json").read_text())
+    jsonschema.validate(run, SCHEMA)
+    stages = {s["name"]: s for s in run["stages"]}
+    assert all("setup_seconds" in s for s in stages.values())
+    assert stages["ingest"]["setup_seconds"] >= 0.3
+    parts = run["timing"]["parts"]
+    spent = sum(s["seconds"] + s["setup_seconds"] for s in stages.values())
+    assert spent <= parts["stages"] + 0.001 * 2 * len(stages)  # disjoint parts of it (ms rounding)
+
+
 def test_pool_workers_seconds_and_numba_are_in_the_timing(tmp_path):
     """A run on the pool: the workers' CPU, start-up and numba kernel time (compile or cache load) are
     in `timing.workers`; before this, _run.json only knew the driver process."""
@@ -55,6 +82,8 @@ def test_pool_workers_seconds_and_numba_are_in_the_timing(tmp_path):
     assert w["cpu_seconds"] > w["startup_cpu_seconds"]
     assert w["numba_compile"] + w["numba_load"] > 0  # dedup's MinHash kernels ran in the workers
     assert w["peak_rss_mb"] >= w["startup_rss_mb"]
+    # fresh processes set up ingest's function (its quarantine scrubber) once each, in their first task
+    assert next(s for s in run["stages"] if s["name"] == "ingest")["setup_seconds"] > 0
 
 
 def test_peak_rss_is_the_process_own_not_its_parents():

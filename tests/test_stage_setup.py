@@ -2,7 +2,9 @@
 once per worker process and run, before its first batch -- not once per task, never zero times."""
 from __future__ import annotations
 
+import json
 import os
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -15,6 +17,8 @@ from datakit import CompileContext, Pipeline, StageConfig, register_stage
 from datakit.contracts import TRAINING_RECORD_V1
 from tests.eventgen import make_event, write_jsonl
 
+SETUP_SLEEP = 0.02
+
 
 class _NeedsSetup:
     """Refuses to run unless set up; every setup() leaves a file named by its process id."""
@@ -24,6 +28,7 @@ class _NeedsSetup:
         self.ready = False
 
     def setup(self) -> None:
+        time.sleep(SETUP_SLEEP)  # a known set-up cost per process: the stage's `setup_seconds` in _run.json
         self.ready = True
         Path(self.marks, f"{os.getpid()}-{uuid.uuid4().hex}").touch()
 
@@ -48,7 +53,12 @@ def _run(tmp_path: Path, **run) -> Counter:
              for i in range(6)]  # six input files: more tasks than workers
     (Pipeline("setup").input([str(f) for f in files]).add({"kind": "ingest"}).add({"kind": "extract"})
      .add({"kind": "test_needs_setup", "marks": str(marks)}).output(str(tmp_path / "out")).run(**run))
-    return Counter(p.name.split("-")[0] for p in marks.iterdir())
+    per_pid = Counter(p.name.split("-")[0] for p in marks.iterdir())
+    run_json = json.loads((tmp_path / "out" / "_run.json").read_text())
+    stage = next(s for s in run_json["stages"] if s["name"] == "test_needs_setup")
+    # every process's set-up is reported, once, apart from the batch seconds (rounded to ms)
+    assert stage["setup_seconds"] >= SETUP_SLEEP * len(per_pid) - 0.001, (stage, per_pid)
+    return per_pid
 
 
 def test_local_pool_sets_up_once_per_worker(tmp_path):

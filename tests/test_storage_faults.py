@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 import pytest
 
 from datakit import Pipeline
+from datakit.io.dataset import read_output
 from datakit.io.sinks import output_checksums
 from tests.eventgen import make_event, write_jsonl
 from tests.test_object_store import s3_endpoint  # noqa: F401 - the moto server fixture
@@ -165,56 +166,137 @@ def test_85_percent_faults_fail_in_one_line_naming_the_path(s3_endpoint, faulty,
     assert "Traceback" not in r.stderr and "pickle" not in r.stderr
 
 
-# a run over s3://BUCKET/raw into argv[1]; DK_TEST_KILL_AFTER_SHARD: SIGKILL itself once that shard is committed
+# a run over s3://BUCKET/raw/ into argv[1] with argv[2] shards; prints "task ran|reused" per chain task.
+# DK_TEST_KILL_AFTER_TASKS=N: SIGKILL itself once N chain tasks are finished (1 worker: tasks run in order).
 KILLABLE = textwrap.dedent("""
     import os, signal, sys
     from datakit import Pipeline
-    from datakit.io import sinks
+    from datakit.engines.local import engine
 
-    real = sinks.write_shard
-    def write_shard(table, shard, spec, schema=None):
-        info = real(table, shard, spec, schema)
-        if os.environ.get("DK_TEST_KILL_AFTER_SHARD") == str(shard):
+    real, finished = engine.run_chain, []
+    def run_chain(task):
+        result = real(task)
+        finished.append(result)
+        print("task", "reused" if result.get("reused") else "ran", flush=True)
+        if os.environ.get("DK_TEST_KILL_AFTER_TASKS") == str(len(finished)):
             os.kill(os.getpid(), signal.SIGKILL)
-        return info
-    sinks.write_shard = write_shard
+        return result
+    engine.run_chain = run_chain
     if __name__ == "__main__":
-        res = (Pipeline("s3").input("s3://killed/raw/*.jsonl.zst").add({"kind": "ingest"})
-               .add({"kind": "extract"}).add({"kind": "scrub_pii", "ner": "off"})
-               .output(sys.argv[1], shards=3).run(workers=1))
-        print(res.extra["reused_tasks"], res.extra["reused_shards"])
+        res = (Pipeline("s3").input(f"s3://{sys.argv[1].split('/')[2]}/raw/*.jsonl.zst").add({"kind": "ingest"})
+               .add({"kind": "extract"}).output(sys.argv[1], shards=int(sys.argv[2])).run(workers=1))
+        print("reused", res.extra["reused_tasks"], res.extra["reused_shards"])
 """)
 
 
-def test_a_killed_s3_run_resumes_from_its_work_folder_and_leaves_no_temp_folder(s3_endpoint, tmp_path):  # noqa: F811
-    """Issue 18: the local engine's work folder of an object-store run was a fresh temp folder: a rerun after a
-    kill found nothing to reuse, and SIGKILL leaked `datakit-work-*` into the system temp directory."""
+def _empty(folder: Path) -> bool:
+    return not folder.exists() or list(folder.iterdir()) == []
+
+
+def _work_markers(fs, out: str) -> list[str]:
+    fs.invalidate_cache()
+    return sorted(p for p in fs.find(f"{out}/_work") if p.endswith(".done.json"))
+
+
+def test_a_killed_s3_run_resumes_on_another_host_from_the_work_folder_under_its_output(s3_endpoint, tmp_path,  # noqa: F811
+                                                                                      monkeypatch):
+    """Issue 18: an object-store run's work folder was on the local disk of the host that ran it (a fresh
+    temp folder before that): a rerun on another host -- a retried batch job on a new machine -- reused
+    no finished task. Now each finished task is kept under `<out>/_work/<run id>/` (marker last) until
+    the run commits; a rerun from anywhere reuses it, a rerun with another config or input does not."""
     fs = _bucket_with_logs(s3_endpoint, tmp_path, "killed", events=120)
-    tmp, cache = tmp_path / "tmp", tmp_path / "cache"
+    tmp = tmp_path / "tmp"
     tmp.mkdir()
     (tmp_path / "run.py").write_text(KILLABLE)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "TMPDIR": str(tmp),
-           "DATAKIT_CACHE_DIR": str(cache)}
-    cmd = [sys.executable, str(tmp_path / "run.py"), "s3://killed/out"]
-    killed = subprocess.run(cmd, env={**env, "DK_TEST_KILL_AFTER_SHARD": "1"}, capture_output=True, text=True,
-                            timeout=600)
-    assert killed.returncode == -9, killed.stderr[-2000:]  # shards 0 and 1 committed, then SIGKILL
-    work = list((cache / "work").iterdir())
-    assert len(work) == 1 and list(work[0].rglob("part-*.done.json"))  # finished tasks, kept for the rerun
-    assert list(tmp.iterdir()) == []  # nothing in the system temp directory, even after SIGKILL
-    rerun = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
-    reused_tasks, reused_shards = map(int, rerun.stdout.split()[-2:])
-    assert reused_shards == 2 and reused_tasks >= 3  # the kill cost one shard, no task
-    assert not (cache / "work").exists() or list((cache / "work").iterdir()) == []  # done: removed
-    assert list(tmp.iterdir()) == []
-    fs.invalidate_cache()
-    assert not [p for p in fs.find("killed/out") if "_work" in p or "/." in p]  # nothing temporary in the dataset
-    # and the resumed output is the one a clean run writes
-    clean = subprocess.run([sys.executable, str(tmp_path / "run.py"), "s3://killed/clean"], env=env,
+
+    def host(name: str) -> dict:  # another machine: its own home and cache folder, the same bucket
+        (tmp_path / name).mkdir()
+        return {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "TMPDIR": str(tmp),
+                "HOME": str(tmp_path / name), "DATAKIT_CACHE_DIR": str(tmp_path / name / "cache")}
+
+    def run(out: str, shards: int, env: dict, kill_after: int | None = None) -> subprocess.CompletedProcess:
+        env = {**env, "DK_TEST_KILL_AFTER_TASKS": str(kill_after)} if kill_after else env
+        r = subprocess.run([sys.executable, str(tmp_path / "run.py"), out, str(shards)], env=env,
                            capture_output=True, text=True, timeout=600)
-    assert clean.returncode == 0, clean.stderr[-2000:]
+        assert r.returncode == (-9 if kill_after else 0), r.stderr[-2000:]
+        return r
+
+    def tasks(r: subprocess.CompletedProcess) -> list[str]:
+        return [ln.split()[1] for ln in r.stdout.splitlines() if ln.startswith("task ")]
+
+    a, b, c = host("a"), host("b"), host("c")
+    # host a: 11 of the 13 chain tasks finish (ingest's, then one of the sink's: extract > shards), then the
+    # process is killed
+    assert tasks(run("s3://killed/out", 3, a, kill_after=11)) == ["ran"] * 11
+    assert len(_work_markers(fs, "killed/out")) == 11  # finished tasks, under the output prefix
+    assert list(tmp.iterdir()) == []  # nothing in the system temp directory, even after SIGKILL
+    # another config into the same folder (host c): must not reuse them (killed after its first task)
+    assert tasks(run("s3://killed/out", 2, c, kill_after=1)) == ["ran"]
+    # host b, same command: reuses the finished tasks (counted in the run report), runs the other two
+    rerun = run("s3://killed/out", 3, b)
+    assert tasks(rerun) == ["reused"] * 11 + ["ran"] * 2
+    assert rerun.stdout.split()[-3:] == ["reused", "11", "0"]
+    assert json.loads(fs.cat_file("killed/out/_run.json"))["resume"]["reused_tasks"] == 11
+    assert not [p for p in fs.find("killed/out") if "_work" in p or "/." in p]  # committed: nothing temporary
+    assert list(tmp.iterdir()) == [] and _empty(tmp_path / "b" / "cache" / "work")
+    # the resumed output is the one an uninterrupted run writes (here, on host a)
+    monkeypatch.setenv("DATAKIT_CACHE_DIR", a["DATAKIT_CACHE_DIR"])
+    clean = (Pipeline("s3").input("s3://killed/raw/*.jsonl.zst").add({"kind": "ingest"}).add({"kind": "extract"})
+             .output("s3://killed/clean", shards=3).run(workers=1))
+    assert clean.extra["reused_tasks"] == 0
     assert output_checksums("s3://killed/out") == output_checksums("s3://killed/clean")
+    assert _empty(tmp_path / "a" / "cache" / "work")  # host a's scratch of the killed run: swept
+
+
+def test_a_changed_input_file_reuses_no_finished_task_of_a_killed_s3_run(s3_endpoint, tmp_path, monkeypatch):  # noqa: F811
+    """The durable work folder is keyed by the input files' sizes and mtimes too: after a kill, an input
+    file that changed means a rerun from scratch (its rows would otherwise mix with the old file's)."""
+    fs = _bucket_with_logs(s3_endpoint, tmp_path, "changed", events=60)
+    (tmp_path / "run.py").write_text(KILLABLE)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+           "DATAKIT_CACHE_DIR": str(tmp_path / "cache"), "DK_TEST_KILL_AFTER_TASKS": "2"}
+    killed = subprocess.run([sys.executable, str(tmp_path / "run.py"), "s3://changed/out", "2"], env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert len(_work_markers(fs, "changed/out")) == 2
+    local = write_jsonl(tmp_path / "new.jsonl.zst", [make_event(900 + i) for i in range(5)])
+    fs.put(str(local), "changed/raw/p0.jsonl.zst")  # the first (already finished) task's file changed
+    monkeypatch.setenv("DATAKIT_CACHE_DIR", str(tmp_path / "rerun-cache"))
+    res = (Pipeline("s3").input("s3://changed/raw/*.jsonl.zst").add({"kind": "ingest"}).add({"kind": "extract"})
+           .output("s3://changed/out", shards=2).run(workers=1))
+    assert res.extra["reused_tasks"] == 0
+    assert res.stage("ingest")["rows_in"] == 5 + 2 * 21  # the new file read, not the old one's part
+    assert _work_markers(fs, "changed/out") == []
+    # readers go through the manifest: a work folder left over (say its removal failed) is never read
+    fs.put(str(tmp_path / "new.jsonl.zst"), "changed/out/_work/0123456789abcdef/n001/part-00000.parquet")
+    assert read_output("s3://changed/out").num_rows == res.manifest["rows"]
+
+
+def test_a_failed_s3_run_keeps_its_finished_tasks_under_the_output_and_no_local_scratch(s3_endpoint, tmp_path,  # noqa: F811
+                                                                                        monkeypatch):
+    """A run that fails (not killed) removes its local scratch copy at once; its finished tasks wait under
+    the output prefix, and the rerun (here from another cache folder) reuses every one of them."""
+    from datakit.io import sinks
+
+    fs = _bucket_with_logs(s3_endpoint, tmp_path, "failed", events=30)
+    monkeypatch.setenv("DATAKIT_CACHE_DIR", str(tmp_path / "cache"))
+    real = sinks.write_shard
+
+    def disk_full(*args, **kwargs):
+        raise RuntimeError("injected: disk full")
+
+    monkeypatch.setattr(sinks, "write_shard", disk_full)
+    pipeline = Pipeline("s3").input("s3://failed/raw/*.jsonl.zst").add({"kind": "ingest"}).output("s3://failed/out",
+                                                                                                  shards=2)
+    with pytest.raises(RuntimeError, match="injected: disk full"):
+        pipeline.run(workers=1)
+    assert _empty(tmp_path / "cache" / "work")
+    assert len(_work_markers(fs, "failed/out")) == 13  # every chain task finished before the shards
+    monkeypatch.setattr(sinks, "write_shard", real)
+    monkeypatch.setenv("DATAKIT_CACHE_DIR", str(tmp_path / "other-cache"))
+    res = pipeline.run(workers=1)
+    assert res.extra["reused_tasks"] == 13 and res.stage("ingest")["rows_in"] == 33
+    assert _work_markers(fs, "failed/out") == [] and _empty(tmp_path / "other-cache" / "work")
 
 
 class _Unpicklable(Exception):

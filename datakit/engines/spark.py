@@ -44,7 +44,7 @@ import pyarrow as pa
 from datakit import progress
 from datakit.accounting import NodeStats, stage_report
 from datakit.engines.core import (Engine, RunResult, apply_map, commit_run, conform, remove_if_empty, resolve_sink,
-                                  reused_shards, worker_fn, write_side_output)
+                                  reused_shards, take_setup_seconds, worker_fn, write_side_output)
 from datakit.engines.spark_partitions import (SHUFFLE_CONF, TARGET_CONF, PartitionPlan, check_user_conf,
                                               plan_partitions)
 from datakit.engines.spark_session import (SparkError, SparkJobError, SparkSetupError, executor_environment,
@@ -61,6 +61,23 @@ SHARD_COL = "_shard"
 
 # --------------------------------------------------------------------------- executor-side functions
 # Module-level classes: cloudpickle ships them by reference, executors import this module.
+
+_WORKER_LOGGING: list[tuple[str, int, int]] = []  # the log set-up this Python worker installed (once)
+
+
+def _worker_logging(logcfg: tuple[str, int, int]) -> None:
+    """The driver's redacting log set-up, installed once in this Spark Python worker.
+
+    Why: a Python worker starts with no logging configuration, so a warning a stage logs
+    inside a task went through Python's last-resort handler to the executor's stderr (and
+    its log files) unredacted; the local engine's pool does the same at worker start.
+    """
+    if _WORKER_LOGGING != [logcfg]:
+        from datakit.logs import init_worker
+
+        init_worker(*logcfg)
+        _WORKER_LOGGING[:] = [logcfg]
+
 
 def _load_fn(bc, token: str) -> Any:
     """The stage function of a broadcast, unpickled and set up once per Python worker (not per task).
@@ -113,6 +130,9 @@ class _ChainFn:
         self.source_format, self.source_schema = source_format, source_schema
         self.in_schema = in_schema
         self.ops, self.data_schema, self.out_schema = ops, data_schema, out_schema
+        from datakit.logs import worker_config
+
+        self.logcfg = worker_config()  # made on the driver, installed in each Python worker (_worker_logging)
 
     def _base(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
@@ -134,7 +154,10 @@ class _ChainFn:
         return pa.RecordBatch.from_arrays(arrays, schema=self.out_schema)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        _worker_logging(self.logcfg)
         fns = [_load_fn(op["bc"], op["token"]) for op in self.ops]
+        # unpickling + setup() in this Python worker (its first task of the run only), in microseconds
+        setup_us = [round(take_setup_seconds(op["token"]) * 1e6) for op in self.ops]
         base = 0
         outs = [0] * len(self.ops)
         drops = [Counter() for _ in self.ops]
@@ -160,6 +183,8 @@ class _ChainFn:
         stats = [(-1, "base", "", base)]
         for i in range(len(self.ops)):
             stats.append((i, "out", "", outs[i]))
+            if setup_us[i]:
+                stats.append((i, "setup_us", "", setup_us[i]))
             stats += [(i, "drop", k, v) for k, v in drops[i].items()]
             stats += [(i, "metric", k, v) for k, v in metrics[i].items()]
         yield self._emit(len(stats), {
@@ -520,6 +545,8 @@ class _Run:
                 st.rows_out += n
             elif kind == "drop":
                 st.dropped[name] += n
+            elif kind == "setup_us":
+                st.setup_seconds += n / 1e6
             else:
                 st.metrics[name] += n
         if base.id not in self.rows:  # files read here, or a deferred join/aggregate

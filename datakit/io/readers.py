@@ -31,6 +31,7 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
+from fsspec.spec import AbstractBufferedFile
 
 from datakit.contracts import EDITOR_EVENT_V1, RAW_LINES
 from datakit.io import storage
@@ -48,6 +49,8 @@ def _decompressed(url: str, raw) -> io.BufferedIOBase:
         return io.BufferedReader(_ZstdFrames(raw), 1 << 20)
     if url.endswith(".gz"):
         return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+    if isinstance(raw, AbstractBufferedFile):  # an object-store file (s3fs): its readline() takes no size limit
+        return io.BufferedReader(raw, 1 << 20)  # type: ignore[arg-type]
     return raw
 
 
@@ -169,8 +172,24 @@ def iter_raw_lines(url: str, batch_rows: int = DEFAULT_BATCH_ROWS, max_line_byte
             yield flush()
 
 
-def iter_parquet(url: str, batch_rows: int = 65536, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
-    """Yield batches of one Parquet file, with `_source_file`/`_source_line` (row number, 1-based)."""
+BATCH_BYTES = 8 << 20  # uncompressed bytes per batch of a Parquet input: the batch size of a 2 KB-per-row JSONL read
+
+
+def parquet_batch_rows(pf: pq.ParquetFile, target_bytes: int = BATCH_BYTES) -> int:
+    """Rows per batch so that one batch holds ~`target_bytes` of data (256..65536).
+
+    Why by bytes: every stage makes a few copies of its batch (texts, normalized bytes, keys), so
+    a fixed 65536 rows of 2 KB code records made a 20k-record file one 40 MB batch and added
+    ~200 MB to a dedup run's peak; 64 K rows of small events stay one batch as before."""
+    meta = pf.metadata
+    size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    per_row = size / max(1, meta.num_rows)
+    return int(min(65536, max(256, target_bytes // max(1.0, per_row))))
+
+
+def iter_parquet(url: str, batch_rows: int | None = None, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+    """Yield batches of one Parquet file, with `_source_file`/`_source_line` (row number, 1-based);
+    `batch_rows` None: `parquet_batch_rows` (about 8 MB of data per batch)."""
     fs, p = filesystem(url)
     try:
         pf = pq.ParquetFile(p, filesystem=fs)
@@ -179,7 +198,7 @@ def iter_parquet(url: str, batch_rows: int = 65536, columns: list[str] | None = 
     except Exception as e:  # pyarrow raises ArrowInvalid for non-Parquet bytes
         raise InputError(f"cannot read Parquet file {url}: {e}") from None
     row = 0
-    for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
+    for batch in pf.iter_batches(batch_size=batch_rows or parquet_batch_rows(pf), columns=columns):
         n = batch.num_rows
         batch = batch.append_column("_source_file", pa.array([url] * n, pa.string())) if "_source_file" not in batch.schema.names else batch
         if "_source_line" not in batch.schema.names:

@@ -89,3 +89,55 @@ def test_summarize_picks_the_python_error_out_of_a_jvm_trace():
     assert summarize(Exception(trace)) == "KeyError: 'k'"
     assert summarize(Exception("Job aborted due to stage failure: Lost executor 1 on 127.0.0.1\n\tat x")) \
         == "Lost executor 1 on 127.0.0.1"
+
+
+LOG_EMAIL, LOG_SECRET = "jane.roe@example.org", "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+
+
+class LogInWorkerFn:
+    """Logs a line quoting personal data in the Spark Python worker; what the worker's root handlers
+    print is appended to `path` (local[2]: the executor shares this file system)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        import io
+        import logging
+
+        buf = io.StringIO()
+        handlers = logging.getLogger().handlers
+        old = [h.setStream(buf) for h in handlers]  # no handler at all: Python's last resort, raw to stderr
+        try:
+            logging.getLogger("datakit.stage").warning("cannot parse a field of %s (token %s)", LOG_EMAIL, LOG_SECRET)
+        finally:
+            for h, s in zip(handlers, old):
+                h.setStream(s)
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(buf.getvalue())
+        return batch
+
+
+@register_stage
+class LogInWorkerConfig(StageConfig):
+    kind: Literal["test_log_in_worker"] = "test_log_in_worker"
+    consumes = "editor_event.v1"
+    produces = "editor_event.v1"
+    path: str
+
+    def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
+        return rel.map_batches(LogInWorkerFn(self.path), rel.schema, name="log_in_worker")
+
+
+@pytest.mark.spark
+def test_log_lines_inside_spark_python_workers_are_redacted(spark, tmp_path):
+    """A Spark Python worker started with no log set-up: a stage's warning went out unredacted."""
+    f = write_jsonl(tmp_path / "logs" / "a.jsonl", [make_event(i) for i in range(4)])
+    seen = tmp_path / "worker-log.txt"
+    p = (Pipeline("t").input(str(f)).add({"kind": "ingest"}).add(LogInWorkerConfig(path=str(seen)))
+         .output(str(tmp_path / "out")))
+    p.run(engine="spark", partitions=2)
+    text = seen.read_text(encoding="utf-8")
+    assert "cannot parse a field" in text  # the line went through the worker's redacting handler
+    assert LOG_EMAIL not in text and LOG_SECRET not in text
+    assert "<EMAIL>" in text and "<GITHUB_TOKEN>" in text

@@ -166,3 +166,83 @@ def test_other_entity_labels_are_ignored_quietly(caplog: pytest.LogCaptureFixtur
     assert [text[f.start:f.end] for f in found] == ["Maria Garcia"]
     noisy = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("presidio")]
     assert noisy == [], [r.getMessage() for r in noisy][:2]
+
+
+def test_tool_calls_are_code_not_prose(fn) -> None:
+    """An assistant tool call (extract renders it as `{"arguments": ..., "name": ...}` JSON) holds
+    arguments (patches, paths, commands): code, like the tool output it produces. NER does not read
+    it (on the quickstart's logs it was 82% of what NER read, and spaCy called `Simplified` or
+    `Types` in patched comments a person); the same words as a plain assistant message are read."""
+    call = json.dumps({"arguments": {"diff": "+# Maria Garcia asked for this.\n", "path": "src/app.py"},
+                       "name": "apply_patch"}, sort_keys=True)
+    plain = "Maria Garcia asked for this."
+    out = fn(pa.RecordBatch.from_pylist([
+        _rec("agent", "sft", [("Please patch it.", False, "user"), (call, True, "assistant")]),
+        _rec("chat", "sft", [("Please patch it.", False, "user"), (plain, True, "assistant")]),
+    ], schema=TRAINING_RECORD_V1)).to_pylist()
+    assert out[0]["segments"][1]["text"] == call
+    assert out[1]["segments"][1]["text"] == "<PERSON> asked for this."
+
+
+def test_spans_read_from_spacy_are_presidios() -> None:
+    """`person_spans` reads `doc.ents` itself instead of presidio's per-text analyze: same spans."""
+    from datakit.stages.scrub_pii.presidio_bridge import person_spans
+
+    texts = ["Yesterday Maria Garcia and Tomas Berg met Priya in Berlin to review the parser.",
+             "On 3 March 2024 Anna Schmidt paid 40 dollars to Acme Corp.", "Ask Dr. Jean-Luc Picard.",
+             "Yes, that is right.\n\nSato fixed that.\n\nThe end.", "Nothing to see here.", "",
+             "Thanks, Omar Haddad! I talked to Yuki Tanaka yesterday and Kofi Okafor agreed."]
+    analyzer = ner_analyzer(MODEL)
+    theirs = [sorted((r.start, r.end) for r in analyzer.analyze(text=t, language="en", entities=["PERSON"]))
+              for t in texts]
+    assert [sorted(s) for s in person_spans(MODEL, texts)] == theirs
+    assert sum(map(len, theirs)) >= 6
+
+
+def test_each_distinct_chunk_is_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Repeated paragraphs (system prompts, canned requests) go through spaCy once; same answers."""
+    from datakit.stages.scrub_pii import presidio_bridge as pb
+
+    nlp, _labels = pb._ner_pipeline(MODEL)
+    read: list[str] = []
+    real_pipe = type(nlp).pipe
+
+    def counting_pipe(self, texts, **kw):
+        texts = list(texts)
+        read.extend(texts)
+        return real_pipe(self, texts, **kw)
+
+    chunks = ["Ask Maria Garcia about it.", "Refactor this, please.", "Ask Maria Garcia about it.",
+              "Tomas Berg wrote it."] * 3
+    monkeypatch.setattr(pb, "_SPANS_CACHE", {})
+    monkeypatch.setattr(type(nlp), "pipe", counting_pipe)
+    first = pb.person_spans(MODEL, chunks)
+    assert sorted(read) == sorted(set(chunks))
+    again = pb.person_spans(MODEL, chunks[::-1])  # all cached now: nothing read
+    assert len(read) == 3 and again == first[::-1]
+    monkeypatch.setattr(pb, "_SPANS_CACHE", {})
+    assert [pb.person_spans(MODEL, [c])[0] for c in chunks] == first
+    assert first[0] and first[3] and not first[1]
+    # bounded by characters: the oldest runs go first, the answers stay the same
+    monkeypatch.setattr(pb._SpanCache, "MAX_CHARS", 30)
+    monkeypatch.setattr(pb, "_SPANS_CACHE", {})
+    assert pb.person_spans(MODEL, chunks) == first
+    cache = pb._SPANS_CACHE[MODEL]
+    assert cache.chars == sum(map(len, cache)) <= 30 and list(cache) == ["Tomas Berg wrote it."]
+
+
+def test_words_that_are_never_names_open_no_paragraph_and_are_not_kept() -> None:
+    """Coding requests start with imperative verbs and name tools ("Add ...", "The CI ...", "Python"):
+    no reason to read them; spaCy's single-word PERSONs among them (`Python`, `False`) are dropped."""
+    from datakit.stages.scrub_pii.presidio_bridge import name_paragraphs
+
+    assert name_paragraphs("Add input validation to parse_config.\n\nThe CI is red with Python 3.12.") == []
+    assert name_paragraphs("Add a test, Tomas.") == [(0, 18)]
+    for s in ("Python", "False", "Returns HTML", "Convert"):
+        assert not plausible_name(s)
+    assert plausible_name("Mark") and plausible_name("Will Smith")  # given names stay candidates
+
+
+def test_environment_records_what_ner_reads(fn) -> None:
+    """The manifest (and so the config hash) changes when what NER reads changes."""
+    assert fn.environment()["ner"]["reads"] == fn.person.READS >= 2

@@ -6,7 +6,7 @@
 - `spill.py`      partitions and spill files (Parquet parts, Arrow IPC shard streams)
 - `barriers.py`   polars joins/aggregates and scipy connected components over spilled parts
 - `broadcast.py`  the per-process cache of broadcast-join right sides
-- `memory.py`     malloc_trim after each batch (bounded RSS on long streams)
+- `memory.py`     malloc_trim every 256 MB of input and after each task (bounded RSS on long streams)
 """
 from datakit.engines.local.engine import LocalEngine
 from datakit.engines.local.scheduler import EngineError

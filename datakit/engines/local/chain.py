@@ -18,11 +18,12 @@ import pyarrow.parquet as pq
 
 from datakit import watchdog
 from datakit.accounting import NodeStats
-from datakit.engines.core import apply_map, conform, droplog_rows, dropstate_rows, quarantine_rows, worker_fn
+from datakit.engines.core import (apply_map, conform, droplog_rows, dropstate_rows, quarantine_rows, take_setup_seconds,
+                                  worker_fn)
 from datakit.engines.local.broadcast import broadcast_table
-from datakit.engines.local.memory import release_free_memory
+from datakit.engines.local.memory import release_free_memory, release_free_memory_every
 from datakit.engines.local.spill import IpcSpill, Partition, read_spill
-from datakit.io import sinks
+from datakit.io import sinks, tempwork
 from datakit.io.atomic import sha256_file
 from datakit.plan import Join, MapBatches, Node
 
@@ -46,6 +47,8 @@ class ChainTask:
     broadcasts: dict[int, str] = field(default_factory=dict)
     shard_by: str = "hash"  # `SinkSpec.partition`
     run_token: str = ""  # names this run's batch functions: each is set up once per worker (core.worker_fn)
+    scratch: str = ""  # the work folder all of the task's paths are under (io/tempwork.py)
+    durable: str = ""  # an object-store output's durable work folder, `<out>/_work/<run id>` (io/tempwork.py)
 
 
 def _apply_op(op: MapBatches, fn: Any, batch: pa.RecordBatch, st: NodeStats, aux: "_AuxWriters") -> pa.RecordBatch:
@@ -118,13 +121,14 @@ class _AuxWriters:
         self.d: list[pa.RecordBatch] = []
         self.s: list[pa.RecordBatch] = []
 
-    def close(self) -> None:
-        if self.q:
-            pq.write_table(pa.Table.from_batches(self.q), f"{self.aux_dir}/quarantine-{self.part_name}.parquet")
-        if self.d:
-            pq.write_table(pa.Table.from_batches(self.d), f"{self.aux_dir}/droplog-{self.part_name}.parquet")
-        if self.s:
-            pq.write_table(pa.Table.from_batches(self.s), f"{self.aux_dir}/dropstate-{self.part_name}.parquet")
+    def close(self) -> list[str]:
+        """Write the rows gathered; the files written."""
+        out = []
+        for side, rows in (("quarantine", self.q), ("droplog", self.d), ("dropstate", self.s)):
+            if rows:
+                out.append(f"{self.aux_dir}/{side}-{self.part_name}.parquet")
+                pq.write_table(pa.Table.from_batches(rows), out[-1])
+        return out
 
 
 def run_chain(task: ChainTask) -> dict[str, Any]:
@@ -139,6 +143,11 @@ def run_chain(task: ChainTask) -> dict[str, Any]:
                 return done
         except (OSError, ValueError, KeyError):
             pass
+    if task.durable:  # finished by an earlier attempt of this run, maybe on another host
+        done = tempwork.restore_task(task.durable, task.scratch, done_path, fp, watchdog.beat)
+        if done is not None:
+            done["reused"] = True
+            return done
     stats = {i: NodeStats() for i in task.node_ids}
     base_rows = 0
     aux = _AuxWriters(task.aux_dir, f"{Path(task.out_dir).name}-{task.part_name}")  # unique per chain and part
@@ -147,15 +156,18 @@ def run_chain(task: ChainTask) -> dict[str, Any]:
     out_schema = task.ops[-1].schema if task.ops else task.partition.schema
     fns = {op.id: worker_fn(f"{task.run_token}:{op.id}", lambda op=op: op.fn)
            for op in task.ops if not isinstance(op, Join)}
+    for op_id in fns:  # paid by this process's first task of the run: apart from the batch time
+        stats[op_id].setup_seconds += take_setup_seconds(f"{task.run_token}:{op_id}")
     try:
         for batch in task.partition.batches():
             base_rows += batch.num_rows
+            nbytes = batch.nbytes
             for op in task.ops:
                 if isinstance(op, Join):
                     batch = _apply_broadcast_join(op, batch, stats[op.id], broadcast_table(task.broadcasts[op.id]))
                 else:
                     batch = _apply_op(op, fns[op.id], batch, stats[op.id], aux)
-            release_free_memory()
+            release_free_memory_every(nbytes)
             watchdog.beat()
             if batch.num_rows == 0:
                 continue
@@ -174,7 +186,8 @@ def run_chain(task: ChainTask) -> dict[str, Any]:
     finally:
         for w in writers.values():
             w.close()
-    aux.close()
+        release_free_memory()  # what the task freed goes back before the next task (see memory.py)
+    aux_files = aux.close()
     result = {
         "fingerprint": fp,
         "files": sorted(files.values()),
@@ -182,8 +195,11 @@ def run_chain(task: ChainTask) -> dict[str, Any]:
         "shard_files": {str(k): v for k, v in files.items()},
         "base_rows": base_rows,
         "stats": {str(k): v.to_json() for k, v in stats.items()},
+        "aux_files": aux_files,
         "reused": False,
     }
+    if task.durable:  # before the local marker: a local `done.json` means the durable copy is complete
+        tempwork.save_task(task.durable, task.scratch, done_path, result, watchdog.beat)
     tmp = done_path + ".tmp"
     Path(tmp).write_text(json.dumps(result))
     os.replace(tmp, done_path)
@@ -199,7 +215,7 @@ def _writer(writers, files, key: int, task: ChainTask, schema: pa.Schema):
         os.makedirs(sub, exist_ok=True)
         if task.shards:
             path = f"{sub}/{task.part_name}.arrows"
-            writers[key] = IpcSpill(path, schema)
+            writers[key] = IpcSpill(path, schema, compress=bool(task.durable))
         else:
             path = f"{sub}/{task.part_name}.parquet"
             writers[key] = pq.ParquetWriter(path, schema, compression="zstd")

@@ -16,7 +16,9 @@ How it runs a plan (and why):
 * Resume: every partition task writes `part-N.parquet` and then `part-N.done.json`
   (its counters and an input fingerprint). A rerun reuses finished parts whose
   input fingerprint matches — with their counters, so accounting is the same as
-  in a clean run.
+  in a clean run. For an object-store output each finished task is also copied to
+  `<out>/_work/<run id>/` (marker last), where a rerun on another host finds it
+  (`datakit/io/tempwork.py`).
 """
 from __future__ import annotations
 
@@ -115,14 +117,14 @@ class LocalEngine(Engine):
             # a failed task may leave workers mid-job: start fresh next time, and let tasks that are
             # still running finish first, so a rerun (resume) never races them in the work folder
             drop_pool(self.workers, wait=True)  # (the work folder stays: a rerun resumes from it)
-            if plan.sink is None:
+            if plan.sink is None or not self.keep_work:  # a scratch copy: the durable one is under the output
                 tempwork.discard(self._temp_root)
             if storage.is_storage_error(e):
                 raise storage.describe(e, where, "read or write under") from None
             raise
         except BaseException:  # Ctrl-C: the workers got it too; do not wait on them
             drop_pool(self.workers)
-            if plan.sink is None:
+            if plan.sink is None or not self.keep_work:
                 tempwork.discard(self._temp_root)
             raise
         stages = stage_report(plan, self._stats, self._rows)
@@ -153,17 +155,20 @@ class LocalEngine(Engine):
         mtimes + output), so a rerun of the same run finds its finished tasks and a run over other
         input never picks up another run's parts or quarantine rows.
 
-        Where: `<out>/_work/` for a local output. For an object-store output the spills stay on
-        local disk, in this machine's cache folder under the same run id (io/tempwork.py), which a
-        rerun of the same command finds again; the finished *shards*' sidecars live under the
-        output prefix either way. Kept when a run fails, removed when it is done."""
+        Where: `<out>/_work/<run id>` for a local output, kept when a run fails, removed when it is
+        done. For an object-store output the same durable folder is `<out>/_work/<run id>` on the
+        store, holding each finished task (uploaded once, `done.json` last), so a rerun on any host
+        reuses it; the engine spills to a local scratch copy under the same run id in this
+        machine's cache folder, removed at the end of every run (io/tempwork.py)."""
         rid = identity.run_id(plan.config_hash, self._inputs, plan.sink.path if plan.sink else None)
         self._temp_root = None
+        self._durable = ""
         if self.work_dir:
             root = self.work_dir
         elif plan.sink is not None and "://" not in plan.sink.path:
             root = str(Path(plan.sink.path) / "_work")
-        else:  # no sink: nothing to resume into, and no output lock -- a folder of this run alone
+        else:  # object store: a scratch copy here; no sink: a folder of this run alone (no output lock)
+            self._durable = (tempwork.durable_root(plan.sink.path, rid) or "") if plan.sink is not None else ""
             path = self._temp_root = tempwork.claim(rid if plan.sink is not None else uuid.uuid4().hex)
             return path
         path = f"{root}/{rid[:16]}"
@@ -218,7 +223,7 @@ class LocalEngine(Engine):
         os.makedirs(out_dir, exist_ok=True)
         bcast = self._broadcast_tables(ops)
         tasks = [ChainTask(p, ops, out_dir, f"part-{i:05d}", [o.id for o in ops], shards, shard_key, self._aux, bcast,
-                           shard_by, self._token) for i, p in enumerate(parts)]
+                           shard_by, self._token, self._work, self._durable) for i, p in enumerate(parts)]
         stages = list(dict.fromkeys(o.stage for o in ops if ":" not in o.stage and o.stage != "input")) or [node.stage]
         results = self._map(run_chain, tasks, f"{seg}: {' > '.join(getattr(o, 'name', 'join') for o in ops) or 'read'}",
                             label=f"{', '.join(stages)}{' -> shards' if shards else ''}")
@@ -304,7 +309,8 @@ class LocalEngine(Engine):
         if self._sink_parts is not None:
             # already materialized for the row count: shuffle the spilled parts into shards
             tasks = [ChainTask(p, [], f"{self._work}/sink", f"part-{i:05d}", [], shards, key, self._aux,
-                               shard_by=spec.partition) for i, p in enumerate(self._sink_parts)]
+                               shard_by=spec.partition, scratch=self._work, durable=self._durable)
+                     for i, p in enumerate(self._sink_parts)]
             os.makedirs(f"{self._work}/sink", exist_ok=True)
             results = self._map(run_chain, tasks, "shuffle")
             self._reused += sum(1 for r in results if r.get("reused"))

@@ -15,9 +15,15 @@ import pyarrow.parquet as pq
 from datakit.engines.core import conform
 from datakit.io.atomic import sha256_file
 from datakit.io.fs import filesystem
-from datakit.io.readers import iter_source
+from datakit.io.readers import iter_source, parquet_batch_rows
 
-SPILL_ROW_GROUP = 50_000
+# Rows per row group of a barrier's spill file. The next chain's tasks are slices of these row
+# groups (`LocalEngine._spill_polars`), so a group must be small enough that a barrier output of a
+# few thousand rows still splits into one task per worker: with 50,000 the deduplicated records of
+# a 10^4- or 10^5-event quickstart run were one row group, hence one task, which ran in the driver
+# (a single task runs in-process) and tokenized everything there in one batch: the driver peaked at
+# 1.5 GB while the pool idled. 2,048 rows of records (~3 KB each) are ~6 MB per group.
+SPILL_ROW_GROUP = 2_048
 
 
 @dataclass(frozen=True)
@@ -46,16 +52,21 @@ class Partition:
             groups = range(*self.row_groups) if self.row_groups else None
             if groups is not None and len(groups) == 0:
                 return
-            for b in pf.iter_batches(batch_size=8192, row_groups=groups):
+            for b in pf.iter_batches(batch_size=min(8192, parquet_batch_rows(pf)), row_groups=groups):
                 yield conform(b, self.schema) if self.schema is not None else b
 
 
 class IpcSpill:
-    """An Arrow IPC stream file that closes its file handle too."""
+    """An Arrow IPC stream file that closes its file handle too.
 
-    def __init__(self, path: str, schema: pa.Schema) -> None:
+    `compress`: zstd-compressed buffers, for spills that are also uploaded (an object-store
+    output's durable work folder, io/tempwork.py): about a quarter of the bytes to PUT, for CPU
+    that a local-disk spill does not need to spend."""
+
+    def __init__(self, path: str, schema: pa.Schema, compress: bool = False) -> None:
         self._file = pa.OSFile(path, "wb")
-        self._writer = pa.ipc.new_stream(self._file, schema)
+        options = pa.ipc.IpcWriteOptions(compression="zstd") if compress else None
+        self._writer = pa.ipc.new_stream(self._file, schema, options=options)
 
     def write_batch(self, batch: pa.RecordBatch) -> None:
         self._writer.write_batch(batch)

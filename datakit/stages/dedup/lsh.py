@@ -16,15 +16,18 @@ from functools import lru_cache
 
 import numpy as np
 from datakit.jit import njit
-from scipy.integrate import quad
 
 
 def _false_positive_probability(threshold: float, b: int, r: int) -> float:
+    from scipy.integrate import quad  # lazily: scipy.integrate costs ~45 MB RSS in every process that imports dedup
+
     a, _err = quad(lambda s: 1 - (1 - s ** float(r)) ** float(b), 0.0, threshold)
     return a
 
 
 def _false_negative_probability(threshold: float, b: int, r: int) -> float:
+    from scipy.integrate import quad
+
     a, _err = quad(lambda s: 1 - (1 - (1 - s ** float(r)) ** float(b)), threshold, 1.0)
     return a
 

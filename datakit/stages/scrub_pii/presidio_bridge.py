@@ -21,7 +21,8 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from typing import Iterable, Sequence
+from collections import OrderedDict
+from typing import Any, Iterable, Sequence
 
 from datakit.stages.scrub_pii.lean_import import without_torch
 
@@ -158,6 +159,56 @@ def ner_analyzer(model: str) -> AnalyzerEngine:
     return AnalyzerEngine(registry=registry, nlp_engine=engine, supported_languages=["en"])
 
 
+# paragraph run -> PERSON spans, per model, bounded (see `person_spans`)
+class _SpanCache(OrderedDict):
+    """Paragraph run -> PERSON spans, least recently used first, bounded by the characters of its keys
+    (runs can be long: a pasted article, a long system prompt), so a worker's memory stays flat."""
+
+    MAX_CHARS = 4_000_000  # ~4-16 MB of strings
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.chars = 0
+
+
+_SPANS_CACHE: dict[str, _SpanCache] = {}
+
+
+def person_spans(model: str, chunks: Sequence[str], batch_size: int = 64) -> list[tuple[tuple[int, int], ...]]:
+    """(start, end) of the PERSON entities spaCy finds in each chunk, each distinct chunk read once.
+
+    Why spaCy directly and not presidio's `analyze`: presidio's SpacyRecognizer returns exactly
+    the pipeline's PERSON/PER entities (`doc.ents`, score 0.85, no context words, nothing merged),
+    but first builds NlpArtifacts for every text (a lemma and an index per token) and runs its
+    analyzer loop per text, work nothing here uses. `test_pii_ner` checks both give the same spans. Why a cache: chat logs repeat paragraphs (system prompts, canned requests, the same
+    question asked in many sessions); a chunk's entities do not depend on what else is in its batch
+    (tested in `test_names_do_not_depend_on_batch_composition`), so each distinct chunk is read once
+    per batch and remembered for the process (least recently used entries go first).
+    """
+    nlp, labels = _ner_pipeline(model)
+    cache = _SPANS_CACHE.setdefault(model, _SpanCache())
+    todo = list(dict.fromkeys(c for c in chunks if c not in cache))
+    for c, doc in zip(todo, nlp.pipe(todo, batch_size=batch_size)):
+        cache[c] = tuple((e.start_char, e.end_char) for e in doc.ents if e.label_ in labels)
+        cache.chars += len(c)
+    out = []
+    for c in chunks:
+        cache.move_to_end(c)
+        out.append(cache[c])
+    while cache.chars > cache.MAX_CHARS and cache:
+        cache.chars -= len(cache.popitem(last=False)[0])
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _ner_pipeline(model: str) -> tuple[Any, frozenset[str]]:
+    """The spaCy pipeline inside `ner_analyzer(model)` and the model labels presidio maps to PERSON."""
+    engine = ner_analyzer(model).nlp_engine
+    mapping = engine.ner_model_configuration.model_to_presidio_entity_mapping
+    ignore = set(engine.ner_model_configuration.labels_to_ignore)
+    return engine.nlp["en"], frozenset(l for l, e in mapping.items() if e == "PERSON" and l not in ignore)
+
+
 # code inside chat text: fenced blocks and inline `spans` (blanked before NER, offsets kept)
 _CODE_SPANS = re.compile(r"```.*?(?:```|\Z)|`[^`\n]+`", re.DOTALL)
 # a person name is words of letters (O'Brien, Jean-Luc, Dr. ...); identifiers never are
@@ -181,6 +232,24 @@ too try under unless until up us use using very was we well were what whatever w
 whether which while who whom whose why with within without would yes yet you your yours yourself
 yourselves hi hello hey great good nice right yeah
 """.split())
+# capitalized in a coding chat without being a name: the imperative verbs requests start with
+# ("Add input validation to ...", "Refactor this ...") and tool, format and language names
+# ("The CI is red", "Python 3.12"); words that are also given or family names (Ruby, Julia, Swift,
+# Jenkins, Travis, Kafka, Django, Rust, Mac, Bill, Chase, Grant, Drew...) are deliberately not here
+_NOT_NAMES = _SENTENCE_STARTERS | frozenset("""
+add adjust allow apply avoid build call change check clean clear convert copy create debug delete
+describe document drop enable explain extract find fix format generate handle implement import improve
+include install keep list load log make merge migrate move optimize parse print refactor remove rename
+reorder replace restructure return rewrite run save search show simplify sort speed split start stop
+store suggest support switch test tidy translate turn update upgrade validate wrap write
+api apis ci cd cli css csv db dns gpu cpu html http https id ide json jwt orm pr prs sdk sql ssh ssl
+tls ui url urls utf xml yaml toml ascii unicode regex os io
+python javascript typescript java kotlin golang scala php perl bash shell powershell sql html
+numpy pandas pytest unittest mypy pip npm yarn webpack node react vue angular flask fastapi
+docker kubernetes linux windows macos ubuntu debian git github gitlab aws azure gcp postgres
+postgresql mysql sqlite redis mongodb nginx
+true false none null args kwargs returns raises yields
+""".split())
 
 
 def name_paragraphs(text: str) -> list[tuple[int, int]]:
@@ -202,7 +271,7 @@ def name_paragraphs(text: str) -> list[tuple[int, int]]:
         spans.append((pos, m.start()))
         pos = m.end()
     spans.append((pos, len(text)))
-    cand = [any(w[0].isupper() and w.lower() not in _SENTENCE_STARTERS for w in _WORD.findall(text, a, b))
+    cand = [any(w[0].isupper() and w.lower() not in _NOT_NAMES for w in _WORD.findall(text, a, b))
             for a, b in spans]
     runs: list[tuple[int, int]] = []
     for k, (a, b) in enumerate(spans):
@@ -217,24 +286,38 @@ def name_paragraphs(text: str) -> list[tuple[int, int]]:
 
 def _blank_code(text: str) -> str:
     """`text` with code spans replaced by spaces (newlines kept), so NER sees only prose, same offsets."""
-    return _CODE_SPANS.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), text)
+    if "`" not in text:  # most turns hold no code: no regex pass
+        return text
+    return _CODE_SPANS.sub(_spaces, text)
+
+
+_NOT_NEWLINE = re.compile(r"[^\n]")
+
+
+def _spaces(m: re.Match) -> str:
+    g = m.group()
+    return _NOT_NEWLINE.sub(" ", g) if "\n" in g else " " * len(g)
 
 
 def plausible_name(span: str) -> bool:
-    """A PERSON span that could be a name: letters only, some word capitalized (not `parse_user_config`)."""
-    return bool(_NAME_SHAPE.fullmatch(span)) and any(w[:1].isupper() for w in span.split())
+    """A PERSON span that could be a name: letters only, some word capitalized (not `parse_user_config`),
+    not only words that are never names (spaCy's `Python`, `False`, `Returns`, `Convert`: see `_NOT_NAMES`)."""
+    return (bool(_NAME_SHAPE.fullmatch(span)) and any(w[:1].isupper() for w in span.split())
+            and not all(w.lower() in _NOT_NAMES for w in _WORD.findall(span)))
 
 
 class PersonNameScanner:
-    """Person names in natural-language spans (chat turns) via presidio's spaCy NER.
+    """Person names in natural-language spans (chat turns) via spaCy NER (presidio's SpacyRecognizer spans).
 
     Runs only on the prose parts the stage hands it (user/assistant/system/prompt
     segments, chosen/rejected), with code spans blanked; spans whose text is not
     name-shaped (identifiers, paths) are dropped. Pattern findings win overlaps.
     """
 
-    SCORE = 0.5
     BATCH = 64
+    # what NER reads and keeps, recorded in the manifest (so in the config hash): bump when it changes
+    # 2: tool calls are not prose; never-name words (`_NOT_NAMES`) neither open a paragraph nor are kept
+    READS = 2
 
     def __init__(self, model: str) -> None:
         self.model = model
@@ -254,7 +337,7 @@ class PersonNameScanner:
         from datakit.io.identity import library_version
 
         return {"model": self.model, "model_version": self.version, "spacy": library_version("spacy"),
-                "presidio_analyzer": library_version("presidio_analyzer")}
+                "presidio_analyzer": library_version("presidio_analyzer"), "reads": self.READS}
 
     def setup(self) -> None:
         """Check the model (a worker or executor with another version would find other names) and load it."""
@@ -271,21 +354,19 @@ class PersonNameScanner:
         return ner_analyzer(self.model)
 
     def names(self, texts: Sequence[str]) -> list[list[Finding]]:
-        """PERSON findings per text: one spaCy `pipe` over the paragraphs that could hold a name
-        (`name_paragraphs`, code blanked), then presidio's recognizer on each."""
-        analyzer = self.analyzer()
+        """PERSON findings per text: the paragraphs that could hold a name (`name_paragraphs`, code
+        blanked) through the spaCy pipeline once per distinct paragraph run (`person_spans`)."""
         jobs: list[tuple[int, int, str]] = []  # (text index, offset, paragraph run)
         for i, t in enumerate(texts):
             blanked = _blank_code(t)
             jobs.extend((i, a, blanked[a:b]) for a, b in name_paragraphs(blanked))
         out: list[list[Finding]] = [[] for _ in texts]
-        chunks = [c for _i, _a, c in jobs]
-        for (i, a, _c), (text, artifacts) in zip(jobs, analyzer.nlp_engine.process_batch(chunks, "en",
-                                                                                          batch_size=self.BATCH)):
-            res = analyzer.analyze(text=text, language="en", entities=["PERSON"], nlp_artifacts=artifacts)
+        if not jobs:
+            return out
+        self.analyzer()  # checks the model version once (setup) and loads it
+        for (i, a, _c), spans in zip(jobs, person_spans(self.model, [c for _i, _a, c in jobs], self.BATCH)):
             orig = texts[i]
-            out[i].extend(Finding(r.start + a, r.end + a, "person") for r in res
-                          if r.score >= self.SCORE and plausible_name(orig[r.start + a : r.end + a]))
+            out[i].extend(Finding(s + a, e + a, "person") for s, e in spans if plausible_name(orig[s + a : e + a]))
         return [sorted(fs) for fs in out]
 
     def add_names(self, texts: Sequence[str | None], prose: Sequence["bool | list[tuple[int, int]]"],

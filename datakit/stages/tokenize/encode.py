@@ -30,7 +30,6 @@ Layouts (`[X]` is a special token, `text` is the encoded text, `^` marks loss):
 """
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +39,7 @@ import pyarrow.compute as pc
 import xxhash
 
 from datakit.plan import DROP, DROP_DETAIL
+from datakit.stages.tokenize.packing import gather_index
 from datakit.stages.tokenize.tokenizers import LoadedTokenizer
 
 IDS = pa.list_(pa.int32())
@@ -280,22 +280,27 @@ def encode_table(table: pa.Table | pa.RecordBatch, tok: LoadedTokenizer, o: Enco
             drop[i] = "unknown_role"
             detail[i] = str(e.args[0])[:64]
 
-    # one batched encode for every text piece of the batch
+    # one batched encode for every text piece of the batch, straight into one flat id array
     texts: list[str] = []
     for parts in doc_parts:
         if parts:
             texts.extend(p[1] for p in parts if p[0] == "t")
-    encoded = tok.encode_batch(texts) if texts else []
+    text_values, text_lens = tok.encode_flat(texts)
     for i, (prompt, ch, rej) in list(pref.items()):
         pref[i] = token_boundary(tok, prompt, ch, rej)
         if not pref[i][0].strip():  # the whole prompt was one partial word
             drop[i] = "empty_prompt"
             del pref[i]
 
-    # the documents' pieces (token id lists) in output order; ids and masks are then built in two
-    # vectorized passes (a flat Python list of every token, appended to one by one, was the
-    # stage's largest cost after the tokenizer itself)
-    pieces: list[Any] = []
+    # the documents' pieces in output order, as (start, length) in one source buffer: the encoded
+    # texts followed by the special tokens; ids and masks are then gathered in two vectorized passes
+    # (per piece, never per token: a Python list of every token was the stage's largest cost after
+    # the tokenizer itself)
+    text_start = (np.cumsum(text_lens) - text_lens).tolist()
+    text_len = text_lens.tolist()
+    base = len(text_values)
+    specials: list[int] = []
+    piece_start: list[int] = []
     piece_len: list[int] = []
     piece_loss: list[int] = []
     doc_len = np.zeros(n, dtype=np.int64)
@@ -303,28 +308,30 @@ def encode_table(table: pa.Table | pa.RecordBatch, tok: LoadedTokenizer, o: Enco
     k = 0
     for i, parts in enumerate(doc_parts):
         if parts is not None:
-            first, length = len(pieces), 0
+            first, length = len(piece_start), 0
             for typ, val, loss in parts:
                 if typ == "t":
-                    piece = encoded[k]
+                    start, size = text_start[k], text_len[k]
                     k += 1
                 else:
-                    piece = (val,)
-                pieces.append(piece)
-                piece_len.append(len(piece))
+                    start, size = base + len(specials), 1
+                    specials.append(val)
+                piece_start.append(start)
+                piece_len.append(size)
                 piece_loss.append(loss)
-                length += len(piece)
+                length += size
             if o.overlong == "drop" and length > o.seq_len:
-                del pieces[first:], piece_len[first:], piece_loss[first:]
+                del piece_start[first:], piece_len[first:], piece_loss[first:]
                 drop[i] = "too_long"
             else:
                 valid[i] = True
                 doc_len[i] = length
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(doc_len, out=offsets[1:])
-    total = int(offsets[-1])
-    ids = np.fromiter(itertools.chain.from_iterable(pieces), dtype=np.int32, count=total)
-    mask = np.repeat(np.asarray(piece_loss, dtype=np.int8), np.asarray(piece_len, dtype=np.int64))
+    lens = np.asarray(piece_len, dtype=np.int64)
+    source = np.concatenate([text_values, np.asarray(specials, dtype=np.int32)])
+    ids = source[gather_index(np.asarray(piece_start, dtype=np.int64), lens)]
+    mask = np.repeat(np.asarray(piece_loss, dtype=np.int8), lens)
 
     eos = [tok.eos_id]
     bos = [tok.special["bos"]] if o.add_bos and "bos" in tok.special else []

@@ -25,6 +25,10 @@ from typing import Any, Sequence
 
 from datakit.resources import builtin_tokenizer_bytes
 
+# `LoadedTokenizer.encode_flat`: texts (and characters) per call of the library's batch encoder
+ENCODE_CHUNK_TEXTS = 1024
+ENCODE_CHUNK_CHARS = 8 << 20
+
 # Candidate spellings, first match wins. The tokenizer's own tokens are preferred
 # over adding new ones, so datakit ids line up with the model's.
 SPECIAL_CANDIDATES: dict[str, tuple[str, ...]] = {
@@ -95,6 +99,37 @@ class LoadedTokenizer:
             fast = getattr(self.impl, "encode_batch_fast", None) or self.impl.encode_batch
             return [e.ids for e in fast(list(texts), add_special_tokens=False)]
         return self.impl.encode_ordinary_batch(list(texts))
+
+    def encode_flat(self, texts: Sequence[str]) -> tuple[Any, Any]:
+        """(all ids concatenated as int32, token count of each text): `encode_batch` without keeping
+        a Python list per text alive.
+
+        Why in chunks of ENCODE_CHUNK_TEXTS texts (or ENCODE_CHUNK_CHARS characters): the library
+        builds an `Encoding` (ids, tokens, masks) for every text of a call before returning, so
+        one call over a whole Arrow batch (8,000 short documents) holds ~10x the batch's text in
+        freshly faulted memory; at 1,024 texts per call the same tokens cost ~1.5x less CPU
+        (one thread, 32 MB of <= 2,000-character documents: 17.6 vs 11.7 CPU-s). A text's ids do
+        not depend on the call it is in, so the chunking never changes output.
+        """
+        import itertools
+
+        import numpy as np
+
+        values: list[Any] = []
+        lengths = np.zeros(len(texts), dtype=np.int64)
+        i, n = 0, len(texts)
+        while i < n:
+            j, chars = i, 0
+            while j < n and j - i < ENCODE_CHUNK_TEXTS and (chars < ENCODE_CHUNK_CHARS or j == i):
+                chars += len(texts[j])
+                j += 1
+            ids = self.encode_batch(texts[i:j])
+            lens = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+            lengths[i:j] = lens
+            values.append(np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lens.sum())))
+            del ids
+            i = j
+        return (np.concatenate(values) if values else np.zeros(0, np.int32)), lengths
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of `ids`, special tokens kept visible (used by tests and `datakit inspect`)."""

@@ -1,0 +1,86 @@
+"""One measured run of a benchmark's process: wall, CPU and peak RSS of its whole process tree.
+
+Why a shared helper: a side that starts children (a local process pool; Spark's JVM and its
+Python workers) must be measured the same way as one that does not. getrusage(RUSAGE_CHILDREN)
+counts only children that were waited for (a JVM the driver leaves to exit on its own is not)
+and reports the largest single peak, never the tree's sum. So the tree is also sampled from
+/proc every 20 ms: the summed proportional set sizes (PSS: pages a forked child shares with its
+parent count once), and the summed CPU seconds of every live process (with what each has reaped
+of its own children); a run reports the larger CPU figure, and callers compare the sampled tree
+peak with the job's own VmHWM (a peak between two samples).
+Linux only (elsewhere the samples are 0 and getrusage alone counts).
+"""
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import threading
+import time
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_PAGE = resource.getpagesize()
+
+
+def _tree(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                todo += [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _pss_kb(pid: int) -> int:
+    """Proportional set size in KB: a page shared by n processes counts 1/n in each, so a forked
+    child's copy-on-write pages are not counted twice in the tree's sum (its RSS would be)."""
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    raise ValueError("no Pss")
+
+
+def tree_sample(pid: int) -> tuple[float, float]:
+    """(memory MB, CPU seconds incl. reaped children) summed over `pid` and its descendants now; memory is
+    the proportional set size (resident set where /proc has no smaps_rollup)."""
+    kb = cpu = 0
+    for p in _tree(pid):
+        try:
+            try:
+                kb += _pss_kb(p)
+            except (OSError, ValueError):
+                with open(f"/proc/{p}/statm") as f:
+                    kb += int(f.read().split()[1]) * _PAGE // 1024
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            cpu += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+        except (OSError, ValueError, IndexError):
+            continue
+    return kb / 1024, cpu / _TICK
+
+
+def run_measured(cmd: list[str], **kw) -> tuple[subprocess.CompletedProcess, dict[str, float]]:
+    """Run `cmd` to completion; its output and {wall_seconds, cpu_seconds, tree_peak_mb} of its process tree."""
+    c0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    out: dict[str, str] = {}
+    readers = [threading.Thread(target=lambda n=n, s=s: out.__setitem__(n, s.read()))
+               for n, s in (("out", proc.stdout), ("err", proc.stderr))]
+    for th in readers:
+        th.start()
+    peak = cpu_seen = 0.0
+    while proc.poll() is None:
+        rss, cpu = tree_sample(proc.pid)
+        peak, cpu_seen = max(peak, rss), max(cpu_seen, cpu)
+        time.sleep(0.02)
+    for th in readers:
+        th.join()
+    wall, c1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+    waited = (c1.ru_utime - c0.ru_utime) + (c1.ru_stime - c0.ru_stime)
+    r = subprocess.CompletedProcess(cmd, proc.returncode, out.get("out", ""), out.get("err", ""))
+    return r, {"wall_seconds": wall, "cpu_seconds": max(waited, cpu_seen), "tree_peak_mb": peak}
