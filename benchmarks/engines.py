@@ -57,7 +57,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=10_000)
     ap.add_argument("--workers", type=int, default=2, help="local engine workers (Spark runs local[2])")
-    ap.add_argument("--runs", type=int, default=3, help="timed runs per engine (median), after one warm-up each")
+    ap.add_argument("--runs", type=int, default=3, help="timed runs per engine (median), after --warmup each")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed runs per engine first (kernel caches, JVM)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--keep", action="store_true", help="keep the temp folder")
     args = ap.parse_args()
@@ -86,13 +87,16 @@ def main() -> int:
             run = json.loads((out / "_run.json").read_text())
             checksums[engine] = output_checksums(str(out))
             shutil.rmtree(out, ignore_errors=True)
+            print(f"  {engine} run {n}: wall {m['wall_seconds']:.1f}s, CPU {m['cpu_seconds']:.1f}s, tree peak "
+                  f"{m['tree_peak_mb']:.0f} MB; parts {run['timing']['parts']}", flush=True)
             return {**m, "rows_in": run["stages"][0]["rows_in"], "parts": run["timing"]["parts"],
                     "stage_seconds": {s["name"]: s["seconds"] for s in run["stages"]},
                     "setup_seconds": {s["name"]: s.get("setup_seconds", 0.0) for s in run["stages"]}}
 
         load_start = os.getloadavg()[0]
-        for engine in runs:
-            once(engine, 0)  # warm-up
+        for w in range(args.warmup):
+            for engine in runs:
+                once(engine, -1 - w)  # warm-up
         for i in range(args.runs):  # alternated: load on the shared machine hits both alike
             for engine in runs:
                 runs[engine].append(once(engine, i + 1))
@@ -114,7 +118,7 @@ def main() -> int:
         ref = f"datakit local engine ({args.workers} workers)"
         work = "byte-identical output (checksums of every file)"
         cond = (f"quickstart pipeline (NER on), {args.events:,} synthetic events, `datakit run` per run, "
-                f"median of {args.runs} alternated runs after 1 warm-up each, load average {load}")
+                f"median of {args.runs} alternated runs after {args.warmup} warm-up each, load average {load}")
         comps = [
             comparison("Spark local[2] vs local engine, quickstart (wall, whole process)", rows / wall["spark"],
                        rows / wall["local"], "events/s", ref, work,

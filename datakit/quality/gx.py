@@ -25,6 +25,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from datakit.quality.columns import DERIVED
 from datakit.resources import suite_document, suite_names
 
 log = logging.getLogger("datakit.quality")
@@ -69,15 +70,8 @@ def _flatten(table: pa.Table) -> "Any":
                 cols[f"{f.name}.{sub.name}"] = pc.struct_field(col, sub.name)
         elif pa.types.is_list(f.type):
             cols[f"n_{f.name}"] = pc.list_value_length(col)
-            if f.name == "segments":
-                texts = pc.struct_field(pc.list_flatten(col), "text") if len(col) else pa.array([], pa.string())
-                lengths = pc.utf8_length(pc.fill_null(texts, ""))
-                parents = pc.list_parent_indices(col)
-                sums = pa.table({"p": parents, "n": lengths}).group_by("p").aggregate([("n", "sum")])
-                per_row = [0] * table.num_rows
-                for p, n in zip(sums.column("p").to_pylist(), sums.column("n_sum").to_pylist()):
-                    per_row[p] = n
-                cols["text_chars"] = pa.array(per_row, pa.int64())
+            if f.name == "segments":  # the same definition as a pipeline's checks (quality/columns.py)
+                cols["text_chars"] = DERIVED["text_chars"][1](table)
         else:
             cols[f.name] = col
     return pa.table(cols).to_pandas()

@@ -1,38 +1,52 @@
-"""The texts of a record: one public definition that dedup, decontamination and custom stages share.
+"""The texts of a record: one public definition that dedup, decontamination, PII and custom stages share.
 
-Why one module: "which text does this training record hold?" was answered three times in
-private helpers (dedup's key text, decontamination's scanned strings, the check's column
-choice); each answer was one edit away from drifting. A training record's text lives in its
-`segments` (each segment's `text`), `chosen` and `rejected` (RECORD_TEXT_COLUMNS).
+Why one module: "which text does this training record hold?" was answered in private helpers
+(dedup's key text, decontamination's scanned strings, the check's column choice, PII's scan
+units and write-back); each answer was one edit away from drifting. A training record's text
+lives in its `segments` (each segment's `text`), `chosen` and `rejected` (RECORD_TEXT_COLUMNS).
 
-Two shapes, because stages truly need two (the difference is the function you call, not a flag):
+One enumeration, `text_piece`/`text_pieces`: every text of a column with the row it belongs to
+and each row's range (segments in stored order; a null list or a null segment holds no text).
+Everything else here is built on it, in the shape a stage needs (the difference is the function
+you call, not a flag):
 - `record_texts`: ONE string per record -- segment texts in stored order joined by "\\n", then
   `chosen` and `rejected` appended ("\\n"-joined) when not null; a null segment text counts as
   empty. Dedup keys and signatures, quality's `text`/`text_chars` columns. Two preference pairs
   with one prompt but different answers stay different.
-- `text_pieces`: EVERY text separately, with the row it belongs to (nulls kept). Decontamination
-  scans each piece on its own so an n-gram never spans the seam between two segments.
-
-PII scrubbing reads the same three columns but builds its own scan units (segments in FIM
-order, prefix-middle-suffix, joined with no separator so a secret split around the cursor is
-found; chat turns with a blank line; `chosen`/`rejected` as units of their own), with offsets
-it maps findings back through -- see `scrub_pii/stage.py`; it is not a different text, only a
-different reading order for detection.
+- `text_pieces`: EVERY text separately (nulls kept). Decontamination scans each piece on its own
+  so an n-gram never spans the seam between two segments.
+- `record_documents`: each record's segments read as ONE document, in document order: a FIM
+  record is one file cut in three, read prefix, middle, suffix and joined with nothing (so a
+  secret split around the cursor is whole again); other records' segments in stored order, a
+  blank line between turns. PII scans these, then maps a finding back to the segments it
+  touches through `RecordDocuments.parts`. (Not `record_texts`: that is dedup's hashed bytes,
+  stored order with "\\n", and cannot change without changing every dedup key.)
+- `with_texts`: the batch with some texts replaced, by their index in `text_piece` -- the way
+  back for a stage that rewrites text (PII), in the training record's types.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from datakit.contracts import SEGMENT
+
 RECORD_TEXT_COLUMNS = ("segments", "chosen", "rejected")
 # a plain table (not training records) names its text one of these (first present wins)
 GENERIC_TEXT_FIELDS = ("text", "content", "code")
+# a FIM record's segments by role, in document order (one file: prefix, middle, suffix)
+FIM_ROLES = ("prefix", "middle", "suffix")
 
-__all__ = ["RECORD_TEXT_COLUMNS", "GENERIC_TEXT_FIELDS", "TextPiece", "text_columns", "text_pieces", "record_texts"]
+__all__ = ["RECORD_TEXT_COLUMNS", "GENERIC_TEXT_FIELDS", "FIM_ROLES", "TextPiece", "RecordDocuments",
+           "text_columns", "text_piece", "text_pieces", "record_texts", "record_documents", "with_texts"]
+
+# (from numpy arrays: pa.array of a Python list imports pandas, 0.3 CPU-s, to check for pandas types;
+# PII's module, which imports this one, is also loaded by every process's log redaction)
+_FIM_ROLES_ORDERED = pa.array(np.array(FIM_ROLES), pa.string())
 
 
 def text_columns(names: Sequence[str], text_fields: Sequence[str] | None = None) -> list[str]:
@@ -51,32 +65,40 @@ def text_columns(names: Sequence[str], text_fields: Sequence[str] | None = None)
 
 @dataclass
 class TextPiece:
-    """One text column of a batch, flattened: its strings and the row each one belongs to."""
+    """One text column of a batch, flattened: its strings, the row each belongs to, each row's range."""
 
-    column: str        # "segments", "chosen", "rejected" or a generic column name
-    texts: pa.Array    # string (never large_string); a null text stays null
-    rows: np.ndarray   # int64, string -> row in the batch
+    column: str          # "segments", "chosen", "rejected" or a generic column name
+    texts: pa.Array      # string or large_string; a null text stays null
+    rows: np.ndarray     # int64, text -> row in the batch
+    offsets: np.ndarray  # int64, num_rows + 1: row r's texts are texts[offsets[r]:offsets[r + 1]]
+    roles: pa.Array | None = None  # segments: each text's role (string, null where none); else None
+
+
+def text_piece(column: str, values: pa.Array | pa.ChunkedArray) -> TextPiece:
+    """Every text of one column. A list column (segments) contributes each element (a struct's
+    `text` field; a null list or a null segment holds no text); a string column one string per row."""
+    col = _combined(values)
+    n = len(col)
+    roles = None
+    if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
+        texts, offsets = _flat(col)
+        if pa.types.is_struct(texts.type):
+            fields = _fields(texts)
+            texts, roles = fields["text"], fields.get("role")
+            if roles is not None and not pa.types.is_string(roles.type):
+                roles = roles.cast(pa.string())
+        rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
+    else:
+        texts, rows, offsets = col, np.arange(n, dtype=np.int64), np.arange(n + 1, dtype=np.int64)
+    if not (pa.types.is_string(texts.type) or pa.types.is_large_string(texts.type)):
+        texts = texts.cast(pa.string())
+    return TextPiece(column, texts, rows, offsets, roles)
 
 
 def text_pieces(batch: pa.RecordBatch | pa.Table, columns: Sequence[str] | None = None) -> list[TextPiece]:
-    """Every text of every row, one `TextPiece` per column (default: `text_columns(batch)`).
-
-    A list column (segments) contributes each element (a struct's `text` field); a string
-    column one string per row."""
-    out = []
-    for name in (columns if columns is not None else text_columns(batch.schema.names)):
-        col = _combined(batch.column(name))
-        if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
-            flat = pc.list_flatten(col)
-            if pa.types.is_struct(flat.type):
-                flat = flat.field("text")
-            piece = TextPiece(name, flat, np.asarray(pc.list_parent_indices(col), dtype=np.int64))
-        else:
-            piece = TextPiece(name, col, np.arange(len(col), dtype=np.int64))
-        if not (pa.types.is_string(piece.texts.type) or pa.types.is_large_string(piece.texts.type)):
-            piece.texts = piece.texts.cast(pa.string())
-        out.append(piece)
-    return out
+    """Every text of every row, one `TextPiece` per column (default: `text_columns(batch)`)."""
+    return [text_piece(name, batch.column(name))
+            for name in (columns if columns is not None else text_columns(batch.schema.names))]
 
 
 def record_texts(batch: pa.RecordBatch | pa.Table, text_column: str | None = None) -> pa.Array:
@@ -85,17 +107,125 @@ def record_texts(batch: pa.RecordBatch | pa.Table, text_column: str | None = Non
     `text_column` names a plain string column to use instead (dedup's `text_column`)."""
     if text_column is not None:
         return _strings(batch.column(text_column))
-    seg = _combined(batch.column("segments"))
-    lengths = pc.fill_null(pc.list_value_length(seg), 0).to_numpy(zero_copy_only=False).astype(np.int32)
-    offsets = np.zeros(len(seg) + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    flat = seg.flatten()  # honours slicing; null lists contribute nothing
-    texts = pc.fill_null(pc.struct_field(flat, "text"), "") if len(flat) else pa.array([], pa.string())
-    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), texts), "\n")
+    seg = text_piece("segments", batch.column("segments"))
+    texts = pc.fill_null(seg.texts, "") if len(seg.texts) else pa.array([], pa.string())
+    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array(seg.offsets, pa.int32()), texts), "\n")
     parts = [joined] + [_combined(batch.column(c)) for c in RECORD_TEXT_COLUMNS[1:] if c in batch.schema.names]
     if len(parts) > 1:
         joined = pc.binary_join_element_wise(*parts, "\n", null_handling="skip")
     return _strings(joined)
+
+
+def _document_order(piece: TextPiece) -> tuple[np.ndarray, np.ndarray]:
+    """(order, fim): `order` lists the piece's texts with each row's in document order (row r's are
+    `order[offsets[r]:offsets[r + 1]]`): a FIM record -- `fim[r]`, a row with a prefix, middle or
+    suffix segment -- reads prefix, middle, suffix, then its other segments; other rows as stored."""
+    m, n = len(piece.texts), len(piece.offsets) - 1
+    if piece.roles is None or not m:
+        return np.arange(m), np.zeros(n, dtype=bool)
+    is_fim = pc.fill_null(pc.is_in(piece.roles, _FIM_ROLES_ORDERED), False).to_numpy(zero_copy_only=False)
+    if not is_fim.any():
+        return np.arange(m), np.zeros(n, dtype=bool)
+    row_fim = np.bincount(piece.rows, weights=is_fim, minlength=n) > 0
+    fim_rank = pc.fill_null(pc.index_in(piece.roles, value_set=_FIM_ROLES_ORDERED), 3).to_numpy(zero_copy_only=False)
+    rank = np.where(row_fim[piece.rows], fim_rank, 0)
+    return np.lexsort((np.arange(m), rank, piece.rows)), row_fim
+
+
+@dataclass
+class RecordDocuments:
+    """Each row's segments as one document (`record_documents`), and the way back to the segments."""
+
+    texts: pa.Array            # one per row; null for a row with no segment
+    piece: TextPiece           # the segments they were built from
+    order: np.ndarray | None   # see `_document_order`; None: one segment per row, `texts` IS `piece.texts`
+    seps: list[str]            # per row: what joins its parts ([] when `order` is None)
+
+    def parts(self, row: int) -> list[int]:
+        """Indices (into `piece.texts`) of a row's segments, in document order."""
+        if self.order is None:
+            return [row]
+        return self.order[self.piece.offsets[row]:self.piece.offsets[row + 1]].tolist()
+
+
+def record_documents(piece: TextPiece, fim_sep: str = "", turn_sep: str = "\n\n") -> RecordDocuments:
+    """Each row's segments read as one document (module doc): parts in `_document_order`, a FIM
+    record's joined by `fim_sep`, other records' by `turn_sep`; a null text counts as empty.
+
+    The common case costs nothing: when every row has exactly one segment and no row is FIM, the
+    documents are the segment texts themselves (no copy, no per-row Python)."""
+    n = len(piece.offsets) - 1
+    lens = np.diff(piece.offsets)
+    order, fim = _document_order(piece)
+    if n and bool((lens == 1).all()) and not fim.any():
+        return RecordDocuments(piece.texts, piece, None, [])
+    seps = [fim_sep if f else turn_sep for f in fim.tolist()]
+    ordered = pc.fill_null(piece.texts.cast(pa.string()).take(pa.array(order)), "")
+    lists = pa.ListArray.from_arrays(pa.array(piece.offsets, pa.int32()), ordered)
+    texts = pc.if_else(pa.array(lens > 0), pc.binary_join(lists, pa.array(seps, pa.string())),
+                       pa.nulls(n, pa.string()))
+    return RecordDocuments(texts, piece, order, seps)
+
+
+def with_texts(batch: pa.RecordBatch, new: Mapping[str, Mapping[int, str | None]]) -> pa.RecordBatch:
+    """`batch` with texts replaced: `new[column][i]` replaces text i of `text_piece(column)`.
+
+    Each column named in `new` comes back in the training record's type (string texts; segments
+    as `list<SEGMENT>`), so a stage that rewrites text outputs the contract; a column already in
+    that type with nothing to replace is returned as it is. Other columns are untouched."""
+    cols: dict[str, pa.Array] = {}
+    for name, repl in new.items():
+        col = _combined(batch.column(name))
+        if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
+            if not repl and col.type == _SEGMENTS_TYPE:
+                continue
+            flat, offsets = _flat(col)
+            field = _fields(flat)
+            values = pa.StructArray.from_arrays(
+                [_replace(field["text"], repl), field["train"].cast(pa.bool_()), field["role"].cast(pa.string())],
+                fields=list(SEGMENT), mask=flat.is_null() if flat.null_count else None)
+            cols[name] = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values,
+                                                  mask=col.is_null() if col.null_count else None)
+        else:
+            cols[name] = _replace(col, repl)
+    if not cols:
+        return batch
+    names = batch.schema.names
+    return pa.RecordBatch.from_arrays(
+        [cols.get(name, batch.column(i)) for i, name in enumerate(names)],
+        schema=pa.schema([batch.schema.field(i) if name not in cols else pa.field(name, cols[name].type)
+                          for i, name in enumerate(names)]))
+
+
+_SEGMENTS_TYPE = pa.list_(SEGMENT)
+
+
+def _replace(arr: pa.Array, new: Mapping[int, str | None]) -> pa.Array:
+    """`arr` (as string) with the elements at `new`'s indices replaced."""
+    arr = arr.cast(pa.string())
+    if not new:
+        return arr
+    idx = sorted(new)
+    mask = np.zeros(len(arr), dtype=bool)
+    mask[idx] = True
+    return pc.replace_with_mask(arr, pa.array(mask), pa.array([new[i] for i in idx], pa.string()))
+
+
+def _flat(col: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """A list column's elements (slicing honoured; a null list has none) and each row's range in them:
+    the one enumeration `text_piece` and `with_texts` share, so an index means the same text in both."""
+    if not col.null_count:  # the common case: the column's own offsets and values, no copy
+        offsets = col.offsets.to_numpy().astype(np.int64)
+        return col.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0])), offsets - offsets[0]
+    lengths = pc.fill_null(pc.list_value_length(col), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    offsets = np.zeros(len(col) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return pc.list_flatten(col), offsets
+
+
+def _fields(structs: pa.StructArray) -> dict[str, pa.Array]:
+    """A struct array's fields by name; a null struct's fields are null (`StructArray.flatten`)."""
+    return dict(zip([f.name for f in structs.type], structs.flatten()))
 
 
 def _combined(col: pa.Array | pa.ChunkedArray) -> pa.Array:

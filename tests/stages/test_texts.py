@@ -6,7 +6,7 @@ import pytest
 
 from datakit import record_texts, text_pieces
 from datakit.contracts import TRAINING_RECORD_V1
-from datakit.stages.texts import text_columns
+from datakit.stages.texts import record_documents, text_columns, text_piece, with_texts
 
 
 def _batch() -> pa.RecordBatch:
@@ -31,3 +31,33 @@ def test_which_columns():
     assert text_columns(["id"]) == []
     with pytest.raises(KeyError, match="no column body"):
         text_columns(["id"], ["body"])
+
+
+def test_documents_read_fim_in_file_order_and_write_back_by_piece_index():
+    rows = [{"doc_id": "f", "segments": [{"text": "S", "role": "suffix"}, {"text": "P", "role": "prefix"},
+                                         {"text": "M", "role": "middle"}]},
+            {"doc_id": "t", "segments": [{"text": "q", "role": "user"}, None, {"text": "a", "role": "assistant"}]},
+            {"doc_id": "e", "segments": []}]
+    b = pa.RecordBatch.from_pylist(rows, TRAINING_RECORD_V1)
+    seg = text_piece("segments", b.column("segments"))
+    assert seg.texts.to_pylist() == ["S", "P", "M", "q", None, "a"]  # a null segment holds no text
+    assert seg.offsets.tolist() == [0, 3, 6, 6] and seg.rows.tolist() == [0, 0, 0, 1, 1, 1]
+    docs = record_documents(seg)
+    assert docs.texts.to_pylist() == ["PMS", "q\n\n\n\na", None]  # FIM joined with nothing, turns by a blank line
+    assert [docs.parts(r) for r in range(3)] == [[1, 2, 0], [3, 4, 5], []]
+    assert docs.seps == ["", "\n\n", "\n\n"]  # per row: the FIM record's parts touch
+    one = record_documents(text_piece("segments", b.slice(1, 1).column("segments")))
+    assert one.order is not None  # three segments: joined, not the fast path
+    out = with_texts(b, {"segments": {1: "<P>", 5: "<A>"}, "chosen": {2: "c"}})
+    assert [[s and s["text"] for s in r] for r in out.column("segments").to_pylist()] == \
+        [["S", "<P>", "M"], ["q", None, "<A>"], []]
+    assert out.column("segments").to_pylist()[1][1] is None  # the null segment stays null
+    assert out.column("chosen").to_pylist() == [None, None, "c"]
+    assert with_texts(b, {"segments": {}}) is b  # nothing to replace, already the contract type: as is
+
+
+def test_a_null_list_holds_no_text_even_over_values():
+    values = pa.StructArray.from_arrays([pa.array(["hidden", "hidden", "seen"])], names=["text"])
+    col = pa.ListArray.from_arrays(pa.array([0, 2, 3], pa.int32()), values, mask=pa.array([True, False]))
+    piece = text_piece("segments", col)
+    assert piece.texts.to_pylist() == ["seen"] and piece.rows.tolist() == [1] and piece.offsets.tolist() == [0, 0, 1]

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from datakit.plan import DROP, DROP_DETAIL, METRICS, Rel
 from datakit.stages.base import CompileContext, StageConfig, register_stage
-from datakit.stages.texts import RECORD_TEXT_COLUMNS
+from datakit.stages.texts import RECORD_TEXT_COLUMNS, with_texts
 from datakit.stages.decontaminate.evals import _NAMED, EvalSet, load_eval
 from datakit.stages.decontaminate.matcher import (BatchMatches, EvalTable, Rule, default_rule, match_batch, merge_spans,
                                              text_sources)
@@ -184,34 +184,18 @@ class DecontamFn:
                                        m.hit_string.tolist(), m.hit_a.tolist(), m.hit_b.tolist()):
             if (r, it) in good:
                 spans.setdefault((si, st), []).append((a, b))
-        cols = {f.name: batch.column(i) for i, f in enumerate(batch.schema)}
-        for si, src in enumerate(sources):
-            mine = {st: sp for (s2, st), sp in spans.items() if s2 == si}
-            if not mine:
-                continue
-            if src.name == "segments":
-                segs = cols["segments"].to_pylist()
-                flat_pos = 0
-                for row, lst in enumerate(segs):
-                    for seg in lst or []:
-                        if flat_pos in mine and seg.get("text") is not None:
-                            seg["text"] = _mask_text(seg["text"], mine[flat_pos], self.mask_with)
-                        flat_pos += 1
-                cols["segments"] = pa.array(segs, batch.schema.field("segments").type)
-            else:
-                vals = cols[src.name].to_pylist()
-                for st, sp in mine.items():
-                    if vals[st] is not None:
-                        vals[st] = _mask_text(vals[st], sp, self.mask_with)
-                cols[src.name] = pa.array(vals, batch.schema.field(src.name).type)
+        new: dict[str, dict[int, str | None]] = {}  # column -> piece index -> masked text (`with_texts`)
+        for (si, st), sp in spans.items():
+            if si < len(sources) and sources[si].strings[st].is_valid:  # (not the decoded extra sources)
+                new.setdefault(sources[si].name, {})[st] = _mask_text(sources[si].strings[st].as_py(), sp,
+                                                                      self.mask_with)
         counts: dict[str, int] = {"decontam.masked": len(hits)}
         for per in hits.values():
             for e in per:
                 key = f"decontam.masked:{self.table.eval_names[e]}"
                 counts[key] = counts.get(key, 0) + 1
         metrics[0] = json.dumps(dict(sorted(counts.items())), separators=(",", ":"))
-        out = pa.RecordBatch.from_arrays(list(cols.values()), schema=batch.schema)
-        return _append(out, [(METRICS, pa.array(metrics, pa.string()))])
+        return _append(with_texts(batch, new), [(METRICS, pa.array(metrics, pa.string()))])
 
 
 def _mask_text(text: str, spans: list[tuple[int, int]], mask_with: str) -> str:

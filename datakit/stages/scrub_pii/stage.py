@@ -34,7 +34,7 @@ from pydantic import Field, field_validator, model_validator
 from datakit.contracts import SEGMENT, TRAINING_RECORD_V1
 from datakit.plan import DROP, DROP_DETAIL, METRICS, Rel
 from datakit.stages.base import CompileContext, StageConfig, register_stage
-from datakit.stages.texts import RECORD_TEXT_COLUMNS
+from datakit.stages.texts import RECORD_TEXT_COLUMNS, record_documents, text_piece, with_texts
 from datakit.stages.scrub_pii.detectors import BY_ENTITY, DETECTORS, Detector, Policy
 from datakit.stages.scrub_pii.replace import DEFAULT_KEY_ENV, Replacer, load_key
 from datakit.stages.scrub_pii.scan import Finding, Strategy, resolve_strategy, scan_batch
@@ -46,13 +46,8 @@ METRIC_PREFIX = "pii."
 PROSE_ROLES = frozenset({"user", "assistant", "system", "prompt"})
 # where a text is natural language: all of it, none, or (start, end) spans of it
 Prose = "bool | list[tuple[int, int]]"
-# a FIM record is one file cut in three; its document order is prefix, middle, suffix
-_FIM_ORDER = {"prefix": 0, "middle": 1, "suffix": 2}
-_SEGMENTS_TYPE = TRAINING_RECORD_V1.field("segments").type
 # (from numpy arrays: pa.array of a Python list imports pandas, 0.3 CPU-s, to check for pandas types;
 # this module is also loaded by every process's log redaction)
-_FIM_ROLES = pa.array(np.array(sorted(_FIM_ORDER)), pa.string())
-_FIM_ROLES_ORDERED = pa.array(np.array(sorted(_FIM_ORDER, key=_FIM_ORDER.__getitem__)), pa.string())
 _PROSE_ROLES = pa.array(np.array(sorted(PROSE_ROLES)), pa.string())
 
 
@@ -384,60 +379,39 @@ class ScrubFn:
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         n = batch.num_rows
         names = batch.schema.names
-        seg = batch.column("segments") if "segments" in names else pa.nulls(n, pa.list_(SEGMENT))
-        offsets = seg.offsets.to_numpy()
-        seg_values = seg.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
-        offsets = offsets - offsets[0]
-        seg_fields = dict(zip([f.name for f in SEGMENT], seg_values.flatten()))
-        seg_text: pa.Array = seg_fields["text"]
+        # the texts, as `datakit.stages.texts` defines them: each record's segments read as one document
+        # (a FIM record prefix-middle-suffix joined with nothing, turns with a blank line), then `chosen`,
+        # then `rejected`; a finding maps back to segments through `docs.parts`, and `with_texts` writes back
+        seg = text_piece("segments", batch.column("segments") if "segments" in names
+                         else pa.nulls(n, pa.list_(SEGMENT)))
+        docs = record_documents(seg)
+        seg_text = seg.texts
         chosen: pa.Array = batch.column("chosen") if "chosen" in names else pa.nulls(n, pa.string())
         rejected: pa.Array = batch.column("rejected") if "rejected" in names else pa.nulls(n, pa.string())
 
-        # Units, scanned together in one Arrow column: each record's segments read as one document
-        # (FIM in prefix-middle-suffix order), then `chosen`, then `rejected` (columns that are all
-        # null are not scanned). Common case, vectorized: one segment per record, no FIM roles, so the
-        # segment text column *is* the record column and no per-row Python runs before the scan; only
-        # units with findings become Python strings.
-        lens = np.diff(offsets)
-        roles = seg_fields["role"].cast(pa.string())
-        is_fim = pc.fill_null(pc.is_in(roles, _FIM_ROLES), False).to_numpy(zero_copy_only=False)
+        # Units, scanned together in one Arrow column: the records' documents, then `chosen`, then
+        # `rejected` (columns that are all null are not scanned). Common case (one segment per record,
+        # no FIM), the segment text column *is* the record column and no per-row Python runs before
+        # the scan; only units with findings become Python strings.
         want_prose = self.person is not None
-        seg_prose = _prose_segments(roles, seg_text) if want_prose else None
-        simple = bool(n) and bool((lens == 1).all()) and not is_fim.any()
-        unit_order: np.ndarray | None = None
-        seps: list[str] = []
+        seg_prose = (_prose_segments(seg.roles, seg_text) if want_prose and seg.roles is not None else
+                     np.zeros(len(seg_text), bool) if want_prose else None)
         prose: list[Prose] = [False] * n
-        if simple:
-            record_text = seg_text
+        if docs.order is None:
             if seg_prose is not None:
                 prose = seg_prose.tolist()
-        else:
-            # several segments per record: order them (FIM: prefix, middle, suffix; else as stored)
-            # and join each record's texts in Arrow, with "" between FIM parts and a blank line
-            # between turns; `order` lists the segments of unit u at offsets[u]:offsets[u + 1]
-            m = len(seg_text)
-            row_of = np.repeat(np.arange(n), lens)
-            row_fim = np.bincount(row_of, weights=is_fim, minlength=n) > 0 if m else np.zeros(n, bool)
-            fim_rank = pc.fill_null(pc.index_in(roles, value_set=_FIM_ROLES_ORDERED), 3).to_numpy(zero_copy_only=False)
-            rank = np.where(row_fim[row_of], fim_rank, 0)
-            order = np.lexsort((np.arange(m), rank, row_of))
-            seps = ["" if f else "\n\n" for f in row_fim.tolist()]
-            ordered = pc.fill_null(seg_text.cast(pa.string()).take(pa.array(order)), "")
-            lists = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), ordered)
-            record_text = pc.if_else(pa.array(lens > 0), pc.binary_join(lists, pa.array(seps, pa.string())),
-                                     pa.nulls(n, pa.string()))
-            unit_order = order
-            if seg_prose is not None:
-                seg_len = pc.fill_null(pc.utf8_length(seg_text.cast(pa.string())), 0).to_numpy(zero_copy_only=False)
-                row_prose = np.bincount(row_of, weights=seg_prose, minlength=n) > 0 if m else np.zeros(n, bool)
-                for row in np.flatnonzero(row_prose).tolist():
-                    spans, pos, sep_len = [], 0, len(seps[row])
-                    for i in order[offsets[row]:offsets[row + 1]].tolist():
-                        if seg_prose[i]:
-                            spans.append((pos, pos + int(seg_len[i])))
-                        pos += int(seg_len[i]) + sep_len
-                    prose[row] = spans
-        parts_cols = [record_text.cast(pa.string())]
+        elif seg_prose is not None:  # where each record's prose segments lie in its document
+            seg_len = pc.fill_null(pc.utf8_length(seg_text.cast(pa.string())), 0).to_numpy(zero_copy_only=False)
+            row_prose = (np.bincount(seg.rows, weights=seg_prose, minlength=n) > 0 if len(seg_text)
+                         else np.zeros(n, bool))
+            for row in np.flatnonzero(row_prose).tolist():
+                spans, pos, sep_len = [], 0, len(docs.seps[row])
+                for i in docs.parts(row):
+                    if seg_prose[i]:
+                        spans.append((pos, pos + int(seg_len[i])))
+                    pos += int(seg_len[i]) + sep_len
+                prose[row] = spans
+        parts_cols = [docs.texts.cast(pa.string())]
         scanned = [0]  # unit offset of each scanned column: records 0, chosen n, rejected 2n
         for k, col in ((1, chosen), (2, rejected)):
             if col.null_count < n:
@@ -457,34 +431,28 @@ class ScrubFn:
         def _unit_parts(u: int) -> list[str | None]:
             if u >= n:
                 return [(chosen if u < 2 * n else rejected)[u % n].as_py()]
-            if unit_order is None:
-                return [seg_text[u].as_py()]
-            return [seg_text[i].as_py() for i in _segs(u)]
+            return [seg_text[i].as_py() for i in docs.parts(u)]
 
-        def _segs(u: int) -> list[int]:
-            return [u] if unit_order is None else unit_order[offsets[u]:offsets[u + 1]].tolist()
-
-        if hits and unit_order is None:  # one Arrow take for the records' texts
+        if hits and docs.order is None:  # one Arrow take for the records' texts
             rec = [u for u in hits if u < n]
             got = dict(zip(rec, _strings(column, rec, strings)))  # records are the column's first n rows
             parts = [[got[u]] if u < n else _unit_parts(u) for u in hits]
         else:
             parts = [_unit_parts(u) for u in hits]
         new_parts, found_hits = self.scrub_units(
-            parts, [seps[u] if u < n and seps else "" for u in hits], None, [found_c[c] for c in hit_c],
+            parts, [docs.seps[u] if u < n and docs.seps else "" for u in hits], None, [found_c[c] for c in hit_c],
             {k for k, u in enumerate(hits) if u in suppressed})
 
-        seg_new: dict[int, str | None] = {}
-        col_new: dict[int, str | None] = {}
+        new: dict[str, dict[int, str | None]] = {c: {} for c in RECORD_TEXT_COLUMNS if c in names}
         found: dict[int, list[Finding]] = {}
         for u, old_u, new_u, fs in zip(hits, parts, new_parts, found_hits):
             found[u] = fs
             if u < n:
-                for i, t_old, t in zip(_segs(u), old_u, new_u):
+                for i, t_old, t in zip(docs.parts(u), old_u, new_u):
                     if t != t_old:
-                        seg_new[i] = t
+                        new["segments"][i] = t
             elif new_u[0] != old_u[0]:
-                col_new[u] = new_u[0]
+                new["chosen" if u < 2 * n else "rejected"][u % n] = new_u[0]
 
         # accounting only over rows with findings
         counts: dict[str, int] = {}
@@ -501,31 +469,16 @@ class ScrubFn:
             if d:
                 drop[r] = d
                 detail[r] = json.dumps(dict(sorted(per.items())))
-        cols: dict[str, pa.Array] = {}
-        if "segments" in names and (seg_new or seg.type != _SEGMENTS_TYPE):  # else the column stays as it is
-            values = pa.StructArray.from_arrays(
-                [_replace(seg_text, seg_new), seg_fields["train"].cast(pa.bool_()), seg_fields["role"].cast(pa.string())],
-                fields=list(SEGMENT),
-                mask=seg_values.is_null() if seg_values.null_count else None,
-            )
-            cols["segments"] = pa.ListArray.from_arrays(
-                pa.array(offsets, pa.int32()), values, mask=seg.is_null() if seg.null_count else None
-            )
-        if "chosen" in names:
-            cols["chosen"] = _replace(chosen, {u - n: t for u, t in col_new.items() if u < 2 * n})
-        if "rejected" in names:
-            cols["rejected"] = _replace(rejected, {u - 2 * n: t for u, t in col_new.items() if u >= 2 * n})
-
-        arrays = [cols.get(name, batch.column(i)) for i, name in enumerate(names)]
-        fields = [batch.schema.field(i) if name not in cols else pa.field(name, cols[name].type)
-                  for i, name in enumerate(names)]
+        out = with_texts(batch, new)
         metrics: list[str | None] = [None] * n
         if counts and n:
             kept = next((i for i, d in enumerate(drop) if d is None), 0)
             metrics[kept] = json.dumps({METRIC_PREFIX + e: c for e, c in sorted(counts.items())},
                                        separators=(",", ":"))
-        arrays += [pa.array(drop, pa.string()), pa.array(detail, pa.string()), pa.array(metrics, pa.string())]
-        fields += [pa.field(DROP, pa.string()), pa.field(DROP_DETAIL, pa.string()), pa.field(METRICS, pa.string())]
+        arrays = out.columns + [pa.array(drop, pa.string()), pa.array(detail, pa.string()),
+                                pa.array(metrics, pa.string())]
+        fields = list(out.schema) + [pa.field(DROP, pa.string()), pa.field(DROP_DETAIL, pa.string()),
+                                     pa.field(METRICS, pa.string())]
         return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
 
 
@@ -582,17 +535,6 @@ def _strings(texts: "list[str | None] | pa.Array", idx: list[int], known: dict[i
     if missing:
         known.update(zip(missing, texts.take(pa.array(missing, pa.int64())).to_pylist()))
     return [known[i] for i in idx]
-
-
-def _replace(arr: pa.Array, new: dict[int, str | None]) -> pa.Array:
-    """`arr` (string) with the elements at `new`'s indices replaced; untouched when `new` is empty."""
-    arr = arr.cast(pa.string())
-    if not new:
-        return arr
-    idx = sorted(new)
-    mask = np.zeros(len(arr), dtype=bool)
-    mask[idx] = True
-    return pc.replace_with_mask(arr, pa.array(mask), pa.array([new[i] for i in idx], pa.string()))
 
 
 def scrub_texts(texts: list[str | None], config: ScrubPiiConfig | None = None) -> list[str | None]:
