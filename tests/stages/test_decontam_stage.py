@@ -69,6 +69,19 @@ def test_mask_mode_removes_the_overlap_and_keeps_the_rest(tmp_path, rows):
     assert metrics == {"decontam.masked": 3, "decontam.masked:humaneval": 2, "decontam.masked:tiny": 2}
 
 
+def test_mask_mode_rewrites_preference_answers_and_declares_every_column_it_changes(he_rows):  # noqa: F811
+    leak = he_rows[0]["prompt"] + he_rows[0]["canonical_solution"]
+    pref = {**record("p-pref", "Write has_close_elements."), "kind": "preference",
+            "chosen": leak, "rejected": "def f():\n    return 1\n"}
+    batch = pa.Table.from_pylist([pref], schema=TRAINING_RECORD_V1).to_batches()[0]
+    cfg = DecontaminateConfig(evals=["humaneval"], mode="mask", mask_with="<MASKED>")
+    out = cfg.build_fn()(batch)
+    changed = {n for n in batch.schema.names if out.column(n).to_pylist() != batch.column(n).to_pylist()}
+    assert changed == {"chosen"}, changed  # the leaked answer is masked, the rest is untouched
+    assert "<MASKED>" in out.column("chosen")[0].as_py()
+    assert changed <= set(DecontaminateConfig.writes)
+
+
 def test_config_validation_and_yaml(tmp_path):
     ev = _mbpp_like(tmp_path)
     p = Pipeline.from_yaml_string(

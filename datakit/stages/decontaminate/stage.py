@@ -89,7 +89,7 @@ class DecontaminateConfig(StageConfig):
 
     kind: Literal["decontaminate"] = "decontaminate"
     reads = RECORD_TEXT_COLUMNS
-    writes = ("segments",)  # mode: mask rewrites segment texts
+    writes = RECORD_TEXT_COLUMNS  # mode: mask rewrites every text of a record (segments, chosen, rejected)
     evals: list[str | EvalSpec] = Field(min_length=1, description="eval names or files")
     ngram: int = Field(13, ge=1, le=256)
     mode: Literal["drop", "mask"] = "drop"
