@@ -1,7 +1,7 @@
 """Decontamination: tokenizer kernel vs reference, each normalization, each planted-leak kind, clean idioms.
 
 The numba lexer/hasher is checked against an independent regex implementation
-(`tokenize_ref`/`ngram_hashes_ref`); leaks are planted with Python's own
+(`tokenize_ref`/`ngram_hashes_ref`, tests/support/decontam_ref.py); leaks are planted with Python's own
 `tokenize` (tests/support/plant.py) so the matcher's tokenizer cannot
 hide its own bugs.
 """
@@ -22,8 +22,9 @@ from datakit.contracts import TRAINING_RECORD_V1
 from datakit.stages.decontaminate.check import check
 from datakit.stages.decontaminate.evals import EvalError, EvalSet, load_eval
 from datakit.stages.decontaminate.matcher import EvalTable
-from datakit.stages.decontaminate.ngrams import ngram_hashes, ngram_hashes_ref
-from datakit.stages.decontaminate.normalize import NORMALIZATIONS, flags_of, tokenize, tokenize_ref
+from datakit.stages.decontaminate.ngrams import ngram_hashes
+from datakit.stages.decontaminate.normalize import NORMALIZATIONS, flags_of, tokenize
+from tests.support.decontam_ref import ngram_hashes_ref, tokenize_ref
 from tests.support.plant import LEAK_KINDS, idiomatic_code, plant
 
 ALL = ["whitespace", "case", "comments", "identifiers"]  # the four token normalizations (not the flat lexer mode)

@@ -14,7 +14,6 @@ new there: the window's hash is then invariant under consistent renaming.
 """
 from __future__ import annotations
 
-import re
 from typing import Sequence
 
 import numba
@@ -25,8 +24,7 @@ from numba import prange
 
 from datakit.jit import njit
 from datakit.stages.decontaminate.normalize import (
-    _CLS, DEFAULT_NORMALIZATIONS, F_FLAT, F_IDENT, MASK64, U64, _fmix, flags_of, fmix_ref, keyword_hashes, lex,
-    tokenize_ref,
+    _CLS, DEFAULT_NORMALIZATIONS, F_FLAT, F_IDENT, U64, _fmix, flags_of, keyword_hashes, lex,
 )
 
 
@@ -298,35 +296,6 @@ def ngram_hashes(text: str, n: int = 13, normalizations: Sequence[str] = DEFAULT
     """The window hashes of one text, in order (uint64)."""
     data, offs = texts_to_buffers([text])
     return hash_strings(data, offs, n, flags_of(normalizations))[0]
-
-
-def ngram_hashes_ref(text: str, n: int = 13, normalizations: Sequence[str] = DEFAULT_NORMALIZATIONS) -> list[int]:
-    """Reference window hashes in pure Python (from `tokenize_ref`)."""
-    flags = flags_of(normalizations)
-    toks = tokenize_ref(text, normalizations)
-    canon = bool(flags & F_IDENT)
-    need = min_punct(n, flags)
-    raw = text.encode()
-    out = []
-    for s in range(len(toks) - n + 1):
-        win = toks[s:s + n]
-        if need and sum(1 for _v, a, _b, _i in win if not re.match(rb"[\sA-Za-z0-9_\x80-\xff]", raw[a:a + 1])) < need:
-            continue
-        h = 0x9E3779B97F4A7C15
-        for j, (val, _a, _b, ident) in enumerate(win):
-            if canon and ident:
-                d = 0
-                for back in range(1, min(j, n - 1) + 1):
-                    if win[j - back][3] and win[j - back][0] == val:
-                        d = back
-                        break
-                v = (0x27D4EB2F165667C5 + d) & MASK64 if d else 0x5BD1E9955BD1E995
-            else:
-                v = val
-            h = ((h ^ v) * 0x100000001B3) & MASK64
-        h = fmix_ref(h ^ n) or 1
-        out.append(h)
-    return out
 
 
 def build_table(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1,4 +1,4 @@
-"""Code-aware tokenization with switchable normalizations, as a numba kernel plus a Python reference.
+"""Code-aware tokenization with switchable normalizations, as a numba kernel.
 
 Why our own lexer: contamination matching runs over every byte of a training set,
 so it must be language-agnostic (code, prose, chat), never fail on invalid code
@@ -33,14 +33,13 @@ Normalizations (a bit mask, see `NORMALIZATIONS`):
   tokens to be punctuation to count (`ngrams.py`): docstring prose, now lexed as
   code, would otherwise canonicalize into word-shape n-grams any prose matches.
 
-`tokenize_ref` is an independent regex implementation of the same semantics,
-used by the tests as the reference for the numba kernel.
+`tokenize_ref` (tests/support/decontam_ref.py) is an independent regex implementation
+of the same semantics, the tests' reference for the numba kernel.
 """
 from __future__ import annotations
 
 import builtins
 import keyword
-import re
 from typing import Iterable, Literal, Sequence
 
 import numpy as np
@@ -280,7 +279,8 @@ def tokenize(text: str | bytes, normalizations: Sequence[str] = DEFAULT_NORMALIZ
 
 
 # ---------------------------------------------------------------------------------------------
-# pure-Python reference (independent regex implementation; tests compare it with the kernel)
+# pure-Python hashes: `keyword_hashes` builds its table with them, and the tests' independent regex
+# tokenizer (tests/support/decontam_ref.py) hashes with them to check the kernel
 # ---------------------------------------------------------------------------------------------
 
 def fmix_ref(h: int) -> int:
@@ -297,94 +297,3 @@ def token_hash_ref(tok: bytes, fold: bool) -> int:
     for c in (tok.lower() if fold else tok):
         h = ((h ^ c) * 0x100000001B3) & MASK64
     return fmix_ref(h)
-
-
-_ID = rb"[A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*"
-_NUM = rb"[0-9][A-Za-z0-9_\x80-\xff.]*"
-_WS = rb"[ \t\n\r\f\v]+"
-_CODE_RE = re.compile(rb"(?P<c>#[^\n]*|//[^\n]*|/\*.*?(?:\*/|\Z))|(?P<q3>\"\"\"|''')|(?P<q1>[\"'])|(?P<ws>" + _WS
-                      + rb")|(?P<id>" + _ID + rb")|(?P<num>" + _NUM + rb")|(?P<p>.)", re.S)
-_FLAT_RE = re.compile(rb"(?P<c>#[^\n]*|//[^\n]*|/\*.*?(?:\*/|\Z))|(?P<q1>[\"'])|(?P<ws>" + _WS
-                      + rb")|(?P<id>" + _ID + rb")|(?P<num>" + _NUM + rb")|(?P<p>.)", re.S)
-_LIT_RE = re.compile(rb"(?P<ws>" + _WS + rb")|(?P<id>" + _ID + rb")|(?P<num>" + _NUM + rb")|(?P<p>.)", re.S)
-_STR1_RE = re.compile(rb"(?P<ws>[ \t\r\f\v]+)|(?P<id>" + _ID + rb")|(?P<num>" + _NUM + rb")|(?P<esc>\\.?)|(?P<p>.)", re.S)
-
-
-def tokenize_ref(text: str | bytes, normalizations: Sequence[str] = DEFAULT_NORMALIZATIONS) -> list[tuple[int, int, int, bool]]:
-    """Reference tokenizer (slow, obviously-correct regexes) with the same output as `tokenize`."""
-    flags = flags_of(normalizations)
-    data = text.encode() if isinstance(text, str) else text
-    fold = bool(flags & F_CASE)
-    kw = {w.lower() if fold else w for w in KEYWORDS}
-    out: list[tuple[int, int, int, bool]] = []
-
-    def emit(a: int, b: int, kind: str, code: bool) -> None:
-        if kind == "ws" and flags & F_WS:
-            return
-        tok = data[a:b]
-        ident = kind == "id" and code and bool(flags & F_IDENT) and (tok.lower() if fold else tok).decode("utf-8", "replace") not in kw
-        out.append((token_hash_ref(tok, fold), a, b, ident))
-
-    def literal(a: int, b: int, rx: re.Pattern) -> None:
-        for m in rx.finditer(data, a, b):
-            kind = m.lastgroup or "p"
-            emit(m.start(), m.end(), "esc" if kind == "esc" else kind, False)
-
-    i, n = 0, len(data)
-    code_re = _FLAT_RE if flags & F_FLAT else _CODE_RE
-    while i < n:
-        m = code_re.match(data, i)
-        kind = m.lastgroup
-        if kind == "c":
-            if not flags & F_COMMENTS:
-                literal(m.start(), m.end(), _LIT_RE)
-            i = m.end()
-        elif kind in ("q1", "q3"):
-            q = data[i:i + 1]
-            delim = q * (3 if kind == "q3" else 1)
-            for t in range(len(delim)):
-                emit(i + t, i + t + 1, "q", False)
-            j = i + len(delim)
-            if kind == "q3":
-                end = _find_close3(data, j, q)
-                literal_str3(data, j, end, emit)
-                if end < n:
-                    for t in range(3):
-                        emit(end + t, end + t + 1, "q", False)
-                    i = end + 3
-                else:
-                    i = n
-            else:
-                k = j
-                while k < n and data[k:k + 1] not in (q, b"\n"):
-                    k += 2 if data[k:k + 1] == b"\\" and k + 1 < n else 1
-                literal(j, k, _STR1_RE)
-                if k < n and data[k:k + 1] == q:
-                    emit(k, k + 1, "q", False)
-                    k += 1
-                i = k
-        else:
-            emit(m.start(), m.end(), kind, True)
-            i = m.end()
-    return out
-
-
-def _find_close3(data: bytes, j: int, q: bytes) -> int:
-    """Index of the closing triple quote (escapes skip one byte), or len(data)."""
-    n = len(data)
-    k = j
-    while k < n:
-        if data[k:k + 1] == b"\\":
-            k += 2
-            continue
-        if data[k:k + 3] == q * 3:
-            return k
-        k += 1
-    return n
-
-
-def literal_str3(data: bytes, a: int, b: int, emit) -> None:
-    """Tokens inside a triple-quoted string: like code runs but escapes are two-byte tokens."""
-    rx = re.compile(rb"(?P<ws>" + _WS + rb")|(?P<id>" + _ID + rb")|(?P<num>" + _NUM + rb")|(?P<esc>\\.?)|(?P<p>.)", re.S)
-    for m in rx.finditer(data, a, b):
-        emit(m.start(), m.end(), m.lastgroup or "p", False)
