@@ -35,6 +35,15 @@ DROP_STATE = "_drop_state"
 # a string column of JSON objects {name: count} a MapBatches fn may add; summed into the stage's `metrics`
 METRICS = "_metrics"
 
+
+def metrics_column(n: int, counts: dict[str, int], row: int = 0) -> pa.Array:
+    """A METRICS column for `n` rows: `counts` as one JSON object on `row`, null elsewhere (all null
+    when `counts` is empty). One row per batch is enough: the engine sums the column."""
+    out: list[str | None] = [None] * n
+    if counts and n:
+        out[row] = json.dumps(counts, sort_keys=True)
+    return pa.array(out, pa.string())
+
 _ids = itertools.count()
 
 

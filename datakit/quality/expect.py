@@ -34,9 +34,8 @@ import pyarrow.compute as pc
 import xxhash
 from pydantic import BaseModel, ConfigDict, Field
 
-from datakit.plan import Rel
+from datakit.plan import METRICS, Rel, metrics_column
 
-METRICS = "_metrics"
 _KEY = "_dk_expect_key"
 _N = "_dk_expect_n"
 
@@ -174,14 +173,10 @@ def _gx_batch(df: Any):
     return _GX["bd"].get_batch(batch_parameters={"dataframe": df})
 
 
-def _metrics_column(n: int, metrics: dict[str, int]) -> pa.Array:
-    return pa.array([json.dumps(metrics, sort_keys=True) if metrics else None] + [None] * (n - 1), pa.string())
-
-
 def _with_metrics(batch: pa.RecordBatch, metrics: dict[str, int]) -> pa.RecordBatch:
     if batch.num_rows == 0:
         return batch
-    return pa.RecordBatch.from_arrays(list(batch.columns) + [_metrics_column(batch.num_rows, metrics)],
+    return pa.RecordBatch.from_arrays(list(batch.columns) + [metrics_column(batch.num_rows, metrics)],
                                       names=batch.schema.names + [METRICS])
 
 

@@ -16,7 +16,6 @@ and engines.
 """
 from __future__ import annotations
 
-import json
 from collections import Counter
 from typing import Any
 
@@ -24,9 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datakit.plan import Rel
+from datakit.plan import METRICS, Rel, metrics_column
 
-METRICS = "_metrics"
 PREFIX = "profile."
 
 
@@ -88,9 +86,8 @@ class ProfileFn:
                 chars = column(batch, "text_chars").to_numpy(zero_copy_only=False)
                 for g, b in zip(groups, _buckets(chars).tolist()):
                     c[f"{PREFIX}chars|{g}|{b}"] += 1
-        metrics = json.dumps(dict(c), sort_keys=True)
-        col = pa.array([metrics] + [None] * (batch.num_rows - 1), pa.string())
-        return pa.RecordBatch.from_arrays(list(batch.columns) + [col], names=batch.schema.names + [METRICS])
+        return pa.RecordBatch.from_arrays(list(batch.columns) + [metrics_column(batch.num_rows, dict(c))],
+                                          names=batch.schema.names + [METRICS])
 
 
 def attach(rel: Rel, lengths: bool) -> Rel:

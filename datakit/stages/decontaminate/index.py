@@ -57,7 +57,7 @@ from datakit.io.fs import InputError, filesystem
 from datakit.io.records import data_files, is_packed, iter_tables, open_parquet
 from datakit.io.sinks import register_writer
 from datakit.jit import njit
-from datakit.plan import Plan, SinkSpec, StageSpan, source
+from datakit.plan import METRICS, Plan, SinkSpec, StageSpan, metrics_column, source
 from datakit.stages.decontaminate.check import Columns, packed_batches, packed_windows, to_text_batch
 from datakit.stages.decontaminate.ngrams import hash_strings
 from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS, flags_of, names_of
@@ -262,8 +262,7 @@ class HashUnits:
         offsets = np.array([0] + ends, np.int64) * 8 if starts else np.zeros(2, np.int64)
         blobs = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(h)])
         parts = pa.array(part[starts].astype(np.int32) if starts else np.zeros(1, np.int32))
-        metrics = pa.concat_arrays([pa.array([json.dumps(stats)]), pa.nulls(n - 1, pa.string())])
-        return pa.table({"part": parts, "hashes": blobs, "_metrics": metrics})
+        return pa.table({"part": parts, "hashes": blobs, METRICS: metrics_column(n, stats)})
 
 
 # -- the sink: sort/dedup per partition, then fingerprints + offsets ------------------------------

@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from datakit.plan import DROP, DROP_DETAIL, METRICS, Rel
+from datakit.plan import DROP, DROP_DETAIL, METRICS, Rel, metrics_column
 from datakit.stages.base import CompileContext, StageConfig, register_stage
 from datakit.stages.texts import RECORD_TEXT_COLUMNS, with_texts
 from datakit.stages.decontaminate.evals import _NAMED, EvalSet, load_eval
@@ -174,10 +174,8 @@ class DecontamFn:
         return self._mask(batch, sources, m, ok, hits)
 
     def _mask(self, batch: pa.RecordBatch, sources, m, ok, hits) -> pa.RecordBatch:
-        n = batch.num_rows
-        metrics: list[str | None] = [None] * n
         if not hits:
-            return _append(batch, [(METRICS, pa.array(metrics, pa.string()))])
+            return _append(batch, [(METRICS, metrics_column(batch.num_rows, {}))])
         good = set(zip(m.rows[ok].tolist(), m.items[ok].tolist()))
         spans: dict[tuple[int, int], list[tuple[int, int]]] = {}
         for r, it, si, st, a, b in zip(m.hit_row.tolist(), m.hit_item.tolist(), m.hit_source.tolist(),
@@ -194,8 +192,7 @@ class DecontamFn:
             for e in per:
                 key = f"decontam.masked:{self.table.eval_names[e]}"
                 counts[key] = counts.get(key, 0) + 1
-        metrics[0] = json.dumps(dict(sorted(counts.items())), separators=(",", ":"))
-        return _append(with_texts(batch, new), [(METRICS, pa.array(metrics, pa.string()))])
+        return _append(with_texts(batch, new), [(METRICS, metrics_column(batch.num_rows, counts))])
 
 
 def _mask_text(text: str, spans: list[tuple[int, int]], mask_with: str) -> str:

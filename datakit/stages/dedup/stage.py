@@ -24,7 +24,6 @@ near-duplicate pair; it does not bound the chain's length (see docs/dedup.md).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Literal
 
@@ -33,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from datakit.plan import DROP, DROP_DETAIL, DROP_STATE, METRICS, Rel
+from datakit.plan import DROP, DROP_DETAIL, DROP_STATE, METRICS, Rel, metrics_column
 from datakit.stages.base import CompileContext, StageConfig, register_stage
 from datakit.stages.dedup.lsh import band_hashes, optimal_param
 from datakit.stages.dedup.minhash import MAX_HASH, minhash_signatures
@@ -224,11 +223,9 @@ def _size_histogram(sizes: pa.Array) -> pa.Array:
     v = pc.fill_null(sizes, 0).to_numpy(zero_copy_only=False)
     counts = {f"near_cluster_size_{name}": int(np.count_nonzero((v >= lo) & (v <= hi))) for lo, hi, name in _SIZE_BUCKETS}
     counts = {k: n for k, n in counts.items() if n}
-    out: list[str | None] = [None] * len(v)
-    if counts and len(v):
+    if counts:
         counts["near_clusters"] = sum(counts.values())
-        out[0] = json.dumps(counts, sort_keys=True)
-    return pa.array(out, pa.string())
+    return metrics_column(len(v), counts)
 
 
 @dataclass(frozen=True)
@@ -377,11 +374,9 @@ class _VerifyFn:
         ok = sim >= c.threshold
         src = batch.column("src")
         dst = pc.if_else(pa.array(ok), batch.column("dst"), src)
-        metrics = [None] * batch.num_rows
-        if batch.num_rows:
-            total, passed = self.counters
-            metrics[0] = json.dumps({total: batch.num_rows, passed: int(np.count_nonzero(ok))}, sort_keys=True)
-        return pa.RecordBatch.from_arrays([src, dst, pa.array(metrics, pa.string())], names=["src", "dst", METRICS])
+        total, passed = self.counters
+        metrics = metrics_column(batch.num_rows, {total: batch.num_rows, passed: int(np.count_nonzero(ok))})
+        return pa.RecordBatch.from_arrays([src, dst, metrics], names=["src", "dst", METRICS])
 
 
 # --------------------------------------------------------------------------- compilation

@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from pydantic import Field, field_validator, model_validator
 
 from datakit.contracts import SEGMENT, TRAINING_RECORD_V1
-from datakit.plan import DROP, DROP_DETAIL, METRICS, Rel
+from datakit.plan import DROP, DROP_DETAIL, METRICS, Rel, metrics_column
 from datakit.stages.base import CompileContext, StageConfig, register_stage
 from datakit.stages.texts import RECORD_TEXT_COLUMNS, record_documents, text_piece, with_texts
 from datakit.stages.scrub_pii.detectors import BY_ENTITY, DETECTORS, Detector, Policy
@@ -470,13 +470,9 @@ class ScrubFn:
                 drop[r] = d
                 detail[r] = json.dumps(dict(sorted(per.items())))
         out = with_texts(batch, new)
-        metrics: list[str | None] = [None] * n
-        if counts and n:
-            kept = next((i for i, d in enumerate(drop) if d is None), 0)
-            metrics[kept] = json.dumps({METRIC_PREFIX + e: c for e, c in sorted(counts.items())},
-                                       separators=(",", ":"))
-        arrays = out.columns + [pa.array(drop, pa.string()), pa.array(detail, pa.string()),
-                                pa.array(metrics, pa.string())]
+        kept = next((i for i, d in enumerate(drop) if d is None), 0)
+        metrics = metrics_column(n, {METRIC_PREFIX + e: c for e, c in counts.items()}, kept)
+        arrays = out.columns + [pa.array(drop, pa.string()), pa.array(detail, pa.string()), metrics]
         fields = list(out.schema) + [pa.field(DROP, pa.string()), pa.field(DROP_DETAIL, pa.string()),
                                      pa.field(METRICS, pa.string())]
         return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
