@@ -95,31 +95,40 @@ class ParseOptOutLines:
     """
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        import json
-
         users, orgs = [], []
         raws = batch.column("_raw").to_pylist()
         files = batch.column("_source_file").to_pylist()
         lines = batch.column("_source_line").to_pylist()
         errors = batch.column("_read_error").to_pylist()
         for raw, f, ln, err in zip(raws, files, lines, errors, strict=True):
-            if err == "blank_line":  # an all-null row: matches nobody (null keys never join)
+            obj = _line_object(raw, f, ln, err)
+            if obj is None:  # a blank line: an all-null row matches nobody (null keys never join)
                 users.append(None)
                 orgs.append(None)
                 continue
-            if err is not None:
-                raise InputError(f"opt-out list {f}: {err}")
-            try:
-                obj = json.loads(raw)
-            except (ValueError, UnicodeDecodeError):
-                obj = None
-            if not isinstance(obj, dict):
-                raise InputError(f"opt-out list {f}:{ln}: not a JSON object")
             if "user_id" not in obj and "org_id" not in obj:
                 raise InputError(f"opt-out list {f}:{ln}: has neither a user_id nor an org_id")
             users.append(_id(obj.get("user_id")))
             orgs.append(_id(obj.get("org_id")))
         return pa.RecordBatch.from_arrays([pa.array(users, pa.string()), pa.array(orgs, pa.string())], schema=OPTOUT_SCHEMA)
+
+
+def _line_object(raw: bytes | None, url: str, line: int, err: str | None) -> dict | None:
+    """One RAW_LINES row of an opt-out JSON Lines file as a JSON object; None for a blank line.
+    Anything else (a read error, a line that is not a JSON object) is an `InputError` naming the file and line."""
+    import json
+
+    if err == "blank_line":
+        return None
+    if err is not None:
+        raise InputError(f"opt-out list {url}: {err}")
+    try:
+        obj = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        obj = None
+    if not isinstance(obj, dict):
+        raise InputError(f"opt-out list {url}:{line}: not a JSON object")
+    return obj
 
 
 def _id(v: object) -> str | None:
@@ -132,8 +141,6 @@ def read_id_lists(paths: list[str], columns: tuple[str, ...] = ("user_id", "org_
     Every file (Parquet) or line (JSON Lines) must carry at least one of
     `columns`, else an `InputError` names it. Ids of any JSON type become strings.
     """
-    import json
-
     from datakit.io.readers import iter_raw_lines
 
     found: dict[str, set[str]] = {c: set() for c in columns}
@@ -150,16 +157,9 @@ def read_id_lists(paths: list[str], columns: tuple[str, ...] = ("user_id", "org_
         for b in iter_raw_lines(url):
             for raw, ln, err in zip(b.column("_raw").to_pylist(), b.column("_source_line").to_pylist(),
                                     b.column("_read_error").to_pylist()):
-                if err == "blank_line":
+                obj = _line_object(raw, url, ln, err)
+                if obj is None:
                     continue
-                if err is not None:
-                    raise InputError(f"opt-out list {url}: {err}")
-                try:
-                    obj = json.loads(raw)
-                except (ValueError, UnicodeDecodeError):
-                    obj = None
-                if not isinstance(obj, dict):
-                    raise InputError(f"opt-out list {url}:{ln}: not a JSON object")
                 if not any(c in obj for c in columns):
                     raise InputError(f"opt-out list {url}:{ln}: has no {want}")
                 for c in columns:
