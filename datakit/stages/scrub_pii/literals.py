@@ -74,6 +74,7 @@ from typing import Callable, NamedTuple, Sequence
 import pyarrow as pa
 
 from datakit.stages.scrub_pii.detectors import DETECTORS, Detector
+from datakit.stages.scrub_pii.replace import apply_tokens
 from datakit.stages.scrub_pii.scan import Finding, _Rows, candidate_ends, hyperscan_available, resolve_overlaps
 
 # characters a split secret has on both sides of the split (every token-format detector's class,
@@ -637,22 +638,6 @@ def merge_findings(found: list[list[Finding]], split: dict[int, list[tuple[int, 
 _MAX_SETTLE = 4
 
 
-def _apply(text: str, found: list[Finding], token: Callable[[str, str], str]) -> tuple[str, list[tuple[int, int]]]:
-    """`text` with every finding replaced by `token(entity, value)`, and where each token sits."""
-    parts: list[str] = []
-    spans: list[tuple[int, int]] = []
-    pos = out = 0
-    for f in found:
-        tok = token(f.entity, text[f.start : f.end])
-        parts += [text[pos : f.start], tok]
-        out += f.start - pos
-        spans.append((out, out + len(tok)))
-        out += len(tok)
-        pos = f.end
-    parts.append(text[pos:])
-    return "".join(parts), spans
-
-
 def _replaced_to_original(x: int, spans: list[tuple[int, int]], found: list[Finding], end: bool) -> int:
     """Offset `x` of the replaced text in the original text (inside a token: that finding's edge)."""
     shift = 0
@@ -723,7 +708,7 @@ def settle_line_merges(texts: dict[int, str], found: list[list[Finding]], detect
             # quote-free text was (no change to lexing), and replacing them here would cut the very
             # fragment a newly visible split secret starts in (`key='<SECRET>' 'rest-of-token'`)
             relexing = [f for f in found[i] if relexes(pending[i][f.start : f.end])]
-            new_text, spans = _apply(pending[i], relexing, token)
+            new_text, spans = apply_tokens(pending[i], relexing, token)
             # lexing is line-local (continuations and glue lines aside, which `_grow` follows), so
             # only the runs around the changed lines can change: scan there, not the whole text
             cands = _scan_few(new_text, detectors) if whole_text else _scan_around(new_text, spans, detectors)

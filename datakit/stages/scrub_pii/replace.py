@@ -20,7 +20,7 @@ import hmac
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from datakit.stages.scrub_pii.detectors import BY_ENTITY, Policy
 from datakit.stages.scrub_pii.scan import Finding
@@ -87,18 +87,25 @@ class Replacer:
 
     def apply_spans(self, text: str, findings: Sequence[Finding]) -> tuple[str, list[tuple[int, int]]]:
         """Like `apply`, plus where each replacement token sits in the new text."""
-        if not findings:
-            return text, []
-        parts: list[str] = []
-        spans: list[tuple[int, int]] = []
-        pos = out = 0
-        for f in findings:
-            keep = text[pos : f.start]
-            tok = self.token(f.entity, text[f.start : f.end])
-            parts += [keep, tok]
-            out += len(keep)
-            spans.append((out, out + len(tok)))
-            out += len(tok)
-            pos = f.end
-        parts.append(text[pos:])
-        return "".join(parts), spans
+        return apply_tokens(text, findings, self.token)
+
+
+def apply_tokens(text: str, findings: Sequence[Finding], token: Callable[[str, str], str]
+                 ) -> tuple[str, list[tuple[int, int]]]:
+    """`text` with every finding (non-overlapping, sorted) replaced by `token(entity, value)`, and where
+    each token sits in the new text."""
+    if not findings:
+        return text, []
+    parts: list[str] = []
+    spans: list[tuple[int, int]] = []
+    pos = out = 0
+    for f in findings:
+        keep = text[pos : f.start]
+        tok = token(f.entity, text[f.start : f.end])
+        parts += [keep, tok]
+        out += len(keep)
+        spans.append((out, out + len(tok)))
+        out += len(tok)
+        pos = f.end
+    parts.append(text[pos:])
+    return "".join(parts), spans
