@@ -143,15 +143,10 @@ class _ChainFn:
                 for rb in iter_source(url, self.source_format, self.source_schema):
                     yield rb if self.source_format == "jsonl" else conform(rb, self.source_schema)
 
-    def _emit(self, n: int, cols: dict[str, pa.Array]) -> pa.RecordBatch:
-        arrays = []
-        for f in self.out_schema:
-            c = cols.get(f.name)
-            if c is None:
-                arrays.append(pa.nulls(n, f.type))
-            else:
-                arrays.append(c if c.type == f.type else c.cast(f.type))
-        return pa.RecordBatch.from_arrays(arrays, schema=self.out_schema)
+    def _emit(self, cols: dict[str, pa.Array | None]) -> pa.RecordBatch:
+        """`cols` as a batch of `out_schema` (a column absent or None: nulls)."""
+        given = {k: c for k, c in cols.items() if c is not None}
+        return conform(pa.RecordBatch.from_arrays(list(given.values()), names=list(given)), self.out_schema)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         _worker_logging(self.logcfg)
@@ -179,7 +174,7 @@ class _ChainFn:
             if batch.num_rows:
                 cols = {f.name: batch.column(f.name) for f in self.data_schema if f.name in batch.schema.names}
                 cols[KIND] = pa.array([DATA] * batch.num_rows, pa.int8())
-                yield self._emit(batch.num_rows, cols)
+                yield self._emit(cols)
         stats = [(-1, "base", "", base)]
         for i in range(len(self.ops)):
             stats.append((i, "out", "", outs[i]))
@@ -187,7 +182,7 @@ class _ChainFn:
                 stats.append((i, "setup_us", "", setup_us[i]))
             stats += [(i, "drop", k, v) for k, v in drops[i].items()]
             stats += [(i, "metric", k, v) for k, v in metrics[i].items()]
-        yield self._emit(len(stats), {
+        yield self._emit({
             KIND: pa.array([STATS] * len(stats), pa.int8()), OP: pa.array([s[0] for s in stats], pa.int32()),
             SKIND: pa.array([s[1] for s in stats], pa.string()), SNAME: pa.array([s[2] for s in stats], pa.string()),
             N: pa.array([s[3] for s in stats], pa.int64())})
@@ -209,7 +204,7 @@ class _ChainFn:
         else:
             cols[DKEY] = col(op["drop_log_key"], pa.string())
             cols[DSTATE] = col(DROP_STATE, pa.string())
-        return self._emit(m, cols)
+        return self._emit(cols)
 
 
 class _AddShard:

@@ -86,7 +86,6 @@ class LocalEngine(Engine):
         clear_broadcast_cache()
         if self._auto_workers:
             self.workers = scheduler.workers_for(plan, self.workers)
-        self._plan = plan
         self._token = uuid.uuid4().hex[:12]  # this run's prefix of batch-function tokens (core.worker_fn)
         self._stats: dict[int, NodeStats] = defaultdict(NodeStats)
         self._rows: dict[int, int] = {}
