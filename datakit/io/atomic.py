@@ -10,7 +10,7 @@ import json
 import os
 import uuid
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Iterator
 
 from datakit.io.fs import filesystem
 
@@ -55,6 +55,12 @@ def write_bytes_atomic(url: str, data: bytes) -> None:
         fs, p = filesystem(tmp)
         with fs.open(p, "wb") as f:
             f.write(data)
+
+
+def read_json(url: str) -> Any:
+    """The JSON document at `url`; None when there is no such file."""
+    fs, p = filesystem(url)
+    return json.loads(fs.cat_file(p)) if fs.exists(p) else None
 
 
 def write_json_atomic(url: str, obj) -> None:

@@ -6,19 +6,18 @@ that belong to the committed dataset, in shard order.
 """
 from __future__ import annotations
 
-import json
-
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from datakit.io.atomic import read_json
 from datakit.io.fs import InputError, filesystem
 
 
 def read_manifest(path: str) -> dict:
-    fs, p = filesystem(f"{str(path).rstrip('/')}/manifest.json")
-    if not fs.exists(p):
+    m = read_json(f"{str(path).rstrip('/')}/manifest.json")
+    if m is None:
         raise InputError(f"no committed dataset at {path} (manifest.json missing: unfinished or not a datakit output)")
-    return json.loads(fs.cat_file(p))
+    return m
 
 
 def read_output(path: str, columns: list[str] | None = None, verify: bool = False,

@@ -44,16 +44,6 @@ def base_environment() -> dict[str, Any]:
             "libraries": {n: library_version(n) for n in CORE_LIBRARIES}}
 
 
-def file_digest(url: str, chunk: int = 1 << 22) -> str:
-    """sha256 of a file's bytes (artifacts a stage loads at compile: opt-out lists, eval sets, ...)."""
-    fs, p = filesystem(url)
-    h = hashlib.sha256()
-    with fs.open(p, "rb") as f:
-        for block in iter(lambda: f.read(chunk), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def input_files(paths: list[str]) -> list[dict[str, Any]]:
     """[{path, size, mtime}] of the files a run reads (what the manifest records as its input)."""
     out = []

@@ -23,16 +23,13 @@ MAX_LISTED = 50  # document ids listed per side (all are counted)
 
 
 def _load(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    from datakit.io.fs import filesystem
+    from datakit.io.atomic import read_json
 
     base = path.rstrip("/")
-    fs, p = filesystem(f"{base}/manifest.json")
-    if not fs.exists(p):
+    manifest = read_json(f"{base}/manifest.json")
+    if manifest is None:
         raise FileNotFoundError(f"{base}: no manifest.json (not a committed datakit output)")
-    manifest = json.loads(fs.cat_file(p))
-    fs, p = filesystem(f"{base}/_run.json")
-    run = json.loads(fs.cat_file(p)) if fs.exists(p) else {}
-    return manifest, run
+    return manifest, read_json(f"{base}/_run.json") or {}
 
 
 def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:

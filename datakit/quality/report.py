@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
 from typing import Any, Iterable
 
 SECTIONS = [
@@ -288,23 +287,14 @@ def render(run: dict[str, Any], manifest: dict[str, Any] | None = None) -> str:
             "</body></html>")
 
 
-def _read_json(url: str) -> dict[str, Any] | None:
-    from datakit.io.fs import filesystem
-
-    fs, p = filesystem(url)
-    if not fs.exists(p):
-        return None
-    return json.loads(fs.cat_file(p))
-
-
 def write_report(path: str) -> str:
     """Render `PATH/_report.html` from `PATH/_run.json` (+ manifest.json); returns the report's path."""
-    from datakit.io.atomic import write_bytes_atomic
+    from datakit.io.atomic import read_json, write_bytes_atomic
 
     base = path.rstrip("/")
-    run = _read_json(f"{base}/_run.json")
+    run = read_json(f"{base}/_run.json")
     if run is None:
         raise FileNotFoundError(f"{base}: no _run.json (not a datakit output, or the run did not finish)")
-    page = render(run, _read_json(f"{base}/manifest.json"))
+    page = render(run, read_json(f"{base}/manifest.json"))
     write_bytes_atomic(f"{base}/_report.html", page.encode())
     return f"{base}/_report.html"

@@ -53,6 +53,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from datakit.io.atomic import read_json
 from datakit.io.fs import InputError, filesystem
 from datakit.io.records import data_files, is_packed, iter_tables, open_parquet
 from datakit.io.sinks import register_writer
@@ -471,11 +472,8 @@ def _local_target(path: str) -> Path | None:
 def is_index(path: str) -> bool:
     """True if `path` is an index folder (has an index.json of our format)."""
     try:
-        fs, p = filesystem(path)
-        meta_path = f"{p.rstrip('/')}/index.json"
-        if not fs.exists(meta_path):
-            return False
-        return json.loads(fs.cat_file(meta_path)).get("format") == INDEX_FORMAT
+        meta = read_json(f"{path.rstrip('/')}/index.json")
+        return meta is not None and meta.get("format") == INDEX_FORMAT
     except (OSError, ValueError):
         return False
 

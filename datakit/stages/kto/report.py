@@ -18,9 +18,8 @@ import json
 from collections import defaultdict
 from typing import Any
 
-from datakit.io.atomic import write_json_atomic
+from datakit.io.atomic import read_json, write_json_atomic
 from datakit.io.dataset import read_output
-from datakit.io.fs import filesystem
 
 REPORT_FILE = "_reports/feedback.json"
 REPORT_VERSION = "feedback_report.v1"
@@ -88,9 +87,8 @@ def write_report(path: str) -> dict[str, Any]:
     out = str(path).rstrip("/")
     summary = summarize(out)
     write_json_atomic(f"{out}/{REPORT_FILE}", summary)
-    fs, p = filesystem(f"{out}/_run.json")
-    if fs.exists(p):
-        run = json.loads(fs.cat_file(p))
+    run = read_json(f"{out}/_run.json")
+    if run is not None:
         run.setdefault("reports", {})["feedback"] = REPORT_FILE
         write_json_atomic(f"{out}/_run.json", run)
     return summary

@@ -188,9 +188,9 @@ class ScrubFn:
             env["pseudonym_key"] = hmac.new(self.replacer.key, b"datakit key fingerprint",
                                             hashlib.sha256).hexdigest()[:16]
         if self.extra is not None:
-            from datakit.io.identity import file_digest
+            from datakit.io.atomic import sha256_file
 
-            env["extra_recognizers"] = file_digest(self.extra.conf_file)
+            env["extra_recognizers"] = sha256_file(self.extra.conf_file)
             env["presidio_analyzer"] = library_version("presidio_analyzer")
         return env
 
