@@ -8,14 +8,13 @@ pipeline's `output.index` (on the engine that ran the pipeline) and library user
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 import uuid
 from typing import Any, Sequence
 
 from datakit.engines import get_engine
 from datakit.io import tempwork
-from datakit.io.fs import filesystem
+from datakit.io.fs import remove_tree
 from datakit.stages.decontaminate.index import FP_BITS, IndexInfo, index_plan, info_of, publish
 from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS
 
@@ -67,7 +66,7 @@ def build_index(data: str | Sequence[str], out_path: str, ngram: int = 13,
         meta = {k: v for k, v in (result.manifest or {}).items() if k not in ("rows", "path")}
         publish(f"{work}/index", out_path)
     finally:
-        _remove(work)
+        remove_tree(work)
     log.info("n-gram index written to %s on the %s engine: %d n-grams (%.1f s)", out_path, engine, meta["ngrams"],
              time.perf_counter() - t0)
     return info_of(out_path, meta)
@@ -91,13 +90,3 @@ def _work_folder(out_path: str, engine: str) -> str:
     parent = out_path.rstrip("/").rsplit("/", 1)[0] if "/" in out_path.rstrip("/") else "."
     return f"{parent}/{name}"  # created by the plan, once the input is known to exist
 
-
-def _remove(url: str) -> None:
-    if "://" not in url or url.startswith("file://"):
-        shutil.rmtree(url.removeprefix("file://"), ignore_errors=True)
-        return
-    fs, p = filesystem(url)
-    try:
-        fs.rm(p, recursive=True)
-    except (OSError, FileNotFoundError):
-        pass

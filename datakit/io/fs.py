@@ -6,6 +6,7 @@ Why: a researcher passes `logs/**/*.jsonl.zst`, an operator passes
 from __future__ import annotations
 
 import posixpath
+import shutil
 from typing import Iterable
 
 import fsspec
@@ -80,3 +81,17 @@ def _hidden(path: str, root: str) -> bool:
 def open_file(url: str, mode: str = "rb"):
     """Open a file on any storage (no transparent decompression: readers decide)."""
     return fsspec.open(url, mode).open()
+
+
+def remove_tree(url: str) -> None:
+    """Remove a folder and everything in it, locally or on an object store; quietly (a missing or
+    unremovable folder is left as it is: callers clean up scratch space, whose loss breaks nothing)."""
+    if "://" not in url or url.startswith("file://"):
+        shutil.rmtree(url.removeprefix("file://"), ignore_errors=True)
+        return
+    fs, p = filesystem(url)
+    try:
+        if fs.exists(p):
+            fs.rm(p, recursive=True)
+    except (OSError, FileNotFoundError):
+        pass

@@ -30,7 +30,7 @@ import uuid
 from contextlib import contextmanager
 from typing import Iterator
 
-from datakit.io.fs import InputError, filesystem
+from datakit.io.fs import InputError, filesystem, remove_tree
 
 log = logging.getLogger("datakit.publish")
 
@@ -302,15 +302,4 @@ def sweep(path: str) -> list[str]:
 
 def remove_work(path: str) -> None:
     """Remove `<out>/_work` (a finished run needs none of it; a later rerun starts its own)."""
-    import shutil
-
-    out = path.rstrip("/")
-    if _is_local(out):
-        shutil.rmtree(f"{_local(out)}/_work", ignore_errors=True)
-        return
-    fs, p = filesystem(f"{out}/_work")
-    try:
-        if fs.exists(p):
-            fs.rm(p, recursive=True)
-    except (OSError, FileNotFoundError):
-        pass
+    remove_tree(f"{path.rstrip('/')}/_work")
