@@ -15,10 +15,7 @@ from typing import List, Optional
 
 import typer
 
-
-def _fail(msg: str) -> None:
-    typer.echo(f"datakit: error: {msg}", err=True)
-    raise typer.Exit(2)
+from datakit.cli import _fail
 
 
 def _split(values: Optional[List[str]]) -> list[str] | None:
@@ -26,6 +23,12 @@ def _split(values: Optional[List[str]]) -> list[str] | None:
     if not values:
         return None
     return [v.strip() for x in values for v in x.split(",") if v.strip()]
+
+
+def _normalizations(values: Optional[List[str]]) -> list[str] | None:
+    """`--normalize` values: None when not given (the default), [] for `none`."""
+    norms = _split(values)
+    return [] if norms == ["none"] else norms
 
 
 def contamination_check(
@@ -63,9 +66,7 @@ def contamination_check(
     """Check eval sets against training data by n-gram overlap; exit 1 if any is contaminated."""
     from datakit.io.fs import InputError
 
-    norms = _split(normalize)
-    if norms == ["none"]:
-        norms = []
+    norms = _normalizations(normalize)
     try:
         from datakit.stages.decontaminate.check import check
 
@@ -109,9 +110,7 @@ def build_index_command(
     from datakit.engines import EngineOptionError
     from datakit.io.fs import InputError
 
-    norms = _split(normalize)
-    if norms == ["none"]:
-        norms = []
+    norms = _normalizations(normalize)
     if out is None:
         if len(data) != 1 or any(c in data[0] for c in "*?["):
             _fail("--out is required for several paths or a glob")
@@ -134,11 +133,9 @@ def build_index_command(
         if type(e).__name__ not in ("IndexBuildError", "EngineError", "SparkSetupError", "SparkJobError",
                                     "OutputBusyError", "StorageError"):
             raise
-        typer.echo(f"datakit: error: {e}", err=True)
-        raise typer.Exit(3)
+        _fail(str(e), 3)
     except OSError as e:  # writing the index failed (disk full, object store unreachable): a job failure
-        typer.echo(f"datakit: error: writing the index to {out} failed: {type(e).__name__}: {e}", err=True)
-        raise typer.Exit(3)
+        _fail(f"writing the index to {out} failed: {type(e).__name__}: {e}", 3)
     typer.echo(f"indexed {info.documents} documents, {info.ngrams} distinct {ngram}-grams into {out} "
                f"(false-positive rate {info.fp_rate_per_ngram:.1e} per n-gram)")
 
