@@ -31,7 +31,6 @@ from datakit.io.fs import InputError, filesystem
 from datakit.io.layout import write_card
 
 SNAPSHOTS_DIR = "_snapshots"
-STATE_DIR = "_dedup_state"
 FORGET_DIR = "_forget"  # deletion lists applied to the dataset (datakit.forget_snapshots), kept for later runs
 LAYOUT = "snapshots"  # manifest["layout"] of an append-mode dataset
 # fields of the dataset itself (not of a run): carried over by every commit

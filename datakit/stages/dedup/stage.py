@@ -313,23 +313,17 @@ class _BandFn:
 
 
 @dataclass(frozen=True)
-class _EdgeFn:
-    """(doc, bucket minimum) pairs, self pairs removed: this is a derived relation, not records."""
+class _PairsFn:
+    """(src, dst) = (column `a`, column `b`), rows where they are equal left out (a derived relation, not
+    records): LSH edges (doc, bucket minimum) and component members (member, kept doc)."""
+
+    a: str
+    b: str
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        doc, mn = batch.column("doc_id"), batch.column(_MIN)
-        keep = pc.fill_null(pc.not_equal(doc, mn), False)
-        return pa.RecordBatch.from_arrays([doc.filter(keep), mn.filter(keep)], names=["src", "dst"])
-
-
-@dataclass(frozen=True)
-class _MembersFn:
-    """(member, kept doc) pairs of the components, the kept doc itself left out (derived relation)."""
-
-    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        node, comp = batch.column("node"), batch.column("component")
-        keep = pc.fill_null(pc.not_equal(node, comp), False)
-        return pa.RecordBatch.from_arrays([node.filter(keep), comp.filter(keep)], names=["src", "dst"])
+        a, b = batch.column(self.a), batch.column(self.b)
+        keep = pc.fill_null(pc.not_equal(a, b), False)
+        return pa.RecordBatch.from_arrays([a.filter(keep), b.filter(keep)], names=["src", "dst"])
 
 
 @dataclass(frozen=True)
@@ -401,7 +395,7 @@ def _compile_near(rel: Rel, text_column: str | None, cfg: MinHashConfig, scope: 
     buckets = banded.aggregate([_BAND, _BUCKET], {_MIN: ("min", "doc_id")})
     cand = banded.join(buckets, [_BAND, _BUCKET], how="inner")
     edge_schema = pa.schema([pa.field("src", pa.string()), pa.field("dst", pa.string())])
-    edges = cand.map_batches(_EdgeFn(), edge_schema, name="dedup_lsh_edges")
+    edges = cand.map_batches(_PairsFn("doc_id", _MIN), edge_schema, name="dedup_lsh_edges")
     edges = edges.aggregate(["src", "dst"], {"_dk_n": ("count", "src")})  # one row per distinct pair
     state = None
     if keeps_state:  # the dropped duplicates' band keys, for the next snapshots' state (dedup/history.py)
@@ -425,7 +419,7 @@ def _compile_near(rel: Rel, text_column: str | None, cfg: MinHashConfig, scope: 
     if cfg.drop_rule == "similar_to_kept":
         # a member is dropped only if it is itself similar to the kept (smallest) doc of its component;
         # the others stay (chain ends). Rejected pairs come back as (src, src), i.e. "keep".
-        members = comps.map_batches(_MembersFn(), edge_schema, name="dedup_members")
+        members = comps.map_batches(_PairsFn("node", "component"), edge_schema, name="dedup_members")
         verdict = verified(members, "dedup_verify_kept", ("cluster_members", "members_similar_to_kept"))
     return _mark_clusters(rel, comps, verdict, state, history)
 
