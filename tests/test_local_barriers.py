@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 
 from datakit import CompileContext, Pipeline, StageConfig, register_stage
 from datakit.contracts import TRAINING_RECORD_V1
-from datakit.engines.local import connected_components_table
+from datakit.engines.local.barriers import connected_components_table
 from datakit.io.dataset import read_output
 from tests.conformance import assert_conformant
 

@@ -11,13 +11,4 @@
 from datakit.engines.local.engine import LocalEngine
 from datakit.engines.local.scheduler import EngineError
 
-__all__ = ["LocalEngine", "EngineError", "connected_components_table"]
-
-
-def __getattr__(name: str):
-    # barriers (polars, scipy) load on first use: a plan of row-local stages never needs them
-    if name == "connected_components_table":
-        from datakit.engines.local.barriers import connected_components_table
-
-        return connected_components_table
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = ["LocalEngine", "EngineError"]

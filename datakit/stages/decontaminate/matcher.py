@@ -387,7 +387,6 @@ class TextSource:
     offsets: np.ndarray
     row_of: np.ndarray   # int64, string -> row in the batch
     strings: pa.Array    # for snippets and masking
-    decoded: bool = False  # texts with string escapes decoded (`decoded_sources`): spans are not the row's
 
 
 _ESCAPES = [("\\\\", "\x00"), ("\\n", "\n"), ("\\t", "\t"), ("\\r", "\r"), ('\\"', '"'), ("\\'", "'"),
@@ -415,7 +414,7 @@ def decoded_sources(sources: list[TextSource]) -> list[TextSource]:
         for a, b in _ESCAPES:
             arr = pc.replace_substring(arr, a, b)
         data, offs = arrow_text_buffers(arr)
-        out.append(TextSource(src.name, data, offs, src.row_of[which], arr, decoded=True))
+        out.append(TextSource(src.name, data, offs, src.row_of[which], arr))  # spans are not the row's
     return out
 
 
