@@ -48,11 +48,6 @@ class Repository:
     language: str
     files: list[RepoFile]
 
-    def order_ok(self, order: list[str]) -> bool:
-        """Whether `order` (paths) puts every file after the files it imports."""
-        pos = {p: i for i, p in enumerate(order)}
-        return all(pos[d] < pos[f.path] for f in self.files for d in f.imports if d in pos and f.path in pos)
-
 
 def _neutralise_imports(text: str) -> str:
     """Corpus text with import lines turned into `pass` (same indentation): no unplanned edges."""

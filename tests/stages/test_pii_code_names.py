@@ -18,10 +18,11 @@ import pytest
 
 from datakit.contracts import TRAINING_RECORD_V1
 from datakit.stages.scrub_pii import detectors as D
-from datakit.stages.scrub_pii.presidio_bridge import analyze_findings, pattern_only_analyzer
+from datakit.stages.scrub_pii.presidio_bridge import pattern_only_analyzer
 from datakit.stages.scrub_pii.scan import scan_batch, scan_text
 from datakit.stages.scrub_pii.stage import ScrubPiiConfig, scrub_texts
 from datakit.synth import plants
+from tests.support.presidio_baseline import analyze_findings
 
 PERSON = D.BY_ENTITY["person"]
 

@@ -9,11 +9,10 @@ import pytest
 from datakit.stages.scrub_pii.detectors import DETECTORS
 from datakit.stages.scrub_pii.presidio_bridge import (
     DatakitRecognizer,
-    analyze_findings,
     pattern_only_analyzer,
 )
 from datakit.stages.scrub_pii.scan import scan_batch
-from tests.support.presidio_baseline import offline_tldextract, presidio_default_analyzer
+from tests.support.presidio_baseline import analyze_findings, offline_tldextract, presidio_default_analyzer
 
 HARD = Path(__file__).resolve().parents[1] / "data" / "pii_hard_cases.jsonl"
 

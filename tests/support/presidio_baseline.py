@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 
 from datakit.stages.scrub_pii.presidio_bridge import AnalyzerEngine, RecognizerRegistry, no_op_nlp_engine
+from datakit.stages.scrub_pii.scan import Finding, resolve_overlaps
 
 
 @functools.lru_cache(maxsize=1)
@@ -54,3 +55,12 @@ def presidio_default_analyzer(language: str = "en", regex_phone: bool = False) -
             recs.append(r)
     registry.recognizers = recs
     return AnalyzerEngine(registry=registry, nlp_engine=no_op_nlp_engine(language), supported_languages=[language])
+
+
+def analyze_findings(analyzer: AnalyzerEngine, text: str, language: str = "en") -> list[Finding]:
+    """Run an analyzer with our recognizers (`presidio_bridge.datakit_recognizers`) and turn its results
+    into our `Finding`s (same overlap rule): what the tests compare with our own scan."""
+    res = analyzer.analyze(text=text, language=language)
+    cands = [(r.start, r.end, int(r.recognition_metadata.get("datakit_priority", 0)),
+              r.recognition_metadata.get("datakit_entity", r.entity_type)) for r in res]
+    return resolve_overlaps(cands)

@@ -96,14 +96,6 @@ def pattern_only_analyzer(recognizers: Iterable[EntityRecognizer] | None = None,
                           supported_languages=[language])
 
 
-def analyze_findings(analyzer: AnalyzerEngine, text: str, language: str = "en") -> list[Finding]:
-    """Run an analyzer with our recognizers and turn its results into our `Finding`s (same overlap rule)."""
-    res = analyzer.analyze(text=text, language=language)
-    cands = [(r.start, r.end, int(r.recognition_metadata.get("datakit_priority", 0)),
-              r.recognition_metadata.get("datakit_entity", r.entity_type)) for r in res]
-    return resolve_overlaps(cands)
-
-
 # ---------------------------------------------------------------- person names (NER)
 
 _ner_warned = False
