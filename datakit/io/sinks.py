@@ -131,11 +131,11 @@ PARQUET_WRITE_OPTIONS = dict(compression="zstd", compression_level=3, row_group_
                              use_dictionary=True, write_statistics=True, store_schema=False)
 
 
-def write_parquet(table: pa.Table, url: str) -> None:
+def write_parquet(table: pa.Table, url: str, row_group_size: int = PARQUET_WRITE_OPTIONS["row_group_size"]) -> None:
     """Write a Parquet file with fixed settings (same bytes for the same table, on every engine)."""
     with atomic_path(url) as tmp:
         fs, p = filesystem(tmp)
-        pq.write_table(table, p, filesystem=fs, **PARQUET_WRITE_OPTIONS)
+        pq.write_table(table, p, filesystem=fs, **{**PARQUET_WRITE_OPTIONS, "row_group_size": row_group_size})
 
 
 @register_writer("parquet")

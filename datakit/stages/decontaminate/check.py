@@ -31,10 +31,8 @@ from datakit.stages.decontaminate.matcher import (EvalTable, TextSource, default
 from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS, flags_of, names_of
 from datakit.stages.decontaminate.evidence import EXCERPT_CHARS, eval_excerpt, item_hashes, shared_spans
 from datakit.stages.decontaminate.redact import Redaction, clip, excerpt, redact
-from datakit.stages.decontaminate.render import render_html  # noqa: F401  (re-exported: callers import it from here)
 from datakit.stages.texts import text_columns
-from datakit.stages.decontaminate.result import (REPORT_SCHEMA, CheckResult, EvalResult, ItemResult, Match,  # noqa: F401
-                                            NearItem)
+from datakit.stages.decontaminate.result import CheckResult, EvalResult, ItemResult, Match, NearItem
 
 NEAR_LISTED = 20  # near-threshold items listed per eval
 DEFAULT_NGRAM = 13

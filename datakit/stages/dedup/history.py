@@ -50,7 +50,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from datakit.io.fs import InputError
-from datakit.plan import DROP, DROP_DETAIL, DROP_STATE, Rel
+from datakit.plan import DROP, DROP_DETAIL, Rel
 
 LAYOUT = 2  # the state layout this version writes; layout 1 (no `layout` field) is read too
 _HIST, _HSIG, _HTEXT, _VIA = "_dk_hist", "_dk_hsig", "_dk_htext", "_dk_via"
@@ -99,15 +99,10 @@ def _hist_ids(doc_ids: list[str], snapshot: str) -> pa.Array:
 
 def write_table(t: pa.Table, kind: str, url: str) -> None:
     """A state file: sorted by its lookup key, small row groups, statistics on (same bytes everywhere)."""
-    from datakit.io.atomic import atomic_path
-    from datakit.io.fs import filesystem
-    from datakit.io.sinks import PARQUET_WRITE_OPTIONS
+    from datakit.io.sinks import write_parquet
 
     t = t.take(pc.sort_indices(t, [(c, "ascending") for c in _SORT[kind] if c in t.column_names])).combine_chunks()
-    opts = {**PARQUET_WRITE_OPTIONS, "row_group_size": ROW_GROUP[kind]}
-    with atomic_path(url) as tmp:
-        fs, p = filesystem(tmp)
-        pq.write_table(t, p, filesystem=fs, **opts)
+    write_parquet(t, url, ROW_GROUP[kind])
 
 
 def _member_rows(snap_path: str, snapshot: str, kept: set[str], bands: int) -> pa.Table:
