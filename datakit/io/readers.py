@@ -331,34 +331,3 @@ def _parquet_damage(e: BaseException) -> bool:
     """pyarrow's own errors mean the bytes are not (valid) Parquet; errors raised by the storage
     stack under it (botocore, aiohttp, s3fs) mean reading failed and must not pass as bad input."""
     return (type(e).__module__ or "").startswith("pyarrow")
-
-
-def read_table(paths: list[str], columns: list[str] | None = None) -> pa.Table:
-    """Read small side inputs (opt-out lists, eval files) fully: Parquet or JSON Lines by suffix."""
-    import json
-
-    tables = []
-    for url in paths:
-        if url.endswith(".parquet"):
-            fs, p = filesystem(url)
-            tables.append(pq.read_table(p, filesystem=fs, columns=columns))
-        else:
-            rows = []
-            for batch in iter_raw_lines(url):
-                errors = batch.column("_read_error").to_pylist()
-                for i, line in enumerate(batch.column("_raw").to_pylist()):
-                    if errors[i] == "blank_line":
-                        continue
-                    if line is None:
-                        raise InputError(f"{url}: {batch.column('_read_error')[i].as_py()}")
-                    try:
-                        rows.append(json.loads(line))
-                    except ValueError:
-                        raise InputError(f"{url}:{batch.column('_source_line')[i].as_py()}: not valid JSON") from None
-            t = pa.Table.from_pylist(rows)
-            if columns:
-                t = t.select([c for c in columns if c in t.schema.names])
-            tables.append(t)
-    if not tables:
-        return pa.table({})
-    return pa.concat_tables(tables, promote_options="permissive")

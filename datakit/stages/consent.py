@@ -34,11 +34,11 @@ from typing import Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pydantic import Field, field_validator
 
 from datakit.contracts import RAW_LINES
 from datakit.io.fs import InputError, expand, filesystem
-from datakit.io.readers import read_table
 from datakit.plan import DROP, Rel, source
 from datakit.stages.base import CompileContext, StageConfig, register_stage
 
@@ -147,7 +147,8 @@ def read_id_lists(paths: list[str], columns: tuple[str, ...] = ("user_id", "org_
     want = " or ".join(columns)
     for url in paths:
         if url.endswith(".parquet"):
-            t = read_table([url])
+            fs, p = filesystem(url)
+            t = pq.read_table(p, filesystem=fs)
             present = [c for c in columns if c in t.schema.names]
             if not present and t.num_rows:
                 raise InputError(f"opt-out list {url} has no {want} column")

@@ -129,11 +129,7 @@ def index_plan(data: str | Sequence[str], work: str, *, ngram: int = 13,
     it; the sink writes there; `index/` holds the result until it is published). `parallelism`
     (the engine's task slots) sets how finely the input is cut and the default partition count:
     2^`partition_bits` sink partitions (default: >= 2 per slot, at least 16, more for big inputs so a
-    partition's hashes stay near `PARTITION_HASH_BYTES`; at most 12 bits)."""
-    if fingerprint_bits not in (16, 32):
-        raise ValueError("fingerprint_bits must be 16 or 32")
-    if partition_bits is not None and not 1 <= partition_bits <= 12:
-        raise ValueError("partition_bits must be 1..12")
+    partition's hashes stay near `PARTITION_HASH_BYTES`; at most 12 bits). `build_index` checks the options."""
     units = plan_units(data, 1 if parallelism <= 1 else 4 * parallelism, batch_rows)
     # >= 2 partitions per task slot, and small enough that one sorts in memory: the sink holds a
     # partition's hashes at once (~2 B of hashes per byte of text; Parquet/compressed input counted 4x)
