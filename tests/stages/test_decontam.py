@@ -23,8 +23,8 @@ from datakit.stages.decontaminate.check import check
 from datakit.stages.decontaminate.evals import EvalError, EvalSet, load_eval
 from datakit.stages.decontaminate.matcher import EvalTable
 from datakit.stages.decontaminate.ngrams import ngram_hashes
-from datakit.stages.decontaminate.normalize import NORMALIZATIONS, flags_of, tokenize
-from tests.support.decontam_ref import ngram_hashes_ref, tokenize_ref
+from datakit.stages.decontaminate.normalize import NORMALIZATIONS, flags_of
+from tests.support.decontam_ref import ngram_hashes_ref, tokenize, tokenize_ref
 from tests.support.plant import LEAK_KINDS, idiomatic_code, plant
 
 ALL = ["whitespace", "case", "comments", "identifiers"]  # the four token normalizations (not the flat lexer mode)

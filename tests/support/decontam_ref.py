@@ -1,4 +1,5 @@
-"""The pure-Python reference for the decontamination kernel: `tokenize_ref`, `ngram_hashes_ref`.
+"""The pure-Python reference for the decontamination kernel: `tokenize_ref`, `ngram_hashes_ref`
+(and `tokenize`, the kernel's tokens of one text in the same shape, to compare with).
 
 Why here and not in the library: nothing in datakit runs it. It is an independent, slow,
 obviously-correct regex implementation of the numba lexer and window hash
@@ -11,11 +12,23 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
+import numpy as np
+
 from datakit.stages.decontaminate.ngrams import min_punct
 from datakit.stages.decontaminate.normalize import (
     DEFAULT_NORMALIZATIONS, F_CASE, F_COMMENTS, F_FLAT, F_IDENT, F_WS, KEYWORDS, MASK64, flags_of, fmix_ref,
-    token_hash_ref,
+    keyword_hashes, lex, token_hash_ref,
 )
+
+
+def tokenize(text: str | bytes, normalizations: Sequence[str] = DEFAULT_NORMALIZATIONS) -> list[tuple[int, int, int, bool]]:
+    """Tokens of one text as (hash, start byte, end byte, is_identifier), via the numba kernel."""
+    flags = flags_of(normalizations)
+    data = np.frombuffer(text.encode() if isinstance(text, str) else text, dtype=np.uint8)
+    n = len(data)
+    val = np.empty(n, np.uint64); st = np.empty(n, np.int64); en = np.empty(n, np.int64); idf = np.empty(n, np.uint8)
+    k = lex(data, 0, n, flags, keyword_hashes(flags), val, st, en, idf)
+    return [(int(val[i]), int(st[i]), int(en[i]), bool(idf[i])) for i in range(k)]
 
 _ID = rb"[A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*"
 _NUM = rb"[0-9][A-Za-z0-9_\x80-\xff.]*"

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import builtins
 import keyword
-from typing import Iterable, Literal, Sequence
+from typing import Iterable, Literal
 
 import numpy as np
 from datakit.jit import njit
@@ -266,16 +266,6 @@ def keyword_hashes(flags: int) -> np.ndarray:
         words = sorted({w.lower() if fold else w for w in KEYWORDS})
         _KW_CACHE[fold] = np.unique(np.array([token_hash_ref(w.encode(), False) for w in words], dtype=np.uint64))
     return _KW_CACHE[fold]
-
-
-def tokenize(text: str | bytes, normalizations: Sequence[str] = DEFAULT_NORMALIZATIONS) -> list[tuple[int, int, int, bool]]:
-    """Tokens of one text as (hash, start byte, end byte, is_identifier), via the numba kernel."""
-    flags = flags_of(normalizations)
-    data = np.frombuffer(text.encode() if isinstance(text, str) else text, dtype=np.uint8)
-    n = len(data)
-    val = np.empty(n, np.uint64); st = np.empty(n, np.int64); en = np.empty(n, np.int64); idf = np.empty(n, np.uint8)
-    k = lex(data, 0, n, flags, keyword_hashes(flags), val, st, en, idf)
-    return [(int(val[i]), int(st[i]), int(en[i]), bool(idf[i])) for i in range(k)]
 
 
 # ---------------------------------------------------------------------------------------------
