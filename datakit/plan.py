@@ -76,23 +76,29 @@ class Source(Node):
 
 
 @dataclass(eq=False)
-class MapBatches(Node):
+class _OneInput(Node):
+    """A node over one input relation (MapBatches, Aggregate, ConnectedComponents)."""
+
+    input: Node | None = None
+
+    @property
+    def inputs(self) -> list[Node]:
+        return [self.input]
+
+
+@dataclass(eq=False)
+class MapBatches(_OneInput):
     """A pure, row-local function over Arrow batches (may drop via `_drop`, may emit more rows).
 
     `fn` must be picklable (a module-level function or a class instance) so the
     local engine's process pool and Spark executors can run it.
     """
 
-    input: Node | None = None
     fn: BatchFn | None = None
     name: str = ""
     quarantine: bool = False
     drop_log_key: str | None = None
     drop_state: bool = False  # its dropped rows may carry `_drop_state` (written to `_dropped_state/`)
-
-    @property
-    def inputs(self) -> list[Node]:
-        return [self.input]
 
     def describe(self) -> str:
         extra = ", quarantine" if self.quarantine else ""
@@ -127,34 +133,23 @@ AggOp = Literal["min", "max", "count", "sum"]
 
 
 @dataclass(eq=False)
-class Aggregate(Node):
+class Aggregate(_OneInput):
     """Group by `keys`; `aggs` maps output column -> (op, input column). Output order is unspecified."""
 
-    input: Node | None = None
     keys: list[str] = field(default_factory=list)
     aggs: dict[str, tuple[str, str]] = field(default_factory=dict)
-
-    @property
-    def inputs(self) -> list[Node]:
-        return [self.input]
 
     def describe(self) -> str:
         return f"Aggregate(by {self.keys}: {self.aggs})"
 
 
 @dataclass(eq=False)
-class ConnectedComponents(Node):
+class ConnectedComponents(_OneInput):
     """Edges (`src`, `dst`: string ids) -> rows (`node`, `component`) with component = smallest id.
 
     Only nodes that appear in at least one edge are returned. The smallest-id
     representative makes the answer unique, so engines agree exactly.
     """
-
-    input: Node | None = None
-
-    @property
-    def inputs(self) -> list[Node]:
-        return [self.input]
 
 
 @dataclass
