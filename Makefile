@@ -32,7 +32,7 @@ demo: venv
 	$(PY) -m datakit.cli.demo
 
 test: venv venv-mds browser
-	$(PY) -m pytest --durations=25
+	$(PY) -m pytest -n 2 --dist loadgroup --durations=25
 
 # Headless Chromium (Debian's `chromium`) renders report.html in tests/test_report_diff.py. CI runs as root on
 # a fresh machine: install it there; elsewhere say why the rendering test will be skipped.

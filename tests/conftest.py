@@ -8,6 +8,16 @@ import pytest
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # An xdist worker's __main__ (execnet's) has neither __spec__ nor __file__, which pyspark.sql.connect
+    # (imported by great-expectations) takes for "running doctests" and answers with sys.exit(0) at import.
+    # A script or `python -m` always has one of them; give the worker's the same.
+    import sys
+
+    _main = sys.modules["__main__"]
+    if getattr(_main, "__spec__", None) is None and not hasattr(_main, "__file__"):
+        _main.__file__ = "<pytest-xdist worker>"
+
 try:  # the Spark engine's fixtures (session-scoped SparkSession, standalone cluster)
     from tests.spark_fixtures import *  # noqa: F401,F403
 except ImportError:  # pragma: no cover - before the Spark engine lands
@@ -23,3 +33,19 @@ def events_file(tmp_path):
     path = tmp_path / "logs" / "part-00000.jsonl"
     write_jsonl(path, [make_event(i) for i in range(20)])
     return path
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), keep the tests that share a JVM together.
+
+    Why: every Spark test shares one local[2] session per process (tests/spark_fixtures.py), and the
+    standalone-cluster tests share one cluster (tests/engines/conftest.py). Grouping sends each set to one
+    worker, so each JVM starts once, while the other worker runs the tests that need no JVM. Without xdist
+    the mark does nothing.
+    """
+    for item in items:
+        if item.get_closest_marker("cluster"):
+            item.add_marker(pytest.mark.xdist_group("cluster"))
+        elif (item.get_closest_marker("spark") or "spark" in getattr(item, "fixturenames", ())
+              or "spark" in item.name.lower() or "spark" in item.path.name):
+            item.add_marker(pytest.mark.xdist_group("spark"))

@@ -82,7 +82,7 @@ def spark_temp_dirs(tmp_path_factory) -> Iterator[Path]:
     pytest keeps only its last few temp folders, so nothing piles up.
 
     JAVA_TOOL_OPTIONS (read by every JVM, and inherited by the standalone daemons' executors and by
-    spark-submit's driver) carries TEST_JVM_OPTS, for speed only (see there).
+    spark-submit's driver) carries the temp dir too, and TEST_JVM_OPTS, for speed only (see there).
     """
     root = tmp_path_factory.mktemp("spark-scratch")
     local, jtmp = root / "local", root / "java-tmp"
@@ -92,7 +92,9 @@ def spark_temp_dirs(tmp_path_factory) -> Iterator[Path]:
     saved = {k: os.environ.get(k) for k in ("SPARK_LOCAL_DIRS", "SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS",
                                             "SPARK_EXECUTOR_OPTS", "JAVA_TOOL_OPTIONS")}
     os.environ["SPARK_LOCAL_DIRS"] = str(local)
-    os.environ["JAVA_TOOL_OPTIONS"] = f"{saved['JAVA_TOOL_OPTIONS'] or ''} {TEST_JVM_OPTS}".strip()
+    # also the temp dir: standalone executors get no SPARK_*_OPTS, and a killed or stopped one left the
+    # archive it fetched (~400 MB, in /tmp/spark-*) behind
+    os.environ["JAVA_TOOL_OPTIONS"] = f"{saved['JAVA_TOOL_OPTIONS'] or ''} {TEST_JVM_OPTS} {opt}".strip()
     for k in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS", "SPARK_EXECUTOR_OPTS"):
         os.environ[k] = f"{saved[k]} {opt}".strip() if saved[k] else opt
     try:
