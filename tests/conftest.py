@@ -11,12 +11,13 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # An xdist worker's __main__ (execnet's) has neither __spec__ nor __file__, which pyspark.sql.connect
     # (imported by great-expectations) takes for "running doctests" and answers with sys.exit(0) at import.
-    # A script or `python -m` always has one of them; give the worker's the same.
+    # A script or `python -m` always has one of them; give the worker's a script that does nothing
+    # (spawned pool workers run it as their __mp_main__).
     import sys
 
     _main = sys.modules["__main__"]
     if getattr(_main, "__spec__", None) is None and not hasattr(_main, "__file__"):
-        _main.__file__ = "<pytest-xdist worker>"
+        _main.__file__ = os.path.join(os.path.dirname(os.path.abspath(__file__)), "xdist_main.py")
 
 try:  # the Spark engine's fixtures (session-scoped SparkSession, standalone cluster)
     from tests.spark_fixtures import *  # noqa: F401,F403
