@@ -74,29 +74,22 @@ def spark_temp_dirs(tmp_path_factory) -> Iterator[Path]:
 
     Why: a Spark driver or executor killed with SIGKILL (the killed-driver and stalled-executor
     tests do it on purpose; a timeout does it by accident) cannot run its shutdown hooks, and
-    its `spark-*`, `blockmgr-*` and `artifacts-*` folders (up to ~1 GB) stayed in /tmp for good.
-    Set before any session starts, so all of them inherit it: SPARK_LOCAL_DIRS (overrides
-    spark.local.dir for drivers, standalone workers and their executors) and java.io.tmpdir
-    for the driver JVM (SPARK_SUBMIT_OPTS, read by spark-submit and so by pyspark's gateway),
-    the standalone daemons (SPARK_DAEMON_JAVA_OPTS) and executors (SPARK_EXECUTOR_OPTS).
-    pytest keeps only its last few temp folders, so nothing piles up.
+    its `spark-*`, `blockmgr-*` and `artifacts-*` folders (up to ~1 GB; an executor's copy of a
+    fetched archive is ~400 MB) stayed in /tmp for good. Set before any session starts, so all of
+    them inherit it: SPARK_LOCAL_DIRS (overrides spark.local.dir for drivers, standalone workers
+    and their executors) and java.io.tmpdir through JAVA_TOOL_OPTIONS, which every JVM reads: the
+    local session's, spark-submit's, the standalone daemons' and their executors' (which get no
+    SPARK_*_OPTS). pytest keeps only its last few temp folders, so nothing piles up.
 
-    JAVA_TOOL_OPTIONS (read by every JVM, and inherited by the standalone daemons' executors and by
-    spark-submit's driver) carries the temp dir too, and TEST_JVM_OPTS, for speed only (see there).
+    JAVA_TOOL_OPTIONS also carries TEST_JVM_OPTS, for speed only (see there).
     """
     root = tmp_path_factory.mktemp("spark-scratch")
     local, jtmp = root / "local", root / "java-tmp"
     local.mkdir()
     jtmp.mkdir()
-    opt = f"-Djava.io.tmpdir={jtmp}"
-    saved = {k: os.environ.get(k) for k in ("SPARK_LOCAL_DIRS", "SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS",
-                                            "SPARK_EXECUTOR_OPTS", "JAVA_TOOL_OPTIONS")}
+    saved = {k: os.environ.get(k) for k in ("SPARK_LOCAL_DIRS", "JAVA_TOOL_OPTIONS")}
     os.environ["SPARK_LOCAL_DIRS"] = str(local)
-    # also the temp dir: standalone executors get no SPARK_*_OPTS, and a killed or stopped one left the
-    # archive it fetched (~400 MB, in /tmp/spark-*) behind
-    os.environ["JAVA_TOOL_OPTIONS"] = f"{saved['JAVA_TOOL_OPTIONS'] or ''} {TEST_JVM_OPTS} {opt}".strip()
-    for k in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS", "SPARK_EXECUTOR_OPTS"):
-        os.environ[k] = f"{saved[k]} {opt}".strip() if saved[k] else opt
+    os.environ["JAVA_TOOL_OPTIONS"] = f"{saved['JAVA_TOOL_OPTIONS'] or ''} {TEST_JVM_OPTS} -Djava.io.tmpdir={jtmp}".strip()
     try:
         yield root
     finally:
