@@ -37,7 +37,7 @@ import uuid
 from collections import Counter, defaultdict
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 
@@ -451,8 +451,7 @@ class _Run:
         else:
             raise NotImplementedError(f"the Spark engine cannot run {type(node).__name__}")
         if not deferred:
-            df = self._persist(df)
-            self.rows[node.id] = df.count()
+            df, self.rows[node.id] = self._materialize(df, lambda d: d.count())
         self.df[node.id] = df
         self.arrow[node.id] = node.schema
 
@@ -460,25 +459,44 @@ class _Run:
         return self.sc.master.startswith("local[") or self.sc.master == "local"
 
     def _persist(self, df):
-        """Materialize a node's output: computed once, kept, and its lineage cut.
+        """`df` materialized, its lineage cut (see `_materialize`), for a step that reads no result of it."""
+        if self._checkpoint_local():
+            return df.localCheckpoint(eager=True)  # one job
+        return self._materialize(df, lambda d: None)[0]
+
+    def _materialize(self, df, action: Callable[[Any], Any]) -> tuple[Any, Any]:
+        """Materialize a node's output (computed once, kept, its lineage cut) and run `action` on it.
 
         Why cut lineage: the plan is a DAG whose shared parts Spark would
         otherwise re-plan in every consumer, which grows without bound on
         pipelines like dedup. In local mode the driver is the only executor, so
         a local checkpoint (cached blocks) suffices; on a cluster a reliable
         checkpoint (files in the checkpoint dir) survives a lost executor.
+
+        Why `action` is passed in: the action that reads the node's result (its
+        row count, a chain's stats rows) is the job that computes it. In local
+        mode the checkpoint is lazy, so that one job computes, caches and answers
+        (an eager checkpoint is a job of its own, and every Spark job costs
+        0.1-0.5 s of scheduling and planning however small its data); a lazy local
+        checkpoint keeps every partition the job computed and computes any it
+        skipped when the job ends. On a cluster the action runs on the persisted
+        frame, then the reliable checkpoint is written from those cached blocks.
+        The result is exact either way: one successful job counts every partition
+        once, however many task attempts it took.
         """
         from pyspark import StorageLevel
 
         if self._checkpoint_local():
-            return df.localCheckpoint(eager=True)
+            out = df.localCheckpoint(eager=False)
+            return out, action(out)
         self.sc.setCheckpointDir(self._checkpoint_dir())
-        cached = df.persist(StorageLevel.MEMORY_AND_DISK)  # so the checkpoint job computes it once
+        cached = df.persist(StorageLevel.MEMORY_AND_DISK)  # the action computes it once, the checkpoint reads it
         try:
+            result = action(cached)
             out = cached.checkpoint(eager=True)
         finally:
             cached.unpersist()
-        return out
+        return out, result
 
     def _chain_of(self, node: Node) -> tuple[Node, list[MapBatches]]:
         """Fusible MapBatches below `node` (inclusive) and the base they read (Source or a materialized node)."""
@@ -526,12 +544,13 @@ class _Run:
                              "stage": op.stage, "name": op.name, "quarantine": op.quarantine, "drop_log_key": op.drop_log_key})
         fn = _ChainFn(base.format if read_files else None, base.schema if read_files else None,
                       in_schema, op_specs, data_schema, out_schema)
-        out = self._persist(inp.mapInArrow(fn, from_arrow_schema(out_schema)))
-        # stats rows are data: one aggregation gives exact counts whatever the task retries were
-        agg = (out.where(F.col(KIND) == STATS).groupBy(OP, SKIND, SNAME).agg(F.sum(N).alias("n")).collect())
+        # stats rows are data, a few per task: the job that materializes the chain collects them (no
+        # shuffle) and they are summed here; exact whatever the task retries were (see _materialize)
+        out, rows = self._materialize(inp.mapInArrow(fn, from_arrow_schema(out_schema)),
+                                      lambda d: d.where(F.col(KIND) == STATS).select(OP, SKIND, SNAME, N).collect())
         base_rows = 0
-        for r in agg:
-            i, kind, name, n = int(r[OP]), r[SKIND], r[SNAME], int(r["n"])
+        for r in rows:
+            i, kind, name, n = int(r[OP]), r[SKIND], r[SNAME], int(r[N])
             if kind == "base":
                 base_rows += n
                 continue
