@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from datakit.io.sinks import output_checksums
 from datakit.loader import PackedDataset
 from datakit.stages.tokenize.direct import build_dataset, encode_records
-from datakit.stages.tokenize.packing import materialize, pack
+from datakit.stages.tokenize.packing import gather_index, materialize, pack
 from datakit.stages.tokenize.stage import TokenizeConfig
 from datakit.stages.tokenize.tokenizers import load_tokenizer
 from tests.stages.test_tokenize import TOKENIZER, code_records, fim_record, sft_record, table
@@ -69,6 +69,18 @@ def test_pack_reconstructs_every_document(lengths, seq_len, algorithm):
                 assert (packed.segments[:, 1] == row).sum() == 1
     else:
         assert packed.tokens.shape[0] == -(-int(lengths.sum()) // seq_len)  # concat wastes only the tail
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 40)), max_size=60))
+def test_gather_index_is_the_concatenation_of_ranges(pieces):
+    """Every piece's range in order, empty pieces contributing nothing (starts may repeat or go backwards)."""
+    starts = np.array([s for s, _ in pieces], dtype=np.int64)
+    lengths = np.array([n for _, n in pieces], dtype=np.int64)
+    want = np.concatenate([np.arange(s, s + n) for s, n in pieces] + [np.zeros(0, np.int64)]).astype(np.int64)
+    got = gather_index(starts, lengths)
+    assert got.dtype == np.int64
+    assert got.tolist() == want.tolist()
 
 
 def test_best_fit_packs_tighter_than_first_fit_bound_and_never_splits():
