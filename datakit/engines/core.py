@@ -27,7 +27,7 @@ from datakit.plan import DROP, DROP_DETAIL, DROP_STATE, METRICS, Plan, SinkSpec
 __all__ = ["Engine", "worker_fn", "take_setup_seconds", "METRICS", "QUARANTINE_SCHEMA", "DROPLOG_SCHEMA", "DROPSTATE_SCHEMA", "SIDE_OUTPUTS",
            "RunResult", "MapOutput",
            "conform", "apply_map", "shard_count", "resolve_sink", "write_side_output", "commit_run",
-           "remove_if_empty"]
+           "remove_if_empty", "connected_components_table"]
 
 QUARANTINE_SCHEMA = pa.schema([
     ("stage", pa.string()), ("reason", pa.string()), ("detail", pa.string()),
@@ -278,3 +278,36 @@ def _remove_stale(url: str) -> None:
             fs.rm(p)
     except FileNotFoundError:
         pass
+
+
+def connected_components_table(src: pa.Array, dst: pa.Array) -> pa.Table:
+    """Union-find by sparse graph: (node, component = smallest node id in its component).
+
+    scipy's C implementation runs in O(V + E) with ~40 bytes per edge, far from
+    the Python-dict union-find that made single-node dedup take days elsewhere.
+    """
+    import numpy as np
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    src = pc.cast(src, pa.string()) if not isinstance(src, pa.ChunkedArray) else src.cast(pa.string())
+    dst = pc.cast(dst, pa.string()) if not isinstance(dst, pa.ChunkedArray) else dst.cast(pa.string())
+    all_nodes = pa.concat_arrays([_chunk(src), _chunk(dst)])
+    if len(all_nodes) == 0:
+        return pa.table({"node": pa.array([], pa.string()), "component": pa.array([], pa.string())})
+    uniq = pc.unique(all_nodes)
+    uniq = uniq.take(pc.sort_indices(uniq))  # sorted ids: index order == string order
+    si = pc.index_in(_chunk(src), value_set=uniq).to_numpy()
+    di = pc.index_in(_chunk(dst), value_set=uniq).to_numpy()
+    n = len(uniq)
+    g = coo_matrix((np.ones(len(si), dtype=np.int8), (si, di)), shape=(n, n))
+    _, labels = connected_components(g, directed=True, connection="weak")
+    # smallest member per label: nodes are sorted, so the first index seen per label is the min
+    first = np.full(labels.max() + 1, n, dtype=np.int64)
+    np.minimum.at(first, labels, np.arange(n))
+    comp = uniq.take(pa.array(first[labels]))
+    return pa.table({"node": uniq, "component": comp})
+
+
+def _chunk(a):
+    return a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a

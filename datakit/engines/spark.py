@@ -37,7 +37,7 @@ import uuid
 from collections import Counter, defaultdict
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 
@@ -276,21 +276,29 @@ class SparkEngine(Engine):
         self.master = master
         self.conf = dict(conf or {})
         check_user_conf(self.conf)  # a bad partition setting fails here, not after the session started
+        from datakit.engines.spark_cc import ONE_TASK_CONF, one_task_max_edges
+
+        one_task_max_edges(self.conf.get(ONE_TASK_CONF))
         self.partitions = partitions
         self.checkpoint_dir = checkpoint_dir
 
     def _execute(self, plan: Plan) -> RunResult:
+        from datakit.engines.spark_cc import ONE_TASK_CONF, one_task_max_edges
+
         t0 = time.perf_counter()
         spark = get_session(self.master, self.conf)
         remote = not spark.sparkContext.master.startswith("local")
         executors = executor_environment(spark) if remote else None  # same datakit on every executor
         inputs = identity.input_files(plan.input_files())
+        user_conf = self._user_conf(spark)
         try:
             parts = plan_partitions(sum(int(f.get("size") or 0) for f in inputs), spark.sparkContext.defaultParallelism,
-                                    self.partitions, self._user_conf(spark))
+                                    self.partitions, user_conf)
+            cc_edges = one_task_max_edges(user_conf.get(ONE_TASK_CONF))
         except ValueError as e:
             raise SparkSetupError(str(e)) from None
         run = _Run(self, spark, plan, parts)
+        run.cc_one_task_edges = cc_edges
         run.inputs = inputs
         if plan.sink is not None:
             publish.retract(plan.sink.path)  # readers see no dataset until the new one is committed
@@ -317,7 +325,9 @@ class SparkEngine(Engine):
         operator's spark-submit settings when the session is not one datakit started with its defaults."""
         from datakit.engines.spark_session import _active
 
-        keys = (SHUFFLE_CONF, TARGET_CONF)
+        from datakit.engines.spark_cc import ONE_TASK_CONF
+
+        keys = (SHUFFLE_CONF, TARGET_CONF, ONE_TASK_CONF)
         out: dict[str, str] = {}
         if _active.get("session") is not spark:  # spark-submit / a notebook's session: its conf is the user's
             given = spark.sparkContext.getConf()
@@ -368,6 +378,7 @@ class _Run:
         self.current = "starting"
         self._ckpt: str | None = None
         self.inputs: list[dict[str, Any]] = []
+        self.cc_one_task_edges = 0  # graphs up to this many edges: components in one task (spark_cc)
 
     def runtime_conf(self) -> dict[str, str]:
         conf = {"spark.sql.shuffle.partitions": str(self.n),
@@ -386,6 +397,7 @@ class _Run:
             for i in n.inputs:
                 consumers[i.id].append(n)
         self.shared = {nid for nid, cs in consumers.items() if len(cs) > 1}
+        counted = _counted_nodes(plan)
         with translate_errors_at(self):
             for node in order:
                 cs = consumers.get(node.id, [])
@@ -393,9 +405,10 @@ class _Run:
                          and isinstance(cs[0], MapBatches))
                 if fused:
                     continue  # runs inside its consumer's chain
-                # a join/aggregate read by one chain only is not materialized: the chain counts its rows
+                # a join/aggregate read by one node only is not materialized (it is computed inside its
+                # reader's job): a chain reading it counts its rows; any other reader needs no count of it
                 deferred = (not isinstance(node, (Source, MapBatches)) and node is not plan.root and len(cs) == 1
-                            and isinstance(cs[0], MapBatches))
+                            and (isinstance(cs[0], MapBatches) or node.id not in counted))
                 self.current = f"stage {node.stage!r} ({node.describe()})"
                 t = time.perf_counter()
                 chain = self._chain_of(node)[1] if isinstance(node, MapBatches) else [node]
@@ -407,7 +420,8 @@ class _Run:
                 for op in ops:
                     self.stats[op.id].seconds += (time.perf_counter() - t) / len(ops)
             for node in order:
-                if isinstance(node, Join):
+                # (an anti join and its left side are always counted; other joins may go uncounted)
+                if isinstance(node, Join) and (node.how == "anti" or {node.id, node.left.id} <= self.rows.keys()):
                     st = self.stats[node.id]
                     st.rows_in += self.rows[node.left.id]
                     st.rows_out += self.rows[node.id]
@@ -451,8 +465,7 @@ class _Run:
         else:
             raise NotImplementedError(f"the Spark engine cannot run {type(node).__name__}")
         if not deferred:
-            df = self._persist(df)
-            self.rows[node.id] = df.count()
+            df, self.rows[node.id] = self._materialize(df, lambda d: d.count())
         self.df[node.id] = df
         self.arrow[node.id] = node.schema
 
@@ -460,25 +473,44 @@ class _Run:
         return self.sc.master.startswith("local[") or self.sc.master == "local"
 
     def _persist(self, df):
-        """Materialize a node's output: computed once, kept, and its lineage cut.
+        """`df` materialized, its lineage cut (see `_materialize`), for a step that reads no result of it."""
+        if self._checkpoint_local():
+            return df.localCheckpoint(eager=True)  # one job
+        return self._materialize(df, lambda d: None)[0]
+
+    def _materialize(self, df, action: Callable[[Any], Any]) -> tuple[Any, Any]:
+        """Materialize a node's output (computed once, kept, its lineage cut) and run `action` on it.
 
         Why cut lineage: the plan is a DAG whose shared parts Spark would
         otherwise re-plan in every consumer, which grows without bound on
         pipelines like dedup. In local mode the driver is the only executor, so
         a local checkpoint (cached blocks) suffices; on a cluster a reliable
         checkpoint (files in the checkpoint dir) survives a lost executor.
+
+        Why `action` is passed in: the action that reads the node's result (its
+        row count, a chain's stats rows) is the job that computes it. In local
+        mode the checkpoint is lazy, so that one job computes, caches and answers
+        (an eager checkpoint is a job of its own, and every Spark job costs
+        0.1-0.5 s of scheduling and planning however small its data); a lazy local
+        checkpoint keeps every partition the job computed and computes any it
+        skipped when the job ends. On a cluster the action runs on the persisted
+        frame, then the reliable checkpoint is written from those cached blocks.
+        The result is exact either way: one successful job counts every partition
+        once, however many task attempts it took.
         """
         from pyspark import StorageLevel
 
         if self._checkpoint_local():
-            return df.localCheckpoint(eager=True)
+            out = df.localCheckpoint(eager=False)
+            return out, action(out)
         self.sc.setCheckpointDir(self._checkpoint_dir())
-        cached = df.persist(StorageLevel.MEMORY_AND_DISK)  # so the checkpoint job computes it once
+        cached = df.persist(StorageLevel.MEMORY_AND_DISK)  # the action computes it once, the checkpoint reads it
         try:
+            result = action(cached)
             out = cached.checkpoint(eager=True)
         finally:
             cached.unpersist()
-        return out
+        return out, result
 
     def _chain_of(self, node: Node) -> tuple[Node, list[MapBatches]]:
         """Fusible MapBatches below `node` (inclusive) and the base they read (Source or a materialized node)."""
@@ -508,7 +540,7 @@ class _Run:
             else:
                 base_schema = _with_provenance(base.schema)
             files = list(base.paths)
-            inp = self.sc.parallelize([(f,) for f in files], max(1, min(len(files), self.n))).toDF("path string")
+            inp = _file_slices(self.spark, files, max(1, min(len(files), self.n)))
             in_schema = None
         else:
             in_schema = self.arrow[base.id]
@@ -526,12 +558,13 @@ class _Run:
                              "stage": op.stage, "name": op.name, "quarantine": op.quarantine, "drop_log_key": op.drop_log_key})
         fn = _ChainFn(base.format if read_files else None, base.schema if read_files else None,
                       in_schema, op_specs, data_schema, out_schema)
-        out = self._persist(inp.mapInArrow(fn, from_arrow_schema(out_schema)))
-        # stats rows are data: one aggregation gives exact counts whatever the task retries were
-        agg = (out.where(F.col(KIND) == STATS).groupBy(OP, SKIND, SNAME).agg(F.sum(N).alias("n")).collect())
+        # stats rows are data, a few per task: the job that materializes the chain collects them (no
+        # shuffle) and they are summed here; exact whatever the task retries were (see _materialize)
+        out, rows = self._materialize(inp.mapInArrow(fn, from_arrow_schema(out_schema)),
+                                      lambda d: d.where(F.col(KIND) == STATS).select(OP, SKIND, SNAME, N).collect())
         base_rows = 0
-        for r in agg:
-            i, kind, name, n = int(r[OP]), r[SKIND], r[SNAME], int(r["n"])
+        for r in rows:
+            i, kind, name, n = int(r[OP]), r[SKIND], r[SNAME], int(r[N])
             if kind == "base":
                 base_rows += n
                 continue
@@ -611,9 +644,13 @@ class _Run:
         return df.select(*node.schema.names)
 
     def _components(self, node: ConnectedComponents):
-        from datakit.engines.spark_cc import connected_components
+        from datakit.engines.spark_cc import components_in_one_task, connected_components
 
         edges = self.df[node.input.id].select("src", "dst")
+        n = self.rows.get(node.input.id)  # known: the input of a CC node is a chain's output
+        if n is not None and n <= self.cc_one_task_edges:
+            log.info("connected components of %d edges in one task", n)
+            return components_in_one_task(edges)
         out, rounds = connected_components(edges, checkpoint=self._persist)
         log.info("connected components converged in %d rounds", rounds)
         return out
@@ -703,6 +740,30 @@ class translate_errors_at:
         except SparkError:
             raise
         return False
+
+
+def _file_slices(spark, files: list[str], k: int):
+    """A one-column (`path`) DataFrame of `files` in `k` partitions of consecutive files.
+
+    Why not `sc.parallelize(...).toDF()`: that is a Python RDD, so its tasks start a second Python
+    worker beside the one that reads the files (seconds in a fresh session). An Arrow table becomes
+    a JVM-side relation with one partition per record batch (`createDataFrame`), no Python involved.
+    """
+    slices = [files[i * len(files) // k:(i + 1) * len(files) // k] for i in range(k)]
+    return spark.createDataFrame(pa.Table.from_batches(
+        [pa.record_batch([pa.array(s, pa.string())], names=["path"]) for s in slices]))
+
+
+def _counted_nodes(plan: Plan) -> set[int]:
+    """Nodes whose row count the run report needs: each stage's input and output, the root (the sink
+    sizes its shards by it), anti joins and their left sides (their difference is a drop count)."""
+    out = {plan.root.id}
+    for span in plan.spans:
+        out |= {span.input.id, span.output.id}
+    for node in plan.nodes():
+        if isinstance(node, Join) and node.how == "anti":
+            out |= {node.id, node.left.id}
+    return out
 
 
 def _with_provenance(schema: pa.Schema) -> pa.Schema:

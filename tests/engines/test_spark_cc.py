@@ -41,8 +41,9 @@ def _graphs() -> dict[str, list[tuple[str, str]]]:
 
 
 def test_components_match_union_find_on_hand_made_graphs(spark):
-    """All graphs in one run (ids prefixed per graph, so they stay disjoint): one Spark job chain."""
-    from datakit.engines.spark_cc import connected_components
+    """All graphs in one run (ids prefixed per graph, so they stay disjoint): one Spark job chain.
+    Both ways the engine finds components (rounds of large/small-star; one task for a small graph)."""
+    from datakit.engines.spark_cc import components_in_one_task, connected_components
 
     n = 256  # a path over scrambled ids: the worst case for naive label propagation (n rounds)
     perm = list(range(n))
@@ -59,3 +60,5 @@ def test_components_match_union_find_on_hand_made_graphs(spark):
     assert got["long_path:p0100"] == "long_path:p0000"
     assert got["unicode:日本"] == "unicode:e"  # string (code point) order, as union-find
     assert rounds <= 2 * 8 + 2, rounds  # O(log n) rounds, not O(n)
+    one = {r["node"]: r["component"] for r in components_in_one_task(df).collect()}
+    assert one == want

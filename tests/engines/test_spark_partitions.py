@@ -32,6 +32,16 @@ def test_what_the_user_says_wins():
     assert parse_bytes("64MiB") == parse_bytes("64m") == 64 << 20 and parse_bytes("1g") == 1 << 30
 
 
+def test_components_one_task_setting_is_checked_before_any_session():
+    from datakit.engines.spark import SparkEngine
+    from datakit.engines.spark_cc import ONE_TASK_CONF, ONE_TASK_MAX_EDGES, one_task_max_edges
+
+    assert (one_task_max_edges(None), one_task_max_edges("0"), one_task_max_edges(5)) == (ONE_TASK_MAX_EDGES, 0, 5)
+    for bad in ("-1", "lots"):
+        with pytest.raises(ValueError, match=ONE_TASK_CONF):
+            SparkEngine(conf={ONE_TASK_CONF: bad})
+
+
 PIPELINE = {"name": "parts", "seed": 1,
             "stages": [{"kind": "ingest"}, {"kind": "extract", "kinds": ["code", "sft"]},
                        {"kind": "dedup", "exact": True},

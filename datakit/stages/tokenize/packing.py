@@ -154,6 +154,13 @@ def pack(lengths: np.ndarray, seq_len: int, algorithm: str) -> Pieces:
     raise ValueError(f"unknown packing {algorithm!r}; choose one of {PACKING_ALGORITHMS}")
 
 
+# Tokens per step of `chunks`: the int64 index arrays of one step are 8 bytes a token (~8 MB each here).
+# Why steps at all: a shard's whole index is 8 bytes per token per array, several arrays at once
+# (a 15M-token shard of the 10^5-event quickstart: ~0.5 GB of indexes for ~45 MB of output), which
+# set the peak memory of the process writing it; per step the work is the same.
+GATHER_STEP_TOKENS = 1 << 20
+
+
 def gather_index(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Concatenation of `arange(s, s+l)` for every (s, l), vectorized.
 
@@ -173,6 +180,31 @@ def gather_index(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     steps[0] = starts[0]
     steps[first[1:]] = starts[1:] - (starts[:-1] + lengths[:-1] - 1)
     return np.cumsum(steps, out=steps)
+
+
+def chunks(lengths: np.ndarray, step: int | None = None) -> list[slice]:
+    """Consecutive slices of `lengths` of at most `step` (default GATHER_STEP_TOKENS) tokens each; an item
+    longer than that is a slice of its own."""
+    step = step or GATHER_STEP_TOKENS
+    ends = np.cumsum(lengths)
+    out, start, n = [], 0, len(lengths)
+    while start < n:
+        stop = int(np.searchsorted(ends, ends[start] - lengths[start] + step, side="right"))
+        stop = max(stop, start + 1)
+        out.append(slice(start, stop))
+        start = stop
+    return out
+
+
+def gather(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """`values[gather_index(starts, lengths)]`, built in steps (`chunks`) so the index never spans the shard."""
+    out = np.empty(int(lengths.sum()), dtype=values.dtype)
+    at = 0
+    for sl in chunks(lengths):
+        part = values[gather_index(starts[sl], lengths[sl])]
+        out[at:at + len(part)] = part
+        at += len(part)
+    return out
 
 
 def materialize(pieces: Pieces, doc_start: np.ndarray, values: np.ndarray, mask_values: np.ndarray,
@@ -197,12 +229,13 @@ def materialize(pieces: Pieces, doc_start: np.ndarray, values: np.ndarray, mask_
     n = pieces.n_sequences
     tokens = np.full(n * seq_len, pad_id, dtype=dtype)
     mask = np.zeros(n * seq_len, dtype=np.uint8)
-    dst = gather_index(pieces.seq * seq_len + pieces.pos, pieces.length)
-    src = gather_index(doc_start[pieces.doc_row] + pieces.doc_offset, pieces.length)
-    tokens[dst] = values[src]
-    if mask_start is not doc_start and not np.array_equal(mask_start, doc_start):
-        src = gather_index(mask_start[pieces.doc_row] + pieces.doc_offset, pieces.length)
-    mask[dst] = mask_values[src]
+    same_offsets = mask_start is doc_start or np.array_equal(mask_start, doc_start)
+    for sl in chunks(pieces.length):  # pieces never overlap: steps give the same arrays as one pass
+        ln, row, off = pieces.length[sl], pieces.doc_row[sl], pieces.doc_offset[sl]
+        dst = gather_index(pieces.seq[sl] * seq_len + pieces.pos[sl], ln)
+        src = gather_index(doc_start[row] + off, ln)
+        tokens[dst] = values[src]
+        mask[dst] = mask_values[src if same_offsets else gather_index(mask_start[row] + off, ln)]
 
     # padding segments: where a sequence's last piece ends before seq_len
     used = np.zeros(n, dtype=np.int64)
