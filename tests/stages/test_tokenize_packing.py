@@ -72,6 +72,18 @@ def test_pack_reconstructs_every_document(lengths, seq_len, algorithm):
         assert packed.tokens.shape[0] == -(-int(lengths.sum()) // seq_len)  # concat wastes only the tail
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 40)), max_size=60))
+def test_gather_index_is_the_concatenation_of_ranges(pieces):
+    """Every piece's range in order, empty pieces contributing nothing (starts may repeat or go backwards)."""
+    starts = np.array([s for s, _ in pieces], dtype=np.int64)
+    lengths = np.array([n for _, n in pieces], dtype=np.int64)
+    want = np.concatenate([np.arange(s, s + n) for s, n in pieces] + [np.zeros(0, np.int64)]).astype(np.int64)
+    got = gather_index(starts, lengths)
+    assert got.dtype == np.int64
+    assert got.tolist() == want.tolist()
+
+
 @pytest.mark.parametrize("algorithm", ["concat", "best_fit"])
 def test_materialize_in_small_steps_gives_the_same_arrays(monkeypatch, algorithm):
     """The writer gathers tokens a bounded number at a time (memory); every step size gives the same bytes."""

