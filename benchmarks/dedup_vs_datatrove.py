@@ -40,10 +40,10 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(1, str(HERE))
 
+from _datatrove import DATATROVE, datatrove_python  # noqa: E402
 from _proc import run_measured  # noqa: E402
 from _report import comparison, write  # noqa: E402
 
-DATATROVE = "datatrove==0.10.1"
 BANDS, ROWS, NGRAM = 14, 8, 5
 FIXED_RECORDS = 100  # ours on this many records: the peak a run pays whatever its size
 
@@ -109,19 +109,6 @@ OURS_JOB = textwrap.dedent('''
     %(peak)s
     print(json.dumps({"seconds": secs, "peak_rss_mb": peak / 1024}))
 ''') % {"peak": PEAK}
-
-
-def datatrove_python() -> Path:
-    """The interpreter of datatrove's own venv (created once, outside the project's environment)."""
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "datakit" / "bench-venvs"
-    venv = base / DATATROVE.replace("==", "-")
-    py = venv / "bin" / "python"
-    if not (venv / ".installed").exists():
-        print(f"creating {venv} ({DATATROVE}) ...", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(py), "-m", "pip", "install", "-q", DATATROVE, "xxhash<4", "regex", "tokenizers==0.23.3", "orjson"], check=True)
-        (venv / ".installed").touch()
-    return py
 
 
 def peaks(run: dict) -> dict:

@@ -1,13 +1,17 @@
 """Tokenize + pack + write throughput vs bare `tokenizers`, packing quality, loader read speed.
 
     .venv/bin/python benchmarks/tokenize_bench.py [--mb 8] [--threads 1 2] [--tokenizer PATH] [--cli-only]
+                                                [--no-datatrove]
 
 Printed side by side (never asserted; see README targets):
 
 0. the CLI path: `datakit run` of a tokenize-only pipeline (CLI defaults: workers, threads)
    vs a bare `encode_batch_fast` process on the same Parquet files, both whole fresh
    processes with the same thread setting, in tokens per CPU-second of the process tree
-   (`benchmarks/results/tokenize_bench.json` for run_all.py). Sections 1-3 follow.
+   (`benchmarks/results/tokenize_bench.json` for run_all.py); and (unless --no-datatrove) vs
+   datatrove's DocumentTokenizer on the same texts as JSON Lines, in datatrove's own venv
+   (benchmarks/_datatrove.py), same processes and threads, token counts compared (see
+   `cli_vs_bare`), by CPU seconds and wall time. Sections 1-3 follow.
 
 1. throughput: tokens/s of datakit's end-to-end `build_dataset` (encode every
    record, shard, pack best_fit, write .npy + Parquet, checksums, manifest) vs
@@ -44,6 +48,24 @@ from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER = ROOT / "tests" / "data" / "tokenizer" / "tokenizer.json"
+
+# runs in datatrove's venv (`-c`: its forkserver workers re-import no main module): argv = JSONL dir, work dir,
+# tokenizer, tasks, workers, batch; prints the tokens and documents its DocumentTokenizer wrote
+DATATROVE_TOKENIZE_JOB = """
+import glob, json, os, sys
+from datatrove.executor import LocalPipelineExecutor
+from datatrove.pipeline.readers import JsonlReader
+from datatrove.pipeline.tokens import DocumentTokenizer
+src, work, tok, tasks, workers, batch = sys.argv[1:7]
+LocalPipelineExecutor(pipeline=[
+    JsonlReader(src, glob_pattern="in-*.jsonl"),
+    DocumentTokenizer(output_folder=f"{work}/out", local_working_dir=f"{work}/tmp", tokenizer_name_or_path=tok,
+                      eos_token="<|endoftext|>", batch_size=int(batch), seed=0)],
+    tasks=int(tasks), workers=int(workers), logging_dir=f"{work}/logs", skip_completed=False).run()
+tokens = sum(int(open(f).read().splitlines()[1]) for f in glob.glob(f"{work}/out/*.metadata"))
+docs = sum(os.path.getsize(f) // 8 for f in glob.glob(f"{work}/out/*.index"))
+print(json.dumps({"tokens": tokens, "docs": docs}))
+"""
 
 
 def corpus(mb: float, doc_chars: int = 0) -> list[str]:
@@ -157,29 +179,47 @@ def child_bare(folder: str, tokenizer: str, batch: int) -> dict:
     return {"tokens": n, "docs": len(texts)}
 
 
-def cli_vs_bare(mb: float, doc_chars: int, tokenizer: str, batch: int, runs: int) -> dict:
-    """`datakit run` (tokenize stage, CLI defaults) vs a bare `encode_batch_fast` process, same input files.
+def cli_vs_bare(mb: float, doc_chars: int, tokenizer: str, batch: int, runs: int, datatrove: bool = False) -> dict:
+    """`datakit run` (tokenize stage, CLI defaults) vs a bare `encode_batch_fast` process, same input files;
+    with `datatrove`, also datatrove's DocumentTokenizer under LocalPipelineExecutor.
 
     Like for like: both are whole fresh processes (interpreter start, imports, reading the same
     Parquet files), both with the same thread setting (RAYON_NUM_THREADS as inherited: unset =
     the library default, all cores, which is what `datakit run` gets too), one untimed warm-up
     each, then `runs` alternated timed runs, median kept. Measured as CPU seconds of the whole
     process tree (getrusage of children: pool workers included), so the number means something on
-    a shared machine where wall-clock time does not; wall seconds and peak RSS are reported beside.
+    a shared machine where wall-clock time does not; wall seconds are reported beside. Every side is
+    measured by `_proc.run_measured` (waited children plus the sampled /proc tree: datatrove's pool
+    workers hang off a forkserver that getrusage alone would not count).
+
+    datatrove like for like: the same texts as JSON Lines (`text` field; one file per Parquet file),
+    the same tokenizer.json by local path, EOS `<|endoftext|>` after every document (as ours appends;
+    no BOS on either side: the tokenizer has no post-processor), the same number of processes as
+    `datakit run` uses by default (one per usable core), one task per input file, and each process
+    with the RAYON_NUM_THREADS a datakit worker gets (inherited, else cores // workers). Its
+    defaults otherwise: documents shuffled within each output file (ours packs best_fit, which
+    also reorders), uint16 token files with a document index. Its batch size = --batch.
     """
-    import resource
     import statistics
+
+    from benchmarks._proc import run_measured
 
     import pyarrow.parquet as pq
 
     texts = corpus(mb, doc_chars)
     table = records(texts)
-    res: dict = {"ours": [], "bare": []}
+    sides = ("ours", "bare", "datatrove") if datatrove else ("ours", "bare")
+    res: dict = {side: [] for side in sides}
     with tempfile.TemporaryDirectory() as d:
         n = 4
         for k in range(n):
             a, b = k * table.num_rows // n, (k + 1) * table.num_rows // n
             pq.write_table(table.slice(a, b - a), f"{d}/in-{k}.parquet")
+            if datatrove:
+                Path(f"{d}/jsonl").mkdir(exist_ok=True)
+                with open(f"{d}/jsonl/in-{k}.jsonl", "w") as fh:
+                    for i in range(a, b):
+                        fh.write(json.dumps({"id": f"d{i:07d}", "text": texts[i]}) + "\n")
         Path(f"{d}/p.yaml").write_text(
             "name: tokbench\nseed: 0\ninput: {path: 'in-*.parquet', format: parquet, schema: training_record.v1}\n"
             f"stages: [{{kind: tokenize, tokenizer: '{tokenizer}', seq_len: 2048, packing: best_fit}}]\n"
@@ -191,32 +231,46 @@ def cli_vs_bare(mb: float, doc_chars: int, tokenizer: str, batch: int, runs: int
         cli = [str(exe)] if exe.exists() else [sys.executable, "-m", "datakit.cli"]
         cmds = {"ours": [*cli, "run", f"{d}/p.yaml", "--quiet", "--no-report"],
                 "bare": [sys.executable, __file__, "--child-bare", d, "--tokenizer", tokenizer, "--batch", str(batch)]}
+        envs = {"ours": env, "bare": env}
+        if datatrove:
+            from benchmarks._datatrove import datatrove_python
+            from datakit.workers import usable_cpus, worker_threads
+
+            workers = usable_cpus()  # `datakit run`'s default pool size
+            threads = os.environ.get("RAYON_NUM_THREADS") or str(worker_threads(workers))
+            cmds["datatrove"] = [str(datatrove_python()), "-c", DATATROVE_TOKENIZE_JOB, f"{d}/jsonl", f"{d}/dt",
+                                 tokenizer, str(n), str(workers), str(batch)]
+            envs["datatrove"] = {**os.environ, "RAYON_NUM_THREADS": threads}
 
         def one(side: str) -> dict:
-            r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            t0 = time.perf_counter()
-            out = subprocess.run(cmds[side], env=env, cwd=d, capture_output=True, text=True, check=True)
-            wall = time.perf_counter() - t0
-            r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-            if side == "ours":
-                m = json.loads(Path(f"{d}/out/manifest.json").read_text())
-                tokens = int(m["totals"]["tokens"])
-            else:
-                tokens = json.loads(out.stdout.strip().splitlines()[-1])["tokens"]
-            return {"cpu": cpu, "wall": wall, "tokens": tokens}
+            import shutil
 
-        for side in ("ours", "bare"):  # warm-up: page cache, numba/jit caches
+            shutil.rmtree(f"{d}/dt", ignore_errors=True)
+            out, m = run_measured(cmds[side], env=envs[side], cwd=d)
+            if out.returncode:
+                raise SystemExit(f"{side} failed: {out.stderr[-3000:]}")
+            if side == "ours":
+                tokens = int(json.loads(Path(f"{d}/out/manifest.json").read_text())["totals"]["tokens"])
+                docs = len(texts)
+            else:
+                last = json.loads(out.stdout.strip().splitlines()[-1])
+                tokens, docs = last["tokens"], last["docs"]
+            return {"cpu": m["cpu_seconds"], "wall": m["wall_seconds"], "tokens": tokens, "docs": docs}
+
+        for side in sides:  # warm-up: page cache, numba/jit caches
             one(side)
         for _ in range(runs):
-            for side in ("ours", "bare"):
+            for side in sides:
                 res[side].append(one(side))
     out = {side: {"cpu_seconds": statistics.median(x["cpu"] for x in rs),
-                  "wall_seconds": statistics.median(x["wall"] for x in rs), "tokens": rs[0]["tokens"]}
+                  "wall_seconds": statistics.median(x["wall"] for x in rs), "tokens": rs[0]["tokens"],
+                  "docs": rs[0]["docs"]}
            for side, rs in res.items()}
     out["docs"] = len(texts)
     out["chars"] = sum(map(len, texts))
     out["threads"] = os.environ.get("RAYON_NUM_THREADS", f"default ({os.cpu_count()} cores)")
+    if datatrove:
+        out["datatrove_setup"] = {"workers": workers, "tasks": n, "RAYON_NUM_THREADS": threads}
     return out
 
 
@@ -283,6 +337,35 @@ def loader_speed(texts: list[str], tokenizer: str, seconds: float = 2.0) -> list
     return out
 
 
+def datatrove_rows(a: argparse.Namespace, r: dict, label: str, load0: tuple[float, ...]) -> list[dict]:
+    """Print and return the `datakit run` vs datatrove DocumentTokenizer rows (CPU and wall) of one corpus."""
+    from benchmarks import _report
+    from benchmarks._datatrove import DATATROVE
+
+    ours, dt, setup = r["ours"], r["datatrove"], r["datatrove_setup"]
+    load = f"{load0[0]:.1f}-{os.getloadavg()[0]:.1f}"
+    same = (f"same texts (Parquet for ours, JSON Lines for datatrove), same tokenizer.json, EOS after every document "
+            f"on both sides, no BOS: ours {ours['tokens']} tokens ({ours['docs']} docs), datatrove {dt['tokens']} "
+            f"tokens ({dt['docs']} docs)" + ("" if ours["tokens"] == dt["tokens"] else
+                                            f", DIFFERENT by {ours['tokens'] - dt['tokens']}")
+            + "; ours packs best_fit into 2048-token rows + writes Parquet/.npy, datatrove shuffles documents "
+            "within each token file")
+    cond = (f"{a.mb} MB, {r['docs']} docs, whole fresh processes, {setup['workers']} processes each (datatrove "
+            f"LocalPipelineExecutor workers={setup['workers']}, tasks={setup['tasks']} = input files), "
+            f"RAYON_NUM_THREADS={setup['RAYON_NUM_THREADS']} per process on both sides, median of {a.runs} "
+            f"alternated runs after 1 warm-up")
+    print(f"{label:>18}: datakit run {ours['cpu_seconds']:.2f} CPU s (wall {ours['wall_seconds']:.1f}s) | datatrove "
+          f"DocumentTokenizer {dt['cpu_seconds']:.2f} CPU s ({dt['tokens']} tokens, {dt['docs']} docs, wall "
+          f"{dt['wall_seconds']:.1f}s) | load average {load}")
+    name = f"tokenize stage via `datakit run` vs datatrove DocumentTokenizer ({label}"
+    return [_report.comparison(f"{name}, CPU)", ours["tokens"] / ours["cpu_seconds"], dt["tokens"] / dt["cpu_seconds"],
+                               "tokens/CPU-s", f"{DATATROVE} DocumentTokenizer, whole process", same,
+                               f"{cond}, CPU time of the process tree"),
+            _report.comparison(f"{name}, wall)", ours["tokens"] / ours["wall_seconds"],
+                               dt["tokens"] / dt["wall_seconds"], "tokens/s", f"{DATATROVE} DocumentTokenizer, "
+                               "whole process", same, f"{cond}, wall time; load average {load}")]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=float, default=8.0, help="MB of code text for the throughput run")
@@ -295,6 +378,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3, help="interleaved repeats; the best time of each counts")
     ap.add_argument("--runs", type=int, default=3, help="timed runs per side of the CLI comparison (median)")
     ap.add_argument("--cli-only", action="store_true", help="only the `datakit run` vs bare comparison")
+    ap.add_argument("--datatrove", action=argparse.BooleanOptionalAction, default=True,
+                    help="also compare with datatrove's DocumentTokenizer (its own venv, created on first use)")
     ap.add_argument("--child-bare", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child-pipeline", type=int, default=0, help=argparse.SUPPRESS)
@@ -313,11 +398,12 @@ def main() -> None:
         sys.path.append(str(ROOT))  # `benchmarks` as a package (this folder itself is off the path, see above)
     from benchmarks import _report
 
+    load = os.getloadavg()
     print(f"== tokenize through the CLI vs bare encode_batch_fast: {a.mb} MB of stdlib code, whole processes, "
           f"CPU seconds (median of {a.runs} alternated runs after one warm-up each)")
     rows = []
     for dc in a.doc_chars:
-        r = cli_vs_bare(a.mb, dc, a.tokenizer, a.batch, a.runs)
+        r = cli_vs_bare(a.mb, dc, a.tokenizer, a.batch, a.runs, a.datatrove)
         label = "whole files" if dc == 0 else f"docs <= {dc} chars"
         ours, bare = r["ours"], r["bare"]
         print(f"{label:>18}: datakit run {ours['cpu_seconds']:.2f} CPU s ({ours['tokens']} tokens incl. EOS, "
@@ -330,6 +416,8 @@ def main() -> None:
             f"same Parquet input; ours {ours['tokens'] - r['docs']} tokens + {r['docs']} EOS vs {bare['tokens']}",
             f"{a.mb} MB, {r['docs']} docs, whole fresh processes, same threads ({r['threads']}), CPU time of the "
             f"process tree, median of {a.runs}"))
+        if a.datatrove:
+            rows += datatrove_rows(a, r, label, load)
     _report.write("tokenize_bench", rows)
     if a.cli_only:
         return
