@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from datakit.io.sinks import output_checksums
 from datakit.loader import PackedDataset
 from datakit.stages.tokenize.direct import build_dataset, encode_records
-from datakit.stages.tokenize.packing import materialize, pack
+from datakit.stages.tokenize import packing
+from datakit.stages.tokenize.packing import chunks, gather, gather_index, materialize, pack
 from datakit.stages.tokenize.stage import TokenizeConfig
 from datakit.stages.tokenize.tokenizers import load_tokenizer
 from tests.stages.test_tokenize import TOKENIZER, code_records, fim_record, sft_record, table
@@ -69,6 +70,41 @@ def test_pack_reconstructs_every_document(lengths, seq_len, algorithm):
                 assert (packed.segments[:, 1] == row).sum() == 1
     else:
         assert packed.tokens.shape[0] == -(-int(lengths.sum()) // seq_len)  # concat wastes only the tail
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 40)), max_size=60))
+def test_gather_index_is_the_concatenation_of_ranges(pieces):
+    """Every piece's range in order, empty pieces contributing nothing (starts may repeat or go backwards)."""
+    starts = np.array([s for s, _ in pieces], dtype=np.int64)
+    lengths = np.array([n for _, n in pieces], dtype=np.int64)
+    want = np.concatenate([np.arange(s, s + n) for s, n in pieces] + [np.zeros(0, np.int64)]).astype(np.int64)
+    got = gather_index(starts, lengths)
+    assert got.dtype == np.int64
+    assert got.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("algorithm", ["concat", "best_fit"])
+def test_materialize_in_small_steps_gives_the_same_arrays(monkeypatch, algorithm):
+    """The writer gathers tokens a bounded number at a time (memory); every step size gives the same bytes."""
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(0, 400, 300).astype(np.int64)
+    lengths[::37] = 0  # null rows have no tokens
+    starts = rng.permutation(np.concatenate([[0], np.cumsum(lengths)[:-1]]))  # shuffled, like the writer's
+    values = rng.integers(0, 60000, int(lengths.sum()) + 1000).astype(np.int32)
+    masks = rng.integers(0, 2, len(values)).astype(np.uint8)
+    whole = materialize(pack(lengths, 128, algorithm), starts, values, masks, 128, 1, np.uint16, doc_len=lengths)
+    for step in (1, 7, 500, 3000):
+        monkeypatch.setattr(packing, "GATHER_STEP_TOKENS", step)
+        parts = chunks(lengths)
+        assert parts[0].start == 0 and parts[-1].stop == len(lengths)
+        assert all(a.stop == b.start for a, b in zip(parts, parts[1:]))
+        assert all(lengths[p].sum() <= step or p.stop - p.start == 1 for p in parts)
+        stepped = materialize(pack(lengths, 128, algorithm), starts, values, masks, 128, 1, np.uint16, doc_len=lengths)
+        assert np.array_equal(stepped.tokens, whole.tokens) and np.array_equal(stepped.loss_mask, whole.loss_mask)
+        assert np.array_equal(stepped.segments, whole.segments) and stepped.stats == whole.stats
+        assert np.array_equal(gather(values, starts, lengths), values[gather_index(starts, lengths)])
+    assert gather(values, starts[:0], lengths[:0]).dtype == values.dtype
 
 
 def test_best_fit_packs_tighter_than_first_fit_bound_and_never_splits():

@@ -231,5 +231,9 @@ def write_one_shard(args: tuple[list[str], int, Any, pa.Schema]) -> dict[str, An
     for p in paths:
         tables.append(read_spill(p))
         watchdog.beat()
-    table = pa.concat_tables(tables) if tables else schema.empty_table()
+    # one chunk, and the parts let go of before the shard is sorted: taking rows of a many-chunk list
+    # column concatenates it inside the take, a third copy of the shard's tokens beside the parts and
+    # the sorted result (measured on a 15M-token shard: the process peaked ~75 MB higher)
+    table = pa.concat_tables(tables).combine_chunks() if tables else schema.empty_table()
+    del tables
     return sinks.write_shard(table, shard, spec, schema)

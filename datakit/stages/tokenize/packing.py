@@ -154,13 +154,57 @@ def pack(lengths: np.ndarray, seq_len: int, algorithm: str) -> Pieces:
     raise ValueError(f"unknown packing {algorithm!r}; choose one of {PACKING_ALGORITHMS}")
 
 
+# Tokens per step of `chunks`: the int64 index arrays of one step are 8 bytes a token (~8 MB each here).
+# Why steps at all: a shard's whole index is 8 bytes per token per array, several arrays at once
+# (a 15M-token shard of the 10^5-event quickstart: ~0.5 GB of indexes for ~45 MB of output), which
+# set the peak memory of the process writing it; per step the work is the same.
+GATHER_STEP_TOKENS = 1 << 20
+
+
 def gather_index(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenation of `arange(s, s+l)` for every (s, l), vectorized."""
-    total = int(lengths.sum())
-    if total == 0:
+    """Concatenation of `arange(s, s+l)` for every (s, l), vectorized.
+
+    Built as the running sum of steps (1 inside a piece, a jump where the next piece
+    starts): one fresh array and one pass, where `repeat(...) + arange(...)` filled two
+    token-sized arrays and added them (the gather is per token, so this is the cost that
+    grows with the data: 2.4x less CPU on 6M tokens in 30k pieces)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    starts = np.asarray(starts, dtype=np.int64)
+    keep = lengths > 0
+    if not keep.all():
+        starts, lengths = starts[keep], lengths[keep]
+    if len(lengths) == 0:
         return np.empty(0, np.int64)
-    before = np.cumsum(lengths) - lengths
-    return np.repeat(starts - before, lengths) + np.arange(total, dtype=np.int64)
+    steps = np.ones(int(lengths.sum()), dtype=np.int64)
+    first = np.cumsum(lengths) - lengths  # where each piece begins in the output
+    steps[0] = starts[0]
+    steps[first[1:]] = starts[1:] - (starts[:-1] + lengths[:-1] - 1)
+    return np.cumsum(steps, out=steps)
+
+
+def chunks(lengths: np.ndarray, step: int | None = None) -> list[slice]:
+    """Consecutive slices of `lengths` of at most `step` (default GATHER_STEP_TOKENS) tokens each; an item
+    longer than that is a slice of its own."""
+    step = step or GATHER_STEP_TOKENS
+    ends = np.cumsum(lengths)
+    out, start, n = [], 0, len(lengths)
+    while start < n:
+        stop = int(np.searchsorted(ends, ends[start] - lengths[start] + step, side="right"))
+        stop = max(stop, start + 1)
+        out.append(slice(start, stop))
+        start = stop
+    return out
+
+
+def gather(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """`values[gather_index(starts, lengths)]`, built in steps (`chunks`) so the index never spans the shard."""
+    out = np.empty(int(lengths.sum()), dtype=values.dtype)
+    at = 0
+    for sl in chunks(lengths):
+        part = values[gather_index(starts[sl], lengths[sl])]
+        out[at:at + len(part)] = part
+        at += len(part)
+    return out
 
 
 def materialize(pieces: Pieces, doc_start: np.ndarray, values: np.ndarray, mask_values: np.ndarray,
@@ -185,9 +229,13 @@ def materialize(pieces: Pieces, doc_start: np.ndarray, values: np.ndarray, mask_
     n = pieces.n_sequences
     tokens = np.full(n * seq_len, pad_id, dtype=dtype)
     mask = np.zeros(n * seq_len, dtype=np.uint8)
-    dst = gather_index(pieces.seq * seq_len + pieces.pos, pieces.length)
-    tokens[dst] = values[gather_index(doc_start[pieces.doc_row] + pieces.doc_offset, pieces.length)]
-    mask[dst] = mask_values[gather_index(mask_start[pieces.doc_row] + pieces.doc_offset, pieces.length)]
+    same_offsets = mask_start is doc_start or np.array_equal(mask_start, doc_start)
+    for sl in chunks(pieces.length):  # pieces never overlap: steps give the same arrays as one pass
+        ln, row, off = pieces.length[sl], pieces.doc_row[sl], pieces.doc_offset[sl]
+        dst = gather_index(pieces.seq[sl] * seq_len + pieces.pos[sl], ln)
+        src = gather_index(doc_start[row] + off, ln)
+        tokens[dst] = values[src]
+        mask[dst] = mask_values[src if same_offsets else gather_index(mask_start[row] + off, ln)]
 
     # padding segments: where a sequence's last piece ends before seq_len
     used = np.zeros(n, dtype=np.int64)

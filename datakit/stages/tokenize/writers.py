@@ -27,7 +27,7 @@ from datakit.io.layout import data_file
 from datakit.io.sinks import register_writer, write_parquet
 from datakit.plan import SinkSpec
 from datakit.stages.tokenize.encode import PREFERENCE_COLUMNS
-from datakit.stages.tokenize.packing import PACKING_ALGORITHMS, gather_index, materialize, pack
+from datakit.stages.tokenize.packing import PACKING_ALGORITHMS, gather, materialize, pack
 
 PACKED_FORMAT = "datakit.packed.v1"
 
@@ -77,7 +77,10 @@ def list_buffers(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarra
     Row i is `values[starts[i] : starts[i] + lengths[i]]`. Null rows (never
     packed) have length 0.
     """
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if isinstance(col, pa.ChunkedArray):  # (combine_chunks copies even a single chunk)
+        arr = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    else:
+        arr = col
     if len(arr) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
     offsets = arr.offsets.to_numpy().astype(np.int64)
@@ -279,8 +282,8 @@ class MegatronShardWriter:
             raise PackedOptionsError("packing: repository needs output format 'packed' (Megatron packs by itself)")
         packable, pref = _split(table)
         order, (values, starts, lengths, mvalues, mstarts) = _ordered_docs(packable)
-        seq_values = values[gather_index(starts, lengths)]
-        seq_mask = mvalues[gather_index(mstarts, lengths)].view(np.uint8)
+        seq_values = gather(values, starts, lengths)
+        seq_mask = gather(mvalues, mstarts, lengths).view(np.uint8)
         bounds = np.concatenate([[0], np.cumsum(lengths)])
         out = out_url.rstrip("/")
         files = [data_file(f) for f in write_mmidx(f"{out}/{data_file(f'tokens-{shard:05d}')}", seq_values, bounds,
