@@ -4,10 +4,11 @@ Why a shared helper: a side that starts children (a local process pool; Spark's 
 Python workers) must be measured the same way as one that does not. getrusage(RUSAGE_CHILDREN)
 counts only children that were waited for (a JVM the driver leaves to exit on its own is not)
 and reports the largest single peak, never the tree's sum. So the tree is also sampled from
-/proc every 20 ms: the summed proportional set sizes (PSS: pages a forked child shares with its
-parent count once), and the summed CPU seconds of every live process (with what each has reaped
-of its own children); a run reports the larger CPU figure, and callers compare the sampled tree
-peak with the job's own VmHWM (a peak between two samples).
+/proc (CPU every 20 ms; memory as often as that costs <= 5% of one core): the summed proportional
+set sizes (PSS: pages a forked child shares with its parent count once), and the summed CPU
+seconds of every live process (with what each has reaped of its own children); a run reports the
+larger CPU figure, and callers compare the sampled tree peak with the job's own VmHWM (a peak
+between two samples).
 Linux only (elsewhere the samples are 0 and getrusage alone counts).
 """
 from __future__ import annotations
@@ -45,17 +46,18 @@ def _pss_kb(pid: int) -> int:
     raise ValueError("no Pss")
 
 
-def tree_sample(pid: int) -> tuple[float, float]:
+def tree_sample(pid: int, memory: bool = True) -> tuple[float, float]:
     """(memory MB, CPU seconds incl. reaped children) summed over `pid` and its descendants now; memory is
-    the proportional set size (resident set where /proc has no smaps_rollup)."""
+    the proportional set size (resident set where /proc has no smaps_rollup); 0 when `memory` is False."""
     kb = cpu = 0
     for p in _tree(pid):
         try:
-            try:
-                kb += _pss_kb(p)
-            except (OSError, ValueError):
-                with open(f"/proc/{p}/statm") as f:
-                    kb += int(f.read().split()[1]) * _PAGE // 1024
+            if memory:
+                try:
+                    kb += _pss_kb(p)
+                except (OSError, ValueError):
+                    with open(f"/proc/{p}/statm") as f:
+                        kb += int(f.read().split()[1]) * _PAGE // 1024
             with open(f"/proc/{p}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
             cpu += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
@@ -74,9 +76,19 @@ def run_measured(cmd: list[str], **kw) -> tuple[subprocess.CompletedProcess, dic
     for th in readers:
         th.start()
     peak = cpu_seen = 0.0
+    next_pss = 0.0
     while proc.poll() is None:
-        rss, cpu = tree_sample(proc.pid)
-        peak, cpu_seen = max(peak, rss), max(cpu_seen, cpu)
+        t = time.perf_counter()
+        if t >= next_pss:
+            rss, cpu = tree_sample(proc.pid)
+            peak = max(peak, rss)
+            # smaps_rollup walks every page of a process: 40 ms for a JVM plus Python workers on 2 cores,
+            # so sampling PSS every 20 ms took a fifth of a core from the run it measures (more from the
+            # side with bigger processes); PSS is sampled with <= 5% of a core, CPU every 20 ms
+            next_pss = time.perf_counter() + 19 * (time.perf_counter() - t)
+        else:
+            _, cpu = tree_sample(proc.pid, memory=False)
+        cpu_seen = max(cpu_seen, cpu)
         time.sleep(0.02)
     for th in readers:
         th.join()

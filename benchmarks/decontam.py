@@ -9,6 +9,11 @@ Sections (all against HumanEval, 164 items, prompt + canonical solution):
    Python stdlib, cut into ~60-line documents, repeated to size) vs the
    baseline a reader would write first: `re.findall` tokens, a Python `set` of
    13-gram tuples of the eval, a membership test per window.
+1b. like for like (`--cli-mb`, the row `run_all.py` puts in README): `datakit contamination-check`
+   as users run it vs a process running that same baseline, on the same Parquet files, the same
+   question (PLAIN_RULE: any shared 13-gram after whitespace+case normalization), one thread
+   each, one warm-up and `--runs` alternated runs each, CPU seconds of the process tree; the
+   flagged document sets are compared (the tokenizers differ, so they may differ a little).
 2. recall per planted leak kind (`tests/support/plant.py`): every
    HumanEval item planted once per kind inside idiomatic code; item-level check.
 3. false-positive rate on clean code: documents of the stdlib and idiomatic
@@ -146,6 +151,136 @@ def bench_throughput(tmp: Path, scan_mb: float) -> None:
           f"{sub_mb / bcdt:7.1f} MB/s per CPU-second")
     print(f"  ratio (CPU time): {(mb / cdt) / (sub_mb / bcdt):.1f}x; load average now {os.getloadavg()[0]:.1f} on "
           f"{os.cpu_count()} cores (wall numbers are contended)")
+
+
+# -- 1b. like for like, through the CLI (the row run_all.py puts in README) ------------------------
+
+# The check's settings that make it the baseline's question: does a document share any 13-gram
+# (whitespace+case normalized) with any HumanEval item? No robust views, no stdlib reference
+# filter, no share threshold, no per-item boilerplate cap.
+PLAIN_RULE = ["--ngram", "13", "--normalize", "whitespace,case", "--no-robust", "--reference", "none",
+              "--min-ngrams", "1", "--min-fraction", "0", "--min-ngrams-any", "0", "--max-items-per-ngram", "0"]
+ONE_THREAD = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "RAYON_NUM_THREADS": "1"}
+
+
+def scan_corpus(folder: Path, scan_mb: float) -> tuple[int, float]:
+    """The stdlib code cycled to `scan_mb` MB, as training-record Parquet parts in `folder`: (docs, MB)."""
+    docs = stdlib_docs()
+    texts, size, i = [], 0, 0
+    while size < scan_mb * 1e6:
+        texts.append(docs[i % len(docs)])
+        size += len(texts[-1].encode())
+        i += 1
+    folder.mkdir(parents=True, exist_ok=True)
+    step = 50_000
+    for k in range(0, len(texts), step):
+        pq.write_table(records(texts[k:k + step], f"s{k}-"), str(folder / f"part-{k // step:05d}.parquet"),
+                       compression="zstd")
+    return len(texts), size / 1e6
+
+
+def child_baseline(folder: str) -> None:
+    """The reference process: read the same Parquet parts, scan with `baseline_scan`'s method, print the hits."""
+    evals = [r["prompt"] + r["canonical_solution"] for r in he_rows()]
+    ids, texts = [], []
+    for f in sorted(Path(folder).glob("part-*.parquet")):
+        t = pq.read_table(f, columns=["doc_id", "segments"])
+        for doc_id, segs in zip(t.column("doc_id").to_pylist(), t.column("segments").to_pylist()):
+            ids.append(doc_id)
+            texts.append("".join(s["text"] or "" for s in segs))
+    ev = set()
+    for e in evals:
+        toks = _TOK.findall(e.lower())
+        ev.update(tuple(toks[i:i + 13]) for i in range(len(toks) - 12))
+    hits = []
+    for doc_id, t in zip(ids, texts):
+        toks = _TOK.findall(t.lower())
+        if any(tuple(toks[i:i + 13]) in ev for i in range(len(toks) - 12)):
+            hits.append(doc_id)
+    print(json.dumps({"flagged": hits}))
+
+
+def _flagged_docs(report: dict) -> set[str]:
+    """Document ids the CLI's JSON report says matched any item (every match it lists)."""
+    out: set[str] = set()
+
+    def walk(x):
+        if isinstance(x, dict):
+            if "doc_id" in x and isinstance(x["doc_id"], str):
+                out.add(x["doc_id"])
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+    walk(report)
+    return out
+
+
+def bench_cli_vs_baseline(tmp: Path, scan_mb: float, runs: int) -> None:
+    """`datakit contamination-check` vs the plain-Python n-gram set scan: whole processes, one thread each.
+
+    Like for like: the same Parquet files, the same eval texts (HumanEval prompt + canonical solution),
+    the same question (PLAIN_RULE), one thread on both sides (ONE_THREAD), one untimed warm-up each,
+    then `runs` alternated timed runs (median), CPU seconds of the whole process tree (imports and
+    Parquet reads included on both sides). Same work: the flagged document sets are compared.
+    """
+    import statistics
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _proc import run_measured
+    from _report import comparison, write
+
+    data = tmp / "cli-scan"
+    n_docs, mb = scan_corpus(data, scan_mb)
+    exe = Path(sys.executable).with_name("datakit")
+    cli = [str(exe)] if exe.exists() else [sys.executable, "-m", "datakit.cli"]
+    env = {**os.environ, **ONE_THREAD, "PYTHONPATH": str(ROOT)}
+    report = tmp / "report.json"
+    cmds = {"ours": [*cli, "contamination-check", "--data", str(data), "--eval", "humaneval", *PLAIN_RULE,
+                     "--threshold", "1", "--json", str(report), "-q"],
+            "baseline": [sys.executable, __file__, "--child-baseline", str(data)]}
+    flagged: dict[str, set[str]] = {}
+
+    def one(side: str) -> dict:
+        r, m = run_measured(cmds[side], env=env, cwd=str(tmp))
+        if r.returncode not in (0, 1):  # 1 = contaminated, by design of the CLI
+            raise SystemExit(f"{side} failed ({r.returncode}): {r.stderr[-2000:]}")
+        if side == "ours":
+            flagged[side] = _flagged_docs(json.loads(report.read_text()))
+        else:
+            flagged[side] = set(json.loads(r.stdout.strip().splitlines()[-1])["flagged"])
+        return m
+
+    for side in cmds:
+        one(side)
+    res: dict[str, list[dict]] = {"ours": [], "baseline": []}
+    for _ in range(runs):
+        for side in cmds:
+            res[side].append(one(side))
+    cpu = {k: statistics.median(m["cpu_seconds"] for m in v) for k, v in res.items()}
+    wall = {k: statistics.median(m["wall_seconds"] for m in v) for k, v in res.items()}
+    peak = {k: max(m["tree_peak_mb"] for m in v) for k, v in res.items()}
+    a, b = flagged["ours"], flagged["baseline"]
+    same = (f"flagged documents: ours {len(a)}, baseline {len(b)}, both {len(a & b)}; same question (any shared "
+            "13-gram after whitespace+case normalization); tokenizers differ: ours is the stage's code tokenizer, "
+            "the baseline's is a regex (a word, or one symbol)")
+    cond = (f"{mb:.1f} MB of Python stdlib code ({n_docs} documents, Parquet), HumanEval (164 items), one thread each "
+            f"({', '.join(f'{k}=1' for k in ONE_THREAD)}), whole processes, median of {runs} alternated runs after 1 "
+            f"warm-up each; load average {os.getloadavg()[0]:.1f}")
+    print(f"\n## 1b. CLI vs plain-Python baseline, like for like ({mb:.1f} MB, one thread each)")
+    for k in cmds:
+        print(f"  {k:9s} {cpu[k]:7.2f} CPU s  {wall[k]:7.2f} s wall  {mb / cpu[k]:6.2f} MB/CPU-s  peak {peak[k]:.0f} MB")
+    print(f"  {same}")
+    write("decontam", [
+        comparison("decontamination scan via `datakit contamination-check` vs plain-Python n-gram set (CPU)",
+                   mb / cpu["ours"], mb / cpu["baseline"], "MB/CPU-s", "set of 13-gram tuples, one membership test "
+                   "per window", same, cond + "; CPU seconds of the process tree"),
+        comparison("decontamination scan via `datakit contamination-check` vs plain-Python n-gram set (wall)",
+                   mb / wall["ours"], mb / wall["baseline"], "MB/s", "set of 13-gram tuples, one membership test "
+                   "per window", same, cond + "; wall time of the whole process")],
+        {"cpu_seconds": cpu, "wall_seconds": wall, "peak_mb": peak, "mb": mb, "docs": n_docs,
+         "flagged": {"ours": len(a), "baseline": len(b), "both": len(a & b)}})
 
 
 # -- 2. recall ------------------------------------------------------------------------------------
@@ -350,14 +485,22 @@ def main() -> None:
     ap.add_argument("--index-mb", type=float, default=100)
     ap.add_argument("--index-workers", default="1,2", help="index build worker counts to time (bytes compared)")
     ap.add_argument("--ngrams", default="8,10,13,16")
-    ap.add_argument("--skip", default="", help="comma list of sections to skip: scan,recall,fp,index")
+    ap.add_argument("--skip", default="", help="comma list of sections to skip: scan,cli,recall,fp,index")
+    ap.add_argument("--cli-mb", type=float, default=20, help="MB for the like-for-like CLI vs baseline row")
+    ap.add_argument("--runs", type=int, default=3, help="timed runs per side of the CLI comparison (median)")
+    ap.add_argument("--child-baseline", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child_baseline:
+        child_baseline(args.child_baseline)
+        return
     skip = set(args.skip.split(","))
     rules = {"any": Rule(1, 0.0), ">=3": Rule(3, 0.0), ">=5%": Rule(1, 0.05), ">=10%": Rule(1, 0.10)}
     tmp = Path(tempfile.mkdtemp(prefix="dk-decontam-bench-"))
     try:
         if "scan" not in skip:
             bench_throughput(tmp, args.scan_mb)
+        if "cli" not in skip:
+            bench_cli_vs_baseline(tmp, args.cli_mb, args.runs)
         if "recall" not in skip:
             bench_recall(tmp, rules)
         if "fp" not in skip:

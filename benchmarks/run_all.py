@@ -42,6 +42,8 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
                        ["--cli-only", "--datatrove", "--mb", "8", "--runs", "1"]),
     "longctx": ([], ["--events", "300", "--repositories", "20"]),
     "engines": (["--events", "10000", "--runs", "3"], ["--events", "1000", "--runs", "1"]),
+    "decontam": (["--skip", "scan,recall,fp,index", "--cli-mb", "100", "--runs", "3"],
+                 ["--skip", "scan,recall,fp,index", "--cli-mb", "10", "--runs", "1"]),
 }
 
 
