@@ -45,8 +45,8 @@ from datakit import progress
 from datakit.accounting import NodeStats, stage_report
 from datakit.engines.core import (Engine, RunResult, apply_map, commit_run, conform, remove_if_empty, resolve_sink,
                                   reused_shards, take_setup_seconds, worker_fn, write_side_output)
-from datakit.engines.spark_partitions import (SHUFFLE_CONF, TARGET_CONF, PartitionPlan, check_user_conf,
-                                              plan_partitions)
+from datakit.engines.spark_partitions import (ONE_TASK_CONF, SHUFFLE_CONF, TARGET_CONF, PartitionPlan,
+                                              check_user_conf, one_task_max_edges, plan_partitions)
 from datakit.engines.spark_session import (SparkError, SparkJobError, SparkSetupError, executor_environment,
                                            get_session, log_file, straggler_conf, translate_errors)
 from datakit.io import identity, publish, sinks
@@ -275,16 +275,11 @@ class SparkEngine(Engine):
             master = f"local[{int(workers)}]"
         self.master = master
         self.conf = dict(conf or {})
-        check_user_conf(self.conf)  # a bad partition setting fails here, not after the session started
-        from datakit.engines.spark_cc import ONE_TASK_CONF, one_task_max_edges
-
-        one_task_max_edges(self.conf.get(ONE_TASK_CONF))
+        check_user_conf(self.conf)  # a bad setting fails here, not after the session started
         self.partitions = partitions
         self.checkpoint_dir = checkpoint_dir
 
     def _execute(self, plan: Plan) -> RunResult:
-        from datakit.engines.spark_cc import ONE_TASK_CONF, one_task_max_edges
-
         t0 = time.perf_counter()
         spark = get_session(self.master, self.conf)
         remote = not spark.sparkContext.master.startswith("local")
@@ -297,8 +292,7 @@ class SparkEngine(Engine):
             cc_edges = one_task_max_edges(user_conf.get(ONE_TASK_CONF))
         except ValueError as e:
             raise SparkSetupError(str(e)) from None
-        run = _Run(self, spark, plan, parts)
-        run.cc_one_task_edges = cc_edges
+        run = _Run(self, spark, plan, parts, cc_edges)
         run.inputs = inputs
         if plan.sink is not None:
             publish.retract(plan.sink.path)  # readers see no dataset until the new one is committed
@@ -324,8 +318,6 @@ class SparkEngine(Engine):
         """The partition settings the user gave: `conf` (--conf, the pipeline's spark: block), and the
         operator's spark-submit settings when the session is not one datakit started with its defaults."""
         from datakit.engines.spark_session import _active
-
-        from datakit.engines.spark_cc import ONE_TASK_CONF
 
         keys = (SHUFFLE_CONF, TARGET_CONF, ONE_TASK_CONF)
         out: dict[str, str] = {}
@@ -359,7 +351,7 @@ class _runtime_conf:
 class _Run:
     """State of one execution: a DataFrame per node, row counts, node stats, side outputs."""
 
-    def __init__(self, engine: SparkEngine, spark, plan: Plan, parts: PartitionPlan) -> None:
+    def __init__(self, engine: SparkEngine, spark, plan: Plan, parts: PartitionPlan, cc_one_task_edges: int = 0) -> None:
         self.engine, self.spark, self.plan = engine, spark, plan
         self.sc = spark.sparkContext
         self.token = uuid.uuid4().hex[:12]  # this run's prefix of batch-function tokens (core.worker_fn)
@@ -378,7 +370,7 @@ class _Run:
         self.current = "starting"
         self._ckpt: str | None = None
         self.inputs: list[dict[str, Any]] = []
-        self.cc_one_task_edges = 0  # graphs up to this many edges: components in one task (spark_cc)
+        self.cc_one_task_edges = cc_one_task_edges  # graphs up to this many edges: components in one task (spark_cc)
 
     def runtime_conf(self) -> dict[str, str]:
         conf = {"spark.sql.shuffle.partitions": str(self.n),

@@ -19,7 +19,7 @@ node has exactly one out-edge and no edge points at a node that itself points
 further. Lineage is cut by checkpointing the edge set each round, so the plan
 does not grow with the number of rounds.
 
-A graph of at most `ONE_TASK_MAX_EDGES` edges (`spark.datakit.componentsOneTaskMaxEdges`)
+A graph of at most `spark_partitions.ONE_TASK_MAX_EDGES` edges (`spark.datakit.componentsOneTaskMaxEdges`)
 is solved in one task instead (`components_in_one_task`): the scipy union-find the
 local engine uses, on an executor. Why: each round above is several shuffles and a
 convergence job, ~1-2 s of scheduling however few the edges, so the rounds cost
@@ -37,21 +37,6 @@ from pyspark.sql import DataFrame, functions as F
 Checkpoint = Callable[[DataFrame], DataFrame]
 
 MAX_ROUNDS = 64  # 2**64 nodes would be needed to get close; more means a bug, not a big graph
-ONE_TASK_MAX_EDGES = 1_000_000
-ONE_TASK_CONF = "spark.datakit.componentsOneTaskMaxEdges"
-
-
-def one_task_max_edges(value: object = None) -> int:
-    """The edge count up to which components are found in one task (`value`: the user's setting)."""
-    if value is None or value == "":
-        return ONE_TASK_MAX_EDGES
-    try:
-        n = int(str(value))
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise ValueError(f"{ONE_TASK_CONF} must be a number of edges, 0 or more (got {value!r})")
-    return n
 
 
 def _components_of_table(table: pa.Table) -> pa.Table:

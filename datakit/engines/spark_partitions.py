@@ -12,6 +12,9 @@ What the user says wins, in this order: `--partitions N` (the engine option), th
 `spark.sql.shuffle.partitions` given with `--conf` / the pipeline's `spark:` block or to
 spark-submit; `spark.datakit.partitionBytes` changes the target. Output bytes never
 depend on the count (shards are assigned by key hash and sorted before writing).
+
+The other `spark.datakit.*` setting is parsed and checked here too, so every user setting fails
+before a session starts: `spark.datakit.componentsOneTaskMaxEdges` (spark_cc.py).
 """
 from __future__ import annotations
 
@@ -20,12 +23,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["TARGET_PARTITION_BYTES", "TARGET_CONF", "PartitionPlan", "plan_partitions", "parse_bytes",
-           "check_user_conf"]
+__all__ = ["TARGET_PARTITION_BYTES", "TARGET_CONF", "ONE_TASK_CONF", "ONE_TASK_MAX_EDGES", "PartitionPlan",
+           "plan_partitions", "parse_bytes", "one_task_max_edges", "check_user_conf"]
 
 TARGET_PARTITION_BYTES = 64 << 20  # ~0.5 GB of events as .zst JSONL: a batch-sized share per Python worker
 TARGET_CONF = "spark.datakit.partitionBytes"
 SHUFFLE_CONF = "spark.sql.shuffle.partitions"
+# connected components of graphs up to this many edges are found in one task (see spark_cc.py)
+ONE_TASK_MAX_EDGES = 1_000_000
+ONE_TASK_CONF = "spark.datakit.componentsOneTaskMaxEdges"
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 
@@ -52,9 +58,23 @@ class PartitionPlan:
                 "partition_target_bytes": self.target_bytes}
 
 
+def one_task_max_edges(value: object = None) -> int:
+    """The edge count up to which components are found in one task (`value`: the user's setting)."""
+    if value is None or value == "":
+        return ONE_TASK_MAX_EDGES
+    try:
+        n = int(str(value))
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise ValueError(f"{ONE_TASK_CONF} must be a number of edges, 0 or more (got {value!r})")
+    return n
+
+
 def check_user_conf(conf: dict[str, Any]) -> None:
-    """ValueError (one line) for a partition setting that can never work, before any session exists."""
+    """ValueError (one line) for a datakit Spark setting that can never work, before any session exists."""
     plan_partitions(0, 1, None, conf)
+    one_task_max_edges(conf.get(ONE_TASK_CONF))
 
 
 def plan_partitions(input_bytes: int, parallelism: int, explicit: int | None = None,

@@ -67,7 +67,7 @@ def test_shipped_quickstart_pipeline_is_byte_identical_for_1_2_7_partitions(spar
     """pipelines/quickstart.yaml, every stage (pii, dedup with connected components, decontam, tokenize into
     packed shards), local engine vs Spark with 1, 2 and 7 partitions: same bytes, same counts. With 7, the
     components are found by large/small-star rounds instead of in one task (the graph is small)."""
-    from datakit.engines.spark_cc import ONE_TASK_CONF
+    from datakit.engines.spark_partitions import ONE_TASK_CONF
 
     logs = make_logs(tmp_path, events=120)
     p = shipped("quickstart", logs)

@@ -34,7 +34,7 @@ def test_what_the_user_says_wins():
 
 def test_components_one_task_setting_is_checked_before_any_session():
     from datakit.engines.spark import SparkEngine
-    from datakit.engines.spark_cc import ONE_TASK_CONF, ONE_TASK_MAX_EDGES, one_task_max_edges
+    from datakit.engines.spark_partitions import ONE_TASK_CONF, ONE_TASK_MAX_EDGES, one_task_max_edges
 
     assert (one_task_max_edges(None), one_task_max_edges("0"), one_task_max_edges(5)) == (ONE_TASK_MAX_EDGES, 0, 5)
     for bad in ("-1", "lots"):
