@@ -115,18 +115,9 @@ def baseline_scan(texts: list[str], evals: list[str], n: int) -> int:
 
 
 def bench_throughput(tmp: Path, scan_mb: float) -> None:
-    docs = stdlib_docs()
-    texts, size, i = [], 0, 0
-    while size < scan_mb * 1e6:  # the stdlib code, cycled to the requested size
-        texts.append(docs[i % len(docs)])
-        size += len(texts[-1].encode())
-        i += 1
     data = tmp / "scan"
-    data.mkdir()
-    step = 50_000
-    for i in range(0, len(texts), step):
-        pq.write_table(records(texts[i:i + step], f"s{i}-"), str(data / f"part-{i // step:05d}.parquet"), compression="zstd")
-    mb = size / 1e6
+    texts, mb = scan_corpus(data, scan_mb)
+    size = mb * 1e6
     he = load_eval("humaneval")
     check(str(data), [he])  # warm-up: numba cache load, page cache
     w, c = time.perf_counter(), time.process_time()
@@ -164,8 +155,8 @@ PLAIN_RULE = ["--ngram", "13", "--normalize", "whitespace,case", "--no-robust", 
 ONE_THREAD = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "RAYON_NUM_THREADS": "1"}
 
 
-def scan_corpus(folder: Path, scan_mb: float) -> tuple[int, float]:
-    """The stdlib code cycled to `scan_mb` MB, as training-record Parquet parts in `folder`: (docs, MB)."""
+def scan_corpus(folder: Path, scan_mb: float) -> tuple[list[str], float]:
+    """The stdlib code cycled to `scan_mb` MB, as training-record Parquet parts in `folder`: (texts, MB)."""
     docs = stdlib_docs()
     texts, size, i = [], 0, 0
     while size < scan_mb * 1e6:
@@ -177,7 +168,7 @@ def scan_corpus(folder: Path, scan_mb: float) -> tuple[int, float]:
     for k in range(0, len(texts), step):
         pq.write_table(records(texts[k:k + step], f"s{k}-"), str(folder / f"part-{k // step:05d}.parquet"),
                        compression="zstd")
-    return len(texts), size / 1e6
+    return texts, size / 1e6
 
 
 def child_baseline(folder: str) -> None:
@@ -221,7 +212,8 @@ def bench_cli_vs_baseline(tmp: Path, scan_mb: float, runs: int) -> None:
     from _report import comparison, write
 
     data = tmp / "cli-scan"
-    n_docs, mb = scan_corpus(data, scan_mb)
+    texts, mb = scan_corpus(data, scan_mb)
+    n_docs = len(texts)
     exe = Path(sys.executable).with_name("datakit")
     cli = [str(exe)] if exe.exists() else [sys.executable, "-m", "datakit.cli"]
     env = {**os.environ, **ONE_THREAD, "PYTHONPATH": str(ROOT)}
