@@ -130,6 +130,9 @@ _SIGNATURE_LINE = re.compile(
     re.M)
 
 
+# a docstring's opening quotes at the start of a line (what the line after a signature begins with)
+_DOC_OPENER = re.compile(rb'^[ \t]*[rRuUbB]?(?:"""|\'\'\')', re.M)
+
 # a name outside string literals (numbers, strings and punctuation are data)
 _NAME_OR_STRING = re.compile(rb"'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\"|(?<![\w.])([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -144,21 +147,29 @@ class WeakWindows:
         for m in _SIGNATURE_LINE.finditer(text):
             weak_line[np.searchsorted(self.starts, m.start(), "right") - 1] = True
         self.strong_before = np.concatenate([[0], np.cumsum(~weak_line)])
+        # where a line's leading docstring quotes end (0: the line has none)
+        self.opener_end = np.zeros(len(self.starts), np.int64)
+        for m in _DOC_OPENER.finditer(text):
+            self.opener_end[np.searchsorted(self.starts, m.start(), "right") - 1] = m.end()
         self._names: np.ndarray | None = None
         self._text = text
 
     def signature(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """True for windows [a, b) lying entirely within import/signature/blank lines.
+        """True for windows [a, b) lying entirely within import/signature/blank lines, or running
+        from them only into the opening quotes of the next line's docstring.
 
         Why: two different solutions of one task share those lines (a near-miss, not
-        a leak); only n-grams that reach into the body or the problem statement are
+        a leak), and a different solution with a docstring of its own shares its opening
+        quotes too; only n-grams that reach into the body or the problem statement are
         evidence.
         """
         if not len(a):
             return np.zeros(0, bool)
         la = np.searchsorted(self.starts, a, "right") - 1
         lb = np.searchsorted(self.starts, np.maximum(b - 1, a), "right") - 1
-        return (self.strong_before[lb + 1] - self.strong_before[la]) == 0
+        inside = (self.strong_before[lb + 1] - self.strong_before[la]) == 0
+        into_quotes = (lb > la) & (b <= self.opener_end[lb]) & ((self.strong_before[lb] - self.strong_before[la]) == 0)
+        return inside | into_quotes
 
     def data_only(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """True for windows [a, b) holding no name outside string literals: only numbers, strings and
