@@ -86,9 +86,12 @@ def deploy(tmp_path_factory, s3_endpoint, wheel_dists, user_venv):  # noqa: F811
     work.mkdir()
     (work / "full.yaml").write_text(FULL)
     (work / "short.yaml").write_text(SHORT)
-    # the references: the local engine (this checkout, in-process) over the same S3 input
+    # the references: the local engine (this checkout, in-process) over the same S3 input; a work folder
+    # of this fixture's own: under xdist the fixture may run on both workers at once, and the default
+    # scratch folder of an object-store output is keyed on the run id alone (the same on both)
     for name in ("full", "short"):
-        Pipeline.from_yaml(work / f"{name}.yaml").run(engine="local", workers=1, output=f"s3://out/local-{name}")
+        Pipeline.from_yaml(work / f"{name}.yaml").run(engine="local", workers=1, output=f"s3://out/local-{name}",
+                                                      work_dir=str(root / f"local-work-{name}"))
     return {"root": root, "driver_py": driver_py, "archive": archive, "work": work, "fs": fs,
             "pack_seconds": pack_seconds, "archive_mb": archive.stat().st_size / 1e6}
 
