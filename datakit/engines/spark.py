@@ -12,8 +12,8 @@ How each node runs (and why):
   dropped rows, only the accounting columns (reason, detail, key or raw line).
 * `Join` / `Aggregate` -- Spark's own (`F.broadcast` for small right sides).
 * `ConnectedComponents` -- large-star/small-star (`spark_cc`), O(log n) rounds.
-* Sink -- a shard id column (`datakit.io.sinks.shard_ids`), then
-  `groupBy(shard).applyInArrow` calls `write_shard` *on the executors*; only the
+* Sink -- a shard id column (`datakit.io.sinks.shard_ids`), rows moved to partition = shard id
+  (`one_shard_per_partition`), then a mapInArrow calls `write_shard` *on the executors*; only the
   small per-shard info dicts come back to commit the manifest.
 
 Accounting without double counting: no accumulators (a retried task would add
@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from datakit import progress
 from datakit.accounting import NodeStats, stage_report
@@ -57,6 +58,16 @@ from datakit.plan import (DROP, DROP_DETAIL, DROP_STATE, Aggregate, ConnectedCom
 log = logging.getLogger("datakit.engine.spark")
 
 SHARD_COL = "_shard"
+# Joins are broadcast from *measured* sizes only. Why: every materialized node is a checkpoint whose
+# size estimate Spark inherits from the plan that made it, and our plans start from a file list of
+# a few hundred bytes, so the planner saw multi-GB record tables as tiny and broadcast them (at
+# 100k events: 226-258 MiB tables collected into the driver and hashed on one thread, ~10 s of a
+# 97 s run; on a cluster, a driver out of memory). Adaptive execution decides from the shuffle's real
+# sizes instead. Joins the plan marks `broadcast=True` are still broadcast. A user setting of either
+# key (--conf, the pipeline's spark: block, spark-submit) leaves both to the user.
+BROADCAST_CONF = ("spark.sql.autoBroadcastJoinThreshold", "spark.sql.adaptive.autoBroadcastJoinThreshold")
+BROADCAST_DEFAULTS = {"spark.sql.autoBroadcastJoinThreshold": "-1",
+                      "spark.sql.adaptive.autoBroadcastJoinThreshold": "10MB"}
 
 
 # --------------------------------------------------------------------------- executor-side functions
@@ -221,17 +232,31 @@ class _AddShard:
             yield b.append_column(SHARD_COL, pa.array(ids, pa.int64()))
 
 
-class _WriteShard:
-    """applyInArrow per shard: sort and write it with `write_shard` on the executor; return its info."""
+class _WriteShards:
+    """mapInArrow over a partition holding one shard: sort and write it with `write_shard` on the executor.
+
+    Returns one info row per shard written. The sink partitions rows by shard id (`repartitionById`),
+    so a partition is exactly one shard; a partition with several (never, but cheap to allow) writes
+    each on its own, in id order.
+    """
 
     def __init__(self, spec: SinkSpec, schema: pa.Schema) -> None:
         self.spec, self.schema = spec, schema
 
-    def __call__(self, table: pa.Table) -> pa.Table:
-        shard = int(table.column(SHARD_COL)[0].as_py())
-        info = sinks.write_shard(table.drop_columns([SHARD_COL]), shard, self.spec, self.schema)
-        return pa.table({"shard": pa.array([shard], pa.int64()),
-                         "info": pa.array([json.dumps(info, sort_keys=True)], pa.string())})
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        parts = [b for b in batches if b.num_rows]
+        if not parts:  # no row hashed to this partition's shard: the driver writes it empty
+            return
+        table = pa.Table.from_batches(parts)
+        del parts
+        ids = table.column(SHARD_COL)
+        shards = sorted(pc.unique(ids).to_pylist())
+        for shard in shards:
+            part = table if len(shards) == 1 else table.filter(pc.equal(ids, shard))
+            info = sinks.write_shard(part.drop_columns([SHARD_COL]), int(shard), self.spec, self.schema)
+            yield pa.record_batch({"shard": pa.array([int(shard)], pa.int64()),
+                                   "info": pa.array([json.dumps(info, sort_keys=True)], pa.string())})
+            del part
 
 
 class _WriteSide:
@@ -297,7 +322,7 @@ class SparkEngine(Engine):
         if plan.sink is not None:
             publish.retract(plan.sink.path)  # readers see no dataset until the new one is committed
         try:
-            with _runtime_conf(spark, run.runtime_conf()):
+            with _runtime_conf(spark, run.runtime_conf(user_conf)):
                 stages, manifest, out = run.go()
         finally:
             run.cleanup()
@@ -319,7 +344,7 @@ class SparkEngine(Engine):
         operator's spark-submit settings when the session is not one datakit started with its defaults."""
         from datakit.engines.spark_session import _active
 
-        keys = (SHUFFLE_CONF, TARGET_CONF, ONE_TASK_CONF)
+        keys = (SHUFFLE_CONF, TARGET_CONF, ONE_TASK_CONF, *BROADCAST_CONF)
         out: dict[str, str] = {}
         if _active.get("session") is not spark:  # spark-submit / a notebook's session: its conf is the user's
             given = spark.sparkContext.getConf()
@@ -372,12 +397,14 @@ class _Run:
         self.inputs: list[dict[str, Any]] = []
         self.cc_one_task_edges = cc_one_task_edges  # graphs up to this many edges: components in one task (spark_cc)
 
-    def runtime_conf(self) -> dict[str, str]:
+    def runtime_conf(self, user_conf: dict[str, str] | None = None) -> dict[str, str]:
         conf = {"spark.sql.shuffle.partitions": str(self.n),
                 "spark.sql.execution.arrow.pyspark.enabled": "true",
                 "spark.sql.execution.arrow.useLargeVarTypes": "false"}
         if self.engine.partitions:  # an explicit number is honoured, not coalesced away
             conf["spark.sql.adaptive.coalescePartitions.enabled"] = "false"
+        if not set(BROADCAST_CONF) & set(user_conf or {}):
+            conf.update(BROADCAST_DEFAULTS)
         return conf
 
     # -- driver loop
@@ -669,8 +696,7 @@ class _Run:
         with_shard = pa.schema(list(schema) + [pa.field(SHARD_COL, pa.int64())])
         df = self.df[root.id].select(*schema.names).mapInArrow(_AddShard(spec.key, shards, spec.partition),
                                                                 from_arrow_schema(with_shard))
-        infos = (df.groupBy(SHARD_COL).applyInArrow(_table_fn(_WriteShard(resolved, root.schema)), "shard long, info string")
-                 .collect())
+        infos = one_shard_per_partition(df, shards).mapInArrow(_WriteShards(resolved, root.schema), "shard long, info string").collect()
         got = {int(r["shard"]): json.loads(r["info"]) for r in infos}
         for s in range(shards):  # a shard no row hashed to: an empty file, as on the local engine
             if s not in got:
@@ -744,6 +770,19 @@ def _file_slices(spark, files: list[str], k: int):
     slices = [files[i * len(files) // k:(i + 1) * len(files) // k] for i in range(k)]
     return spark.createDataFrame(pa.Table.from_batches(
         [pa.record_batch([pa.array(s, pa.string())], names=["path"]) for s in slices]))
+
+
+def one_shard_per_partition(df, shards: int):
+    """`df` (with a `SHARD_COL`) repartitioned so that partition i holds exactly the rows of shard i.
+
+    Why not `groupBy(shard)` or `repartition(n, shard)`: hash partitioning (Murmur3 of the id mod
+    the partition count) put shards 0 and 1 of 2 into one partition, so one task wrote both while
+    the other core idled (9.5 s of a 100k-event quickstart run); range partitioning samples the
+    data in a job of its own and still merges ids when one shard outweighs the others.
+    """
+    from pyspark.sql import functions as F
+
+    return df.repartitionById(shards, F.col(SHARD_COL).cast("int"))
 
 
 def _counted_nodes(plan: Plan) -> set[int]:
