@@ -221,10 +221,15 @@ def _prepare_env(master: str, conf: dict[str, str]) -> None:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
-def _start_gateway(conf_pairs: dict[str, str]) -> None:
-    """Launch the driver JVM with stdout/stderr going to `log_file()` instead of the terminal."""
+def _start_gateway(conf_pairs: dict[str, str], java: str | None = None) -> None:
+    """Launch the driver JVM with stdout/stderr going to `log_file()` instead of the terminal.
+
+    `java`: the JVM binary, when the driver's Java options are ours (the user set none): then
+    the JVM also gets its class-data archive option (`spark_cds`)."""
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
+
+    from datakit.engines import spark_cds
 
     if SparkContext._gateway is not None:
         return
@@ -233,6 +238,9 @@ def _start_gateway(conf_pairs: dict[str, str]) -> None:
               "spark.jars", "spark.jars.packages"):
         if k in conf_pairs:
             jvm_conf.set(k, conf_pairs[k])
+    cds = spark_cds.jvm_option(java, conf_pairs) if java else ""
+    if cds:
+        jvm_conf.set("spark.driver.extraJavaOptions", f"{conf_pairs.get('spark.driver.extraJavaOptions', '')} {cds}".strip())
     log = open(log_file(), "ab")  # kept open for the JVM's lifetime
     try:
         gw = launch_gateway(jvm_conf, popen_kwargs={"stdout": log, "stderr": log})
@@ -272,11 +280,11 @@ def get_session(master: str | None = None, conf: dict[str, Any] | None = None):
         check_master(master)
         if running is not None:
             stop_session()
-        check_java()
+        java = check_java()
         pairs = _base_conf(master, conf)
         _prepare_env(master, pairs)
         with translate_errors("starting Spark"):
-            _start_gateway(pairs)
+            _start_gateway(pairs, None if "spark.driver.extraJavaOptions" in (conf or {}) else java)
             builder = SparkSession.builder
             for k, v in pairs.items():
                 builder = builder.config(k, v)

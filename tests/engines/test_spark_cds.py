@@ -1,0 +1,97 @@
+"""The driver JVM's class-data archive (issue 21, cold start): written once at exit, kept only when
+complete (a truncated archive crashes the JVM that maps it), used by every later driver JVM."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from datakit.engines import spark_cds
+
+ROOT = Path(__file__).resolve().parents[2]
+_WRITTEN = ("[24.556s][info   ][cds,dynamic   ] Written dynamic archive 0x0000000800bc7000 - 0x000000080986e728 "
+            "[984 bytes header, 147486504 bytes total]\n")  # a real JVM's line
+
+
+def test_only_a_finished_dump_is_adopted(tmp_path, monkeypatch):
+    monkeypatch.setenv("DATAKIT_CACHE_DIR", str(tmp_path))
+    folder = tmp_path / "spark-cds"
+    folder.mkdir()
+    archive = folder / "k.jsa"
+    done, cut, running = (folder / f"k.{pid}.jsa.tmp" for pid in (11, 12, 13))
+    for f in (done, cut, running):
+        f.write_bytes(b"")
+    os.truncate(done, 147486504)  # sparse: as long as the log says
+    os.truncate(cut, 147486503)  # one byte short: a JVM killed while writing
+    for f in (done, cut):
+        f.with_suffix(".log").write_text(_WRITTEN)
+    running.with_suffix(".log").write_text("[22.306s][info][cds,dynamic] Dumping\n")  # not written yet
+    assert spark_cds.dump_finished(done, done.with_suffix(".log"))
+    assert not spark_cds.dump_finished(cut, cut.with_suffix(".log"))
+    assert not spark_cds.dump_finished(running, running.with_suffix(".log"))
+    (folder / "k.dumping").write_text("11\n")
+    assert spark_cds._adopt_finished_dump(folder, "k", archive)
+    assert archive.stat().st_size == 147486504 and not (folder / "k.dumping").exists()
+    assert not done.exists() and not cut.exists()  # the unfinished one went with the adoption
+    assert not spark_cds._adopt_finished_dump(folder, "other", folder / "other.jsa")
+
+
+def test_one_process_dumps_and_a_dead_dump_is_cleared(tmp_path, monkeypatch):
+    monkeypatch.setenv("DATAKIT_CACHE_DIR", str(tmp_path))
+    java = sys.executable  # any binary: the key hashes its path, size and time
+    conf = {"spark.driver.memory": "2g"}
+    key = spark_cds.archive_key(java, conf)
+    assert key != spark_cds.archive_key(java, {"spark.driver.memory": "4g"})  # heap layout is part of the key
+    first = spark_cds.jvm_option(java, conf)
+    folder = tmp_path / "spark-cds"
+    assert first.startswith(f"-XX:ArchiveClassesAtExit={folder / key}.{os.getpid()}.jsa.tmp -Xlog:cds+dynamic")
+    assert spark_cds.jvm_option(java, conf) == ""  # a second driver meanwhile: no second dump
+    # that dump's JVM was killed: after STALE_SECONDS the claim and the partial file are cleared
+    partial = folder / f"{key}.{os.getpid()}.jsa.tmp"
+    partial.write_bytes(b"partial")
+    old = time.time() - spark_cds.STALE_SECONDS - 1
+    for f in (partial, folder / f"{key}.dumping"):
+        os.utime(f, (old, old))
+    assert spark_cds.jvm_option(java, conf).startswith("-XX:ArchiveClassesAtExit=")
+    assert not partial.exists()
+    (folder / f"{key}.jsa").write_bytes(b"x")
+    assert spark_cds.jvm_option(java, conf) == f"-XX:SharedArchiveFile={folder / key}.jsa"
+    monkeypatch.setenv("DATAKIT_SPARK_CDS", "0")
+    assert spark_cds.jvm_option(java, conf) == ""
+
+
+_CHILD = textwrap.dedent("""
+    import sys
+    from datakit.engines.spark_session import get_session
+    s = get_session("local[1]")
+    assert s.range(100).count() == 100
+    jvm = s.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    maps = open(f"/proc/{jvm}/maps").read()  # the JDK's own base archive is mapped too: look for ours
+    print("MAPPED" if sys.argv[1] + "/spark-cds/" in maps else "NOT-MAPPED")
+""")
+
+
+@pytest.mark.spark
+def test_the_first_driver_writes_the_archive_and_the_next_one_maps_it(tmp_path):
+    env = {**os.environ, "DATAKIT_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(ROOT),
+           "DATAKIT_SPARK_LOG_DIR": str(tmp_path / "logs")}
+    env.pop("DATAKIT_SPARK_CDS", None)
+
+    def child() -> str:
+        r = subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path)], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return r.stdout.strip().splitlines()[-1]
+
+    assert child() == "NOT-MAPPED"
+    # this driver's JVM writes the archive after the process is gone: wait for it to log that it has
+    deadline = time.time() + 240
+    while not any(spark_cds.dump_finished(p, p.with_suffix(".log")) for p in (tmp_path / "spark-cds").glob("*.jsa.tmp")):
+        assert time.time() < deadline, sorted(p.name for p in (tmp_path / "spark-cds").iterdir())
+        time.sleep(0.5)
+    assert child() == "MAPPED"  # the next driver adopts it
+    assert sorted(p.suffix for p in (tmp_path / "spark-cds").iterdir()) == [".jsa"]  # no leftovers
