@@ -625,6 +625,9 @@ class _Run:
     def _join(self, node: Join):
         from pyspark.sql import functions as F
 
+        windowed = self._join_own_aggregate(node)
+        if windowed is not None:
+            return windowed
         left = self.df[node.left.id].alias("l")
         right = self.df[node.right.id]
         if node.how in ("anti", "semi"):
@@ -645,20 +648,31 @@ class _Run:
             cols = [F.col(f"l.{c}" if c in lnames else f"r.{c}").alias(c) for c in node.schema.names]
         return j.select(*cols)
 
-    def _aggregate(self, node: Aggregate):
+    def _join_own_aggregate(self, node: Join):
+        """`Join(inner, R, Aggregate(R by K), on K)` as window columns over R partitioned by K, or None.
+
+        Why: dedup asks "the smallest doc_id of each key/bucket, on every row" this way (exact keys,
+        LSH buckets, component sizes). As a join, R is shuffled and sorted twice (once for the
+        aggregate, once for the join; at 100k events the LSH bands are 1M rows); as a window, once.
+        Same rows: the inner join drops rows whose key has a null, so the window does too.
+        """
+        agg = node.right
+        if not (node.how == "inner" and isinstance(agg, Aggregate) and agg.input is node.left
+                and list(node.left_on) == list(node.right_on) == list(agg.keys) and agg.keys
+                and agg.id not in self.rows and not set(agg.aggs) & set(node.left.schema.names)):
+            return None
+        from pyspark.sql import Window
         from pyspark.sql import functions as F
 
-        exprs = []
-        for out, (op, col) in node.aggs.items():
-            if op == "count":
-                e = F.count(F.lit(1))
-            elif op == "sum":
-                e = F.coalesce(F.sum(col), F.lit(0)).cast("long")
-            elif op == "min":
-                e = F.min(col)
-            else:
-                e = F.max(col)
-            exprs.append(e.alias(out))
+        w = Window.partitionBy(*agg.keys)
+        df = self.df[node.left.id]
+        for k in agg.keys:
+            df = df.where(F.col(k).isNotNull())
+        return df.select(*node.left.schema.names, *(_agg_expr(op, col, w).alias(out)
+                                                    for out, (op, col) in agg.aggs.items())).select(*node.schema.names)
+
+    def _aggregate(self, node: Aggregate):
+        exprs = [_agg_expr(op, col).alias(out) for out, (op, col) in node.aggs.items()]
         df = self.df[node.input.id].groupBy(*node.keys).agg(*exprs)
         return df.select(*node.schema.names)
 
@@ -770,6 +784,18 @@ def _file_slices(spark, files: list[str], k: int):
     slices = [files[i * len(files) // k:(i + 1) * len(files) // k] for i in range(k)]
     return spark.createDataFrame(pa.Table.from_batches(
         [pa.record_batch([pa.array(s, pa.string())], names=["path"]) for s in slices]))
+
+
+def _agg_expr(op: str, col: str, window: Any = None):
+    """One aggregate as the local engine (polars) computes it: `count` counts rows, `sum` of nothing
+    is 0; over `window` when given (a column of every row instead of one row per group)."""
+    from pyspark.sql import functions as F
+
+    base = F.count(F.lit(1)) if op == "count" else F.sum(col) if op == "sum" else F.min(col) if op == "min" \
+        else F.max(col)
+    if window is not None:
+        base = base.over(window)
+    return F.coalesce(base, F.lit(0)).cast("long") if op == "sum" else base
 
 
 def one_shard_per_partition(df, shards: int):

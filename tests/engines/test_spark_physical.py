@@ -58,3 +58,78 @@ def test_a_users_broadcast_setting_is_left_alone():
     for key in spark_engine.BROADCAST_CONF:
         conf = run.runtime_conf({key: "50MB"})
         assert not set(spark_engine.BROADCAST_CONF) & set(conf)
+
+
+class _Keyed:
+    """doc_id, a key that is null on every 5th record, and a number: the input of the group statistics."""
+
+    def __call__(self, b: pa.RecordBatch) -> pa.RecordBatch:
+        ids = b.column("doc_id").to_pylist()
+        keys = [None if int(d) % 5 == 0 else f"k{int(d) % 4}" for d in ids]
+        return pa.RecordBatch.from_arrays([b.column("doc_id"), pa.array(keys, pa.string()),
+                                           pa.array([int(d) for d in ids], pa.int64())], names=["doc_id", "key", "n"])
+
+
+class _Meta:
+    """The group statistics of each record, as its `meta` JSON (records without a match are gone)."""
+
+    def __call__(self, b: pa.RecordBatch) -> pa.RecordBatch:
+        import json
+
+        meta = [json.dumps(r, sort_keys=True) for r in b.select(["key", "cnt", "tot", "lo", "hi"]).to_pylist()]
+        return pa.RecordBatch.from_arrays([b.column("doc_id"), pa.array(meta)], names=["doc_id", "stats"])
+
+
+class _SetMeta:
+    def __call__(self, b: pa.RecordBatch) -> pa.RecordBatch:
+        import pyarrow.compute as pc
+
+        meta = pc.coalesce(b.column("stats"), b.column("meta"))  # no statistics: the record's own meta
+        return b.set_column(b.schema.get_field_index("meta"), "meta", meta).drop_columns(["stats"])
+
+
+def test_a_join_with_its_own_aggregate_runs_as_one_window_with_the_same_rows(spark, tmp_path, monkeypatch):
+    """Join(inner, R, Aggregate(R by K), on K) -- dedup's "smallest id per key on every row" -- is one
+    window on Spark; nulls in K drop the row as the join does; every aggregate op gives the local value."""
+    from typing import Literal
+
+    import pyarrow.parquet as pq
+
+    from datakit import CompileContext, Pipeline, StageConfig, register_stage
+    from datakit.contracts import TRAINING_RECORD_V1
+    from tests.conformance import LOCAL_VARIANTS, assert_conformant, spark_variants
+    from tests.test_local_barriers import _records
+
+    @register_stage
+    class GroupStats(StageConfig):
+        kind: Literal["test_group_stats"] = "test_group_stats"
+
+        def compile(self, rel, ctx: CompileContext):
+            keyed = rel.map_batches(_Keyed(), pa.schema([("doc_id", pa.string()), ("key", pa.string()),
+                                                         ("n", pa.int64())]), name="keyed")
+            stats = keyed.aggregate(["key"], {"cnt": ("count", "doc_id"), "tot": ("sum", "n"),
+                                              "lo": ("min", "doc_id"), "hi": ("max", "doc_id")})
+            per_row = keyed.join(stats, "key").map_batches(
+                _Meta(), pa.schema([("doc_id", pa.string()), ("stats", pa.string())]), name="meta")
+            return rel.join(per_row, "doc_id", how="left").map_batches(_SetMeta(), TRAINING_RECORD_V1, name="set_meta")
+
+    windows = []
+    real = spark_engine._Run._join_own_aggregate
+    monkeypatch.setattr(spark_engine._Run, "_join_own_aggregate",
+                        lambda self, node: windows.append(node.id) or real(self, node))
+    src = tmp_path / "in" / "records.parquet"
+    src.parent.mkdir()
+    pq.write_table(_records(40), src)
+    p = (Pipeline("w").input(str(src), format="parquet", schema="training_record.v1")
+         .add({"kind": "test_group_stats"}).output(str(tmp_path / "o"), shards=2))
+    assert_conformant(p, tmp_path, variants=LOCAL_VARIANTS[:1] + spark_variants((2,)))
+    assert windows  # the Spark run took the window path
+    import json
+
+    from datakit.io.dataset import read_output
+
+    rows = [json.loads(r["meta"]) for r in read_output(str(tmp_path / "conf-0-local")).select(["meta"]).to_pylist()]
+    assert sum("key" in r for r in rows) == 32  # the 8 records with a null key matched no group
+    k1 = [r for r in rows if r.get("key") == "k1"]
+    ids = [i for i in range(40) if i % 5 and i % 4 == 1]
+    assert k1[0] == {"key": "k1", "cnt": len(ids), "tot": sum(ids), "lo": f"{min(ids):04d}", "hi": f"{max(ids):04d}"}
