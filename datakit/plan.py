@@ -99,6 +99,9 @@ class MapBatches(_OneInput):
     quarantine: bool = False
     drop_log_key: str | None = None
     drop_state: bool = False  # its dropped rows may carry `_drop_state` (written to `_dropped_state/`)
+    # the only input columns `fn` reads (None: any). A promise that lets an engine hand `fn` just these:
+    # the Spark engine then ships a side branch's few columns to Python, not whole events.
+    reads: tuple[str, ...] | None = None
 
     def describe(self) -> str:
         extra = ", quarantine" if self.quarantine else ""
@@ -310,11 +313,13 @@ class Rel:
         quarantine: bool = False,
         drop_log_key: str | None = None,
         drop_state: bool = False,
+        reads: tuple[str, ...] | None = None,
     ) -> "Rel":
         return self._wrap(
             MapBatches(
                 stage=self.stage, schema=schema, input=self.node, fn=fn, name=name,
                 quarantine=quarantine, drop_log_key=drop_log_key, drop_state=drop_state,
+                reads=tuple(reads) if reads is not None else None,
             )
         )
 

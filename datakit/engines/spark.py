@@ -563,6 +563,9 @@ class _Run:
             in_schema = None
         else:
             in_schema = self.arrow[base.id]
+            if ops and ops[0].reads is not None and set(ops[0].reads) <= set(in_schema.names):
+                # the first function reads only these columns (its promise): ship just them to Python
+                in_schema = pa.schema([in_schema.field(c) for c in ops[0].reads])
             base_schema = in_schema
             inp = self.df[base.id].select(*in_schema.names)
         # a chain's output has exactly its last op's schema: the local engine spills it with that schema,

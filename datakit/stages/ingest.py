@@ -403,7 +403,8 @@ class IngestConfig(StageConfig):
         # One aggregation is the only shuffle: it also counts the copies, so only ids read more
         # than once (small) are joined back -- broadcast -- to their locations (docs/scaling.md).
         side = Rel(events.node, f"{rel.stage}:side")
-        locs = side.map_batches(EventLocations(), _LOC_SCHEMA, name="event_locations")
+        locs = side.map_batches(EventLocations(), _LOC_SCHEMA, name="event_locations",
+                                reads=("event_id", "_source_file", "_source_line"))
         firsts = locs.aggregate(["event_id"], {"_first": ("min", "_loc"), "_copies": ("count", "_loc")})
         repeated = firsts.map_batches(RepeatedIds(), _REPEATED_IDS_SCHEMA, name="repeated_ids")
         repeats = (locs.join(repeated, "event_id", broadcast=True)

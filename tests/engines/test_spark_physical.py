@@ -133,3 +133,58 @@ def test_a_join_with_its_own_aggregate_runs_as_one_window_with_the_same_rows(spa
     k1 = [r for r in rows if r.get("key") == "k1"]
     ids = [i for i in range(40) if i % 5 and i % 4 == 1]
     assert k1[0] == {"key": "k1", "cnt": len(ids), "tot": sum(ids), "lo": f"{min(ids):04d}", "hi": f"{max(ids):04d}"}
+
+
+class _Same:
+    def __call__(self, b: pa.RecordBatch) -> pa.RecordBatch:
+        return b
+
+
+class _CountColumns:
+    """doc_id and how many columns this function was handed (it promises to read only doc_id)."""
+
+    def __call__(self, b: pa.RecordBatch) -> pa.RecordBatch:
+        return pa.RecordBatch.from_arrays([b.column("doc_id"), pa.array([b.num_columns] * b.num_rows, pa.int64())],
+                                          names=["doc_id", "ncols"])
+
+
+class _ColumnsAsMeta:
+    def __call__(self, b: pa.RecordBatch) -> pa.RecordBatch:
+        import pyarrow.compute as pc
+
+        meta = pc.cast(b.column("ncols"), pa.string())
+        return b.set_column(b.schema.get_field_index("meta"), "meta", meta).drop_columns(["ncols"])
+
+
+def test_a_function_that_reads_few_columns_is_handed_only_those(spark, tmp_path):
+    """MapBatches(reads=...) on a materialized relation: Spark ships just those columns to Python
+    (ingest's duplicate-id side branch reads 3 columns of whole events: 1.75-2.0 s -> 0.86 s at 100k)."""
+    from typing import Literal
+
+    import pyarrow.parquet as pq
+
+    from datakit import CompileContext, Pipeline, StageConfig, register_stage
+    from datakit.contracts import TRAINING_RECORD_V1
+    from datakit.io.dataset import read_output
+    from tests.test_local_barriers import _records
+
+    @register_stage
+    class CountColumns(StageConfig):
+        kind: Literal["test_count_columns"] = "test_count_columns"
+
+        def compile(self, rel, ctx: CompileContext):
+            base = rel.map_batches(_Same(), TRAINING_RECORD_V1, name="same")  # two readers: materialized
+            counted = base.map_batches(_CountColumns(), pa.schema([("doc_id", pa.string()), ("ncols", pa.int64())]),
+                                       name="count_columns", reads=("doc_id",))
+            return base.join(counted, "doc_id", how="left").map_batches(_ColumnsAsMeta(), TRAINING_RECORD_V1,
+                                                                        name="as_meta")
+
+    src = tmp_path / "in" / "records.parquet"
+    src.parent.mkdir()
+    pq.write_table(_records(20), src)
+    p = (Pipeline("r").input(str(src), format="parquet", schema="training_record.v1")
+         .add({"kind": "test_count_columns"}).output(str(tmp_path / "o"), shards=1))
+    p.run(engine="spark", partitions=2, output=str(tmp_path / "spark"))
+    assert set(read_output(str(tmp_path / "spark")).column("meta").to_pylist()) == {"1"}
+    p.run(engine="local", workers=1, output=str(tmp_path / "local"))  # the local engine may hand it everything
+    assert set(read_output(str(tmp_path / "local")).column("meta").to_pylist()) == {str(len(TRAINING_RECORD_V1))}
