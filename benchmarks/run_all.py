@@ -41,7 +41,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "tokenize_bench": (["--cli-only", "--datatrove", "--mb", "32", "--runs", "3"],
                        ["--cli-only", "--datatrove", "--mb", "8", "--runs", "1"]),
     "longctx": ([], ["--events", "300", "--repositories", "20"]),
-    "engines": (["--events", "10000", "--runs", "3"], ["--events", "1000", "--runs", "1"]),
+    "engines": (["--events", "100000", "--runs", "3"], ["--events", "1000", "--runs", "1"]),  # issue 21 sets its target at 1e5 events
     "decontam": (["--skip", "scan,recall,fp,index", "--cli-mb", "100", "--runs", "3"],
                  ["--skip", "scan,recall,fp,index", "--cli-mb", "10", "--runs", "1"]),
 }
