@@ -60,9 +60,9 @@ log = logging.getLogger("datakit.engine.spark")
 SHARD_COL = "_shard"
 # Joins are broadcast from *measured* sizes only. Why: every materialized node is a checkpoint whose
 # size estimate Spark inherits from the plan that made it, and our plans start from a file list of
-# a few hundred bytes, so the planner saw multi-GB record tables as tiny and broadcast them (at
-# 100k events: 226-258 MiB tables collected into the driver and hashed on one thread, ~10 s of a
-# 97 s run; on a cluster, a driver out of memory). Adaptive execution decides from the shuffle's real
+# a few hundred bytes, so the planner took record tables for tiny and broadcast them (at 100k
+# events: 226-258 MiB tables collected into the driver and sent to every executor; at cluster scale,
+# a driver out of memory). Adaptive execution decides from the shuffle's real
 # sizes instead. Joins the plan marks `broadcast=True` are still broadcast. A user setting of either
 # key (--conf, the pipeline's spark: block, spark-submit) leaves both to the user.
 BROADCAST_CONF = ("spark.sql.autoBroadcastJoinThreshold", "spark.sql.adaptive.autoBroadcastJoinThreshold")
