@@ -53,21 +53,6 @@ def quickstart_yaml(logs: Path, dest: Path) -> Path:
     return dest
 
 
-def wait_for_class_archive(timeout: float = 180.0) -> None:
-    """Let a class-data archive the warm-up's driver JVM is writing (after its process exited) finish,
-    so it neither takes a core from the timed runs nor leaves the first of them without it."""
-    import time
-
-    from datakit.engines import spark_cds
-
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        dumps = list(spark_cds.cache_dir().glob("*.jsa.tmp"))
-        if not dumps or any(spark_cds.dump_finished(p, p.with_suffix(".log")) for p in dumps):
-            return
-        time.sleep(0.5)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=10_000)
@@ -112,7 +97,9 @@ def main() -> int:
         for w in range(args.warmup):
             for engine in runs:
                 once(engine, -1 - w)  # warm-up
-        wait_for_class_archive()
+        from datakit.engines import spark_cds
+
+        spark_cds.wait_for_dump()  # the warm-up's driver JVM may still be writing its class-data archive
         for i in range(args.runs):  # alternated: load on the shared machine hits both alike
             for engine in runs:
                 runs[engine].append(once(engine, i + 1))

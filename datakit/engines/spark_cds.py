@@ -33,6 +33,8 @@ import re
 import time
 from pathlib import Path
 
+from datakit.io import cache
+
 log = logging.getLogger("datakit.engine.spark")
 
 ENV_SWITCH = "DATAKIT_SPARK_CDS"
@@ -47,8 +49,7 @@ def enabled() -> bool:
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("DATAKIT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "datakit")
-    return Path(root) / "spark-cds"
+    return Path(cache.root()) / "spark-cds"
 
 
 def archive_key(java: str, conf: dict[str, str]) -> str:
@@ -75,6 +76,17 @@ def dump_finished(archive: Path, dump_log: Path) -> bool:
         return m is not None and archive.stat().st_size >= int(m.group(1))
     except OSError:
         return False
+
+
+def wait_for_dump(timeout: float = 180.0) -> None:
+    """Return once no archive is being written here (or after `timeout`): a benchmark's warm-up run
+    leaves its JVM writing one, which would take a core from the timed runs and the archive from the first."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        dumps = list(cache_dir().glob("*.jsa.tmp"))
+        if not dumps or any(dump_finished(p, p.with_suffix(".log")) for p in dumps):
+            return
+        time.sleep(0.5)
 
 
 def jvm_option(java: str, conf: dict[str, str]) -> str:

@@ -38,6 +38,7 @@ import shutil
 import socket
 from typing import Any, Callable
 
+from datakit.io import cache
 from datakit.io.fs import filesystem
 
 log = logging.getLogger("datakit.io.tempwork")
@@ -48,8 +49,7 @@ WORK = "_work"
 
 def base() -> str:
     """The folder that holds the local scratch folders of object-store runs on this machine."""
-    root = os.environ.get("DATAKIT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "datakit")
-    return os.path.join(root, "work")  # (the same cache folder as decontamination's reference index)
+    return os.path.join(cache.root(), "work")  # (the same cache folder as decontamination's reference index)
 
 
 def claim(run_id: str) -> str:

@@ -23,6 +23,8 @@ import sysconfig
 import numpy as np
 import pyarrow as pa
 
+from datakit.io import cache
+
 MIN_FILES = 2
 _SKIP = (os.sep + "test" + os.sep, os.sep + "tests" + os.sep, os.sep + "idlelib" + os.sep, "site-packages",
          "dist-packages")
@@ -53,7 +55,7 @@ def _key(files: list[str], views: tuple[tuple[int, int], ...]) -> str:
 
 
 def _cache_dir() -> str:
-    return os.environ.get("DATAKIT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "datakit")
+    return cache.root()
 
 
 def _build(files: list[str], views: tuple[tuple[int, int], ...]) -> tuple[np.ndarray, dict]:
