@@ -233,12 +233,8 @@ class _AddShard:
 
 
 class _WriteShards:
-    """mapInArrow over a partition holding one shard: sort and write it with `write_shard` on the executor.
-
-    Returns one info row per shard written. The sink partitions rows by shard id (`repartitionById`),
-    so a partition is exactly one shard; a partition with several (never, but cheap to allow) writes
-    each on its own, in id order.
-    """
+    """mapInArrow over a partition holding one shard (`one_shard_per_partition`): sort and write it
+    with `write_shard` on the executor; return its info row."""
 
     def __init__(self, spec: SinkSpec, schema: pa.Schema) -> None:
         self.spec, self.schema = spec, schema
@@ -249,14 +245,12 @@ class _WriteShards:
             return
         table = pa.Table.from_batches(parts)
         del parts
-        ids = table.column(SHARD_COL)
-        shards = sorted(pc.unique(ids).to_pylist())
-        for shard in shards:
-            part = table if len(shards) == 1 else table.filter(pc.equal(ids, shard))
-            info = sinks.write_shard(part.drop_columns([SHARD_COL]), int(shard), self.spec, self.schema)
-            yield pa.record_batch({"shard": pa.array([int(shard)], pa.int64()),
-                                   "info": pa.array([json.dumps(info, sort_keys=True)], pa.string())})
-            del part
+        ids = pc.unique(table.column(SHARD_COL)).to_pylist()
+        if len(ids) != 1:  # two shards written as one file would be a wrong dataset, not a slow one
+            raise RuntimeError(f"a sink partition holds shards {sorted(ids)[:5]}; expected exactly one")
+        info = sinks.write_shard(table.drop_columns([SHARD_COL]), int(ids[0]), self.spec, self.schema)
+        yield pa.record_batch({"shard": pa.array([int(ids[0])], pa.int64()),
+                               "info": pa.array([json.dumps(info, sort_keys=True)], pa.string())})
 
 
 class _WriteSide:
@@ -671,8 +665,8 @@ class _Run:
         df = self.df[node.left.id]
         for k in agg.keys:
             df = df.where(F.col(k).isNotNull())
-        return df.select(*node.left.schema.names, *(_agg_expr(op, col, w).alias(out)
-                                                    for out, (op, col) in agg.aggs.items())).select(*node.schema.names)
+        return df.select(*(_agg_expr(*agg.aggs[c], w).alias(c) if c in agg.aggs else F.col(c)
+                           for c in node.schema.names))
 
     def _aggregate(self, node: Aggregate):
         exprs = [_agg_expr(op, col).alias(out) for out, (op, col) in node.aggs.items()]
