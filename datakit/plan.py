@@ -100,7 +100,8 @@ class MapBatches(_OneInput):
     drop_log_key: str | None = None
     drop_state: bool = False  # its dropped rows may carry `_drop_state` (written to `_dropped_state/`)
     # the only input columns `fn` reads (None: any). A promise that lets an engine hand `fn` just these:
-    # the Spark engine then ships a side branch's few columns to Python, not whole events.
+    # the Spark engine then ships a side branch's few columns to Python, not whole events; the local
+    # engine reads just these from a materialized node's spill (input files are read whole).
     reads: tuple[str, ...] | None = None
 
     def describe(self) -> str:

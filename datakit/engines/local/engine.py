@@ -22,6 +22,7 @@ How it runs a plan (and why):
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import time
@@ -217,6 +218,15 @@ class LocalEngine(Engine):
                    shard_by: str = "hash") -> list[dict[str, Any]]:
         base, ops = self._chain_of(node)
         parts = self._partitions(base)
+        first = ops[0] if ops else None
+        if (isinstance(first, MapBatches) and first.reads is not None and parts
+                and all(p.kind == "spill" and p.schema is not None and set(first.reads) <= set(p.schema.names)
+                        for p in parts)):
+            # the first function reads only these columns (its promise): read just them from the spill, as
+            # the Spark engine ships just them to Python; a function that breaks its promise then fails
+            # on both engines alike instead of only on Spark
+            parts = [dataclasses.replace(p, schema=pa.schema([p.schema.field(c) for c in first.reads]),
+                                         columns=tuple(first.reads)) for p in parts]
         seg = name or f"n{self._index[node.id]:03d}"
         out_dir = f"{self._work}/{seg}"
         os.makedirs(out_dir, exist_ok=True)

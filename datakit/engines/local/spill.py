@@ -35,12 +35,13 @@ class Partition:
     schema: pa.Schema | None = None
     row_groups: tuple[int, int] | None = None  # a slice of a spilled file's row groups
     digest: str | None = None  # sha256 of a spill file, computed once by whoever wrote it
+    columns: tuple[str, ...] | None = None  # a spill read for a function that reads only these (MapBatches.reads)
 
     def fingerprint(self) -> str:
         fs, p = filesystem(self.url)
         info = fs.info(p)
         if self.kind == "spill":
-            return f"{self.digest or sha256_file(self.url)}|{self.row_groups}"
+            return f"{self.digest or sha256_file(self.url)}|{self.row_groups}|{self.columns}"
         return f"{self.url}|{info.get('size')}|{info.get('mtime', info.get('LastModified', ''))}"
 
     def batches(self) -> Iterator[pa.RecordBatch]:
@@ -52,7 +53,8 @@ class Partition:
             groups = range(*self.row_groups) if self.row_groups else None
             if groups is not None and len(groups) == 0:
                 return
-            for b in pf.iter_batches(batch_size=min(8192, parquet_batch_rows(pf)), row_groups=groups):
+            cols = list(self.columns) if self.columns is not None else None
+            for b in pf.iter_batches(batch_size=min(8192, parquet_batch_rows(pf)), row_groups=groups, columns=cols):
                 yield conform(b, self.schema) if self.schema is not None else b
 
 
