@@ -15,7 +15,10 @@ How:
   the JVM logs "Written dynamic archive ... bytes total" after the header, which it writes last,
   and the file must be at least that long. Never guessed from a file's age or size: a truncated
   archive crashes the JVM that maps it (SIGBUS, measured).
-- A dump that never finished (its JVM killed) is deleted after `STALE_SECONDS`.
+- A dump that never finished (its JVM killed) is deleted, and its claim taken over, as soon as
+  neither the claiming process nor a JVM writing that file runs any more (Linux: /proc), else
+  after `STALE_SECONDS`. Why not only the clock: a test run or CI job killed mid-run left its
+  claim behind, and every driver for the next 15 minutes started without an archive.
 - The JVM itself checks that an archive matches its build and class path and ignores one that
   does not (a line in the driver log).
 
@@ -118,7 +121,7 @@ def _adopt_finished_dump(folder: Path, key: str, archive: Path) -> bool:
         if not adopted and dump_finished(tmp, dump_log):
             os.replace(tmp, archive)
             adopted = True
-        elif now - tmp.stat().st_mtime < STALE_SECONDS and not adopted:
+        elif now - tmp.stat().st_mtime < STALE_SECONDS and not adopted and _writer_alive(tmp) is not False:
             continue  # still being written (or its JVM is still running)
         else:
             tmp.unlink(missing_ok=True)
@@ -131,7 +134,7 @@ def _adopt_finished_dump(folder: Path, key: str, archive: Path) -> bool:
 def _claim_dump(marker: Path) -> bool:
     """Exclusively become the process whose JVM writes the archive (a stale claim is taken over)."""
     try:
-        if marker.exists() and time.time() - marker.stat().st_mtime > STALE_SECONDS:
+        if marker.exists() and (time.time() - marker.stat().st_mtime > STALE_SECONDS or _claim_abandoned(marker)):
             marker.unlink(missing_ok=True)
         fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except FileExistsError:
@@ -139,3 +142,35 @@ def _claim_dump(marker: Path) -> bool:
     with os.fdopen(fd, "w") as f:
         f.write(f"{os.getpid()}\n")
     return True
+
+
+def _claim_abandoned(marker: Path) -> bool:
+    """True if the process that claimed the dump and any JVM writing its file are gone (Linux; else False)."""
+    try:
+        pid = marker.read_text().strip()
+    except OSError:
+        return False
+    if not pid.isdigit():
+        return False
+    return _writer_alive(marker.with_name(f"{marker.stem}.{pid}.jsa.tmp")) is False
+
+
+def _writer_alive(tmp: Path) -> bool | None:
+    """May a process still write the dump `tmp` (`<key>.<pid>.jsa.tmp`)? The claiming Python process, or its
+    driver JVM, which writes the archive after that process exits (its command line names `tmp`).
+    None where /proc cannot tell (then only `STALE_SECONDS` decides). A reused pid reads as alive: safe."""
+    proc = Path("/proc")
+    if not (proc / "self" / "cmdline").exists():
+        return None
+    pid = tmp.name.split(".")[-3]
+    if pid.isdigit() and (proc / pid).exists():
+        return True
+    needle = str(tmp).encode()
+    for d in proc.iterdir():
+        if d.name.isdigit():
+            try:
+                if needle in (d / "cmdline").read_bytes():
+                    return True
+            except OSError:
+                continue
+    return False

@@ -65,6 +65,30 @@ def test_one_process_dumps_and_a_dead_dump_is_cleared(tmp_path, monkeypatch):
     assert spark_cds.jvm_option(java, conf) == ""
 
 
+def test_a_killed_drivers_claim_is_taken_over_at_once(tmp_path, monkeypatch):
+    """The claiming process and its JVM are gone (a killed test run): the next driver need not wait
+    STALE_SECONDS; a claim whose process still runs is left alone."""
+    monkeypatch.setenv("DATAKIT_CACHE_DIR", str(tmp_path))
+    java, conf = sys.executable, {}
+    key = spark_cds.archive_key(java, conf)
+    folder = tmp_path / "spark-cds"
+    folder.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()  # a pid that has exited
+    (folder / f"{key}.dumping").write_text(f"{dead}\n")
+    partial = folder / f"{key}.{dead}.jsa.tmp"
+    partial.write_bytes(b"partial")
+    partial.with_suffix(".log").write_text("[22.306s][info][cds,dynamic] Dumping\n")
+    assert spark_cds.jvm_option(java, conf).startswith(f"-XX:ArchiveClassesAtExit={folder / key}.{os.getpid()}.jsa.tmp")
+    assert not partial.exists() and not partial.with_suffix(".log").exists()
+    assert (folder / f"{key}.dumping").read_text().strip() == str(os.getpid())
+    # a live claimer (this process) with a fresh partial dump: nobody takes over, nothing is deleted
+    mine = folder / f"{key}.{os.getpid()}.jsa.tmp"
+    mine.write_bytes(b"partial")
+    assert spark_cds.jvm_option(java, conf) == ""
+    assert mine.exists()
+
+
 _CHILD = textwrap.dedent("""
     import sys
     from datakit.engines.spark_session import get_session
