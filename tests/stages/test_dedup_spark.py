@@ -26,6 +26,9 @@ def graph_rows() -> list[dict]:
         rec("y1", words(500, 600)), rec("y2", words(505, 605)), rec("y3", words(500, 595) + " " + words(601, 606)),
         rec("e1", words(700, 750)), rec("e0", words(700, 750) + "\n"),  # exact copies
         rec("q", words(1000, 1100)), rec("r", words(2000, 2100), kind="sft"),
+        # doc_ids two records share (contract violations): t1's both near t0, u2's one unique
+        rec("t0", words(3000, 3050)), rec("t1", words(3000, 3050) + " a"), rec("t1", words(3000, 3050) + " b"),
+        rec("u1", words(5000, 5050)), rec("u2", words(5000, 5050) + " c"), rec("u2", words(9000, 9050)),
     ]
 
 
@@ -37,9 +40,9 @@ def test_dedup_conformant_on_spark(spark, tmp_path, drop_rule):
          .output(str(tmp_path / "unused"), shards=2))
     assert_conformant(p, tmp_path, variants=LOCAL_VARIANTS[:1] + spark_variants((2,)))
     kept = sorted(read_output(str(tmp_path / "conf-1-spark"), ["doc_id"]).column("doc_id").to_pylist())
-    expected = ["c1", "c3", "e0", "q", "r", "s0", "s1", "s2", "s3", "y1"] if drop_rule == "similar_to_kept" \
-        else ["c1", "e0", "q", "r", "s0", "y1"]
+    expected = ["c1", "c3", "e0", "q", "r", "s0", "s1", "s2", "s3", "t0", "u1", "u2", "u2", "y1"] \
+        if drop_rule == "similar_to_kept" else ["c1", "e0", "q", "r", "s0", "t0", "u1", "y1"]
     assert kept == expected
     # the counters (candidate pairs, cluster size histogram) agree too
     metrics = [json.loads((tmp_path / d / "_run.json").read_text())["stages"][0]["metrics"] for d in ("conf-0-local", "conf-1-spark")]
-    assert metrics[0] == metrics[1] and metrics[0]["near_clusters"] == 3
+    assert metrics[0] == metrics[1] and metrics[0]["near_clusters"] == 5

@@ -59,6 +59,18 @@ def test_exact_duplicates_keep_smallest_id(tmp_path):
     assert st["rows_in"] == 6 and st["rows_out"] == 4 and st["dropped"] == {"exact_duplicate": 2}
 
 
+def test_records_sharing_a_doc_id_are_decided_once(tmp_path):
+    """A doc_id two records share (a contract violation user Parquet may bring) used to be multiplied by
+    the similar-to-kept joins (AccountingError). One decision per doc_id now: twins are dropped only
+    if none of them differs from the kept doc (a unique text never goes because of its twin)."""
+    rows = [rec("t0", words(3000, 3050)), rec("t1", words(3000, 3050) + " a"), rec("t1", words(3000, 3050) + " b"),
+            rec("u1", words(5000, 5050)), rec("u2", words(5000, 5050) + " c"), rec("u2", words(9000, 9050))]
+    st, kept, dropped = run(tmp_path, rows, {"exact": True, "minhash": NEAR})
+    assert kept == ["t0", "u1", "u2", "u2"]
+    assert dropped == {"t1": ("near_duplicate", "t0")}
+    assert st["rows_in"] == 6 and st["rows_out"] == 4 and st["dropped"] == {"near_duplicate": 2}
+
+
 def test_exact_scope_all_and_raw_bytes(tmp_path):
     rows = [rec("a", "x = 1\n"), rec("b", "x  =  1\n"), rec("c", "x = 1\n", kind="fim")]
     _, kept, _ = run(tmp_path, rows, {"exact": True, "scope": "all"}, name="all")

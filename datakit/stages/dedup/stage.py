@@ -421,6 +421,12 @@ def _compile_near(rel: Rel, text_column: str | None, cfg: MinHashConfig, scope: 
         # the others stay (chain ends). Rejected pairs come back as (src, src), i.e. "keep".
         members = comps.map_batches(_PairsFn("node", "component"), edge_schema, name="dedup_members")
         verdict = verified(members, "dedup_verify_kept", ("cluster_members", "members_similar_to_kept"))
+        # one verdict per node. Records that share a doc_id (the contracts forbid it; user Parquet may
+        # still bring it) are each joined to the member pair, so the node had one verdict per record,
+        # and the joins below multiplied its rows (an AccountingError). `max` keeps the node if any of
+        # them is not similar to the kept doc (dst == src > the component's smallest id), so a unique
+        # text is never dropped because of its twin. Without twins this is one row per node already.
+        verdict = verdict.aggregate(["src"], {"dst": ("max", "dst")})
     return _mark_clusters(rel, comps, verdict, state, history)
 
 
