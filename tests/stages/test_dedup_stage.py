@@ -71,6 +71,20 @@ def test_records_sharing_a_doc_id_are_decided_once(tmp_path):
     assert st["rows_in"] == 6 and st["rows_out"] == 4 and st["dropped"] == {"near_duplicate": 2}
 
 
+def test_exact_records_sharing_a_doc_id_are_not_multiplied(tmp_path):
+    """Exact keys are joined back to the records by doc_id: a doc_id two records share (a contract
+    violation) must neither multiply rows nor drop a unique text because its twin is a copy."""
+    rows = [rec("a", "x = 1\n"), rec("b", "x = 1\n"), rec("b", "y = 2\n"),  # b: one copy of a, one unique
+            rec("c", "x = 1\n"), rec("c", "x = 1\n"), rec("d", "z = 3\n")]  # c: both copies of a
+    st, kept, dropped = run(tmp_path, rows, {"exact": True})
+    assert kept == ["a", "b", "b", "d"]
+    assert dropped == {"c": ("exact_duplicate", "a")}
+    assert st["rows_in"] == 6 and st["rows_out"] == 4 and st["dropped"] == {"exact_duplicate": 2}
+    # with near dedup after it: b's copy of a is judged there, b's unique text keeps the doc_id
+    st, kept, _ = run(tmp_path, rows, {"exact": True, "minhash": NEAR}, name="near")
+    assert kept == ["a", "b", "b", "d"] and st["rows_in"] == st["rows_out"] + sum(st["dropped"].values())
+
+
 def test_exact_scope_all_and_raw_bytes(tmp_path):
     rows = [rec("a", "x = 1\n"), rec("b", "x  =  1\n"), rec("c", "x = 1\n", kind="fim")]
     _, kept, _ = run(tmp_path, rows, {"exact": True, "scope": "all"}, name="all")

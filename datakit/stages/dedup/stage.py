@@ -37,7 +37,7 @@ from datakit.stages.base import CompileContext, StageConfig, register_stage
 from datakit.stages.dedup.lsh import band_hashes, optimal_param
 from datakit.stages.dedup.minhash import MAX_HASH, minhash_signatures
 from datakit.stages.dedup.text import exact_keys
-from datakit.stages.texts import record_texts
+from datakit.stages.texts import RECORD_TEXT_COLUMNS, record_texts
 from datakit.stages.dedup.verify import exact_jaccard, signature_jaccard
 
 # internal column names (prefixed so they never clash with a record field)
@@ -176,7 +176,7 @@ class _ExactKeyFn:
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         scope = batch.column(self.scope) if self.scope else None
         keys = exact_keys(record_texts(batch, self.text_column), self.normalize, scope)
-        return _with_columns(batch, [_KEY], [keys])
+        return pa.RecordBatch.from_arrays([batch.column("doc_id"), keys], names=["doc_id", _KEY])
 
 
 @dataclass(frozen=True)
@@ -376,11 +376,28 @@ class _VerifyFn:
 # --------------------------------------------------------------------------- compilation
 
 def _compile_exact(rel: Rel, text_column: str | None, normalize: str, scope: str | None) -> Rel:
+    """Exact duplicates: every record's key (its normalized text); the smallest doc_id per key is kept.
+
+    Why the keys are a narrow (doc_id, key) table joined back, not a column appended to the records:
+    on Spark a function that returns whole records ships every record to Python and back and
+    persists the copy. Measured at 100k quickstart events, `local[2]`: the key step took 12.4 s
+    that way and 2.0-2.4 s this way (it reads only the text columns, `reads=`); the marking step
+    that joins the keys back went from 5.05 s to 6.0-7.4 s. On the local engine the key step reads
+    only those columns of the spill; the extra pass cost the local dedup stage ~0.9 s of ~15 s.
+
+    Records that share a doc_id (the contracts forbid it; user Parquet may still bring it) are
+    judged together, so the join back by doc_id cannot multiply them: they are dropped only if
+    every one of them duplicates a smaller doc_id (`max` of their keeps). A unique text is never
+    dropped because of its twin; a twin that is a copy then stays for near dedup to judge.
+    """
     schema = rel.schema
-    keyed = rel.map_batches(_ExactKeyFn(text_column, normalize, scope), pa.schema(list(schema) + [pa.field(_KEY, pa.string())]),
-                            name="dedup_exact_key")
-    groups = keyed.aggregate([_KEY], {_KEEP: ("min", "doc_id")})
-    joined = keyed.join(groups, _KEY, how="inner")
+    texts = (text_column,) if text_column else tuple(c for c in RECORD_TEXT_COLUMNS if c in schema.names)
+    keys = rel.map_batches(_ExactKeyFn(text_column, normalize, scope),
+                           pa.schema([schema.field("doc_id"), pa.field(_KEY, pa.string())]), name="dedup_exact_key",
+                           reads=("doc_id", *texts, *((scope,) if scope else ())))
+    groups = keys.aggregate([_KEY], {_KEEP: ("min", "doc_id")})
+    kept = keys.join(groups, _KEY, how="inner").aggregate(["doc_id"], {_KEEP: ("max", _KEEP)})
+    joined = rel.join(kept, "doc_id", how="left")
     return joined.map_batches(_MarkFn(_KEEP, "exact_duplicate"), schema, name="dedup_exact", drop_log_key="doc_id")
 
 
