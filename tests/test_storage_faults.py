@@ -234,7 +234,7 @@ def test_a_killed_s3_run_resumes_on_another_host_from_the_work_folder_under_its_
     assert tasks(run("s3://killed/out", 2, c, kill_after=1)) == ["ran"]
     # host b, same command: reuses the finished tasks (counted in the run report), runs the other two
     rerun = run("s3://killed/out", 3, b)
-    assert tasks(rerun) == ["reused"] * 11 + ["ran"] * 2
+    assert tasks(rerun) == ["reused"] * 11 + ["ran"] * 2, rerun.stdout + rerun.stderr[-4000:]
     assert rerun.stdout.split()[-3:] == ["reused", "11", "0"]
     assert json.loads(fs.cat_file("killed/out/_run.json"))["resume"]["reused_tasks"] == 11
     assert not [p for p in fs.find("killed/out") if "_work" in p or "/." in p]  # committed: nothing temporary
