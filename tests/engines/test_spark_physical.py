@@ -190,3 +190,45 @@ def test_a_function_that_reads_few_columns_is_handed_only_those(spark, tmp_path)
     # the local engine reads just those columns of the materialized relation's spill files too
     p.run(engine="local", workers=1, output=str(tmp_path / "local"))
     assert set(read_output(str(tmp_path / "local")).column("meta").to_pylist()) == {"1"}
+
+
+class _ThreadsAsMeta:
+    """Each record's meta: the RAYON_NUM_THREADS and OMP_NUM_THREADS of the Python worker that ran it."""
+
+    def __call__(self, b: pa.RecordBatch) -> pa.RecordBatch:
+        import os
+
+        seen = f"{os.environ.get('RAYON_NUM_THREADS')}/{os.environ.get('OMP_NUM_THREADS')}"
+        return b.set_column(b.schema.get_field_index("meta"), "meta", pa.array([seen] * b.num_rows, pa.string()))
+
+
+def test_python_workers_tokenize_with_their_tasks_cores(spark, tmp_path):
+    """A Python worker's tokenizer pool is sized to its task's cores (Spark's OMP_NUM_THREADS =
+    spark.task.cpus), not to every core of the machine in every worker (cores x cores spinning threads)."""
+    import os
+    from typing import Literal
+
+    import pyarrow.parquet as pq
+
+    from datakit import CompileContext, Pipeline, StageConfig, register_stage
+    from datakit.contracts import TRAINING_RECORD_V1
+    from datakit.io.dataset import read_output
+    from tests.test_local_barriers import _records
+
+    if "RAYON_NUM_THREADS" in os.environ:
+        pytest.skip("RAYON_NUM_THREADS is set for the whole test run: the operator's setting wins")
+
+    @register_stage
+    class WorkerThreads(StageConfig):
+        kind: Literal["test_worker_threads"] = "test_worker_threads"
+
+        def compile(self, rel, ctx: CompileContext):
+            return rel.map_batches(_ThreadsAsMeta(), TRAINING_RECORD_V1, name="threads")
+
+    src = tmp_path / "in" / "records.parquet"
+    src.parent.mkdir()
+    pq.write_table(_records(20), src)
+    p = (Pipeline("t").input(str(src), format="parquet", schema="training_record.v1")
+         .add({"kind": "test_worker_threads"}).output(str(tmp_path / "o"), shards=1))
+    p.run(engine="spark", partitions=2, output=str(tmp_path / "spark"))
+    assert set(read_output(str(tmp_path / "spark")).column("meta").to_pylist()) == {"1/1"}  # local[2]: 1 core a task
