@@ -13,6 +13,7 @@ Linux only (elsewhere the samples are 0 and getrusage alone counts).
 """
 from __future__ import annotations
 
+import functools
 import os
 import resource
 import subprocess
@@ -66,9 +67,7 @@ def tree_sample(pid: int, memory: bool = True) -> tuple[float, float]:
     return kb / 1024, cpu / _TICK
 
 
-_compiled: list[bool] = []
-
-
+@functools.cache
 def ensure_bytecode() -> None:
     """Compile datakit's sources to `__pycache__` once, before anything is timed.
 
@@ -77,12 +76,10 @@ def ensure_bytecode() -> None:
     set (some shells and CI images set it) has none, and every process of our side -- the CLI
     and each pool worker -- then compiles datakit from source on import: measured ~0.4 CPU-s per
     process, charged to our side only. `compileall` writes the files whatever that variable says."""
-    if not _compiled:
-        import compileall
-        from pathlib import Path
+    import compileall
+    from pathlib import Path
 
-        compileall.compile_dir(str(Path(__file__).resolve().parents[1] / "datakit"), quiet=1)
-        _compiled.append(True)
+    compileall.compile_dir(str(Path(__file__).resolve().parents[1] / "datakit"), quiet=1)
 
 
 def run_measured(cmd: list[str], **kw) -> tuple[subprocess.CompletedProcess, dict[str, float]]:

@@ -74,22 +74,23 @@ BROADCAST_DEFAULTS = {"spark.sql.autoBroadcastJoinThreshold": "-1",
 # --------------------------------------------------------------------------- executor-side functions
 # Module-level classes: cloudpickle ships them by reference, executors import this module.
 
-_WORKER_LOGGING: list[tuple[str, int, int]] = []  # the log set-up this Python worker installed (once)
+_WORKER_SETUP: list[tuple[str, int, int]] = []  # the log set-up this Python worker installed (once)
 
 
-def _worker_logging(logcfg: tuple[str, int, int]) -> None:
-    """The driver's redacting log set-up, installed once in this Spark Python worker.
+def _worker_setup(logcfg: tuple[str, int, int]) -> None:
+    """Once in this Spark Python worker: its tokenizer threads (`_worker_threads`), then the
+    driver's redacting log set-up -- what the local engine's pool initializer does at worker start.
 
-    Why: a Python worker starts with no logging configuration, so a warning a stage logs
-    inside a task went through Python's last-resort handler to the executor's stderr (and
-    its log files) unredacted; the local engine's pool does the same at worker start.
+    Why the logging: a Python worker starts with no logging configuration, so a warning a stage
+    logs inside a task went through Python's last-resort handler to the executor's stderr (and
+    its log files) unredacted.
     """
-    if _WORKER_LOGGING != [logcfg]:
+    if _WORKER_SETUP != [logcfg]:
         from datakit.logs import init_worker
 
         _worker_threads()
         init_worker(*logcfg)
-        _WORKER_LOGGING[:] = [logcfg]
+        _WORKER_SETUP[:] = [logcfg]
 
 
 def _worker_threads() -> None:
@@ -158,7 +159,7 @@ class _ChainFn:
         self.ops, self.data_schema, self.out_schema = ops, data_schema, out_schema
         from datakit.logs import worker_config
 
-        self.logcfg = worker_config()  # made on the driver, installed in each Python worker (_worker_logging)
+        self.logcfg = worker_config()  # made on the driver, installed in each Python worker (_worker_setup)
 
     def _base(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
@@ -175,7 +176,7 @@ class _ChainFn:
         return conform(pa.RecordBatch.from_arrays(list(given.values()), names=list(given)), self.out_schema)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        _worker_logging(self.logcfg)
+        _worker_setup(self.logcfg)
         fns = [_load_fn(op["bc"], op["token"]) for op in self.ops]
         # unpickling + setup() in this Python worker (its first task of the run only), in microseconds
         setup_us = [round(take_setup_seconds(op["token"]) * 1e6) for op in self.ops]

@@ -60,6 +60,20 @@ def test_a_users_broadcast_setting_is_left_alone():
         assert not set(spark_engine.BROADCAST_CONF) & set(conf)
 
 
+def _records_pipeline(tmp_path, kind: str, records: int = 20, shards: int = 1):
+    """A pipeline of one user stage `kind` over `records` training records in a Parquet file."""
+    import pyarrow.parquet as pq
+
+    from datakit import Pipeline
+    from tests.test_local_barriers import _records
+
+    src = tmp_path / "in" / "records.parquet"
+    src.parent.mkdir()
+    pq.write_table(_records(records), src)
+    return (Pipeline(kind).input(str(src), format="parquet", schema="training_record.v1")
+            .add({"kind": kind}).output(str(tmp_path / "o"), shards=shards))
+
+
 class _Keyed:
     """doc_id, a key that is null on every 5th record, and a number: the input of the group statistics."""
 
@@ -93,12 +107,10 @@ def test_a_join_with_its_own_aggregate_runs_as_one_window_with_the_same_rows(spa
     window on Spark; nulls in K drop the row as the join does; every aggregate op gives the local value."""
     from typing import Literal
 
-    import pyarrow.parquet as pq
 
-    from datakit import CompileContext, Pipeline, StageConfig, register_stage
+    from datakit import CompileContext, StageConfig, register_stage
     from datakit.contracts import TRAINING_RECORD_V1
     from tests.conformance import LOCAL_VARIANTS, assert_conformant, spark_variants
-    from tests.test_local_barriers import _records
 
     @register_stage
     class GroupStats(StageConfig):
@@ -117,11 +129,7 @@ def test_a_join_with_its_own_aggregate_runs_as_one_window_with_the_same_rows(spa
     real = spark_engine._Run._join_own_aggregate
     monkeypatch.setattr(spark_engine._Run, "_join_own_aggregate",
                         lambda self, node: windows.append(node.id) or real(self, node))
-    src = tmp_path / "in" / "records.parquet"
-    src.parent.mkdir()
-    pq.write_table(_records(40), src)
-    p = (Pipeline("w").input(str(src), format="parquet", schema="training_record.v1")
-         .add({"kind": "test_group_stats"}).output(str(tmp_path / "o"), shards=2))
+    p = _records_pipeline(tmp_path, "test_group_stats", records=40, shards=2)
     assert_conformant(p, tmp_path, variants=LOCAL_VARIANTS[:1] + spark_variants((2,)))
     assert windows  # the Spark run took the window path
     import json
@@ -162,12 +170,10 @@ def test_a_function_that_reads_few_columns_is_handed_only_those(spark, tmp_path)
     (ingest's duplicate-id side branch reads 3 columns of whole events: 1.75-2.0 s -> 0.86 s at 100k)."""
     from typing import Literal
 
-    import pyarrow.parquet as pq
 
-    from datakit import CompileContext, Pipeline, StageConfig, register_stage
+    from datakit import CompileContext, StageConfig, register_stage
     from datakit.contracts import TRAINING_RECORD_V1
     from datakit.io.dataset import read_output
-    from tests.test_local_barriers import _records
 
     @register_stage
     class CountColumns(StageConfig):
@@ -180,11 +186,7 @@ def test_a_function_that_reads_few_columns_is_handed_only_those(spark, tmp_path)
             return base.join(counted, "doc_id", how="left").map_batches(_ColumnsAsMeta(), TRAINING_RECORD_V1,
                                                                         name="as_meta")
 
-    src = tmp_path / "in" / "records.parquet"
-    src.parent.mkdir()
-    pq.write_table(_records(20), src)
-    p = (Pipeline("r").input(str(src), format="parquet", schema="training_record.v1")
-         .add({"kind": "test_count_columns"}).output(str(tmp_path / "o"), shards=1))
+    p = _records_pipeline(tmp_path, "test_count_columns")
     p.run(engine="spark", partitions=2, output=str(tmp_path / "spark"))
     assert set(read_output(str(tmp_path / "spark")).column("meta").to_pylist()) == {"1"}
     # the local engine reads just those columns of the materialized relation's spill files too
@@ -208,12 +210,10 @@ def test_python_workers_tokenize_with_their_tasks_cores(spark, tmp_path):
     import os
     from typing import Literal
 
-    import pyarrow.parquet as pq
 
-    from datakit import CompileContext, Pipeline, StageConfig, register_stage
+    from datakit import CompileContext, StageConfig, register_stage
     from datakit.contracts import TRAINING_RECORD_V1
     from datakit.io.dataset import read_output
-    from tests.test_local_barriers import _records
 
     if "RAYON_NUM_THREADS" in os.environ:
         pytest.skip("RAYON_NUM_THREADS is set for the whole test run: the operator's setting wins")
@@ -225,10 +225,6 @@ def test_python_workers_tokenize_with_their_tasks_cores(spark, tmp_path):
         def compile(self, rel, ctx: CompileContext):
             return rel.map_batches(_ThreadsAsMeta(), TRAINING_RECORD_V1, name="threads")
 
-    src = tmp_path / "in" / "records.parquet"
-    src.parent.mkdir()
-    pq.write_table(_records(20), src)
-    p = (Pipeline("t").input(str(src), format="parquet", schema="training_record.v1")
-         .add({"kind": "test_worker_threads"}).output(str(tmp_path / "o"), shards=1))
+    p = _records_pipeline(tmp_path, "test_worker_threads")
     p.run(engine="spark", partitions=2, output=str(tmp_path / "spark"))
     assert set(read_output(str(tmp_path / "spark")).column("meta").to_pylist()) == {"1/1"}  # local[2]: 1 core a task
