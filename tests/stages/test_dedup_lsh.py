@@ -17,6 +17,29 @@ def test_optimal_param_equals_datasketch(threshold, num_perm):
     assert optimal_param(threshold, num_perm) == _optimal_param(threshold, num_perm, 0.5, 0.5)
 
 
+def test_every_precomputed_param_is_datasketchs_and_the_search_agrees():
+    """The table that spares a run importing scipy.integrate holds datasketch's own answers."""
+    from datakit.stages.dedup.lsh import KNOWN_PARAMS, _search
+
+    assert len(KNOWN_PARAMS) == 60
+    for (threshold, num_perm, fp_w, fn_w), got in KNOWN_PARAMS.items():
+        assert got == _optimal_param(threshold, num_perm, fp_w, fn_w), (threshold, num_perm, fp_w, fn_w)
+    assert _search(0.8, 128, 0.05, 0.95) == KNOWN_PARAMS[(0.8, 128, 0.05, 0.95)]
+    assert optimal_param(0.83, 128, 0.05, 0.95) == _optimal_param(0.83, 128, 0.05, 0.95)  # not listed: searched
+
+
+def test_a_listed_setting_compiles_without_importing_scipy_integrate():
+    import subprocess
+    import sys
+
+    code = ("import sys; from datakit.stages.dedup.stage import MinHashConfig; "
+            "assert MinHashConfig(threshold=0.8).band_rows() == (16, 8); "
+            "assert MinHashConfig(threshold=0.85, num_perm=256, verify='none', drop_rule='component').band_rows(); "
+            "print('scipy.integrate' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr
+
+
 @pytest.mark.parametrize("weights", [(0.2, 0.8), (0.9, 0.1)])
 def test_weighted_optimal_param_equals_datasketch(weights):
     lsh = MinHashLSH(threshold=0.8, num_perm=128, weights=weights)
