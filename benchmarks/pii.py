@@ -442,7 +442,8 @@ def run_ner(max_bytes: int, seed: int, repeat: int) -> None:
     import pyarrow as pa
 
     from datakit.contracts import TRAINING_RECORD_V1
-    from datakit.stages.scrub_pii.presidio_bridge import installed_spacy_model, ner_analyzer
+    from datakit.stages.scrub_pii.ner import installed_spacy_model
+    from datakit.stages.scrub_pii.presidio_bridge import ner_analyzer
     from datakit.stages.scrub_pii.stage import ScrubPiiConfig
 
     model = installed_spacy_model()

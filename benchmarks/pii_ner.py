@@ -72,7 +72,7 @@ def text_bytes(table) -> int:
 
 def timings(batches, runs: int) -> dict[str, list[float]]:
     """CPU seconds per run of the stage fn, `ner: spacy` and `ner: off` alternated."""
-    from datakit.stages.scrub_pii import presidio_bridge as pb
+    from datakit.stages.scrub_pii import ner as pb
     from datakit.stages.scrub_pii.stage import ScrubPiiConfig
 
     fns = {"spacy": ScrubPiiConfig(ner="spacy").build_fn(), "off": ScrubPiiConfig(ner="off").build_fn()}
@@ -134,7 +134,7 @@ def main() -> int:
     logging.disable(logging.WARNING)
     import pyarrow.parquet as pq
 
-    from datakit.stages.scrub_pii.presidio_bridge import installed_spacy_model, model_version
+    from datakit.stages.scrub_pii.ner import installed_spacy_model, model_version
 
     model = installed_spacy_model()
     if model is None:

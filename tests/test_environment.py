@@ -12,11 +12,11 @@ import json
 import pytest
 
 from datakit import Pipeline, PipelineError
-from datakit.stages.scrub_pii import presidio_bridge
+from datakit.stages.scrub_pii import ner as ner_module
 from datakit.stages.scrub_pii import scan as pii_scan
 from tests.eventgen import make_event, write_jsonl
 
-MODEL = presidio_bridge.installed_spacy_model()
+MODEL = ner_module.installed_spacy_model()
 needs_model = pytest.mark.skipif(MODEL is None, reason="no spaCy model installed")
 
 
@@ -31,7 +31,7 @@ def _pipe(logs, tmp_path, **scrub) -> Pipeline:
 
 
 def test_default_ner_without_a_model_is_an_error(logs, tmp_path, monkeypatch):
-    monkeypatch.setattr(presidio_bridge, "installed_spacy_model", lambda: None)
+    monkeypatch.setattr(ner_module, "installed_spacy_model", lambda: None)
     with pytest.raises(PipelineError, match=r"needs an installed English spaCy model.*ner: auto") as e:
         _pipe(logs, tmp_path).compile()
     assert "\n" not in str(e.value)
@@ -44,13 +44,13 @@ def test_ner_model_is_recorded_and_its_absence_changes_the_hash(logs, tmp_path, 
     with_model = _pipe(logs, tmp_path, ner="auto").compile()
     ner = with_model.environment["stages"]["scrub_pii"]["ner"]
     assert ner["model"] == MODEL and ner["model_version"] and ner["spacy"]
-    monkeypatch.setattr(presidio_bridge, "installed_spacy_model", lambda: None)
+    monkeypatch.setattr(ner_module, "installed_spacy_model", lambda: None)
     without = _pipe(logs, tmp_path, ner="auto").compile()  # allowed: the pipeline said so
     assert without.environment["stages"]["scrub_pii"]["ner"] is None
     assert without.config_hash != with_model.config_hash
     # what NER reads (tool calls, never-name words...) is versioned: a change there changes the hash
-    monkeypatch.setattr(presidio_bridge, "installed_spacy_model", lambda: MODEL)
-    monkeypatch.setattr(presidio_bridge.PersonNameScanner, "READS", ner["reads"] + 1)
+    monkeypatch.setattr(ner_module, "installed_spacy_model", lambda: MODEL)
+    monkeypatch.setattr(ner_module.PersonNameScanner, "READS", ner["reads"] + 1)
     assert _pipe(logs, tmp_path, ner="auto").compile().config_hash != with_model.config_hash
 
 

@@ -256,7 +256,7 @@ def test_presidio_recognizer_finds_the_same_names() -> None:
 
 def test_a_name_found_by_both_ner_and_the_pattern_counts_once() -> None:
     """In a chat turn NER may find the same name as the pattern: one finding, one `pii.person`."""
-    from datakit.stages.scrub_pii.presidio_bridge import installed_spacy_model
+    from datakit.stages.scrub_pii.ner import installed_spacy_model
 
     if installed_spacy_model() is None:
         pytest.skip("no spaCy English pipeline installed")

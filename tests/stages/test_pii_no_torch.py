@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from datakit.stages.scrub_pii.presidio_bridge import installed_spacy_model
+from datakit.stages.scrub_pii.ner import installed_spacy_model
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(installed_spacy_model() is None, reason="no spaCy English pipeline installed")
@@ -22,7 +22,7 @@ SCRIPT = r"""
 import json, sys
 if sys.argv[1] == "user-torch-first":
     import torch
-from datakit.stages.scrub_pii.presidio_bridge import person_scanner
+from datakit.stages.scrub_pii.ner import person_scanner
 texts = []
 for f in ("tests/data/pii_hard_cases.jsonl", "tests/data/pii_heldout/corpus.jsonl"):
     texts += [json.loads(l)["text"] for l in open(f, encoding="utf-8") if l.strip()]

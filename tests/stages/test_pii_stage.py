@@ -71,10 +71,10 @@ def test_sliced_batches_give_the_same_rows() -> None:
 
 def test_no_spacy_model_logs_once_and_runs(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     """Without a spaCy pipeline (simulated: one may be installed here) `ner: auto` runs pattern-only."""
-    from datakit.stages.scrub_pii import presidio_bridge
+    from datakit.stages.scrub_pii import ner as ner_module
 
-    monkeypatch.setattr(presidio_bridge, "installed_spacy_model", lambda: None)
-    monkeypatch.setattr(presidio_bridge, "_ner_warned", False)
+    monkeypatch.setattr(ner_module, "installed_spacy_model", lambda: None)
+    monkeypatch.setattr(ner_module, "_ner_warned", False)
     with caplog.at_level(logging.WARNING, logger="datakit.pii"):
         fn = ScrubPiiConfig(ner="auto").build_fn()
         ScrubPiiConfig(ner="auto").build_fn()
@@ -86,12 +86,12 @@ def test_no_spacy_model_logs_once_and_runs(caplog: pytest.LogCaptureFixture, mon
 
 
 def test_ner_off_does_not_load_a_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    from datakit.stages.scrub_pii import presidio_bridge
+    from datakit.stages.scrub_pii import ner as ner_module
 
     def boom():
         raise AssertionError("ner: off must not look for a model")
 
-    monkeypatch.setattr(presidio_bridge, "installed_spacy_model", boom)
+    monkeypatch.setattr(ner_module, "installed_spacy_model", boom)
     assert ScrubPiiConfig(ner="off").build_fn().person is None
 
 

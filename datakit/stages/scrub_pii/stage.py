@@ -120,7 +120,7 @@ class ScrubPiiConfig(StageConfig):
             key = load_key(self.key_env, key_file)
         person = None
         if self.ner != "off":
-            from datakit.stages.scrub_pii.presidio_bridge import person_scanner
+            from datakit.stages.scrub_pii.ner import person_scanner
 
             person = person_scanner(self.ner_model, required=self.ner == "spacy")
         extra = None
