@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -98,6 +99,32 @@ class DatakitCacheLocator(InTreeCacheLocator):
 
 if DatakitCacheLocator not in CacheImpl._locator_classes:
     CacheImpl._locator_classes.insert(0, DatakitCacheLocator)
+
+
+def _load_cpu_target_without_blas_probe() -> None:
+    """Import `numba.np.arraymath` with its BLAS probe answering "none", unless scipy.linalg is loaded.
+
+    Why: numba imports `numba.np.arraymath` when a process loads its first kernel, and that module
+    probes for BLAS by importing `scipy.linalg` (its `cython_blas`): measured 0.27-0.35 CPU-s and
+    15 MB in every process that loads a datakit kernel (pool workers, Spark Python workers, the
+    driver), for a BLAS no datakit kernel calls (none uses np.dot, linalg or np.correlate). The
+    probe only decides how numba's `np.correlate`/`np.convolve` of floats compute their inner
+    products (BLAS or a loop); `np.dot` and `np.linalg` import scipy themselves when compiled, and
+    still work. Not done when scipy.linalg is already imported (the probe is then free) or with
+    `DATAKIT_NUMBA_BLAS=1` (a process whose own numba code convolves floats and wants BLAS's sums).
+    """
+    if "numba.np.arraymath" in sys.modules or "scipy.linalg" in sys.modules \
+            or os.environ.get("DATAKIT_NUMBA_BLAS") == "1":
+        return
+    sys.modules["scipy.linalg.cython_blas"] = None  # its import raises ImportError: "no BLAS"
+    try:
+        import numba.np.arraymath  # noqa: F401
+    finally:
+        if sys.modules.get("scipy.linalg.cython_blas", 0) is None:
+            del sys.modules["scipy.linalg.cython_blas"]
+
+
+_load_cpu_target_without_blas_probe()
 
 
 def njit(*args: Any, **kwargs: Any) -> Callable:

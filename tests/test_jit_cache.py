@@ -100,3 +100,36 @@ def test_read_only_installation_seeds_a_user_cache_and_does_not_compile(package_
         assert _run(package_copy, env, read_only=True)["compiles"] == 0
     finally:
         shutil.rmtree(user_cache, ignore_errors=True)
+
+
+_BLAS_PROBE = """
+import json, sys
+import numpy as np
+from datakit.stages.dedup.lsh import band_hashes
+band_hashes(np.zeros((2, 128), np.uint32), 16, 8)  # loads a datakit kernel: numba's CPU target is set up
+before = "scipy.linalg" in sys.modules
+import numba
+from numba.np import arraymath
+
+@numba.njit
+def dot(a, b):
+    return np.dot(a, b)
+
+got = float(dot(np.arange(3.0), np.arange(3.0)))  # np.dot compiles with BLAS: scipy.linalg imports now
+import scipy.linalg
+print(json.dumps({"before": before, "have_blas": arraymath._HAVE_BLAS, "dot": got,
+                  "det": float(scipy.linalg.det(np.eye(2)))}))
+"""
+
+
+@pytest.mark.parametrize("opt_out", [False, True])
+def test_loading_a_kernel_skips_numbas_blas_probe_and_blas_still_works(opt_out: bool) -> None:
+    """A worker loading datakit kernels does not import scipy.linalg for numba's BLAS probe; np.dot in
+    a user's own numba code and scipy.linalg itself still work afterwards; DATAKIT_NUMBA_BLAS=1 keeps it."""
+    env = {k: v for k, v in os.environ.items() if k != "DATAKIT_NUMBA_BLAS"}
+    if opt_out:
+        env["DATAKIT_NUMBA_BLAS"] = "1"
+    out = subprocess.run([sys.executable, "-c", _BLAS_PROBE], capture_output=True, text=True, env=env, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["dot"] == 5.0 and got["det"] == 1.0
+    assert got["before"] is opt_out and got["have_blas"] is opt_out
