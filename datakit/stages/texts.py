@@ -44,8 +44,8 @@ FIM_ROLES = ("prefix", "middle", "suffix")
 __all__ = ["RECORD_TEXT_COLUMNS", "GENERIC_TEXT_FIELDS", "FIM_ROLES", "TextPiece", "RecordDocuments",
            "text_columns", "text_piece", "text_pieces", "record_texts", "record_documents", "with_texts"]
 
-# (from numpy arrays: pa.array of a Python list imports pandas, 0.3 CPU-s, to check for pandas types;
-# PII's module, which imports this one, is also loaded by every process's log redaction)
+# (note: any pa.array call, of a list or of a numpy array, imports pandas on its first use in a process,
+# 0.3 CPU-s, to check for pandas types; every datakit process makes such calls, so it is not avoided here)
 _FIM_ROLES_ORDERED = pa.array(np.array(FIM_ROLES), pa.string())
 
 
