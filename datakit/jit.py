@@ -107,7 +107,11 @@ def _load_cpu_target_without_blas_probe() -> None:
     Why: numba imports `numba.np.arraymath` when a process loads its first kernel, and that module
     probes for BLAS by importing `scipy.linalg` (its `cython_blas`): measured 0.27-0.35 CPU-s and
     15 MB in every process that loads a datakit kernel (pool workers, Spark Python workers, the
-    driver), for a BLAS no datakit kernel calls (none uses np.dot, linalg or np.correlate). The
+    driver), for a BLAS no datakit kernel calls (none uses np.dot, linalg or np.correlate). Done
+    here, when `datakit.jit` is imported (the first kernel module's import), not at the first
+    kernel load: arraymath itself costs ~0.05 CPU-s and ~5 MB, which a process that imports kernel
+    modules but never runs one now pays. Like any import-time `sys.modules` entry, it must not race
+    another thread's `import scipy.linalg` (imports run before a process's tasks). The
     probe only decides how numba's `np.correlate`/`np.convolve` of floats compute their inner
     products (BLAS or a loop); `np.dot` and `np.linalg` import scipy themselves when compiled, and
     still work. Not done when scipy.linalg is already imported (the probe is then free) or with

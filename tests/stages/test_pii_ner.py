@@ -89,13 +89,17 @@ def test_counts_reach_run_json(tmp_path) -> None:
 
 def test_model_discovery_and_labels_are_spacys_and_presidios_without_importing_them() -> None:
     """`ner` finds the model and its version from package metadata and keeps presidio's PERSON labels."""
+    from importlib import metadata
+
     import spacy.util
     from presidio_analyzer.nlp_engine.ner_model_configuration import MODEL_TO_PRESIDIO_ENTITY_MAPPING
 
     assert ner_module.PERSON_LABELS == {k for k, v in MODEL_TO_PRESIDIO_ENTITY_MAPPING.items() if v == "PERSON"}
-    assert MODEL in spacy.util.get_installed_models()
+    theirs = sorted(m for m in spacy.util.get_installed_models() if m.startswith("en_"))
+    assert MODEL in theirs
+    assert sorted({e.name for e in metadata.entry_points(group="spacy_models") if e.name.startswith("en_")}) == theirs
     assert ner_module.model_version(MODEL) == spacy.util.get_package_version(MODEL)
-    assert ner_module.model_version("xx_not_a_model") is None
+    assert ner_module.model_version("xx_not_a_model") is None and ner_module.model_version("") is None
 
 
 def test_compiling_ner_imports_neither_spacy_nor_presidio() -> None:
@@ -136,7 +140,9 @@ def test_model_loads_without_network(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(socket.socket, "connect", no_network)
     monkeypatch.setattr(socket, "create_connection", no_network)
     monkeypatch.setattr(socket, "getaddrinfo", no_network)
-    analyzer = presidio_bridge.ner_analyzer.__wrapped__(MODEL)  # a fresh load, not the process cache
+    nlp, labels = ner_module.ner_pipeline.__wrapped__(MODEL)  # the stage's load, fresh (not the process cache)
+    assert [e.label_ for e in nlp("Ask Maria Garcia.").ents if e.label_ in labels] == ["PERSON"]
+    analyzer = presidio_bridge.ner_analyzer.__wrapped__(MODEL)  # presidio's engine over the same model
     assert [r.entity_type for r in analyzer.analyze("Ask Maria Garcia.", language="en", entities=["PERSON"])] \
         == ["PERSON"]
 

@@ -19,7 +19,7 @@ from datakit.jit import njit
 
 
 def _false_positive_probability(threshold: float, b: int, r: int) -> float:
-    from scipy.integrate import quad  # lazily: scipy.integrate costs ~45 MB RSS in every process that imports dedup
+    from scipy.integrate import quad  # lazily, and only for settings KNOWN_PARAMS lacks (see there)
 
     a, _err = quad(lambda s: 1 - (1 - s ** float(r)) ** float(b), 0.0, threshold)
     return a

@@ -3,8 +3,8 @@
 Why a module of its own, without presidio: the driver compiles `scrub_pii` (is a model installed,
 which version) and every worker unpickles the stage function, which imports the module defining
 `PersonNameScanner`. When that was `presidio_bridge`, each of them imported presidio and spaCy
-even if it never ran the model: the driver of a pool run paid ~1 CPU-s and ~70 MB for it
-(measured compiling the quickstart pipeline in a fresh process, 2 cores). Here, finding the
+even if it never ran the model: the driver of a pool run paid ~1 CPU-s for it
+(~50 MB; measured compiling the quickstart pipeline in a fresh process, 2 cores). Here, finding the
 installed model and its version reads package metadata only; spaCy is imported when a process
 loads the pipeline (`ner_pipeline`). The spans are the pipeline's own `doc.ents`; what presidio
 contributed is its table of model labels that mean a person (`PERSON_LABELS`).
@@ -103,7 +103,9 @@ def ner_pipeline(model: str) -> tuple[Any, frozenset[str]]:
     whose NER listens to a shared encoder (trf) keeps everything.
     Why inside `without_torch`: spaCy imports thinc (which imports torch if installed), and every
     `Language` imports all `spacy_factories` entry points, presidio's among them (which imports
-    torch and transformers); the CNN pipelines use none of them (see lean_import.py).
+    torch and transformers); the CNN pipelines use none of them (see lean_import.py). Like every
+    `setup()`, this runs before the process's tasks, on one thread: while it runs, another
+    thread's `import torch` would fail.
     """
     from datakit.stages.scrub_pii.lean_import import without_torch
 
@@ -116,8 +118,8 @@ def ner_pipeline(model: str) -> tuple[Any, frozenset[str]]:
     arch = str(nlp.config["components"].get("ner", {}).get("model", {}).get("tok2vec", {}).get("@architectures", ""))
     if "ner" in nlp.pipe_names and "Listener" not in arch:
         nlp.select_pipes(enable=["ner"])
-    labels = nlp.get_pipe("ner").labels if "ner" in nlp.pipe_names else ()
-    return nlp, frozenset(l for l in labels if l in PERSON_LABELS)
+    # every label presidio maps to PERSON, whichever component sets `doc.ents` (an entity ruler too)
+    return nlp, PERSON_LABELS
 
 
 # code inside chat text: fenced blocks and inline `spans` (blanked before NER, offsets kept)
@@ -333,11 +335,11 @@ def person_scanner(model: str | None = None, required: bool = False) -> PersonNa
 def model_version(model: str) -> str | None:
     """The installed version of a spaCy model package, or None when it is not installed (what
     `spacy.util.is_package` and `get_package_version` answer, from package metadata)."""
-    if not _have_spacy():
+    if not model or not _have_spacy():
         return None
     try:
         return metadata.version(model)
-    except metadata.PackageNotFoundError:
+    except (metadata.PackageNotFoundError, ValueError):  # ValueError: not a distribution name
         return None
 
 

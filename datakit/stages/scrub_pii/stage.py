@@ -154,7 +154,7 @@ class ScrubFn:
         self.detectors = detectors
         self.replacer = replacer
         self.strategy = strategy
-        self.person = person  # a presidio NER scanner (person names) or None
+        self.person = person  # the NER scanner of person names (ner.PersonNameScanner) or None
         self.extra = extra  # a team's presidio recognizers (ExtraRecognizers) or None
 
     def setup(self) -> None:
