@@ -114,6 +114,19 @@ def test_compiling_ner_imports_neither_spacy_nor_presidio() -> None:
     assert out.stdout.strip() == "[]", out.stderr
 
 
+def test_loading_the_model_does_not_import_presidio_and_restores_spacys_registry() -> None:
+    """spaCy imports every `spacy_factories` entry point; presidio's is skipped while the model loads."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from datakit.stages.scrub_pii import ner; nlp, labels = ner.ner_pipeline(ner.installed_spacy_model()); "
+            "from spacy.util import registry; "
+            "print([e.label_ for e in nlp('Ask Maria Garcia.').ents if e.label_ in labels], "
+            "'presidio_analyzer' in sys.modules, '_get_entry_points' in vars(registry._entry_point_factories))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['PERSON'] False False", out.stderr
+
+
 def test_model_loads_once_per_process_and_is_never_pickled(fn) -> None:
     fn(_batch())
     shipped = pickle.dumps(fn)

@@ -7,9 +7,8 @@ them paid the import: measured in fresh processes (2 cores, under load; CPU seco
 presidio took 4.2 s CPU and 505 MB peak RSS with torch and transformers, 0.8 s and 120 MB
 without them. In a pool that is every worker.
 
-How: while spaCy is first imported and a pipeline loaded (which imports presidio through spaCy's
-entry points: `ner.ner_pipeline`), or presidio is imported (`presidio_bridge`), `sys.modules["torch"]`
-and `["transformers"]` are set
+How: while spaCy is first imported and a pipeline loaded (`ner.ner_pipeline`), or presidio is
+imported (`presidio_bridge`), `sys.modules["torch"]` and `["transformers"]` are set
 to None, so their imports raise ImportError and the libraries take their documented
 "not installed" branches (thinc: `has_torch = False`; presidio: no Hugging Face recognizer).
 Afterwards the entries are removed, so a user's own `import torch` / `import transformers`

@@ -13,12 +13,13 @@ check both find the same spans.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import re
 from collections import OrderedDict
 from importlib import metadata
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from datakit.stages.scrub_pii.scan import Finding, resolve_overlaps
 
@@ -101,9 +102,9 @@ def ner_pipeline(model: str) -> tuple[Any, frozenset[str]]:
     Why only the `ner` pipe: in the CNN pipelines (sm/md/lg) the entity recognizer has its own
     tok2vec, so the tagger, parser and lemmatizer only cost time (same entities, tested); a pipeline
     whose NER listens to a shared encoder (trf) keeps everything.
-    Why inside `without_torch`: spaCy imports thinc (which imports torch if installed), and every
-    `Language` imports all `spacy_factories` entry points, presidio's among them (which imports
-    torch and transformers); the CNN pipelines use none of them (see lean_import.py). Like every
+    Why inside `without_torch`: spaCy imports thinc (which imports torch if installed); the CNN
+    pipelines never use torch (see lean_import.py). Why `_without_presidio_factories`: every spaCy
+    `Language` imports all `spacy_factories` entry points, and presidio's imports presidio. Like every
     `setup()`, this runs before the process's tasks, on one thread: while it runs, another
     thread's `import torch` would fail.
     """
@@ -114,12 +115,42 @@ def ner_pipeline(model: str) -> tuple[Any, frozenset[str]]:
     with without_torch():
         import spacy
 
-        nlp = spacy.load(model)
+        with _without_presidio_factories():
+            nlp = spacy.load(model)
     arch = str(nlp.config["components"].get("ner", {}).get("model", {}).get("tok2vec", {}).get("@architectures", ""))
     if "ner" in nlp.pipe_names and "Listener" not in arch:
         nlp.select_pipes(enable=["ner"])
     # every label presidio maps to PERSON, whichever component sets `doc.ents` (an entity ruler too)
     return nlp, PERSON_LABELS
+
+
+@contextlib.contextmanager
+def _without_presidio_factories() -> Iterator[None]:
+    """Inside the block, spaCy does not load presidio's `spacy_factories` entry point.
+
+    Why: a spaCy `Language` imports every package's `spacy_factories` entry point when it is
+    created, and presidio-analyzer registers one (`presidio_hf_token_pipe`, its Hugging Face token
+    pipe), so loading any pipeline imported all of presidio: importing spaCy and loading
+    en_core_web_sm took 2.25-2.50 CPU-s and 198 MB with it, 1.72-1.88 CPU-s and 185 MB without
+    (6 alternated fresh processes), in every process that loads the NER model (pool workers, Spark
+    Python workers). No spaCy model we load uses that factory (it runs transformers on torch, which NER here
+    never loads); a process that imports presidio itself still gets it registered by the import.
+    If spaCy's registry ever lacks the hook used here (`registry._entry_point_factories`, catalogue's
+    `_get_entry_points`), nothing is filtered and presidio is imported as before.
+    """
+    try:
+        from spacy.util import registry
+
+        factories = registry._entry_point_factories
+        every = factories._get_entry_points
+    except (ImportError, AttributeError):
+        yield
+        return
+    factories._get_entry_points = lambda: [e for e in every() if not e.value.startswith("presidio_analyzer")]
+    try:
+        yield
+    finally:
+        del factories._get_entry_points  # the class's own method again
 
 
 # code inside chat text: fenced blocks and inline `spans` (blanked before NER, offsets kept)
