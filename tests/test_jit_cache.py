@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import datakit
+from tests.support.fresh import fresh_python
 
 PROBE = '''
 from datakit.jit import njit
@@ -129,7 +130,6 @@ def test_loading_a_kernel_skips_numbas_blas_probe_and_blas_still_works(opt_out: 
     env = {k: v for k, v in os.environ.items() if k != "DATAKIT_NUMBA_BLAS"}
     if opt_out:
         env["DATAKIT_NUMBA_BLAS"] = "1"
-    out = subprocess.run([sys.executable, "-c", _BLAS_PROBE], capture_output=True, text=True, env=env, check=True)
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = json.loads(fresh_python(_BLAS_PROBE, env).splitlines()[-1])
     assert got["dot"] == 5.0 and got["det"] == 1.0
     assert got["before"] is opt_out and got["have_blas"] is opt_out

@@ -9,6 +9,7 @@ from datasketch.lsh import _optimal_param
 
 from datakit.stages.dedup import band_hashes, minhash_signatures, optimal_param
 from datakit.stages.dedup.stage import MinHashConfig
+from tests.support.fresh import fresh_python
 
 
 @pytest.mark.parametrize("num_perm", [16, 128, 256])
@@ -29,15 +30,11 @@ def test_every_precomputed_param_is_datasketchs_and_the_search_agrees():
 
 
 def test_a_listed_setting_compiles_without_importing_scipy_integrate():
-    import subprocess
-    import sys
-
     code = ("import sys; from datakit.stages.dedup.stage import MinHashConfig; "
             "assert MinHashConfig(threshold=0.8).band_rows() == (16, 8); "
             "assert MinHashConfig(threshold=0.85, num_perm=256, verify='none', drop_rule='component').band_rows(); "
             "print('scipy.integrate' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False", out.stderr
+    assert fresh_python(code) == "False"
 
 
 @pytest.mark.parametrize("weights", [(0.2, 0.8), (0.9, 0.1)])

@@ -19,6 +19,7 @@ from datakit.stages.scrub_pii import presidio_bridge
 from datakit.stages.scrub_pii.ner import installed_spacy_model, ner_pipeline, person_scanner, plausible_name
 from datakit.stages.scrub_pii.presidio_bridge import ner_analyzer
 from datakit.stages.scrub_pii.stage import ScrubPiiConfig
+from tests.support.fresh import fresh_python
 
 MODEL = installed_spacy_model()
 pytestmark = pytest.mark.skipif(MODEL is None, reason="no spaCy English pipeline installed")
@@ -104,27 +105,19 @@ def test_model_discovery_and_labels_are_spacys_and_presidios_without_importing_t
 
 def test_compiling_ner_imports_neither_spacy_nor_presidio() -> None:
     """The driver of a pool run only checks the model: spaCy and presidio load where NER runs."""
-    import subprocess
-    import sys
-
     code = ("import sys; from datakit.stages.scrub_pii.stage import ScrubPiiConfig; "
             "fn = ScrubPiiConfig(ner='spacy').build_fn(); assert fn.person is not None; "
             "print(sorted(m for m in ('spacy', 'presidio_analyzer', 'torch') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]", out.stderr
+    assert fresh_python(code) == "[]"
 
 
 def test_loading_the_model_does_not_import_presidio_and_restores_spacys_registry() -> None:
     """spaCy imports every `spacy_factories` entry point; presidio's is skipped while the model loads."""
-    import subprocess
-    import sys
-
     code = ("import sys; from datakit.stages.scrub_pii import ner; nlp, labels = ner.ner_pipeline(ner.installed_spacy_model()); "
             "from spacy.util import registry; "
             "print([e.label_ for e in nlp('Ask Maria Garcia.').ents if e.label_ in labels], "
             "'presidio_analyzer' in sys.modules, '_get_entry_points' in vars(registry._entry_point_factories))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "['PERSON'] False False", out.stderr
+    assert fresh_python(code) == "['PERSON'] False False"
 
 
 def test_model_loads_once_per_process_and_is_never_pickled(fn) -> None:

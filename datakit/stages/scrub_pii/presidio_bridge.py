@@ -29,6 +29,9 @@ with without_torch():  # presidio imports spaCy -> thinc, and transformers; none
     from presidio_analyzer.recognizer_registry import RecognizerRegistry
 
 from datakit.stages.scrub_pii.detectors import DETECTORS, Detector
+# the scanner the stage runs is in `ner` (no presidio); its names stay importable from here
+from datakit.stages.scrub_pii.ner import (PersonNameScanner, installed_spacy_model, model_version,  # noqa: F401
+                                          name_paragraphs, person_scanner, person_spans, plausible_name)
 from datakit.stages.scrub_pii.scan import Finding, resolve_overlaps
 
 
@@ -92,11 +95,6 @@ def pattern_only_analyzer(recognizers: Iterable[EntityRecognizer] | None = None,
 
 
 # ---------------------------------------------------------------- person names (NER)
-
-# the scanner the stage runs is in `ner` (no presidio); its names stay importable from here
-from datakit.stages.scrub_pii.ner import (PersonNameScanner, installed_spacy_model, model_version,  # noqa: E402,F401
-                                          name_paragraphs, person_scanner, person_spans, plausible_name)
-
 
 @functools.lru_cache(maxsize=None)
 def ner_analyzer(model: str) -> AnalyzerEngine:
