@@ -25,15 +25,24 @@ _PAGE = resource.getpagesize()
 
 
 def _tree(pid: int) -> list[int]:
+    """`pid` and its descendants. Every thread's `children` file is read: Linux lists a child under the
+    thread that started it, and a JVM starts processes from other threads than its main one (Spark's
+    pyspark.daemon, parent of every Python worker, hangs off a JVM worker thread), so reading only the
+    main thread's file lost the whole Python side of a Spark run."""
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
         out.append(p)
         try:
-            with open(f"/proc/{p}/task/{p}/children") as f:
-                todo += [int(c) for c in f.read().split()]
-        except (OSError, ValueError):
+            threads = os.listdir(f"/proc/{p}/task")
+        except OSError:
             continue
+        for t in threads:
+            try:
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+            except (OSError, ValueError):
+                continue
     return out
 
 
