@@ -14,7 +14,9 @@ How each node runs (and why):
 * `ConnectedComponents` -- large-star/small-star (`spark_cc`), O(log n) rounds.
 * Sink -- a shard id column (`datakit.io.sinks.shard_ids`), rows moved to partition = shard id
   (`one_shard_per_partition`), then a mapInArrow calls `write_shard` *on the executors*; only the
-  small per-shard info dicts come back to commit the manifest.
+  small per-shard info dicts come back to commit the manifest. When the root is a chain, that chain
+  also emits each row's key hash and the JVM takes it modulo the shard count (`shard_of_hash`), so
+  the rows do not make a round trip through Python just to get their shard id.
 
 Accounting without double counting: no accumulators (a retried task would add
 twice). Every node's output is persisted and counted by an action, and drop
@@ -40,6 +42,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -59,6 +62,7 @@ from datakit.plan import (DROP, DROP_DETAIL, DROP_STATE, Aggregate, ConnectedCom
 log = logging.getLogger("datakit.engine.spark")
 
 SHARD_COL = "_shard"
+KEY_HASH = "__sx_key_hash"  # the root chain's rows: xxh64 of the sink key (sinks.key_hashes), as a signed long
 # Joins are broadcast from *measured* sizes only. Why: every materialized node is a checkpoint whose
 # size estimate Spark inherits from the plan that made it, and our plans start from a file list of
 # a few hundred bytes, so the planner took record tables for tiny and broadcast them (at 100k
@@ -153,10 +157,11 @@ class _ChainFn:
 
     def __init__(self, source_format: str | None, source_schema: pa.Schema | None, in_schema: pa.Schema | None,
                  ops: list[dict[str, Any]], data_schema: pa.Schema,
-                 out_schema: pa.Schema) -> None:
+                 out_schema: pa.Schema, hash_key: str | None = None) -> None:
         self.source_format, self.source_schema = source_format, source_schema
         self.in_schema = in_schema
         self.ops, self.data_schema, self.out_schema = ops, data_schema, out_schema
+        self.hash_key = hash_key  # the sink's key, when this chain is the root: DATA rows carry its hash
         from datakit.logs import worker_config
 
         self.logcfg = worker_config()  # made on the driver, installed in each Python worker (_worker_setup)
@@ -201,6 +206,9 @@ class _ChainFn:
             if batch.num_rows:
                 cols = {f.name: batch.column(f.name) for f in self.data_schema if f.name in batch.schema.names}
                 cols[KIND] = pa.array([DATA] * batch.num_rows, pa.int8())
+                if self.hash_key is not None:
+                    hashes = sinks.key_hashes(batch.column(self.hash_key).cast(pa.string()))
+                    cols[KEY_HASH] = pa.array(hashes.view(np.int64), pa.int64())
                 yield self._emit(cols)
         stats = [(-1, "base", "", base)]
         for i in range(len(self.ops)):
@@ -235,7 +243,8 @@ class _ChainFn:
 
 
 class _AddShard:
-    """mapInArrow: append the shard id of every row (same xxh64 as the local engine)."""
+    """mapInArrow: append the shard id of every row (same xxh64 as the local engine). Only for a root that is
+    not a chain (a join or aggregate); a chain root emits its key hashes itself (`_Run._sink`)."""
 
     def __init__(self, key: str, shards: int, partition: str = "hash") -> None:
         self.key, self.shards, self.partition = key, shards, partition
@@ -402,6 +411,7 @@ class _Run:
         self.dropstate: list[Any] = []
         self.infos: list[dict[str, Any]] = []
         self.spec: SinkSpec | None = None
+        self.root_hashed: Any = None  # the root's rows with KEY_HASH, when the root is a chain (see _sink)
         self.current = "starting"
         self._ckpt: str | None = None
         self.inputs: list[dict[str, Any]] = []
@@ -582,6 +592,11 @@ class _Run:
         # so provenance columns a function carried along never reach the next chain there either
         data_schema = ops[-1].schema if ops else base_schema
         out_schema = pa.schema(list(data_schema) + _CHAIN_COLS)
+        sink = self.plan.sink
+        hash_key = (sink.key if sink is not None and node is self.plan.root and sink.partition == "hash"
+                    and sink.key in data_schema.names else None)
+        if hash_key is not None:
+            out_schema = out_schema.append(pa.field(KEY_HASH, pa.int64()))
         op_specs = []
         for op in ops:
             bc = self.sc.broadcast(cloudpickle.dumps(op.fn))
@@ -589,7 +604,7 @@ class _Run:
             op_specs.append({"bc": bc, "token": f"{self.token}:{uuid.uuid4().hex}", "schema": op.schema,
                              "stage": op.stage, "name": op.name, "quarantine": op.quarantine, "drop_log_key": op.drop_log_key})
         fn = _ChainFn(base.format if read_files else None, base.schema if read_files else None,
-                      in_schema, op_specs, data_schema, out_schema)
+                      in_schema, op_specs, data_schema, out_schema, hash_key)
         # stats rows are data, a few per task: the job that materializes the chain collects them (no
         # shuffle) and they are summed here; exact whatever the task retries were (see _materialize)
         out, rows = self._materialize(inp.mapInArrow(fn, from_arrow_schema(out_schema)),
@@ -634,6 +649,8 @@ class _Run:
                         F.col(DSTATE).alias("state")))
         self.df[node.id] = out.where(F.col(KIND) == DATA).select(*data_schema.names)
         self.arrow[node.id] = data_schema
+        if hash_key is not None:
+            self.root_hashed = out.where(F.col(KIND) == DATA).select(*data_schema.names, KEY_HASH)
 
     def _join(self, node: Join):
         from pyspark.sql import functions as F
@@ -720,9 +737,12 @@ class _Run:
         self.spec = resolved = resolve_sink(spec, self.rows[root.id])
         shards = resolved.shards
         schema = self.arrow[root.id]
-        with_shard = pa.schema(list(schema) + [pa.field(SHARD_COL, pa.int64())])
-        df = self.df[root.id].select(*schema.names).mapInArrow(_AddShard(spec.key, shards, spec.partition),
-                                                                from_arrow_schema(with_shard))
+        if self.root_hashed is not None:  # the root chain hashed the key: the shard id is one JVM expression
+            df = self.root_hashed.withColumn(SHARD_COL, shard_of_hash(KEY_HASH, shards)).drop(KEY_HASH)
+        else:  # the root is a join or aggregate: its rows go through Python once for their shard id
+            with_shard = pa.schema(list(schema) + [pa.field(SHARD_COL, pa.int64())])
+            df = self.df[root.id].select(*schema.names).mapInArrow(_AddShard(spec.key, shards, spec.partition),
+                                                                    from_arrow_schema(with_shard))
         infos = one_shard_per_partition(df, shards).mapInArrow(_WriteShards(resolved, root.schema), "shard long, info string").collect()
         got = {int(r["shard"]): json.loads(r["info"]) for r in infos}
         for s in range(shards):  # a shard no row hashed to: an empty file, as on the local engine
@@ -809,6 +829,23 @@ def _agg_expr(op: str, col: str, window: Any = None):
     if window is not None:
         base = base.over(window)
     return F.coalesce(base, F.lit(0)).cast("long") if op == "sum" else base
+
+
+def shard_of_hash(column: str, shards: int):
+    """`sinks.shard_ids`'s rule in the JVM: `unsigned(h) % shards` of a signed 64-bit hash column.
+
+    Spark has no unsigned longs. A negative `h` stands for `h + 2**64`, whose remainder is
+    `(h mod shards + 2**64 mod shards) mod shards` with `pmod`'s non-negative mod; every term is
+    below 2 x shards, so nothing overflows. Why in the JVM: computing it in Python sent every row
+    of the dataset to a Python worker and back (167 + 159 MB of Arrow at 100k quickstart events).
+    """
+    from pyspark.sql import functions as F
+
+    if shards <= 1:
+        return F.lit(0).cast("long")
+    h, n = F.col(column), F.lit(shards).cast("long")
+    wrap = F.lit((1 << 64) % shards).cast("long")
+    return F.when(h >= 0, h % n).otherwise(F.pmod(F.pmod(h, n) + wrap, n)).cast("long")
 
 
 def one_shard_per_partition(df, shards: int):

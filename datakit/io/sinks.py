@@ -42,8 +42,15 @@ def shard_ids(keys: pa.Array | pa.ChunkedArray, shards: int, partition: str = "h
         return ids
     if shards <= 1:
         return np.zeros(len(keys), dtype=np.int64)
+    return (key_hashes(keys) % np.uint64(shards)).astype(np.int64)
+
+
+def key_hashes(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """xxh64 (seed 0) of each key's UTF-8 bytes, as uint64: `partition="hash"` puts a row in shard
+    `hash % shards`. Separate so the Spark engine can hash in the chain that already runs in Python
+    and take the modulo in the JVM once the shard count is known (see spark.py `shard_of_hash`)."""
     h = xxhash.xxh64_intdigest
-    return np.fromiter((h(k.encode()) % shards for k in keys.to_pylist()), dtype=np.int64, count=len(keys))
+    return np.fromiter((h(k.encode()) for k in keys.to_pylist()), dtype=np.uint64, count=len(keys))
 
 
 def table_fingerprint(table: pa.Table) -> str:

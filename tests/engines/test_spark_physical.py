@@ -228,3 +228,64 @@ def test_python_workers_tokenize_with_their_tasks_cores(spark, tmp_path):
     p = _records_pipeline(tmp_path, "test_worker_threads")
     p.run(engine="spark", partitions=2, output=str(tmp_path / "spark"))
     assert set(read_output(str(tmp_path / "spark")).column("meta").to_pylist()) == {"1/1"}  # local[2]: 1 core a task
+
+
+def test_shard_of_a_key_hash_in_the_jvm_is_the_sinks_rule(spark):
+    """`shard_of_hash` (the JVM's modulo of the root chain's signed key hash) gives `sinks.shard_ids`'s
+    shard for every key: negative and non-negative hashes, shard counts that divide 2**64 and that don't."""
+    import numpy as np
+    from pyspark.sql import functions as F
+
+    from datakit.io import sinks
+
+    keys = pa.array([f"doc-{i:05d}" for i in range(2000)] + ["", "é", "x" * 1000])
+    hashes = sinks.key_hashes(keys).view(np.int64)
+    assert (hashes < 0).any() and (hashes >= 0).any()
+    df = spark.createDataFrame([(i, int(h)) for i, h in enumerate(hashes)], "i long, h long")
+    for shards in (1, 2, 3, 7, 1000, 2**31 - 1):
+        got = [r["s"] for r in df.select("i", spark_engine.shard_of_hash("h", shards).alias("s")).orderBy(F.col("i")).collect()]
+        assert got == sinks.shard_ids(keys, shards).tolist(), shards
+
+
+class _NotInDriver:
+    def __init__(self, *a, **k):
+        raise AssertionError("the sink sent the root's rows through Python for their shard ids")
+
+
+def test_a_chain_root_gets_its_shard_ids_in_the_jvm_and_a_join_root_in_python(spark, tmp_path, monkeypatch):
+    """The sink's shard ids: from the root chain's key hashes when the root is a chain (no Python round trip
+    of the whole dataset), through `_AddShard` when it is a join; the same files as the local engine either way."""
+    from typing import Literal
+
+    from datakit import CompileContext, StageConfig, register_stage
+    from datakit.contracts import TRAINING_RECORD_V1
+    from datakit.io.sinks import output_checksums
+
+    @register_stage
+    class ChainRoot(StageConfig):
+        kind: Literal["test_chain_root"] = "test_chain_root"
+
+        def compile(self, rel, ctx: CompileContext):
+            return rel.map_batches(_Same(), TRAINING_RECORD_V1, name="same")
+
+    @register_stage
+    class JoinRoot(StageConfig):
+        kind: Literal["test_join_root"] = "test_join_root"
+
+        def compile(self, rel, ctx: CompileContext):
+            base = rel.map_batches(_Same(), TRAINING_RECORD_V1, name="same")  # two readers: materialized
+            ids = base.map_batches(_CountColumns(), pa.schema([("doc_id", pa.string()), ("ncols", pa.int64())]),
+                                   name="ids", reads=("doc_id",))
+            return base.join(ids, "doc_id", how="semi")
+
+    for kind, python_ids in (("test_chain_root", False), ("test_join_root", True)):
+        d = tmp_path / kind
+        d.mkdir()
+        p = _records_pipeline(d, kind, records=60, shards=3)
+        p.run(engine="local", workers=1, output=str(d / "local"))
+        with monkeypatch.context() as m:
+            if not python_ids:
+                m.setattr(spark_engine, "_AddShard", _NotInDriver)
+            p.run(engine="spark", partitions=2, output=str(d / "spark"))
+        local, spark_out = output_checksums(str(d / "local")), output_checksums(str(d / "spark"))
+        assert local == spark_out and len(local) >= 3, kind  # three shards, byte-identical
