@@ -647,10 +647,11 @@ class _Run:
                     self.dropstate.append(dropped.where(F.col(DSTATE).isNotNull()).select(
                         F.lit(op.stage).alias("stage"), F.col(DKEY).alias("key"), F.col(DROP_DETAIL).alias("detail"),
                         F.col(DSTATE).alias("state")))
-        self.df[node.id] = out.where(F.col(KIND) == DATA).select(*data_schema.names)
+        data = out.where(F.col(KIND) == DATA)
+        self.df[node.id] = data.select(*data_schema.names)
         self.arrow[node.id] = data_schema
         if hash_key is not None:
-            self.root_hashed = out.where(F.col(KIND) == DATA).select(*data_schema.names, KEY_HASH)
+            self.root_hashed = data.select(*data_schema.names, KEY_HASH)
 
     def _join(self, node: Join):
         from pyspark.sql import functions as F

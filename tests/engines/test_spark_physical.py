@@ -164,6 +164,17 @@ class _ColumnsAsMeta:
         return b.set_column(b.schema.get_field_index("meta"), "meta", meta).drop_columns(["ncols"])
 
 
+def _records_and_their_column_counts(rel):
+    """(the records, materialized because two nodes read them; (doc_id, how many columns the counting
+    function was given) of each, from a function that promises to read doc_id only)."""
+    from datakit.contracts import TRAINING_RECORD_V1
+
+    base = rel.map_batches(_Same(), TRAINING_RECORD_V1, name="same")
+    counted = base.map_batches(_CountColumns(), pa.schema([("doc_id", pa.string()), ("ncols", pa.int64())]),
+                               name="count_columns", reads=("doc_id",))
+    return base, counted
+
+
 def test_a_function_that_reads_few_columns_is_handed_only_those(spark, tmp_path):
     """MapBatches(reads=...) on a materialized relation: Spark ships just those columns to Python, the local
     engine reads just those from its spill
@@ -180,9 +191,7 @@ def test_a_function_that_reads_few_columns_is_handed_only_those(spark, tmp_path)
         kind: Literal["test_count_columns"] = "test_count_columns"
 
         def compile(self, rel, ctx: CompileContext):
-            base = rel.map_batches(_Same(), TRAINING_RECORD_V1, name="same")  # two readers: materialized
-            counted = base.map_batches(_CountColumns(), pa.schema([("doc_id", pa.string()), ("ncols", pa.int64())]),
-                                       name="count_columns", reads=("doc_id",))
+            base, counted = _records_and_their_column_counts(rel)
             return base.join(counted, "doc_id", how="left").map_batches(_ColumnsAsMeta(), TRAINING_RECORD_V1,
                                                                         name="as_meta")
 
@@ -273,10 +282,8 @@ def test_a_chain_root_gets_its_shard_ids_in_the_jvm_and_a_join_root_in_python(sp
         kind: Literal["test_join_root"] = "test_join_root"
 
         def compile(self, rel, ctx: CompileContext):
-            base = rel.map_batches(_Same(), TRAINING_RECORD_V1, name="same")  # two readers: materialized
-            ids = base.map_batches(_CountColumns(), pa.schema([("doc_id", pa.string()), ("ncols", pa.int64())]),
-                                   name="ids", reads=("doc_id",))
-            return base.join(ids, "doc_id", how="semi")
+            base, counted = _records_and_their_column_counts(rel)
+            return base.join(counted, "doc_id", how="semi")
 
     for kind, python_ids in (("test_chain_root", False), ("test_join_root", True)):
         d = tmp_path / kind
