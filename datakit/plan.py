@@ -92,6 +92,12 @@ class MapBatches(_OneInput):
 
     `fn` must be picklable (a module-level function or a class instance) so the
     local engine's process pool and Spark executors can run it.
+
+    A function that only filters, renames or combines columns with SQL-expressible logic and
+    drops nothing (no `_drop`) may also define `spark_select(df, F) -> DataFrame`: the same rows
+    and columns in Spark SQL (`F` is `pyspark.sql.functions`). The Spark engine then runs it in
+    the JVM, with no trip through Python and, when one node reads it, no job of its own (see
+    `datakit.engines.spark`); `fn` stays the definition, and tests hold the two equal.
     """
 
     fn: BatchFn | None = None
@@ -115,6 +121,11 @@ class Join(Node):
 
     `broadcast=True` says the right side is small (an opt-out list, a dedup
     loser set): engines may ship it to every worker instead of shuffling.
+
+    Right-side columns: without `right_prefix`, those not named like a left column or a right key
+    (a clash keeps the left one). With `right_prefix`, every non-key right column, renamed
+    `right_prefix + name`: so one relation can be joined twice (both ends of a pair) without a
+    pass in between that copies the first end's columns aside.
     """
 
     left: Node | None = None
@@ -124,13 +135,23 @@ class Join(Node):
     how: Literal["inner", "left", "anti", "semi"] = "inner"
     reason: str | None = None
     broadcast: bool = False
+    right_prefix: str | None = None
 
     @property
     def inputs(self) -> list[Node]:
         return [self.left, self.right]
 
+    def right_columns(self) -> dict[str, str]:
+        """Output column -> the right-side column it comes from (not the keys; none for anti/semi)."""
+        if self.how in ("anti", "semi"):
+            return {}
+        left = set(self.left.schema.names)
+        return {(self.right_prefix or "") + c: c for c in self.right.schema.names
+                if c not in self.right_on and (self.right_prefix or c not in left)}
+
     def describe(self) -> str:
-        return f"Join({self.how}, {self.left_on}={self.right_on}{', broadcast' if self.broadcast else ''})"
+        extra = (", broadcast" if self.broadcast else "") + (f", right_prefix={self.right_prefix!r}" if self.right_prefix else "")
+        return f"Join({self.how}, {self.left_on}={self.right_on}{extra})"
 
 
 AggOp = Literal["min", "max", "count", "sum"]
@@ -333,19 +354,28 @@ class Rel:
         how: Literal["inner", "left", "anti", "semi"] = "inner",
         reason: str | None = None,
         broadcast: bool = False,
+        right_prefix: str | None = None,
     ) -> "Rel":
         lo = [left_on] if isinstance(left_on, str) else list(left_on)
         ro = lo if right_on is None else ([right_on] if isinstance(right_on, str) else list(right_on))
         if how == "anti" and not reason:
             raise ValueError("an anti join drops rows, so it needs a reason for the accounting")
+        if right_prefix is not None and (how in ("anti", "semi") or not right_prefix):
+            raise ValueError("right_prefix renames the right side's columns: an inner or left join, a non-empty prefix")
         if how in ("anti", "semi"):
             schema = self.schema
+        elif right_prefix:
+            extra = [f.with_name(right_prefix + f.name) for f in right.schema if f.name not in ro]
+            clash = [f.name for f in extra if f.name in self.schema.names]
+            if clash:
+                raise ValueError(f"right_prefix {right_prefix!r} gives column(s) the left side has: {', '.join(clash)}")
+            schema = pa.schema(list(self.schema) + extra)
         else:
             extra = [f for f in right.schema if f.name not in ro and f.name not in self.schema.names]
             schema = pa.schema(list(self.schema) + extra)
         return self._wrap(
             Join(stage=self.stage, schema=schema, left=self.node, right=right.node, left_on=lo,
-                 right_on=ro, how=how, reason=reason, broadcast=broadcast)
+                 right_on=ro, how=how, reason=reason, broadcast=broadcast, right_prefix=right_prefix)
         )
 
     def aggregate(self, keys: list[str], aggs: dict[str, tuple[str, str]]) -> "Rel":

@@ -10,6 +10,9 @@ How each node runs (and why):
   once per executor as a broadcast. A wrapper casts Spark's Arrow batches back
   to the contract types, runs the function, and emits kept rows plus, for
   dropped rows, only the accounting columns (reason, detail, key or raw line).
+  A function that also defines `spark_select` (filters and column renames that drop nothing,
+  `plan.MapBatches`) runs as that Spark SQL instead, and like a join it gets no job of its own
+  when one node reads it.
 * `Join` / `Aggregate` -- Spark's own (`F.broadcast` for small right sides).
 * `ConnectedComponents` -- large-star/small-star (`spark_cc`), O(log n) rounds.
 * Sink -- a shard id column (`datakit.io.sinks.shard_ids`), rows moved to partition = shard id
@@ -440,22 +443,23 @@ class _Run:
         with translate_errors_at(self):
             for node in order:
                 cs = consumers.get(node.id, [])
-                fused = (isinstance(node, (Source, MapBatches)) and node is not plan.root and len(cs) == 1
-                         and isinstance(cs[0], MapBatches))
+                python = isinstance(node, (Source, MapBatches)) and not _native(node)
+                fused = python and node is not plan.root and len(cs) == 1 and _python_chain(cs[0])
                 if fused:
                     continue  # runs inside its consumer's chain
-                # a join/aggregate read by one node only is not materialized (it is computed inside its
-                # reader's job): a chain reading it counts its rows; any other reader needs no count of it
-                deferred = (not isinstance(node, (Source, MapBatches)) and node is not plan.root and len(cs) == 1
-                            and (isinstance(cs[0], MapBatches) or node.id not in counted))
+                # a join/aggregate/native function read by one node only is not materialized (it is
+                # computed inside its reader's job): a chain reading it counts its rows; any other
+                # reader needs no count of it
+                deferred = (not python and node is not plan.root and len(cs) == 1
+                            and (_python_chain(cs[0]) or node.id not in counted))
                 self.current = f"stage {node.stage!r} ({node.describe()})"
                 t = time.perf_counter()
-                chain = self._chain_of(node)[1] if isinstance(node, MapBatches) else [node]
+                chain = self._chain_of(node)[1] if _python_chain(node) else [node]
                 stages = list(dict.fromkeys(o.stage for o in chain if ":" not in o.stage and o.stage != "input"))
                 with self._progress(", ".join(stages) or node.stage, node):
                     self._run_node(node, deferred)
                 # a fused chain's time is shared by its ops, as the local engine reports it
-                ops = self._chain_of(node)[1] if isinstance(node, MapBatches) else [node]
+                ops = chain
                 for op in ops:
                     self.stats[op.id].seconds += (time.perf_counter() - t) / len(ops)
             for node in order:
@@ -492,10 +496,14 @@ class _Run:
             st.finish(rows=self.rows.get(node.id), ok=ok)
 
     def _run_node(self, node: Node, deferred: bool = False) -> None:
-        if isinstance(node, (Source, MapBatches)):
+        if isinstance(node, (Source, MapBatches)) and not _native(node):
             self._chain(node)
             return
-        if isinstance(node, Join):
+        if isinstance(node, MapBatches):  # a native function (see `_native`)
+            from pyspark.sql import functions as F
+
+            df = node.fn.spark_select(self.df[node.input.id], F)
+        elif isinstance(node, Join):
             df = self._join(node)
         elif isinstance(node, Aggregate):
             df = self._aggregate(node)
@@ -505,6 +513,9 @@ class _Run:
             raise NotImplementedError(f"the Spark engine cannot run {type(node).__name__}")
         if not deferred:
             df, self.rows[node.id] = self._materialize(df, lambda d: d.count())
+            if isinstance(node, MapBatches):
+                st = self.stats[node.id]
+                st.rows_in, st.rows_out = self.rows.get(node.input.id, 0), self.rows[node.id]
         self.df[node.id] = df
         self.arrow[node.id] = node.schema
 
@@ -555,7 +566,7 @@ class _Run:
         """Fusible MapBatches below `node` (inclusive) and the base they read (Source or a materialized node)."""
         ops: list[MapBatches] = []
         cur = node
-        while isinstance(cur, MapBatches) and (cur is node or cur.id not in self.shared):
+        while _python_chain(cur) and (cur is node or cur.id not in self.shared):
             ops.append(cur)
             cur = cur.input
         ops.reverse()
@@ -661,11 +672,11 @@ class _Run:
             return windowed
         left = self.df[node.left.id].alias("l")
         right = self.df[node.right.id]
+        renamed = node.right_columns()
         if node.how in ("anti", "semi"):
             right = right.select(*node.right_on).distinct()
         else:
-            extra = [c for c in node.schema.names if c not in node.left.schema.names]
-            right = right.select(*dict.fromkeys(list(node.right_on) + extra))
+            right = right.select(*node.right_on, *(F.col(r).alias(o) for o, r in renamed.items() if o not in node.right_on))
         right = right.alias("r")
         if node.broadcast:
             right = F.broadcast(right)
@@ -675,8 +686,7 @@ class _Run:
         if node.how in ("anti", "semi"):
             cols = [F.col(f"l.{c}").alias(c) for c in node.schema.names]
         else:
-            lnames = set(node.left.schema.names)
-            cols = [F.col(f"l.{c}" if c in lnames else f"r.{c}").alias(c) for c in node.schema.names]
+            cols = [F.col(f"r.{c}" if c in renamed else f"l.{c}").alias(c) for c in node.schema.names]
         return j.select(*cols)
 
     def _join_own_aggregate(self, node: Join):
@@ -688,7 +698,7 @@ class _Run:
         Same rows: the inner join drops rows whose key has a null, so the window does too.
         """
         agg = node.right
-        if not (node.how == "inner" and isinstance(agg, Aggregate) and agg.input is node.left
+        if not (node.how == "inner" and node.right_prefix is None and isinstance(agg, Aggregate) and agg.input is node.left
                 and list(node.left_on) == list(node.right_on) == list(agg.keys) and agg.keys
                 and agg.id not in self.rows and not set(agg.aggs) & set(node.left.schema.names)):
             return None
@@ -860,6 +870,22 @@ def one_shard_per_partition(df, shards: int):
     from pyspark.sql import functions as F
 
     return df.repartitionById(shards, F.col(SHARD_COL).cast("int"))
+
+
+def _native(node: Node) -> bool:
+    """A MapBatches whose function also defines `spark_select` (plan.MapBatches): run in the JVM.
+
+    Why: on Spark a Python function is a round trip of its rows through a Python worker; for a
+    filter or a column rename that trip is the whole cost (the dedup LSH edges: 1M band rows at
+    100k quickstart events). The function stays the definition; tests hold the two equal.
+    """
+    return (isinstance(node, MapBatches) and callable(getattr(node.fn, "spark_select", None))
+            and not node.quarantine and node.drop_log_key is None)  # it drops nothing, so no accounting rows
+
+
+def _python_chain(node: Node) -> bool:
+    """A node that runs inside a mapInArrow chain (a Python MapBatches)."""
+    return isinstance(node, MapBatches) and not _native(node)
 
 
 def _counted_nodes(plan: Plan) -> set[int]:

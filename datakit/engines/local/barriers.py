@@ -30,8 +30,8 @@ def barrier_query(node: Node, lazy: Callable[[Node], pl.LazyFrame]) -> pl.LazyFr
             right = right.select([pl.col(c) for c in node.right_on]).unique()
             order = "left"  # (only left rows come out)
         else:
-            keep = [c for c in node.right.schema.names if c in node.schema.names or c in node.right_on]
-            right = right.select(keep)
+            cols = node.right_columns()
+            right = right.select([pl.col(c) for c in node.right_on] + [pl.col(r).alias(o) for o, r in cols.items()])
             order = "left_right"  # left rows in order; a left row's matches in the right side's order
         lf = left.join(right, left_on=node.left_on, right_on=node.right_on, how=how, nulls_equal=False,
                        coalesce=True, maintain_order=order)

@@ -101,9 +101,8 @@ def _apply_broadcast_join(op: Join, batch: pa.RecordBatch, st: NodeStats, right:
         j = j.sort_by("__row")
         lrows, rrows = j.column("__row"), j.column("__rrow")
         cols = {name: batch.column(name).take(lrows) for name in batch.schema.names}
-        for f in op.schema:
-            if f.name not in cols and f.name in right.schema.names:
-                cols[f.name] = right.column(f.name).take(rrows)
+        for out_name, name in op.right_columns().items():
+            cols[out_name] = right.column(name).take(rrows)
         out = pa.table(cols).combine_chunks()
         out = out.to_batches()[0] if out.num_rows else pa.RecordBatch.from_pylist([], schema=out.schema)
     out = conform(out, op.schema)

@@ -431,6 +431,9 @@ class Project:
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         return pa.RecordBatch.from_arrays([batch.column(n) for n in self.names], names=list(self.names))
 
+    def spark_select(self, df, F):
+        return df.select(*self.names)
+
 
 def history_decision(batch: pa.RecordBatch, drop: pa.Array, detail: pa.Array, check: HistVerify
                      ) -> tuple[pa.Array, pa.Array]:

@@ -8,11 +8,15 @@ is a pure function of content and `doc_id`:
 
 exact   text -> 128-bit content key (`text.exact_keys`) -> Aggregate min(doc_id)
         per key -> Join back -> rows whose doc_id is not the minimum are dropped
-        with `_drop="exact_duplicate"`, `_drop_detail=<kept doc_id>`.
+        with `_drop="exact_duplicate"`, `_drop_detail=<kept doc_id>`. With minhash
+        on, the key comes from the signature pass (`_KeySigFn`) and the final near
+        pass drops exact duplicates before any near verdict: the records are
+        marked in one pass, not two.
 near    text -> signature (`minhash.minhash_signatures`) -> one row per LSH band
         (band, bucket = `lsh.band_hashes`, doc_id) -> Aggregate min(doc_id) per
         bucket -> Join back -> candidate edges (doc, bucket minimum) -> distinct ->
-        verification (signature or exact Jaccard >= threshold) ->
+        both ends joined (`right_prefix`) -> verification (signature or exact
+        Jaccard >= threshold) ->
         ConnectedComponents (component = smallest doc_id) -> Join back -> every
         member other than the component's smallest doc_id is dropped with
         `_drop="near_duplicate"`, `_drop_detail=<kept doc_id>`.
@@ -42,7 +46,8 @@ from datakit.stages.dedup.verify import exact_jaccard, signature_jaccard
 
 # internal column names (prefixed so they never clash with a record field)
 _KEY, _KEEP, _SIG, _BAND, _BUCKET, _MIN = "_dk_key", "_dk_keep", "_dk_sig", "_dk_band", "_dk_bucket", "_dk_min"
-_SIDE = {"exact": "_dk_text_src", "signature": "_dk_sig_src"}
+_XKEEP = "_dk_xkeep"  # the exact duplicate group's kept doc_id, when exact and near are marked in one pass
+_SRC, _DST = "_dk_src__", "_dk_dst__"  # prefixes of a verified pair's two ends (Join.right_prefix)
 _SIZE = "_dk_size"
 
 
@@ -123,11 +128,10 @@ class DedupConfig(StageConfig):
         check = None
         if ctx.history and self.history is not False:
             rel, check = self._compile_history(rel, ctx, scope)
-        if self.exact:
-            rel = _compile_exact(rel, self.text_column, self.exact_normalize, scope)
-        if self.minhash is not None:
-            rel = _compile_near(rel, self.text_column, self.minhash, scope, keeps_state, check)
-        return rel
+        if self.minhash is None:
+            return _compile_exact(rel, self.text_column, self.exact_normalize, scope) if self.exact else rel
+        exact = (self.exact_normalize, scope) if self.exact else None
+        return _compile_near(rel, self.text_column, self.minhash, scope, keeps_state, check, exact)
 
     def _compile_history(self, rel: Rel, ctx: CompileContext, scope: str | None):
         """Drop duplicates of the history's kept documents first (datakit.stages.dedup.history)."""
@@ -188,18 +192,20 @@ class _MarkFn:
     size_col: str | None = None  # cluster size, set on the kept doc of each cluster only
     state: object | None = None  # append mode: history.DropState, the dropped rows' `_drop_state`
     history: object | None = None  # append mode with history: history.HistVerify (history first)
+    exact_col: str | None = None  # exact duplicates' kept doc: they are dropped first, as exact_duplicate
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         doc = batch.column("doc_id")
-        keep = batch.column(self.keep_col)
-        loser = pc.fill_null(pc.and_(pc.is_valid(doc), pc.not_equal(doc, keep)), False)
-        drop = pc.if_else(loser, pa.scalar(self.reason, pa.string()), pa.scalar(None, pa.string()))
-        detail = pc.if_else(loser, keep.cast(pa.string()), pa.scalar(None, pa.string()))
+        drop, detail, loser = _losers(doc, batch.column(self.keep_col), self.reason)
         if self.history is not None:
             from datakit.stages.dedup.history import history_decision
 
             drop, detail = history_decision(batch, drop, detail, self.history)
             loser = pc.is_valid(drop)
+        if self.exact_col is not None:  # an exact duplicate was never clustered: its exact verdict stands
+            x_drop, x_detail, x_loser = _losers(doc, batch.column(self.exact_col), "exact_duplicate")
+            drop, detail = pc.if_else(x_loser, x_drop, drop), pc.if_else(x_loser, x_detail, detail)
+            loser = pc.and_(pc.invert(x_loser), pc.fill_null(loser, False))
         names, cols = [DROP, DROP_DETAIL], [drop, detail]
         if self.size_col is not None:
             names.append(METRICS)
@@ -208,6 +214,14 @@ class _MarkFn:
             names.append(DROP_STATE)
             cols.append(self.state(batch, loser))
         return _with_columns(batch, names, cols)
+
+
+def _losers(doc: pa.Array, keep: pa.Array, reason: str) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """(`_drop`, `_drop_detail`, mask) of the rows whose kept doc is another doc_id (a null keeps the row)."""
+    loser = pc.fill_null(pc.and_(pc.is_valid(doc), pc.not_equal(doc, keep)), False)
+    drop = pc.if_else(loser, pa.scalar(reason, pa.string()), pa.scalar(None, pa.string()))
+    detail = pc.if_else(loser, keep.cast(pa.string()), pa.scalar(None, pa.string()))
+    return drop, detail, loser
 
 
 _SIZE_BUCKETS = ((2, 2, "2"), (3, 9, "3_9"), (10, 99, "10_99"), (100, 999, "100_999"), (1000, 2**62, "1000_plus"))
@@ -246,6 +260,12 @@ class _DecisionFn:
         rep_size = pc.if_else(pc.and_(is_rep, pc.greater(size, 1)), size, pa.scalar(None, pa.int64()))
         return pa.RecordBatch.from_arrays([node, keep, rep_size] + [batch.column(c) for c in self.carry],
                                           names=["src", _KEEP, _SIZE, *self.carry])
+
+    def spark_select(self, df, F):
+        """The same in Spark SQL (`MapBatches`): a null in the condition gives a null size, as above."""
+        keep = F.col("component") if self.rule == "component" else F.coalesce(F.col("dst"), F.col("node"))
+        size = F.when((F.col("node") == F.col("component")) & (F.col(_SIZE) > 1), F.col(_SIZE))
+        return df.select(F.col("node").alias("src"), keep.alias(_KEEP), size.alias(_SIZE), *self.carry)
 
 
 @dataclass(frozen=True)
@@ -291,11 +311,15 @@ class _BandFn:
     bands: int
     rows: int
     scope: str | None
+    exact_col: str | None = None  # exact duplicates (kept doc is another doc_id) get no bands either
 
     def keys(self, batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray]:
         """(row indices of the non-empty documents, their (n, bands) int64 bucket keys)."""
         sig = _sig_matrix(batch.column(_SIG), self.num_perm)
-        idx = np.nonzero(~np.all(sig == MAX_HASH, axis=1))[0]
+        banded = ~np.all(sig == MAX_HASH, axis=1)
+        if self.exact_col is not None:
+            banded &= ~_losers(batch.column("doc_id"), batch.column(self.exact_col), "")[2].to_numpy(zero_copy_only=False)
+        idx = np.nonzero(banded)[0]
         keys = band_hashes(sig[idx], self.bands, self.rows)
         if self.scope:  # fold the scope into the bucket so different kinds never share one
             import xxhash
@@ -325,32 +349,28 @@ class _PairsFn:
         keep = pc.fill_null(pc.not_equal(a, b), False)
         return pa.RecordBatch.from_arrays([a.filter(keep), b.filter(keep)], names=["src", "dst"])
 
+    def spark_select(self, df, F):
+        """The same in Spark SQL (`MapBatches`): `where` drops a null comparison, as fill_null(False) does.
+        Why: the LSH edges are the band rows (1M at 100k quickstart events) filtered; through Python
+        they crossed to a worker and back for a comparison."""
+        return df.where(F.col(self.a) != F.col(self.b)).select(F.col(self.a).alias("src"), F.col(self.b).alias("dst"))
 
-@dataclass(frozen=True)
-class _SrcSideFn:
-    """After joining a pair's src to its record (exact) or signature row: keep (src, dst, src's text/signature).
 
-    Why the record and not a text column carried along: the pairs are few, the
-    records are already materialized for the final join, so verification never
-    writes a second copy of every document's text.
-    """
-
-    verify: str
-    text_column: str | None
-
-    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        side = record_texts(batch, self.text_column) if self.verify == "exact" else batch.column(_SIG)
-        return pa.RecordBatch.from_arrays([batch.column("src"), batch.column("dst"), side],
-                                          names=["src", "dst", _SIDE[self.verify]])
+def _end(batch: pa.RecordBatch, prefix: str) -> pa.RecordBatch:
+    """One end of a joined pair: the columns `prefix + name`, named `name` again."""
+    idx = [i for i, n in enumerate(batch.schema.names) if n.startswith(prefix)]
+    return pa.RecordBatch.from_arrays([batch.column(i) for i in idx],
+                                      names=[batch.schema.names[i][len(prefix):] for i in idx])
 
 
 @dataclass(frozen=True)
 class _VerifyFn:
-    """Pairs (src, dst) with src's side column and dst's record/signature joined: Jaccard >= threshold?
+    """Pairs (src, dst) with both ends' records (exact) or signatures joined: Jaccard >= threshold?
 
-    A rejected pair is emitted as the self loop (src, src) instead of vanishing:
-    the node then is its own singleton component (kept), and every batch keeps a
-    row to carry the counters.
+    Each end arrives under its own column prefix (`_SRC`, `_DST`; `Join.right_prefix`), so one
+    relation is joined to both ends with no pass in between. A rejected pair is emitted as the
+    self loop (src, src) instead of vanishing: the node then is its own singleton component
+    (kept), and every batch keeps a row to carry the counters.
     """
 
     cfg: MinHashConfig
@@ -359,11 +379,11 @@ class _VerifyFn:
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         c = self.cfg
+        a, b = _end(batch, _SRC), _end(batch, _DST)
         if c.verify == "signature":
-            sim = signature_jaccard(_sig_matrix(batch.column(_SIDE["signature"]), c.num_perm),
-                                    _sig_matrix(batch.column(_SIG), c.num_perm))
+            sim = signature_jaccard(_sig_matrix(a.column(_SIG), c.num_perm), _sig_matrix(b.column(_SIG), c.num_perm))
         else:
-            sim = exact_jaccard(batch.column(_SIDE["exact"]), record_texts(batch, self.text_column),
+            sim = exact_jaccard(record_texts(a, self.text_column), record_texts(b, self.text_column),
                                 c.ngram, c.shingle, c.lowercase)
         ok = sim >= c.threshold
         src = batch.column("src")
@@ -390,25 +410,65 @@ def _compile_exact(rel: Rel, text_column: str | None, normalize: str, scope: str
     every one of them duplicates a smaller doc_id (`max` of their keeps). A unique text is never
     dropped because of its twin; a twin that is a copy then stays for near dedup to judge.
     """
-    schema = rel.schema
-    texts = text_columns(schema.names, [text_column] if text_column else None)  # what record_texts reads
     keys = rel.map_batches(_ExactKeyFn(text_column, normalize, scope),
-                           pa.schema([schema.field("doc_id"), pa.field(_KEY, pa.string())]), name="dedup_exact_key",
-                           reads=("doc_id", *texts, *((scope,) if scope else ())))
-    groups = keys.aggregate([_KEY], {_KEEP: ("min", "doc_id")})
-    kept = keys.join(groups, _KEY, how="inner").aggregate(["doc_id"], {_KEEP: ("max", _KEEP)})
-    joined = rel.join(kept, "doc_id", how="left")
-    return joined.map_batches(_MarkFn(_KEEP, "exact_duplicate"), schema, name="dedup_exact", drop_log_key="doc_id")
+                           pa.schema([rel.schema.field("doc_id"), pa.field(_KEY, pa.string())]), name="dedup_exact_key",
+                           reads=_text_reads(rel.schema, text_column, scope))
+    joined = rel.join(_kept_of_keys(keys), "doc_id", how="left")
+    return joined.map_batches(_MarkFn(_XKEEP, "exact_duplicate"), rel.schema, name="dedup_exact", drop_log_key="doc_id")
+
+
+def _text_reads(schema: pa.Schema, text_column: str | None, scope: str | None) -> tuple[str, ...]:
+    """The columns a key or signature pass reads: doc_id, what record_texts reads, the scope."""
+    texts = text_columns(schema.names, [text_column] if text_column else None)
+    return ("doc_id", *texts, *((scope,) if scope else ()))
+
+
+def _kept_of_keys(keys: Rel) -> Rel:
+    """(doc_id, _XKEEP): the smallest doc_id of each record's exact key (the max over a doc_id's twins)."""
+    groups = keys.aggregate([_KEY], {_XKEEP: ("min", "doc_id")})
+    return keys.join(groups, _KEY, how="inner").aggregate(["doc_id"], {_XKEEP: ("max", _XKEEP)})
+
+
+@dataclass(frozen=True)
+class _KeySigFn:
+    """Exact key and MinHash signature in one pass over the texts: (doc_id, key, [scope], signature)."""
+
+    key: _ExactKeyFn
+    sig: _SignatureFn
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        k, g = self.key(batch), self.sig(batch)
+        return pa.RecordBatch.from_arrays([k.column(0), k.column(1), *g.columns[1:]],
+                                          names=["doc_id", _KEY, *g.schema.names[1:]])
 
 
 def _compile_near(rel: Rel, text_column: str | None, cfg: MinHashConfig, scope: str | None,
-                  keeps_state: bool = False, history: object | None = None) -> Rel:
+                  keeps_state: bool = False, history: object | None = None,
+                  exact: tuple[str, str | None] | None = None) -> Rel:
+    """Near duplicates; with `exact` ((normalize, scope) of the exact keys), exact duplicates too.
+
+    Why exact and near are marked in one final pass: a pass of its own over the records (join the
+    exact verdicts, drop, materialize) was the dedup stage's second most expensive step on Spark
+    (5.1-7.3 s at 100k quickstart events). Now the exact key and the signature come from one pass
+    over the texts, an exact duplicate gets no LSH bands (so it is never clustered, as when it was
+    dropped first), and the final pass drops it as `exact_duplicate` before any near verdict.
+    """
     schema = rel.schema
     bands, rows = cfg.band_rows()
+    sig_fn = _SignatureFn(text_column, cfg, scope)
     doc_fields = [schema.field("doc_id")] + ([schema.field(scope)] if scope else []) + [pa.field(_SIG, pa.binary())]
-    docs = rel.map_batches(_SignatureFn(text_column, cfg, scope), pa.schema(doc_fields), name="dedup_minhash")
     band_schema = pa.schema([schema.field("doc_id"), pa.field(_BAND, pa.int32()), pa.field(_BUCKET, pa.int64())])
-    banded = docs.map_batches(_BandFn(cfg.num_perm, bands, rows, scope), band_schema, name="dedup_lsh_bands")
+    kept = None
+    if exact is None:
+        docs = rel.map_batches(sig_fn, pa.schema(doc_fields), name="dedup_minhash")
+        banded = docs.map_batches(_BandFn(cfg.num_perm, bands, rows, scope), band_schema, name="dedup_lsh_bands")
+    else:
+        key_fn = _ExactKeyFn(text_column, exact[0], exact[1])
+        docs = rel.map_batches(_KeySigFn(key_fn, sig_fn), pa.schema(doc_fields[:1] + [pa.field(_KEY, pa.string())] + doc_fields[1:]),
+                               name="dedup_keys", reads=_text_reads(schema, text_column, scope))
+        kept = _kept_of_keys(docs)
+        banded = docs.join(kept, "doc_id", how="left").map_batches(
+            _BandFn(cfg.num_perm, bands, rows, scope, _XKEEP), band_schema, name="dedup_lsh_bands")
     buckets = banded.aggregate([_BAND, _BUCKET], {_MIN: ("min", "doc_id")})
     cand = banded.join(buckets, [_BAND, _BUCKET], how="inner")
     edge_schema = pa.schema([pa.field("src", pa.string()), pa.field("dst", pa.string())])
@@ -420,16 +480,20 @@ def _compile_near(rel: Rel, text_column: str | None, cfg: MinHashConfig, scope: 
 
         state = DropState(_SignatureFn(text_column, cfg, scope), _BandFn(cfg.num_perm, bands, rows, scope))
     if cfg.verify == "none":
-        return _mark_clusters(rel, edges.connected_components(), None, state, history)
+        return _mark_clusters(rel, edges.connected_components(), None, state, history, kept)
     side = rel if cfg.verify == "exact" else docs  # where a doc's text (its record) or signature comes from
-    side_type = pa.string() if cfg.verify == "exact" else pa.binary()
-    src_schema = pa.schema(list(edge_schema) + [pa.field(_SIDE[cfg.verify], side_type)])
+    # what _VerifyFn reads of each end: the text columns (record_texts) or the signature
+    side_cols = text_columns(schema.names, [text_column] if text_column else None) if cfg.verify == "exact" else [_SIG]
+    reads = ("src", "dst", *(p + c for p in (_SRC, _DST) for c in side_cols))
 
     def verified(pairs: Rel, name: str, counters: tuple[str, str]) -> Rel:
-        pairs = pairs.join(side, "src", "doc_id", how="inner")
-        pairs = pairs.map_batches(_SrcSideFn(cfg.verify, text_column), src_schema, name=f"{name}_src")
-        pairs = pairs.join(side, "dst", "doc_id", how="inner")
-        return pairs.map_batches(_VerifyFn(cfg, text_column, counters), edge_schema, name=name)
+        """Why both ends are joined with a prefix and read in one pass: on Spark every pass over the
+        joined pairs is a job, a Python round trip and a checkpoint; a first pass that only set the
+        src end's text aside (so the dst join would not drop it as a clashing column) cost 3.8 s and
+        1.9 s of the dedup stage at 100k quickstart events."""
+        pairs = pairs.join(side, "src", "doc_id", how="inner", right_prefix=_SRC)
+        pairs = pairs.join(side, "dst", "doc_id", how="inner", right_prefix=_DST)
+        return pairs.map_batches(_VerifyFn(cfg, text_column, counters), edge_schema, name=name, reads=reads)
 
     comps = verified(edges, "dedup_verify", ("candidate_pairs", "verified_pairs")).connected_components()
     verdict = None
@@ -444,12 +508,13 @@ def _compile_near(rel: Rel, text_column: str | None, cfg: MinHashConfig, scope: 
         # them is not similar to the kept doc (dst == src > the component's smallest id), so a unique
         # text is never dropped because of its twin. Without twins this is one row per node already.
         verdict = verdict.aggregate(["src"], {"dst": ("max", "dst")})
-    return _mark_clusters(rel, comps, verdict, state, history)
+    return _mark_clusters(rel, comps, verdict, state, history, kept)
 
 
 def _mark_clusters(rel: Rel, comps: Rel, verdict: Rel | None, state: object | None = None,
-                   history: object | None = None) -> Rel:
-    """Drop cluster members: all but the component's smallest id, or (with `verdict`) those similar to it.
+                   history: object | None = None, exact: Rel | None = None) -> Rel:
+    """Drop cluster members: all but the component's smallest id, or (with `verdict`) those similar to it;
+    with `exact` ((doc_id, _XKEEP) of every record), exact duplicates first.
 
     Cluster sizes ride along to the final marking, which counts them once per kept doc.
     """
@@ -473,6 +538,9 @@ def _mark_clusters(rel: Rel, comps: Rel, verdict: Rel | None, state: object | No
                                 + [pa.field(c, pa.string()) for c in carry])
     rule = "component" if verdict is None else "similar_to_kept"
     decided = nodes.map_batches(_DecisionFn(rule, carry), decision_schema, name="dedup_decided")
-    marked = rel.join(decided, "doc_id", "src", how="left")
-    return marked.map_batches(_MarkFn(_KEEP, "near_duplicate", _SIZE, state, history), out_schema, name="dedup_near",
-                              drop_log_key="doc_id", drop_state=state is not None)
+    if exact is None:
+        marked = rel.join(decided, "doc_id", "src", how="left")
+    else:  # both verdicts joined to each other first (narrow), so the records are joined once
+        marked = rel.join(exact.join(decided, "doc_id", "src", how="left"), "doc_id", how="left")
+    fn = _MarkFn(_KEEP, "near_duplicate", _SIZE, state, history, _XKEEP if exact is not None else None)
+    return marked.map_batches(fn, out_schema, name="dedup_near", drop_log_key="doc_id", drop_state=state is not None)
