@@ -46,3 +46,16 @@ def test_dedup_conformant_on_spark(spark, tmp_path, drop_rule):
     # the counters (candidate pairs, cluster size histogram) agree too
     metrics = [json.loads((tmp_path / d / "_run.json").read_text())["stages"][0]["metrics"] for d in ("conf-0-local", "conf-1-spark")]
     assert metrics[0] == metrics[1] and metrics[0]["near_clusters"] == 5
+
+
+def test_signature_verification_and_scope_all_conformant_on_spark(spark, tmp_path):
+    """The other side relation: with `verify: signature` both ends of a pair are joined from the
+    signature rows (which carry the exact key too), and `scope: all` salts no bucket."""
+    inp = write_records(tmp_path / "in", graph_rows(), files=2)
+    p = (Pipeline("t").input(inp, format="parquet", schema="training_record.v1")
+         .add({"kind": "dedup", "exact": True, "scope": "all", "minhash": {**NEAR, "verify": "signature"}})
+         .output(str(tmp_path / "unused"), shards=2))
+    assert_conformant(p, tmp_path, variants=LOCAL_VARIANTS[:1] + spark_variants((2,)))
+    st = json.loads((tmp_path / "conf-1-spark" / "_run.json").read_text())["stages"][0]
+    assert st["dropped"]["exact_duplicate"] == 1 and st["dropped"]["near_duplicate"] >= 5
+    assert st["metrics"]["verified_pairs"] < st["metrics"]["candidate_pairs"]
