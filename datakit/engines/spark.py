@@ -503,6 +503,9 @@ class _Run:
             from pyspark.sql import functions as F
 
             df = node.fn.spark_select(self.df[node.input.id], F)
+            if list(df.columns) != node.schema.names:  # a twin off its node's schema would shift columns
+                raise ValueError(f"{type(node.fn).__name__}.spark_select gave columns {list(df.columns)}; "
+                                 f"the node {node.name!r} declares {node.schema.names}")
         elif isinstance(node, Join):
             df = self._join(node)
         elif isinstance(node, Aggregate):

@@ -74,3 +74,19 @@ def test_the_engine_runs_them_without_a_python_pass(spark, tmp_path, monkeypatch
     assert_conformant(p, tmp_path, variants=LOCAL_VARIANTS[:1] + spark_variants((2,)))
     assert "dedup_keys" in chained and "dedup_near" in chained
     assert not {"dedup_lsh_edges", "dedup_members", "dedup_decided"} & set(chained)
+
+
+class _WrongTwin(_PairsFn):
+    def spark_select(self, df, F):
+        return df.select(F.col(self.b).alias("dst"), F.col(self.a).alias("src"))  # columns swapped
+
+
+def test_a_twin_off_its_nodes_schema_fails_the_run_with_its_name(spark, tmp_path, monkeypatch):
+    from datakit.stages.dedup import stage as dedup_stage
+    from tests.stages.test_dedup_stage import NEAR, pipeline, rec, words, write_records
+
+    monkeypatch.setattr(dedup_stage, "_PairsFn", _WrongTwin)
+    inp = write_records(tmp_path / "in", [rec("a", words(0, 100)), rec("b", words(0, 99) + " x")])
+    with pytest.raises(ValueError, match=r"_WrongTwin.spark_select gave columns \['dst', 'src'\]; the node "
+                                         r"'dedup_lsh_edges' declares \['src', 'dst'\]"):
+        pipeline(inp, tmp_path / "o", {"exact": True, "minhash": NEAR}).run(engine="spark", master="local[2]")
