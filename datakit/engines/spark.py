@@ -459,9 +459,8 @@ class _Run:
                 with self._progress(", ".join(stages) or node.stage, node):
                     self._run_node(node, deferred)
                 # a fused chain's time is shared by its ops, as the local engine reports it
-                ops = chain
-                for op in ops:
-                    self.stats[op.id].seconds += (time.perf_counter() - t) / len(ops)
+                for op in chain:
+                    self.stats[op.id].seconds += (time.perf_counter() - t) / len(chain)
             for node in order:
                 # (an anti join and its left side are always counted; other joins may go uncounted)
                 if isinstance(node, Join) and (node.how == "anti" or {node.id, node.left.id} <= self.rows.keys()):

@@ -178,9 +178,12 @@ class _ExactKeyFn:
     scope: str | None
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        scope = batch.column(self.scope) if self.scope else None
-        keys = exact_keys(record_texts(batch, self.text_column), self.normalize, scope)
+        keys = self.keys(batch, record_texts(batch, self.text_column))
         return pa.RecordBatch.from_arrays([batch.column("doc_id"), keys], names=["doc_id", _KEY])
+
+    def keys(self, batch: pa.RecordBatch, texts: pa.Array) -> pa.Array:
+        """The key column of `batch`, whose record texts are `texts`."""
+        return exact_keys(texts, self.normalize, batch.column(self.scope) if self.scope else None)
 
 
 @dataclass(frozen=True)
@@ -196,14 +199,14 @@ class _MarkFn:
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         doc = batch.column("doc_id")
-        drop, detail, loser = _losers(doc, batch.column(self.keep_col), self.reason)
+        drop, detail, loser = _loser_marks(doc, batch.column(self.keep_col), self.reason)
         if self.history is not None:
             from datakit.stages.dedup.history import history_decision
 
             drop, detail = history_decision(batch, drop, detail, self.history)
             loser = pc.is_valid(drop)
         if self.exact_col is not None:  # an exact duplicate was never clustered: its exact verdict stands
-            x_drop, x_detail, x_loser = _losers(doc, batch.column(self.exact_col), "exact_duplicate")
+            x_drop, x_detail, x_loser = _loser_marks(doc, batch.column(self.exact_col), "exact_duplicate")
             drop, detail = pc.if_else(x_loser, x_drop, drop), pc.if_else(x_loser, x_detail, detail)
             loser = pc.and_(pc.invert(x_loser), pc.fill_null(loser, False))
         names, cols = [DROP, DROP_DETAIL], [drop, detail]
@@ -216,9 +219,14 @@ class _MarkFn:
         return _with_columns(batch, names, cols)
 
 
-def _losers(doc: pa.Array, keep: pa.Array, reason: str) -> tuple[pa.Array, pa.Array, pa.Array]:
-    """(`_drop`, `_drop_detail`, mask) of the rows whose kept doc is another doc_id (a null keeps the row)."""
-    loser = pc.fill_null(pc.and_(pc.is_valid(doc), pc.not_equal(doc, keep)), False)
+def _losers(doc: pa.Array, keep: pa.Array) -> pa.Array:
+    """The rows whose kept doc is another doc_id (a null keeps the row)."""
+    return pc.fill_null(pc.and_(pc.is_valid(doc), pc.not_equal(doc, keep)), False)
+
+
+def _loser_marks(doc: pa.Array, keep: pa.Array, reason: str) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """(`_drop`, `_drop_detail`, mask) of `_losers`: reason `reason`, detail = the kept doc_id."""
+    loser = _losers(doc, keep)
     drop = pc.if_else(loser, pa.scalar(reason, pa.string()), pa.scalar(None, pa.string()))
     detail = pc.if_else(loser, keep.cast(pa.string()), pa.scalar(None, pa.string()))
     return drop, detail, loser
@@ -277,7 +285,10 @@ class _SignatureFn:
     scope: str | None
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        texts = record_texts(batch, self.text_column)
+        return self.with_signatures(batch, record_texts(batch, self.text_column))
+
+    def with_signatures(self, batch: pa.RecordBatch, texts: pa.Array) -> pa.RecordBatch:
+        """(doc_id, [scope], signature) of `batch`, whose record texts are `texts`."""
         c = self.cfg
         sig = minhash_signatures(texts, c.num_perm, c.seed, c.ngram, c.shingle, c.lowercase)
         width = sig.shape[1] * 4
@@ -318,7 +329,7 @@ class _BandFn:
         sig = _sig_matrix(batch.column(_SIG), self.num_perm)
         banded = ~np.all(sig == MAX_HASH, axis=1)
         if self.exact_col is not None:
-            banded &= ~_losers(batch.column("doc_id"), batch.column(self.exact_col), "")[2].to_numpy(zero_copy_only=False)
+            banded &= ~_losers(batch.column("doc_id"), batch.column(self.exact_col)).to_numpy(zero_copy_only=False)
         idx = np.nonzero(banded)[0]
         keys = band_hashes(sig[idx], self.bands, self.rows)
         if self.scope:  # fold the scope into the bucket so different kinds never share one
@@ -417,10 +428,14 @@ def _compile_exact(rel: Rel, text_column: str | None, normalize: str, scope: str
     return joined.map_batches(_MarkFn(_XKEEP, "exact_duplicate"), rel.schema, name="dedup_exact", drop_log_key="doc_id")
 
 
+def _texts_read(schema: pa.Schema, text_column: str | None) -> list[str]:
+    """The columns `record_texts(batch, text_column)` reads."""
+    return text_columns(schema.names, [text_column] if text_column else None)
+
+
 def _text_reads(schema: pa.Schema, text_column: str | None, scope: str | None) -> tuple[str, ...]:
-    """The columns a key or signature pass reads: doc_id, what record_texts reads, the scope."""
-    texts = text_columns(schema.names, [text_column] if text_column else None)
-    return ("doc_id", *texts, *((scope,) if scope else ()))
+    """The columns a key or signature pass reads: doc_id, the texts, the scope."""
+    return ("doc_id", *_texts_read(schema, text_column), *((scope,) if scope else ()))
 
 
 def _kept_of_keys(keys: Rel) -> Rel:
@@ -437,8 +452,9 @@ class _KeySigFn:
     sig: _SignatureFn
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        k, g = self.key(batch), self.sig(batch)
-        return pa.RecordBatch.from_arrays([k.column(0), k.column(1), *g.columns[1:]],
+        texts = record_texts(batch, self.sig.text_column)  # built once for both
+        g = self.sig.with_signatures(batch, texts)
+        return pa.RecordBatch.from_arrays([g.column(0), self.key.keys(batch, texts), *g.columns[1:]],
                                           names=["doc_id", _KEY, *g.schema.names[1:]])
 
 
@@ -483,7 +499,7 @@ def _compile_near(rel: Rel, text_column: str | None, cfg: MinHashConfig, scope: 
         return _mark_clusters(rel, edges.connected_components(), None, state, history, kept)
     side = rel if cfg.verify == "exact" else docs  # where a doc's text (its record) or signature comes from
     # what _VerifyFn reads of each end: the text columns (record_texts) or the signature
-    side_cols = text_columns(schema.names, [text_column] if text_column else None) if cfg.verify == "exact" else [_SIG]
+    side_cols = _texts_read(schema, text_column) if cfg.verify == "exact" else [_SIG]
     reads = ("src", "dst", *(p + c for p in (_SRC, _DST) for c in side_cols))
 
     def verified(pairs: Rel, name: str, counters: tuple[str, str]) -> Rel:
