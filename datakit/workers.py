@@ -9,7 +9,8 @@ stage use it without importing an engine (see docs/architecture.md).
 `spawn`, not `fork`: polars and numba hold threads that a fork would copy
 mid-lock. Workers see the environment of their birth (credentials!), so a pool
 is replaced when the environment changes. Each worker installs the parent's
-log handler (datakit/logs.py), so lines logged inside tasks are redacted too.
+log handler (datakit/logs.py), so lines logged inside tasks are redacted too, and
+keeps pyarrow from importing pandas it would never use (datakit/arrow_without_pandas.py).
 
 Threads: the tokenizer (Rust, rayon) sizes its thread pool to all cores in every process, so
 N workers each tokenizing with all cores ran N x cores threads on the same cores, and idle rayon
@@ -66,10 +67,12 @@ def worker_threads(workers: int) -> int:
 
 def _init_worker(threads: int, *logcfg) -> None:
     """Pool initializer: share the cores (see module doc), then the parent's log set-up."""
+    from datakit.arrow_without_pandas import defer_pandas
     from datakit.logs import init_worker
 
     os.environ.setdefault("RAYON_NUM_THREADS", str(threads))
     init_worker(*logcfg)
+    defer_pandas()
 
 
 def drop_pool(workers: int, wait: bool = False) -> None:

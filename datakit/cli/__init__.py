@@ -300,8 +300,10 @@ _register_optional_commands()
 
 
 def main() -> None:
+    from datakit.arrow_without_pandas import defer_pandas
     from datakit.logs import configure
 
+    defer_pandas()  # this process is ours: pyarrow need not import pandas to find out it is unused
     configure("text", quiet=False)  # commands with --quiet / --log-format reconfigure
     app()
 

@@ -1,0 +1,90 @@
+"""pyarrow without its pandas import in datakit's own processes (datakit/arrow_without_pandas.py).
+
+Each check runs in a fresh interpreter: whether pyarrow has looked for pandas is process-wide state.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pyarrow as pa
+
+from datakit import workers
+
+
+def _fresh(code: str) -> dict:
+    """Run `code` in a new interpreter; it prints one JSON line as its last output."""
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_arrow_calls_no_longer_import_pandas():
+    got = _fresh("""
+        import json, sys
+        import numpy as np, pyarrow as pa, pyarrow.compute as pc
+        from datakit.arrow_without_pandas import defer_pandas
+        took = defer_pandas()
+        a = pa.array([3, 1, 2]); b = pa.array(np.arange(3)); t = pc.take(a, pa.array(np.array([2, 0])))
+        print(json.dumps({"took": took, "pandas": "pandas" in sys.modules, "take": t.to_pylist()}))
+    """)
+    assert got == {"took": True, "pandas": False, "take": [2, 3]}
+
+
+def test_importing_pandas_later_restores_pandas_conversions():
+    """What a quality suite or a user's function does after the probe: pandas objects convert as usual."""
+    got = _fresh("""
+        import json, sys
+        import importlib.util, pyarrow as pa
+        from datakit.arrow_without_pandas import defer_pandas
+        defer_pandas(); pa.array([1])
+        importlib.util.find_spec("pandas")  # an availability check imports nothing and must not disarm
+        import pandas as pd
+        s = pa.array(pd.Series([1, None], dtype="Int64"))
+        c = pa.array(pd.Categorical(["a", "b", "a"]))
+        t = pa.Table.from_pandas(pd.DataFrame({"x": [1.5, None]}))
+        print(json.dumps({"series": [str(s.type), s.null_count], "categorical": str(c.type),
+                          "table": t.column("x").to_pylist(), "roundtrip": t.to_pandas()["x"].iloc[0]}))
+    """)
+    assert got == {"series": ["int64", 1], "categorical": "dictionary<values=string, indices=int8, ordered=0>",
+                   "table": [1.5, None], "roundtrip": 1.5}
+
+
+def test_to_pandas_first_still_works():
+    """pyarrow imports pandas itself (to_pandas) after the probe: the result is a real DataFrame."""
+    got = _fresh("""
+        import json, sys
+        import pyarrow as pa
+        from datakit.arrow_without_pandas import defer_pandas
+        defer_pandas()
+        df = pa.table({"a": [1, 2]}).to_pandas()
+        import pandas as pd
+        print(json.dumps({"frame": type(df).__name__, "sum": int(df["a"].sum()),
+                          "series": str(pa.array(pd.Series([1, None], dtype="Int64")).type)}))
+    """)
+    assert got == {"frame": "DataFrame", "sum": 3, "series": "int64"}
+
+
+def test_nothing_to_do_once_pandas_is_imported():
+    got = _fresh("""
+        import json
+        import pandas, pyarrow as pa
+        from datakit.arrow_without_pandas import defer_pandas
+        print(json.dumps({"took": defer_pandas()}))
+    """)
+    assert got == {"took": False}
+
+
+def _arrow_work_imports_pandas() -> bool:
+    import sys
+
+    import numpy as np
+    import pyarrow.compute as pc
+
+    pc.take(pa.array([1, 2, 3]), pa.array(np.array([0, 2])))
+    return "pandas" in sys.modules
+
+
+def test_pool_workers_do_not_import_pandas_for_arrow_work():
+    assert workers.pool(1).submit(_arrow_work_imports_pandas).result(timeout=120) is False
