@@ -238,6 +238,43 @@ def test_unencodable_rows_are_marked_not_filtered(tok):
     assert all(o["input_ids"] is None for o in outs)
 
 
+def test_a_dropped_overlong_document_leaves_its_neighbours_intact(tok):
+    """The batch's texts are encoded in one flat array; dropping a document in the middle must skip
+    exactly its tokens, so the documents after it get their own ids and masks, not shifted ones."""
+    short = code_records(3, max_chars=40, seed=3)
+    long = code_records(1, max_chars=3000, seed=4, prefix="long")[0]
+    rows = [short[0], long, short[1], short[2]]
+    outs = encode(rows, tok, overlong="drop", seq_len=64)
+    assert [o["_drop"] for o in outs] == [None, "too_long", None, None]
+    alone = [encode([r], tok, overlong="drop", seq_len=64)[0] for r in short]
+    for got, want in zip([outs[0], outs[2], outs[3]], alone):
+        assert got["input_ids"] == want["input_ids"] and got["loss_mask"] == want["loss_mask"]
+        assert got["input_ids"][-1] == tok.eos_id
+
+
+def test_interleave_equals_the_gather_it_replaced():
+    from datakit.stages.tokenize.encode import _interleave
+    from datakit.stages.tokenize.packing import gather_index
+
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        n = int(rng.integers(0, 12))
+        special = np.where(rng.random(n) < 0.4, rng.integers(0, 9, n), -1)
+        lens = np.where(special >= 0, 1, rng.integers(0, 6, n))
+        texts = rng.integers(100, 200, int(lens[special < 0].sum())).astype(np.int32)
+        starts, at, base = [], 0, len(texts)
+        for i in range(n):  # the old layout: texts in order, then the special tokens, gathered by index
+            if special[i] >= 0:
+                starts.append(base + int((special[:i] >= 0).sum()))
+            else:
+                starts.append(at)
+                at += int(lens[i])
+        source = np.concatenate([texts, special[special >= 0].astype(np.int32)])
+        want = source[gather_index(np.asarray(starts, np.int64), lens)]
+        got = _interleave(texts, lens.astype(np.int64), special.astype(np.int64))
+        assert got.dtype == np.int32 and got.tolist() == want.tolist()
+
+
 def test_encode_fn_pickles_without_the_tokenizer(tok):
     import pickle
 
