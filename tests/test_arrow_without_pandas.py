@@ -10,6 +10,7 @@ import sys
 import textwrap
 
 import pyarrow as pa
+import pytest
 
 from datakit import workers
 
@@ -88,3 +89,24 @@ def _arrow_work_imports_pandas() -> bool:
 
 def test_pool_workers_do_not_import_pandas_for_arrow_work():
     assert workers.pool(1).submit(_arrow_work_imports_pandas).result(timeout=120) is False
+
+
+def _spark_worker_pandas(batches):
+    """mapInArrow body: the Spark chain's per-worker set-up, then Arrow work; reports pandas' state."""
+    import sys
+
+    from datakit.engines.spark import _worker_setup
+    from datakit.logs import worker_config
+
+    _worker_setup(worker_config())
+    for b in batches:
+        _arrow_work_imports_pandas()
+        yield pa.record_batch({"pandas": pa.array(["pandas" in sys.modules] * b.num_rows)})
+
+
+@pytest.mark.spark
+def test_spark_python_workers_do_not_import_pandas_for_arrow_work(spark):
+    """Unless pyspark's own worker imported pandas first: then there is nothing to defer, and this
+    test says so rather than passing on a worker that never ran the set-up."""
+    rows = spark.range(4).repartition(2).mapInArrow(_spark_worker_pandas, "pandas boolean").collect()
+    assert len(rows) == 4 and {r["pandas"] for r in rows} == {False}

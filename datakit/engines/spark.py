@@ -91,12 +91,17 @@ def _worker_setup(logcfg: tuple[str, int, int]) -> None:
     Why the logging: a Python worker starts with no logging configuration, so a warning a stage
     logs inside a task went through Python's last-resort handler to the executor's stderr (and
     its log files) unredacted.
+
+    And pyarrow is kept from importing pandas it would not use (datakit/arrow_without_pandas.py),
+    unless pyspark's worker has imported pandas already.
     """
     if _WORKER_SETUP != [logcfg]:
+        from datakit.arrow_without_pandas import defer_pandas
         from datakit.logs import init_worker
 
         _worker_threads()
         init_worker(*logcfg)
+        defer_pandas()
         _WORKER_SETUP[:] = [logcfg]
 
 

@@ -252,6 +252,16 @@ def test_a_dropped_overlong_document_leaves_its_neighbours_intact(tok):
         assert got["input_ids"][-1] == tok.eos_id
 
 
+def test_encode_flat_equals_encode_batch_across_chunks(tok):
+    from datakit.stages.tokenize.tokenizers import ENCODE_CHUNK_TEXTS
+
+    texts = ["", "x", *code_texts(ENCODE_CHUNK_TEXTS + 37, 300, 5), "", "def f():\n    return 1\n"]
+    values, lengths = tok.encode_flat(texts)
+    want = tok.encode_batch(texts)
+    assert lengths.tolist() == [len(w) for w in want]
+    assert values.dtype == np.int32 and values.tolist() == [i for w in want for i in w]
+
+
 def test_interleave_equals_the_gather_it_replaced():
     from datakit.stages.tokenize.encode import _interleave
     from datakit.stages.tokenize.packing import gather_index

@@ -96,8 +96,7 @@ class LoadedTokenizer:
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids of each text, special-token *text* treated as plain text (never injected)."""
         if self.backend == "hf":
-            fast = getattr(self.impl, "encode_batch_fast", None) or self.impl.encode_batch
-            return [e.ids for e in fast(list(texts), add_special_tokens=False)]
+            return [e.ids for e in self._hf_encodings(texts)]
         return self.impl.encode_ordinary_batch(list(texts))
 
     def encode_flat(self, texts: Sequence[str]) -> tuple[Any, Any]:
@@ -110,8 +109,15 @@ class LoadedTokenizer:
         freshly faulted memory; at 1,024 texts per call the same tokens cost ~1.5x less CPU
         (one thread, 32 MB of <= 2,000-character documents: 17.6 vs 11.7 CPU-s). A text's ids do
         not depend on the call it is in, so the chunking never changes output.
+
+        Why one text's id list at a time (hf): a list of every text's ids, alive at once, is a
+        Python int object per token (~13 MB per chunk of short documents) in fresh pymalloc arenas;
+        reading each list as it is made reuses the same few objects. `encode_table` over 32 MB of
+        <= 2,000-character documents in one process: 48k -> 38k page faults (CPU unchanged within
+        this machine's noise).
         """
         import itertools
+        import operator
 
         import numpy as np
 
@@ -123,13 +129,23 @@ class LoadedTokenizer:
             while j < n and j - i < ENCODE_CHUNK_TEXTS and (chars < ENCODE_CHUNK_CHARS or j == i):
                 chars += len(texts[j])
                 j += 1
-            ids = self.encode_batch(texts[i:j])
-            lens = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+            if self.backend == "hf":
+                encodings = self._hf_encodings(texts[i:j])
+                lens = np.fromiter(map(len, encodings), dtype=np.int64, count=len(encodings))
+                ids_of = map(operator.attrgetter("ids"), encodings)
+            else:
+                ids = self.encode_batch(texts[i:j])
+                lens = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+                ids_of = iter(ids)
             lengths[i:j] = lens
-            values.append(np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lens.sum())))
-            del ids
+            values.append(np.fromiter(itertools.chain.from_iterable(ids_of), dtype=np.int32, count=int(lens.sum())))
             i = j
         return (np.concatenate(values) if values else np.zeros(0, np.int32)), lengths
+
+    def _hf_encodings(self, texts: Sequence[str]) -> list[Any]:
+        """The `tokenizers` Encodings of `texts`, special-token text treated as plain text."""
+        fast = getattr(self.impl, "encode_batch_fast", None) or self.impl.encode_batch
+        return fast(list(texts), add_special_tokens=False)
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of `ids`, special tokens kept visible (used by tests and `datakit inspect`)."""
