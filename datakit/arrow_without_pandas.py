@@ -12,8 +12,8 @@ imports pandas later (a quality suite, a user's function) re-arms pyarrow the mo
 finishes, so conversions of pandas objects behave exactly as without this module; calls that
 need pandas (`to_pandas`, `from_pandas`) retry the import on their own anyway.
 
-Only for processes datakit owns: pool workers and the `datakit` command. A library user's own
-process is left alone.
+Only for processes datakit owns: pool workers, the `datakit` command and Spark's Python workers
+(the chain's per-worker set-up). A library user's own process is left alone.
 """
 from __future__ import annotations
 

@@ -222,13 +222,10 @@ def _interleave(text_tokens: np.ndarray, piece_len: np.ndarray, piece_special: n
     out = np.empty(int(piece_len.sum()), dtype=np.int32)
     special = piece_special >= 0
     at = (np.cumsum(piece_len) - piece_len)[special]  # a special piece is one token
-    if len(at):
-        is_text = np.ones(len(out), dtype=bool)
-        is_text[at] = False
-        out[is_text] = text_tokens
-        out[at] = piece_special[special]
-    else:
-        out[:] = text_tokens
+    is_text = np.ones(len(out), dtype=bool)
+    is_text[at] = False
+    out[is_text] = text_tokens
+    out[at] = piece_special[special]
     return out
 
 

@@ -129,14 +129,10 @@ class LoadedTokenizer:
             while j < n and j - i < ENCODE_CHUNK_TEXTS and (chars < ENCODE_CHUNK_CHARS or j == i):
                 chars += len(texts[j])
                 j += 1
-            if self.backend == "hf":
-                encodings = self._hf_encodings(texts[i:j])
-                lens = np.fromiter(map(len, encodings), dtype=np.int64, count=len(encodings))
-                ids_of = map(operator.attrgetter("ids"), encodings)
-            else:
-                ids = self.encode_batch(texts[i:j])
-                lens = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-                ids_of = iter(ids)
+            # hf: Encodings, whose len() is their token count; tiktoken: the id lists themselves
+            encoded = self._hf_encodings(texts[i:j]) if self.backend == "hf" else self.encode_batch(texts[i:j])
+            lens = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+            ids_of = map(operator.attrgetter("ids"), encoded) if self.backend == "hf" else encoded
             lengths[i:j] = lens
             values.append(np.fromiter(itertools.chain.from_iterable(ids_of), dtype=np.int32, count=int(lens.sum())))
             i = j
