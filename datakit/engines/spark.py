@@ -457,6 +457,10 @@ class _Run:
                 # reader needs no count of it
                 deferred = (not python and node is not plan.root and len(cs) == 1
                             and (_python_chain(cs[0]) or node.id not in counted))
+                # a native function of a materialized relation is recomputed by each reader (a JVM
+                # projection or filter of cached rows) rather than cached by a job of its own
+                deferred = deferred or (_native(node) and node is not plan.root and node.id not in counted
+                                        and node.input.id in self.rows)
                 self.current = f"stage {node.stage!r} ({node.describe()})"
                 t = time.perf_counter()
                 chain = self._chain_of(node)[1] if _python_chain(node) else [node]
@@ -511,6 +515,14 @@ class _Run:
                 raise ValueError(f"{type(node.fn).__name__}.spark_select gave columns {list(df.columns)}; "
                                  f"the node {node.name!r} declares {node.schema.names}")
         elif isinstance(node, Join):
+            known = self._known_rows(node)
+            if known is not None:  # an empty side decides the join: no job computes or counts it
+                from pyspark.sql import functions as F
+
+                df = (self.df[node.left.id].select(*node.schema.names) if known  # anti, nothing to take away
+                      else self._join(node).where(F.lit(False)))
+                self.df[node.id], self.arrow[node.id], self.rows[node.id] = df, node.schema, known
+                return
             df = self._join(node)
         elif isinstance(node, Aggregate):
             df = self._aggregate(node)
@@ -525,6 +537,21 @@ class _Run:
                 st.rows_in, st.rows_out = self.rows.get(node.input.id, 0), self.rows[node.id]
         self.df[node.id] = df
         self.arrow[node.id] = node.schema
+
+    def _known_rows(self, node: Join) -> int | None:
+        """The join's row count when an empty side decides it (then its frame needs no job), else None.
+
+        Why: a side branch that finds nothing (the ingest's repeated event ids, usually none) still
+        cost a broadcast and a pass over the big side per join. An inner or semi join with an empty
+        side is empty; an anti join with an empty right side is its left side, whose count is known
+        when the left was materialized.
+        """
+        left, right = self.rows.get(node.left.id), self.rows.get(node.right.id)
+        if left == 0 or (right == 0 and node.how in ("inner", "semi")):
+            return 0
+        if right == 0 and node.how == "anti" and left is not None:
+            return left
+        return None
 
     def _checkpoint_local(self) -> bool:
         return self.sc.master.startswith("local[") or self.sc.master == "local"

@@ -7,7 +7,7 @@ import pytest
 
 from datakit.stages.dedup.history import Project
 from datakit.stages.dedup.stage import _SIZE, _DecisionFn, _PairsFn
-from datakit.stages.ingest import EventLocations
+from datakit.stages.ingest import EventLocations, RepeatedCopies, RepeatedIds
 
 pytestmark = pytest.mark.spark
 
@@ -53,6 +53,17 @@ def test_project_and_event_locations(spark):
     _same_rows(spark, EventLocations(), b)
 
 
+def test_the_ingests_repeated_id_filters(spark):
+    ids = pa.record_batch({"event_id": pa.array(["e1", "e2", "e3"], _STR), "_first": pa.array(["a\x00001", "b", "c"], _STR),
+                           "_copies": pa.array([1, 3, 2], pa.int64())})
+    _same_rows(spark, RepeatedIds(), ids)
+    assert RepeatedIds()(ids).column("event_id").to_pylist() == ["e2", "e3"]
+    copies = pa.record_batch({"_source_file": pa.array(["f", "f", "g", None], _STR), "_source_line": pa.array([1, 2, 3, 4], pa.int64()),
+                              "_loc": pa.array(["f1", "f2", "g3", None], _STR), "_first": pa.array(["f1", "f1", "f1", "f1"], _STR)})
+    _same_rows(spark, RepeatedCopies(), copies)
+    assert RepeatedCopies()(copies).column("_source_line").to_pylist() == [2, 3]  # the first copy and a null stay out
+
+
 def test_the_engine_runs_them_without_a_python_pass(spark, tmp_path, monkeypatch):
     """Dedup's LSH edges, members and cluster decisions run as Spark SQL: no mapInArrow chain holds them,
     and the output is the local engine's (conformance)."""
@@ -74,6 +85,33 @@ def test_the_engine_runs_them_without_a_python_pass(spark, tmp_path, monkeypatch
     assert_conformant(p, tmp_path, variants=LOCAL_VARIANTS[:1] + spark_variants((2,)))
     assert "dedup_keys" in chained and "dedup_near" in chained
     assert not {"dedup_lsh_edges", "dedup_members", "dedup_decided"} & set(chained)
+
+
+def test_the_ingests_duplicate_event_branch_runs_in_the_jvm(spark, tmp_path, monkeypatch):
+    """Only the parse runs in Python; the repeated ids and their copies are Spark SQL, and a retried
+    event is still dropped as on the local engine."""
+    from datakit import Pipeline
+    from datakit.engines import spark as spark_engine
+    from tests.conformance import LOCAL_VARIANTS, assert_conformant, spark_variants
+    from tests.eventgen import make_event, write_jsonl
+
+    chained: list[str] = []
+    real = spark_engine._Run._chain
+
+    def record(self, node):
+        chained.extend(op.name for op in self._chain_of(node)[1] if isinstance(node, spark_engine.MapBatches))
+        return real(self, node)
+
+    monkeypatch.setattr(spark_engine._Run, "_chain", record)
+    write_jsonl(tmp_path / "in" / "a.jsonl", [make_event(i) for i in range(6)])
+    write_jsonl(tmp_path / "in" / "b.jsonl", [make_event(2, suggestion="retried"), make_event(7)])
+    p = Pipeline("dups").input(str(tmp_path / "in")).add({"kind": "ingest"}).output("x", shards=2)
+    assert_conformant(p, tmp_path, variants=LOCAL_VARIANTS[:1] + spark_variants((2,)))
+    assert chained == ["parse_validate"]
+    import json
+
+    run = json.loads((tmp_path / "conf-1-spark" / "_run.json").read_text())
+    assert (run["stages"][0]["rows_out"], run["stages"][0]["dropped"]) == (7, {"duplicate_event_id": 1})
 
 
 class _WrongTwin(_PairsFn):

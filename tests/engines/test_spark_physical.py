@@ -380,3 +380,48 @@ def test_right_prefix_is_checked_when_the_plan_is_built():
             pairs.join(rel, "src", "doc_id", how=how, reason="r", right_prefix="a_")
     # without a prefix a clashing right column is not taken (the left one stays): the old rule
     assert pairs.join(rel, "src", "doc_id").join(rel, "dst", "doc_id").schema == pairs.join(rel, "src", "doc_id").schema
+
+
+class _NoneOf:
+    """No row of the batch (the side branch that finds nothing, like the ingest's repeated event ids)."""
+
+    def __call__(self, b: pa.RecordBatch) -> pa.RecordBatch:
+        return pa.RecordBatch.from_arrays([b.column("doc_id").slice(0, 0)], names=["doc_id"])
+
+
+@pytest.mark.parametrize("how", ["anti", "semi", "inner"])
+def test_a_join_with_an_empty_side_is_decided_without_a_job(spark, tmp_path, monkeypatch, how):
+    """A side relation counted empty decides its joins: an anti join is its left side, an inner or
+    semi join is empty. No job computes or counts them, and the output is the local engine's."""
+    from typing import Literal
+
+    from datakit import CompileContext, StageConfig, register_stage
+    from tests.conformance import LOCAL_VARIANTS, assert_conformant, spark_variants
+
+    @register_stage
+    class EmptySide(StageConfig):
+        kind: Literal["test_empty_side"] = "test_empty_side"
+        how: str = "anti"
+
+        def compile(self, rel, ctx: CompileContext):
+            none = rel.map_batches(_NoneOf(), pa.schema([rel.schema.field("doc_id")]), name="none")
+            if self.how != "anti":  # found nothing: the anti join below then takes nothing away either
+                none = rel.join(none, "doc_id", how=self.how)
+            return rel.join(none, "doc_id", how="anti", reason="listed")
+
+    decided: list[tuple[str, int | None]] = []
+    real = spark_engine._Run._known_rows
+
+    def spy(self, node):
+        n = real(self, node)
+        decided.append((node.how, n))
+        return n
+
+    monkeypatch.setattr(spark_engine._Run, "_known_rows", spy)
+    p = _records_pipeline(tmp_path, "test_empty_side", records=12, shards=2, how=how)
+    assert_conformant(p, tmp_path, variants=LOCAL_VARIANTS[:1] + spark_variants((2,)))
+    assert decided == ([] if how == "anti" else [(how, 0)]) + [("anti", 12)]
+    import json
+
+    run = json.loads((tmp_path / "conf-1-spark" / "_run.json").read_text())
+    assert (run["stages"][0]["rows_in"], run["stages"][0]["rows_out"], run["stages"][0]["dropped"]) == (12, 12, {})
