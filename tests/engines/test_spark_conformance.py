@@ -148,3 +148,20 @@ def test_bad_rows_are_quarantined_alike_on_spark(spark, tmp_path):
     assert run["stages"][0]["dropped"] == {"wrong_type": 12, "missing_field": 3}
     run = json.loads((sorted((tmp_path / "j").glob("conf-*"))[1] / "_run.json").read_text())
     assert run["stages"][0]["dropped"] == {"blank_line": 1, "duplicate_key": 1, "duplicate_event_id": 1}
+
+
+def test_side_outputs_of_a_clean_rerun_leave_no_stale_file_on_spark(spark, tmp_path):
+    """The side outputs are written by one query grouped by side; a side without rows in this run
+    (a rerun over clean input into the same folder) removes the earlier run's file."""
+    from tests.eventgen import make_event, write_jsonl
+
+    write_jsonl(tmp_path / "bad" / "a.jsonl", [make_event(1), b"{broken", make_event(2)])
+    write_jsonl(tmp_path / "clean" / "a.jsonl", [make_event(1), make_event(2)])
+    out = tmp_path / "out"
+    Pipeline("side").input(str(tmp_path / "bad")).add({"kind": "ingest"}).output(str(out), shards=2).run(
+        engine="spark", partitions=2)
+    assert (out / "_quarantine" / "part-00000.parquet").exists()
+    Pipeline("side").input(str(tmp_path / "clean")).add({"kind": "ingest"}).output(str(out), shards=2).run(
+        engine="spark", partitions=2)
+    assert not (out / "_quarantine" / "part-00000.parquet").exists()
+    assert json.loads((out / "_run.json").read_text())["stages"][0]["dropped"] == {}
