@@ -509,9 +509,9 @@ class _Run:
         if isinstance(node, (Source, MapBatches)) and not _native(node):
             self._chain(node)
             return
-        if isinstance(node, MapBatches):  # a native function (see `_native`)
-            from pyspark.sql import functions as F
+        from pyspark.sql import functions as F
 
+        if isinstance(node, MapBatches):  # a native function (see `_native`)
             df = node.fn.spark_select(self.df[node.input.id], F)
             if list(df.columns) != node.schema.names:  # a twin off its node's schema would shift columns
                 raise ValueError(f"{type(node.fn).__name__}.spark_select gave columns {list(df.columns)}; "
@@ -519,8 +519,6 @@ class _Run:
         elif isinstance(node, Join):
             known = self._known_rows(node)
             if known is not None:  # an empty side decides the join: no job computes or counts it
-                from pyspark.sql import functions as F
-
                 df = (self.df[node.left.id].select(*node.schema.names) if known  # anti, nothing to take away
                       else self._join(node).where(F.lit(False)))
                 self.df[node.id], self.arrow[node.id], self.rows[node.id] = df, node.schema, known

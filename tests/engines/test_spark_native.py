@@ -64,12 +64,9 @@ def test_the_ingests_repeated_id_filters(spark):
     assert RepeatedCopies()(copies).column("_source_line").to_pylist() == [2, 3]  # the first copy and a null stay out
 
 
-def test_the_engine_runs_them_without_a_python_pass(spark, tmp_path, monkeypatch):
-    """Dedup's LSH edges, members and cluster decisions run as Spark SQL: no mapInArrow chain holds them,
-    and the output is the local engine's (conformance)."""
+def _python_chains(monkeypatch) -> list[str]:
+    """The names of the functions the Spark engine runs in Python chains (mapInArrow), filled as it runs."""
     from datakit.engines import spark as spark_engine
-    from tests.conformance import LOCAL_VARIANTS, assert_conformant, spark_variants
-    from tests.stages.test_dedup_stage import NEAR, pipeline, rec, words, write_records
 
     chained: list[str] = []
     real = spark_engine._Run._chain
@@ -79,6 +76,16 @@ def test_the_engine_runs_them_without_a_python_pass(spark, tmp_path, monkeypatch
         return real(self, node)
 
     monkeypatch.setattr(spark_engine._Run, "_chain", record)
+    return chained
+
+
+def test_the_engine_runs_them_without_a_python_pass(spark, tmp_path, monkeypatch):
+    """Dedup's LSH edges, members and cluster decisions run as Spark SQL: no mapInArrow chain holds them,
+    and the output is the local engine's (conformance)."""
+    from tests.conformance import LOCAL_VARIANTS, assert_conformant, spark_variants
+    from tests.stages.test_dedup_stage import NEAR, pipeline, rec, words, write_records
+
+    chained = _python_chains(monkeypatch)
     rows = [rec(f"d{i}", words(0, 100) if i % 3 else words(1000 * i, 1000 * i + 50)) for i in range(12)]
     rows += [rec("x0", words(0, 99) + " tail"), rec("x1", words(0, 100))]
     p = pipeline(write_records(tmp_path / "in", rows), tmp_path / "o", {"exact": True, "minhash": NEAR}, shards=2)
@@ -91,18 +98,10 @@ def test_the_ingests_duplicate_event_branch_runs_in_the_jvm(spark, tmp_path, mon
     """Only the parse runs in Python; the repeated ids and their copies are Spark SQL, and a retried
     event is still dropped as on the local engine."""
     from datakit import Pipeline
-    from datakit.engines import spark as spark_engine
     from tests.conformance import LOCAL_VARIANTS, assert_conformant, spark_variants
     from tests.eventgen import make_event, write_jsonl
 
-    chained: list[str] = []
-    real = spark_engine._Run._chain
-
-    def record(self, node):
-        chained.extend(op.name for op in self._chain_of(node)[1] if isinstance(node, spark_engine.MapBatches))
-        return real(self, node)
-
-    monkeypatch.setattr(spark_engine._Run, "_chain", record)
+    chained = _python_chains(monkeypatch)
     write_jsonl(tmp_path / "in" / "a.jsonl", [make_event(i) for i in range(6)])
     write_jsonl(tmp_path / "in" / "b.jsonl", [make_event(2, suggestion="retried"), make_event(7)])
     p = Pipeline("dups").input(str(tmp_path / "in")).add({"kind": "ingest"}).output("x", shards=2)
