@@ -53,6 +53,7 @@ from datakit import progress
 from datakit.accounting import NodeStats, stage_report
 from datakit.engines.core import (Engine, RunResult, apply_map, commit_run, conform, remove_if_empty, resolve_sink,
                                   reused_shards, take_setup_seconds, worker_fn, write_side_output)
+from datakit.engines.spark_parts import PartsTarget, ShardPartWriter, WriteShardParts, parts_by_shard, remove_parts
 from datakit.engines.spark_partitions import (ONE_TASK_CONF, SHUFFLE_CONF, TARGET_CONF, PartitionPlan,
                                               check_user_conf, one_task_max_edges, plan_partitions)
 from datakit.engines.spark_session import (SparkError, SparkJobError, SparkSetupError, executor_environment,
@@ -138,7 +139,7 @@ def _cast_in(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 KIND, OP, SKIND, SNAME, N = "__sx_kind", "__sx_op", "__sx_skind", "__sx_sname", "__sx_n"
 QFILE, QLINE, QRAW, DKEY = "__sx_qfile", "__sx_qline", "__sx_qraw", "__sx_key"
 DSTATE = "__sx_state"
-DATA, DROPPED, STATS = 0, 1, 2
+DATA, DROPPED, STATS, PART = 0, 1, 2, 3
 _CHAIN_COLS = [
     pa.field(KIND, pa.int8()), pa.field(OP, pa.int32()), pa.field(DROP, pa.string()), pa.field(DROP_DETAIL, pa.string()),
     pa.field(QFILE, pa.string()), pa.field(QLINE, pa.int64()), pa.field(QRAW, pa.binary()), pa.field(DKEY, pa.string()),
@@ -157,7 +158,9 @@ class _ChainFn:
     * DATA -- kept rows of the last op, conformed to its schema;
     * DROPPED -- one per dropped row of an op that writes quarantine or a drop
       log (accounting columns only, data columns null);
-    * STATS -- per task: base rows, rows out / drops by reason / `_metrics` per op.
+    * STATS -- per task: base rows, rows out / drops by reason / `_metrics` per op;
+    * PART -- when the chain is the root and `parts` is given, its kept rows go to per-shard part
+      files instead of DATA rows (spark_parts.py): one row per file (shard in `_dk_op`, url, rows).
 
     Stats travel *as data* and are summed by a Spark aggregation afterwards, so
     a retried task is counted exactly once (accumulators would count it twice).
@@ -165,11 +168,12 @@ class _ChainFn:
 
     def __init__(self, source_format: str | None, source_schema: pa.Schema | None, in_schema: pa.Schema | None,
                  ops: list[dict[str, Any]], data_schema: pa.Schema,
-                 out_schema: pa.Schema, hash_key: str | None = None) -> None:
+                 out_schema: pa.Schema, hash_key: str | None = None, parts: PartsTarget | None = None) -> None:
         self.source_format, self.source_schema = source_format, source_schema
         self.in_schema = in_schema
         self.ops, self.data_schema, self.out_schema = ops, data_schema, out_schema
         self.hash_key = hash_key  # the sink's key, when this chain is the root: DATA rows carry its hash
+        self.parts = parts  # the root chain writes its rows to shard part files (spark_parts.py)
         from datakit.logs import worker_config
 
         self.logcfg = worker_config()  # made on the driver, installed in each Python worker (_worker_setup)
@@ -193,6 +197,21 @@ class _ChainFn:
         fns = [_load_fn(op["bc"], op["token"]) for op in self.ops]
         # unpickling + setup() in this Python worker (its first task of the run only), in microseconds
         setup_us = [round(take_setup_seconds(op["token"]) * 1e6) for op in self.ops]
+        writer = None
+        if self.parts is not None:
+            from pyspark import TaskContext
+
+            ctx = TaskContext.get()
+            writer = ShardPartWriter(self.parts, self.data_schema, ctx.partitionId(), ctx.taskAttemptId())
+        try:
+            yield from self._run(batches, fns, setup_us, writer)
+        except BaseException:
+            if writer is not None:
+                writer.abandon()
+            raise
+
+    def _run(self, batches: Iterator[pa.RecordBatch], fns: list[Any], setup_us: list[int],
+             writer: ShardPartWriter | None) -> Iterator[pa.RecordBatch]:
         base = 0
         outs = [0] * len(self.ops)
         drops = [Counter() for _ in self.ops]
@@ -211,13 +230,22 @@ class _ChainFn:
                 outs[i] += batch.num_rows
                 if batch.num_rows == 0:
                     break
-            if batch.num_rows:
+            if batch.num_rows and writer is not None:
+                writer.write(batch)
+            elif batch.num_rows:
                 cols = {f.name: batch.column(f.name) for f in self.data_schema if f.name in batch.schema.names}
                 cols[KIND] = pa.array([DATA] * batch.num_rows, pa.int8())
                 if self.hash_key is not None:
                     hashes = sinks.key_hashes(batch.column(self.hash_key).cast(pa.string()))
                     cols[KEY_HASH] = pa.array(hashes.view(np.int64), pa.int64())
                 yield self._emit(cols)
+        if writer is not None:  # files closed before they are listed: a listed part is whole
+            files = writer.close()
+            if files:
+                yield self._emit({
+                    KIND: pa.array([PART] * len(files), pa.int8()), OP: pa.array([f[0] for f in files], pa.int32()),
+                    SKIND: pa.array(["part"] * len(files), pa.string()), SNAME: pa.array([f[1] for f in files], pa.string()),
+                    N: pa.array([f[2] for f in files], pa.int64())})
         stats = [(-1, "base", "", base)]
         for i in range(len(self.ops)):
             stats.append((i, "out", "", outs[i]))
@@ -422,13 +450,15 @@ class _Run:
         self.infos: list[dict[str, Any]] = []
         self.spec: SinkSpec | None = None
         self.root_hashed: Any = None  # the root's rows with KEY_HASH, when the root is a chain (see _sink)
+        self.part_files: list[tuple[int, str, int]] | None = None  # (shard, url, rows): spark_parts.py
+        self.parts_folder: str | None = None
         self.current = "starting"
         self._ckpt: str | None = None
         self.inputs: list[dict[str, Any]] = []
         self.cc_one_task_edges = cc_one_task_edges  # graphs up to this many edges: components in one task (spark_cc)
 
     def runtime_conf(self, user_conf: dict[str, str] | None = None) -> dict[str, str]:
-        conf = {"spark.sql.shuffle.partitions": str(self.n),
+        conf = {"spark.sql.shuffle.partitions": str(self.n), LEAF_PARALLELISM: str(self.n),
                 "spark.sql.execution.arrow.pyspark.enabled": "true",
                 "spark.sql.execution.arrow.useLargeVarTypes": "false"}
         if self.engine.partitions:  # an explicit number is honoured, not coalesced away
@@ -624,7 +654,7 @@ class _Run:
             else:
                 base_schema = _with_provenance(base.schema)
             files = list(base.paths)
-            inp = _file_slices(self.spark, files, max(1, min(len(files), self.n)))
+            inp = _file_slices(self.spark, files)
             in_schema = None
         else:
             in_schema = self.arrow[base.id]
@@ -638,8 +668,9 @@ class _Run:
         data_schema = ops[-1].schema if ops else base_schema
         out_schema = pa.schema(list(data_schema) + _CHAIN_COLS)
         sink = self.plan.sink
+        parts = self._parts_target(node, data_schema)
         hash_key = (sink.key if sink is not None and node is self.plan.root and sink.partition == "hash"
-                    and sink.key in data_schema.names else None)
+                    and sink.key in data_schema.names and parts is None else None)
         if hash_key is not None:
             out_schema = out_schema.append(pa.field(KEY_HASH, pa.int64()))
         op_specs = []
@@ -649,11 +680,16 @@ class _Run:
             op_specs.append({"bc": bc, "token": f"{self.token}:{uuid.uuid4().hex}", "schema": op.schema,
                              "stage": op.stage, "name": op.name, "quarantine": op.quarantine, "drop_log_key": op.drop_log_key})
         fn = _ChainFn(base.format if read_files else None, base.schema if read_files else None,
-                      in_schema, op_specs, data_schema, out_schema, hash_key)
+                      in_schema, op_specs, data_schema, out_schema, hash_key, parts)
         # stats rows are data, a few per task: the job that materializes the chain collects them (no
-        # shuffle) and they are summed here; exact whatever the task retries were (see _materialize)
+        # shuffle) and they are summed here; exact whatever the task retries were (see _materialize).
+        # So are the part files of a root chain: one successful job lists exactly one attempt per partition
         out, rows = self._materialize(inp.mapInArrow(fn, from_arrow_schema(out_schema)),
-                                      lambda d: d.where(F.col(KIND) == STATS).select(OP, SKIND, SNAME, N).collect())
+                                      lambda d: d.where(F.col(KIND).isin(STATS, PART))
+                                      .select(KIND, OP, SKIND, SNAME, N).collect())
+        if parts is not None:
+            self.part_files = [(int(r[OP]), r[SNAME], int(r[N])) for r in rows if r[KIND] == PART]
+            rows = [r for r in rows if r[KIND] == STATS]
         base_rows = 0
         for r in rows:
             i, kind, name, n = int(r[OP]), r[SKIND], r[SNAME], int(r[N])
@@ -692,11 +728,25 @@ class _Run:
                     self.dropstate.append(dropped.where(F.col(DSTATE).isNotNull()).select(
                         F.lit(op.stage).alias("stage"), F.col(DKEY).alias("key"), F.col(DROP_DETAIL).alias("detail"),
                         F.col(DSTATE).alias("state")))
+        if parts is not None:  # the rows are in the part files, none in Spark: nothing may read them there
+            self.arrow[node.id] = data_schema
+            return
         data = out.where(F.col(KIND) == DATA)
         self.df[node.id] = data.select(*data_schema.names)
         self.arrow[node.id] = data_schema
         if hash_key is not None:
             self.root_hashed = data.select(*data_schema.names, KEY_HASH)
+
+    def _parts_target(self, node: Node, data_schema: pa.Schema) -> PartsTarget | None:
+        """Where the root chain writes its rows as shard parts (spark_parts.py), or None for the
+        general path: the shard count must be known before the rows are (an explicit `shards:`), the
+        chain must carry the sink's key, and executors must share the output's storage (not `memory://`)."""
+        sink = self.plan.sink
+        if (sink is None or node is not self.plan.root or not isinstance(sink.shards, int) or sink.shards <= 0
+                or sink.key not in data_schema.names or sink.path.startswith("memory://")):
+            return None
+        self.parts_folder = f"{sink.path.rstrip('/')}/_work/spark-parts-{self.token}"
+        return PartsTarget(self.parts_folder, sink.key, sink.shards, sink.partition)
 
     def _join(self, node: Join):
         from pyspark.sql import functions as F
@@ -782,18 +832,33 @@ class _Run:
         self.spec = resolved = resolve_sink(spec, self.rows[root.id])
         shards = resolved.shards
         schema = self.arrow[root.id]
-        if self.root_hashed is not None:  # the root chain hashed the key: the shard id is one JVM expression
-            df = self.root_hashed.withColumn(SHARD_COL, shard_of_hash(KEY_HASH, shards)).drop(KEY_HASH)
-        else:  # the root is a join or aggregate: its rows go through Python once for their shard id
-            with_shard = pa.schema(list(schema) + [pa.field(SHARD_COL, pa.int64())])
-            df = self.df[root.id].select(*schema.names).mapInArrow(_AddShard(spec.key, shards, spec.partition),
-                                                                    from_arrow_schema(with_shard))
-        infos = one_shard_per_partition(df, shards).mapInArrow(_WriteShards(resolved, root.schema), "shard long, info string").collect()
+        if self.part_files is not None:  # the root chain wrote its rows as shard parts
+            infos = self._write_shard_parts(resolved, root.schema)
+        else:
+            if self.root_hashed is not None:  # the root chain hashed the key: the shard id is one JVM expression
+                df = self.root_hashed.withColumn(SHARD_COL, shard_of_hash(KEY_HASH, shards)).drop(KEY_HASH)
+            else:  # the root is a join or aggregate: its rows go through Python once for their shard id
+                with_shard = pa.schema(list(schema) + [pa.field(SHARD_COL, pa.int64())])
+                df = self.df[root.id].select(*schema.names).mapInArrow(
+                    _AddShard(spec.key, shards, spec.partition), from_arrow_schema(with_shard))
+            infos = one_shard_per_partition(df, shards).mapInArrow(
+                _WriteShards(resolved, root.schema), "shard long, info string").collect()
         got = {int(r["shard"]): json.loads(r["info"]) for r in infos}
         for s in range(shards):  # a shard no row hashed to: an empty file, as on the local engine
             if s not in got:
                 got[s] = sinks.write_shard(root.schema.empty_table(), s, resolved, root.schema)
         self.infos = [got[s] for s in range(shards)]
+
+    def _write_shard_parts(self, spec: SinkSpec, schema: pa.Schema) -> list[Any]:
+        """One task per shard with parts: read them, `write_shard` (spark_parts.WriteShardParts)."""
+        by_shard = parts_by_shard(self.part_files or [])
+        if not by_shard:
+            return []
+        ids = sorted(by_shard)
+        tasks = local_rows(self.spark, pa.table({"shard": pa.array(ids, pa.int64()),
+                                                 "parts": pa.array([json.dumps(by_shard[s]) for s in ids])}))
+        with _runtime_conf(self.spark, {LEAF_PARALLELISM: str(max(self.n, len(ids)))}):  # one shard per task
+            return tasks.mapInArrow(WriteShardParts(spec, schema), "shard long, info string").collect()
 
     def _side_outputs(self) -> None:
         """Every side output in one query: their rows, tagged with their side, grouped by it, each group
@@ -832,6 +897,10 @@ class _Run:
                 bc.destroy()
             except Exception:
                 pass
+        if self.parts_folder:
+            remove_parts(self.parts_folder)
+            if "://" not in self.parts_folder:
+                remove_if_empty(str(Path(self.parts_folder).parent))
         if self._ckpt and "://" not in self._ckpt:
             shutil.rmtree(self._ckpt, ignore_errors=True)
             remove_if_empty(str(Path(self._ckpt).parent))
@@ -860,16 +929,27 @@ class translate_errors_at:
         return False
 
 
-def _file_slices(spark, files: list[str], k: int):
-    """A one-column (`path`) DataFrame of `files` in `k` partitions of consecutive files.
+def _file_slices(spark, files: list[str]):
+    """A one-column (`path`) DataFrame of `files`, read in min(files, the run's partition count)
+    tasks of consecutive files (see `local_rows`)."""
+    return local_rows(spark, pa.table({"path": pa.array(files, pa.string())}))
+
+
+LEAF_PARALLELISM = "spark.sql.leafNodeDefaultParallelism"
+
+
+def local_rows(spark, table: pa.Table):
+    """`table` as a JVM-side relation: its scan splits the rows into min(rows, `LEAF_PARALLELISM`)
+    partitions of consecutive rows, whatever record batches the table had.
 
     Why not `sc.parallelize(...).toDF()`: that is a Python RDD, so its tasks start a second Python
-    worker beside the one that reads the files (seconds in a fresh session). An Arrow table becomes
-    a JVM-side relation with one partition per record batch (`createDataFrame`), no Python involved.
+    worker beside the one that reads the files (seconds in a fresh session); `createDataFrame` of an
+    Arrow table involves no Python worker. Why the run sets `LEAF_PARALLELISM` (`_Run.runtime_conf`):
+    it defaults to the default parallelism (the cluster's cores), so every input was read in at most
+    that many tasks, however many partitions the run planned from its input size; the sink raises it
+    to its shard count around its own job (one shard per task).
     """
-    slices = [files[i * len(files) // k:(i + 1) * len(files) // k] for i in range(k)]
-    return spark.createDataFrame(pa.Table.from_batches(
-        [pa.record_batch([pa.array(s, pa.string())], names=["path"]) for s in slices]))
+    return spark.createDataFrame(table)
 
 
 def _agg_expr(op: str, col: str, window: Any = None):

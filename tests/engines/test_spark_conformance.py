@@ -165,3 +165,38 @@ def test_side_outputs_of_a_clean_rerun_leave_no_stale_file_on_spark(spark, tmp_p
         engine="spark", partitions=2)
     assert not (out / "_quarantine" / "part-00000.parquet").exists()
     assert json.loads((out / "_run.json").read_text())["stages"][0]["dropped"] == {}
+
+
+@pytest.mark.parametrize("shards", [3, "auto"])
+def test_a_root_chain_writes_known_shards_from_part_files(spark, tmp_path, monkeypatch, shards):
+    """With an explicit shard count the root chain (here extract) routes its rows to per-shard part files
+    and one task per shard writes each from them (engines/spark_parts.py), so the rows never enter the
+    JVM; with "auto" the count needs the row total first and the rows take the general path (a shuffle by
+    shard). Both: the local engine's bytes and counts, and no part folder left behind."""
+    from datakit.engines import spark as spark_engine
+
+    logs = make_logs(tmp_path, events=80)
+    p = (Pipeline("parts").input(_inputs(logs)).add({"kind": "ingest"})
+         .add({"kind": "extract", "kinds": ["code", "fim", "sft", "preference"]})
+         .output(str(tmp_path / "unused"), shards=shards))
+    paths = {"direct": 0, "shuffle": 0}
+    listed: set[int] = set()
+    real_parts, real_shuffle = spark_engine._Run._write_shard_parts, spark_engine.one_shard_per_partition
+
+    def parts(run, *a):
+        paths["direct"] += 1
+        assert all("/_work/spark-parts-" in url for _, url, _ in run.part_files)
+        listed.update(shard for shard, _, _ in run.part_files)
+        return real_parts(run, *a)
+
+    def shuffle(*a):
+        paths["shuffle"] += 1
+        return real_shuffle(*a)
+
+    monkeypatch.setattr(spark_engine._Run, "_write_shard_parts", parts)
+    monkeypatch.setattr(spark_engine, "one_shard_per_partition", shuffle)
+    assert_conformant(p, tmp_path, variants=[("local", {"workers": 1})] + spark_variants((2,)))
+    assert paths == ({"direct": 1, "shuffle": 0} if shards == 3 else {"direct": 0, "shuffle": 1})
+    spark_out = sorted(tmp_path.glob("conf-*-spark"))[0]
+    assert not (spark_out / "_work").exists()
+    assert listed == ({0, 1, 2} if shards == 3 else set())  # every shard had rows: each was written from parts

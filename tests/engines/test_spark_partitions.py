@@ -60,9 +60,9 @@ def test_derived_count_is_applied_and_output_does_not_depend_on_it(spark, tmp_pa
     seen: list[str] = []
     enter = spark_engine._runtime_conf.__enter__
 
-    def spy(self):  # what the session really had while the run's jobs ran
+    def spy(self):  # what the session really had while the run's jobs ran (the sink nests one more)
         enter(self)
-        seen.append(self.spark.conf.get(SHUFFLE_CONF))
+        seen.append((self.spark.conf.get(SHUFFLE_CONF), self.spark.conf.get(spark_engine.LEAF_PARALLELISM)))
 
     monkeypatch.setattr(spark_engine._runtime_conf, "__enter__", spy)
     before = spark.conf.get(SHUFFLE_CONF)
@@ -75,7 +75,8 @@ def test_derived_count_is_applied_and_output_does_not_depend_on_it(spark, tmp_pa
     want = math.ceil(size / target)
     assert want > spark.sparkContext.defaultParallelism  # the input size, not the core count, decided
     assert (by_size.extra["partitions"], by_size.extra["partitions_from"]) == (want, "input size")
-    assert seen == [str(want)]
+    # shuffles and the input's read tasks (a local relation's scan) both follow the derived count
+    assert seen[0] == (str(want), str(want)) and {sh for sh, _ in seen} == {str(want)}
     assert by_size.extra["input_bytes"] == size
     # the bytes are the local engine's (which has no partitions at all); 1, 2 and 7 partitions:
     # test_spark_conformance.py

@@ -21,6 +21,29 @@ def test_each_shard_is_one_partition(spark):
         assert sorted((r["p"], r[spark_engine.SHARD_COL]) for r in laid) == [(i, i) for i in range(shards)]
 
 
+def _rows_per_task(df) -> list[int]:
+    """Rows of each partition of `df` as its tasks see them (a mapInArrow: `spark_partition_id()` over a
+    local relation is evaluated on the driver, in one partition)."""
+    return [r["n"] for r in df.mapInArrow(lambda it: iter([pa.record_batch({"n": [sum(b.num_rows for b in it)]})]),
+                                          "n long").collect()]
+
+
+def test_local_rows_are_split_in_the_runs_partition_count(spark):
+    """The Source's file list and the sink's shard-part tasks are local relations: Spark scans one in
+    min(rows, spark.sql.leafNodeDefaultParallelism) partitions, which defaults to the cores (2 here), so
+    a run planned with 7 partitions read its input in 2 tasks. The run sets it to its partition count."""
+    files = [f"f{i}" for i in range(20)]
+    assert _rows_per_task(spark_engine._file_slices(spark, files)) == [10, 10]  # the default: the cores
+    run = spark_engine._Run.__new__(spark_engine._Run)
+    run.engine, run.n = type("_Eng", (), {"partitions": 7})(), 7
+    with spark_engine._runtime_conf(spark, run.runtime_conf()):
+        assert _rows_per_task(spark_engine._file_slices(spark, files)) == [2, 3, 3, 3, 3, 3, 3]
+        assert _rows_per_task(spark_engine._file_slices(spark, files[:3])) == [1, 1, 1]
+        # the sink's shard-part tasks: one row per shard, the setting raised to the shard count
+        with spark_engine._runtime_conf(spark, {spark_engine.LEAF_PARALLELISM: "9"}):
+            assert _rows_per_task(spark_engine.local_rows(spark, pa.table({"shard": list(range(9))}))) == [1] * 9
+
+
 def _big_rows(batches):
     for b in batches:
         for path in b.column("path").to_pylist():

@@ -62,6 +62,42 @@ class GateConfig(StageConfig):
         return rel.map_batches(GateFn(self.folder), rel.schema, name="gate")
 
 
+class CrashOnceFn:
+    """Identity, except that the first attempt of partition 0's task kills its own Python worker on its
+    second batch, after the first batch's rows went to the shard part files (engines/spark_parts.py). The
+    retry records which part files of partition 0 it found: the dead attempt's must be among them and
+    never read."""
+
+    def __init__(self, folder: str, parts_glob: str) -> None:
+        self.folder, self.parts_glob = folder, parts_glob
+        self.calls = 0
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        if ctx is not None and ctx.partitionId() == 0:  # (None: the local engine's reference run)
+            self.calls += 1
+            if ctx.attemptNumber() == 0 and self.calls == 2:
+                os._exit(3)  # a crash: no exception handler runs, the first batch's part file stays behind
+            if ctx.attemptNumber() > 0 and self.calls == 1:
+                seen = sorted(str(f) for f in Path("/").glob(self.parts_glob.lstrip("/")))
+                (Path(self.folder) / "seen.json").write_text(json.dumps(seen))
+        return batch
+
+
+@register_stage
+class CrashOnceConfig(StageConfig):
+    kind: Literal["test_crash_once"] = "test_crash_once"
+    consumes = "training_record.v1"
+    produces = "training_record.v1"
+    folder: str
+    parts_glob: str
+
+    def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
+        return rel.map_batches(CrashOnceFn(self.folder, self.parts_glob), rel.schema, name="crash_once")
+
+
 def pipeline(logs: Path, gate: Path) -> Pipeline:
     return (Pipeline("cluster", seed=2)
             .input(str(logs / "dt=*" / "*.jsonl.*"))
@@ -135,3 +171,37 @@ def test_on_a_standalone_cluster_a_killed_executor_costs_a_retry_not_rows(spark_
     # ... and nothing was lost or duplicated
     assert output_checksums(str(out)) == output_checksums(str(root / "local"))
     assert _counts(out / "_run.json") == _counts(root / "local" / "_run.json")
+
+
+def test_a_crashed_root_chain_task_leaves_a_part_file_that_is_never_read(spark_cluster, tmp_path):
+    """The root chain writes its rows as shard part files (engines/spark_parts.py). A Python worker that
+    dies after writing one batch leaves a part file nobody closed; Spark retries the task (a new attempt id,
+    so a new file) and the driver reads only the files the successful attempts listed: the output is the
+    local engine's, byte for byte, with the same counts, and no part folder is left."""
+    import pyarrow.parquet as pq
+
+    from tests.test_local_barriers import _records
+
+    src = tmp_path / "in"
+    src.mkdir()
+    records = _records(60)
+    for i in range(6):  # files are read inside the root chain: 3 per task, a batch each
+        pq.write_table(records.slice(i * 10, 10), src / f"part-{i}.parquet")
+    gate = tmp_path / "gate"
+    gate.mkdir()
+
+    def crash_pipeline(out: Path) -> Pipeline:
+        parts = f"{out}/_work/spark-parts-*/shard-*/part-00000-*.arrows"
+        return (Pipeline("crash", seed=2).input(str(src), format="parquet", schema="training_record.v1")
+                .add(CrashOnceConfig(folder=str(gate), parts_glob=parts)).output(str(out), shards=2))
+
+    crash_pipeline(tmp_path / "local").run(engine="local", workers=1, output=str(tmp_path / "local"))
+    res = crash_pipeline(tmp_path / "spark").run(engine="spark", master=spark_cluster.master_url,
+                                                  conf=CLUSTER_CONF, partitions=2, output=str(tmp_path / "spark"))
+    assert res.extra["master"] == spark_cluster.master_url
+    # the retry found partition 0's part file of the crashed attempt (its own opens after its first batch)
+    seen = json.loads((gate / "seen.json").read_text())
+    assert len(seen) >= 1, seen
+    assert output_checksums(str(tmp_path / "spark")) == output_checksums(str(tmp_path / "local"))
+    assert _counts(tmp_path / "spark" / "_run.json") == _counts(tmp_path / "local" / "_run.json")
+    assert not (tmp_path / "spark" / "_work").exists()
