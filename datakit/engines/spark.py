@@ -53,7 +53,7 @@ from datakit import progress
 from datakit.accounting import NodeStats, stage_report
 from datakit.engines.core import (Engine, RunResult, apply_map, commit_run, conform, remove_if_empty, resolve_sink,
                                   reused_shards, take_setup_seconds, worker_fn, write_side_output)
-from datakit.engines.spark_parts import PartsTarget, ShardPartWriter, WriteShardParts, parts_by_shard, remove_parts
+from datakit.engines.spark_parts import MAX_PART_SHARDS, PartsTarget, ShardPartWriter, WriteShardParts, parts_by_shard, remove_parts
 from datakit.engines.spark_partitions import (ONE_TASK_CONF, SHUFFLE_CONF, TARGET_CONF, PartitionPlan,
                                               check_user_conf, one_task_max_edges, plan_partitions)
 from datakit.engines.spark_session import (SparkError, SparkJobError, SparkSetupError, executor_environment,
@@ -740,9 +740,11 @@ class _Run:
     def _parts_target(self, node: Node, data_schema: pa.Schema) -> PartsTarget | None:
         """Where the root chain writes its rows as shard parts (spark_parts.py), or None for the
         general path: the shard count must be known before the rows are (an explicit `shards:`), the
-        chain must carry the sink's key, and executors must share the output's storage (not `memory://`)."""
+        chain must carry the sink's key, executors must share the output's storage (not `memory://`), and
+        the shards must be few enough for one open file each per task (`MAX_PART_SHARDS`)."""
         sink = self.plan.sink
-        if (sink is None or node is not self.plan.root or not isinstance(sink.shards, int) or sink.shards <= 0
+        if (sink is None or node is not self.plan.root or not isinstance(sink.shards, int)
+                or not 0 < sink.shards <= MAX_PART_SHARDS
                 or sink.key not in data_schema.names or sink.path.startswith("memory://")):
             return None
         self.parts_folder = f"{sink.path.rstrip('/')}/_work/spark-parts-{self.token}"

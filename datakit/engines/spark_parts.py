@@ -19,12 +19,15 @@ that both ends hold as Arrow. When the shard count is known before the rows are 
   rows; the order of parts (and of partitions) cannot change a byte.
 
 The general path stays for an automatic shard count (it depends on the row count, known only after
-the chain) and for a root that is a join or aggregate (no Python pass to route its rows).
+the chain), for more than `MAX_PART_SHARDS` shards, and for a root that is a join or aggregate (no
+Python pass to route its rows).
 """
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -36,7 +39,11 @@ from datakit.io import sinks
 from datakit.io.fs import filesystem, remove_tree
 from datakit.io.sinks import SinkSpec
 
-__all__ = ["PartsTarget", "ShardPartWriter", "WriteShardParts", "parts_by_shard", "remove_parts"]
+__all__ = ["MAX_PART_SHARDS", "PartsTarget", "ShardPartWriter", "WriteShardParts", "parts_by_shard", "remove_parts"]
+
+# Above this many shards the general path is used: a task holds one open file per shard it has rows
+# for (file descriptors), and the folder holds up to partitions x shards files (object-store requests).
+MAX_PART_SHARDS = 256
 
 
 @dataclass(frozen=True)
@@ -56,14 +63,17 @@ class PartsTarget:
 class ShardPartWriter:
     """One task's part files, one Arrow IPC stream per shard it has rows for (opened on first use).
 
-    Local disk: uncompressed (the reader is one task on the same disk). Object store: zstd buffers,
-    a quarter of the bytes to PUT; the object appears only when its upload completes, so a killed
-    task leaves no half object behind a listed name."""
+    Local disk: written in place, uncompressed (the reader is one task on the same disk). Object
+    store: written to a local staging folder with zstd buffers (a quarter of the bytes to PUT) and
+    uploaded when the task closes its files. Why staged: an open object-store file buffers a block
+    in memory (s3fs: 50 MB) until it uploads it, per shard, in a Python worker that also runs the
+    chain. The object appears only when its upload completes, and is listed only after that."""
 
     def __init__(self, target: PartsTarget, schema: pa.Schema, partition_id: int, attempt_id: int) -> None:
         self.target, self.schema = target, schema
         self.name = f"part-{partition_id:05d}-{attempt_id}.arrows"
         self._open: dict[int, tuple[object, pa.ipc.RecordBatchStreamWriter, str]] = {}
+        self._staging = None if target.local else tempfile.mkdtemp(prefix="datakit-parts-")
         self.rows: dict[int, int] = {}
 
     def write(self, batch: pa.RecordBatch) -> None:
@@ -89,15 +99,18 @@ class ShardPartWriter:
         got = self._open.get(shard)
         if got is None:
             url = f"{self.target.folder.rstrip('/')}/shard-{shard:05d}/{self.name}"
-            if self.target.local:
-                path = url.removeprefix("file://")
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                sink, options = pa.OSFile(path, "wb"), None
-            else:
-                fs, path = filesystem(url)
-                sink, options = fs.open(path, "wb"), pa.ipc.IpcWriteOptions(compression="zstd")
+            path = self._local_path(shard, url)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            sink = pa.OSFile(path, "wb")
+            options = None if self.target.local else pa.ipc.IpcWriteOptions(compression="zstd")
             got = self._open[shard] = (sink, pa.ipc.new_stream(sink, self.schema, options=options), url)
         return got[1]
+
+    def _local_path(self, shard: int, url: str) -> str:
+        """Where this task writes shard `shard`'s part: in place, or in the staging folder."""
+        if self._staging is None:
+            return url.removeprefix("file://")
+        return os.path.join(self._staging, f"shard-{shard:05d}", self.name)
 
     def close(self) -> list[tuple[int, str, int]]:
         """Finish every file; (shard, url, rows) of each, to be listed by the driver."""
@@ -105,22 +118,32 @@ class ShardPartWriter:
         for shard, (sink, writer, url) in sorted(self._open.items()):
             writer.close()
             sink.close()
+            if self._staging is not None:
+                fs, path = filesystem(url)
+                fs.put_file(self._local_path(shard, url), path)
             out.append((shard, url, self.rows[shard]))
         self._open.clear()
+        self._drop_staging()
         return out
+
+    def _drop_staging(self) -> None:
+        if self._staging is not None:
+            shutil.rmtree(self._staging, ignore_errors=True)
+            self._staging = None
 
     def abandon(self) -> None:
         """A failing task: close and delete what it wrote (best effort: a killed task cannot, and its
         unlisted files are removed with the folder)."""
-        for sink, writer, url in self._open.values():
+        for shard, (sink, writer, url) in self._open.items():
             try:
                 writer.close()
                 sink.close()
-                if self.target.local:
-                    os.remove(url.removeprefix("file://"))
+                if self._staging is None:
+                    os.remove(self._local_path(shard, url))
             except Exception:
                 pass
         self._open.clear()
+        self._drop_staging()
 
 
 def parts_by_shard(files: list[tuple[int, str, int]]) -> dict[int, list[str]]:
