@@ -53,12 +53,13 @@ from datakit import progress
 from datakit.accounting import NodeStats, stage_report
 from datakit.engines.core import (Engine, RunResult, apply_map, commit_run, conform, remove_if_empty, resolve_sink,
                                   reused_shards, take_setup_seconds, worker_fn, write_side_output)
-from datakit.engines.spark_parts import MAX_PART_SHARDS, PartsTarget, ShardPartWriter, WriteShardParts, parts_by_shard, remove_parts
+from datakit.engines.spark_parts import MAX_PART_SHARDS, PartsTarget, ShardPartWriter, WriteShardParts, parts_by_shard
 from datakit.engines.spark_partitions import (ONE_TASK_CONF, SHUFFLE_CONF, TARGET_CONF, PartitionPlan,
                                               check_user_conf, one_task_max_edges, plan_partitions)
 from datakit.engines.spark_session import (SparkError, SparkJobError, SparkSetupError, executor_environment,
                                            get_session, log_file, straggler_conf, translate_errors)
 from datakit.io import identity, publish, sinks
+from datakit.io.fs import remove_tree
 from datakit.io.readers import iter_source
 from datakit.plan import (DROP, DROP_DETAIL, DROP_STATE, Aggregate, ConnectedComponents, Join, MapBatches, Node, Plan,
                           SinkSpec, Source)
@@ -728,12 +729,11 @@ class _Run:
                     self.dropstate.append(dropped.where(F.col(DSTATE).isNotNull()).select(
                         F.lit(op.stage).alias("stage"), F.col(DKEY).alias("key"), F.col(DROP_DETAIL).alias("detail"),
                         F.col(DSTATE).alias("state")))
+        self.arrow[node.id] = data_schema
         if parts is not None:  # the rows are in the part files, none in Spark: nothing may read them there
-            self.arrow[node.id] = data_schema
             return
         data = out.where(F.col(KIND) == DATA)
         self.df[node.id] = data.select(*data_schema.names)
-        self.arrow[node.id] = data_schema
         if hash_key is not None:
             self.root_hashed = data.select(*data_schema.names, KEY_HASH)
 
@@ -900,7 +900,7 @@ class _Run:
             except Exception:
                 pass
         if self.parts_folder:
-            remove_parts(self.parts_folder)
+            remove_tree(self.parts_folder)
             if "://" not in self.parts_folder:
                 remove_if_empty(str(Path(self.parts_folder).parent))
         if self._ckpt and "://" not in self._ckpt:

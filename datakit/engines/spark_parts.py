@@ -9,8 +9,8 @@ that both ends hold as Arrow. When the shard count is known before the rows are 
 `shards:`), each task can instead route its rows to their shards itself:
 
 * A root-chain task appends each kept batch's rows to `<parts>/shard-<k>/part-<partition>-<attempt>.arrows`
-  (one Arrow IPC stream per shard it has rows for) and, once they are closed, emits one row per file
-  (`PartFile`) beside its stats rows. `<attempt>` is Spark's task attempt id, unique in the
+  (one Arrow IPC stream per shard it has rows for) and, once they are closed, emits one PART row per
+  file beside its stats rows (spark.py `_ChainFn`). `<attempt>` is Spark's task attempt id, unique in the
   application, so a retried or speculative attempt never writes into another attempt's file.
 * The driver takes the file list from the one successful job that materializes the chain (the
   same job that returns its stats), so it holds exactly one attempt per partition: files of failed,
@@ -36,10 +36,10 @@ import pyarrow as pa
 
 from datakit.engines.core import conform
 from datakit.io import sinks
-from datakit.io.fs import filesystem, remove_tree
+from datakit.io.fs import filesystem
 from datakit.io.sinks import SinkSpec
 
-__all__ = ["MAX_PART_SHARDS", "PartsTarget", "ShardPartWriter", "WriteShardParts", "parts_by_shard", "remove_parts"]
+__all__ = ["MAX_PART_SHARDS", "PartsTarget", "ShardPartWriter", "WriteShardParts", "parts_by_shard", "read_parts"]
 
 # Above this many shards the general path is used: a task holds one open file per shard it has rows
 # for (file descriptors), and the folder holds up to partitions x shards files (object-store requests).
@@ -83,16 +83,13 @@ class ShardPartWriter:
         key = batch.column(self.target.key)
         ids = sinks.shard_ids(key if self.target.partition == "value" else key.cast(pa.string()),
                               self.target.shards, self.target.partition)
-        if len(ids) and ids.min() == ids.max():  # one shard (always so for `shards: 1`): no take
-            self._writer(int(ids[0])).write_batch(batch)
-            self.rows[int(ids[0])] = self.rows.get(int(ids[0]), 0) + batch.num_rows
-            return
         order = np.argsort(ids, kind="stable")
         sorted_ids = ids[order]
         cuts = np.flatnonzero(np.diff(sorted_ids)) + 1
         for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(ids)]):
             shard = int(sorted_ids[lo])
-            self._writer(shard).write_batch(batch.take(pa.array(order[lo:hi])))
+            whole = lo == 0 and hi == len(ids)  # one shard (always so for `shards: 1`): no take
+            self._writer(shard).write_batch(batch if whole else batch.take(pa.array(order[lo:hi])))
             self.rows[shard] = self.rows.get(shard, 0) + int(hi - lo)
 
     def _writer(self, shard: int) -> pa.ipc.RecordBatchStreamWriter:
@@ -156,15 +153,13 @@ def parts_by_shard(files: list[tuple[int, str, int]]) -> dict[int, list[str]]:
 
 
 def read_parts(urls: list[str]) -> pa.Table:
+    """The rows of a shard's part files, as one table."""
     tables = []
     for url in urls:
-        if "://" not in url or url.startswith("file://"):
-            with pa.OSFile(url.removeprefix("file://"), "rb") as f:
-                tables.append(pa.ipc.open_stream(f).read_all())
-        else:
-            fs, path = filesystem(url)
-            with fs.open(path, "rb") as f:
-                tables.append(pa.ipc.open_stream(f).read_all())
+        local = "://" not in url or url.startswith("file://")
+        fs, path = (None, url.removeprefix("file://")) if local else filesystem(url)
+        with (pa.OSFile(path, "rb") if local else fs.open(path, "rb")) as f:
+            tables.append(pa.ipc.open_stream(f).read_all())
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
 
@@ -183,7 +178,3 @@ class WriteShardParts:
                 del table
                 yield pa.record_batch({"shard": pa.array([int(shard)], pa.int64()),
                                        "info": pa.array([json.dumps(info, sort_keys=True)], pa.string())})
-
-
-def remove_parts(folder: str) -> None:
-    remove_tree(folder)
