@@ -456,6 +456,7 @@ class _Run:
         self.current = "starting"
         self._ckpt: str | None = None
         self.inputs: list[dict[str, Any]] = []
+        self.join_keys: dict[int, str] = {}  # materialized node -> the key its joins read it by (see _join_key)
         self.cc_one_task_edges = cc_one_task_edges  # graphs up to this many edges: components in one task (spark_cc)
 
     def runtime_conf(self, user_conf: dict[str, str] | None = None) -> dict[str, str]:
@@ -477,6 +478,7 @@ class _Run:
             for i in n.inputs:
                 consumers[i.id].append(n)
         self.shared = {nid for nid, cs in consumers.items() if len(cs) > 1}
+        self.join_keys = {nid: k for nid in self.shared if (k := _join_key(nid, consumers[nid])) is not None}
         counted = _counted_nodes(plan)
         with translate_errors_at(self):
             for node in order:
@@ -685,9 +687,19 @@ class _Run:
         # stats rows are data, a few per task: the job that materializes the chain collects them (no
         # shuffle) and they are summed here; exact whatever the task retries were (see _materialize).
         # So are the part files of a root chain: one successful job lists exactly one attempt per partition
-        out, rows = self._materialize(inp.mapInArrow(fn, from_arrow_schema(out_schema)),
-                                      lambda d: d.where(F.col(KIND).isin(STATS, PART))
-                                      .select(KIND, OP, SKIND, SNAME, N).collect())
+        mapped = inp.mapInArrow(fn, from_arrow_schema(out_schema))
+        key = self.join_keys.get(node.id)  # never the root's (no node reads it), so no parts or key hashes here
+        layout: dict[str, str] = {}
+        if key is not None:
+            # stored by the key its joins read it by (`_join_key`). Adaptive execution is off for
+            # this one query because a checkpoint of an adaptive plan reports no partitioning
+            # (Spark 4.0: UnknownPartitioning), and the joins would shuffle it again anyway
+            mapped = mapped.repartition(self.n, key).sortWithinPartitions(key)
+            layout = {"spark.sql.adaptive.enabled": "false"}
+        with _runtime_conf(self.spark, layout):
+            out, rows = self._materialize(mapped,
+                                          lambda d: d.where(F.col(KIND).isin(STATS, PART))
+                                          .select(KIND, OP, SKIND, SNAME, N).collect())
         if parts is not None:
             self.part_files = [(int(r[OP]), r[SNAME], int(r[N])) for r in rows if r[KIND] == PART]
             rows = [r for r in rows if r[KIND] == STATS]
@@ -1005,6 +1017,26 @@ def _native(node: Node) -> bool:
     """
     return (isinstance(node, MapBatches) and callable(getattr(node.fn, "spark_select", None))
             and not node.quarantine and node.drop_log_key is None)  # it drops nothing, so no accounting rows
+
+
+def _join_key(nid: int, consumers: list[Node]) -> str | None:
+    """The one column on which two or more shuffled joins read node `nid`, else None.
+
+    Why: a relation that several joins read by the same key (dedup's records: both ends of the
+    candidate pairs, both ends of the cluster members, the final marking, each joined by doc_id)
+    was shuffled and sorted by that key once per join. Stored hash-partitioned and sorted by it,
+    it is shuffled once: a checkpoint keeps its plan's partitioning and ordering, so the joins
+    shuffle only their other side.
+    """
+    keys: Counter[str] = Counter()
+    for c in consumers:
+        if not isinstance(c, Join) or c.broadcast:
+            continue
+        for side, on in ((c.left, c.left_on), (c.right, c.right_on)):
+            if side.id == nid and len(on) == 1:
+                keys[on[0]] += 1
+    best = keys.most_common(1)
+    return best[0][0] if best and best[0][1] >= 2 else None
 
 
 def _python_chain(node: Node) -> bool:
