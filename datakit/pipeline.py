@@ -479,6 +479,12 @@ class Pipeline:
             from datakit.run_timing import record
 
             timer.add("after_commit", time.perf_counter() - t)
+            if timer.one_run_process:  # (run_timing.one_run_process): its workers stop inside the run
+                from datakit.workers import drop_all_pools
+
+                t = time.perf_counter()
+                drop_all_pools(wait=True)
+                timer.add("release", time.perf_counter() - t)
             result.extra["timing"] = record(f"{plan.sink.path.rstrip('/')}/_run.json", timer)
         return result
 

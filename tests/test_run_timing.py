@@ -98,3 +98,121 @@ def test_peak_rss_is_the_process_own_not_its_parents():
                          capture_output=True, text=True, check=True).stdout
     del ballast
     assert 0 < float(out) < 200, out  # an interpreter importing one small module, not the 400+ MB parent
+
+
+BASE_PARTS = {"engine_start", "compile", "stages", "commit", "after_commit", "other"}
+
+
+def _pool_pipeline(tmp_path: Path) -> Path:
+    for part in range(3):
+        write_jsonl(tmp_path / "l" / f"p{part}.jsonl", [make_event(part * 100 + i) for i in range(30)])
+    f = tmp_path / "p.yaml"
+    f.write_text("name: t\ninput: {path: l/*.jsonl}\nstages: [{kind: ingest}, {kind: extract}, {kind: dedup}]\n"
+                 "output: {path: o, shards: 2}\n")
+    return f
+
+
+def test_a_datakit_run_process_times_its_start_up_and_stops_its_workers_inside_the_run(tmp_path):
+    """`datakit run` is a process started for one run: its start-up before `Pipeline.run` (interpreter,
+    imports, reading the YAML) is the part `process_start`, and its pool workers stop inside the run
+    (`release`), so `total` is the process's life up to `_run.json` and nothing heavy follows it (before:
+    ~0.6 s of start-up and ~1.2 s of worker and interpreter teardown at 100k quickstart events were in
+    no report)."""
+    import subprocess
+    import sys
+
+    f = _pool_pipeline(tmp_path)
+    t0 = time.time()
+    r = subprocess.run([sys.executable, "-m", "datakit.cli", "run", str(f), "--workers", "2", "--json"],
+                       capture_output=True, text=True, cwd=tmp_path)
+    wall = time.time() - t0
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["stages"][0]["rows_in"] == 90  # everything printed reached the pipe
+    run = json.loads((tmp_path / "o" / "_run.json").read_text())
+    jsonschema.validate(run, SCHEMA)
+    timing = run["timing"]
+    parts = timing["parts"]
+    assert set(parts) == BASE_PARTS | {"process_start", "release"}
+    assert parts["process_start"] > 0
+    assert abs(sum(parts.values()) - timing["total"]) <= 0.01
+    assert timing["total"] <= wall  # counted from the process's start: never longer than its life
+    assert timing["cpu_seconds"] > 0 and timing["workers"]["processes"] >= 1  # the pool ran this run's tasks
+
+
+def test_a_run_inside_a_longer_process_keeps_its_pool_and_has_no_start_up_part(tmp_path):
+    """The same command invoked inside another process (a test's CliRunner, a library user's script) is
+    not a process started for the run: no `process_start` (that process's age is not the run's), and the
+    pool stays up for the next run."""
+    from typer.testing import CliRunner
+
+    from datakit import run_timing, workers
+    from datakit.cli import app
+
+    f = _pool_pipeline(tmp_path)
+    r = CliRunner().invoke(app, ["run", str(f), "--workers", "2", "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert not run_timing._ONE_RUN_PROCESS
+    assert set(json.loads((tmp_path / "o" / "_run.json").read_text())["timing"]["parts"]) == BASE_PARTS
+    assert 2 in workers._POOLS  # kept for the next run of this process
+
+
+def test_process_age_counts_from_the_process_start():
+    import subprocess
+    import sys
+
+    code = "import time; time.sleep(0.3); from datakit.run_timing import process_age; print(process_age())"
+    age = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert 0.3 <= age < 60
+
+
+class _MarksTeardown:
+    """Writes a file when it is freed: held by a module global, that happens in the interpreter's teardown."""
+
+    def __init__(self, path: str) -> None:
+        import os
+
+        self.path, self.open, self.write, self.close = path, os.open, os.write, os.close  # outlive module clearing
+
+    def __del__(self) -> None:
+        fd = self.open(self.path, 0o101)  # O_WRONLY | O_CREAT
+        self.write(fd, b"freed")
+        self.close(fd)
+
+
+def _leave_probes(folder: str) -> int:
+    """In a pool worker: an exit handler registered after the pool's own, and an object only the teardown frees."""
+    import atexit
+    import os
+
+    from datakit import workers
+
+    workers._teardown_probe = _MarksTeardown(f"{folder}/teardown")
+    atexit.register(lambda: Path(f"{folder}/atexit-{os.getpid()}").write_text("ran"))
+    return os.getpid()
+
+
+def test_a_pool_worker_exits_without_the_interpreter_teardown(tmp_path):
+    """Pool workers end after their exit handlers but skip the interpreter's teardown (freeing every module
+    and object: 0.40-0.62 s per pool at the end of a run), with exit status 0."""
+    from datakit import workers
+
+    workers.drop_pool(2)
+    ex = workers.pool(2)
+    pid = ex.submit(_leave_probes, str(tmp_path)).result()
+    procs = list(ex._processes.values())
+    workers.drop_pool(2, wait=True)
+    for p in procs:
+        p.join(timeout=30)
+        assert p.exitcode == 0
+    assert (tmp_path / f"atexit-{pid}").read_text() == "ran"  # handlers registered by tasks still run
+    assert not (tmp_path / "teardown").exists()  # the teardown did not
+
+
+def test_the_teardown_probe_marks_a_normal_exit(tmp_path):
+    """The probe above can fail: in a process that exits normally, the teardown frees it and it writes."""
+    import subprocess
+    import sys
+
+    code = f"from tests.test_run_timing import _leave_probes; _leave_probes({str(tmp_path)!r})"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
+    assert (tmp_path / "teardown").read_text() == "freed"
