@@ -127,3 +127,62 @@ def test_barrier_queries_keep_their_inputs_row_order(tmp_path):
         assert got["row"].to_list() == want, how  # the left side's order, row for row
         if how in ("inner", "left"):
             assert got["tag"].to_list() == [right_of.get(keys[r]) for r in want]
+
+
+def test_a_join_whose_right_side_is_larger_gives_the_same_rows_after_the_semi_filter(tmp_path):
+    """`right_larger` keeps only the right rows whose key the left has before the join (polars holds the
+    whole right side in memory to build it). Inner and left joins, two-column keys, null keys, several
+    matches per key, right rows no left row matches: the same rows in the same order as without it."""
+    import polars as pl
+
+    from datakit.engines.local.barriers import barrier_query
+    from datakit.plan import Join, Source
+
+    left_t = pa.table({"a": ["x", "y", None, "x", "z", "w"], "b": [1, 1, 1, 2, 3, 1], "row": list(range(6))})
+    right_t = pa.table({"a": ["x", "x", "q", None, "y", "x", "z", "r"] * 50, "b": [1, 1, 5, 1, 1, 2, 4, 1] * 50,
+                        "tag": list(range(400))})
+    pq.write_table(left_t, tmp_path / "l.parquet")
+    pq.write_table(right_t, tmp_path / "r.parquet", row_group_size=64)
+    left = Source("t", left_t.schema, paths=[str(tmp_path / "l.parquet")], format="parquet")
+    right = Source("t", right_t.schema, paths=[str(tmp_path / "r.parquet")], format="parquet")
+    scans = {left.id: tmp_path / "l.parquet", right.id: tmp_path / "r.parquet"}
+
+    def lazy(node):
+        return pl.scan_parquet(scans[node.id])
+
+    for how in ("inner", "left"):
+        join = Join("t", pa.schema([("a", pa.string()), ("b", pa.int64()), ("row", pa.int64()), ("tag", pa.int64())]),
+                    left=left, right=right, left_on=["a", "b"], right_on=["a", "b"], how=how)
+        plain = barrier_query(join, lazy).collect(engine="streaming")
+        filtered = barrier_query(join, lazy, right_larger=True).collect(engine="streaming")
+        assert filtered.equals(plain), how
+        # (x,1) matches 100 right rows, (y,1) and (x,2) 50 each; (None,1), (z,3), (w,1) none (kept by a left join)
+        assert plain.height == (200 if how == "inner" else 203)
+        assert plain.filter(pl.col("row") == 0)["tag"].to_list() == [t for t in range(400) if t % 8 in (0, 1)]
+
+
+def test_the_engine_filters_the_larger_right_side_of_a_join(tmp_path, monkeypatch):
+    """The engine passes `right_larger` from the spills' sizes: dedup's verification joins the candidate
+    pairs (small, left) to every record (large, right) by doc_id."""
+    from datakit.engines.local import barriers
+
+    seen = []
+    real = barriers.barrier_query
+
+    def spy(node, lazy, right_larger=False):
+        from datakit.plan import Join
+
+        if isinstance(node, Join) and node.right_prefix:
+            seen.append(right_larger)
+        return real(node, lazy, right_larger)
+
+    monkeypatch.setattr(barriers, "barrier_query", spy)
+    texts = ["def f(x):\n    return x + 1\n" * 20, "class A:\n    pass\n" * 20]
+    records = _records(40).to_pylist()
+    for i, r in enumerate(records):
+        r["segments"] = [{"text": texts[i % 2] + ("" if i < 30 else f"# {i}\n" * 40), "train": True, "role": None}]
+    pq.write_table(pa.Table.from_pylist(records, schema=TRAINING_RECORD_V1), tmp_path / "r.parquet")
+    p = (Pipeline("t").input(str(tmp_path / "r.parquet"), format="parquet", schema="training_record.v1")
+         .add({"kind": "dedup", "minhash": {"threshold": 0.5}}).output(str(tmp_path / "o")))
+    p.run(workers=1)
+    assert seen and all(seen)  # every join of pairs to records filtered the records first

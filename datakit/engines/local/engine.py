@@ -292,10 +292,21 @@ class LocalEngine(Engine):
         return [Partition("spill", path, node.schema, (int(a), int(b)), digest)
                 for a, b in zip(bounds[:-1], bounds[1:]) if b > a] or [Partition("spill", path, node.schema, (0, 0), digest)]
 
+    def _spill_bytes(self, node: Node) -> int:
+        """Bytes on disk of a materialized node's spill files (0 where a size cannot be read)."""
+        total = 0
+        for url in dict.fromkeys(p.url for p in self._materialize(node)):
+            try:
+                total += os.path.getsize(url)
+            except OSError:
+                pass
+        return total
+
     def _barrier(self, node: Node) -> list[Partition]:
         from datakit.engines.local.barriers import barrier_query
 
-        parts = self._spill_polars(barrier_query(node, self._lazy), node)
+        right_larger = isinstance(node, Join) and self._spill_bytes(node.right) > self._spill_bytes(node.left)
+        parts = self._spill_polars(barrier_query(node, self._lazy, right_larger), node)
         if isinstance(node, Join):
             rows_in = self._rows[node.left.id]
             st = self._stats[node.id]
