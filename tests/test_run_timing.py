@@ -139,6 +139,21 @@ def test_a_datakit_run_process_times_its_start_up_and_stops_its_workers_inside_t
     assert timing["cpu_seconds"] > 0 and timing["workers"]["processes"] >= 1  # the pool ran this run's tasks
 
 
+def test_a_script_that_calls_main_gets_control_back_after_a_run(tmp_path):
+    """Only the `datakit` command itself (`cli.command`) ends without the teardown; a script that calls
+    `datakit.cli.main` (the spark-submit wrapper, the benchmarks) gets its SystemExit and goes on."""
+    import subprocess
+    import sys
+
+    f = _pool_pipeline(tmp_path)
+    code = ("import sys; from datakit.cli import main; sys.argv = ['datakit', 'run', sys.argv[1], '--quiet']\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    print('after main', e.code)")
+    r = subprocess.run([sys.executable, "-c", code, str(f)], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "after main 0"
+    assert "process_start" in json.loads((tmp_path / "o" / "_run.json").read_text())["timing"]["parts"]
+
+
 def test_a_run_inside_a_longer_process_keeps_its_pool_and_has_no_start_up_part(tmp_path):
     """The same command invoked inside another process (a test's CliRunner, a library user's script) is
     not a process started for the run: no `process_start` (that process's age is not the run's), and the

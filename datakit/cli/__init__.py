@@ -315,8 +315,15 @@ def main() -> None:
     _COMMAND_PROCESS.append(True)
     defer_pandas()  # this process is ours: pyarrow need not import pandas to find out it is unused
     configure("text", quiet=False)  # commands with --quiet / --log-format reconfigure
+    app()
+
+
+def command() -> None:
+    """The `datakit` command (its console script and `python -m datakit.cli`): `main`, and once a
+    `run` has finished, the end without the interpreter's teardown (`_exit_after_run`). Scripts that
+    call `main` themselves (benchmarks, the spark-submit wrapper) get its `SystemExit` back as before."""
     try:
-        app()
+        main()
     except SystemExit as e:
         if _RUN_DONE and e.code in (0, None):
             _exit_after_run()

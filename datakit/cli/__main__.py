@@ -1,4 +1,4 @@
 """`python -m datakit.cli ...` is the `datakit` command."""
-from datakit.cli import main
+from datakit.cli import command
 
-main()
+command()
