@@ -90,16 +90,9 @@ def _exit_without_teardown() -> None:
     logging's flush matters, done here. Exit status 0: the pool never reads a worker's status (it
     notices a dead worker by its sentinel while work is pending).
     """
-    import logging
-    import sys
+    from datakit.process_exit import exit_without_teardown
 
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError, AttributeError):
-            pass
-    os._exit(0)
+    exit_without_teardown(0)
 
 
 def drop_pool(workers: int, wait: bool = False) -> None:

@@ -341,14 +341,9 @@ def _exit_after_run() -> None:
     which the OS does at once.
     """
     import atexit
-    import os
-    import sys
+
+    from datakit.process_exit import exit_without_teardown
 
     atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError, AttributeError):
-            pass
-    os._exit(0)
+    exit_without_teardown(0)
 
