@@ -24,7 +24,7 @@ from typing import Any
 
 PHASES = ("engine_start", "compile", "stages", "commit", "after_commit")
 # Phases only a process started for one run has (`one_run_process`): its start-up before the run's
-# timer, and releasing its worker processes (pool, Spark session) once the outputs are written
+# timer, and stopping its local worker pool once the outputs are written
 PROCESS_PHASES = ("process_start", "release")
 _ONE_RUN_PROCESS: list[bool] = []
 
@@ -34,12 +34,14 @@ def one_run_process() -> None:
 
     Why: a process that exists for one run also pays for its own start-up (the interpreter,
     imports, reading the pipeline file: ~0.6 s before `Pipeline.run` at 100k quickstart
-    events) and for stopping its worker processes when it exits (the local pool's workers:
-    ~0.6 s, the Spark session). Neither was in `_run.json`. Marked, the run reports its
-    start-up as the phase `process_start` (and its CPU seconds from the process's start), and
-    releases its workers inside the run (`release`), so what follows `_run.json` is only the
-    interpreter's exit. A library user's `Pipeline.run` is not marked: their process was not
-    started for it, and its pool is kept for their next run.
+    events) and for stopping its local worker pool when it exits (~0.6 s, the workers' own
+    teardown, which `workers._exit_without_teardown` now skips). Neither was in `_run.json`.
+    Marked, the run reports its start-up as the phase `process_start` (and its CPU seconds
+    from the process's start), and stops its pool inside the run (`release`), so what follows
+    `_run.json` is only the process's exit (`cli.command`). A Spark session is not stopped
+    there: its JVM ends when the process does, and stopping it first would only add its stop to
+    the wait. A library user's `Pipeline.run` is not marked: their process was not started for
+    it, and its pool is kept for their next run.
     """
     if not _ONE_RUN_PROCESS:
         _ONE_RUN_PROCESS.append(True)

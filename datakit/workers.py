@@ -24,6 +24,8 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
+from datakit.process_exit import exit_without_teardown
+
 _POOLS: dict[int, tuple[ProcessPoolExecutor, int]] = {}
 # Variables a library sets in os.environ for itself when it is imported, not a user's change:
 # polars writes its allocator settings on import, and polars is imported at a run's first barrier,
@@ -90,8 +92,6 @@ def _exit_without_teardown() -> None:
     logging's flush matters, done here. Exit status 0: the pool never reads a worker's status (it
     notices a dead worker by its sentinel while work is pending).
     """
-    from datakit.process_exit import exit_without_teardown
-
     exit_without_teardown(0)
 
 
