@@ -86,6 +86,22 @@ def test_connected_components_smallest_id_is_representative():
     assert comp == {"a": "a", "b": "a", "c": "a", "x": "x", "y": "x", "d": "d", "e": "d", "q": "q"}
 
 
+def _scanned_sources(tmp_path, left_t: pa.Table, right_t: pa.Table, row_group_size: int):
+    """Two Parquet sources written from tables, and the `lazy` scan barrier_query reads them through."""
+    import polars as pl
+
+    from datakit.plan import Source
+
+    nodes = []
+    scans = {}
+    for name, t in (("left", left_t), ("right", right_t)):
+        path = tmp_path / f"{name}.parquet"
+        pq.write_table(t, path, row_group_size=row_group_size)
+        nodes.append(Source("t", t.schema, paths=[str(path)], format="parquet"))
+        scans[nodes[-1].id] = path
+    return nodes[0], nodes[1], lambda node: pl.scan_parquet(scans[node.id])
+
+
 def test_barrier_queries_keep_their_inputs_row_order(tmp_path):
     """A barrier's spill must have the same bytes on every run of the same input: the next chain's
     tasks are row-group slices of it, fingerprinted by its sha256, so a spill whose rows came out in
@@ -93,25 +109,16 @@ def test_barrier_queries_keep_their_inputs_row_order(tmp_path):
     runs under load). Polars' unordered hash group-by and join do not keep first-seen order on
     this many keys; the queries must."""
     import numpy as np
-    import polars as pl
 
     from datakit.engines.local.barriers import barrier_query
-    from datakit.plan import Aggregate, Join, Source
+    from datakit.plan import Aggregate, Join
 
     rng = np.random.default_rng(7)
     n = 120_000
     keys = [f"k{x}" for x in rng.integers(0, 90_000, n)]
     left_t = pa.table({"key": keys, "row": np.arange(n)})
     right_t = pa.table({"key": [f"k{x}" for x in rng.permutation(90_000)[:40_000]], "tag": np.arange(40_000)})
-    pq.write_table(left_t, tmp_path / "left.parquet", row_group_size=2048)
-    pq.write_table(right_t, tmp_path / "right.parquet", row_group_size=2048)
-    left = Source("t", left_t.schema, paths=[str(tmp_path / "left.parquet")], format="parquet")
-    right = Source("t", right_t.schema, paths=[str(tmp_path / "right.parquet")], format="parquet")
-    scans = {left.id: tmp_path / "left.parquet", right.id: tmp_path / "right.parquet"}
-
-    def lazy(node):
-        return pl.scan_parquet(scans[node.id])
-
+    left, right, lazy = _scanned_sources(tmp_path, left_t, right_t, 2048)
     agg = Aggregate("t", pa.schema([("key", pa.string()), ("first", pa.int64())]), input=left, keys=["key"],
                     aggs={"first": ("min", "row")})
     got = barrier_query(agg, lazy).collect(engine="streaming")
@@ -136,20 +143,12 @@ def test_a_join_whose_right_side_is_larger_gives_the_same_rows_after_the_semi_fi
     import polars as pl
 
     from datakit.engines.local.barriers import barrier_query
-    from datakit.plan import Join, Source
+    from datakit.plan import Join
 
     left_t = pa.table({"a": ["x", "y", None, "x", "z", "w"], "b": [1, 1, 1, 2, 3, 1], "row": list(range(6))})
     right_t = pa.table({"a": ["x", "x", "q", None, "y", "x", "z", "r"] * 50, "b": [1, 1, 5, 1, 1, 2, 4, 1] * 50,
                         "tag": list(range(400))})
-    pq.write_table(left_t, tmp_path / "l.parquet")
-    pq.write_table(right_t, tmp_path / "r.parquet", row_group_size=64)
-    left = Source("t", left_t.schema, paths=[str(tmp_path / "l.parquet")], format="parquet")
-    right = Source("t", right_t.schema, paths=[str(tmp_path / "r.parquet")], format="parquet")
-    scans = {left.id: tmp_path / "l.parquet", right.id: tmp_path / "r.parquet"}
-
-    def lazy(node):
-        return pl.scan_parquet(scans[node.id])
-
+    left, right, lazy = _scanned_sources(tmp_path, left_t, right_t, 64)
     for how in ("inner", "left"):
         join = Join("t", pa.schema([("a", pa.string()), ("b", pa.int64()), ("row", pa.int64()), ("tag", pa.int64())]),
                     left=left, right=right, left_on=["a", "b"], right_on=["a", "b"], how=how)
