@@ -43,7 +43,7 @@ import uuid
 from collections import Counter, defaultdict
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -778,7 +778,8 @@ class _Run:
         right = right.alias("r")
         if node.broadcast:
             right = F.broadcast(right)
-        cond = [F.col(f"l.{a}") == F.col(f"r.{b}") for a, b in zip(node.left_on, node.right_on)]
+        pairs = dict(zip(node.left_on, node.right_on))
+        cond = [F.col(f"l.{a}") == F.col(f"r.{pairs[a]}") for a in sort_first(node.left_on, node.left.schema)]
         how = {"inner": "inner", "left": "left", "anti": "left_anti", "semi": "left_semi"}[node.how]
         j = left.join(right, cond, how)
         if node.how in ("anti", "semi"):
@@ -803,7 +804,7 @@ class _Run:
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
-        w = Window.partitionBy(*agg.keys)
+        w = Window.partitionBy(*sort_first(agg.keys, node.left.schema))
         df = self.df[node.left.id]
         for k in agg.keys:
             df = df.where(F.col(k).isNotNull())
@@ -812,7 +813,7 @@ class _Run:
 
     def _aggregate(self, node: Aggregate):
         exprs = [_agg_expr(op, col).alias(out) for out, (op, col) in node.aggs.items()]
-        df = self.df[node.input.id].groupBy(*node.keys).agg(*exprs)
+        df = self.df[node.input.id].groupBy(*sort_first(node.keys, node.input.schema)).agg(*exprs)
         return df.select(*node.schema.names)
 
     def _components(self, node: ConnectedComponents):
@@ -1017,6 +1018,26 @@ def _native(node: Node) -> bool:
     """
     return (isinstance(node, MapBatches) and callable(getattr(node.fn, "spark_select", None))
             and not node.quarantine and node.drop_log_key is None)  # it drops nothing, so no accounting rows
+
+
+# Arrow types by how well their first 8 bytes tell rows apart (Spark sorts by a 64-bit prefix of
+# the first key, then compares whole rows only among equal prefixes); unlisted types rank last
+_PREFIX_RANK = {pa.int64(): 0, pa.uint64(): 0, pa.float64(): 0, pa.string(): 0, pa.large_string(): 0,
+                pa.binary(): 0, pa.timestamp("us"): 0, pa.int32(): 1, pa.uint32(): 1, pa.float32(): 1,
+                pa.date32(): 1, pa.int16(): 2, pa.uint16(): 2, pa.int8(): 3, pa.uint8(): 3, pa.bool_(): 4}
+
+
+def sort_first(keys: Sequence[str], schema: pa.Schema) -> list[str]:
+    """`keys` reordered so that the widest type comes first (stable otherwise): the order Spark sorts
+    a multi-column group, window partition or sort-merge join by.
+
+    Why: the order of grouping or join keys does not change the result, but Spark's sorts compare a
+    64-bit prefix of the first key before whole rows. Dedup's LSH buckets are keyed (band, bucket):
+    with the band (a handful of values) first, nearly every comparison of ~1M band rows fell through
+    to a whole-row compare; with the 64-bit bucket first the prefix decides (same window and edge
+    aggregate on 1.05M rows, warm, local[2]: 0.84-1.09 s vs 1.16-1.54 s; first run 1.86 vs 3.75 s).
+    """
+    return sorted(keys, key=lambda k: _PREFIX_RANK.get(schema.field(k).type, 5) if k in schema.names else 5)
 
 
 def _join_key(nid: int, consumers: list[Node]) -> str | None:

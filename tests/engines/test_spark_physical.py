@@ -506,3 +506,40 @@ def test_a_join_with_an_empty_side_is_decided_without_a_job(spark, tmp_path, mon
 
     run = json.loads((tmp_path / "conf-1-spark" / "_run.json").read_text())
     assert (run["stages"][0]["rows_in"], run["stages"][0]["rows_out"], run["stages"][0]["dropped"]) == (12, 12, {})
+
+
+def test_keys_are_ordered_widest_type_first():
+    schema = pa.schema([("doc_id", pa.string()), ("_dk_band", pa.int32()), ("_dk_bucket", pa.int64()),
+                        ("flag", pa.bool_()), ("other", pa.list_(pa.int64()))])
+    assert spark_engine.sort_first(["_dk_band", "_dk_bucket"], schema) == ["_dk_bucket", "_dk_band"]
+    assert spark_engine.sort_first(["flag", "doc_id", "_dk_band"], schema) == ["doc_id", "_dk_band", "flag"]
+    assert spark_engine.sort_first(["_dk_bucket", "doc_id"], schema) == ["_dk_bucket", "doc_id"]  # ties keep order
+    assert spark_engine.sort_first(["other", "_dk_band"], schema) == ["_dk_band", "other"]  # unranked types last
+
+
+def test_lsh_buckets_are_sorted_by_the_bucket_before_the_band(spark):
+    """Dedup's (band, bucket) groups: the band has a handful of values, so a Spark sort by it first compares
+    whole rows for nearly every pair of band rows; the window, the aggregate and the join sort by the
+    64-bit bucket first. Same rows whichever order (the keys are a set)."""
+    import re
+
+    from datakit import plan as P
+
+    band_schema = pa.schema([("doc_id", pa.string()), ("_dk_band", pa.int32()), ("_dk_bucket", pa.int64())])
+    banded = P.source(["x"], "parquet", band_schema, "bands")
+    buckets = banded.aggregate(["_dk_band", "_dk_bucket"], {"_dk_min": ("min", "doc_id")})
+    windowed = banded.join(buckets, ["_dk_band", "_dk_bucket"])
+    other = P.source(["y"], "parquet", band_schema, "bands")
+    joined = banded.join(other, ["_dk_band", "_dk_bucket"], right_prefix="o_")
+    rows = pa.table({"doc_id": ["a", "b", "c", "d"], "_dk_band": pa.array([0, 0, 1, 1], pa.int32()),
+                     "_dk_bucket": pa.array([7, 7, 7, 9], pa.int64())})
+    run = spark_engine._Run.__new__(spark_engine._Run)
+    run.rows, run.df = {}, {banded.node.id: spark.createDataFrame(rows), other.node.id: spark.createDataFrame(rows)}
+    # the static plan, no broadcast: the sorts a run's shuffled joins and groups make
+    with spark_engine._runtime_conf(spark, {"spark.sql.adaptive.enabled": "false", "spark.sql.autoBroadcastJoinThreshold": "-1"}):
+        for df in (run._join(windowed.node), run._aggregate(buckets.node), run._join(joined.node)):
+            plan = df._jdf.queryExecution().executedPlan().toString()
+            firsts = re.findall(r"(?:Sort \[|hashpartitioning\(|Join \[)(\w+)#", plan)
+            assert firsts and set(firsts) == {"_dk_bucket"}, plan
+        got = run._join(windowed.node).orderBy("doc_id").collect()
+    assert [(r["doc_id"], r["_dk_min"]) for r in got] == [("a", "a"), ("b", "a"), ("c", "c"), ("d", "d")]
