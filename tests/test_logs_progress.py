@@ -88,6 +88,29 @@ def test_every_log_line_is_redacted():
     assert EMAIL not in line and obj["level"] == "warning" and obj["msg"].startswith("cannot read")
 
 
+def test_log_lines_are_redacted_when_the_scrubber_cannot_load(monkeypatch):
+    """presidio or a model file missing: the line is redacted by the regex fallback, not lost with an
+    ImportError (which failed the contamination check's own warning about that fallback, and the check)."""
+    import builtins
+
+    from datakit.quality import expect
+
+    real_import = builtins.__import__
+
+    def no_scrubber(name, *a, **k):
+        if name == "datakit.stages.scrub_pii.stage":
+            raise ImportError("presidio missing (simulated)")
+        return real_import(name, *a, **k)
+
+    monkeypatch.setattr(expect, "_SCRUB", None)
+    monkeypatch.setattr(builtins, "__import__", no_scrubber)
+    rec = logging.LogRecord("datakit.x", logging.WARNING, __file__, 1, "mail %s token %s", (EMAIL, SECRET), None)
+    assert RedactingFilter().filter(rec)
+    monkeypatch.setattr(builtins, "__import__", real_import)
+    assert rec.getMessage() == "mail <EMAIL> token <GITHUB_TOKEN>"
+    assert expect._SCRUB is None  # not cached: the next line tries the scrubber again
+
+
 def test_step_rate_and_eta():
     st = progress.Step("extract", total=4, mode="log", interval=0)
     st.advance(rows=100)

@@ -131,12 +131,22 @@ def redact(value: Any, limit: int = 60) -> str:
     global _SCRUB
     text = value if isinstance(value, str) else json.dumps(value, default=str)
     if _SCRUB is None:
-        from datakit.stages.scrub_pii.stage import ScrubPiiConfig
+        try:
+            from datakit.stages.scrub_pii.stage import ScrubPiiConfig
 
-        # the reference strategy: the same findings as the stage's, and on a log line (short, few
-        # per run) it costs nothing, where compiling the hyperscan database costs ~0.2 CPU-s per process
-        _SCRUB = ScrubPiiConfig(ner="off", strategy="python").build_fn()
-    text = _SCRUB.scrub([text])[0][0] or ""
+            # the reference strategy: the same findings as the stage's, and on a log line (short, few
+            # per run) it costs nothing, where compiling the hyperscan database costs ~0.2 CPU-s per process
+            _SCRUB = ScrubPiiConfig(ner="off", strategy="python").build_fn()
+        except (ImportError, OSError):
+            # the scrubber cannot load (an optional dependency or a model file missing): the regex
+            # redaction the contamination report falls back to. Raising here instead failed the very
+            # log line that reports the fallback, and with it the command (`datakit.logs` redacts every
+            # line through this function). Not cached: the next line tries the scrubber again.
+            from datakit.stages.decontaminate.redact import regex_redact
+
+            text = regex_redact(text)
+    if _SCRUB is not None:
+        text = _SCRUB.scrub([text])[0][0] or ""
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
