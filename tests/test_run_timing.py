@@ -1,9 +1,11 @@
 """`_run.json` says where every second of a run went (`timing`): the parts add up to the total."""
 import json
+import subprocess
 import time
 from pathlib import Path
 
 import jsonschema
+import pytest
 
 from datakit import Pipeline
 from tests.eventgen import make_event, write_jsonl
@@ -230,4 +232,41 @@ def test_the_teardown_probe_marks_a_normal_exit(tmp_path):
 
     code = f"from tests.test_run_timing import _leave_probes; _leave_probes({str(tmp_path)!r})"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
+    assert (tmp_path / "teardown").read_text() == "freed"
+
+
+def _command_with_probes(folder: Path, *args: str) -> subprocess.CompletedProcess:
+    """`cli.command` (the `datakit` console script) with the two probes of `_leave_probes` planted first."""
+    import sys
+
+    code = (f"import sys; from tests.test_run_timing import _leave_probes; _leave_probes({str(folder)!r})\n"
+            f"sys.argv = ['datakit', *sys.argv[1:]]\nfrom datakit.cli import command\ncommand()")
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1], timeout=300)
+
+
+@pytest.mark.parametrize("dirty", [True, False])
+def test_a_finished_contamination_check_ends_without_the_teardown_and_keeps_its_status(tmp_path, dirty):
+    """The check runs before every eval; its teardown was ~0.2 s of a small check's ~1.1 s. It ends once its
+    report is written, after the exit handlers, with its own status: 1 = contaminated, 0 = clean."""
+    data = tmp_path / "data.jsonl"
+    text = "def add(a, b):\n    return a + b\n" * 3 if not dirty else \
+        "def has_close_elements(numbers, threshold):\n    for idx, elem in enumerate(numbers):\n" \
+        "        for idx2, elem2 in enumerate(numbers):\n            if idx != idx2:\n" \
+        "                distance = abs(elem - elem2)\n                if distance < threshold:\n" \
+        "                    return True\n\n    return False\n"
+    data.write_text(json.dumps({"id": "d1", "text": text}) + "\n")
+    r = _command_with_probes(tmp_path, "contamination-check", "--data", str(data), "--eval", "humaneval",
+                             "--json", str(tmp_path / "r.json"), "-q")
+    assert r.returncode == (1 if dirty else 0), r.stderr
+    rep = json.loads((tmp_path / "r.json").read_text())  # the report is complete
+    assert bool(rep["evals"][0]["matches"]) is dirty
+    assert list(tmp_path.glob("atexit-*"))  # exit handlers ran
+    assert not (tmp_path / "teardown").exists()  # the teardown did not
+
+
+def test_a_failed_contamination_check_exits_normally(tmp_path):
+    """Only a finished check takes the short exit: an input error ends the usual way, status 2."""
+    r = _command_with_probes(tmp_path, "contamination-check", "--data", str(tmp_path / "nope"), "--eval", "humaneval")
+    assert r.returncode == 2 and "input not found" in r.stderr
     assert (tmp_path / "teardown").read_text() == "freed"

@@ -89,6 +89,9 @@ def contamination_check(
         from rich.console import Console
 
         res.print_table(Console(), examples=examples)
+    from datakit.cli import _COMMAND_DONE
+
+    _COMMAND_DONE.append(True)  # its files and table are complete: `command` may end the process at once
     raise typer.Exit(res.exit_code)
 
 
