@@ -173,6 +173,9 @@ TIMEOUT_DEFAULTS: dict[str, str] = {
 # threads' steady state 1.6x slower. Clusters' executors keep the JVM's defaults.
 LOCAL_DRIVER_JIT = "-XX:CompileThresholdScaling=3"
 
+# pyspark's Python daemon, importing pyspark from the installed package instead of the zip in it (see there)
+LOCAL_DAEMON_MODULE = "datakit.engines.spark_daemon"
+
 
 def _base_conf(master: str, conf: dict[str, Any] | None) -> dict[str, str]:
     """Our defaults (loopback driver, Arrow on, no console progress bar, straggler handling), then the caller's."""
@@ -196,6 +199,9 @@ def _base_conf(master: str, conf: dict[str, Any] | None) -> dict[str, str]:
     if master.startswith("local"):
         out["spark.driver.memory"] = "2g"  # the driver is the executor too; 1g is tight for joins
         out["spark.driver.extraJavaOptions"] += f" {LOCAL_DRIVER_JIT}"
+        workers_python = (conf or {}).get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON") or sys.executable
+        if workers_python == sys.executable:  # its workers run this interpreter, which has datakit
+            out["spark.python.daemon.module"] = LOCAL_DAEMON_MODULE
     else:
         out.update(STRAGGLER_DEFAULTS)
     out.update(TIMEOUT_DEFAULTS)

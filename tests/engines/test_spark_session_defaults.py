@@ -41,3 +41,82 @@ def test_the_shared_local_driver_jvm_runs_with_the_jit_option(spark):
 
     args = list(spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
     assert LOCAL_DRIVER_JIT in args
+
+
+def test_local_masters_run_our_python_daemon_only_with_this_interpreter(monkeypatch):
+    """The daemon module is ours on local masters whose workers run this interpreter (it has
+    datakit); never on clusters (an executor's Python may not), nor with another interpreter; a
+    caller's own daemon module wins."""
+    import sys
+
+    from datakit.engines.spark_session import LOCAL_DAEMON_MODULE
+
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    key = "spark.python.daemon.module"
+    assert _base_conf("local[2]", None)[key] == LOCAL_DAEMON_MODULE
+    assert _base_conf("local-cluster[2,1,1024]", None)[key] == LOCAL_DAEMON_MODULE
+    assert _base_conf("local[2]", {"spark.pyspark.python": sys.executable})[key] == LOCAL_DAEMON_MODULE
+    for master in ("spark://h:7077", "yarn"):
+        assert key not in _base_conf(master, None)
+    assert key not in _base_conf("local[2]", {"spark.pyspark.python": "./environment/bin/python"})
+    monkeypatch.setenv("PYSPARK_PYTHON", "/opt/other/python3")
+    assert key not in _base_conf("local[2]", None)
+    monkeypatch.delenv("PYSPARK_PYTHON")
+    assert _base_conf("local[2]", {key: "pyspark.daemon"})[key] == "pyspark.daemon"
+
+
+def _fake_pyspark_tree(root) -> str:
+    """<root>/site/pyspark/{__init__.py, python/lib/pyspark.zip}: the layout of a pip-installed pyspark."""
+    pkg = root / "site" / "pyspark"
+    (pkg / "python" / "lib").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "python" / "lib" / "pyspark.zip").write_bytes(b"")
+    return str(pkg / "python" / "lib" / "pyspark.zip")
+
+
+def test_the_daemon_drops_the_zip_only_when_pyspark_then_resolves_to_its_own_package(tmp_path, monkeypatch):
+    import importlib.util
+    import os
+
+    import pyspark
+
+    from datakit.engines.spark_daemon import prefer_installed_pyspark
+
+    # the installed pyspark's own zip: dropped, pyspark is found in the package beside it
+    installed = os.path.dirname(pyspark.__file__)
+    own_zip = os.path.join(installed, "python", "lib", "pyspark.zip")
+    path = [own_zip, "/elsewhere", os.path.dirname(installed)]
+    monkeypatch.setattr("sys.path", path)
+    assert prefer_installed_pyspark(path) == [own_zip] and path == ["/elsewhere", os.path.dirname(installed)]
+
+    # a zip laid out the same way but of a package pyspark does not resolve to: left where it was
+    other_zip = _fake_pyspark_tree(tmp_path)
+    path = [other_zip, os.path.dirname(installed)]
+    monkeypatch.setattr("sys.path", path)
+    assert prefer_installed_pyspark(path) == [] and path == [other_zip, os.path.dirname(installed)]
+
+    # a cluster's Spark distribution ($SPARK_HOME/python/lib/pyspark.zip, no package around it): untouched
+    dist = tmp_path / "spark-4.0.0-bin" / "python" / "lib"
+    dist.mkdir(parents=True)
+    path = [str(dist / "pyspark.zip"), os.path.dirname(installed)]
+    monkeypatch.setattr("sys.path", path)
+    assert prefer_installed_pyspark(path) == [] and path[0] == str(dist / "pyspark.zip")
+    assert importlib.util.find_spec("pyspark") is not None
+
+
+def test_local_python_workers_import_pyspark_from_the_installed_package(spark):
+    """Spark puts the bundled pyspark.zip (no bytecode) first on its workers' path; our daemon drops it, so
+    a worker's pyspark is the installed package's (fails with pyspark's own daemon: `.../pyspark.zip/...`)."""
+    import os
+
+    import pyarrow as pa
+    import pyspark
+
+    def where(batches):
+        import pyspark as worker_pyspark
+
+        for _ in batches:
+            yield pa.RecordBatch.from_pydict({"file": [worker_pyspark.__file__]})
+
+    files = {r["file"] for r in spark.range(0, 2, 1, 2).mapInArrow(where, "file string").collect()}
+    assert files == {os.path.abspath(pyspark.__file__)}
