@@ -16,12 +16,12 @@ are a function of its patterns alone.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import os
 import platform
-import tempfile
 from typing import Any, Sequence
 
 from datakit.io import cache
@@ -31,24 +31,25 @@ log = logging.getLogger("datakit.scrub_pii")
 MAGIC = b"datakit-hs-db-1\n"
 
 
-def _cpu_flags() -> str:
-    """The kernel's list of this CPU's features (Linux), else the machine type alone."""
+@functools.lru_cache(maxsize=1)
+def _host() -> dict[str, str]:
+    """What a database depends on besides its patterns: the library version, the machine type and
+    the kernel's list of the CPU's features (Linux; empty elsewhere). Read once per process."""
+    from datakit.io.identity import library_version
+
+    flags = ""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    return line.split(":", 1)[1].strip()
+            flags = next((line.split(":", 1)[1].strip() for line in f if line.startswith(("flags", "Features"))), "")
     except OSError:
         pass
-    return ""
+    return {"hyperscan": library_version("hyperscan"), "machine": platform.machine(),
+            "cpu": hashlib.sha256(flags.encode()).hexdigest()}
 
 
 def cache_key(patterns: Sequence[bytes], flags: Sequence[int], mode: int) -> str:
-    from datakit.io.identity import library_version
-
     what = {"patterns": [p.decode("utf-8", "surrogateescape") for p in patterns], "flags": list(flags), "mode": mode,
-            "hyperscan": library_version("hyperscan"), "machine": platform.machine(),
-            "cpu": hashlib.sha256(_cpu_flags().encode()).hexdigest()}
+            **_host()}
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -73,17 +74,10 @@ def load(key: str) -> bytes | None:
 def store(key: str, body: bytes) -> None:
     """Write `body` under `key` atomically (a reader sees the old file, the new one or none); a cache
     folder that cannot be written is skipped."""
-    final = path_of(key)
+    from datakit.io.atomic import write_bytes_atomic
+
     try:
-        os.makedirs(os.path.dirname(final), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(final), prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(MAGIC + hashlib.sha256(body).digest() + body)
-            os.replace(tmp, final)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        write_bytes_atomic(path_of(key), MAGIC + hashlib.sha256(body).digest() + body)
     except OSError as e:
         log.debug("hyperscan database not cached (%s)", type(e).__name__)
 
