@@ -381,19 +381,26 @@ class Pipeline:
         from datakit.engines import get_engine
 
         if engine == "spark" and self.config.spark:
-            engine_options["conf"] = {**self.config.spark, **(engine_options.get("conf") or {})}
+            from datakit.engines.spark_session import merged_conf
+
+            engine_options["conf"] = merged_conf(self.config.spark, engine_options.get("conf"))
         try:  # engine options are checked before any work (and before the output folder is touched)
             runner = get_engine(engine, **engine_options)
         except (ValueError, TypeError) as e:
             raise PipelineError(f"{self.config.name}: {e.args[0] if e.args else e}") from None
+        runner.prestart()  # Spark: the session starts while the pipeline compiles (~0.4 s of its ~3.5 s)
         timer.add("engine_start", time.perf_counter() - t)
         o = self.config.output
-        if o is not None and o.mode == "append":
-            return self._run_snapshot(runner, engine, engine_options, report, input, output, snapshot, timer)
-        if snapshot is not None:
-            raise PipelineError(f"{self.config.name}: --snapshot needs output mode: append")
-        t = time.perf_counter()
-        plan = self.compile(input_override=input, output_override=output)
+        try:
+            if o is not None and o.mode == "append":
+                return self._run_snapshot(runner, engine, engine_options, report, input, output, snapshot, timer)
+            if snapshot is not None:
+                raise PipelineError(f"{self.config.name}: --snapshot needs output mode: append")
+            t = time.perf_counter()
+            plan = self.compile(input_override=input, output_override=output)
+        except BaseException:
+            runner.settle()  # no session left half-started behind the error
+            raise
         timer.add("compile", time.perf_counter() - t)
         if plan.sink is None:
             return runner.execute(plan)

@@ -90,6 +90,13 @@ class Engine:
     def _execute(self, plan: Plan) -> RunResult:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def prestart(self) -> None:
+        """Begin whatever start-up the engine can do before it has a plan (in the background);
+        `execute` waits for it. No-op unless an engine has such a start-up (Spark: its session)."""
+
+    def settle(self) -> None:
+        """Wait for a `prestart` that no `execute` will follow (the pipeline failed to compile)."""
+
 
 def worker_fn(token: str, load: Callable[[], Any]) -> Any:
     """The batch function named `token` ("<run>:<op>"), ready in this worker process.

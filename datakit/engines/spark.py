@@ -56,8 +56,9 @@ from datakit.engines.core import (Engine, RunResult, apply_map, commit_run, conf
 from datakit.engines.spark_parts import MAX_PART_SHARDS, PartsTarget, ShardPartWriter, WriteShardParts, parts_by_shard
 from datakit.engines.spark_partitions import (ONE_TASK_CONF, SHUFFLE_CONF, TARGET_CONF, PartitionPlan,
                                               check_user_conf, one_task_max_edges, plan_partitions)
-from datakit.engines.spark_session import (SparkError, SparkJobError, SparkSetupError, executor_environment,
-                                           get_session, log_file, straggler_conf, translate_errors)
+from datakit.engines.spark_session import (SparkError, SparkJobError, SparkSetupError, await_prestart,
+                                           executor_environment, get_session, log_file, prestart_session,
+                                           straggler_conf, translate_errors)
 from datakit.io import identity, publish, sinks
 from datakit.io.fs import remove_tree
 from datakit.io.readers import iter_source
@@ -361,6 +362,14 @@ class SparkEngine(Engine):
         check_user_conf(self.conf)  # a bad setting fails here, not after the session started
         self.partitions = partitions
         self.checkpoint_dir = checkpoint_dir
+
+    def prestart(self) -> None:
+        """Start this engine's session in the background (`spark_session.prestart_session`): the JVM
+        boots while the driver compiles the plan; `execute` (`get_session`) waits for it."""
+        prestart_session(self.master, self.conf)
+
+    def settle(self) -> None:
+        await_prestart()
 
     def _execute(self, plan: Plan) -> RunResult:
         t0 = time.perf_counter()
