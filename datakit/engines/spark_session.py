@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -292,6 +293,9 @@ def prestart_session(master: str | None = None, conf: dict[str, Any] | None = No
         if _pending or _active.get("session") is not None:
             return
         args = (master, dict(conf or {}))
+        # datakit's own modules the start needs are imported here, so the thread imports only pyspark's
+        # and never waits on a datakit import lock the main thread holds mid-import (or the reverse)
+        from datakit.engines import spark_cds  # noqa: F401
 
         def start() -> None:
             try:
@@ -315,8 +319,31 @@ def await_prestart(master: str | None = None, conf: dict[str, Any] | None = None
         return
     pending["thread"].join()
     error = pending["error"]
+    if error is None and check:  # the caller is about to use the session started off its thread
+        _cancel_jobs_on_ctrl_c()
     if check and error is not None and pending["args"] == (master, dict(conf or {})):
         raise error
+
+
+def _cancel_jobs_on_ctrl_c() -> None:
+    """On the main thread: Ctrl-C cancels the running Spark jobs, then raises KeyboardInterrupt.
+
+    Why: that is the handler pyspark's SparkContext installs when it is created on the main thread;
+    a context created by `prestart_session`'s thread gets none (signal handlers can only be set
+    from the main thread), so without this a notebook's Ctrl-C would leave its jobs running."""
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    if sc is None or threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        try:
+            sc.cancelAllJobs()
+        finally:
+            raise KeyboardInterrupt()
+
+    signal.signal(signal.SIGINT, handler)
 
 
 def get_session(master: str | None = None, conf: dict[str, Any] | None = None):

@@ -27,6 +27,7 @@ def fake_start(monkeypatch):
         return ("session", master)
 
     monkeypatch.setattr(spark_session, "_session", slow)
+    monkeypatch.setattr(spark_session, "_cancel_jobs_on_ctrl_c", lambda: None)  # no real context here
     monkeypatch.setattr(spark_session, "_active", {})
     monkeypatch.setattr(spark_session, "_pending", {})
     yield calls, gate
@@ -127,7 +128,11 @@ def test_the_early_start_leaves_a_broken_file_or_setting_to_the_run(tmp_path, mo
 def test_a_real_session_started_in_the_background_is_the_one_the_run_gets(spark, monkeypatch):
     """With a real JVM: the session comes up on the background thread and `get_session` returns it
     without stopping or starting another."""
+    import signal
+
     spark_session.stop_session()
+    monkeypatch.setattr(signal, "signal", lambda sig, handler: handlers.append((sig, handler)))
+    handlers: list = []
     stops: list = []
     real_stop = spark_session.stop_session
     monkeypatch.setattr(spark_session, "stop_session", lambda: (stops.append(1), real_stop())[1])
@@ -138,3 +143,11 @@ def test_a_real_session_started_in_the_background_is_the_one_the_run_gets(spark,
     assert session is spark_session._active["session"] and session.sparkContext.master == "local[2]"
     assert stops == []
     assert session.range(3).count() == 3
+    # pyspark sets its Ctrl-C handler (cancel the jobs) only for a context made on the main thread;
+    # this one was made on the background thread, so get_session set it
+    assert [sig for sig, _ in handlers] == [signal.SIGINT]
+    cancelled: list = []
+    monkeypatch.setattr(type(session.sparkContext), "cancelAllJobs", lambda self: cancelled.append(1))
+    with pytest.raises(KeyboardInterrupt):
+        handlers[0][1](signal.SIGINT, None)
+    assert cancelled == [1]
