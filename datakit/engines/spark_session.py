@@ -46,9 +46,8 @@ class SparkJobError(SparkError):
 
 
 _lock = threading.RLock()
-_active: dict[str, Any] = {}  # {"key": (master, frozenset(conf)), "session": SparkSession}
-# a session being started in the background (`prestart_session`): {"thread", "args": (master, conf), "error"}
-_pending: dict[str, Any] = {}
+_active: dict[str, Any] = {}  # {"key": (master,), "session": SparkSession, "off_main": made off the main thread}
+_pending: dict[str, Any] = {}  # {"start": _Start}: a session being started in the background (`prestart_session`)
 _pending_lock = threading.Lock()
 
 DEFAULT_LOCAL_MASTER = "local[2]"
@@ -287,55 +286,71 @@ def prestart_session(master: str | None = None, conf: dict[str, Any] | None = No
     pipeline). Started before that work the two overlap. `get_session` waits for a pending start,
     then reuses its session (same master and conf) or replaces it (another master, or a setting
     only a new session takes); a start that failed raises its error there, in the caller's thread,
-    when the caller asked for the same session. No-op while a session runs or a start is pending.
+    when the caller asked for the same session. No-op while a start is pending or any Spark context
+    runs (ours, a notebook's, spark-submit's: replacing one is `get_session`'s call, not a guess here).
     """
+    if master is None and "PYSPARK_GATEWAY_PORT" in os.environ:
+        return  # inside spark-submit: its application's context is made where the run asks for it
     with _pending_lock:
-        if _pending or _active.get("session") is not None:
+        if _pending or _active.get("session") is not None or _context_running():
             return
-        args = (master, dict(conf or {}))
         # datakit's own modules the start needs are imported here, so the thread imports only pyspark's
         # and never waits on a datakit import lock the main thread holds mid-import (or the reverse)
         from datakit.engines import spark_cds  # noqa: F401
 
-        def start() -> None:
-            try:
-                _session(*args)
-            except BaseException as e:  # handed to the thread that needs the session (await_prestart)
-                _pending["error"] = e
+        start = _Start((master, dict(conf or {})))
+        _pending["start"] = start
+        start.thread.start()
 
-        thread = threading.Thread(target=start, name="datakit-spark-start", daemon=True)
-        _pending.update(thread=thread, args=args, error=None)
-        thread.start()
+
+class _Start:
+    """One background start: its thread, what it was asked for, and the error it ended with (if any)."""
+
+    def __init__(self, args: tuple[str | None, dict[str, Any]]) -> None:
+        self.args = args
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="datakit-spark-start", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            _session(*self.args)
+        except BaseException as e:  # handed to the thread that needs the session (await_prestart)
+            self.error = e
+
+
+def _context_running() -> bool:
+    """A SparkContext exists in this process (without importing pyspark when nothing could have made one)."""
+    import sys
+
+    context = sys.modules.get("pyspark.core.context") or sys.modules.get("pyspark.context")
+    sc_class = getattr(context, "SparkContext", None)
+    return sc_class is not None and sc_class._active_spark_context is not None
 
 
 def await_prestart(master: str | None = None, conf: dict[str, Any] | None = None, *, check: bool = False) -> None:
     """Wait for a pending `prestart_session`. With `check`, re-raise its error if it was starting the
     session (master, conf) asks for; a failed start of another session is forgotten (the caller's own
-    start reports what is wrong with its settings)."""
+    start reports what is wrong with its settings). Never waits while holding `_lock` (the start
+    needs it) and is a no-op on the start's own thread."""
     with _pending_lock:
-        pending = dict(_pending)
-        _pending.clear()
-    if not pending:
+        start = _pending.get("start")
+        if start is None or start.thread is threading.current_thread():
+            return
+        del _pending["start"]
+    start.thread.join()
+    if check and start.error is not None and start.args == (master, dict(conf or {})):
+        raise start.error
+
+
+def _take_over_on_main_thread(session: Any) -> None:
+    """What pyspark does for a context made on the main thread, done for one made by `prestart_session`'s
+    thread once the main thread uses it: Ctrl-C cancels the running jobs, then raises KeyboardInterrupt
+    (signal handlers can only be set from the main thread; without it a notebook's Ctrl-C would leave its
+    jobs running), and the session is this thread's active one (the JVM keeps one per thread)."""
+    if not _active.get("off_main") or _active.get("session") is not session \
+            or threading.current_thread() is not threading.main_thread():
         return
-    pending["thread"].join()
-    error = pending["error"]
-    if error is None and check:  # the caller is about to use the session started off its thread
-        _cancel_jobs_on_ctrl_c()
-    if check and error is not None and pending["args"] == (master, dict(conf or {})):
-        raise error
-
-
-def _cancel_jobs_on_ctrl_c() -> None:
-    """On the main thread: Ctrl-C cancels the running Spark jobs, then raises KeyboardInterrupt.
-
-    Why: that is the handler pyspark's SparkContext installs when it is created on the main thread;
-    a context created by `prestart_session`'s thread gets none (signal handlers can only be set
-    from the main thread), so without this a notebook's Ctrl-C would leave its jobs running."""
-    from pyspark import SparkContext
-
-    sc = SparkContext._active_spark_context
-    if sc is None or threading.current_thread() is not threading.main_thread():
-        return
+    sc = session.sparkContext
 
     def handler(signum: int, frame: Any) -> None:
         try:
@@ -344,6 +359,8 @@ def _cancel_jobs_on_ctrl_c() -> None:
             raise KeyboardInterrupt()
 
     signal.signal(signal.SIGINT, handler)
+    session._jvm.SparkSession.setActiveSession(session._jsparkSession)
+    _active.pop("off_main", None)
 
 
 def get_session(master: str | None = None, conf: dict[str, Any] | None = None):
@@ -353,7 +370,9 @@ def get_session(master: str | None = None, conf: dict[str, Any] | None = None):
     for) the running session is used as it is: the operator's settings win.
     """
     await_prestart(master, conf, check=True)
-    return _session(master, conf)
+    session = _session(master, conf)
+    _take_over_on_main_thread(session)
+    return session
 
 
 def _session(master: str | None, conf: dict[str, Any] | None):
@@ -382,7 +401,7 @@ def _session(master: str | None, conf: dict[str, Any] | None):
                 return session
         check_master(master)
         if running is not None:
-            stop_session()
+            _stop_locked()
         java = check_java()
         pairs = _base_conf(master, conf)
         _prepare_env(master, pairs)
@@ -393,7 +412,10 @@ def _session(master: str | None, conf: dict[str, Any] | None):
                 builder = builder.config(k, v)
             session = builder.getOrCreate()
         session.sparkContext.setLogLevel("WARN")
+        _active.clear()
         _active.update(key=key, session=session)
+        if threading.current_thread() is not threading.main_thread():
+            _active["off_main"] = True  # `_take_over_on_main_thread` finishes its set-up
         return session
 
 
@@ -449,13 +471,18 @@ def _apply_runtime_conf(session, conf: dict[str, Any] | None) -> bool:
 
 def stop_session() -> None:
     """Stop the running SparkSession (the JVM gateway stays up for the next session)."""
+    await_prestart()  # a session still starting in the background would outlive this stop
+    _stop_locked()
+
+
+def _stop_locked() -> None:
+    """`stop_session` without waiting for a background start (what `_session` calls, holding `_lock`)."""
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    await_prestart()  # a session still starting in the background would outlive this stop
     with _lock:
         sess = _active.pop("session", None) or SparkSession.getActiveSession()
-        _active.pop("key", None)
+        _active.clear()
         if sess is not None:
             sess.stop()
         elif SparkContext._active_spark_context is not None:
