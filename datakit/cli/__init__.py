@@ -39,6 +39,11 @@ def _print_stages(stages: list[dict]) -> None:
     Console(stderr=False, width=max(100, Console().width)).print(t)
 
 
+def _conf_pairs(conf: List[str]) -> dict[str, str]:
+    """`--conf KEY=VALUE` options as a dict (a value may itself contain `=`)."""
+    return dict(c.split("=", 1) for c in conf)
+
+
 def _start_spark_early(pipeline: Path, master: Optional[str], conf: List[str]) -> None:
     """`datakit run --engine spark`: the Spark session starts before the pipeline is read and compiled.
 
@@ -58,7 +63,7 @@ def _start_spark_early(pipeline: Path, master: Optional[str], conf: List[str]) -
 
         data = yaml.safe_load(pipeline.read_text())
         block = data.get("spark") if isinstance(data, dict) else None
-        merged = merged_conf(block if isinstance(block, dict) else {}, dict(c.split("=", 1) for c in conf))
+        merged = merged_conf(block if isinstance(block, dict) else {}, _conf_pairs(conf))
         check_user_conf(merged)
     except Exception:  # noqa: BLE001 - the run itself reports what is wrong
         return
@@ -107,7 +112,7 @@ def run(
             opts["workers"] = workers
         elif engine == "spark":
             opts.update(master=master, partitions=partitions,
-                        conf=dict(c.split("=", 1) for c in (conf or [])))
+                        conf=_conf_pairs(conf or []))
         else:
             _fail(f"unknown engine {engine!r}; choose local or spark")
         result = p.run(engine=engine, input=list(input) if input else None, output=output, report=report,

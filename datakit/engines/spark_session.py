@@ -320,8 +320,6 @@ class _Start:
 
 def _context_running() -> bool:
     """A SparkContext exists in this process (without importing pyspark when nothing could have made one)."""
-    import sys
-
     context = sys.modules.get("pyspark.core.context") or sys.modules.get("pyspark.context")
     sc_class = getattr(context, "SparkContext", None)
     return sc_class is not None and sc_class._active_spark_context is not None
