@@ -1,5 +1,6 @@
 """`_run.json` says where every second of a run went (`timing`): the parts add up to the total."""
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -270,3 +271,46 @@ def test_a_failed_contamination_check_exits_normally(tmp_path):
     r = _command_with_probes(tmp_path, "contamination-check", "--data", str(tmp_path / "nope"), "--eval", "humaneval")
     assert r.returncode == 2 and "input not found" in r.stderr
     assert (tmp_path / "teardown").read_text() == "freed"
+
+
+def test_pool_workers_of_the_datakit_command_do_not_rerun_its_console_script(tmp_path):
+    """A spawn worker re-runs the parent's `__main__` first; for the `datakit` console script that only
+    imported the CLI (typer, click, rich) into every worker, 0.13 s of each worker's start-up. The
+    command marks its wrapper as `datakit.cli.__main__` (which it is), so only the driver imports
+    the CLI. Counted with `-X importtime`, which every process of the run (workers included) prints."""
+    import re
+    import sys
+
+    exe = Path(sys.executable).with_name("datakit")
+    assert exe.exists(), "the venv's `datakit` console script (make venv installs the package)"
+    f = _pool_pipeline(tmp_path)
+    r = subprocess.run([str(exe), "run", str(f), "--workers", "2", "--quiet", "--no-report"], capture_output=True,
+                       text=True, cwd=tmp_path, env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stderr.splitlines()
+    interpreters = sum(1 for line in lines if re.search(r"\| encodings$", line))  # one per process
+    cli = sum(1 for line in lines if re.search(r"\|\s+datakit\.cli$", line))
+    assert json.loads((tmp_path / "o" / "_run.json").read_text())["timing"]["workers"]["processes"] == 2
+    assert interpreters >= 3  # the command and its two pool workers (the probe saw the workers)
+    assert cli == 1  # the command's own process only
+
+
+def test_a_script_named_like_the_command_that_defines_more_keeps_its_main_for_the_workers(monkeypatch):
+    """Only the installer's wrapper (nothing but `command`, `sys`, `re`) is treated as the command: a
+    user's script that also defines functions must still be re-run by the workers that unpickle them."""
+    import sys
+    import types
+
+    from datakit import cli
+
+    wrapper = types.ModuleType("__main__")
+    wrapper.__dict__.update(sys=sys, command=cli.command, __file__="/venv/bin/datakit")
+    monkeypatch.setitem(sys.modules, "__main__", wrapper)
+    cli._skip_entry_script_in_workers()
+    assert wrapper.__spec__.name == "datakit.cli.__main__"
+
+    script = types.ModuleType("__main__")
+    script.__dict__.update(command=cli.command, my_stage=lambda b: b, __file__="/home/u/run.py")
+    monkeypatch.setitem(sys.modules, "__main__", script)
+    cli._skip_entry_script_in_workers()
+    assert script.__spec__ is None
