@@ -81,3 +81,50 @@ def test_run_report_has_the_common_shape(tmp_path):
     assert set(run) == {"run_report_version", "engine", "pipeline", "pipeline_hash", "stages", "output",
                         "resume", "runtime", "seconds", "timing"}
     assert run["runtime"] == {"workers": 1} and run["resume"] == {"reused_tasks": 0}
+
+
+class _CyclicStageFn:
+    """A set-up stage function holding a reference cycle (spaCy's pipeline objects do)."""
+
+    def setup(self) -> None:
+        self.me = self
+
+    def __call__(self, batch):
+        return batch
+
+
+def test_set_up_functions_are_frozen_out_of_collections_and_a_new_run_gets_their_cycles_freed():
+    """`worker_fn` freezes what a stage set up (full collections stop walking a worker's models); the
+    next run's first function hands the old run's objects back and collects them, so a kept pool
+    worker does not keep an old run's cycles forever."""
+    import gc
+    import weakref
+
+    core._READY.clear()
+    gc.unfreeze()
+    first = _CyclicStageFn()
+    alive = weakref.ref(first)
+    assert core.worker_fn("run-a:op", lambda: first) is first
+    assert gc.get_freeze_count() > 0
+    del first
+    gc.collect()
+    assert alive() is not None  # held by _READY (and frozen)
+    core.worker_fn("run-b:op", _CyclicStageFn)
+    assert alive() is None  # dropped with its run, thawed and collected although it was a cycle
+    core._READY.clear()
+    core._thaw()
+
+
+def test_an_in_process_run_leaves_nothing_frozen(tmp_path):
+    """`Engine.execute` freezes what exists before the run and thaws it after: a notebook or script
+    that runs pipelines keeps its normal garbage collection."""
+    import gc
+
+    from datakit import Pipeline
+    from tests.eventgen import make_event, write_jsonl
+
+    gc.unfreeze()
+    f = write_jsonl(tmp_path / "l.jsonl", [make_event(i) for i in range(20)])
+    Pipeline("gc").input(str(f)).add({"kind": "ingest"}).add({"kind": "extract"}).output(
+        str(tmp_path / "o")).run(workers=1)
+    assert gc.get_freeze_count() == 0
