@@ -79,7 +79,6 @@ class Engine:
     batch functions an in-process run set up alive after it."""
 
     def execute(self, plan: Plan) -> RunResult:
-        gc.freeze()  # what exists before the run (modules, the plan) is not walked by its collections: `_thaw`
         try:
             if plan.sink is None:
                 return self._execute(plan)
@@ -122,28 +121,47 @@ def worker_fn(token: str, load: Callable[[], Any]) -> Any:
             del _READY[old]
             _SETUP.pop(old, None)
         if stale:
-            _thaw()
-            gc.collect()  # before anything is frozen again: the old run's cycles would be frozen with it
+            _thaw()  # the old run's cycles are collected before anything is frozen again (`_freeze`)
         t0 = time.perf_counter()
         fn = load()
         setup = getattr(fn, "setup", None)
         if callable(setup):
             setup()
-        gc.freeze()
+        _freeze()
         _SETUP[token] = time.perf_counter() - t0
         _READY[token] = fn
     return fn
 
 
-def _thaw() -> None:
-    """Hand what `worker_fn` froze back to the garbage collector (an old run's models may hold cycles).
+_FROZEN_BY_US: list[bool] = []  # set while objects this module froze are out of the collector's reach
 
-    Why `worker_fn` freezes (`gc.freeze()` after a function's set-up): a worker's long-lived
-    objects (imported modules, a spaCy model, an eval table) were otherwise walked by every full
-    collection, which the batches' short-lived dicts and lists trigger: 6 full collections of
-    ~77 ms each in a 10k-event quickstart run (0.46 of its 13.8 CPU-s, `gc.callbacks`). Frozen
-    objects are still freed by reference counting; only their reference cycles wait for this."""
-    gc.unfreeze()
+
+def _freeze() -> None:
+    """After a function's set-up: collect, then move every object alive out of the collector's reach.
+
+    Why: a worker's long-lived objects (imported modules, a spaCy model, an eval table) were
+    otherwise walked by every full collection, which the batches' short-lived dicts and lists
+    trigger: at 100k quickstart events the two pool workers spent 1.86 CPU-s in 29 full
+    collections (`gc.callbacks`); 6 of ~77 ms each in a 10k run in-process. Frozen objects are
+    still freed by reference counting; only their reference cycles wait for `_thaw`.
+
+    Why collect first: whatever garbage exists at that moment (an earlier run's model, cycles a
+    batch or the set-up itself left) would otherwise be frozen too and outlive the run; after the
+    first freeze a collection only walks what was made since, so each costs little. A process
+    that froze objects itself (a pre-fork server) is left alone: gc.freeze is not counted, and
+    our `_thaw` would undo its freeze."""
+    if gc.get_freeze_count() and not _FROZEN_BY_US:
+        return
+    gc.collect()
+    gc.freeze()
+    _FROZEN_BY_US[:] = [True]
+
+
+def _thaw() -> None:
+    """Hand what `_freeze` froze back to the collector (a run ended, or a new run replaced its functions)."""
+    if _FROZEN_BY_US:
+        gc.unfreeze()
+        _FROZEN_BY_US.clear()
 
 
 def take_setup_seconds(token: str) -> float:

@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 import json
+import weakref
+from typing import Literal
 
 import pyarrow as pa
 import pytest
 
+from datakit import CompileContext, StageConfig, register_stage
+from datakit.contracts import TRAINING_RECORD_V1
 from datakit.engines import EngineOptionError, get_engine
 from datakit.engines import core
 from datakit.plan import DROP, METRICS, SinkSpec
@@ -115,16 +119,64 @@ def test_set_up_functions_are_frozen_out_of_collections_and_a_new_run_gets_their
     core._thaw()
 
 
-def test_an_in_process_run_leaves_nothing_frozen(tmp_path):
-    """`Engine.execute` freezes what exists before the run and thaws it after: a notebook or script
-    that runs pipelines keeps its normal garbage collection."""
-    import gc
+class _CyclicModel:
+    """What a stage's `setup()` loads, holding a reference cycle, counted alive through `_MODELS`."""
 
+    def __init__(self) -> None:
+        self.me = self
+        _MODELS.append(weakref.ref(self))
+
+
+_MODELS: list = []
+
+
+class _StageWithCyclicModel:
+    def setup(self) -> None:
+        self.model = _CyclicModel()
+
+    def __call__(self, batch):
+        return batch
+
+
+@register_stage
+class _CyclicModelStage(StageConfig):
+    kind: Literal["test_cyclic_model"] = "test_cyclic_model"
+
+    def compile(self, rel, ctx: CompileContext):
+        return rel.map_batches(_StageWithCyclicModel(), TRAINING_RECORD_V1, name="test_cyclic_model")
+
+
+def _in_process_run(tmp_path, name: str) -> None:
     from datakit import Pipeline
     from tests.eventgen import make_event, write_jsonl
 
+    f = write_jsonl(tmp_path / f"{name}.jsonl", [make_event(i) for i in range(20)])
+    (Pipeline(name).input(str(f)).add({"kind": "ingest"}).add({"kind": "extract"})
+     .add({"kind": "test_cyclic_model"}).output(str(tmp_path / name)).run(workers=1))
+
+
+def test_in_process_runs_leave_nothing_frozen_and_free_each_others_models(tmp_path):
+    """A notebook or script that runs pipelines one after another: after each run nothing of ours is
+    frozen, and an old run's model (a reference cycle) is collected by the next run at the latest,
+    never frozen with it (which kept every run's model alive: RSS grew by one model per run)."""
+    import gc
+
     gc.unfreeze()
-    f = write_jsonl(tmp_path / "l.jsonl", [make_event(i) for i in range(20)])
-    Pipeline("gc").input(str(f)).add({"kind": "ingest"}).add({"kind": "extract"}).output(
-        str(tmp_path / "o")).run(workers=1)
-    assert gc.get_freeze_count() == 0
+    _MODELS.clear()
+    for k in range(3):
+        _in_process_run(tmp_path, f"run{k}")
+        assert gc.get_freeze_count() == 0
+    assert sum(ref() is not None for ref in _MODELS) <= 1, "earlier runs' models are still alive"
+
+
+def test_a_process_that_froze_its_own_objects_keeps_them_frozen(tmp_path):
+    """gc.freeze is not counted: a pre-fork server's own freeze must survive a pipeline run in it."""
+    import gc
+
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        _in_process_run(tmp_path, "app")
+        assert gc.get_freeze_count() > 0.9 * frozen  # (a few of its objects were freed by reference counting)
+    finally:
+        gc.unfreeze()
