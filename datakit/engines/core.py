@@ -150,7 +150,7 @@ def _freeze() -> None:
     first freeze a collection only walks what was made since, so each costs little. A process
     that froze objects itself (a pre-fork server) is left alone: gc.freeze is not counted, and
     our `_thaw` would undo its freeze."""
-    if gc.get_freeze_count() and not _FROZEN_BY_US:
+    if not _FROZEN_BY_US and gc.get_freeze_count():  # (counting walks the frozen objects: ~19 ms once we froze)
         return
     gc.collect()
     gc.freeze()
