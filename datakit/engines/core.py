@@ -147,14 +147,15 @@ def _freeze() -> None:
 
     Why collect first: whatever garbage exists at that moment (an earlier run's model, cycles a
     batch or the set-up itself left) would otherwise be frozen too and outlive the run; after the
-    first freeze a collection only walks what was made since, so each costs little. A process
+    first freeze a collection only walks what was made since, so each costs little (an in-process
+    run inside a notebook holding 3M objects: one walk, 0.29 s per run, a reviewer's probe). A process
     that froze objects itself (a pre-fork server) is left alone: gc.freeze is not counted, and
     our `_thaw` would undo its freeze."""
     if not _FROZEN_BY_US and gc.get_freeze_count():  # (counting walks the frozen objects: ~19 ms once we froze)
         return
     gc.collect()
+    _FROZEN_BY_US[:] = [True]  # before the freeze: a Ctrl-C between the two must not leave an unflagged freeze
     gc.freeze()
-    _FROZEN_BY_US[:] = [True]
 
 
 def _thaw() -> None:
