@@ -330,3 +330,33 @@ def test_worker_errors_reach_the_parent_intact():
             pool(2).submit(_Guarded(_raise_connection_reset), "s3://b/k.jsonl").result()
     finally:
         drop_pool(2)
+
+
+def test_retries_s3fs_makes_on_its_own_are_logged_and_its_debug_lines_stay_hidden(caplog):
+    """s3fs retries throttling (SlowDown) without asking our handler and logs it only at DEBUG: each
+    such retry is logged at INFO like the handler's, and nothing else of s3fs's DEBUG output shows."""
+    import asyncio
+    import logging
+
+    import s3fs.core
+    from botocore.exceptions import ClientError
+
+    from datakit.io import storage
+
+    storage.install()
+    calls = []
+
+    async def throttled_twice():
+        calls.append(1)
+        if len(calls) <= 2:
+            raise ClientError({"Error": {"Code": "SlowDown", "Message": "Please reduce your request rate."},
+                               "ResponseMetadata": {"HTTPStatusCode": 503}}, "ListObjectsV2")
+        return "listed"
+
+    caplog.set_level(logging.INFO)
+    assert asyncio.run(s3fs.core._error_wrapper(throttled_twice, retries=3)) == "listed"
+    retried = [r for r in caplog.records if "retrying with backoff" in r.getMessage()]
+    assert len(retried) == 2 and all(r.name == "datakit.io.storage" for r in retried)
+    assert "SlowDown (HTTP 503)" in retried[0].getMessage()
+    logging.getLogger("s3fs").debug("CALL: list_objects_v2 - secret-ish detail")
+    assert not [r for r in caplog.records if r.name.startswith("s3fs")]  # DEBUG lines stay below the root's level

@@ -7,7 +7,10 @@ the sinks), and s3fs runs every S3 request through one retry loop
 that loop the only retry layer, bounded and logged:
 
 * `s3fs.core.set_custom_error_handler` decides which errors are transient
-  (HTTP 5xx, throttling codes, dropped connections) and logs each retry;
+  (HTTP 5xx, throttling codes, dropped connections) and logs each retry; s3fs
+  retries throttling (`SlowDown`) and its own list of dropped-connection errors
+  without asking the handler and says so only at DEBUG, so a filter on its logger
+  (`_S3fsRetryLog`) logs those retries the same way;
 * botocore's own retries are switched off by default (`fsspec.config`), so a
   request is not retried 5 x 5 times with two different backoffs;
 * `S3FileSystem.retries` bounds the attempts (`DATAKIT_STORAGE_RETRIES`,
@@ -62,6 +65,41 @@ def _retry_handler(e: BaseException) -> bool:
     if transient:
         log.info("storage: transient %s, retrying with backoff", short_reason(e))
     return transient
+
+
+# s3fs's own retries (`_error_wrapper`): errors it retries without calling the custom handler, and
+# the DEBUG messages it logs for them
+_S3FS_SELF_RETRIED = ("SlowDown", "reduce your request rate", "XAmzContentSHA256Mismatch")
+_S3FS_RETRY_MESSAGES = ("Retryable error: %s", "Client error (maybe retryable): %s")
+
+
+class _S3fsRetryLog(logging.Filter):
+    """On the `s3fs` logger: log each retry s3fs makes on its own, like `_retry_handler` does.
+
+    Why: throttling is the most common fault of a busy bucket, and it was retried silently (a run
+    under 85% injected faults sometimes ended "after up to 3 attempts" with no retry in its log).
+    The logger is lowered to DEBUG so s3fs makes those records; every other record passes only
+    at the level the logger would have had (its parent's), so nothing else becomes visible.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg in _S3FS_RETRY_MESSAGES and record.args:
+            e = record.args[0] if isinstance(record.args, tuple) else None
+            if isinstance(e, BaseException) and (record.msg == _S3FS_RETRY_MESSAGES[0]
+                                                 or any(p in str(e) for p in _S3FS_SELF_RETRIED)):
+                log.info("storage: transient %s, retrying with backoff", short_reason(e))
+        parent = logging.getLogger("s3fs").parent
+        return record.levelno >= (parent.getEffectiveLevel() if parent is not None else logging.WARNING)
+
+
+def _log_s3fs_own_retries() -> None:
+    """Install `_S3fsRetryLog` once; leave a user's own level on the s3fs logger alone."""
+    s3fs_log = logging.getLogger("s3fs")
+    if any(isinstance(f, _S3fsRetryLog) for f in s3fs_log.filters):
+        return
+    s3fs_log.addFilter(_S3fsRetryLog())
+    if s3fs_log.level == logging.NOTSET:
+        s3fs_log.setLevel(logging.DEBUG)
 
 
 def short_reason(e: BaseException) -> str:
@@ -123,6 +161,7 @@ def install() -> None:
     except ImportError:  # no s3fs: nothing to configure
         return
     s3fs.core.set_custom_error_handler(_retry_handler)
+    _log_s3fs_own_retries()
     s3fs.core.S3FileSystem.retries = retries()
     conf = fsspec.config.conf.setdefault("s3", {})
     conf.setdefault("config_kwargs", {"retries": {"mode": "standard", "total_max_attempts": 1}})
