@@ -63,8 +63,8 @@ def spark():
 # The tests' JVMs run tiny jobs for seconds on 2 cores, where the C2 JIT compiler's background threads
 # and the parallel GC's threads take CPU from the work itself: C1 only and the serial collector make
 # the Spark tests ~1.8x faster (test_spark_cc.py, alternated pairs on the 2-core machine: 82/92 s vs
-# 162/150 s). Speed only: neither changes what a job computes. Not a product default: a real job runs
-# long enough for C2 to pay off.
+# 162/150 s). Speed only: neither changes what a job computes. C1 only is also the product default on
+# local masters (spark_session.LOCAL_DRIVER_JIT); the serial collector is the tests' own.
 TEST_JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 

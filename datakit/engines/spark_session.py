@@ -167,15 +167,18 @@ TIMEOUT_DEFAULTS: dict[str, str] = {
 
 
 # The driver JVM of a local master is the executor too, and it lives for one run. Its JIT is a large
-# part of what Spark costs there: at 100k quickstart events the C2 compiler thread took ~30 of the
-# JVM's ~70 CPU-s (Java Flight Recorder: ~22,000 compilations, 46 s of compile time with C1's; most of it
-# Spark's own planning, Janino, serialization and each query's generated classes). Raising the
-# compile thresholds 3x leaves methods that run hot (the Arrow writers, sorters) compiled as before
-# (a warm mapInArrow pass over 307k records: 3.79 vs 3.76 JVM CPU-s) and skips compiling what runs only
-# warm: the JVM's CPU fell 5-8 s per run (6 alternated runs, docs/spark.md); wall time did not move
-# beyond the machine's noise. C1 only (-XX:TieredStopAtLevel=1) compiled less but made the task
-# threads' steady state 1.6x slower. Clusters' executors keep the JVM's defaults.
-LOCAL_DRIVER_JIT = "-XX:CompileThresholdScaling=3"
+# part of what Spark costs there: at 100k quickstart events the C2 compiler thread took ~20 of the
+# JVM's ~56 CPU-s (per-thread CPU from /proc, 2026-12-04; Java Flight Recorder earlier: ~22,000
+# compilations, most of them Spark's own planning, Janino, serialization and each query's generated
+# classes, compiled again in every run). C1 only (-XX:TieredStopAtLevel=1) skips that: alternated
+# pairs at 100k events, 4 pairs: wall -5.4/-6.3/-11.0/-8.8 s, CPU -14.2/-14.9/-21.9/-18.9 s against
+# the 3x thresholds used before (-XX:CompileThresholdScaling=3); at 300k events, 2 pairs: wall
+# -6.5/-31.4 s, CPU -18.3/-52.0 s. The task threads' steady state is slower under C1 (a warm
+# mapInArrow pass 1.6x, measured 2026-12-02), which a much longer local run would pay per row; up to
+# 300k events the saved compilation is worth more. Thresholds 10x/30x/100x measured in between or
+# worse. Clusters' executors keep the JVM's defaults; a caller's spark.driver.extraJavaOptions
+# replaces ours (e.g. to get C2 back for a very long local run).
+LOCAL_DRIVER_JIT = "-XX:TieredStopAtLevel=1"
 
 # pyspark's Python daemon, importing pyspark from the installed package instead of the zip in it (see there)
 LOCAL_DAEMON_MODULE = "datakit.engines.spark_daemon"

@@ -20,9 +20,9 @@ def test_local_masters_do_not_speculate_and_the_caller_wins():
     assert conf["spark.speculation"] == "false" and conf["spark.network.timeout"] == "45s"
 
 
-def test_local_driver_jvm_gets_raised_jit_thresholds_clusters_do_not():
-    """The local driver (the executor too, one run long) compiles only what runs hot; a cluster's
-    driver and executors keep the JVM defaults; the caller's own Java options replace ours."""
+def test_local_driver_jvm_compiles_with_c1_only_clusters_do_not():
+    """The local driver (the executor too, one run long) compiles with C1 only; a cluster's driver and
+    executors keep the JVM defaults; the caller's own Java options replace ours."""
     from datakit.engines.spark_session import LOCAL_DRIVER_JIT
 
     local = _base_conf("local[2]", None)["spark.driver.extraJavaOptions"].split()
@@ -41,6 +41,9 @@ def test_the_shared_local_driver_jvm_runs_with_the_jit_option(spark):
 
     args = list(spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
     assert LOCAL_DRIVER_JIT in args
+    # the tests' JAVA_TOOL_OPTIONS carry the same flag (spark_fixtures.TEST_JVM_OPTS): the session's own
+    # driver options must hold it too, or the JVM check above could pass without our setting
+    assert LOCAL_DRIVER_JIT in spark.sparkContext.getConf().get("spark.driver.extraJavaOptions", "").split()
 
 
 def test_local_masters_run_our_python_daemon_only_with_this_interpreter(monkeypatch):
