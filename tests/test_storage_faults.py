@@ -332,7 +332,7 @@ def test_worker_errors_reach_the_parent_intact():
         drop_pool(2)
 
 
-def test_retries_s3fs_makes_on_its_own_are_logged_and_its_debug_lines_stay_hidden(caplog):
+def test_retries_s3fs_makes_on_its_own_are_logged_and_its_debug_lines_stay_hidden(caplog, monkeypatch):
     """s3fs retries throttling (SlowDown) without asking our handler and logs it only at DEBUG: each
     such retry is logged at INFO like the handler's, and nothing else of s3fs's DEBUG output shows."""
     import asyncio
@@ -343,6 +343,9 @@ def test_retries_s3fs_makes_on_its_own_are_logged_and_its_debug_lines_stay_hidde
 
     from datakit.io import storage
 
+    # this process may have run a `--quiet` command before (datakit's logger at WARNING) or set up s3fs already
+    monkeypatch.setattr(logging.getLogger("s3fs"), "level", logging.NOTSET)
+    caplog.set_level(logging.INFO, logger="datakit")
     storage.install()
     calls = []
 

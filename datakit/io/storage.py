@@ -95,9 +95,8 @@ class _S3fsRetryLog(logging.Filter):
 def _log_s3fs_own_retries() -> None:
     """Install `_S3fsRetryLog` once; leave a user's own level on the s3fs logger alone."""
     s3fs_log = logging.getLogger("s3fs")
-    if any(isinstance(f, _S3fsRetryLog) for f in s3fs_log.filters):
-        return
-    s3fs_log.addFilter(_S3fsRetryLog())
+    if not any(isinstance(f, _S3fsRetryLog) for f in s3fs_log.filters):
+        s3fs_log.addFilter(_S3fsRetryLog())
     if s3fs_log.level == logging.NOTSET:
         s3fs_log.setLevel(logging.DEBUG)
 
