@@ -63,8 +63,13 @@ def is_transient(e: BaseException) -> bool:
 def _retry_handler(e: BaseException) -> bool:
     transient = is_transient(e)
     if transient:
-        log.info("storage: transient %s, retrying with backoff", short_reason(e))
+        _log_retry(e)
     return transient
+
+
+def _log_retry(e: BaseException) -> None:
+    """The one line a retry is logged with (our handler's and s3fs's own, `_S3fsRetryLog`)."""
+    log.info("storage: transient %s, retrying with backoff", short_reason(e))
 
 
 # s3fs's own retries (`_error_wrapper`): errors it retries without calling the custom handler, and
@@ -87,9 +92,8 @@ class _S3fsRetryLog(logging.Filter):
             e = record.args[0] if isinstance(record.args, tuple) else None
             if isinstance(e, BaseException) and (record.msg == _S3FS_RETRY_MESSAGES[0]
                                                  or any(p in str(e) for p in _S3FS_SELF_RETRIED)):
-                log.info("storage: transient %s, retrying with backoff", short_reason(e))
-        parent = logging.getLogger("s3fs").parent
-        return record.levelno >= (parent.getEffectiveLevel() if parent is not None else logging.WARNING)
+                _log_retry(e)
+        return record.levelno >= logging.getLogger("s3fs").parent.getEffectiveLevel()
 
 
 def _log_s3fs_own_retries() -> None:
