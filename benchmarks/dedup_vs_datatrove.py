@@ -208,7 +208,7 @@ def main() -> int:
             for r in x:
                 r.pop("removed", None), r.pop("in_clusters", None)
         # ours' fixed cost: the same job on FIXED_RECORDS records (imports, kernels loaded from the cache,
-        # polars and scipy for the barriers), so the peak splits into what any run pays and what the data adds
+        # polars for the barriers), so the peak splits into what any run pays and what the data adds
         (t / "parquet").joinpath("part-0.parquet").unlink()
         pq.write_table(pa.Table.from_pylist(rows[:FIXED_RECORDS], schema=TRAINING_RECORD_V1),
                        t / "parquet" / "part-0.parquet")

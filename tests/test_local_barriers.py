@@ -88,6 +88,43 @@ def test_connected_components_smallest_id_is_representative():
     assert comp == {"a": "a", "b": "a", "c": "a", "x": "x", "y": "x", "d": "d", "e": "d", "q": "q"}
 
 
+def _scipy_smallest_member(si, di, n):
+    """The reference (what connected_components_table ran before): scipy's weak components, then
+    the smallest node index per component label."""
+    import numpy as np
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    g = coo_matrix((np.ones(len(si), dtype=np.int8), (si, di)), shape=(n, n))
+    _, labels = connected_components(g, directed=True, connection="weak")
+    first = np.full(labels.max() + 1, n, dtype=np.int64)
+    np.minimum.at(first, labels, np.arange(n))
+    return first[labels]
+
+
+def test_smallest_member_labels_match_scipy_on_random_and_adversarial_graphs():
+    import numpy as np
+
+    from datakit.engines.core import smallest_member_labels
+
+    rng = np.random.default_rng(3)
+    cases = []
+    for n, e in [(1, 0), (1, 1), (2, 1), (10, 3), (50, 40), (200, 150), (2000, 1000), (2000, 4000), (30000, 25000)]:
+        cases.append((rng.integers(0, n, e), rng.integers(0, n, e), n))
+    perm = rng.permutation(5000)  # a path over scrambled ids: n rounds for plain label propagation
+    cases.append((perm[:-1], perm[1:], 5000))
+    cases.append((np.arange(1, 3000), np.zeros(2999, dtype=np.int64), 3000))  # a star on the smallest node
+    cases.append((np.full(2999, 2999), np.arange(2999), 3000))  # a star on the largest node
+    ladder = np.arange(0, 4000, 2)  # 0-2-4-... joined to 1-3-5-..., each edge twice, both ways
+    cases.append((np.concatenate([ladder, ladder + 1, ladder[1:]]), np.concatenate([ladder + 1, ladder, ladder[:-1] + 1]),
+                  4000))
+    for si, di, n in cases:
+        si, di = np.asarray(si, dtype=np.int64), np.asarray(di, dtype=np.int64)
+        got = smallest_member_labels(si, di, n)
+        assert np.array_equal(got, _scipy_smallest_member(si, di, n)), (n, len(si))
+    assert len(np.unique(smallest_member_labels(perm[:-1], perm[1:], 5000))) == 1
+
+
 def _scanned_sources(tmp_path, left_t: pa.Table, right_t: pa.Table, row_group_size: int):
     """Two Parquet sources written from tables, and the `lazy` scan barrier_query reads them through."""
     import polars as pl

@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -326,15 +327,13 @@ def _remove_stale(url: str) -> None:
 
 
 def connected_components_table(src: pa.Array, dst: pa.Array) -> pa.Table:
-    """Union-find by sparse graph: (node, component = smallest node id in its component).
+    """Edges -> (node, component = smallest node id in its component), by `smallest_member_labels`.
 
-    scipy's C implementation runs in O(V + E) with ~40 bytes per edge, far from
-    the Python-dict union-find that made single-node dedup take days elsewhere.
+    O(V + E) per round on numpy arrays, a few rounds (see there); tested against scipy's
+    `csgraph.connected_components`, which this replaced: importing scipy.sparse.csgraph cost the
+    process that runs the barriers 0.22 CPU-s and ~32 MB RSS, a third of the dedup stage's own
+    barrier work at 20k records, where the rounds take milliseconds.
     """
-    import numpy as np
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
     src = pc.cast(src, pa.string()) if not isinstance(src, pa.ChunkedArray) else src.cast(pa.string())
     dst = pc.cast(dst, pa.string()) if not isinstance(dst, pa.ChunkedArray) else dst.cast(pa.string())
     all_nodes = pa.concat_arrays([_chunk(src), _chunk(dst)])
@@ -344,14 +343,37 @@ def connected_components_table(src: pa.Array, dst: pa.Array) -> pa.Table:
     uniq = uniq.take(pc.sort_indices(uniq))  # sorted ids: index order == string order
     si = pc.index_in(_chunk(src), value_set=uniq).to_numpy()
     di = pc.index_in(_chunk(dst), value_set=uniq).to_numpy()
-    n = len(uniq)
-    g = coo_matrix((np.ones(len(si), dtype=np.int8), (si, di)), shape=(n, n))
-    _, labels = connected_components(g, directed=True, connection="weak")
-    # smallest member per label: nodes are sorted, so the first index seen per label is the min
-    first = np.full(labels.max() + 1, n, dtype=np.int64)
-    np.minimum.at(first, labels, np.arange(n))
-    comp = uniq.take(pa.array(first[labels]))
-    return pa.table({"node": uniq, "component": comp})
+    labels = smallest_member_labels(si, di, len(uniq))
+    return pa.table({"node": uniq, "component": uniq.take(pa.array(labels))})
+
+
+def smallest_member_labels(si: np.ndarray, di: np.ndarray, n: int) -> np.ndarray:
+    """Node i of edges (si[k], di[k]) over nodes 0..n-1 -> the smallest node of i's component.
+
+    Hook-and-jump on whole arrays: every node points at a root (initially itself); each round,
+    for every edge between two trees the larger root is hooked under the smaller one (parent
+    only ever decreases, so no cycles), then pointers jump (parent = parent[parent]) until every
+    node points at its root again, and edges inside one tree leave the list. A root that has a
+    smaller neighbouring root is always hooked, so each round merges trees and the roots that are
+    left are the components' minima. Why not a Python union-find: a dict per node made dedup of
+    a single node take days elsewhere; these are a few numpy passes per round.
+    """
+    index = np.int32 if n < 2**31 else np.int64  # ~31 B per edge at the peak, 61 with int64 (tracemalloc)
+    si, di = si.astype(index, copy=False), di.astype(index, copy=False)
+    parent = np.arange(n, dtype=index)
+    while len(si):
+        a, b = parent[si], parent[di]
+        between = a != b
+        if not between.any():
+            break
+        si, di, a, b = si[between], di[between], a[between], b[between]
+        np.minimum.at(parent, np.maximum(a, b), np.minimum(a, b))
+        while True:
+            jumped = parent[parent]
+            if np.array_equal(jumped, parent):
+                break
+            parent = jumped
+    return parent
 
 
 def _chunk(a):

@@ -20,8 +20,8 @@ further. Lineage is cut by checkpointing the edge set each round, so the plan
 does not grow with the number of rounds.
 
 A graph of at most `spark_partitions.ONE_TASK_MAX_EDGES` edges (`spark.datakit.componentsOneTaskMaxEdges`)
-is solved in one task instead (`components_in_one_task`): the scipy union-find the
-local engine uses, on an executor. Why: each round above is several shuffles and a
+is solved in one task instead (`components_in_one_task`): the array hook-and-jump
+(`core.connected_components_table`) the local engine uses, on an executor. Why: each round above is several shuffles and a
 convergence job, ~1-2 s of scheduling however few the edges, so the rounds cost
 seconds where one task takes milliseconds (a 1M-edge graph is ~100 MB in one
 Python worker). Both give the unique answer, so the output bytes do not depend on

@@ -1,5 +1,5 @@
 """Barriers over spilled parts: polars queries for joins and aggregates; connected components by
-`core.connected_components_table` (scipy), which the Spark engine uses for graphs that fit one task.
+`core.connected_components_table` (numpy hook-and-jump), which the Spark engine uses for graphs that fit one task.
 
 Each function builds a query (or a table) only; the engine streams it to a spill file.
 

@@ -8,8 +8,8 @@ How it runs a plan (and why):
 * A node whose output is used twice, and every barrier input (`Join`,
   `Aggregate`, `ConnectedComponents`), is *materialized* to Parquet parts in the
   work folder, so no node runs (and counts its drops) twice.
-* Barriers run in polars' streaming engine (joins, group-bys) or scipy's
-  sparse connected components, over the spilled parts.
+* Barriers run in polars' streaming engine (joins, group-bys) or core's
+  connected components (numpy hook-and-jump), over the spilled parts.
 * The sink shuffles rows into shard spill files by `shard_ids(key)`; then each
   shard is sorted and written by `datakit.io.sinks.write_shard` — the same
   function the Spark engine calls, which is what makes the bytes identical.
@@ -264,7 +264,7 @@ class LocalEngine(Engine):
         self._materialized[node.id] = parts
         return parts
 
-    # -- barriers (polars / scipy over spilled parts)
+    # -- barriers (polars / core.connected_components_table over spilled parts)
     def _lazy(self, node: Node) -> pl.LazyFrame:
         import polars as pl
 
