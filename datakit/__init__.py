@@ -17,11 +17,31 @@ from typing import Any
 # 500 ms dirty + 1000 ms "muzzy" (MADV_FREE'd, still counted in RSS) by polars' default, so the
 # memory of each barrier query stayed resident through the next one: the dedup stage's peak RSS
 # at 20k records was 502-522 MB with polars' defaults, 456-464 MB with 100 ms and no muzzy stage,
-# CPU unchanged (3 alternated runs; 0 ms cost +0.3 CPU-s of page faults). polars appends this
-# variable to its defaults when it is first imported, so it must be set before that; a user's
-# own setting wins. It changes no output.
+# CPU unchanged (3 alternated runs; 0 ms cost +0.3 CPU-s of page faults). It changes no output.
 POLARS_ALLOCATOR_CONF = "dirty_decay_ms:100,muzzy_decay_ms:0"
-os.environ.setdefault("_RJEM_MALLOC_CONF", POLARS_ALLOCATOR_CONF)
+# what polars writes into the variable when it is imported and the user set nothing (polars 1.x-2.x)
+_POLARS_OWN_CONF = ("dirty_decay_ms:500,muzzy_decay_ms:1000",
+                    "dirty_decay_ms:500,muzzy_decay_ms:1000,thp:always,metadata_thp:always")
+
+
+def _tune_polars_allocator() -> None:
+    """Set `_RJEM_MALLOC_CONF` for polars unless the user set it (any value of theirs wins whole).
+
+    polars appends the variable to its defaults when it is first imported, so this must run
+    before that to count in this process. If polars came first (a notebook's `import polars`),
+    it has written its bare defaults: ours is appended anyway, for the pool workers and other
+    processes started from here (the last value of an option wins in jemalloc).
+    """
+    import sys
+
+    conf = os.environ.get("_RJEM_MALLOC_CONF")
+    if conf is None:
+        os.environ["_RJEM_MALLOC_CONF"] = POLARS_ALLOCATOR_CONF
+    elif "polars" in sys.modules and conf in _POLARS_OWN_CONF:
+        os.environ["_RJEM_MALLOC_CONF"] = f"{conf},{POLARS_ALLOCATOR_CONF}"
+
+
+_tune_polars_allocator()
 
 __version__ = "0.1.0"
 __all__ = ["Pipeline", "PipelineError", "StageConfig", "CompileContext", "register_stage", "record_texts",

@@ -237,8 +237,7 @@ df = pl.DataFrame({"a": pl.arange(0, 8_000_000, eager=True)}).with_columns((pl.c
 df.select(pl.col("b").sort(descending=True)).height
 peak = anon()
 del df
-time.sleep(0.4)  # jemalloc purges on its next call once the decay time has passed
-pl.DataFrame({"x": [1, 2, 3]}).select(pl.col("x").sum())
+time.sleep(0.4)  # polars' jemalloc purges from a background thread once the decay time has passed
 print(base, peak, anon(), os.environ["_RJEM_MALLOC_CONF"])
 """
 
@@ -264,6 +263,30 @@ def test_a_users_own_polars_allocator_setting_is_kept():
     import sys
 
     env = {**os.environ, "_RJEM_MALLOC_CONF": "dirty_decay_ms:7000"}
-    out = subprocess.run([sys.executable, "-c", "import os, datakit, polars; print(os.environ['_RJEM_MALLOC_CONF'])"],
-                         env=env, capture_output=True, text=True, check=True).stdout.strip()
-    assert out.endswith(",dirty_decay_ms:7000") and datakit.POLARS_ALLOCATOR_CONF not in out, out
+    for order in ("datakit, polars", "polars, datakit"):
+        out = subprocess.run([sys.executable, "-c", f"import os, {order}; print(os.environ['_RJEM_MALLOC_CONF'])"],
+                             env=env, capture_output=True, text=True, check=True).stdout.strip()
+        assert out.endswith(",dirty_decay_ms:7000") and datakit.POLARS_ALLOCATOR_CONF not in out, (order, out)
+
+
+_POLARS_FIRST_PROBE = """
+import os
+import polars  # noqa: F401 - a notebook's order: polars has written its own defaults already
+import datakit
+from datakit.workers import drop_all_pools, pool
+try:
+    print(pool(1).submit(os.getenv, "_RJEM_MALLOC_CONF").result())
+finally:
+    drop_all_pools(wait=True)
+"""
+
+
+def test_pool_workers_get_the_polars_setting_when_polars_was_imported_first():
+    """Too late for the importing process itself (its allocator is set up), not for the workers it starts."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    out = subprocess.run([sys.executable, "-c", _POLARS_FIRST_PROBE], env=env, capture_output=True, text=True,
+                         check=True).stdout.strip().splitlines()[-1]
+    assert out.endswith("," + datakit.POLARS_ALLOCATOR_CONF), out
