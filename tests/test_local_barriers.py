@@ -88,6 +88,16 @@ def test_connected_components_smallest_id_is_representative():
     assert comp == {"a": "a", "b": "a", "c": "a", "x": "x", "y": "x", "d": "d", "e": "d", "q": "q"}
 
 
+def test_a_null_end_names_no_node_as_on_spark():
+    """tests/engines/test_spark_cc.py's odd edges: the same answer as Spark's rounds and one-task path
+    (before, the local engine made null a node and joined "a" and "b" through it)."""
+    src = pa.array(["odd:b", "odd:a", None, "odd:c", "odd:d", "x", None])
+    dst = pa.array(["odd:b", None, None, "odd:d", "odd:c", None, "y"])
+    t = connected_components_table(src, dst)
+    assert dict(zip(t.column("node").to_pylist(), t.column("component").to_pylist())) == {
+        "odd:a": "odd:a", "odd:b": "odd:b", "odd:c": "odd:c", "odd:d": "odd:c", "x": "x", "y": "y"}
+
+
 def _scipy_smallest_member(si, di, n):
     """The reference (what connected_components_table ran before): scipy's weak components, then
     the smallest node index per component label."""

@@ -328,6 +328,7 @@ def _remove_stale(url: str) -> None:
 
 def connected_components_table(src: pa.Array, dst: pa.Array) -> pa.Table:
     """Edges -> (node, component = smallest node id in its component), by `smallest_member_labels`.
+    A null end names no node (see below), as on Spark.
 
     O(V + E) per round on numpy arrays, a few rounds (see there); tested against scipy's
     `csgraph.connected_components`, which this replaced: importing scipy.sparse.csgraph cost the
@@ -336,6 +337,12 @@ def connected_components_table(src: pa.Array, dst: pa.Array) -> pa.Table:
     """
     src = pc.cast(src, pa.string()) if not isinstance(src, pa.ChunkedArray) else src.cast(pa.string())
     dst = pc.cast(dst, pa.string()) if not isinstance(dst, pa.ChunkedArray) else dst.cast(pa.string())
+    # a null end names no node; an edge with one null end keeps its other end (a node of its own, as a
+    # self-loop does): what Spark's large-star/small-star rounds do. Before, a null was a node here and
+    # joined every edge that had one into one component, so the engines disagreed on such input.
+    src, dst = pc.coalesce(src, dst), pc.coalesce(dst, src)
+    named = pc.is_valid(src)
+    src, dst = src.filter(named), dst.filter(named)
     all_nodes = pa.concat_arrays([_chunk(src), _chunk(dst)])
     if len(all_nodes) == 0:
         return pa.table({"node": pa.array([], pa.string()), "component": pa.array([], pa.string())})

@@ -45,14 +45,9 @@ def _components_of_table(table: pa.Table) -> pa.Table:
     Same node set as `connected_components`: a null end names no node, an edge with one
     null end keeps its other end (a node of its own, as a self-loop does).
     """
-    import pyarrow.compute as pc
-
     from datakit.engines.core import connected_components_table
 
-    a, b = table.column("a"), table.column("b")
-    src, dst = pc.coalesce(a, b), pc.coalesce(b, a)
-    keep = pc.is_valid(src)
-    return connected_components_table(src.filter(keep), dst.filter(keep))
+    return connected_components_table(table.column("a"), table.column("b"))
 
 
 def components_in_one_task(edges: DataFrame) -> DataFrame:
