@@ -342,14 +342,14 @@ def connected_components_table(src: pa.Array, dst: pa.Array) -> pa.Table:
     # joined every edge that had one into one component, so the engines disagreed on such input.
     src, dst = pc.coalesce(src, dst), pc.coalesce(dst, src)
     named = pc.is_valid(src)
-    src, dst = src.filter(named), dst.filter(named)
-    all_nodes = pa.concat_arrays([_chunk(src), _chunk(dst)])
+    src, dst = _chunk(src.filter(named)), _chunk(dst.filter(named))  # one chunk each, made once
+    all_nodes = pa.concat_arrays([src, dst])
     if len(all_nodes) == 0:
         return pa.table({"node": pa.array([], pa.string()), "component": pa.array([], pa.string())})
     uniq = pc.unique(all_nodes)
     uniq = uniq.take(pc.sort_indices(uniq))  # sorted ids: index order == string order
-    si = pc.index_in(_chunk(src), value_set=uniq).to_numpy()
-    di = pc.index_in(_chunk(dst), value_set=uniq).to_numpy()
+    si = pc.index_in(src, value_set=uniq).to_numpy()
+    di = pc.index_in(dst, value_set=uniq).to_numpy()
     labels = smallest_member_labels(si, di, len(uniq))
     return pa.table({"node": uniq, "component": uniq.take(pa.array(labels))})
 
