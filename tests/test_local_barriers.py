@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from typing import Literal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -101,7 +104,6 @@ def test_a_null_end_names_no_node_as_on_spark():
 def _scipy_smallest_member(si, di, n):
     """The reference (what connected_components_table ran before): scipy's weak components, then
     the smallest node index per component label."""
-    import numpy as np
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
@@ -113,8 +115,6 @@ def _scipy_smallest_member(si, di, n):
 
 
 def test_smallest_member_labels_match_scipy_on_random_and_adversarial_graphs():
-    import numpy as np
-
     from datakit.engines.core import smallest_member_labels
 
     rng = np.random.default_rng(3)
@@ -157,8 +157,6 @@ def test_barrier_queries_keep_their_inputs_row_order(tmp_path):
     another order made a resumed run redo tasks it had finished (a flaky S3 resume test, 1 in ~40
     runs under load). Polars' unordered hash group-by and join do not keep first-seen order on
     this many keys; the queries must."""
-    import numpy as np
-
     from datakit.engines.local.barriers import barrier_query
     from datakit.plan import Aggregate, Join
 
@@ -256,9 +254,6 @@ def test_polars_gives_freed_memory_back_soon_after_a_barrier_query():
     """A barrier's polars memory leaves RSS before the next one. With polars' own allocator
     settings (500 ms + 1000 ms MADV_FREE) this probe stayed at its peak (measured: base 26 MB,
     peak 209 MB, 209 MB after; 26 MB after with ours) and each dedup barrier stacked on the last."""
-    import subprocess
-    import sys
-
     env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
     out = subprocess.run([sys.executable, "-c", _POLARS_FREE_PROBE], env=env, capture_output=True, text=True,
                          check=True).stdout.split()
@@ -269,9 +264,6 @@ def test_polars_gives_freed_memory_back_soon_after_a_barrier_query():
 
 
 def test_a_users_own_polars_allocator_setting_is_kept():
-    import subprocess
-    import sys
-
     env = {**os.environ, "_RJEM_MALLOC_CONF": "dirty_decay_ms:7000"}
     for order in ("datakit, polars", "polars, datakit"):
         out = subprocess.run([sys.executable, "-c", f"import os, {order}; print(os.environ['_RJEM_MALLOC_CONF'])"],
@@ -293,9 +285,6 @@ finally:
 
 def test_pool_workers_get_the_polars_setting_when_polars_was_imported_first():
     """Too late for the importing process itself (its allocator is set up), not for the workers it starts."""
-    import subprocess
-    import sys
-
     env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
     out = subprocess.run([sys.executable, "-c", _POLARS_FIRST_PROBE], env=env, capture_output=True, text=True,
                          check=True).stdout.strip().splitlines()[-1]
