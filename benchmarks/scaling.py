@@ -9,7 +9,8 @@ keeps each process's own high-water mark (VmHWM), whose maximum is the per-proce
 
 The tokenize-only ceiling (`--ceiling`): the same input's text, every string value of every
 event except identifiers and labels (ids, timestamps, paths, roles), tokenized alone with the pipeline's tokenizer (`encode_batch_fast`, one thread, CPU
-seconds of the encode calls only, after one warm-up batch). Input JSON MB / those seconds is
+seconds of the encode calls only, after one warm-up batch), in a process started with the pool
+workers' allocator (mimalloc on Linux, datakit/allocator.py). Input JSON MB / those seconds is
 what a pipeline that did nothing but tokenize could reach; the run's MB per CPU-s over it is the
 share of that ceiling the whole pipeline reaches.
 Results are printed as JSON lines and feed docs/scaling.md.
@@ -114,6 +115,7 @@ def run_once(events: int, workers: int, work: Path) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"run failed ({proc.returncode}): {stderr[-2000:]}")
     stages = json.loads(stdout)["stages"]
+    workers_timing = json.loads((out / "_run.json").read_text())["timing"].get("workers", {})
     in_bytes = sum(f.stat().st_size for f in logs.glob("dt=*/*.jsonl.zst"))
     return {"events": events, "workers": workers, "input_mb": round(in_bytes / 2**20, 1),
             "generate_s": round(gen_s, 1), "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
@@ -121,7 +123,8 @@ def run_once(events: int, workers: int, work: Path) -> dict:
             "load_avg_start_end": [round(load0, 1), round(os.getloadavg()[0], 1)], "peak_rss_mb": round(peak / 2**20),
             "process_peak_rss_mb": round(max(hwm.values(), default=0) / 2**20), "processes": len(hwm),
             "stages": {s["name"]: round(s["seconds"], 2) for s in stages},
-            "rows_in": stages[0]["rows_in"], "rows_out_last": stages[-1]["rows_out"]}
+            "rows_in": stages[0]["rows_in"], "rows_out_last": stages[-1]["rows_out"],
+            "worker_allocators": workers_timing.get("allocators", [])}
 
 
 # identifiers and labels, not text a model trains on (the ceiling tokenizes only the text)
@@ -141,8 +144,21 @@ def _event_strings(obj, out: list[str]) -> None:
             _event_strings(v, out)
 
 
-def tokenize_ceiling(events: int, work: Path, tokenizer: str = "datakit:demo-bpe") -> dict:
+def tokenize_ceiling(events: int, work: Path) -> dict:
+    """The ceiling measured in a fresh process that has the pool workers' allocator, as their
+    tokenizer runs (like for like: the allocator alone moves encode CPU by 20-25%)."""
+    from datakit import allocator
+
+    env = {**os.environ, **allocator.worker_env(), "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, __file__, "--ceiling-child", str(events), "--work", str(work)], env=env,
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _ceiling_here(events: int, work: Path, tokenizer: str = "datakit:demo-bpe") -> dict:
     """Input JSON MB per CPU-second of tokenizing the input's text alone (see the module docstring)."""
+    from datakit import allocator
+
     os.environ["RAYON_NUM_THREADS"] = "1"  # before tokenizers starts its pool: one thread, like one worker
     import zstandard
 
@@ -168,16 +184,21 @@ def tokenize_ceiling(events: int, work: Path, tokenizer: str = "datakit:demo-bpe
         tok.encode_batch_fast(batch, add_special_tokens=False)
         cpu += time.process_time() - c0
     return {"json_mb": round(json_bytes / 1e6, 1), "encode_cpu_s": round(cpu, 2),
-            "ceiling_mb_per_cpu_s": round(json_bytes / 1e6 / cpu, 2), "strings": len(texts)}
+            "ceiling_mb_per_cpu_s": round(json_bytes / 1e6 / cpu, 2), "strings": len(texts),
+            "allocator": allocator.in_use()}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("sizes", nargs="+", type=int)
+    ap.add_argument("sizes", nargs="*", type=int)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--ceiling", action="store_true", help="also measure the tokenize-only ceiling per size")
     ap.add_argument("--work", default=None, help="folder for logs and outputs (default: a temp folder)")
+    ap.add_argument("--ceiling-child", type=int, default=0, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.ceiling_child:
+        print(json.dumps(_ceiling_here(a.ceiling_child, Path(a.work))))
+        return
     work = Path(a.work or tempfile.mkdtemp(prefix="datakit-scaling-"))
     work.mkdir(parents=True, exist_ok=True)
     for n in a.sizes:

@@ -192,6 +192,13 @@ def cli_vs_bare(mb: float, doc_chars: int, tokenizer: str, batch: int, runs: int
     measured by `_proc.run_measured` (waited children plus the sampled /proc tree: datatrove's pool
     workers hang off a forkserver that getrusage alone would not count).
 
+    Allocator: datakit's pool workers run with mimalloc interposed (datakit/allocator.py), which
+    alone takes 20-25% off the tokenizer's CPU. "bare" is the reference as users run it (the
+    interpreter's malloc); "bare_alloc" is the same bare process started with the workers'
+    allocator (`allocator.worker_env()`; only where that is not empty), the strict like for like
+    of everything else ours does. Each run of ours starts from an empty output folder (a rerun
+    would reuse the finished shards and skip packing and writing).
+
     datatrove like for like: the same texts as JSON Lines (`text` field; one file per Parquet file),
     the same tokenizer.json by local path, EOS `<|endoftext|>` after every document (as ours appends;
     no BOS on either side: the tokenizer has no post-processor), the same number of processes as
@@ -206,9 +213,12 @@ def cli_vs_bare(mb: float, doc_chars: int, tokenizer: str, batch: int, runs: int
 
     import pyarrow.parquet as pq
 
+    from datakit import allocator
+
     texts = corpus(mb, doc_chars)
     table = records(texts)
-    sides = ("ours", "bare", "datatrove") if datatrove else ("ours", "bare")
+    alloc_env = allocator.worker_env()
+    sides = ("ours", "bare") + (("bare_alloc",) if alloc_env else ()) + (("datatrove",) if datatrove else ())
     res: dict = {side: [] for side in sides}
     with tempfile.TemporaryDirectory() as d:
         n = 4
@@ -232,6 +242,8 @@ def cli_vs_bare(mb: float, doc_chars: int, tokenizer: str, batch: int, runs: int
         cmds = {"ours": [*cli, "run", f"{d}/p.yaml", "--quiet", "--no-report"],
                 "bare": [sys.executable, __file__, "--child-bare", d, "--tokenizer", tokenizer, "--batch", str(batch)]}
         envs = {"ours": env, "bare": env}
+        if alloc_env:
+            cmds["bare_alloc"], envs["bare_alloc"] = cmds["bare"], {**env, **alloc_env}
         if datatrove:
             from benchmarks._datatrove import datatrove_python
             from datakit.workers import usable_cpus, worker_threads
@@ -246,6 +258,7 @@ def cli_vs_bare(mb: float, doc_chars: int, tokenizer: str, batch: int, runs: int
             import shutil
 
             shutil.rmtree(f"{d}/dt", ignore_errors=True)
+            shutil.rmtree(f"{d}/out", ignore_errors=True)  # a rerun would reuse the shards: no packing, no writing
             out, m = run_measured(cmds[side], env=envs[side], cwd=d)
             if out.returncode:
                 raise SystemExit(f"{side} failed: {out.stderr[-3000:]}")
@@ -269,6 +282,8 @@ def cli_vs_bare(mb: float, doc_chars: int, tokenizer: str, batch: int, runs: int
     out["docs"] = len(texts)
     out["chars"] = sum(map(len, texts))
     out["threads"] = os.environ.get("RAYON_NUM_THREADS", f"default ({os.cpu_count()} cores)")
+    out["worker_allocator"] = (f"mimalloc {__import__('importlib.metadata').metadata.version('cmeel-mimalloc')} "
+                               "(LD_PRELOAD)" if alloc_env else "the interpreter's malloc")
     if datatrove:
         out["datatrove_setup"] = {"workers": workers, "tasks": n, "RAYON_NUM_THREADS": threads}
     return out
@@ -337,6 +352,19 @@ def loader_speed(texts: list[str], tokenizer: str, seconds: float = 2.0) -> list
     return out
 
 
+def bare_row(a: argparse.Namespace, r: dict, label: str, side: str, title: str, reference: str, allocators: str) -> dict:
+    """One `datakit run` vs bare `encode_batch_fast` row (tokens per CPU-second of the process trees)."""
+    from benchmarks import _report
+
+    ours, bare = r["ours"], r[side]
+    return _report.comparison(
+        f"tokenize stage via `datakit run` vs bare encode_batch_fast{title} ({label})",
+        ours["tokens"] / ours["cpu_seconds"], bare["tokens"] / bare["cpu_seconds"], "tokens/CPU-s", reference,
+        f"same Parquet input; ours {ours['tokens'] - r['docs']} tokens + {r['docs']} EOS vs {bare['tokens']}; {allocators}",
+        f"{a.mb} MB, {r['docs']} docs, whole fresh processes, same threads ({r['threads']}), CPU time of the "
+        f"process tree, median of {a.runs}")
+
+
 def datatrove_rows(a: argparse.Namespace, r: dict, label: str, load0: tuple[float, ...]) -> list[dict]:
     """Print and return the `datakit run` vs datatrove DocumentTokenizer rows (CPU and wall) of one corpus."""
     from benchmarks import _report
@@ -349,7 +377,8 @@ def datatrove_rows(a: argparse.Namespace, r: dict, label: str, load0: tuple[floa
             f"tokens ({dt['docs']} docs)" + ("" if ours["tokens"] == dt["tokens"] else
                                             f", DIFFERENT by {ours['tokens'] - dt['tokens']}")
             + "; ours packs best_fit into 2048-token rows + writes Parquet/.npy, datatrove shuffles documents "
-            "within each token file")
+            f"within each token file; ours' pool workers with {r['worker_allocator']}, datatrove's with the "
+            "interpreter's malloc")
     cond = (f"{a.mb} MB, {r['docs']} docs, whole fresh processes, {setup['workers']} processes each (datatrove "
             f"LocalPipelineExecutor workers={setup['workers']}, tasks={setup['tasks']} = input files), "
             f"RAYON_NUM_THREADS={setup['RAYON_NUM_THREADS']} per process on both sides, median of {a.runs} "
@@ -409,13 +438,15 @@ def main() -> None:
         print(f"{label:>18}: datakit run {ours['cpu_seconds']:.2f} CPU s ({ours['tokens']} tokens incl. EOS, "
               f"wall {ours['wall_seconds']:.1f}s) | bare {bare['cpu_seconds']:.2f} CPU s ({bare['tokens']} tokens, "
               f"wall {bare['wall_seconds']:.1f}s) | threads {r['threads']}")
-        rows.append(_report.comparison(
-            f"tokenize stage via `datakit run` vs bare encode_batch_fast ({label})",
-            ours["tokens"] / ours["cpu_seconds"], bare["tokens"] / bare["cpu_seconds"], "tokens/CPU-s",
-            "tokenizers encode_batch_fast, whole process",
-            f"same Parquet input; ours {ours['tokens'] - r['docs']} tokens + {r['docs']} EOS vs {bare['tokens']}",
-            f"{a.mb} MB, {r['docs']} docs, whole fresh processes, same threads ({r['threads']}), CPU time of the "
-            f"process tree, median of {a.runs}"))
+        rows.append(bare_row(a, r, label, "bare", "", "tokenizers encode_batch_fast, whole process",
+                             f"ours' pool workers with {r['worker_allocator']}, bare with the interpreter's malloc"))
+        if "bare_alloc" in r:
+            ba = r["bare_alloc"]
+            print(f"{label:>18}: bare with the workers' allocator {ba['cpu_seconds']:.2f} CPU s "
+                  f"(wall {ba['wall_seconds']:.1f}s)")
+            rows.append(bare_row(a, r, label, "bare_alloc", " with the same allocator",
+                                 "tokenizers encode_batch_fast, whole process started like datakit's workers",
+                                 f"both with {r['worker_allocator']}"))
         if a.datatrove:
             rows += datatrove_rows(a, r, label, load)
     _report.write("tokenize_bench", rows)

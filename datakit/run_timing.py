@@ -124,10 +124,13 @@ def task_end(begin: tuple[float, float, float, dict[str, float] | None]) -> dict
     """What one pool task cost its process (JSON-able; summed by `workers_block`)."""
     import os
 
+    from datakit import allocator
+
     cpu0, compile0, jit0, startup = begin
     out: dict[str, Any] = {"pid": os.getpid(), "cpu_seconds": time.process_time() - cpu0,
                            "numba_compile": _numba_compile_seconds() - compile0,
-                           "numba_jit": _numba_jit_seconds() - jit0, "peak_rss_mb": peak_rss_mb()}
+                           "numba_jit": _numba_jit_seconds() - jit0, "peak_rss_mb": peak_rss_mb(),
+                           "allocator": allocator.in_use()}
     if startup is not None:
         out["startup"] = startup
     return out
@@ -148,6 +151,7 @@ def workers_block(tasks: list[dict[str, Any]]) -> dict[str, Any]:
         "startup_cpu_seconds": round(max((s["cpu_seconds"] for s in startups), default=0.0), 3),
         "startup_rss_mb": round(max((s["rss_mb"] for s in startups), default=0.0), 1),
         "peak_rss_mb": round(max((t["peak_rss_mb"] for t in tasks), default=0.0), 1),
+        "allocators": sorted({t["allocator"] for t in tasks if "allocator" in t}),
     }
 
 

@@ -16,13 +16,20 @@ Threads: the tokenizer (Rust, rayon) sizes its thread pool to all cores in every
 N workers each tokenizing with all cores ran N x cores threads on the same cores, and idle rayon
 threads spin: more CPU seconds for the same tokens (one 32 MB run: 20.7 vs 18.2 CPU-s).
 Each worker gets `RAYON_NUM_THREADS = cores // workers` unless the user set it.
+
+Allocator: workers start with mimalloc interposed (`LD_PRELOAD`, datakit/allocator.py): the
+tokenizer spent about a third of its CPU in glibc's malloc. Only the workers: the pool owner's
+environment is changed for the instant a worker is started, under a lock, then restored.
 """
 from __future__ import annotations
 
 import atexit
 import os
+import threading
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from multiprocessing import get_context
+from typing import Iterator
 
 from datakit.process_exit import exit_without_teardown
 
@@ -56,10 +63,53 @@ def pool(workers: int) -> ProcessPoolExecutor:
     existing, born = _POOLS.get(workers, (None, None))
     if existing is None or born != env or getattr(existing, "_broken", False):
         drop_pool(workers)
-        existing = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
-                                       initializer=_init_worker, initargs=(worker_threads(workers), *logcfg))
+        from datakit import allocator
+
+        existing = _Pool(max_workers=workers, mp_context=get_context("spawn"), initializer=_init_worker,
+                         initargs=(worker_threads(workers), *logcfg), child_env=allocator.worker_env())
         _POOLS[workers] = (existing, env)
     return existing
+
+
+class _Pool(ProcessPoolExecutor):
+    """A spawn pool whose workers start with `child_env` added to the parent's environment.
+
+    Why a subclass: a spawned process copies the environment of the moment it starts, and the
+    executor starts workers lazily (on `submit`, and again if one dies), so the variables are set
+    around each start (`_spawn_process`, the one place the executor starts a worker, 3.9+). Should
+    a Python version start workers elsewhere, they simply start without them (the run report's
+    `timing.workers.allocators` then says `system`).
+    """
+
+    def __init__(self, *args, child_env: dict[str, str], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._child_env = dict(child_env)
+
+    def _spawn_process(self) -> None:
+        with _environment(self._child_env):
+            super()._spawn_process()  # type: ignore[misc]
+
+
+_ENV_LOCK = threading.Lock()
+
+
+@contextmanager
+def _environment(extra: dict[str, str]) -> Iterator[None]:
+    """`extra` in os.environ for the duration of the block, then exactly the old values back."""
+    if not extra:
+        yield
+        return
+    with _ENV_LOCK:
+        old = {k: os.environ.get(k) for k in extra}
+        os.environ.update(extra)
+        try:
+            yield
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
 
 def worker_threads(workers: int) -> int:

@@ -209,6 +209,10 @@ def _base_conf(master: str, conf: dict[str, Any] | None) -> dict[str, str]:
         workers_python = (conf or {}).get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON") or sys.executable
         if workers_python == sys.executable:  # its workers run this interpreter, which has datakit
             out["spark.python.daemon.module"] = LOCAL_DAEMON_MODULE
+            # and the local engine's workers' malloc (datakit/allocator.py): a library on this machine, at this path
+            from datakit import allocator
+
+            out.update({f"spark.executorEnv.{k}": v for k, v in allocator.worker_env().items()})
     else:
         out.update(STRAGGLER_DEFAULTS)
     out.update(TIMEOUT_DEFAULTS)

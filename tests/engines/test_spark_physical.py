@@ -226,40 +226,67 @@ def test_a_function_that_reads_few_columns_is_handed_only_those(spark, tmp_path)
     assert set(read_output(str(tmp_path / "local")).column("meta").to_pylist()) == {"1"}
 
 
-class _ThreadsAsMeta:
-    """Each record's meta: the RAYON_NUM_THREADS and OMP_NUM_THREADS of the Python worker that ran it."""
+class _WorkerFactAsMeta:
+    """Each record's meta: a fact of the Python worker that ran it (`fact` names it)."""
+
+    def __init__(self, fact: str) -> None:
+        self.fact = fact
 
     def __call__(self, b: pa.RecordBatch) -> pa.RecordBatch:
         import os
 
-        seen = f"{os.environ.get('RAYON_NUM_THREADS')}/{os.environ.get('OMP_NUM_THREADS')}"
+        from datakit import allocator
+
+        seen = (allocator.in_use() if self.fact == "allocator"
+                else f"{os.environ.get('RAYON_NUM_THREADS')}/{os.environ.get('OMP_NUM_THREADS')}")
         return b.set_column(b.schema.get_field_index("meta"), "meta", pa.array([seen] * b.num_rows, pa.string()))
+
+
+def _worker_facts(tmp_path, fact: str) -> set[str]:
+    """The `fact` of every Spark Python worker that ran a record of a small pipeline."""
+    from typing import Literal
+
+    from datakit import CompileContext, StageConfig, register_stage
+    from datakit.contracts import TRAINING_RECORD_V1
+    from datakit.io.dataset import read_output
+
+    kind = f"test_worker_{fact}"
+
+    def compile(self, rel, ctx: CompileContext):
+        return rel.map_batches(_WorkerFactAsMeta(fact), TRAINING_RECORD_V1, name=fact)
+
+    # a real Literal object (a string annotation could not see `kind`)
+    register_stage(type(f"Worker_{fact}", (StageConfig,),
+                        {"__annotations__": {"kind": Literal[kind]}, "kind": kind, "compile": compile}))
+    p = _records_pipeline(tmp_path, kind)
+    p.run(engine="spark", partitions=2, output=str(tmp_path / "spark"))
+    return set(read_output(str(tmp_path / "spark")).column("meta").to_pylist())
 
 
 def test_python_workers_tokenize_with_their_tasks_cores(spark, tmp_path):
     """A Python worker's tokenizer pool is sized to its task's cores (Spark's OMP_NUM_THREADS =
     spark.task.cpus), not to every core of the machine in every worker (cores x cores spinning threads)."""
     import os
-    from typing import Literal
-
-
-    from datakit import CompileContext, StageConfig, register_stage
-    from datakit.contracts import TRAINING_RECORD_V1
-    from datakit.io.dataset import read_output
 
     if "RAYON_NUM_THREADS" in os.environ:
         pytest.skip("RAYON_NUM_THREADS is set for the whole test run: the operator's setting wins")
+    assert _worker_facts(tmp_path, "threads") == {"1/1"}  # local[2]: 1 core a task
 
-    @register_stage
-    class WorkerThreads(StageConfig):
-        kind: Literal["test_worker_threads"] = "test_worker_threads"
 
-        def compile(self, rel, ctx: CompileContext):
-            return rel.map_batches(_ThreadsAsMeta(), TRAINING_RECORD_V1, name="threads")
+def test_local_python_workers_have_the_local_engines_allocator(spark, tmp_path):
+    """A local master's Python workers run this interpreter on this machine: they get the pool
+    workers' mimalloc too (spark.executorEnv.LD_PRELOAD), so the engines tokenize at the same cost."""
+    import os
+    import sys
 
-    p = _records_pipeline(tmp_path, "test_worker_threads")
-    p.run(engine="spark", partitions=2, output=str(tmp_path / "spark"))
-    assert set(read_output(str(tmp_path / "spark")).column("meta").to_pylist()) == {"1/1"}  # local[2]: 1 core a task
+    from datakit import allocator
+
+    if not sys.platform.startswith("linux") or allocator.mimalloc_library() is None:
+        pytest.skip("LD_PRELOAD and the cmeel-mimalloc wheel are Linux-only")
+    if os.environ.get("LD_PRELOAD") or os.environ.get(allocator.ENV_VAR) == "system":
+        pytest.skip("the test run chose its own allocator")
+    (seen,) = _worker_facts(tmp_path, "allocator")
+    assert seen.startswith("mimalloc 3.")
 
 
 def test_shard_of_a_key_hash_in_the_jvm_is_the_sinks_rule(spark):

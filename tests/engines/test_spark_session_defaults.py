@@ -123,3 +123,26 @@ def test_local_python_workers_import_pyspark_from_the_installed_package(spark):
 
     files = {r["file"] for r in spark.range(0, 2, 1, 2).mapInArrow(where, "file string").collect()}
     assert files == {os.path.abspath(pyspark.__file__)}
+
+
+def test_local_python_workers_get_the_pool_workers_allocator(monkeypatch):
+    """On a local master whose workers run this interpreter, Spark's Python workers start with the
+    local engine's worker allocator (spark.executorEnv.LD_PRELOAD); never on a cluster (the library's
+    path there is unknown), not with DATAKIT_ALLOCATOR=system, and a caller's own value wins."""
+    from datakit import allocator
+
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    monkeypatch.delenv(allocator.ENV_VAR, raising=False)
+    key = "spark.executorEnv.LD_PRELOAD"
+    lib = allocator.mimalloc_library()
+    if lib is None:
+        assert key not in _base_conf("local[2]", None)
+        return
+    assert _base_conf("local[2]", None)[key] == lib
+    for master in ("spark://h:7077", "yarn"):
+        assert key not in _base_conf(master, None)
+    assert key not in _base_conf("local[2]", {"spark.pyspark.python": "./environment/bin/python"})
+    assert _base_conf("local[2]", {key: "/opt/libjemalloc.so"})[key] == "/opt/libjemalloc.so"
+    monkeypatch.setenv(allocator.ENV_VAR, "system")
+    assert key not in _base_conf("local[2]", None)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from datakit import allocator
+
 # Input bytes (Arrow size of the batches read) between two trims: see `release_free_memory_every`
 TRIM_EVERY_BYTES = 256 << 20
 _since_trim = [0]
@@ -20,6 +22,7 @@ def release_free_memory() -> None:
     pa.default_memory_pool().release_unused()  # Arrow's allocator (mimalloc) keeps freed pages too
     if _LIBC is not None:
         _LIBC.malloc_trim(0)
+    allocator.release_free()  # a pool worker's malloc is mimalloc (datakit/allocator.py): its free pages too
 
 
 def release_free_memory_every(nbytes: int) -> None:
