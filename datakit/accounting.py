@@ -17,8 +17,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from datakit.plan import DROP, Plan
-from datakit.quality import expect as quality_expect
-from datakit.quality import profile as quality_profile
 
 
 class AccountingError(RuntimeError):
@@ -99,7 +97,11 @@ def stage_report(plan: Plan, stats: dict[int, NodeStats], rows: dict[int, int]) 
         else:
             entry["rows_out"] = emitted
         entry["dropped"] = dict(sorted((k, v) for k, v in dropped.items() if v))  # no zero entries
-        # counters of the quality nodes (profile, expectations) get their own entries
+        # counters of the quality nodes (profile, expectations) get their own entries; imported here, by the
+        # driver: pool workers import this module for NodeStats, and expectations are pydantic models
+        from datakit.quality import expect as quality_expect
+        from datakit.quality import profile as quality_profile
+
         own, profile = quality_profile.fold(dict(metrics))
         own, expectations = quality_expect.fold(plan.checks, span.name, own)
         if own:
@@ -116,5 +118,7 @@ def stage_report(plan: Plan, stats: dict[int, NodeStats], rows: dict[int, int]) 
             )
         out.append(entry)
     if plan.gate:
+        from datakit.quality import expect as quality_expect
+
         quality_expect.enforce(out)  # before anything is committed: a failed `error` expectation stops the run
     return out

@@ -9,8 +9,9 @@ import pyarrow as pa
 import pytest
 
 from datakit.contracts import TRAINING_RECORD_V1
+from datakit.stages.tokenize.batch import EncodeFn
 from datakit.stages.tokenize.encode import EncodeOptions, encode_table, fim_draws
-from datakit.stages.tokenize.stage import EncodeFn, TokenizeConfig
+from datakit.stages.tokenize.stage import TokenizeConfig
 from datakit.stages.tokenize.tokenizers import TokenizerError, load_tokenizer
 
 TOKENIZER = str(Path(__file__).resolve().parents[1] / "data" / "tokenizer" / "tokenizer.json")
@@ -296,3 +297,18 @@ def test_encode_fn_pickles_without_the_tokenizer(tok):
     again = pickle.loads(blob)
     assert again(table(code_records(2)).to_batches()[0]).equals(fn(table(code_records(2)).to_batches()[0]))
     assert cfg.sink_options(tok, 0)["tokenizer_sha256"] == tok.sha256
+
+
+def test_a_worker_unpickling_the_tokenize_function_imports_no_pydantic(tok, tmp_path):
+    """A pool worker imports what its task needs: the engine's worker side and the batch function.
+    The stage's configuration (pydantic models behind `datakit.stages.base`) stays in the driver."""
+    import pickle
+    import subprocess
+    import sys
+
+    (tmp_path / "fn.pkl").write_bytes(pickle.dumps(EncodeFn(TOKENIZER, {}, True, EncodeOptions(), tok.sha256)))
+    code = ("import pickle, sys; import datakit.workers, datakit.engines.local.scheduler, datakit.engines.local.chain;"
+            f"fn = pickle.loads(open({str(tmp_path / 'fn.pkl')!r}, 'rb').read()); fn.setup();"
+            "print(sorted(m for m in ('pydantic', 'datakit.stages.base', 'datakit.stages.tokenize.stage') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
