@@ -85,6 +85,7 @@ def _preloaded() -> tuple[str, ...]:
     return tuple(p for p in wanted if os.path.realpath(p) in real)
 
 
+@functools.lru_cache(maxsize=1)
 def in_use() -> str:
     """This process's allocator as the run report names it: `mimalloc 3.4.3`, a preloaded
     library's file name, or `system`."""
