@@ -79,7 +79,9 @@ def scaling_measurements(path: Path) -> dict:
         stages = ", ".join(f"{k} {v:.0f}s" for k, v in r["stages"].items())
         if mb and r.get("tokenize_ceiling"):
             ceil = r["tokenize_ceiling"]["ceiling_mb_per_cpu_s"]
-            per_cpu += f" ({mb / r['cpu_s'] / ceil:.0%} of the tokenize-only ceiling, {ceil:.2f} MB/CPU-s)"
+            alloc = r["tokenize_ceiling"].get("allocator")
+            per_cpu += (f" ({mb / r['cpu_s'] / ceil:.0%} of the tokenize-only ceiling, {ceil:.2f} MB/CPU-s"
+                        + (f" with {alloc}, as the workers" if alloc else "") + ")")
         per_process = (f"; largest process peak (VmHWM) {r['process_peak_rss_mb']} MB of {r['processes']}"
                        if "process_peak_rss_mb" in r else "")
         rows.append({"name": f"quickstart end to end, {r['events']:,} events ({r['workers']} workers)",
