@@ -7,9 +7,10 @@ under glibc's malloc about a third of its CPU went to the allocator itself (perf
 20-25% fewer CPU seconds with mimalloc interposed, and so did a whole tokenize `datakit run`.
 
 How: a process's malloc can only be replaced when it starts (`LD_PRELOAD`), so the pool
-(datakit/workers.py) starts its workers with `worker_env()` in their environment; the process
-that owns the pool (a notebook, the `datakit` command) keeps its own allocator and its
-environment is left as it was. The library is the `cmeel-mimalloc` wheel's (a dependency on
+(datakit/workers.py) starts its workers with `worker_env()` in their environment (each worker
+then drops the variable, so processes a task starts keep their own allocator); the process that
+owns the pool (a notebook, the `datakit` command) keeps its own allocator and its environment is
+left as it was. `choice()` is checked when an engine is built (`engines.get_engine`). The library is the `cmeel-mimalloc` wheel's (a dependency on
 Linux). The allocator never changes output (tested byte for byte); the run report names the
 workers' allocator (`timing.workers.allocators`).
 
@@ -82,7 +83,9 @@ def _preloaded() -> tuple[str, ...]:
     except OSError:
         return ()
     real = {os.path.realpath(p) for p in mapped}
-    return tuple(p for p in wanted if os.path.realpath(p) in real)
+    names = {os.path.basename(p) for p in mapped}
+    # a path names one file; a bare name (`libjemalloc.so.2`) is found by ld.so on its search path
+    return tuple(p for p in wanted if (os.path.realpath(p) in real if "/" in p else p in names))
 
 
 @functools.lru_cache(maxsize=1)

@@ -57,7 +57,8 @@ def pool(workers: int) -> ProcessPoolExecutor:
     from datakit.logs import worker_config
 
     logcfg = worker_config()
-    env = hash((frozenset((k, v) for k, v in os.environ.items() if k not in _LIBRARY_ENV), logcfg))
+    with _ENV_LOCK:  # not while a worker start has the allocator's variables in os.environ
+        env = hash((frozenset((k, v) for k, v in os.environ.items() if k not in _LIBRARY_ENV), logcfg))
     for other in [w for w in _POOLS if w != workers]:
         drop_pool(other)
     existing, born = _POOLS.get(workers, (None, None))
@@ -65,8 +66,10 @@ def pool(workers: int) -> ProcessPoolExecutor:
         drop_pool(workers)
         from datakit import allocator
 
+        with _ENV_LOCK:
+            child_env = allocator.worker_env()
         existing = _Pool(max_workers=workers, mp_context=get_context("spawn"), initializer=_init_worker,
-                         initargs=(worker_threads(workers), *logcfg), child_env=allocator.worker_env())
+                         initargs=(worker_threads(workers), *logcfg), child_env=child_env)
         _POOLS[workers] = (existing, env)
     return existing
 
@@ -82,20 +85,30 @@ class _Pool(ProcessPoolExecutor):
     """
 
     def __init__(self, *args, child_env: dict[str, str], **kwargs) -> None:
+        self._child_env = dict(child_env)  # before the executor could start a worker
         super().__init__(*args, **kwargs)
-        self._child_env = dict(child_env)
 
     def _spawn_process(self) -> None:
-        with _environment(self._child_env):
+        with _environment({**self._child_env, _ADDED_MARK: "1"} if self._child_env else {}):
             super()._spawn_process()  # type: ignore[misc]
 
 
 _ENV_LOCK = threading.Lock()
 
 
+def environment_lock() -> threading.Lock:
+    """Held while a worker start has its extra variables in os.environ: hold it to copy the environment
+    for another process (Spark's JVM start does), so that copy never catches them."""
+    return _ENV_LOCK
+
+
 @contextmanager
 def _environment(extra: dict[str, str]) -> Iterator[None]:
-    """`extra` in os.environ for the duration of the block, then exactly the old values back."""
+    """`extra` in os.environ for the duration of the block, then exactly the old values back.
+
+    A thread that reads os.environ meanwhile without `environment_lock()` can see them (a user's
+    thread starting a subprocess in those milliseconds would pass LD_PRELOAD on); datakit's own
+    readers (the pool's environment key, Spark's JVM start) take the lock."""
     if not extra:
         yield
         return
@@ -123,9 +136,26 @@ def _init_worker(threads: int, *logcfg) -> None:
     from datakit.logs import init_worker
 
     os.environ.setdefault("RAYON_NUM_THREADS", str(threads))
+    _forget_preload()
     init_worker(*logcfg)
     defer_pandas()
     atexit.register(_exit_without_teardown)
+
+
+def _forget_preload() -> None:
+    """Take the LD_PRELOAD the pool added out of this worker's environment (after noting what this
+    process runs with): processes a task starts keep their own allocator, as the owner's do."""
+    from datakit import allocator
+
+    allocator.in_use()  # cached: read while LD_PRELOAD still names what was loaded
+    if os.environ.get("LD_PRELOAD") and os.environ.get("LD_PRELOAD") == allocator.mimalloc_library() \
+            and os.environ.get(_ADDED_MARK) == "1":
+        del os.environ["LD_PRELOAD"]
+    os.environ.pop(_ADDED_MARK, None)
+
+
+# set with the allocator's variables when the pool adds them, so a worker can tell ours from a user's LD_PRELOAD
+_ADDED_MARK = "DATAKIT_WORKER_PRELOAD"
 
 
 def _exit_without_teardown() -> None:

@@ -12,20 +12,26 @@ import pytest
 from datakit import Pipeline, allocator, synth, workers
 from datakit.io.sinks import output_checksums
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or allocator.mimalloc_library() is None,
-                                reason="LD_PRELOAD and the cmeel-mimalloc wheel are Linux-only")
+needs_mimalloc = pytest.mark.skipif(not sys.platform.startswith("linux") or allocator.mimalloc_library() is None,
+                                    reason="LD_PRELOAD and the cmeel-mimalloc wheel are Linux-only")
 TOKENIZER = str(Path(__file__).resolve().parent / "data" / "tokenizer" / "tokenizer.json")
 
 
 def _worker_view(_: object) -> dict:
-    """What a pool worker sees: its allocator, whether libmimalloc is mapped, its LD_PRELOAD."""
+    """What a pool worker sees: its allocator, whether libmimalloc is mapped, its LD_PRELOAD, and
+    what a process it starts runs with."""
     import os
+    import subprocess
+    import sys
 
     from datakit import allocator
 
     with open("/proc/self/maps") as f:
         mapped = "libmimalloc" in f.read()
-    return {"in_use": allocator.in_use(), "mapped": mapped, "LD_PRELOAD": os.environ.get("LD_PRELOAD")}
+    child = subprocess.run([sys.executable, "-c", "from datakit import allocator; print(allocator.in_use())"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    return {"in_use": allocator.in_use(), "mapped": mapped, "LD_PRELOAD": os.environ.get("LD_PRELOAD"),
+            "child": child}
 
 
 @pytest.fixture
@@ -36,34 +42,92 @@ def clean_env(monkeypatch):
     workers.drop_all_pools(wait=True)
 
 
+@needs_mimalloc
 def test_workers_start_with_mimalloc_and_the_owner_environment_is_unchanged(clean_env):
     before = dict(os.environ)
     view = workers.pool(2).submit(_worker_view, None).result()
     assert view["mapped"] and view["in_use"].startswith("mimalloc 3.")
-    assert view["LD_PRELOAD"] == allocator.mimalloc_library()
+    # the worker forgets the variable once started: a process a task starts keeps its own malloc
+    assert view["LD_PRELOAD"] is None and view["child"] == "system"
     assert dict(os.environ) == before  # set only for the instant a worker starts
     assert allocator.in_use() == "system"  # this process keeps its own malloc
+    assert workers.pool(2) is workers.pool(2)  # the owner's environment key did not move: the pool is kept
+
+
+@needs_mimalloc
+def test_the_environment_key_never_sees_a_worker_start(clean_env):
+    """Workers start while another thread reads the environment under the lock (as `pool()` and
+    Spark's JVM start do): it never sees the worker-only variables."""
+    import threading
+
+    seen, stop = [], threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            with workers.environment_lock():
+                seen.append("LD_PRELOAD" in os.environ)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        for _ in range(3):
+            workers.drop_all_pools(wait=True)
+            workers.pool(2).submit(_worker_view, None).result()
+    finally:
+        stop.set()
+        t.join()
+    assert seen and not any(seen)
 
 
 def test_system_allocator_when_asked(clean_env):
     clean_env.setenv(allocator.ENV_VAR, "system")
     view = workers.pool(2).submit(_worker_view, None).result()
-    assert view == {"in_use": "system", "mapped": False, "LD_PRELOAD": None}
+    assert view == {"in_use": "system", "mapped": False, "LD_PRELOAD": None, "child": "system"}
 
 
+@needs_mimalloc
 def test_a_users_ld_preload_is_kept_whole(clean_env, tmp_path):
-    """The user chose what to preload (an allocator, a profiler): nothing is added to it."""
+    """The user chose what to preload (an allocator, a profiler): nothing is added to it, and it
+    stays in the workers' environment for the processes they start."""
     theirs = tmp_path / "libmimalloc.so"  # another name for the same library: reported by its file name
     theirs.symlink_to(allocator.mimalloc_library())
     clean_env.setenv("LD_PRELOAD", str(theirs))
     view = workers.pool(2).submit(_worker_view, None).result()
-    assert view == {"in_use": "libmimalloc.so", "mapped": True, "LD_PRELOAD": str(theirs)}
+    assert view == {"in_use": "libmimalloc.so", "mapped": True, "LD_PRELOAD": str(theirs),
+                    "child": "libmimalloc.so"}
 
 
-def test_an_unknown_allocator_is_a_clear_error(clean_env):
+@needs_mimalloc
+def test_a_preloaded_library_named_without_a_path_is_recognised(clean_env, tmp_path):
+    """ld.so finds a bare name on its search path; the report must still name it."""
+    import subprocess
+
+    lib = Path(allocator.mimalloc_library())
+    env = {**os.environ, "LD_PRELOAD": lib.name, "LD_LIBRARY_PATH": str(lib.parent)}
+    out = subprocess.run([sys.executable, "-c", "from datakit import allocator; print(allocator.in_use())"],
+                         env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == lib.name
+
+
+def test_an_unknown_allocator_is_a_clear_error_before_any_work(clean_env, tmp_path):
+    """Checked when the engine is built: one line, exit 2, and the published output is untouched
+    (a failure at the first pool would come after the run had retracted it)."""
+    import subprocess
+
     clean_env.setenv(allocator.ENV_VAR, "jemalloc")
     with pytest.raises(allocator.AllocatorError, match="DATAKIT_ALLOCATOR='jemalloc': expected one of mimalloc, system"):
         workers.pool(2)
+    synth.generate(str(tmp_path / "logs"), events=200, seed=1)
+    (tmp_path / "p.yaml").write_text("name: a\ninput: {path: 'logs/dt=*/*.jsonl.zst'}\nstages: [{kind: ingest}]\n"
+                                     "output: {path: out}\n")
+    cli = [sys.executable, "-m", "datakit.cli", "run", "p.yaml", "--quiet", "--no-report"]
+    env = {k: v for k, v in os.environ.items() if k != allocator.ENV_VAR}
+    assert subprocess.run(cli, cwd=tmp_path, env=env, capture_output=True, text=True).returncode == 0
+    before = output_checksums(str(tmp_path / "out"))
+    r = subprocess.run(cli, cwd=tmp_path, env={**env, allocator.ENV_VAR: "jemalloc"}, capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "DATAKIT_ALLOCATOR='jemalloc': expected one of mimalloc, system" in r.stderr
+    assert output_checksums(str(tmp_path / "out")) == before and (tmp_path / "out" / "_SUCCESS").exists()
 
 
 def _free_memory_probe(_: object) -> list[float]:
@@ -80,6 +144,7 @@ def _free_memory_probe(_: object) -> list[float]:
     return [r0, r1, r2, rss_mb()]
 
 
+@needs_mimalloc
 def test_release_free_memory_hands_mimallocs_free_pages_back(clean_env):
     """mimalloc keeps freed pages (glibc's malloc_trim cannot see them): the engine's trim must
     reach them too, or a worker's RSS keeps its largest batch between tasks."""
@@ -89,6 +154,7 @@ def test_release_free_memory_hands_mimallocs_free_pages_back(clean_env):
     assert r3 - r0 < 50
 
 
+@needs_mimalloc
 def test_output_is_byte_identical_with_either_allocator(clean_env, tmp_path):
     synth.generate(str(tmp_path / "logs"), events=1200, seed=3)
     sums, report = {}, {}

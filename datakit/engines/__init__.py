@@ -32,6 +32,9 @@ def get_engine(name: str = "local", **options: Any):
     else:
         from datakit.engines.spark import SparkEngine as engine_cls  # type: ignore[assignment]
     try:
+        from datakit import allocator
+
+        allocator.choice()  # DATAKIT_ALLOCATOR checked before any work, not when the first pool starts
         return engine_cls(**options)
     except EngineOptionError:
         raise

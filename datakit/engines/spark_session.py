@@ -209,10 +209,14 @@ def _base_conf(master: str, conf: dict[str, Any] | None) -> dict[str, str]:
         workers_python = (conf or {}).get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON") or sys.executable
         if workers_python == sys.executable:  # its workers run this interpreter, which has datakit
             out["spark.python.daemon.module"] = LOCAL_DAEMON_MODULE
-            # and the local engine's workers' malloc (datakit/allocator.py): a library on this machine, at this path
-            from datakit import allocator
+            # and the local engine's workers' malloc (datakit/allocator.py): a library on this machine, at this path;
+            # not on local-cluster masters, where executorEnv also reaches the executor JVMs
+            if master == "local" or master.startswith("local["):
+                from datakit import allocator
+                from datakit.workers import environment_lock
 
-            out.update({f"spark.executorEnv.{k}": v for k, v in allocator.worker_env().items()})
+                with environment_lock():
+                    out.update({f"spark.executorEnv.{k}": v for k, v in allocator.worker_env().items()})
     else:
         out.update(STRAGGLER_DEFAULTS)
     out.update(TIMEOUT_DEFAULTS)
@@ -411,7 +415,10 @@ def _session(master: str | None, conf: dict[str, Any] | None):
         pairs = _base_conf(master, conf)
         _prepare_env(master, pairs)
         with translate_errors("starting Spark"):
-            _start_gateway(pairs, None if "spark.driver.extraJavaOptions" in (conf or {}) else java)
+            from datakit.workers import environment_lock
+
+            with environment_lock():  # the JVM copies os.environ: never mid-way through a pool worker's start
+                _start_gateway(pairs, None if "spark.driver.extraJavaOptions" in (conf or {}) else java)
             builder = SparkSession.builder
             for k, v in pairs.items():
                 builder = builder.config(k, v)

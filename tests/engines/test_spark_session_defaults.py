@@ -140,7 +140,9 @@ def test_local_python_workers_get_the_pool_workers_allocator(monkeypatch):
         assert key not in _base_conf("local[2]", None)
         return
     assert _base_conf("local[2]", None)[key] == lib
-    for master in ("spark://h:7077", "yarn"):
+    assert _base_conf("local", None)[key] == lib
+    # local-cluster: executorEnv would also reach the executor JVMs
+    for master in ("spark://h:7077", "yarn", "local-cluster[2,1,1024]"):
         assert key not in _base_conf(master, None)
     assert key not in _base_conf("local[2]", {"spark.pyspark.python": "./environment/bin/python"})
     assert _base_conf("local[2]", {key: "/opt/libjemalloc.so"})[key] == "/opt/libjemalloc.so"

@@ -299,16 +299,29 @@ def test_encode_fn_pickles_without_the_tokenizer(tok):
     assert cfg.sink_options(tok, 0)["tokenizer_sha256"] == tok.sha256
 
 
-def test_a_worker_unpickling_the_tokenize_function_imports_no_pydantic(tok, tmp_path):
-    """A pool worker imports what its task needs: the engine's worker side and the batch function.
-    The stage's configuration (pydantic models behind `datakit.stages.base`) stays in the driver."""
+def test_a_worker_unpickling_the_tokenize_function_imports_no_pydantic(tmp_path):
+    """A pool worker of a tokenize run imports what its task needs: the engine's worker side and the
+    plan's ops (each carries its upstream nodes). The stage's configuration (pydantic models behind
+    `datakit.stages.base`) stays in the driver. (In a multi-stage plan the upstream stages' batch
+    functions still live beside their configs.)"""
     import pickle
     import subprocess
     import sys
 
-    (tmp_path / "fn.pkl").write_bytes(pickle.dumps(EncodeFn(TOKENIZER, {}, True, EncodeOptions(), tok.sha256)))
+    import pyarrow.parquet as pq
+
+    from datakit import Pipeline
+    from datakit.plan import MapBatches
+
+    pq.write_table(table(code_records(4)), tmp_path / "in.parquet")
+    plan = (Pipeline("t").input(str(tmp_path / "in.parquet"), format="parquet", schema="training_record.v1")
+            .add({"kind": "tokenize", "tokenizer": TOKENIZER}).output(str(tmp_path / "o"), format="packed").compile())
+    ops = [n for n in plan.nodes() if isinstance(n, MapBatches)]
+    assert any(getattr(n.fn, "__class__", type(None)).__name__ == "EncodeFn" for n in ops)
+    (tmp_path / "ops.pkl").write_bytes(pickle.dumps(ops))
     code = ("import pickle, sys; import datakit.workers, datakit.engines.local.scheduler, datakit.engines.local.chain;"
-            f"fn = pickle.loads(open({str(tmp_path / 'fn.pkl')!r}, 'rb').read()); fn.setup();"
+            f"ops = pickle.loads(open({str(tmp_path / 'ops.pkl')!r}, 'rb').read());"
+            "[op.fn.setup() for op in ops if hasattr(op.fn, 'setup')];"
             "print(sorted(m for m in ('pydantic', 'datakit.stages.base', 'datakit.stages.tokenize.stage') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
