@@ -213,6 +213,8 @@ def cli_vs_bare(mb: float, doc_chars: int, tokenizer: str, batch: int, runs: int
 
     import pyarrow.parquet as pq
 
+    from importlib import metadata
+
     from datakit import allocator
 
     texts = corpus(mb, doc_chars)
@@ -282,8 +284,8 @@ def cli_vs_bare(mb: float, doc_chars: int, tokenizer: str, batch: int, runs: int
     out["docs"] = len(texts)
     out["chars"] = sum(map(len, texts))
     out["threads"] = os.environ.get("RAYON_NUM_THREADS", f"default ({os.cpu_count()} cores)")
-    out["worker_allocator"] = (f"mimalloc {__import__('importlib.metadata').metadata.version('cmeel-mimalloc')} "
-                               "(LD_PRELOAD)" if alloc_env else "the interpreter's malloc")
+    out["worker_allocator"] = (f"mimalloc {metadata.version('cmeel-mimalloc')} (LD_PRELOAD)" if alloc_env
+                               else "the interpreter's malloc")
     if datatrove:
         out["datatrove_setup"] = {"workers": workers, "tasks": n, "RAYON_NUM_THREADS": threads}
     return out

@@ -75,6 +75,10 @@ def stage_report(plan: Plan, stats: dict[int, NodeStats], rows: dict[int, int]) 
     node they ran). A stage's rows_in is its input node's row count, rows_out its
     output node's; `dropped` and `metrics` sum over the nodes that belong to it.
     """
+    # imported here, by the driver: pool workers import this module for NodeStats, and expectations are pydantic models
+    from datakit.quality import expect as quality_expect
+    from datakit.quality import profile as quality_profile
+
     out = []
     for span in plan.spans:
         dropped: Counter = Counter()
@@ -97,11 +101,7 @@ def stage_report(plan: Plan, stats: dict[int, NodeStats], rows: dict[int, int]) 
         else:
             entry["rows_out"] = emitted
         entry["dropped"] = dict(sorted((k, v) for k, v in dropped.items() if v))  # no zero entries
-        # counters of the quality nodes (profile, expectations) get their own entries; imported here, by the
-        # driver: pool workers import this module for NodeStats, and expectations are pydantic models
-        from datakit.quality import expect as quality_expect
-        from datakit.quality import profile as quality_profile
-
+        # counters of the quality nodes (profile, expectations) get their own entries
         own, profile = quality_profile.fold(dict(metrics))
         own, expectations = quality_expect.fold(plan.checks, span.name, own)
         if own:
@@ -118,7 +118,5 @@ def stage_report(plan: Plan, stats: dict[int, NodeStats], rows: dict[int, int]) 
             )
         out.append(entry)
     if plan.gate:
-        from datakit.quality import expect as quality_expect
-
         quality_expect.enforce(out)  # before anything is committed: a failed `error` expectation stops the run
     return out

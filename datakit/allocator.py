@@ -10,9 +10,10 @@ How: a process's malloc can only be replaced when it starts (`LD_PRELOAD`), so t
 (datakit/workers.py) starts its workers with `worker_env()` in their environment (each worker
 then drops the variable, so processes a task starts keep their own allocator); the process that
 owns the pool (a notebook, the `datakit` command) keeps its own allocator and its environment is
-left as it was. `choice()` is checked when an engine is built (`engines.get_engine`). The library is the `cmeel-mimalloc` wheel's (a dependency on
-Linux). The allocator never changes output (tested byte for byte); the run report names the
-workers' allocator (`timing.workers.allocators`).
+left as it was. `choice()` is checked when an engine is built (`engines.get_engine`). The
+library is the `cmeel-mimalloc` wheel's (a dependency on Linux). The allocator never changes
+output (tested byte for byte); the run report names the workers' allocator
+(`timing.workers.allocators`).
 
 Opting out: `DATAKIT_ALLOCATOR=system`. A user's own `LD_PRELOAD` is kept whole (they chose
 their allocator, or a profiler), and then nothing is added.

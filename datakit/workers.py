@@ -94,6 +94,8 @@ class _Pool(ProcessPoolExecutor):
 
 
 _ENV_LOCK = threading.Lock()
+# set with the allocator's variables when the pool adds them, so a worker can tell ours from a user's LD_PRELOAD
+_ADDED_MARK = "DATAKIT_WORKER_PRELOAD"
 
 
 def environment_lock() -> threading.Lock:
@@ -148,14 +150,8 @@ def _forget_preload() -> None:
     from datakit import allocator
 
     allocator.in_use()  # cached: read while LD_PRELOAD still names what was loaded
-    if os.environ.get("LD_PRELOAD") and os.environ.get("LD_PRELOAD") == allocator.mimalloc_library() \
-            and os.environ.get(_ADDED_MARK) == "1":
-        del os.environ["LD_PRELOAD"]
-    os.environ.pop(_ADDED_MARK, None)
-
-
-# set with the allocator's variables when the pool adds them, so a worker can tell ours from a user's LD_PRELOAD
-_ADDED_MARK = "DATAKIT_WORKER_PRELOAD"
+    if os.environ.pop(_ADDED_MARK, None) == "1":  # ours, not a user's LD_PRELOAD (that adds no mark)
+        os.environ.pop("LD_PRELOAD", None)
 
 
 def _exit_without_teardown() -> None:
