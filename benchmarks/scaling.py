@@ -9,8 +9,8 @@ keeps each process's own high-water mark (VmHWM), whose maximum is the per-proce
 
 The tokenize-only ceiling (`--ceiling`): the same input's text, every string value of every
 event except identifiers and labels (ids, timestamps, paths, roles), tokenized alone with the pipeline's tokenizer (`encode_batch_fast`, one thread, CPU
-seconds of the encode calls only, after one warm-up batch), in a process started with the pool
-workers' allocator (mimalloc on Linux, datakit/allocator.py). Input JSON MB / those seconds is
+seconds of the encode calls only, after one warm-up batch), in a process started as the pool
+workers are (`workers.start_env`: mimalloc on Linux with its options, BLAS threads). Input JSON MB / those seconds is
 what a pipeline that did nothing but tokenize could reach; the run's MB per CPU-s over it is the
 share of that ceiling the whole pipeline reaches.
 Results are printed as JSON lines and feed docs/scaling.md.
@@ -144,12 +144,13 @@ def _event_strings(obj, out: list[str]) -> None:
             _event_strings(v, out)
 
 
-def tokenize_ceiling(events: int, work: Path) -> dict:
-    """The ceiling measured in a fresh process that has the pool workers' allocator, as their
-    tokenizer runs (like for like: the allocator alone moves encode CPU by 20-25%)."""
-    from datakit import allocator
+def tokenize_ceiling(events: int, work: Path, workers: int) -> dict:
+    """The ceiling measured in a fresh process started as a pool worker is (`workers.start_env`: the
+    allocator and its options, BLAS threads), as their tokenizer runs (like for like: the allocator
+    alone moves encode CPU by 20-25%)."""
+    from datakit.workers import start_env
 
-    env = {**os.environ, **allocator.worker_env(), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, **start_env(workers), "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, __file__, "--ceiling-child", str(events), "--work", str(work)], env=env,
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -204,7 +205,7 @@ def main() -> None:
     for n in a.sizes:
         row = run_once(n, a.workers, work)
         if a.ceiling:
-            row["tokenize_ceiling"] = tokenize_ceiling(n, work)
+            row["tokenize_ceiling"] = tokenize_ceiling(n, work, a.workers)
         print(json.dumps(row), flush=True)
 
 

@@ -194,8 +194,9 @@ def cli_vs_bare(mb: float, doc_chars: int, tokenizer: str, batch: int, runs: int
 
     Allocator: datakit's pool workers run with mimalloc interposed (datakit/allocator.py), which
     alone takes 20-25% off the tokenizer's CPU. "bare" is the reference as users run it (the
-    interpreter's malloc); "bare_alloc" is the same bare process started with the workers'
-    allocator (`allocator.worker_env()`; only where that is not empty), the strict like for like
+    interpreter's malloc); "bare_alloc" is the same bare process started as the workers are
+    (`workers.start_env()`: the allocator and its options, BLAS threads; only where the allocator
+    is interposed), the strict like for like
     of everything else ours does. Each run of ours starts from an empty output folder (a rerun
     would reuse the finished shards and skip packing and writing).
 
@@ -219,7 +220,10 @@ def cli_vs_bare(mb: float, doc_chars: int, tokenizer: str, batch: int, runs: int
 
     texts = corpus(mb, doc_chars)
     table = records(texts)
+    from datakit.workers import start_env, usable_cpus
+
     alloc_env = allocator.worker_env()
+    worker_start = start_env(usable_cpus())  # `datakit run`'s default pool: its allocator and BLAS threads
     sides = ("ours", "bare") + (("bare_alloc",) if alloc_env else ()) + (("datatrove",) if datatrove else ())
     res: dict = {side: [] for side in sides}
     with tempfile.TemporaryDirectory() as d:
@@ -245,7 +249,7 @@ def cli_vs_bare(mb: float, doc_chars: int, tokenizer: str, batch: int, runs: int
                 "bare": [sys.executable, __file__, "--child-bare", d, "--tokenizer", tokenizer, "--batch", str(batch)]}
         envs = {"ours": env, "bare": env}
         if alloc_env:
-            cmds["bare_alloc"], envs["bare_alloc"] = cmds["bare"], {**env, **alloc_env}
+            cmds["bare_alloc"], envs["bare_alloc"] = cmds["bare"], {**env, **worker_start}
         if datatrove:
             from benchmarks._datatrove import datatrove_python
             from datakit.workers import usable_cpus, worker_threads
@@ -286,6 +290,7 @@ def cli_vs_bare(mb: float, doc_chars: int, tokenizer: str, batch: int, runs: int
     out["threads"] = os.environ.get("RAYON_NUM_THREADS", f"default ({os.cpu_count()} cores)")
     out["worker_allocator"] = (f"mimalloc {metadata.version('cmeel-mimalloc')} (LD_PRELOAD)" if alloc_env
                                else "the interpreter's malloc")
+    out["worker_start_env"] = {k: v for k, v in worker_start.items() if k != "LD_PRELOAD"}
     if datatrove:
         out["datatrove_setup"] = {"workers": workers, "tasks": n, "RAYON_NUM_THREADS": threads}
     return out
@@ -448,7 +453,8 @@ def main() -> None:
                   f"(wall {ba['wall_seconds']:.1f}s)")
             rows.append(bare_row(a, r, label, "bare_alloc", " with the same allocator",
                                  "tokenizers encode_batch_fast, whole process started like datakit's workers",
-                                 f"both with {r['worker_allocator']}"))
+                                 f"both with {r['worker_allocator']} and "
+                                 + " ".join(f"{k}={v}" for k, v in r["worker_start_env"].items())))
         if a.datatrove:
             rows += datatrove_rows(a, r, label, load)
     _report.write("tokenize_bench", rows)

@@ -15,11 +15,13 @@ keeps pyarrow from importing pandas it would never use (datakit/arrow_without_pa
 Threads: the tokenizer (Rust, rayon) sizes its thread pool to all cores in every process, so
 N workers each tokenizing with all cores ran N x cores threads on the same cores, and idle rayon
 threads spin: more CPU seconds for the same tokens (one 32 MB run: 20.7 vs 18.2 CPU-s).
-Each worker gets `RAYON_NUM_THREADS = cores // workers` unless the user set it.
+Each worker gets `RAYON_NUM_THREADS = cores // workers` unless the user set it, and the same
+`OPENBLAS_NUM_THREADS` (numpy's BLAS threads spin at import though no stage calls BLAS: `_thread_env`).
 
 Allocator: workers start with mimalloc interposed (`LD_PRELOAD`, datakit/allocator.py): the
-tokenizer spent about a third of its CPU in glibc's malloc. Only the workers: the pool owner's
-environment is changed for the instant a worker is started, under a lock, then restored.
+tokenizer spent about a third of its CPU in glibc's malloc; transparent huge pages off (allocator.py).
+Only the workers: the pool owner's environment is changed for the instant a worker is started, under
+a lock, then restored.
 """
 from __future__ import annotations
 
@@ -66,10 +68,12 @@ def pool(workers: int) -> ProcessPoolExecutor:
         drop_pool(workers)
         from datakit import allocator
 
+        threads = worker_threads(workers)
         with _ENV_LOCK:
-            child_env = allocator.worker_env()
+            forget = tuple(allocator.worker_env())
+            child_env = start_env(workers)
         existing = _Pool(max_workers=workers, mp_context=get_context("spawn"), initializer=_init_worker,
-                         initargs=(worker_threads(workers), *logcfg), child_env=child_env)
+                         initargs=(threads, *logcfg), child_env=child_env, forget=forget)
         _POOLS[workers] = (existing, env)
     return existing
 
@@ -84,18 +88,43 @@ class _Pool(ProcessPoolExecutor):
     `timing.workers.allocators` then says `system`).
     """
 
-    def __init__(self, *args, child_env: dict[str, str], **kwargs) -> None:
-        self._child_env = dict(child_env)  # before the executor could start a worker
+    def __init__(self, *args, child_env: dict[str, str], forget: tuple[str, ...] = (), **kwargs) -> None:
+        # before the executor could start a worker; `forget`: the keys the worker drops once started
+        self._child_env = {**child_env, _ADDED_MARK: ",".join(forget)} if forget else dict(child_env)
         super().__init__(*args, **kwargs)
 
     def _spawn_process(self) -> None:
-        with _environment({**self._child_env, _ADDED_MARK: "1"} if self._child_env else {}):
+        with _environment(self._child_env):
             super()._spawn_process()  # type: ignore[misc]
 
 
 _ENV_LOCK = threading.Lock()
-# set with the allocator's variables when the pool adds them, so a worker can tell ours from a user's LD_PRELOAD
+# set with the allocator's variables when the pool adds them (value: their names), so a worker can tell
+# ours from a user's LD_PRELOAD
 _ADDED_MARK = "DATAKIT_WORKER_PRELOAD"
+
+
+def start_env(workers: int) -> dict[str, str]:
+    """The variables a worker of a `workers`-process pool starts with on top of the owner's environment:
+    its share of BLAS threads and its allocator (benchmarks start their references with the same)."""
+    from datakit import allocator
+
+    return {**_thread_env(worker_threads(workers)), **allocator.worker_env()}
+
+
+def _thread_env(threads: int) -> dict[str, str]:
+    """Thread settings a worker must have before its first import, unless the user set them.
+
+    OPENBLAS_NUM_THREADS: numpy's OpenBLAS starts one thread per core when numpy is imported, and
+    each spins for ~0.1 s waiting for work before it sleeps, though datakit's stages never call BLAS
+    (its kernels use no np.dot or linalg, see jit.py; spaCy's models multiply with blis):
+    0.10-0.12 CPU-s per process on 2 cores (`python -c "import numpy"`: 0.16 vs 0.05 user s), and
+    (cores - 1) x that on a bigger machine, in every worker. The pool gives it the worker's share of
+    the cores, as it gives the tokenizer (RAYON_NUM_THREADS, set in `_init_worker`: rayon reads it at
+    first use). Here, not in the initializer: spawn re-imports a script's `__main__` (and whatever
+    numpy it imports) before the initializer runs.
+    """
+    return {} if "OPENBLAS_NUM_THREADS" in os.environ else {"OPENBLAS_NUM_THREADS": str(threads)}
 
 
 def environment_lock() -> threading.Lock:
@@ -150,8 +179,8 @@ def _forget_preload() -> None:
     from datakit import allocator
 
     allocator.in_use()  # cached: read while LD_PRELOAD still names what was loaded
-    if os.environ.pop(_ADDED_MARK, None) == "1":  # ours, not a user's LD_PRELOAD (that adds no mark)
-        os.environ.pop("LD_PRELOAD", None)
+    for key in filter(None, os.environ.pop(_ADDED_MARK, "").split(",")):  # ours (a user's adds no mark)
+        os.environ.pop(key, None)
 
 
 def _exit_without_teardown() -> None:
@@ -191,4 +220,4 @@ def drop_all_pools(wait: bool = False) -> None:
 atexit.register(drop_all_pools)
 
 
-__all__ = ["pool", "drop_pool", "drop_all_pools", "usable_cpus", "worker_threads"]
+__all__ = ["pool", "drop_pool", "drop_all_pools", "start_env", "usable_cpus", "worker_threads"]

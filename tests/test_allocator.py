@@ -34,6 +34,20 @@ def _worker_view(_: object) -> dict:
             "child": child}
 
 
+def _worker_settings(_: object) -> dict:
+    """A worker's transparent-huge-page flag (the kernel's view), and the settings in its environment."""
+    import os
+
+    with open("/proc/self/status") as f:
+        thp = next((line.split()[1] for line in f if line.startswith("THP_enabled:")), None)
+    return {"THP_enabled": thp, **{k: os.environ.get(k) for k in ("MIMALLOC_ALLOW_THP", "OPENBLAS_NUM_THREADS")}}
+
+
+def _kernel_reports_thp() -> bool:
+    with open("/proc/self/status") as f:
+        return any(line.startswith("THP_enabled:") for line in f)
+
+
 @pytest.fixture
 def clean_env(monkeypatch):
     monkeypatch.delenv("LD_PRELOAD", raising=False)
@@ -52,6 +66,32 @@ def test_workers_start_with_mimalloc_and_the_owner_environment_is_unchanged(clea
     assert dict(os.environ) == before  # set only for the instant a worker starts
     assert allocator.in_use() == "system"  # this process keeps its own malloc
     assert workers.pool(2) is workers.pool(2)  # the owner's environment key did not move: the pool is kept
+
+
+@needs_mimalloc
+def test_workers_run_without_transparent_huge_pages_unless_the_user_asks(clean_env):
+    """mimalloc's allow_thp=0 turns THP off in the worker (each fresh 2 MB was zeroed in one fault: 12% of a
+    tokenize run's CPU); the option is forgotten once the worker has started, and a user's setting wins."""
+    if not _kernel_reports_thp():
+        pytest.skip("this kernel does not report THP_enabled in /proc/<pid>/status")
+    clean_env.delenv("MIMALLOC_ALLOW_THP", raising=False)
+    assert workers.pool(2).submit(_worker_settings, None).result()["THP_enabled"] == "0"
+    assert workers.pool(2).submit(_worker_settings, None).result()["MIMALLOC_ALLOW_THP"] is None
+    workers.drop_all_pools(wait=True)
+    clean_env.setenv("MIMALLOC_ALLOW_THP", "1")
+    view = workers.pool(2).submit(_worker_settings, None).result()
+    assert view["THP_enabled"] == "1" and view["MIMALLOC_ALLOW_THP"] == "1"
+
+
+def test_workers_get_their_share_of_blas_threads(clean_env):
+    """numpy's OpenBLAS threads spin at import: a worker gets its share of the cores (as the tokenizer
+    does), set before its first import; a user's setting is passed on unchanged."""
+    clean_env.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    view = workers.pool(2).submit(_worker_settings, None).result()
+    assert view["OPENBLAS_NUM_THREADS"] == str(workers.worker_threads(2))
+    assert "OPENBLAS_NUM_THREADS" not in os.environ  # the owner's environment is untouched
+    clean_env.setenv("OPENBLAS_NUM_THREADS", "7")
+    assert workers.pool(2).submit(_worker_settings, None).result()["OPENBLAS_NUM_THREADS"] == "7"
 
 
 @needs_mimalloc
