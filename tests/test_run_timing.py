@@ -2,6 +2,7 @@
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -314,3 +315,17 @@ def test_a_script_named_like_the_command_that_defines_more_keeps_its_main_for_th
     monkeypatch.setitem(sys.modules, "__main__", script)
     cli._skip_entry_script_in_workers()
     assert script.__spec__ is None
+
+
+def test_the_command_gives_numpy_one_blas_thread_before_anything_imports_it():
+    """OpenBLAS starts a thread per core when numpy is imported and each spins ~0.1 s: the `datakit`
+    command sets OPENBLAS_NUM_THREADS=1 first (importing the CLI must not import numpy), and a user's
+    value is kept."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    probe = ("import sys; from datakit import cli; before = 'numpy' in sys.modules; cli._one_blas_thread(); "
+             "import os, numpy; print(before, os.environ['OPENBLAS_NUM_THREADS'], len(os.listdir('/proc/self/task')))")
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "1", "1"]  # numpy came after the setting: no BLAS thread beside main
+    out = subprocess.run([sys.executable, "-c", probe], env={**env, "OPENBLAS_NUM_THREADS": "2"}, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.split()[:2] == ["False", "2"]

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import typer
+
+if TYPE_CHECKING:  # numpy is imported by the functions that use it: importing the CLI must not load it
+    import numpy as np
 
 NO_LOSS_OPEN, NO_LOSS_CLOSE = "⟦", "⟧"
 
@@ -70,6 +72,8 @@ def _decode(tok, ids: np.ndarray) -> str:
 
 def render_tokens(tok, ids: np.ndarray, mask: np.ndarray) -> str:
     """Decode `ids`, wrapping each run of tokens without loss in ⟦ ⟧."""
+    import numpy as np
+
     out: list[str] = []
     if len(ids) == 0:
         return ""
@@ -87,6 +91,8 @@ def _clip(text: str, max_chars: int) -> str:
 
 def inspect_dataset(path: str | Path, sequences: int = 2, max_chars: int = 1500, verify: bool = False) -> str:
     """The text `datakit inspect PATH` prints: summary + the first `sequences` sequences decoded."""
+    import numpy as np
+
     path = Path(path)
     mf = path / "manifest.json"
     if not mf.is_file():
@@ -135,6 +141,8 @@ def inspect_dataset(path: str | Path, sequences: int = 2, max_chars: int = 1500,
 
 def _megatron_docs(prefix: Path, n: int) -> list[np.ndarray]:
     """First n sequences of an MMIDIDX dataset (see writers.write_mmidx for the layout)."""
+    import numpy as np
+
     from datakit.stages.tokenize.writers import MMIDIDX_DTYPE_CODES
 
     idx = Path(f"{prefix}.idx").read_bytes()
