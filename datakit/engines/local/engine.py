@@ -41,7 +41,7 @@ from datakit.engines.core import (Engine, RunResult, commit_run, remove_if_empty
 from datakit.engines.local import scheduler
 from datakit.engines.local.broadcast import clear_broadcast_cache
 from datakit.engines.local.chain import ChainTask, fusible, run_chain, write_one_shard
-from datakit.engines.local.spill import SPILL_ROW_GROUP, Partition
+from datakit.engines.local.spill import SPILL_COMPRESSION, SPILL_ROW_GROUP, Partition
 from datakit.io import identity, publish, storage, tempwork
 from datakit.io.atomic import sha256_file
 from datakit.plan import Join, MapBatches, Node, Plan, Source
@@ -282,7 +282,7 @@ class LocalEngine(Engine):
             shutil.rmtree(out_dir)
         os.makedirs(out_dir, exist_ok=True)
         path = f"{out_dir}/result.parquet"
-        lf.sink_parquet(path, row_group_size=SPILL_ROW_GROUP, compression="zstd")
+        lf.sink_parquet(path, row_group_size=SPILL_ROW_GROUP, **SPILL_COMPRESSION)
         meta = pq.ParquetFile(path).metadata
         self._rows[node.id] = meta.num_rows
         groups = meta.num_row_groups
