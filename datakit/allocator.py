@@ -8,7 +8,8 @@ under glibc's malloc about a third of its CPU went to the allocator itself (perf
 
 How: a process's malloc can only be replaced when it starts (`LD_PRELOAD`), so the pool
 (datakit/workers.py) starts its workers with `worker_env()` in their environment (each worker
-then drops the variable, so processes a task starts keep their own allocator); the process that
+then drops the variables, so processes a task starts keep their own allocator, though with
+transparent huge pages still off: that prctl flag is inherited across fork and exec); the process that
 owns the pool (a notebook, the `datakit` command) keeps its own allocator and its environment is
 left as it was. `choice()` is checked when an engine is built (`engines.get_engine`). The
 library is the `cmeel-mimalloc` wheel's (a dependency on Linux). The allocator never changes
@@ -77,7 +78,8 @@ _MIMALLOC_OPTIONS = {"MIMALLOC_ALLOW_THP": "0"}
 
 def worker_env() -> dict[str, str]:
     """Environment variables a pool worker is started with for its allocator (empty: start it as the
-    parent is). Every key here is taken out of the worker's environment once it has started."""
+    parent is). The local pool's workers take every key here out of their environment once started
+    (a local Spark master's Python workers, given them as `spark.executorEnv.*`, keep them)."""
     if os.environ.get("LD_PRELOAD") or choice() == "system":
         return {}
     lib = mimalloc_library()

@@ -112,6 +112,27 @@ def start_env(workers: int) -> dict[str, str]:
     return {**_thread_env(worker_threads(workers)), **allocator.worker_env()}
 
 
+# thread variables the owning process set for itself (`one_blas_thread_here`), not a user's choice:
+# its workers still get their share
+_OWNER_SET: set[str] = set()
+_BLAS = "OPENBLAS_NUM_THREADS"
+
+
+def one_blas_thread_here() -> None:
+    """Give this process one OpenBLAS thread unless the user chose (OPENBLAS_NUM_THREADS); for the
+    `datakit` command, before anything imports numpy.
+
+    Why: see `_thread_env`; the command's own process calls no BLAS either (0.10-0.12 CPU-s of every
+    `datakit` command on 2 cores). Only the command: a notebook or script that imports datakit keeps
+    numpy's threads for its own work. The value is recorded as the owner's, not the user's, so a pool
+    started from here still gives each worker its share; other processes the command starts (a local
+    Spark master's JVM and Python workers) inherit the 1.
+    """
+    if _BLAS not in os.environ:
+        os.environ[_BLAS] = "1"
+        _OWNER_SET.add(_BLAS)
+
+
 def _thread_env(threads: int) -> dict[str, str]:
     """Thread settings a worker must have before its first import, unless the user set them.
 
@@ -122,9 +143,10 @@ def _thread_env(threads: int) -> dict[str, str]:
     (cores - 1) x that on a bigger machine, in every worker. The pool gives it the worker's share of
     the cores, as it gives the tokenizer (RAYON_NUM_THREADS, set in `_init_worker`: rayon reads it at
     first use). Here, not in the initializer: spawn re-imports a script's `__main__` (and whatever
-    numpy it imports) before the initializer runs.
+    numpy it imports) before the initializer runs. A value the user set is passed on unchanged; the
+    `datakit` command's own 1 (`one_blas_thread_here`) is not the user's.
     """
-    return {} if "OPENBLAS_NUM_THREADS" in os.environ else {"OPENBLAS_NUM_THREADS": str(threads)}
+    return {} if _BLAS in os.environ and _BLAS not in _OWNER_SET else {_BLAS: str(threads)}
 
 
 def environment_lock() -> threading.Lock:
@@ -220,4 +242,4 @@ def drop_all_pools(wait: bool = False) -> None:
 atexit.register(drop_all_pools)
 
 
-__all__ = ["pool", "drop_pool", "drop_all_pools", "start_env", "usable_cpus", "worker_threads"]
+__all__ = ["pool", "drop_pool", "drop_all_pools", "one_blas_thread_here", "start_env", "usable_cpus", "worker_threads"]

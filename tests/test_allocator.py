@@ -50,8 +50,8 @@ def _kernel_reports_thp() -> bool:
 
 @pytest.fixture
 def clean_env(monkeypatch):
-    monkeypatch.delenv("LD_PRELOAD", raising=False)
-    monkeypatch.delenv(allocator.ENV_VAR, raising=False)
+    for key in ("LD_PRELOAD", allocator.ENV_VAR, "MIMALLOC_ALLOW_THP", "OPENBLAS_NUM_THREADS"):
+        monkeypatch.delenv(key, raising=False)
     yield monkeypatch
     workers.drop_all_pools(wait=True)
 
@@ -85,12 +85,19 @@ def test_workers_run_without_transparent_huge_pages_unless_the_user_asks(clean_e
 
 def test_workers_get_their_share_of_blas_threads(clean_env):
     """numpy's OpenBLAS threads spin at import: a worker gets its share of the cores (as the tokenizer
-    does), set before its first import; a user's setting is passed on unchanged."""
-    clean_env.delenv("OPENBLAS_NUM_THREADS", raising=False)
-    view = workers.pool(2).submit(_worker_settings, None).result()
-    assert view["OPENBLAS_NUM_THREADS"] == str(workers.worker_threads(2))
+    does), set before its first import; the `datakit` command's own 1 is not a user's choice (its
+    workers still get their share); a user's setting is passed on unchanged."""
+    clean_env.setattr(workers, "usable_cpus", lambda: 8)  # 2 workers on 8 cores: a share of 4, not 1
+    clean_env.setattr(workers, "_OWNER_SET", set())
+    assert workers.pool(2).submit(_worker_settings, None).result()["OPENBLAS_NUM_THREADS"] == "4"
     assert "OPENBLAS_NUM_THREADS" not in os.environ  # the owner's environment is untouched
+    workers.one_blas_thread_here()  # what `datakit` does first: this process gets 1 ...
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "1"
+    assert workers.pool(2).submit(_worker_settings, None).result()["OPENBLAS_NUM_THREADS"] == "4"  # ... not its workers
     clean_env.setenv("OPENBLAS_NUM_THREADS", "7")
+    clean_env.setattr(workers, "_OWNER_SET", set())
+    workers.one_blas_thread_here()  # a user's value is kept, here and in the workers
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "7"
     assert workers.pool(2).submit(_worker_settings, None).result()["OPENBLAS_NUM_THREADS"] == "7"
 
 
@@ -102,10 +109,12 @@ def test_the_environment_key_never_sees_a_worker_start(clean_env):
 
     seen, stop = [], threading.Event()
 
+    added = ("LD_PRELOAD", "MIMALLOC_ALLOW_THP", "OPENBLAS_NUM_THREADS", "DATAKIT_WORKER_PRELOAD")
+
     def reader() -> None:
         while not stop.is_set():
             with workers.environment_lock():
-                seen.append("LD_PRELOAD" in os.environ)
+                seen.append(any(k in os.environ for k in added))
 
     t = threading.Thread(target=reader)
     t.start()

@@ -317,15 +317,24 @@ def test_a_script_named_like_the_command_that_defines_more_keeps_its_main_for_th
     assert script.__spec__ is None
 
 
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc (Linux)")
 def test_the_command_gives_numpy_one_blas_thread_before_anything_imports_it():
-    """OpenBLAS starts a thread per core when numpy is imported and each spins ~0.1 s: the `datakit`
-    command sets OPENBLAS_NUM_THREADS=1 first (importing the CLI must not import numpy), and a user's
-    value is kept."""
+    """OpenBLAS starts a thread per core when numpy is imported and each spins ~0.1 s: `command()` (the
+    console script's and `python -m datakit.cli`'s entry) sets OPENBLAS_NUM_THREADS=1 before anything
+    imports numpy (importing the CLI must not), and a user's value is kept."""
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
-    probe = ("import sys; from datakit import cli; before = 'numpy' in sys.modules; cli._one_blas_thread(); "
-             "import os, numpy; print(before, os.environ['OPENBLAS_NUM_THREADS'], len(os.listdir('/proc/self/task')))")
+    # the command itself (`--help` imports no numpy), then numpy in the same process: no BLAS thread pool
+    probe = ("import os, sys; sys.argv = ['datakit', '--help']; from datakit import cli; "
+             "before = 'numpy' in sys.modules\n"
+             "try:\n    cli.command()\nexcept SystemExit:\n    pass\n"
+             "threads = len(os.listdir('/proc/self/task')); import numpy; "
+             "print(before, os.environ['OPENBLAS_NUM_THREADS'], len(os.listdir('/proc/self/task')) - threads)")
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["False", "1", "1"]  # numpy came after the setting: no BLAS thread beside main
+    assert out.stdout.split()[-3:] == ["False", "1", "0"], out.stdout + out.stderr  # numpy started no thread
     out = subprocess.run([sys.executable, "-c", probe], env={**env, "OPENBLAS_NUM_THREADS": "2"}, capture_output=True,
                          text=True, check=True)
-    assert out.stdout.split()[:2] == ["False", "2"]
+    assert out.stdout.split()[-3:-1] == ["False", "2"]
+    # `python -m datakit.cli`: the package and its entry import no numpy before `command()` runs
+    mods = subprocess.run([sys.executable, "-X", "importtime", "-m", "datakit.cli", "--help"], env=env,
+                          capture_output=True, text=True, check=True).stderr
+    assert not [line for line in mods.splitlines() if line.rstrip().endswith("| numpy")]

@@ -357,31 +357,16 @@ def command() -> None:
     (`_exit_after_command`), with the command's own exit status (a check's 1 = contaminated included).
     Scripts that call `main` themselves (benchmarks, the spark-submit wrapper) get its `SystemExit`
     back as before."""
+    from datakit.workers import one_blas_thread_here
+
     _skip_entry_script_in_workers()
-    _one_blas_thread()
+    one_blas_thread_here()  # before anything imports numpy (importing this module does not)
     try:
         main()
     except SystemExit as e:
         if _COMMAND_DONE and (e.code is None or isinstance(e.code, int)):
             _exit_after_command(e.code or 0)
         raise
-
-
-def _one_blas_thread() -> None:
-    """The command's process gets one OpenBLAS thread unless the user chose (OPENBLAS_NUM_THREADS).
-
-    Why: numpy's OpenBLAS starts a thread per core when numpy is imported, and each spins ~0.1 s
-    before it sleeps, though nothing the command does calls BLAS (datakit's stages never do; spaCy
-    multiplies with blis): 0.10-0.12 CPU-s of every `datakit` command on 2 cores (`python -c
-    "import numpy"`: 0.16 vs 0.05 user-s), (cores - 1) x that on a bigger machine. Here, before
-    anything imports numpy (importing this module does not: the `inspect` command imports it when
-    it runs); pool workers and a local Spark master's processes inherit it (datakit/workers.py
-    gives its workers the same setting). Only the command: a notebook or script that imports
-    datakit keeps numpy's threads for its own work.
-    """
-    import os
-
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def _skip_entry_script_in_workers() -> None:
