@@ -15,7 +15,10 @@ Like for like:
   larger of the job's own VmHWM (with any exited child's, see PEAK) and the tree's summed PSS
   sampled every 20 ms (`_proc.py`). Ours runs in one process; datatrove forks step processes
   beside its main one (~47 MB RSS each, nearly all pages shared with the parent: by PSS the
-  tree's sum stays below the main process's own peak, so its VmHWM is the number);
+  tree's sum stays below the main process's own peak, so its VmHWM is the number); and, as a
+  row of its own, the peak of the tree's summed anonymous PSS (heap, arenas, stacks: the memory a
+  process owns, without the mapped library files that RSS also counts and whose resident count
+  moves with the page cache), sampled the same way for both sides;
 - the same steps: ours runs with `--no-report` (datatrove draws no HTML report);
 - the same work: the removed sets are compared (overlap, and how many each removes).
 
@@ -122,16 +125,16 @@ def last_json(out: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def measured(cmd: list[str], **kw) -> tuple[subprocess.CompletedProcess, float, float, float]:
-    """Run one side's process: its wall seconds, the CPU seconds and peak summed PSS of its process tree
-    (`_proc.run_measured`, the same for both sides).
+def measured(cmd: list[str], **kw) -> tuple[subprocess.CompletedProcess, float, float, float, float]:
+    """Run one side's process: its wall seconds, the CPU seconds, and the peak summed PSS of its process
+    tree, all of it and its anonymous part (`_proc.run_measured`, the same for both sides).
 
     Why from here and not inside each job: both sides are then timed by one clock over the same
     span (interpreter start to exit, imports included), and CPU time still compares runs made
     while other work shares the cores.
     """
     r, m = run_measured(cmd, **kw)
-    return r, m["wall_seconds"], m["cpu_seconds"], m["tree_peak_mb"]
+    return r, m["wall_seconds"], m["cpu_seconds"], m["tree_peak_mb"], m["tree_peak_anon_mb"]
 
 
 def main() -> int:
@@ -171,19 +174,21 @@ def main() -> int:
             import shutil
             shutil.rmtree(t / "out", ignore_errors=True)
             # --no-report: datatrove draws no plots either (the HTML report is a step after the commit)
-            r, wall, cpu, tree = measured([sys.executable, "-c", OURS_JOB, "run", str(t / "p.yaml"), "--workers", "1",
-                                           "--no-report"], env=env)
+            r, wall, cpu, tree, anon = measured([sys.executable, "-c", OURS_JOB, "run", str(t / "p.yaml"),
+                                                 "--workers", "1", "--no-report"], env=env)
             if r.returncode:
                 raise SystemExit(f"datakit run failed: {r.stderr[-3000:]}")
-            return peaks({**last_json(r.stdout), "wall_seconds": wall, "cpu_seconds": cpu, "tree_peak_mb": tree})
+            return peaks({**last_json(r.stdout), "wall_seconds": wall, "cpu_seconds": cpu, "tree_peak_mb": tree,
+                          "anon_peak_mb": anon})
 
         def theirs() -> dict:
             import shutil
             shutil.rmtree(t / "dt", ignore_errors=True)
-            r, wall, cpu, tree = measured([str(dt_py), "-c", DATATROVE_JOB, str(t / "jsonl"), str(t / "dt")])
+            r, wall, cpu, tree, anon = measured([str(dt_py), "-c", DATATROVE_JOB, str(t / "jsonl"), str(t / "dt")])
             if r.returncode:
                 raise SystemExit(f"datatrove failed: {r.stderr[-3000:]}")
-            return peaks({**last_json(r.stdout), "wall_seconds": wall, "cpu_seconds": cpu, "tree_peak_mb": tree})
+            return peaks({**last_json(r.stdout), "wall_seconds": wall, "cpu_seconds": cpu, "tree_peak_mb": tree,
+                          "anon_peak_mb": anon})
 
         import statistics
         res = {"ours": [], "datatrove": []}
@@ -212,10 +217,12 @@ def main() -> int:
         (t / "parquet").joinpath("part-0.parquet").unlink()
         pq.write_table(pa.Table.from_pylist(rows[:FIXED_RECORDS], schema=TRAINING_RECORD_V1),
                        t / "parquet" / "part-0.parquet")
-        fixed = ours()["peak_rss_mb"]
+        fixed_run = ours()
+        fixed, fixed_anon = fixed_run["peak_rss_mb"], fixed_run["anon_peak_mb"]
     sec = {k: statistics.median(x["wall_seconds"] for x in v) for k, v in res.items()}
     cpu = {k: statistics.median(x["cpu_seconds"] for x in v) for k, v in res.items()}
     rss = {k: max(x["peak_rss_mb"] for x in v) for k, v in res.items()}
+    anon = {k: max(x["anon_peak_mb"] for x in v) for k, v in res.items()}
     both = len(our_grouped & dt_grouped)
     same = (f"removed: ours {len(our_removed)}, datatrove {len(dt_removed)}; documents in a duplicate group: "
             f"ours {len(our_grouped)}, datatrove {len(dt_grouped)}, both {both} "
@@ -231,15 +238,23 @@ def main() -> int:
                         f"{cond}, wall time of the whole process, {runs}; load average {load}"),
              comparison("dedup stage vs datatrove MinHash pipeline (peak RSS)", rss["ours"], rss["datatrove"], "MB",
                         DATATROVE, same, f"{cond}, largest of {args.runs} runs; ours on {FIXED_RECORDS} records "
-                        f"(imports and kernels, almost no data): {fixed:.0f} MB", higher_is_better=False)]
+                        f"(imports and kernels, almost no data): {fixed:.0f} MB", higher_is_better=False),
+             comparison("dedup stage vs datatrove MinHash pipeline (peak private memory)", anon["ours"],
+                        anon["datatrove"], "MB", DATATROVE, same,
+                        f"{cond}, largest of {args.runs} runs of the process tree's summed anonymous PSS (heap, "
+                        f"arenas, stacks; not the mapped library files that RSS also counts), sampled from /proc the "
+                        f"same way on both sides, so a peak between two samples can be missed; ours on "
+                        f"{FIXED_RECORDS} records: {fixed_anon:.0f} MB", higher_is_better=False)]
     print(f"records: {len(rows)}; {cond}")
     for k in ("ours", "datatrove"):
-        print(f"  {k:9s} {cpu[k]:7.2f} CPU s  {sec[k]:7.2f} s wall  peak RSS {rss[k]:7.0f} MB")
+        print(f"  {k:9s} {cpu[k]:7.2f} CPU s  {sec[k]:7.2f} s wall  peak RSS {rss[k]:7.0f} MB  "
+              f"private (anonymous) {anon[k]:7.0f} MB")
     print(f"  speed ratio {cpu['datatrove'] / cpu['ours']:.2f}x by CPU, {sec['datatrove'] / sec['ours']:.2f}x by wall "
           f"(load average {load}); memory ratio (theirs/ours) {rss['datatrove'] / rss['ours']:.2f}x")
     print(f"  ours on {FIXED_RECORDS} records (fixed cost: imports, kernels): peak RSS {fixed:.0f} MB")
     print(f"  {same}")
     write("dedup_vs_datatrove", comps, {"wall_seconds": sec, "cpu_seconds": cpu, "peak_rss_mb": rss,
+                                        "anon_peak_mb": anon, "fixed_anon_peak_mb": fixed_anon,
                                         "fixed_peak_rss_mb": {"records": FIXED_RECORDS, "ours": fixed},
                                         "load_average": load, "runs": res}, args.json)
     return 0

@@ -37,7 +37,7 @@ def test_tree_follows_children_started_by_any_thread_and_counts_their_cpu():
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             tree = _proc._tree(parent.pid)
-            _, cpu = _proc.tree_sample(parent.pid, memory=False)
+            _, cpu, _ = _proc.tree_sample(parent.pid, memory=False)
             if len(tree) == 2 and cpu >= 1.5:
                 break
             time.sleep(0.1)
@@ -47,3 +47,27 @@ def test_tree_follows_children_started_by_any_thread_and_counts_their_cpu():
         for p in _proc._tree(parent.pid)[::-1]:
             subprocess.run(["kill", "-9", str(p)], check=False)
         parent.wait()
+
+
+# holds ~100 MB of heap, then ~300 MB of a mapped file's pages (read, so resident), for 1 s each
+HEAP_THEN_FILE = """
+import mmap, sys, time
+heap = bytearray(100 << 20)
+time.sleep(1.0)
+del heap
+with open(sys.argv[1], "rb") as f:
+    m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    total = sum(m[i] for i in range(0, len(m), 4096))  # touch every page
+    time.sleep(1.0)
+"""
+
+
+def test_private_memory_counts_the_heap_and_not_mapped_files(tmp_path):
+    """The anonymous part of the tree's PSS (dedup_vs_datatrove's private-memory row) sees memory a
+    process allocates, and not the pages of files it maps, which PSS/RSS count too."""
+    big = tmp_path / "mapped.bin"
+    big.write_bytes(b"x" * (300 << 20))
+    _, m = _proc.run_measured([sys.executable, "-c", HEAP_THEN_FILE, str(big)])
+    assert m["tree_peak_anon_mb"] >= 95, m  # the heap
+    assert m["tree_peak_mb"] >= 290, m  # the file's pages are in PSS ...
+    assert m["tree_peak_anon_mb"] < 200, m  # ... and not in the private part
