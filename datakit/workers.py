@@ -104,12 +104,13 @@ _ENV_LOCK = threading.Lock()
 _ADDED_MARK = "DATAKIT_WORKER_PRELOAD"
 
 
-def start_env(workers: int) -> dict[str, str]:
+def start_env(workers: int = 1, threads: int | None = None) -> dict[str, str]:
     """The variables a worker of a `workers`-process pool starts with on top of the owner's environment:
-    its share of BLAS threads and its allocator (benchmarks start their references with the same)."""
+    its share of BLAS threads (`threads`, else the cores shared by `workers`) and its allocator
+    (benchmarks start their references with the same; a local Spark master's Python workers too)."""
     from datakit import allocator
 
-    return {**_thread_env(worker_threads(workers)), **allocator.worker_env()}
+    return {**_thread_env(threads or worker_threads(workers)), **allocator.worker_env()}
 
 
 # thread variables the owning process set for itself (`one_blas_thread_here`), not a user's choice:

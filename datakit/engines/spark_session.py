@@ -209,14 +209,14 @@ def _base_conf(master: str, conf: dict[str, Any] | None) -> dict[str, str]:
         workers_python = (conf or {}).get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON") or sys.executable
         if workers_python == sys.executable:  # its workers run this interpreter, which has datakit
             out["spark.python.daemon.module"] = LOCAL_DAEMON_MODULE
-            # and the local engine's workers' malloc (datakit/allocator.py): a library on this machine, at this path;
-            # not on local-cluster masters, where executorEnv also reaches the executor JVMs
+            # and what the local engine's workers start with (datakit/workers.py `start_env`): the malloc (a
+            # library on this machine, at this path) and one OpenBLAS thread (a Python worker runs one task on one
+            # core); not on local-cluster masters, where executorEnv also reaches the executor JVMs
             if master == "local" or master.startswith("local["):
-                from datakit import allocator
-                from datakit.workers import environment_lock
+                from datakit.workers import environment_lock, start_env
 
                 with environment_lock():
-                    out.update({f"spark.executorEnv.{k}": v for k, v in allocator.worker_env().items()})
+                    out.update({f"spark.executorEnv.{k}": v for k, v in start_env(threads=1).items()})
     else:
         out.update(STRAGGLER_DEFAULTS)
     out.update(TIMEOUT_DEFAULTS)

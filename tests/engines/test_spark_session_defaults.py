@@ -148,3 +148,16 @@ def test_local_python_workers_get_the_pool_workers_allocator(monkeypatch):
     assert _base_conf("local[2]", {key: "/opt/libjemalloc.so"})[key] == "/opt/libjemalloc.so"
     monkeypatch.setenv(allocator.ENV_VAR, "system")
     assert key not in _base_conf("local[2]", None)
+
+
+def test_local_python_workers_get_one_blas_thread(monkeypatch):
+    """A local master's Python worker runs one task on one core, like a pool worker: numpy's OpenBLAS gets one
+    thread there (its threads spin at import), unless the user chose; never set for a cluster's executors."""
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    key = "spark.executorEnv.OPENBLAS_NUM_THREADS"
+    assert _base_conf("local[2]", None)[key] == "1"
+    for master in ("spark://h:7077", "yarn", "local-cluster[2,1,1024]"):
+        assert key not in _base_conf(master, None)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "4")  # the user's choice reaches the workers through the environment
+    assert key not in _base_conf("local[2]", None)
