@@ -8,10 +8,11 @@ as a subprocess, while a sampler sums the resident memory of the run's whole pro
 keeps each process's own high-water mark (VmHWM), whose maximum is the per-process peak #21 targets.
 
 The tokenize-only ceiling (`--ceiling`): the same input's text, every string value of every
-event except identifiers and labels (ids, timestamps, paths, roles), tokenized alone with the pipeline's tokenizer (`encode_batch_fast`, one thread, CPU
-seconds of the encode calls only, after one warm-up batch), in a process started as the pool
-workers are (`workers.start_env`: mimalloc on Linux with its options, BLAS threads). Input JSON MB / those seconds is
-what a pipeline that did nothing but tokenize could reach; the run's MB per CPU-s over it is the
+event except identifiers and labels (ids, timestamps, paths, roles), tokenized alone with the
+pipeline's tokenizer (`encode_batch_fast`, one thread, CPU seconds of the encode calls only, after
+one warm-up batch), in a process started as the pool workers are (`workers.start_env`: mimalloc on
+Linux with its options, BLAS threads). Input JSON MB / those seconds is what a pipeline that did
+nothing but tokenize could reach; the run's MB per CPU-s over it is the
 share of that ceiling the whole pipeline reaches.
 Results are printed as JSON lines and feed docs/scaling.md.
 """
@@ -148,9 +149,9 @@ def tokenize_ceiling(events: int, work: Path, workers: int) -> dict:
     """The ceiling measured in a fresh process started as a pool worker is (`workers.start_env`: the
     allocator and its options, BLAS threads), as their tokenizer runs (like for like: the allocator
     alone moves encode CPU by 20-25%)."""
-    from datakit.workers import start_env
+    from datakit.workers import start_env, worker_threads
 
-    env = {**os.environ, **start_env(workers), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, **start_env(worker_threads(workers)), "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, __file__, "--ceiling-child", str(events), "--work", str(work)], env=env,
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])

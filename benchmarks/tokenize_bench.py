@@ -216,15 +216,14 @@ def cli_vs_bare(mb: float, doc_chars: int, tokenizer: str, batch: int, runs: int
 
     from importlib import metadata
 
-    from datakit import allocator
-
     texts = corpus(mb, doc_chars)
     table = records(texts)
-    from datakit.workers import start_env, usable_cpus
+    from datakit.workers import start_env, usable_cpus, worker_threads
 
-    alloc_env = allocator.worker_env()
-    worker_start = start_env(usable_cpus())  # `datakit run`'s default pool: its allocator and BLAS threads
-    sides = ("ours", "bare") + (("bare_alloc",) if alloc_env else ()) + (("datatrove",) if datatrove else ())
+    # `datakit run`'s default pool (one worker per usable core): its allocator and BLAS threads
+    worker_start = start_env(worker_threads(usable_cpus()))
+    interposed = "LD_PRELOAD" in worker_start  # the workers run with mimalloc
+    sides = ("ours", "bare") + (("bare_alloc",) if interposed else ()) + (("datatrove",) if datatrove else ())
     res: dict = {side: [] for side in sides}
     with tempfile.TemporaryDirectory() as d:
         n = 4
@@ -248,7 +247,7 @@ def cli_vs_bare(mb: float, doc_chars: int, tokenizer: str, batch: int, runs: int
         cmds = {"ours": [*cli, "run", f"{d}/p.yaml", "--quiet", "--no-report"],
                 "bare": [sys.executable, __file__, "--child-bare", d, "--tokenizer", tokenizer, "--batch", str(batch)]}
         envs = {"ours": env, "bare": env}
-        if alloc_env:
+        if interposed:
             cmds["bare_alloc"], envs["bare_alloc"] = cmds["bare"], {**env, **worker_start}
         if datatrove:
             from benchmarks._datatrove import datatrove_python
@@ -288,7 +287,7 @@ def cli_vs_bare(mb: float, doc_chars: int, tokenizer: str, batch: int, runs: int
     out["docs"] = len(texts)
     out["chars"] = sum(map(len, texts))
     out["threads"] = os.environ.get("RAYON_NUM_THREADS", f"default ({os.cpu_count()} cores)")
-    out["worker_allocator"] = (f"mimalloc {metadata.version('cmeel-mimalloc')} (LD_PRELOAD)" if alloc_env
+    out["worker_allocator"] = (f"mimalloc {metadata.version('cmeel-mimalloc')} (LD_PRELOAD)" if interposed
                                else "the interpreter's malloc")
     out["worker_start_env"] = {k: v for k, v in worker_start.items() if k != "LD_PRELOAD"}
     if datatrove:

@@ -66,12 +66,10 @@ def pool(workers: int) -> ProcessPoolExecutor:
     existing, born = _POOLS.get(workers, (None, None))
     if existing is None or born != env or getattr(existing, "_broken", False):
         drop_pool(workers)
-        from datakit import allocator
-
         threads = worker_threads(workers)
         with _ENV_LOCK:
-            forget = tuple(allocator.worker_env())
-            child_env = start_env(workers)
+            child_env = start_env(threads)
+        forget = tuple(k for k in child_env if k not in _THREAD_KEYS)  # the allocator's: dropped once started
         existing = _Pool(max_workers=workers, mp_context=get_context("spawn"), initializer=_init_worker,
                          initargs=(threads, *logcfg), child_env=child_env, forget=forget)
         _POOLS[workers] = (existing, env)
@@ -104,19 +102,20 @@ _ENV_LOCK = threading.Lock()
 _ADDED_MARK = "DATAKIT_WORKER_PRELOAD"
 
 
-def start_env(workers: int = 1, threads: int | None = None) -> dict[str, str]:
-    """The variables a worker of a `workers`-process pool starts with on top of the owner's environment:
-    its share of BLAS threads (`threads`, else the cores shared by `workers`) and its allocator
-    (benchmarks start their references with the same; a local Spark master's Python workers too)."""
+def start_env(threads: int) -> dict[str, str]:
+    """The variables a worker whose share of the cores is `threads` (`worker_threads`) starts with on top
+    of the owner's environment: its BLAS threads and its allocator (benchmarks start their references
+    with the same; a local Spark master's Python workers too)."""
     from datakit import allocator
 
-    return {**_thread_env(threads or worker_threads(workers)), **allocator.worker_env()}
+    return {**_thread_env(threads), **allocator.worker_env()}
 
 
 # thread variables the owning process set for itself (`one_blas_thread_here`), not a user's choice:
 # its workers still get their share
 _OWNER_SET: set[str] = set()
 _BLAS = "OPENBLAS_NUM_THREADS"
+_THREAD_KEYS = (_BLAS,)  # what `_thread_env` may set; every other start variable is the allocator's
 
 
 def one_blas_thread_here() -> None:

@@ -216,7 +216,7 @@ def _base_conf(master: str, conf: dict[str, Any] | None) -> dict[str, str]:
                 from datakit.workers import environment_lock, start_env
 
                 with environment_lock():
-                    out.update({f"spark.executorEnv.{k}": v for k, v in start_env(threads=1).items()})
+                    out.update({f"spark.executorEnv.{k}": v for k, v in start_env(1).items()})
     else:
         out.update(STRAGGLER_DEFAULTS)
     out.update(TIMEOUT_DEFAULTS)
