@@ -28,7 +28,10 @@ from tests.support.decontam_ref import ngram_hashes_ref, tokenize, tokenize_ref
 from tests.support.plant import LEAK_KINDS, idiomatic_code, plant
 
 ALL = ["whitespace", "case", "comments", "identifiers"]  # the four token normalizations (not the flat lexer mode)
-COMBOS = [[], ["whitespace"], ["case"], ["comments"], ["identifiers"], ["whitespace", "case"], ALL]
+# the last two: the robust check's comment-free views (`matcher.views_of`), `flat`, and with identifiers
+# also its punctuation requirement (`ngrams.min_punct`), which the kernel tests apart from the hash
+COMBOS = [[], ["whitespace"], ["case"], ["comments"], ["identifiers"], ["whitespace", "case"], ALL,
+          ["whitespace", "case", "comments", "flat"], [*ALL, "flat"]]
 
 
 @pytest.fixture(scope="module")
