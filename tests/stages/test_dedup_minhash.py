@@ -140,6 +140,32 @@ def test_jaccard_helpers_match_references():
         assert exact[i] == pytest.approx(len(x & y) / len(x | y))
 
 
+def test_pair_jaccard_kernel_matches_python_sets():
+    """The hash-table kernel against set arithmetic, on the inputs that could trip a table: values
+    that share their low bits (same slot, different value), repeats on either side, empty sides,
+    and pairs of very different sizes in one batch (the table is sized for the largest, used per pair)."""
+    from datakit.stages.dedup.verify import _pair_jaccard
+
+    rng = np.random.default_rng(7)
+    sides_a, sides_b = [], []
+    for k in range(300):
+        na, nb = (0, 0) if k == 0 else (0, 5) if k == 1 else (int(rng.integers(0, 40)), int(rng.integers(0, 40)))
+        if k == 2:
+            na, nb = 3000, 7
+        pool = (rng.integers(0, 64, 80).astype(np.uint32) << np.uint32(20)) | np.uint32(5)  # one slot for all
+        pool = pool if k % 3 == 0 else rng.integers(0, 2**32, 80, dtype=np.uint64).astype(np.uint32)
+        sides_a.append(rng.choice(pool, na))
+        sides_b.append(rng.choice(pool, nb))
+    ha, hb = np.concatenate(sides_a).astype(np.uint32), np.concatenate(sides_b).astype(np.uint32)
+    oa = np.concatenate([[0], np.cumsum([len(x) for x in sides_a])]).astype(np.int64)
+    ob = np.concatenate([[0], np.cumsum([len(x) for x in sides_b])]).astype(np.int64)
+    out = np.empty(len(sides_a))
+    _pair_jaccard(ha, oa, hb, ob, out)
+    for i, (a, b) in enumerate(zip(sides_a, sides_b)):
+        x, y = set(a.tolist()), set(b.tolist())
+        assert out[i] == (len(x & y) / len(x | y) if x | y else 0.0), i
+
+
 def test_record_text_and_exact_keys():
     seg = pa.struct([("text", pa.string()), ("train", pa.bool_()), ("role", pa.string())])
     batch = pa.RecordBatch.from_pydict({
