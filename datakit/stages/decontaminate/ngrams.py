@@ -51,7 +51,7 @@ def _prev_distance(tok_val, tok_ident, ntok, n, prevd, cval):
     value token i hashes as under `identifiers` when that earlier copy is inside the window (`_window`).
 
     Why cval: the hash loop then picks between two precomputed values by one comparison instead
-    of branching on the token's kind, which cost the canonical view ~1.5x the plain one.
+    of branching on the token's kind (an identifiers scan of 31 MB of code: 0.41 -> 0.36 s).
     """
     for i in range(ntok):
         prevd[i] = 0
@@ -108,11 +108,17 @@ def _window(tok_val, cval, prevd, s, n, canon):
 
 
 @njit(cache=True, inline="always")
-def _token_buffers(maxlen):
-    """The arrays `lex` fills for one string, sized for the longest; one set is reused for every string."""
+def _token_buffers(maxlen, canon, punct):
+    """The arrays `lex` fills for one string, sized for the longest; one set is reused for every string.
+
+    (tok_val, tok_start, tok_end, tok_ident, prevd, pp, cval); prevd and cval are used only under
+    `identifiers` (canon) and pp only with a punctuation requirement (punct), else they are one slot:
+    every full-size array costs 8 bytes per byte of the longest string.
+    """
+    nc = maxlen + 1 if canon else 1
     return (np.empty(maxlen + 1, np.uint64), np.empty(maxlen + 1, np.int64), np.empty(maxlen + 1, np.int64),
-            np.empty(maxlen + 1, np.uint8), np.empty(maxlen + 1, np.int64), np.empty(maxlen + 2, np.int64),
-            np.empty(maxlen + 1, np.uint64))
+            np.empty(maxlen + 1, np.uint8), np.empty(nc, np.int64), np.empty(maxlen + 2 if punct else 1, np.int64),
+            np.empty(nc, np.uint64))
 
 
 @njit(cache=True)
@@ -126,8 +132,8 @@ def _hash_strings(data, offsets, n, flags, kw, want_spans, minpunct):
         total += ln
         if ln > maxlen:
             maxlen = ln
-    tok_val, tok_start, tok_end, tok_ident, prevd, pp, cval = _token_buffers(maxlen)
     canon = (flags & 8) != 0
+    tok_val, tok_start, tok_end, tok_ident, prevd, pp, cval = _token_buffers(maxlen, canon, minpunct > 0)
     cap = max(16, total // 3)  # ~1 token per 3-4 bytes of code; grows if needed
     out_h = np.empty(cap, np.uint64)
     out_s = np.empty(cap, np.int64)
@@ -211,7 +217,7 @@ def _count_hits(data, offsets, n, flags, kw, keys, nblocks, minpunct):
             ln = offsets[s + 1] - offsets[s]
             if ln > maxlen:
                 maxlen = ln
-        tok_val, tok_start, tok_end, tok_ident, prevd, pp, cval = _token_buffers(maxlen)
+        tok_val, tok_start, tok_end, tok_ident, prevd, pp, cval = _token_buffers(maxlen, canon, minpunct > 0)
         for s in range(lo, hi):
             ntok = lex(data, offsets[s], offsets[s + 1], flags, kw, tok_val, tok_start, tok_end, tok_ident)
             if ntok < n:
@@ -242,8 +248,8 @@ def _scan_strings(data, offsets, which, n, flags, kw, keys, vals, minpunct):
         ln = offsets[s + 1] - offsets[s]
         if ln > maxlen:
             maxlen = ln
-    tok_val, tok_start, tok_end, tok_ident, prevd, pp, cval = _token_buffers(maxlen)
     canon = (flags & 8) != 0
+    tok_val, tok_start, tok_end, tok_ident, prevd, pp, cval = _token_buffers(maxlen, canon, minpunct > 0)
     mask = U64(keys.shape[0] - 1)
     cap = 1024
     out_s = np.empty(cap, np.int64)
