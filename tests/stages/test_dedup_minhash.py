@@ -146,11 +146,14 @@ def test_pair_jaccard_kernel_matches_python_sets():
     and pairs of very different sizes in one batch (the table is sized for the largest, used per pair)."""
     from datakit.stages.dedup.verify import _pair_jaccard
 
+    import numba
+
     rng = np.random.default_rng(7)
     sides_a, sides_b = [], []
     for k in range(300):
-        na, nb = (0, 0) if k == 0 else (0, 5) if k == 1 else (int(rng.integers(0, 40)), int(rng.integers(0, 40)))
-        if k == 2:
+        # the first pair is not empty (a stamp that starts at 0 would then read the fresh table as its own)
+        na, nb = (0, 0) if k == 10 else (0, 5) if k == 11 else (int(rng.integers(1, 40)), int(rng.integers(1, 40)))
+        if k == 13:  # random values: probes spread over the whole part of the table
             na, nb = 3000, 7
         pool = (rng.integers(0, 64, 80).astype(np.uint32) << np.uint32(20)) | np.uint32(5)  # one slot for all
         pool = pool if k % 3 == 0 else rng.integers(0, 2**32, 80, dtype=np.uint64).astype(np.uint32)
@@ -159,8 +162,13 @@ def test_pair_jaccard_kernel_matches_python_sets():
     ha, hb = np.concatenate(sides_a).astype(np.uint32), np.concatenate(sides_b).astype(np.uint32)
     oa = np.concatenate([[0], np.cumsum([len(x) for x in sides_a])]).astype(np.int64)
     ob = np.concatenate([[0], np.cumsum([len(x) for x in sides_b])]).astype(np.int64)
+    # first the same source with bounds checks (numba checks none by default): a table sized too small,
+    # or a probe past its pair's part of the table, is an IndexError here instead of reads out of bounds
+    checked = np.empty(len(sides_a))
+    numba.njit(boundscheck=True)(_pair_jaccard.py_func)(ha, oa, hb, ob, checked)
     out = np.empty(len(sides_a))
     _pair_jaccard(ha, oa, hb, ob, out)
+    assert np.array_equal(checked, out)
     for i, (a, b) in enumerate(zip(sides_a, sides_b)):
         x, y = set(a.tolist()), set(b.tolist())
         assert out[i] == (len(x & y) / len(x | y) if x | y else 0.0), i

@@ -47,10 +47,10 @@ def _pair_jaccard(ha, oa, hb, ob, out):
     while size < 2 * most:
         size *= 2
     keys = np.zeros(size, ha.dtype)
-    stamp = np.zeros(size, np.uint32)  # 1 + the index of the pair that wrote the slot (< 2**32 pairs a batch)
+    stamp = np.zeros(size, np.int64)  # 1 + the index of the pair that wrote the slot (never wraps: 0 = free)
     side = np.zeros(size, np.uint8)    # 1: in A only, 2: in B only, 3: in both
     for i in range(out.shape[0]):
-        g = np.uint32(i + 1)
+        g = np.int64(i + 1)
         sz = 16
         while sz < 2 * (oa[i + 1] - oa[i] + ob[i + 1] - ob[i]):
             sz *= 2
