@@ -74,6 +74,8 @@ def test_kernel_matches_reference_on_humaneval_and_edge_cases(he_rows):
                 assert list(ngram_hashes(t, n, norm)) == ngram_hashes_ref(t, n, norm)
 
 
+CODE_TOKENS = st.sampled_from(["x", "y", "foo", "x1", "for", "in", "range", "len", "if", "return", "(", ")", "[", "]",
+                               ":", "=", "+", ",", ".", "->", "1", "2.5", "\n", "    ", "'s'", "# c\n"])
 CODE_ALPHABET = st.sampled_from(list("abcXYZ_019 .\t\n\r'\"#/*\\()[]{}:=+-<>,é") + ["for", "in", "range", "'''", '"""'])
 
 
@@ -82,6 +84,17 @@ CODE_ALPHABET = st.sampled_from(list("abcXYZ_019 .\t\n\r'\"#/*\\()[]{}:=+-<>,é"
 def test_kernel_matches_reference_property(parts, norm, n):
     text = "".join(parts)
     assert tokenize(text, norm) == tokenize_ref(text, norm)
+    assert list(ngram_hashes(text, n, norm)) == ngram_hashes_ref(text, n, norm)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(CODE_TOKENS, max_size=120), st.integers(3, 13))
+def test_kernel_matches_reference_on_the_punctuation_rule(parts, n):
+    """identifiers + flat (the robust check's loose view): windows need n // 3 punctuation tokens, so
+    longer windows than the property test above draws (there n <= 5, at most 1), over whole tokens
+    (the character alphabet above mostly yields strings and comments, which leave few windows)."""
+    text = " ".join(parts)
+    norm = [*ALL, "flat"]
     assert list(ngram_hashes(text, n, norm)) == ngram_hashes_ref(text, n, norm)
 
 
