@@ -122,6 +122,20 @@ def _token_buffers(maxlen, canon, punct):
 
 
 @njit(cache=True)
+def _lex_windows(data, a, b, flags, kw, n, minpunct, bufs):
+    """Lex data[a:b] into `bufs` (`_token_buffers`) and prepare what its windows need: distances back
+    under `identifiers`, punctuation counts when windows need some. Returns the token count (< n: no window)."""
+    tok_val, tok_start, tok_end, tok_ident, prevd, pp, cval = bufs
+    ntok = lex(data, a, b, flags, kw, tok_val, tok_start, tok_end, tok_ident)
+    if ntok >= n:
+        if (flags & 8) != 0:
+            _prev_distance(tok_val, tok_ident, ntok, n, prevd, cval)
+        if minpunct > 0:
+            _punct_prefix(data, tok_start, ntok, pp)
+    return ntok
+
+
+@njit(cache=True)
 def _hash_strings(data, offsets, n, flags, kw, want_spans, minpunct):
     """All window hashes of every string: (hashes, string index per hash, start byte, end byte)."""
     nstr = offsets.shape[0] - 1
@@ -133,7 +147,8 @@ def _hash_strings(data, offsets, n, flags, kw, want_spans, minpunct):
         if ln > maxlen:
             maxlen = ln
     canon = (flags & 8) != 0
-    tok_val, tok_start, tok_end, tok_ident, prevd, pp, cval = _token_buffers(maxlen, canon, minpunct > 0)
+    bufs = _token_buffers(maxlen, canon, minpunct > 0)
+    tok_val, tok_start, tok_end, tok_ident, prevd, pp, cval = bufs
     cap = max(16, total // 3)  # ~1 token per 3-4 bytes of code; grows if needed
     out_h = np.empty(cap, np.uint64)
     out_s = np.empty(cap, np.int64)
@@ -142,13 +157,9 @@ def _hash_strings(data, offsets, n, flags, kw, want_spans, minpunct):
     m = 0
     for s in range(nstr):
         a = offsets[s]
-        ntok = lex(data, a, offsets[s + 1], flags, kw, tok_val, tok_start, tok_end, tok_ident)
+        ntok = _lex_windows(data, a, offsets[s + 1], flags, kw, n, minpunct, bufs)
         if ntok < n:
             continue
-        if canon:
-            _prev_distance(tok_val, tok_ident, ntok, n, prevd, cval)
-        if minpunct > 0:
-            _punct_prefix(data, tok_start, ntok, pp)
         nw = ntok - n + 1
         if m + nw > cap:
             cap = max(cap * 2, m + nw)
@@ -217,15 +228,12 @@ def _count_hits(data, offsets, n, flags, kw, keys, nblocks, minpunct):
             ln = offsets[s + 1] - offsets[s]
             if ln > maxlen:
                 maxlen = ln
-        tok_val, tok_start, tok_end, tok_ident, prevd, pp, cval = _token_buffers(maxlen, canon, minpunct > 0)
+        bufs = _token_buffers(maxlen, canon, minpunct > 0)
+        tok_val, tok_start, tok_end, tok_ident, prevd, pp, cval = bufs
         for s in range(lo, hi):
-            ntok = lex(data, offsets[s], offsets[s + 1], flags, kw, tok_val, tok_start, tok_end, tok_ident)
+            ntok = _lex_windows(data, offsets[s], offsets[s + 1], flags, kw, n, minpunct, bufs)
             if ntok < n:
                 continue
-            if canon:
-                _prev_distance(tok_val, tok_ident, ntok, n, prevd, cval)
-            if minpunct > 0:
-                _punct_prefix(data, tok_start, ntok, pp)
             c = 0
             for w in range(ntok - n + 1):
                 if minpunct > 0 and not _punct_ok(pp, w, n, minpunct):
@@ -249,7 +257,8 @@ def _scan_strings(data, offsets, which, n, flags, kw, keys, vals, minpunct):
         if ln > maxlen:
             maxlen = ln
     canon = (flags & 8) != 0
-    tok_val, tok_start, tok_end, tok_ident, prevd, pp, cval = _token_buffers(maxlen, canon, minpunct > 0)
+    bufs = _token_buffers(maxlen, canon, minpunct > 0)
+    tok_val, tok_start, tok_end, tok_ident, prevd, pp, cval = bufs
     mask = U64(keys.shape[0] - 1)
     cap = 1024
     out_s = np.empty(cap, np.int64)
@@ -260,13 +269,9 @@ def _scan_strings(data, offsets, which, n, flags, kw, keys, vals, minpunct):
     for i in range(which.shape[0]):
         s = which[i]
         a = offsets[s]
-        ntok = lex(data, a, offsets[s + 1], flags, kw, tok_val, tok_start, tok_end, tok_ident)
+        ntok = _lex_windows(data, a, offsets[s + 1], flags, kw, n, minpunct, bufs)
         if ntok < n:
             continue
-        if canon:
-            _prev_distance(tok_val, tok_ident, ntok, n, prevd, cval)
-        if minpunct > 0:
-            _punct_prefix(data, tok_start, ntok, pp)
         for w in range(ntok - n + 1):
             if minpunct > 0 and not _punct_ok(pp, w, n, minpunct):
                 continue

@@ -30,6 +30,28 @@ def signature_jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> np.ndarray:
     return np.count_nonzero(sig_a == sig_b, axis=1) / float(sig_a.shape[1])
 
 
+@njit(cache=True, inline="always")
+def _table_size(n):
+    """The smallest power of two, at least 16, with room for `n` values at load <= 0.5."""
+    size = 16
+    while size < 2 * n:
+        size *= 2
+    return size
+
+
+@njit(cache=True, inline="always")
+def _claim(keys, stamp, g, mask, h):
+    """(slot of `h` among pair g's slots, whether it was new there; a new value is stored)."""
+    slot = np.int64(h) & mask
+    while stamp[slot] == g and keys[slot] != h:
+        slot = (slot + 1) & mask
+    if stamp[slot] == g:
+        return slot, False
+    stamp[slot] = g
+    keys[slot] = h
+    return slot, True
+
+
 @njit(cache=True)
 def _pair_jaccard(ha, oa, hb, ob, out):
     """out[i] = |A & B| / |A | B| of the distinct values of ha[oa[i]:oa[i+1]] and hb[ob[i]:ob[i+1]].
@@ -43,39 +65,24 @@ def _pair_jaccard(ha, oa, hb, ob, out):
     most = 1
     for i in range(out.shape[0]):
         most = max(most, oa[i + 1] - oa[i] + ob[i + 1] - ob[i])
-    size = 16
-    while size < 2 * most:
-        size *= 2
+    size = _table_size(most)
     keys = np.zeros(size, ha.dtype)
     stamp = np.zeros(size, np.int64)  # 1 + the index of the pair that wrote the slot (never wraps: 0 = free)
     side = np.zeros(size, np.uint8)    # 1: in A only, 2: in B only, 3: in both
     for i in range(out.shape[0]):
         g = np.int64(i + 1)
-        sz = 16
-        while sz < 2 * (oa[i + 1] - oa[i] + ob[i + 1] - ob[i]):
-            sz *= 2
-        mask = sz - 1
+        mask = _table_size(oa[i + 1] - oa[i] + ob[i + 1] - ob[i]) - 1
         na = 0
         for x in range(oa[i], oa[i + 1]):
-            h = ha[x]
-            slot = np.int64(h) & mask
-            while stamp[slot] == g and keys[slot] != h:
-                slot = (slot + 1) & mask
-            if stamp[slot] != g:
-                stamp[slot] = g
-                keys[slot] = h
+            slot, new = _claim(keys, stamp, g, mask, ha[x])
+            if new:
                 side[slot] = 1
                 na += 1
         nb = 0
         inter = 0
         for y in range(ob[i], ob[i + 1]):
-            h = hb[y]
-            slot = np.int64(h) & mask
-            while stamp[slot] == g and keys[slot] != h:
-                slot = (slot + 1) & mask
-            if stamp[slot] != g:
-                stamp[slot] = g
-                keys[slot] = h
+            slot, new = _claim(keys, stamp, g, mask, hb[y])
+            if new:
                 side[slot] = 2
                 nb += 1
             elif side[slot] == 1:  # first time in B of a value of A (2, 3: repeated in B)
