@@ -38,6 +38,7 @@ from datakit.engines.core import conform
 from datakit.io import sinks
 from datakit.io.fs import filesystem
 from datakit.io.sinks import SinkSpec
+from datakit.io.take import take_rows
 
 __all__ = ["MAX_PART_SHARDS", "PartsTarget", "ShardPartWriter", "WriteShardParts", "parts_by_shard", "read_parts"]
 
@@ -89,7 +90,7 @@ class ShardPartWriter:
         for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(ids)]):
             shard = int(sorted_ids[lo])
             whole = lo == 0 and hi == len(ids)  # one shard (always so for `shards: 1`): no take
-            self._writer(shard).write_batch(batch if whole else batch.take(pa.array(order[lo:hi])))
+            self._writer(shard).write_batch(batch if whole else take_rows(batch, order[lo:hi]))
             self.rows[shard] = self.rows.get(shard, 0) + int(hi - lo)
 
     def _writer(self, shard: int) -> pa.ipc.RecordBatchStreamWriter:

@@ -25,6 +25,7 @@ import xxhash
 from datakit.io.atomic import atomic_path, sha256_file, write_json_atomic
 from datakit.io.fs import filesystem
 from datakit.io.layout import data_file, manifest_files, prune_data, write_card
+from datakit.io.take import take_rows
 from datakit.plan import SinkSpec
 
 # 2: data files under data/ (schemas/output_layout.md); a version-1 shard is never reused
@@ -71,7 +72,7 @@ def sort_shard(table: pa.Table, sort_key: str) -> pa.Table:
     bytes never depend on arrival order, engine or partitioning."""
     if table.num_rows == 0:
         return table
-    table = table.take(pc.sort_indices(table, sort_keys=[(sort_key, "ascending")])).combine_chunks()
+    table = take_rows(table, pc.sort_indices(table, sort_keys=[(sort_key, "ascending")]))
     keys = table.column(sort_key)
     if table.num_rows > 1:
         same_as_next = pc.equal(keys.slice(0, len(keys) - 1), keys.slice(1)).to_numpy(zero_copy_only=False)
@@ -84,8 +85,8 @@ def sort_shard(table: pa.Table, sort_key: str) -> pa.Table:
                 row = json.dumps(table.slice(int(i), 1).to_pylist()[0], sort_keys=True, default=str)
                 tie[i] = xxhash.xxh64_intdigest(row.encode())
             order = pa.table({"k": keys, "t": pa.array(tie)})
-            table = table.take(pc.sort_indices(order, sort_keys=[("k", "ascending"), ("t", "ascending")]))
-    return table.combine_chunks()
+            table = take_rows(table, pc.sort_indices(order, sort_keys=[("k", "ascending"), ("t", "ascending")]))
+    return table
 
 
 class ShardWriter(Protocol):

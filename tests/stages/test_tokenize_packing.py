@@ -107,6 +107,34 @@ def test_materialize_in_small_steps_gives_the_same_arrays(monkeypatch, algorithm
     assert gather(values, starts[:0], lengths[:0]).dtype == values.dtype
 
 
+@pytest.mark.parametrize("algorithm", ["concat", "best_fit"])
+@pytest.mark.parametrize("max_len", [3, 60, 400, 5000])
+def test_materialize_by_slices_and_by_index_give_the_same_arrays(monkeypatch, algorithm, max_len):
+    """The two copy paths (a slice per piece for long pieces, index arrays for short ones) write the same
+    bytes, also when masks sit at other offsets than tokens (the writer's shuffled list columns)."""
+    rng = np.random.default_rng(max_len)
+    lengths = rng.integers(0, max_len, 300).astype(np.int64)
+    lengths[::37] = 0
+    perm = rng.permutation(len(lengths))  # documents laid out in another order than their rows (shuffled)
+    starts = np.empty_like(lengths)
+    starts[perm] = np.cumsum(lengths[perm]) - lengths[perm]
+    mask_starts = starts + 7  # masks at other offsets than their tokens
+    values = rng.integers(0, 60000, int(lengths.sum()) + 1000).astype(np.int32)
+    masks = rng.integers(0, 2, len(values) + 7).astype(np.uint8)
+    results = []
+    for threshold in (0, 1 << 40):  # every piece by slices / every piece by index
+        monkeypatch.setattr(packing, "SLICE_COPY_MIN_MEAN", threshold)
+        results.append(materialize(pack(lengths, 128, algorithm), starts, values, masks, 128, 1, np.uint16,
+                                   mask_start=mask_starts, doc_len=lengths))
+    by_slices, by_index = results
+    assert np.array_equal(by_slices.tokens, by_index.tokens) and np.array_equal(by_slices.loss_mask, by_index.loss_mask)
+    assert np.array_equal(by_slices.segments, by_index.segments) and by_slices.stats == by_index.stats
+    docs = rebuild(by_slices, 128)
+    for row, (toks, m) in docs.items():
+        assert np.array_equal(toks, values[starts[row]:starts[row] + lengths[row]])
+        assert np.array_equal(m, masks[mask_starts[row]:mask_starts[row] + lengths[row]])
+
+
 def test_best_fit_packs_tighter_than_first_fit_bound_and_never_splits():
     rng = np.random.default_rng(1)
     lengths = np.minimum(rng.lognormal(5.0, 1.0, 3000).astype(np.int64) + 1, 5000)

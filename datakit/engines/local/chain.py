@@ -25,6 +25,7 @@ from datakit.engines.local.memory import release_free_memory, release_free_memor
 from datakit.engines.local.spill import IpcSpill, Partition, read_spill
 from datakit.io import sinks, tempwork
 from datakit.io.atomic import sha256_file
+from datakit.io.take import take_rows
 from datakit.plan import Join, MapBatches, Node
 
 
@@ -176,7 +177,7 @@ def run_chain(task: ChainTask) -> dict[str, Any]:
                 # slice (a filter per shard would pass over the batch once per shard)
                 if len(ids) > 1 and (ids[1:] < ids[:-1]).any():
                     order = np.argsort(ids.astype(np.uint16) if task.shards <= 1 << 16 else ids, kind="stable")
-                    ids, batch = ids[order], batch.take(pa.array(order))
+                    ids, batch = ids[order], take_rows(batch, order)
                 cuts = np.flatnonzero(np.diff(ids)) + 1
                 for a, b in zip([0, *cuts], [*cuts, len(ids)]):
                     _writer(writers, files, int(ids[a]), task, out_schema).write_batch(batch.slice(a, b - a))

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from datakit.io.sinks import commit, shard_ids, write_shard
+from datakit.io.take import take_rows
 from datakit.plan import DROP, DROP_DETAIL, SinkSpec, config_hash
 from datakit.stages.base import CompileContext
 from datakit.stages.tokenize.encode import ENCODED_SCHEMA, encode_table
@@ -50,7 +51,7 @@ def build_dataset(records: pa.Table, out: str, config: TokenizeConfig, shards: i
     spec = SinkSpec(path=out, format=format, shards=shards, options={**options, **(writer_options or {})})
     sid = shard_ids(encoded.column("doc_id"), shards)
     order = np.argsort(sid, kind="stable")
-    grouped = encoded.take(pa.array(order))
+    grouped = take_rows(encoded, order)
     bounds = np.searchsorted(sid[order], np.arange(shards + 1))
     infos = [write_shard(grouped.slice(int(bounds[k]), int(bounds[k + 1] - bounds[k])), k, spec, ENCODED_SCHEMA)
              for k in range(shards)]

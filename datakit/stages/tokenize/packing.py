@@ -207,6 +207,37 @@ def gather(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.nd
     return out
 
 
+# Mean tokens per piece from which `materialize` copies piece by piece (a slice assignment each) instead
+# of through per-token index arrays. Measured on one shard (2.7M tokens): pieces of ~330 tokens copy in
+# 0.008 s by slices vs 0.037 s by index (0.054 in a fresh worker, whose index arrays are fresh pages);
+# a slice costs ~1 us, an indexed token ~14 ns, so below ~70 tokens a piece the index arrays win.
+SLICE_COPY_MIN_MEAN = 64
+
+
+def _copy_by_slices(tokens: np.ndarray, mask: np.ndarray, pieces: Pieces, doc_start: np.ndarray, values: np.ndarray,
+                    mask_start: np.ndarray, mask_values: np.ndarray, seq_len: int) -> None:
+    """Each piece's tokens and mask copied as one slice: no per-token memory beyond the output."""
+    dst = (pieces.seq * seq_len + pieces.pos).tolist()
+    src = (doc_start[pieces.doc_row] + pieces.doc_offset).tolist()
+    msrc = (mask_start[pieces.doc_row] + pieces.doc_offset).tolist()
+    for d, s, m, ln in zip(dst, src, msrc, pieces.length.tolist()):
+        tokens[d:d + ln] = values[s:s + ln]
+        mask[d:d + ln] = mask_values[m:m + ln]
+
+
+def _copy_by_index(tokens: np.ndarray, mask: np.ndarray, pieces: Pieces, doc_start: np.ndarray, values: np.ndarray,
+                   mask_start: np.ndarray, mask_values: np.ndarray, seq_len: int) -> None:
+    """Tokens and masks copied through per-token index arrays, built in steps (`chunks`): cheaper than a
+    Python slice per piece when pieces are short."""
+    same_offsets = mask_start is doc_start or np.array_equal(mask_start, doc_start)
+    for sl in chunks(pieces.length):  # pieces never overlap: steps give the same arrays as one pass
+        ln, row, off = pieces.length[sl], pieces.doc_row[sl], pieces.doc_offset[sl]
+        dst = gather_index(pieces.seq[sl] * seq_len + pieces.pos[sl], ln)
+        src = gather_index(doc_start[row] + off, ln)
+        tokens[dst] = values[src]
+        mask[dst] = mask_values[src if same_offsets else gather_index(mask_start[row] + off, ln)]
+
+
 def materialize(pieces: Pieces, doc_start: np.ndarray, values: np.ndarray, mask_values: np.ndarray,
                 seq_len: int, pad_id: int, dtype: np.dtype, mask_start: np.ndarray | None = None,
                 doc_len: np.ndarray | None = None) -> Packed:
@@ -229,13 +260,10 @@ def materialize(pieces: Pieces, doc_start: np.ndarray, values: np.ndarray, mask_
     n = pieces.n_sequences
     tokens = np.full(n * seq_len, pad_id, dtype=dtype)
     mask = np.zeros(n * seq_len, dtype=np.uint8)
-    same_offsets = mask_start is doc_start or np.array_equal(mask_start, doc_start)
-    for sl in chunks(pieces.length):  # pieces never overlap: steps give the same arrays as one pass
-        ln, row, off = pieces.length[sl], pieces.doc_row[sl], pieces.doc_offset[sl]
-        dst = gather_index(pieces.seq[sl] * seq_len + pieces.pos[sl], ln)
-        src = gather_index(doc_start[row] + off, ln)
-        tokens[dst] = values[src]
-        mask[dst] = mask_values[src if same_offsets else gather_index(mask_start[row] + off, ln)]
+    if len(pieces.length) and pieces.length.sum() >= SLICE_COPY_MIN_MEAN * len(pieces.length):
+        _copy_by_slices(tokens, mask, pieces, doc_start, values, mask_start, mask_values, seq_len)
+    else:
+        _copy_by_index(tokens, mask, pieces, doc_start, values, mask_start, mask_values, seq_len)
 
     # padding segments: where a sequence's last piece ends before seq_len
     used = np.zeros(n, dtype=np.int64)

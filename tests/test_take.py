@@ -1,0 +1,94 @@
+"""`datakit.io.take.take_rows` against Arrow's own `take`: same rows, same types, for every column kind."""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from datakit.io import take
+from datakit.io.take import take_rows
+
+
+def _lists(rng: np.random.Generator, n: int, max_len: int, value_type: pa.DataType, large: bool = False,
+           null_every: int = 0) -> pa.Array:
+    lengths = rng.integers(0, max_len + 1, n)
+    offsets = np.zeros(n + 1, dtype=np.int64 if large else np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    values = pa.array(rng.integers(-100, 100, int(offsets[-1])).astype(value_type.to_pandas_dtype()), value_type)
+    mask = pa.array(np.arange(n) % null_every == 1) if null_every else None
+    cls = pa.LargeListArray if large else pa.ListArray
+    return cls.from_arrays(pa.array(offsets), values, mask=mask)
+
+
+def _table(seed: int, n: int, max_len: int) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    return pa.table({
+        "doc_id": pa.array([f"d{i}" if i % 5 else None for i in range(n)]),
+        "ids": _lists(rng, n, max_len, pa.int32()),
+        "mask": _lists(rng, n, max_len, pa.int8(), null_every=4),
+        "big": _lists(rng, n, max_len, pa.int64(), large=True, null_every=3),
+        "floats": _lists(rng, n, max_len, pa.float32()),
+        "texts": pa.array([[f"t{i}"] * (i % 3) for i in range(n)], pa.list_(pa.string())),  # not fixed-width
+        "segments": pa.array([[{"text": "x", "train": True}]] * n),  # nested: Arrow's take
+        "n": pa.array(np.arange(n, dtype=np.int32)),
+        # null values inside the lists: Arrow's take (numpy has no nulls)
+        "holes": pa.array([[None if (i + j) % 7 == 0 else j for j in range(max_len)] for i in range(n)],
+                          pa.list_(pa.int32())),
+    })
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(0, 120), max_len=st.sampled_from([0, 2, 60, 400]),
+       chunks=st.integers(1, 3), with_offset=st.booleans(), repeats=st.booleans())
+def test_take_rows_equals_arrow_take(seed, n, max_len, chunks, with_offset, repeats):
+    table = _table(seed, n + 3, max_len)
+    if with_offset:  # a sliced table: its list columns start inside their values buffers
+        table = table.slice(3)
+    else:
+        table = table.slice(0, n)
+    if chunks > 1 and table.num_rows:
+        cut = table.num_rows // chunks
+        table = pa.concat_tables([table.slice(0, cut), table.slice(cut)])
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, table.num_rows, table.num_rows * 2) if repeats and table.num_rows else \
+        rng.permutation(table.num_rows)
+    want = table.take(pa.array(idx, pa.int64()))
+    for threshold in (0, take.ROW_COPY_MIN_MEAN):  # every list row by row, and the default choice
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(take, "ROW_COPY_MIN_MEAN", threshold)
+            got = take_rows(table, idx)
+        assert got.schema == table.schema
+        assert got.equals(want), (threshold, got.to_pylist()[:3], want.to_pylist()[:3])
+        assert all(c.num_chunks == 1 for c in got.columns)
+        for name in ("ids", "mask", "big", "floats"):  # physically too: a null row holds no values
+            g, w = got.column(name).chunk(0), want.column(name).combine_chunks()
+            assert g.offsets.equals(w.offsets) and g.values.equals(w.values), name
+
+
+def test_take_rows_of_a_record_batch_is_a_record_batch():
+    batch = _table(1, 50, 300).to_batches()[0]
+    got = take_rows(batch, np.arange(49, -1, -1))
+    assert isinstance(got, pa.RecordBatch)
+    assert got.equals(batch.take(pa.array(np.arange(49, -1, -1))))
+
+
+def test_take_rows_uses_row_copies_only_for_long_fixed_width_lists(monkeypatch):
+    """The path choice itself: a column of long int lists is copied row by row, short ones and other
+    types go through Arrow (whose per-value index is cheaper there)."""
+    used = []
+    real = take._take_list
+    monkeypatch.setattr(take, "_take_list", lambda arr, idx: used.append(str(arr.type)) or real(arr, idx))
+    take_rows(_table(2, 40, 400), np.arange(40))
+    assert sorted(used) == ["large_list<item: int64>", "list<item: float>", "list<item: int32>", "list<item: int8>"]
+    used.clear()
+    take_rows(_table(2, 40, 2), np.arange(40))
+    assert used == []
+
+
+def test_take_rows_rejects_an_index_out_of_range():
+    with pytest.raises(IndexError):
+        take_rows(_table(3, 10, 100), np.array([0, 10]))
+    with pytest.raises(IndexError):
+        take_rows(_table(3, 10, 100), np.array([-1]))
