@@ -92,3 +92,19 @@ def test_take_rows_rejects_an_index_out_of_range():
         take_rows(_table(3, 10, 100), np.array([0, 10]))
     with pytest.raises(IndexError):
         take_rows(_table(3, 10, 100), np.array([-1]))
+
+
+def test_the_path_depends_on_the_rows_own_values_not_on_their_buffer(monkeypatch):
+    """A slice's list column shares its values buffer with rows outside the slice; a long row there must
+    not switch the slice's rows to row copies (the same rows would then give other buffers than when
+    compacted, and a shard's resume fingerprint would depend on its neighbours)."""
+    used = []
+    real = take._take_list
+    monkeypatch.setattr(take, "_take_list", lambda arr, idx: used.append(len(arr)) or real(arr, idx))
+    lengths = np.array([5] * 100 + [100_000])
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    ids = pa.ListArray.from_arrays(pa.array(offsets), pa.array(np.arange(offsets[-1], dtype=np.int32)))
+    sliced = pa.table({"ids": ids}).slice(0, 100)
+    take_rows(sliced, np.arange(100)[::-1])
+    take_rows(pa.table({"ids": ids}).slice(100), np.array([0]))  # the long row alone: row copies
+    assert used == [1]

@@ -55,11 +55,18 @@ def key_hashes(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 
 def table_fingerprint(table: pa.Table) -> str:
-    """A content hash of a shard's rows (after sorting), used to decide whether a resume may reuse it."""
+    """A content hash of a shard's rows (after sorting), used to decide whether a resume may reuse it.
+
+    A column without nulls is hashed without its validity bitmap: Arrow's `take` gives one to some
+    columns and not to others depending on the input's layout (and `io/take.py`'s row copies never
+    do), and the same rows must hash the same however they arrived."""
     h = hashlib.sha256()
     for batch in table.to_batches():
         for col in batch.columns:
-            for buf in col.buffers():
+            bufs = col.buffers()
+            if col.null_count == 0 and bufs:
+                bufs = bufs[1:]  # the top-level validity bitmap (children keep theirs)
+            for buf in bufs:
                 if buf is not None:
                     h.update(memoryview(buf))
     h.update(str(table.num_rows).encode())

@@ -27,14 +27,22 @@ def _row_copyable(arr: pa.Array) -> bool:
     vt = t.value_type
     if not (pa.types.is_integer(vt) or pa.types.is_floating(vt)):
         return False
-    return arr.values.null_count == 0 and len(arr) > 0 and \
-        len(arr.values) >= ROW_COPY_MIN_MEAN * len(arr)
+    if len(arr) == 0:
+        return False
+    # decided from the rows' own values (`arr.values` also holds what lies outside a slice), so the same
+    # rows take the same path, and give the same buffers, however they are sliced or chunked
+    offsets = arr.offsets
+    first, last = offsets[0].as_py(), offsets[len(arr)].as_py()
+    return last - first >= ROW_COPY_MIN_MEAN * len(arr) and arr.values.slice(first, last - first).null_count == 0
 
 
 def _take_list(arr: pa.Array, idx: np.ndarray) -> pa.Array:
     """`arr.take(idx)` for a list of fixed-width values: each row's value slice copied in order."""
     offsets = arr.offsets.to_numpy()  # into arr.values (which ignores the array's slice offset)
-    values = arr.values.to_numpy()
+    first = int(offsets[0])
+    # only the rows' own values (the buffer may hold nulls outside them); no nulls here (`_row_copyable`)
+    values = arr.values.slice(first, int(offsets[-1]) - first).to_numpy()
+    offsets = offsets - first
     starts, ends = offsets[:-1][idx], offsets[1:][idx]
     valid = None
     if arr.null_count:

@@ -135,6 +135,30 @@ def test_materialize_by_slices_and_by_index_give_the_same_arrays(monkeypatch, al
         assert np.array_equal(m, masks[mask_starts[row]:mask_starts[row] + lengths[row]])
 
 
+@pytest.mark.parametrize("start_dtype", [np.int64, np.int32, np.uint32, np.uint64])
+def test_materialize_takes_starts_of_any_integer_type(monkeypatch, start_dtype):
+    """uint64 + int64 is float64 in numpy: the slice path casts starts first (a review found a TypeError)."""
+    lengths = np.array([300, 0, 90, 500], dtype=np.int64)
+    starts = np.array([0, 300, 300, 390], dtype=start_dtype)
+    values = np.arange(890, dtype=np.int32)
+    masks = (np.arange(890) % 2).astype(np.uint8)
+    got = []
+    for threshold in (0, 1 << 40):
+        monkeypatch.setattr(packing, "SLICE_COPY_MIN_MEAN", threshold)
+        got.append(materialize(pack(lengths, 128, "best_fit"), starts, values, masks, 128, 1, np.uint16, doc_len=lengths))
+    assert np.array_equal(got[0].tokens, got[1].tokens) and np.array_equal(got[0].loss_mask, got[1].loss_mask)
+
+
+def test_materialize_by_slices_rejects_rows_outside_the_buffer(monkeypatch):
+    """A piece whose source runs past the token buffer is an error on both paths (a slice of length 1
+    would otherwise be broadcast over the whole piece)."""
+    monkeypatch.setattr(packing, "SLICE_COPY_MIN_MEAN", 0)
+    lengths = np.array([100], dtype=np.int64)
+    with pytest.raises(IndexError):
+        materialize(pack(lengths, 128, "best_fit"), np.array([99]), np.arange(100, dtype=np.int32),
+                    np.ones(200, np.uint8), 128, 1, np.uint16, doc_len=lengths)
+
+
 def test_best_fit_packs_tighter_than_first_fit_bound_and_never_splits():
     rng = np.random.default_rng(1)
     lengths = np.minimum(rng.lognormal(5.0, 1.0, 3000).astype(np.int64) + 1, 5000)

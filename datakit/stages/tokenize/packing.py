@@ -218,9 +218,13 @@ def _copy_by_slices(tokens: np.ndarray, mask: np.ndarray, pieces: Pieces, doc_st
                     mask_start: np.ndarray, mask_values: np.ndarray, seq_len: int) -> None:
     """Each piece's tokens and mask copied as one slice: no per-token memory beyond the output."""
     dst = (pieces.seq * seq_len + pieces.pos).tolist()
-    src = (doc_start[pieces.doc_row] + pieces.doc_offset).tolist()
-    msrc = (mask_start[pieces.doc_row] + pieces.doc_offset).tolist()
-    for d, s, m, ln in zip(dst, src, msrc, pieces.length.tolist()):
+    src = np.asarray(doc_start, dtype=np.int64)[pieces.doc_row] + pieces.doc_offset
+    msrc = np.asarray(mask_start, dtype=np.int64)[pieces.doc_row] + pieces.doc_offset
+    # a slice past the end is shorter than its piece (numpy would broadcast one of length 1 silently)
+    if len(src) and (int((src + pieces.length).max()) > len(values) or int((msrc + pieces.length).max()) > len(mask_values)
+                     or int(min(src.min(), msrc.min())) < 0):
+        raise IndexError("a document's tokens lie outside the token buffer (corrupt encoded rows)")
+    for d, s, m, ln in zip(dst, src.tolist(), msrc.tolist(), pieces.length.tolist()):
         tokens[d:d + ln] = values[s:s + ln]
         mask[d:d + ln] = mask_values[m:m + ln]
 
