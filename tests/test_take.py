@@ -108,3 +108,24 @@ def test_the_path_depends_on_the_rows_own_values_not_on_their_buffer(monkeypatch
     take_rows(sliced, np.arange(100)[::-1])
     take_rows(pa.table({"ids": ids}).slice(100), np.array([0]))  # the long row alone: row copies
     assert used == [1]
+
+
+def test_take_rows_reads_chunks_without_concatenating_them(monkeypatch):
+    """A shard's spilled parts arrive as chunks; rows are copied from the chunk that holds them."""
+    t = _table(5, 90, 400)
+    chunked = pa.concat_tables([t.slice(0, 30), t.slice(30, 1), t.slice(31, 0), t.slice(31)])
+    assert chunked.column("ids").num_chunks > 1
+    seen = []
+    real = take._take_list
+    monkeypatch.setattr(take, "_take_list", lambda col, idx: seen.append(col.num_chunks) or real(col, idx))
+    got = take_rows(chunked.select(["ids", "big"]), np.arange(89, -1, -1))
+    assert got.equals(t.select(["ids", "big"]).take(pa.array(np.arange(89, -1, -1))))
+    assert seen == [4, 4]  # handed the chunks, not a concatenation
+
+
+def test_take_rows_refuses_more_values_than_list_offsets_address(monkeypatch):
+    """int32 offsets would wrap past 2^31 - 1 values (silently corrupt); a clear error instead."""
+    monkeypatch.setattr(take, "LIST_MAX_VALUES", 1000)
+    t = _table(6, 40, 400).select(["ids"])
+    with pytest.raises(OverflowError, match="large_list"):
+        take_rows(t, np.arange(40))

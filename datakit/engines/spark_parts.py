@@ -153,14 +153,20 @@ def parts_by_shard(files: list[tuple[int, str, int]]) -> dict[int, list[str]]:
     return out
 
 
-def read_parts(urls: list[str]) -> pa.Table:
-    """The rows of a shard's part files, as one table."""
+def read_part_tables(urls: list[str]) -> list[pa.Table]:
+    """The rows of each of a shard's part files."""
     tables = []
     for url in urls:
         local = "://" not in url or url.startswith("file://")
         fs, path = (None, url.removeprefix("file://")) if local else filesystem(url)
         with (pa.OSFile(path, "rb") if local else fs.open(path, "rb")) as f:
             tables.append(pa.ipc.open_stream(f).read_all())
+    return tables
+
+
+def read_parts(urls: list[str]) -> pa.Table:
+    """The rows of a shard's part files, as one table."""
+    tables = read_part_tables(urls)
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
 
@@ -174,8 +180,7 @@ class WriteShardParts:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
             for shard, parts in zip(b.column("shard").to_pylist(), b.column("parts").to_pylist()):
-                table = read_parts(json.loads(parts))
-                info = sinks.write_shard(table, int(shard), self.spec, self.schema)
-                del table
+                # handed over: the parts are let go of once the shard is sorted (`write_shard_parts`)
+                info = sinks.write_shard_parts(read_part_tables(json.loads(parts)), int(shard), self.spec, self.schema)
                 yield pa.record_batch({"shard": pa.array([int(shard)], pa.int64()),
                                        "info": pa.array([json.dumps(info, sort_keys=True)], pa.string())})

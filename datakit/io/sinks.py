@@ -177,18 +177,47 @@ def shard_reuse_key(spec: SinkSpec) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+def order_shard(table: pa.Table, spec: SinkSpec, schema: pa.Schema | None = None) -> pa.Table:
+    """The rows a shard's writer gets: the schema's columns, sorted (as they came for a writer that
+    owns the order)."""
+    if schema is not None:
+        table = table.select(schema.names).cast(schema)
+    if getattr(writer_for(spec.format), "owns_order", False):
+        return table
+    return sort_shard(table, spec.sort_key or spec.key)
+
+
 def write_shard(table: pa.Table, shard: int, spec: SinkSpec, schema: pa.Schema | None = None) -> dict[str, Any]:
     """Sort one shard, write it with the spec's format (or reuse a finished identical one), return its info.
+    (`write_shard_parts` does the same from the parts of a shard, holding fewer copies of it.)"""
+    return write_ordered_shard(order_shard(table, spec, schema), shard, spec)
+
+
+def write_shard_parts(parts: list[pa.Table], shard: int, spec: SinkSpec, schema: pa.Schema) -> dict[str, Any]:
+    """`write_shard` of the concatenation of `parts` (a shard's spilled pieces), which the caller hands
+    over: the list is emptied, so the parts are let go of once the shard is sorted, and the unsorted
+    rows before the writer runs. Why: the sort copies the shard, the writer makes its output beside
+    it; holding the unsorted rows through both was a third copy of every token at the peak. The parts
+    are not concatenated first (`io/take.py` reads chunks), except for a writer that owns the order
+    and reads rows as they came."""
+    owns = getattr(writer_for(spec.format), "owns_order", False)
+    table = pa.concat_tables(parts) if parts else schema.empty_table()
+    parts.clear()
+    if owns:
+        table = table.combine_chunks()
+    table = order_shard(table, spec, schema)  # the parts go here (nothing else holds them)
+    return write_ordered_shard(table, shard, spec)
+
+
+def write_ordered_shard(table: pa.Table, shard: int, spec: SinkSpec) -> dict[str, Any]:
+    """Write one shard's rows as `order_shard` gave them (or reuse a finished identical shard).
 
     Reuse needs the same rows (content fingerprint) *and* the same reuse key: a rerun with another
     packing, seq_len, tokenizer, shard count or stage option rewrites the shard."""
     out = spec.path.rstrip("/")
-    if schema is not None:
-        table = table.select(schema.names).cast(schema)
     writer = writer_for(spec.format)
     if getattr(writer, "owns_order", False):
         return {**writer.write(table, shard, out, spec), "shard": shard, "reused": False}
-    table = sort_shard(table, spec.sort_key or spec.key)
     fingerprint = table_fingerprint(table)
     reuse_key = shard_reuse_key(spec)
     sidecar = f"{out}/_shards/shard-{shard:05d}.json"

@@ -8,7 +8,9 @@ warm (0.047 s in a fresh process) through Arrow and 0.008 s (0.018 s) as one sli
 `ROW_COPY_MIN_MEAN` values per row the slices cost more than the index, and Arrow's take is used.
 
 Only list (and large_list) columns of fixed-width values without nulls take the row-by-row path;
-every other column goes through Arrow. The result equals `Table.take`'s (tested against it).
+every other column goes through Arrow. The result equals `Table.take`'s (tested against it). A chunked
+column is read chunk by chunk, never concatenated first: the sink hands a shard's spilled parts over
+as chunks, and concatenating them was one more copy of every token.
 """
 from __future__ import annotations
 
@@ -18,42 +20,78 @@ import pyarrow as pa
 # mean values per row from which a list column is copied one row slice at a time (~0.5 us a row,
 # against ~10 ns a value for Arrow's per-value index)
 ROW_COPY_MIN_MEAN = 48
+# values one output column may hold: what its offsets can address (int32 for list, int64 for large_list)
+LIST_MAX_VALUES = (1 << 31) - 1
+LARGE_LIST_MAX_VALUES = (1 << 63) - 1
 
 
-def _row_copyable(arr: pa.Array) -> bool:
-    t = arr.type
+def _own_values(arr: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """(offsets from 0, the values those offsets index): only the rows' own values, since `arr.values`
+    also holds what lies outside a slice."""
+    offsets = arr.offsets.to_numpy().astype(np.int64)
+    first = int(offsets[0])
+    return offsets - first, arr.values.slice(first, int(offsets[-1]) - first)
+
+
+def _row_copyable(col: pa.ChunkedArray) -> bool:
+    """A list of integers or floats, no null values inside its rows, long rows on average. Decided from
+    the rows' own values, so the same rows take the same path (and give the same buffers) however they
+    are sliced or chunked."""
+    t = col.type
     if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
         return False
     vt = t.value_type
-    if not (pa.types.is_integer(vt) or pa.types.is_floating(vt)):
+    if not (pa.types.is_integer(vt) or pa.types.is_floating(vt)) or len(col) == 0:
         return False
-    if len(arr) == 0:
-        return False
-    # decided from the rows' own values (`arr.values` also holds what lies outside a slice), so the same
-    # rows take the same path, and give the same buffers, however they are sliced or chunked
-    offsets = arr.offsets
-    first, last = offsets[0].as_py(), offsets[len(arr)].as_py()
-    return last - first >= ROW_COPY_MIN_MEAN * len(arr) and arr.values.slice(first, last - first).null_count == 0
+    n_values = 0
+    for arr in col.chunks:
+        if len(arr):
+            _, values = _own_values(arr)
+            if values.null_count:
+                return False
+            n_values += len(values)
+    return n_values >= ROW_COPY_MIN_MEAN * len(col)
 
 
-def _take_list(arr: pa.Array, idx: np.ndarray) -> pa.Array:
-    """`arr.take(idx)` for a list of fixed-width values: each row's value slice copied in order."""
-    offsets = arr.offsets.to_numpy()  # into arr.values (which ignores the array's slice offset)
-    first = int(offsets[0])
-    # only the rows' own values (the buffer may hold nulls outside them); no nulls here (`_row_copyable`)
-    values = arr.values.slice(first, int(offsets[-1]) - first).to_numpy()
-    offsets = offsets - first
-    starts, ends = offsets[:-1][idx], offsets[1:][idx]
-    valid = None
-    if arr.null_count:
-        valid = arr.is_valid().to_numpy(zero_copy_only=False)[idx]
-        ends = np.where(valid, ends, starts)  # a null row holds no values (as Arrow's take makes it)
-    new_offsets = np.zeros(len(idx) + 1, dtype=offsets.dtype)
-    np.cumsum(ends - starts, out=new_offsets[1:])
-    parts = [values[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
-    new_values = np.concatenate(parts) if parts else values[:0]
-    return type(arr).from_arrays(pa.array(new_offsets), pa.array(new_values, arr.type.value_type), type=arr.type,
-                                 mask=None if valid is None else pa.array(~valid))
+def _take_list(col: pa.ChunkedArray, idx: np.ndarray) -> pa.Array:
+    """`col.take(idx)` for a list of fixed-width values: each row's value slice copied in order, read from
+    whichever chunk holds it (the chunks are never concatenated first)."""
+    values, starts, ends, chunk_of, valid = [], [], [], [], []
+    for k, arr in enumerate(c for c in col.chunks if len(c)):
+        offsets, own = _own_values(arr)
+        values.append(own.to_numpy())
+        s, e = offsets[:-1], offsets[1:]
+        if arr.null_count:
+            ok = arr.is_valid().to_numpy(zero_copy_only=False)
+            e = np.where(ok, e, s)  # a null row holds no values (as Arrow's take makes it)
+            valid.append(ok)
+        else:
+            valid.append(np.ones(len(arr), dtype=bool))
+        starts.append(s)
+        ends.append(e)
+        chunk_of.append(np.full(len(arr), k, dtype=np.int64))
+    starts_i = np.concatenate(starts)[idx]
+    ends_i = np.concatenate(ends)[idx]
+    lengths = ends_i - starts_i
+    large = pa.types.is_large_list(col.type)
+    offset_type = np.int64 if large else np.int32
+    total = int(lengths.sum())
+    if total > (LARGE_LIST_MAX_VALUES if large else LIST_MAX_VALUES):
+        raise OverflowError(f"{total} values in one {col.type} column: more than its offsets can address "
+                            "(use a large_list type)")
+    new_offsets = np.zeros(len(idx) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=new_offsets[1:])
+    if len(values) == 1:
+        one = values[0]
+        parts = [one[a:b] for a, b in zip(starts_i.tolist(), ends_i.tolist())]
+    else:
+        chunks_i = np.concatenate(chunk_of)[idx]
+        parts = [values[c][a:b] for c, a, b in zip(chunks_i.tolist(), starts_i.tolist(), ends_i.tolist())]
+    new_values = np.concatenate(parts) if parts else np.zeros(0, dtype=col.type.value_type.to_pandas_dtype())
+    ok_i = np.concatenate(valid)[idx]
+    cls = pa.LargeListArray if large else pa.ListArray
+    return cls.from_arrays(pa.array(new_offsets.astype(offset_type)), pa.array(new_values, col.type.value_type),
+                           type=col.type, mask=None if ok_i.all() else pa.array(~ok_i))
 
 
 def take_rows(data: pa.Table | pa.RecordBatch, indices: np.ndarray | pa.Array) -> pa.Table | pa.RecordBatch:
@@ -69,12 +107,12 @@ def take_rows(data: pa.Table | pa.RecordBatch, indices: np.ndarray | pa.Array) -
     arrow_idx = None
     columns = []
     for col in data.columns:
-        arr = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
-        if _row_copyable(arr):
-            columns.append(_take_list(arr, idx))
+        if _row_copyable(col):
+            columns.append(_take_list(col, idx))
         else:
             if arrow_idx is None:
                 arrow_idx = pa.array(idx)
+            arr = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
             columns.append(arr.take(arrow_idx))
     if batch:
         return pa.RecordBatch.from_arrays(columns, schema=data.schema)
