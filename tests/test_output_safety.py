@@ -36,18 +36,18 @@ SCRIPT = textwrap.dedent("""
     from datakit import Pipeline
     from datakit.io import sinks
 
-    real = sinks.write_shard
-    def write_shard(table, shard, spec, schema=None):
+    real = sinks.write_ordered_shard  # what every path that writes a shard calls last
+    def write_ordered_shard(table, shard, spec):
         hold = os.environ.get("DK_TEST_HOLD")
         if hold:
             Path(hold, "started").touch()
             while not Path(hold, "go").exists():
                 time.sleep(0.05)
-        info = real(table, shard, spec, schema)
+        info = real(table, shard, spec)
         if os.environ.get("DK_TEST_KILL_AFTER_SHARD") == str(shard):
             os.kill(os.getpid(), signal.SIGKILL)
         return info
-    sinks.write_shard = write_shard
+    sinks.write_ordered_shard = write_ordered_shard
     if __name__ == "__main__":
         Pipeline("safe").input(sys.argv[1]).add({"kind": "ingest"}).output(sys.argv[2], shards=3).run(workers=1)
 """)

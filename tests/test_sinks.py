@@ -61,3 +61,28 @@ def test_a_shards_fingerprint_depends_on_its_rows_only():
     # and the fingerprint itself ignores an all-valid bitmap (whether a take keeps one is Arrow's choice)
     assert table_fingerprint(with_bitmaps) == table_fingerprint(compact)
     assert table_fingerprint(sort_shard(_token_table(100, 21), "doc_id")) not in prints
+
+
+def test_write_shard_parts_writes_what_write_shard_writes(tmp_path):
+    """A shard from its parts (chunks; empty parts; parts that are slices) gives the files, checksums and
+    fingerprint `write_shard` gives for the same rows; the parts list is handed over (emptied), a shard
+    without parts is written empty, and a finished shard is reused from parts too."""
+    import numpy as np
+
+    from datakit.io.sinks import write_shard, write_shard_parts
+    from datakit.plan import SinkSpec
+
+    t = _token_table(300, 80)
+    t = t.append_column("short", pa.array([[i, i + 1] for i in range(t.num_rows)], pa.list_(pa.int32())))
+    rng = np.random.default_rng(0)
+    cuts = sorted(rng.integers(0, t.num_rows, 5).tolist())
+    parts = [t.slice(a, b - a) for a, b in zip([0, *cuts], [*cuts, t.num_rows])] + [t.slice(0, 0)]
+    a = write_shard(t, 0, SinkSpec(path=str(tmp_path / "a"), format="parquet", shards=1), t.schema)
+    b = write_shard_parts(parts, 0, SinkSpec(path=str(tmp_path / "b"), format="parquet", shards=1), t.schema)
+    assert parts == []
+    assert (a["fingerprint"], a["sha256"], a["rows"]) == (b["fingerprint"], b["sha256"], b["rows"])
+    again = write_shard_parts([t.slice(0, 150), t.slice(150)], 0,
+                              SinkSpec(path=str(tmp_path / "b"), format="parquet", shards=1), t.schema)
+    assert again["reused"] and again["sha256"] == b["sha256"]
+    empty = write_shard_parts([], 1, SinkSpec(path=str(tmp_path / "c"), format="parquet", shards=2), t.schema)
+    assert empty["rows"] == 0

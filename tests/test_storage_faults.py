@@ -280,19 +280,19 @@ def test_a_failed_s3_run_keeps_its_finished_tasks_under_the_output_and_no_local_
 
     fs = _bucket_with_logs(s3_endpoint, tmp_path, "failed", events=30)
     monkeypatch.setenv("DATAKIT_CACHE_DIR", str(tmp_path / "cache"))
-    real = sinks.write_shard
+    real = sinks.write_ordered_shard  # what every path that writes a shard calls last
 
     def disk_full(*args, **kwargs):
         raise RuntimeError("injected: disk full")
 
-    monkeypatch.setattr(sinks, "write_shard", disk_full)
+    monkeypatch.setattr(sinks, "write_ordered_shard", disk_full)
     pipeline = Pipeline("s3").input("s3://failed/raw/*.jsonl.zst").add({"kind": "ingest"}).output("s3://failed/out",
                                                                                                   shards=2)
     with pytest.raises(RuntimeError, match="injected: disk full"):
         pipeline.run(workers=1)
     assert _empty(tmp_path / "cache" / "work")
     assert len(_work_markers(fs, "failed/out")) == 13  # every chain task finished before the shards
-    monkeypatch.setattr(sinks, "write_shard", real)
+    monkeypatch.setattr(sinks, "write_ordered_shard", real)
     monkeypatch.setenv("DATAKIT_CACHE_DIR", str(tmp_path / "other-cache"))
     res = pipeline.run(workers=1)
     assert res.extra["reused_tasks"] == 13 and res.stage("ingest")["rows_in"] == 33

@@ -41,16 +41,17 @@ def _table(seed: int, n: int, max_len: int) -> pa.Table:
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(0, 120), max_len=st.sampled_from([0, 2, 60, 400]),
-       chunks=st.integers(1, 3), with_offset=st.booleans(), repeats=st.booleans())
+       chunks=st.integers(1, 5), with_offset=st.booleans(), repeats=st.booleans())
 def test_take_rows_equals_arrow_take(seed, n, max_len, chunks, with_offset, repeats):
     table = _table(seed, n + 3, max_len)
     if with_offset:  # a sliced table: its list columns start inside their values buffers
         table = table.slice(3)
     else:
         table = table.slice(0, n)
-    if chunks > 1 and table.num_rows:
-        cut = table.num_rows // chunks
-        table = pa.concat_tables([table.slice(0, cut), table.slice(cut)])
+    if chunks > 1 and table.num_rows:  # uneven chunks, an empty one among them
+        cuts = sorted(np.random.default_rng(seed).integers(0, table.num_rows + 1, chunks - 1).tolist())
+        bounds = [0, *cuts, table.num_rows]
+        table = pa.concat_tables([table.slice(a, b - a) for a, b in zip(bounds, bounds[1:])] + [table.slice(0, 0)])
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, table.num_rows, table.num_rows * 2) if repeats and table.num_rows else \
         rng.permutation(table.num_rows)

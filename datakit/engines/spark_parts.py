@@ -1,5 +1,5 @@
 """The Spark sink's direct path: the root chain writes its rows as per-shard Arrow part files, and one
-task per shard turns its parts into the shard (`write_shard`), without the rows ever entering the JVM.
+task per shard turns its parts into the shard (`write_shard_parts`), without the rows ever entering the JVM.
 
 Why: the root chain (usually tokenize) is the last Python pass over the whole dataset. On the
 general path its rows go from the Python worker into the JVM (Arrow -> rows), are cached, shuffled
@@ -15,7 +15,7 @@ that both ends hold as Arrow. When the shard count is known before the rows are 
 * The driver takes the file list from the one successful job that materializes the chain (the
   same job that returns its stats), so it holds exactly one attempt per partition: files of failed,
   killed or losing speculative attempts are never listed, never read, and go with the folder.
-* `WriteShardParts`: one task per shard reads its parts and calls `write_shard`, which sorts the
+* `WriteShardParts`: one task per shard reads its parts and calls `write_shard_parts`, which sorts the
   rows; the order of parts (and of partitions) cannot change a byte.
 
 The general path stays for an automatic shard count (it depends on the row count, known only after
@@ -40,7 +40,7 @@ from datakit.io.fs import filesystem
 from datakit.io.sinks import SinkSpec
 from datakit.io.take import take_rows
 
-__all__ = ["MAX_PART_SHARDS", "PartsTarget", "ShardPartWriter", "WriteShardParts", "parts_by_shard", "read_parts"]
+__all__ = ["MAX_PART_SHARDS", "PartsTarget", "ShardPartWriter", "WriteShardParts", "parts_by_shard", "read_part_tables"]
 
 # Above this many shards the general path is used: a task holds one open file per shard it has rows
 # for (file descriptors), and the folder holds up to partitions x shards files (object-store requests).
@@ -146,7 +146,7 @@ class ShardPartWriter:
 
 def parts_by_shard(files: list[tuple[int, str, int]]) -> dict[int, list[str]]:
     """The listed (shard, url, rows) as shard -> urls, in a fixed order (sorted; not needed for the
-    bytes, which `write_shard`'s sort fixes, but it makes a run's reads repeatable)."""
+    bytes, which `write_shard_parts`'s sort fixes, but it makes a run's reads repeatable)."""
     out: dict[int, list[str]] = {}
     for shard, url, _ in sorted(files):
         out.setdefault(shard, []).append(url)
@@ -164,14 +164,8 @@ def read_part_tables(urls: list[str]) -> list[pa.Table]:
     return tables
 
 
-def read_parts(urls: list[str]) -> pa.Table:
-    """The rows of a shard's part files, as one table."""
-    tables = read_part_tables(urls)
-    return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-
-
 class WriteShardParts:
-    """mapInArrow over (`shard`, `parts` as a JSON list): read each shard's parts, `write_shard` it,
+    """mapInArrow over (`shard`, `parts` as a JSON list): read each shard's parts, `write_shard_parts` them,
     return its info row (the same row `_WriteShards` returns on the general path)."""
 
     def __init__(self, spec: SinkSpec, schema: pa.Schema) -> None:

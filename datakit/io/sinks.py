@@ -1,8 +1,9 @@
 """Sharded output writers, shared by both engines so their bytes are identical.
 
 The contract: an engine groups the final rows by `shard_ids(key)`, hands each
-shard's rows (any order) to `write_shard`, collects the returned `ShardInfo`
-dicts, and calls `commit` once. `write_shard` sorts, writes atomically and is
+shard's rows (any order) to `write_shard` (or its spilled parts to `write_shard_parts`), collects
+the returned `ShardInfo` dicts, and calls `commit` once. Both sort (`order_shard`) and end in
+`write_ordered_shard`, which writes atomically and is
 resumable: if the final file exists and its sidecar says it was written from
 the same content fingerprint *under the same reuse key* (the run's config hash,
 which covers the pipeline, library versions and artifact digests, plus the
@@ -25,7 +26,7 @@ import xxhash
 from datakit.io.atomic import atomic_path, sha256_file, write_json_atomic
 from datakit.io.fs import filesystem
 from datakit.io.layout import data_file, manifest_files, prune_data, write_card
-from datakit.io.take import take_rows
+from datakit.io.take import copies_by_row, take_rows
 from datakit.plan import SinkSpec
 
 # 2: data files under data/ (schemas/output_layout.md); a version-1 shard is never reused
@@ -197,14 +198,18 @@ def write_shard_parts(parts: list[pa.Table], shard: int, spec: SinkSpec, schema:
     """`write_shard` of the concatenation of `parts` (a shard's spilled pieces), which the caller hands
     over: the list is emptied, so the parts are let go of once the shard is sorted, and the unsorted
     rows before the writer runs. Why: the sort copies the shard, the writer makes its output beside
-    it; holding the unsorted rows through both was a third copy of every token at the peak. The parts
-    are not concatenated first (`io/take.py` reads chunks), except for a writer that owns the order
-    and reads rows as they came."""
-    owns = getattr(writer_for(spec.format), "owns_order", False)
+    it; holding the unsorted rows through both was a third copy of every token at the peak.
+
+    Columns `io/take.py` copies row by row (long token lists) are sorted straight from the parts'
+    chunks; every other column is first made one chunk, one column at a time (Arrow's take would
+    concatenate a chunked list column inside the take, beside the parts and its result). A writer
+    that owns the order gets the parts' chunks as they came."""
     table = pa.concat_tables(parts) if parts else schema.empty_table()
     parts.clear()
-    if owns:
-        table = table.combine_chunks()
+    if not getattr(writer_for(spec.format), "owns_order", False):
+        for i in range(table.num_columns):
+            if table.column(i).num_chunks > 1 and not copies_by_row(table.column(i)):
+                table = table.set_column(i, table.field(i), table.column(i).combine_chunks())
     table = order_shard(table, spec, schema)  # the parts go here (nothing else holds them)
     return write_ordered_shard(table, shard, spec)
 

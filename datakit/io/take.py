@@ -8,9 +8,10 @@ warm (0.047 s in a fresh process) through Arrow and 0.008 s (0.018 s) as one sli
 `ROW_COPY_MIN_MEAN` values per row the slices cost more than the index, and Arrow's take is used.
 
 Only list (and large_list) columns of fixed-width values without nulls take the row-by-row path;
-every other column goes through Arrow. The result equals `Table.take`'s (tested against it). A chunked
-column is read chunk by chunk, never concatenated first: the sink hands a shard's spilled parts over
-as chunks, and concatenating them was one more copy of every token.
+every other column goes through Arrow. The result equals `Table.take`'s (tested against it). Such a
+column is read chunk by chunk, not concatenated first: the sink hands a shard's spilled parts over as
+chunks, and concatenating them was one more copy of every token (a column Arrow takes is made one
+chunk first).
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def _own_values(arr: pa.Array) -> tuple[np.ndarray, pa.Array]:
     return offsets - first, arr.values.slice(first, int(offsets[-1]) - first)
 
 
-def _row_copyable(col: pa.ChunkedArray) -> bool:
+def copies_by_row(col: pa.ChunkedArray) -> bool:
     """A list of integers or floats, no null values inside its rows, long rows on average. Decided from
     the rows' own values, so the same rows take the same path (and give the same buffers) however they
     are sliced or chunked."""
@@ -77,8 +78,8 @@ def _take_list(col: pa.ChunkedArray, idx: np.ndarray) -> pa.Array:
     offset_type = np.int64 if large else np.int32
     total = int(lengths.sum())
     if total > (LARGE_LIST_MAX_VALUES if large else LIST_MAX_VALUES):
-        raise OverflowError(f"{total} values in one {col.type} column: more than its offsets can address "
-                            "(use a large_list type)")
+        raise OverflowError(f"{total} values in one {col.type} column: more than its offsets can address"
+                            + ("" if large else " (a large_list type addresses more)"))
     new_offsets = np.zeros(len(idx) + 1, dtype=np.int64)
     np.cumsum(lengths, out=new_offsets[1:])
     if len(values) == 1:
@@ -107,7 +108,7 @@ def take_rows(data: pa.Table | pa.RecordBatch, indices: np.ndarray | pa.Array) -
     arrow_idx = None
     columns = []
     for col in data.columns:
-        if _row_copyable(col):
+        if copies_by_row(col):
             columns.append(_take_list(col, idx))
         else:
             if arrow_idx is None:
