@@ -178,12 +178,17 @@ def shard_reuse_key(spec: SinkSpec) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+def owns_order(spec: SinkSpec) -> bool:
+    """Whether the spec's writer takes a shard's rows as they came (no sort, no resume sidecar)."""
+    return bool(getattr(writer_for(spec.format), "owns_order", False))
+
+
 def order_shard(table: pa.Table, spec: SinkSpec, schema: pa.Schema | None = None) -> pa.Table:
     """The rows a shard's writer gets: the schema's columns, sorted (as they came for a writer that
     owns the order)."""
     if schema is not None:
         table = table.select(schema.names).cast(schema)
-    if getattr(writer_for(spec.format), "owns_order", False):
+    if owns_order(spec):
         return table
     return sort_shard(table, spec.sort_key or spec.key)
 
@@ -206,7 +211,7 @@ def write_shard_parts(parts: list[pa.Table], shard: int, spec: SinkSpec, schema:
     that owns the order gets the parts' chunks as they came."""
     table = pa.concat_tables(parts) if parts else schema.empty_table()
     parts.clear()
-    if not getattr(writer_for(spec.format), "owns_order", False):
+    if not owns_order(spec):
         for i in range(table.num_columns):
             if table.column(i).num_chunks > 1 and not copies_by_row(table.column(i)):
                 table = table.set_column(i, table.field(i), table.column(i).combine_chunks())
@@ -221,7 +226,7 @@ def write_ordered_shard(table: pa.Table, shard: int, spec: SinkSpec) -> dict[str
     packing, seq_len, tokenizer, shard count or stage option rewrites the shard."""
     out = spec.path.rstrip("/")
     writer = writer_for(spec.format)
-    if getattr(writer, "owns_order", False):
+    if owns_order(spec):
         return {**writer.write(table, shard, out, spec), "shard": shard, "reused": False}
     fingerprint = table_fingerprint(table)
     reuse_key = shard_reuse_key(spec)
