@@ -180,7 +180,10 @@ class RunTimer:
         self.parts[phase] = self.parts.get(phase, 0.0) + max(0.0, seconds)
 
     def block(self) -> dict[str, Any]:
-        """The `timing` object for `_run.json` (seconds rounded to ms; `other` is what no phase measured)."""
+        """The `timing` object for `_run.json` (seconds rounded to ms; `other` is what no phase measured;
+        `allocator`: this process's, which the `datakit` command chooses, `datakit/launch.py`)."""
+        from datakit import allocator
+
         total = time.perf_counter() - self._t0
         parts = {p: round(self.parts.get(p, 0.0), 3) for p in PHASES}
         parts.update({p: round(self.parts[p], 3) for p in PROCESS_PHASES if p in self.parts})
@@ -190,7 +193,7 @@ class RunTimer:
                "numba_compile": round(compile_s, 3),
                "numba_load": round(max(0.0, _numba_jit_seconds() - self._jit0 - compile_s), 3),
                "cpu_seconds": round(time.process_time() - self._cpu0, 3),
-               "peak_rss_mb": round(peak_rss_mb(), 1)}
+               "peak_rss_mb": round(peak_rss_mb(), 1), "allocator": allocator.in_use()}
         if self.worker_tasks:
             out["workers"] = workers_block(self.worker_tasks)
         return out

@@ -309,6 +309,13 @@ def test_a_script_named_like_the_command_that_defines_more_keeps_its_main_for_th
     monkeypatch.setitem(sys.modules, "__main__", wrapper)
     cli._skip_entry_script_in_workers()
     assert wrapper.__spec__.name == "datakit.cli.__main__"
+    from datakit import launch  # what the console script calls now (a local run restarts first)
+
+    wrapper = types.ModuleType("__main__")
+    wrapper.__dict__.update(sys=sys, command=launch.command, __file__="/venv/bin/datakit")
+    monkeypatch.setitem(sys.modules, "__main__", wrapper)
+    cli._skip_entry_script_in_workers()
+    assert wrapper.__spec__.name == "datakit.cli.__main__"
 
     script = types.ModuleType("__main__")
     script.__dict__.update(command=cli.command, my_stage=lambda b: b, __file__="/home/u/run.py")

@@ -352,7 +352,7 @@ def main() -> None:
 
 
 def command() -> None:
-    """The `datakit` command (its console script and `python -m datakit.cli`): `main`, and once a
+    """The `datakit` command (`python -m datakit.cli`, and the console script after `datakit/launch.py`): `main`, and once a
     `run` or a `contamination-check` has finished, the end without the interpreter's teardown
     (`_exit_after_command`), with the command's own exit status (a check's 1 = contaminated included).
     Scripts that call `main` themselves (benchmarks, the spark-submit wrapper) get its `SystemExit`
@@ -385,8 +385,11 @@ def _skip_entry_script_in_workers() -> None:
     import importlib.util
     import sys
 
+    from datakit.launch import command as launch_command  # what the console script calls (datakit/launch.py)
+
     entry = sys.modules.get("__main__")
-    if entry is None or getattr(entry, "__spec__", None) is not None or getattr(entry, "command", None) is not command:
+    if (entry is None or getattr(entry, "__spec__", None) is not None
+            or getattr(entry, "command", None) not in (command, launch_command)):
         return
     if {name for name in vars(entry) if not name.startswith("__")} - {"command", "sys", "re"}:
         return
