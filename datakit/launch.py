@@ -17,8 +17,8 @@ transparent-huge-pages flag that mimalloc's option sets for the process and its 
 restarted, the variables this module added are taken out of the environment again (as a pool
 worker does), so anything the run starts gets the environment the user gave. The same opt-outs as
 the workers': `DATAKIT_ALLOCATOR=system`, or a user's own `LD_PRELOAD` (kept whole, nothing added).
-`python -m datakit.cli` does not restart (it has imported the CLI by then); the output is the same
-either way, only the CPU seconds differ. `_run.json` names this process's allocator
+`python -m datakit.cli` restarts the same way (`restart_for_module_run`, from the top of `datakit.cli`,
+before its imports); other ways in (a script calling `datakit.cli.main`) do not. `_run.json` names this process's allocator
 (`timing.allocator`) beside the workers' (`timing.workers.allocators`).
 """
 from __future__ import annotations
@@ -36,6 +36,23 @@ def command() -> None:
     from datakit.cli import command as cli_command
 
     cli_command()
+
+
+def restart_for_module_run() -> None:
+    """`restart_with_worker_allocator` for `python -m datakit.cli ...`, called by `datakit.cli` first thing
+    while Python is still locating the module (sys.argv[0] is then "-m"): the arguments are the ones
+    after `-m datakit.cli` in the interpreter's command line."""
+    argv = list(getattr(sys, "orig_argv", None) or ())
+    i = 1
+    while i < len(argv):  # the interpreter's options, up to its `-m`
+        a = argv[i]
+        if a == "-m":
+            if argv[i + 1:i + 2] == ["datakit.cli"]:
+                restart_with_worker_allocator(argv[i + 2:])
+            return
+        if not a.startswith("-") or a in ("-", "-c"):  # a script, stdin or `-c`: not `-m datakit.cli`
+            return
+        i += 2 if a in ("-X", "-W") else 1
 
 
 def restarts(args: list[str]) -> bool:

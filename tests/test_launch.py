@@ -89,3 +89,27 @@ def test_the_command_runs_in_process_with_mimalloc_and_writes_the_same_bytes(tmp
         sums[name] = output_checksums(str(tmp_path / f"out-{name}"))
     assert seen["mimalloc"].startswith("mimalloc 3.") and seen["system"] == "system"
     assert sums["mimalloc"] == sums["system"] and sums["system"]
+    # `python -m datakit.cli` restarts too (from the top of datakit.cli, before its imports)
+    r = subprocess.run([sys.executable, "-m", "datakit.cli", "run", "p.yaml", "--output", "out-m", "--quiet",
+                        "--no-report"], cwd=tmp_path, env=base, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads((tmp_path / "out-m" / "_run.json").read_text())["timing"]["allocator"].startswith("mimalloc 3.")
+    assert output_checksums(str(tmp_path / "out-m")) == sums["system"]
+
+
+def test_module_run_arguments_are_the_ones_after_the_module():
+    """`restart_for_module_run` reads the arguments after `-m datakit.cli` (interpreter options before it)."""
+    code = ("import json, sys; from datakit import launch; seen = []; "
+            "launch.restart_with_worker_allocator = seen.append; launch.restart_for_module_run(); print(json.dumps(seen))")
+    out = subprocess.run([sys.executable, "-X", "utf8", "-c", code, "-m", "datakit.cli", "run"], capture_output=True,
+                         text=True, check=True)
+    assert json.loads(out.stdout) == []  # `-m` here is an argument of `-c`, not the interpreter's option
+    import unittest.mock as mock
+
+    seen: list = []
+    argv = [sys.executable, "-X", "utf8", "-B", "-m", "datakit.cli", "run", "p.yaml", "--workers", "1"]
+    with mock.patch.object(sys, "orig_argv", argv), mock.patch.object(launch, "restart_with_worker_allocator", seen.append):
+        launch.restart_for_module_run()
+        argv[5] = "datakit.cli.demo"  # another module of the package: not the command
+        launch.restart_for_module_run()
+    assert seen == [["run", "p.yaml", "--workers", "1"]]

@@ -6,12 +6,19 @@ input) with a one-line message on stderr, 3 the job itself failed.
 """
 from __future__ import annotations
 
-import json
-import logging
-from pathlib import Path
-from typing import List, Optional
+import sys
 
-import typer
+if sys.argv[:1] == ["-m"]:  # `python -m datakit.cli` is being started: restart first, as the console script does
+    from datakit.launch import restart_for_module_run
+
+    restart_for_module_run()
+
+import json  # noqa: E402
+import logging  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import List, Optional  # noqa: E402
+
+import typer  # noqa: E402
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Turn AI-code-editor logs into training data: run pipelines, make synthetic logs, "
