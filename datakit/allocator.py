@@ -10,11 +10,12 @@ How: a process's malloc can only be replaced when it starts (`LD_PRELOAD`), so t
 (datakit/workers.py) starts its workers with `worker_env()` in their environment (each worker
 then drops the variables, so processes a task starts keep their own allocator, though with
 transparent huge pages still off: that prctl flag is inherited across fork and exec); the process that
-owns the pool (a notebook, the `datakit` command) keeps its own allocator and its environment is
-left as it was. `choice()` is checked when an engine is built (`engines.get_engine`). The
-library is the `cmeel-mimalloc` wheel's (a dependency on Linux). The allocator never changes
-output (tested byte for byte); the run report names the workers' allocator
-(`timing.workers.allocators`).
+owns the pool (a notebook, a script) keeps its own allocator and its environment is left as it
+was; the `datakit` command restarts a local `run` once with the same variables, since a small run
+does all its work in that process (`datakit/launch.py`). `choice()` is checked when an engine is
+built (`engines.get_engine`). The library is the `cmeel-mimalloc` wheel's (a dependency on
+Linux). The allocator never changes output (tested byte for byte); the run report names the
+workers' allocator (`timing.workers.allocators`) and the command's (`timing.allocator`).
 
 Opting out: `DATAKIT_ALLOCATOR=system`. A user's own `LD_PRELOAD` is kept whole (they chose
 their allocator, or a profiler), and then nothing is added.
