@@ -92,8 +92,9 @@ def restart_with_worker_allocator(args: list[str]) -> None:
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     os.environ[RESTARTED] = ",".join(env)
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
+    for stream in (sys.stdout, sys.stderr):  # what was printed so far is not lost with the old image
+        if stream is not None:
+            stream.flush()
     try:
         os.execv(sys.executable, sys.orig_argv)
     except OSError:  # not restartable here (an embedded interpreter): run as we are
