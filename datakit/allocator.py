@@ -89,6 +89,21 @@ def worker_env() -> dict[str, str]:
     return {"LD_PRELOAD": lib, **{k: v for k, v in _MIMALLOC_OPTIONS.items() if k not in os.environ}}
 
 
+def forget_added(mark: str) -> bool:
+    """In a process started with `worker_env()`'s variables and `mark` naming them (comma-separated):
+    note the allocator in use (`in_use`, while LD_PRELOAD still names what was loaded), then take
+    those variables and the mark out of the environment, so processes it starts keep their own
+    allocator. False when `mark` is not set: nothing was added (a user's LD_PRELOAD carries no mark).
+    Used by pool workers (`workers.py`) and by the restarted `datakit` command (`launch.py`)."""
+    added = os.environ.pop(mark, None)
+    if added is None:
+        return False
+    in_use()
+    for key in filter(None, added.split(",")):
+        os.environ.pop(key, None)
+    return True
+
+
 @functools.lru_cache(maxsize=1)
 def _preloaded() -> tuple[str, ...]:
     """The LD_PRELOAD libraries this process really loaded (mapped), by path."""

@@ -71,36 +71,22 @@ def restarts(args: list[str]) -> bool:
 def restart_with_worker_allocator(args: list[str]) -> None:
     """Restart this process with `allocator.worker_env()` added to its environment (see module doc),
     or, in the restarted process, take those variables out again. Returns when no restart applies."""
-    added = os.environ.pop(RESTARTED, None)
-    if added is not None:  # this is the restarted process
-        from datakit import allocator
-
-        allocator.in_use()  # cached: read while LD_PRELOAD still names what was loaded
-        for key in filter(None, added.split(",")):
-            os.environ.pop(key, None)
-        return
-    if not restarts(args) or not sys.platform.startswith("linux") or not getattr(sys, "orig_argv", None):
-        return
     from datakit import allocator
 
+    if allocator.forget_added(RESTARTED):  # this is the restarted process
+        return
+    if not restarts(args) or not getattr(sys, "orig_argv", None):
+        return
     try:
-        env = allocator.worker_env()
+        env = allocator.worker_env()  # empty off Linux, with DATAKIT_ALLOCATOR=system or a user's LD_PRELOAD
     except allocator.AllocatorError:
         return  # the run reports the bad DATAKIT_ALLOCATOR (engines.get_engine)
     if not env:
         return
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    os.environ[RESTARTED] = ",".join(env)
     for stream in (sys.stdout, sys.stderr):  # what was printed so far is not lost with the old image
         if stream is not None:
             stream.flush()
     try:
-        os.execv(sys.executable, sys.orig_argv)
+        os.execve(sys.executable, sys.orig_argv, {**os.environ, **env, RESTARTED: ",".join(env)})
     except OSError:  # not restartable here (an embedded interpreter): run as we are
-        os.environ.pop(RESTARTED, None)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        pass

@@ -200,9 +200,8 @@ def _forget_preload() -> None:
     process runs with): processes a task starts keep their own allocator, as the owner's do."""
     from datakit import allocator
 
-    allocator.in_use()  # cached: read while LD_PRELOAD still names what was loaded
-    for key in filter(None, os.environ.pop(_ADDED_MARK, "").split(",")):  # ours (a user's adds no mark)
-        os.environ.pop(key, None)
+    allocator.in_use()  # cached: read while LD_PRELOAD still names what was loaded (a user's too)
+    allocator.forget_added(_ADDED_MARK)
 
 
 def _exit_without_teardown() -> None:
