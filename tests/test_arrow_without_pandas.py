@@ -125,10 +125,12 @@ def _spark_worker_pandas(batches):
 
 
 @pytest.mark.spark
+@pytest.mark.fresh_spark_workers
 def test_spark_python_workers_do_not_import_pandas_for_arrow_work(spark):
     """A worker that had no pandas before the chain's set-up has none after Arrow work. Python
     workers are reused across the session's jobs, and one that an earlier test's job gave pandas
-    has nothing to defer (the set-up leaves it alone), so only fresh ones are judged."""
+    has nothing to defer (the set-up leaves it alone), so only fresh ones are judged: the mark puts
+    this test before every other Spark test (tests/conftest.py), where the skip below should not happen."""
     rows = spark.range(4).repartition(2).mapInArrow(_spark_worker_pandas, "before boolean, after boolean").collect()
     fresh = [r for r in rows if not r["before"]]
     if not fresh:
