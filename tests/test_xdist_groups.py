@@ -8,6 +8,7 @@ local[2] sessions, two standalone clusters, the packed environment built twice. 
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -59,7 +60,7 @@ def test_spark_and_cluster_tests_each_run_on_one_xdist_worker(tmp_path):
         [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-p", "tests.conftest", "-p",
          "no:cacheprovider", "-o", "addopts=", "-v", "--rootdir", str(tmp_path), str(probe)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={**__import__("os").environ, "GROUP_PROBE_OUT": str(out), "PYTHONPATH": str(ROOT)})
+        env={**os.environ, "GROUP_PROBE_OUT": str(out), "PYTHONPATH": str(ROOT)})
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     worker = {f.stem: f.read_text() for f in out.glob("*.txt")}
     assert len(worker) == 13, worker
