@@ -215,12 +215,12 @@ def test_the_engine_filters_the_larger_right_side_of_a_join(tmp_path, monkeypatc
     seen = []
     real = barriers.barrier_query
 
-    def spy(node, lazy, right_larger=False):
+    def spy(node, lazy, right_larger=False, columns=None):
         from datakit.plan import Join
 
         if isinstance(node, Join) and node.right_prefix:
             seen.append(right_larger)
-        return real(node, lazy, right_larger)
+        return real(node, lazy, right_larger, columns)
 
     monkeypatch.setattr(barriers, "barrier_query", spy)
     texts = ["def f(x):\n    return x + 1\n" * 20, "class A:\n    pass\n" * 20]
@@ -289,3 +289,50 @@ def test_pool_workers_get_the_polars_setting_when_polars_was_imported_first():
     out = subprocess.run([sys.executable, "-c", _POLARS_FIRST_PROBE], env=env, capture_output=True, text=True,
                          check=True).stdout.strip().splitlines()[-1]
     assert out.endswith("," + datakit.POLARS_ALLOCATOR_CONF), out
+
+
+def test_a_barrier_spills_only_the_columns_its_consumers_read(tmp_path, monkeypatch):
+    """Dedup's verification joins each candidate pair with both ends' records, and the function after
+    reads only their texts (`reads`): the joins keep just those (polars then never loads the rest of
+    the records into the join). The output is the same bytes as with every column spilled."""
+    from datakit.engines.local import barriers
+    from datakit.engines.local.engine import LocalEngine
+    from datakit.io.sinks import output_checksums
+
+    texts = ["def f(x):\n    return x + 1\n" * 20, "class A:\n    pass\n" * 20]
+    records = _records(40).to_pylist()
+    for i, r in enumerate(records):
+        r["segments"] = [{"text": texts[i % 2] + ("" if i < 30 else f"# {i}\n" * 40), "train": True, "role": None}]
+    pq.write_table(pa.Table.from_pylist(records, schema=TRAINING_RECORD_V1), tmp_path / "r.parquet")
+
+    def run(out: str, prune: bool) -> list:
+        seen = []
+        real = barriers.barrier_query
+
+        def spy(node, lazy, right_larger=False, columns=None):
+            seen.append((node, columns))
+            return real(node, lazy, right_larger, columns)
+
+        monkeypatch.setattr(barriers, "barrier_query", spy)
+        if not prune:
+            monkeypatch.setattr(LocalEngine, "_columns_used", lambda self, node: None)
+        p = (Pipeline("t").input(str(tmp_path / "r.parquet"), format="parquet", schema="training_record.v1")
+             .add({"kind": "dedup", "minhash": {"threshold": 0.5, "verify": "exact"}}).output(out))
+        res = p.run(workers=1)
+        monkeypatch.undo()
+        assert res.stage("dedup")["dropped"]  # the pairs were verified and some dropped
+        return seen
+
+    pruned = run(str(tmp_path / "a"), True)
+    whole = run(str(tmp_path / "b"), False)
+    assert output_checksums(str(tmp_path / "a")) == output_checksums(str(tmp_path / "b"))
+    from datakit.plan import Join
+
+    ends = [(n, c) for n, c in pruned if isinstance(n, Join) and n.right_prefix]
+    assert len(ends) >= 2
+    first, second = ends[0][1], ends[1][1]
+    # the first end's join keeps the pair, the other end's key and the first end's texts; the second adds its texts
+    assert first is not None and set(first) == {"src", "dst", "_dk_src__segments", "_dk_src__chosen", "_dk_src__rejected"}
+    assert second is not None and set(second) == set(first) | {c.replace("_src_", "_dst_") for c in first if "_src_" in c}
+    assert all(c is None for _, c in whole)
+    assert not any(c.endswith(("__source", "__meta")) for _, cols in pruned if cols for c in cols)

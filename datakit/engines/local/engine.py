@@ -44,7 +44,7 @@ from datakit.engines.local.chain import ChainTask, fusible, run_chain, write_one
 from datakit.engines.local.spill import SPILL_COMPRESSION, SPILL_ROW_GROUP, Partition
 from datakit.io import identity, publish, storage, tempwork
 from datakit.io.atomic import sha256_file
-from datakit.plan import Join, MapBatches, Node, Plan, Source
+from datakit.plan import Aggregate, ConnectedComponents, Join, MapBatches, Node, Plan, Source
 from datakit.workers import drop_pool, usable_cpus
 
 if TYPE_CHECKING:  # polars is imported by the first barrier: a plan of row-local stages never needs it
@@ -95,6 +95,12 @@ class LocalEngine(Engine):
         self._index = {n.id: i for i, n in enumerate(order)}
         consumers: Counter = Counter(i.id for n in order for i in n.inputs)
         self._shared = {nid for nid, c in consumers.items() if c > 1}
+        self._consumers: dict[int, list[Node]] = defaultdict(list)
+        for n in order:
+            for i in dict.fromkeys(n.inputs):
+                self._consumers[i.id].append(n)
+        self._root_id = plan.root.id
+        self._used: dict[int, list[str] | None] = {}
         self._inputs = identity.input_files(plan.input_files())
         if plan.sink is not None:
             publish.retract(plan.sink.path)  # readers see no dataset until the new one is committed
@@ -274,7 +280,7 @@ class LocalEngine(Engine):
             return pl.from_arrow(node.schema.empty_table()).lazy()
         return pl.scan_parquet(files)
 
-    def _spill_polars(self, lf: pl.LazyFrame, node: Node) -> list[Partition]:
+    def _spill_polars(self, lf: pl.LazyFrame, node: Node, schema: pa.Schema | None = None) -> list[Partition]:
         """Stream a polars query to one Parquet file, then split it into row-group partitions
         so the next fused chain runs in parallel without the result ever being in memory whole."""
         out_dir = f"{self._work}/n{self._index[node.id]:03d}"
@@ -289,8 +295,9 @@ class LocalEngine(Engine):
         n_parts = max(1, min(self.workers * 2, groups))
         bounds = np.linspace(0, groups, n_parts + 1).astype(int)
         digest = sha256_file(path)  # once here, not once per row-group partition in every task
-        return [Partition("spill", path, node.schema, (int(a), int(b)), digest)
-                for a, b in zip(bounds[:-1], bounds[1:]) if b > a] or [Partition("spill", path, node.schema, (0, 0), digest)]
+        schema = schema or node.schema  # the columns the spill holds (`_columns_used`)
+        return [Partition("spill", path, schema, (int(a), int(b)), digest)
+                for a, b in zip(bounds[:-1], bounds[1:]) if b > a] or [Partition("spill", path, schema, (0, 0), digest)]
 
     def _spill_bytes(self, node: Node) -> int:
         """Bytes on disk of a materialized node's spill files (0 where a size cannot be read)."""
@@ -302,11 +309,54 @@ class LocalEngine(Engine):
                 pass
         return total
 
+    def _columns_used(self, node: Node) -> list[str] | None:
+        """The columns of `node` that its consumers read, in schema order; None: all of them (or unknown).
+
+        Why: a barrier's spill is what the next barrier scans and polars builds joins from. Dedup's
+        verification joins every candidate pair with both ends' records, and only their texts are
+        read after (`MapBatches.reads`); spilling whole records made the driver hold them in the
+        join's build side and the spill carry them twice per pair. A consumer that says which
+        columns it reads (a function's `reads`, an aggregate's keys and inputs, the graph's edges,
+        a shuffled join's keys and what its own consumers read) lets the barrier keep only those;
+        anything else (a function without `reads`, a broadcast join's chain, the sink) needs all.
+        """
+        if node.id in self._used:
+            return self._used[node.id]
+        names = node.schema.names
+        need: set[str] | None = set()
+        if node.id == self._root_id or not self._consumers.get(node.id):
+            need = None
+        for c in self._consumers.get(node.id, []):
+            if need is None:
+                break
+            if isinstance(c, MapBatches):
+                need = need | set(c.reads) if c.reads is not None else None
+            elif isinstance(c, Aggregate):
+                need |= set(c.keys) | {col for _, col in c.aggs.values()}
+            elif isinstance(c, ConnectedComponents):
+                need |= {"src", "dst"}
+            elif isinstance(c, Join) and not fusible(c):
+                used = self._columns_used(c)
+                if c.left is node:
+                    need |= set(c.left_on) | (set(names) if used is None else set(used) & set(names))
+                if c.right is node and c.how in ("anti", "semi"):
+                    need |= set(c.right_on)
+                elif c.right is node:
+                    cols = c.right_columns()
+                    need |= set(c.right_on) | {r for o, r in cols.items() if used is None or o in used}
+            else:
+                need = None
+        out = None if need is None or set(names) <= need else [n for n in names if n in need]
+        self._used[node.id] = out
+        return out
+
     def _barrier(self, node: Node) -> list[Partition]:
         from datakit.engines.local.barriers import barrier_query
 
         right_larger = isinstance(node, Join) and self._spill_bytes(node.right) > self._spill_bytes(node.left)
-        parts = self._spill_polars(barrier_query(node, self._lazy, right_larger), node)
+        keep = self._columns_used(node)  # only what the consumers read (polars then reads no more of its inputs)
+        query = barrier_query(node, self._lazy, right_larger, keep)
+        parts = self._spill_polars(query, node, pa.schema([node.schema.field(c) for c in keep]) if keep is not None else None)
         if isinstance(node, Join):
             rows_in = self._rows[node.left.id]
             st = self._stats[node.id]
