@@ -336,3 +336,94 @@ def test_a_barrier_spills_only_the_columns_its_consumers_read(tmp_path, monkeypa
     assert second is not None and set(second) == set(first) | {c.replace("_src_", "_dst_") for c in first if "_src_" in c}
     assert all(c is None for _, c in whole)
     assert not any(c.endswith(("__source", "__meta")) for _, cols in pruned if cols for c in cols)
+
+
+def _forced_buckets(monkeypatch, on: bool) -> list:
+    """Make every string-keyed inner/left join a partitioned one (or none); returns the joins split."""
+    from datakit.engines.local import partitioned_join
+    from datakit.engines.local.engine import LocalEngine
+
+    seen: list = []
+    real = LocalEngine._partitioned_join
+
+    def spy(self, node, keep, buckets):
+        seen.append((node.describe(), buckets))
+        return real(self, node, keep, buckets)
+
+    monkeypatch.setattr(LocalEngine, "_partitioned_join", spy)
+    monkeypatch.setenv(partitioned_join.MEMORY_ENV, "0" if on else "1e12")  # every join over budget, or none
+    return seen
+
+
+def test_a_partitioned_join_gives_the_output_and_counts_of_the_single_process_join(tmp_path, monkeypatch):
+    """Dedup (exact + near, verified by exact Jaccard, similar_to_kept) with every join split into buckets
+    joined in the pool: the same dataset bytes and the same accounting as with polars' one join."""
+    from datakit.io.sinks import output_checksums
+
+    texts = [f"def f{k}(x):\n" + "\n".join(f"    y{j} = x * {j} + {k}" for j in range(60)) for k in range(3)]
+    records = _records(60).to_pylist()
+    for i, r in enumerate(records):
+        tail = "" if i < 30 else f"\n# note {i}"  # >= 30: near copies of each other, < 30: exact ones
+        r["segments"] = [{"text": texts[i % 3] + tail, "train": True, "role": None}]
+    pq.write_table(pa.Table.from_pylist(records, schema=TRAINING_RECORD_V1), tmp_path / "r.parquet")
+    runs = {}
+    for on in (False, True):
+        seen = _forced_buckets(monkeypatch, on)
+        p = (Pipeline("t").input(str(tmp_path / "r.parquet"), format="parquet", schema="training_record.v1")
+             .add({"kind": "dedup", "exact": True,
+                   "minhash": {"threshold": 0.7, "verify": "exact", "drop_rule": "similar_to_kept"}})
+             .output(str(tmp_path / f"o{on}"), shards=2))
+        res = p.run(workers=2)
+        runs[on] = (output_checksums(str(tmp_path / f"o{on}")), res.stage("dedup"), len(seen))
+        monkeypatch.undo()
+    (plain, plain_stage, none), (split, split_stage, jobs) = runs[False], runs[True]
+    assert none == 0 and jobs >= 4  # the verification joins, the marking joins, ...
+    assert plain_stage["dropped"].get("near_duplicate") and plain_stage["dropped"].get("exact_duplicate")
+    assert split == plain
+    assert {k: split_stage[k] for k in ("rows_in", "rows_out", "dropped")} == \
+        {k: plain_stage[k] for k in ("rows_in", "rows_out", "dropped")}
+
+
+def test_a_partitioned_join_on_a_user_stage_in_process(tmp_path, monkeypatch):
+    """The aggregate + join back + drop pattern (test_exact_text) with workers=1: bucket tasks run in-process."""
+    from datakit.io.sinks import output_checksums
+
+    src = tmp_path / "in" / "records.parquet"
+    src.parent.mkdir()
+    pq.write_table(_records(50), src)
+    out = {}
+    for on in (False, True):
+        seen = _forced_buckets(monkeypatch, on)
+        p = (Pipeline("b").input(str(src), format="parquet", schema="training_record.v1")
+             .add({"kind": "test_exact_text"}).output(str(tmp_path / f"o{on}"), shards=3))
+        st = p.run(workers=1).stage("test_exact_text")
+        out[on] = (output_checksums(str(tmp_path / f"o{on}")), st["rows_out"], st["dropped"], len(seen))
+        monkeypatch.undo()
+    assert out[True][:3] == out[False][:3] and out[False][1:3] == (7, {"exact_text": 43})
+    assert out[True][3] > 0 and out[False][3] == 0
+
+
+def test_join_buckets_put_equal_keys_together_and_null_keys_in_the_first():
+    from datakit.io.sinks import shard_ids
+
+    keys = pa.array(["a", None, "b", "a", None, "c"] * 50)
+    ids = shard_ids(keys, 7, "join")
+    by_key: dict = {}
+    for k, b in zip(keys.to_pylist(), ids.tolist()):
+        by_key.setdefault(k, set()).add(b)
+    assert all(len(v) == 1 for v in by_key.values()) and by_key[None] == {0}
+    assert (ids[keys.is_valid().to_numpy(zero_copy_only=False)] == shard_ids(pa.array(["a", "b", "a", "c"] * 50), 7)).all()
+
+
+def test_a_join_is_split_only_when_it_would_pass_the_memory_budget(monkeypatch):
+    from datakit.engines.local import partitioned_join as pj
+
+    monkeypatch.setenv(pj.MEMORY_ENV, "1000")  # 1000 MB for one join
+    assert pj.buckets_for(50 << 20, 2) == 0  # ~500 MB estimated: one join
+    assert pj.buckets_for(200 << 20, 2) == -(-(200 << 20) * pj.MEMORY_PER_SPILL_BYTE // pj.BUCKET_MEMORY)
+    assert pj.buckets_for(101 << 20, 8) == 16  # at least two buckets per worker
+    monkeypatch.delenv(pj.MEMORY_ENV)
+    assert pj.join_memory_budget() == int(pj.machine_memory() * pj.MEMORY_SHARE) > 0
+    monkeypatch.setenv(pj.MEMORY_ENV, "lots")
+    with __import__("pytest").raises(ValueError, match="megabytes"):
+        pj.join_memory_budget()

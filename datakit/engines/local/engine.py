@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 from datakit.accounting import NodeStats, stage_report
 from datakit.engines.core import (Engine, RunResult, commit_run, remove_if_empty, resolve_sink, reused_shards,
                                   write_side_output)
-from datakit.engines.local import scheduler
+from datakit.engines.local import partitioned_join, scheduler
 from datakit.engines.local.broadcast import clear_broadcast_cache
 from datakit.engines.local.chain import ChainTask, fusible, run_chain, write_one_shard
 from datakit.engines.local.spill import SPILL_COMPRESSION, SPILL_ROW_GROUP, Partition
@@ -355,8 +355,14 @@ class LocalEngine(Engine):
 
         right_larger = isinstance(node, Join) and self._spill_bytes(node.right) > self._spill_bytes(node.left)
         keep = self._columns_used(node)  # only what the consumers read (polars then reads no more of its inputs)
-        query = barrier_query(node, self._lazy, right_larger, keep)
-        parts = self._spill_polars(query, node, pa.schema([node.schema.field(c) for c in keep]) if keep is not None else None)
+        buckets = 0
+        if isinstance(node, Join) and node.how in ("inner", "left") and pa.types.is_string(node.left.schema.field(node.left_on[0]).type):
+            buckets = partitioned_join.buckets_for(self._spill_bytes(node.right), self.workers)
+        if buckets:
+            parts = self._partitioned_join(node, keep, buckets)
+        else:
+            query = barrier_query(node, self._lazy, right_larger, keep)
+            parts = self._spill_polars(query, node, pa.schema([node.schema.field(c) for c in keep]) if keep is not None else None)
         if isinstance(node, Join):
             rows_in = self._rows[node.left.id]
             st = self._stats[node.id]
@@ -364,6 +370,49 @@ class LocalEngine(Engine):
             st.rows_out += self._rows[node.id]
             if node.how == "anti":
                 st.dropped[node.reason] += rows_in - self._rows[node.id]
+        return parts
+
+    def _partitioned_join(self, node: Join, keep: list[str] | None, buckets: int) -> list[Partition]:
+        """`node` as `buckets` joins in the pool (`partitioned_join.py`): both sides shuffled into buckets by
+        their first key column (only the columns the output needs), then one task per bucket."""
+        out_names = set(keep or node.schema.names)
+        right_cols = [r for o, r in node.right_columns().items() if o in out_names]
+        needs = {"left": list(dict.fromkeys([*node.left_on, *(c for c in node.left.schema.names if c in out_names)])),
+                 "right": list(dict.fromkeys([*node.right_on, *right_cols]))}
+        seg = f"n{self._index[node.id]:03d}"
+        base = f"{self._work}/{seg}"
+        if os.path.isdir(base):
+            shutil.rmtree(base)
+        tasks, schemas, counts = [], {}, {}
+        for side, child, key in (("left", node.left, node.left_on[0]), ("right", node.right, node.right_on[0])):
+            parts = self._materialize(child)
+            schema = pa.schema([(parts[0].schema or child.schema).field(c) if parts else child.schema.field(c)
+                                for c in needs[side]])
+            schemas[side], counts[side] = schema, len(parts)
+            os.makedirs(f"{base}/{side}", exist_ok=True)
+            tasks += [ChainTask(dataclasses.replace(p, schema=schema, columns=tuple(needs[side])), [], f"{base}/{side}",
+                                f"part-{i:05d}", [], shards=buckets, shard_key=key, aux_dir=self._aux, shard_by="join",
+                                run_token=self._token, scratch=self._work, durable=self._durable)
+                      for i, p in enumerate(parts)]
+        results = self._map(run_chain, tasks, f"{seg}: {node.describe()}: {buckets} buckets")
+        left_res, right_res = results[:counts["left"]], results[counts["left"]:]
+
+        def files(res: list[dict[str, Any]], b: int) -> list[str]:
+            return [r["shard_files"][str(b)] for r in res if str(b) in r["shard_files"]]
+
+        stub = partitioned_join.stub_join(node, schemas["left"], schemas["right"])
+        jobs = [(stub, files(left_res, b), files(right_res, b), f"{base}/part-{b:05d}.parquet", keep)
+                for b in range(buckets) if files(left_res, b)]
+        outs = self._map(partitioned_join.join_bucket, jobs, f"{seg}: join", label=node.stage)
+        shutil.rmtree(f"{base}/left", ignore_errors=True)
+        shutil.rmtree(f"{base}/right", ignore_errors=True)
+        schema = pa.schema([node.schema.field(c) for c in keep]) if keep is not None else node.schema
+        self._rows[node.id] = sum(o["rows"] for o in outs)
+        parts = [Partition("spill", o["file"], schema, None, o["digest"]) for o in outs if o["rows"]]
+        if not parts:
+            path = f"{base}/part-empty.parquet"
+            pq.write_table(schema.empty_table(), path)
+            parts = [Partition("spill", path, schema, None, sha256_file(path))]
         return parts
 
     # -- sink and commit
