@@ -422,8 +422,62 @@ def test_a_join_is_split_only_when_it_would_pass_the_memory_budget(monkeypatch):
     assert pj.buckets_for(50 << 20, 2) == 0  # ~500 MB estimated: one join
     assert pj.buckets_for(200 << 20, 2) == -(-(200 << 20) * pj.MEMORY_PER_SPILL_BYTE // pj.BUCKET_MEMORY)
     assert pj.buckets_for(101 << 20, 8) == 16  # at least two buckets per worker
+    # the count covers both sides (a bucket task holds its share of the left one too), up to MAX_BUCKETS
+    assert pj.buckets_for(200 << 20, 2, 1000 << 20) == -(-(1200 << 20) * pj.MEMORY_PER_SPILL_BYTE // pj.BUCKET_MEMORY)
+    assert pj.buckets_for(200 << 20, 2, 1 << 40) == pj.MAX_BUCKETS
     monkeypatch.delenv(pj.MEMORY_ENV)
     assert pj.join_memory_budget() == int(pj.machine_memory() * pj.MEMORY_SHARE) > 0
     monkeypatch.setenv(pj.MEMORY_ENV, "lots")
     with __import__("pytest").raises(ValueError, match="megabytes"):
         pj.join_memory_budget()
+
+
+def test_bucket_joins_give_the_single_join_rows_with_null_and_repeated_keys(tmp_path):
+    """The bucket machinery alone: both sides split with `shard_ids(..., "join")` on the first key column,
+    each bucket joined by `join_bucket`, against `barrier_query` over the whole sides. Left and inner joins,
+    two-column keys, null keys (kept by the left join, matched by nothing), keys repeated on both sides,
+    left keys with no right row, and buckets with no right rows at all."""
+    import polars as pl
+
+    from datakit.engines.local.barriers import barrier_query
+    from datakit.engines.local.partitioned_join import join_bucket, stub_join
+    from datakit.engines.local.spill import IpcSpill
+    from datakit.io.sinks import shard_ids
+    from datakit.plan import Join
+
+    rng = np.random.default_rng(5)
+    n = 3000
+    lk = [None if i % 17 == 0 else f"k{x}" for i, x in enumerate(rng.integers(0, 400, n))]
+    left_t = pa.table({"a": lk, "b": rng.integers(0, 3, n), "row": np.arange(n)})
+    rk = [None if i % 23 == 0 else f"k{x}" for i, x in enumerate(rng.integers(0, 300, 900))]  # k300..k399: no match
+    right_all = pa.table({"a": rk, "b": rng.integers(0, 3, 900), "tag": np.arange(900)})
+    buckets = 7
+    right_t = right_all.filter(pa.array(shard_ids(right_all.column("a"), buckets, "join") != 3))  # bucket 3: no right rows
+    left, right, lazy = _scanned_sources(tmp_path, left_t, right_t, 256)
+    for how in ("inner", "left"):
+        join = Join("t", pa.schema([("a", pa.string()), ("b", pa.int64()), ("row", pa.int64()), ("tag", pa.int64())]),
+                    left=left, right=right, left_on=["a", "b"], right_on=["a", "b"], how=how)
+        whole = barrier_query(join, lazy).collect(engine="streaming")
+        files: dict = {"left": {}, "right": {}}
+        for side, t in (("left", left_t), ("right", right_t)):
+            ids = shard_ids(t.column("a"), buckets, "join")
+            for b in range(buckets):
+                part = t.filter(pa.array(ids == b))
+                if part.num_rows:
+                    path = tmp_path / f"{how}-{side}-{b}.arrows"
+                    w = IpcSpill(str(path), t.schema)
+                    for batch in part.to_batches(max_chunksize=100):
+                        w.write_batch(batch)
+                    w.close()
+                    files[side][b] = [str(path)]
+        assert 3 in files["left"] and 3 not in files["right"]
+        stub = stub_join(join, left_t.schema, right_t.schema)
+        outs = [join_bucket((stub, files["left"].get(b, []), files["right"].get(b, []),
+                             str(tmp_path / f"{how}-out-{b}.parquet"), None)) for b in range(buckets)]
+        split = pl.concat([pl.read_parquet(o["file"]) for o in outs])
+        order = ["row", "tag"]
+        assert split.sort(order, nulls_last=True).equals(whole.sort(order, nulls_last=True)), how
+        assert whole.height > 0 and whole["tag"].null_count() == (whole.height - split.filter(pl.col("tag").is_not_null()).height)
+        assert sum(o["rows"] for o in outs) == split.height
+        if how == "left":
+            assert split.filter(pl.col("a").is_null()).height == sum(k is None for k in lk)  # null keys kept

@@ -295,7 +295,7 @@ class LocalEngine(Engine):
         n_parts = max(1, min(self.workers * 2, groups))
         bounds = np.linspace(0, groups, n_parts + 1).astype(int)
         digest = sha256_file(path)  # once here, not once per row-group partition in every task
-        schema = schema or node.schema  # the columns the spill holds (`_columns_used`)
+        schema = schema if schema is not None else node.schema  # the columns the spill holds (`_columns_used`)
         return [Partition("spill", path, schema, (int(a), int(b)), digest)
                 for a, b in zip(bounds[:-1], bounds[1:]) if b > a] or [Partition("spill", path, schema, (0, 0), digest)]
 
@@ -346,7 +346,8 @@ class LocalEngine(Engine):
                     need |= set(c.right_on) | {r for o, r in cols.items() if used is None or o in used}
             else:
                 need = None
-        out = None if need is None or set(names) <= need else [n for n in names if n in need]
+        # (nothing read at all: keep every column rather than a spill of no columns, whose rows would be lost)
+        out = None if not need or set(names) <= need else [n for n in names if n in need]
         self._used[node.id] = out
         return out
 
@@ -357,7 +358,8 @@ class LocalEngine(Engine):
         keep = self._columns_used(node)  # only what the consumers read (polars then reads no more of its inputs)
         buckets = 0
         if isinstance(node, Join) and node.how in ("inner", "left") and pa.types.is_string(node.left.schema.field(node.left_on[0]).type):
-            buckets = partitioned_join.buckets_for(self._spill_bytes(node.right), self.workers)
+            buckets = partitioned_join.buckets_for(self._spill_bytes(node.right), self.workers,
+                                                   self._spill_bytes(node.left))
         if buckets:
             parts = self._partitioned_join(node, keep, buckets)
         else:
@@ -392,7 +394,7 @@ class LocalEngine(Engine):
             os.makedirs(f"{base}/{side}", exist_ok=True)
             tasks += [ChainTask(dataclasses.replace(p, schema=schema, columns=tuple(needs[side])), [], f"{base}/{side}",
                                 f"part-{i:05d}", [], shards=buckets, shard_key=key, aux_dir=self._aux, shard_by="join",
-                                run_token=self._token, scratch=self._work, durable=self._durable)
+                                run_token=self._token, scratch=self._work)  # not durable: never resumed (see module)
                       for i, p in enumerate(parts)]
         results = self._map(run_chain, tasks, f"{seg}: {node.describe()}: {buckets} buckets")
         left_res, right_res = results[:counts["left"]], results[counts["left"]:]

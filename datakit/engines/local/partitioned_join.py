@@ -12,8 +12,9 @@ Rows with equal keys meet in one bucket because both sides go through the same `
 of their first key column (xxh64 of the key; equal keys have equal first columns). A null key
 matches nothing (SQL), so where it lands does not matter; a left join still keeps that row.
 Each bucket's rows keep their partitions' order, and buckets are read in order, so the spill has
-the same bytes on every run of the same input with the same budget (resume fingerprints read
-them), though not the row order of the single-process join. No output depends on that: the sink
+the same bytes on every run of the same input with the same bucket count (budget and workers;
+resume fingerprints read them), though not the row order of the single-process join. The
+shuffle is never resumed (a rerun may pick another bucket count): it runs again. No output depends on that: the sink
 sorts every shard, and tests hold the dataset's bytes equal either way.
 """
 from __future__ import annotations
@@ -67,17 +68,24 @@ def join_memory_budget() -> int:
     return int(machine_memory() * MEMORY_SHARE)
 
 
-def buckets_for(right_bytes: int, workers: int) -> int:
+# At most this many buckets: each shuffle task keeps one file open per bucket (the default limit is 1024)
+MAX_BUCKETS = 256
+
+
+def buckets_for(right_bytes: int, workers: int, left_bytes: int = 0) -> int:
     """How many buckets a join whose right side spilled `right_bytes` is split into; 0: run it as one join.
 
     Why by memory and not always: splitting shuffles both sides through the disk once more and
     writes the output in pieces. At 10^6 quickstart events, with every large join split, the run
     took 247 s instead of 190 s; one process joining is faster whenever it fits. So a join is
-    split only when its estimated memory would pass the budget (`join_memory_budget`)."""
+    split only when its estimated memory would pass the budget (`join_memory_budget`). The count
+    covers both sides (`left_bytes`): polars streams the left side of one join, but a bucket task
+    holds its share of both."""
     need = right_bytes * MEMORY_PER_SPILL_BYTE
     if need <= join_memory_budget():
         return 0
-    return max(2 * workers, -(-need // BUCKET_MEMORY))
+    both = (right_bytes + left_bytes) * MEMORY_PER_SPILL_BYTE
+    return min(MAX_BUCKETS, max(2 * workers, -(-both // BUCKET_MEMORY)))
 
 
 def stub_join(node: Join, left: pa.Schema, right: pa.Schema) -> Join:
