@@ -403,7 +403,7 @@ def test_a_partitioned_join_on_a_user_stage_in_process(tmp_path, monkeypatch):
     assert out[True][3] > 0 and out[False][3] == 0
 
 
-def test_join_buckets_put_equal_keys_together_and_null_keys_in_the_first():
+def test_join_buckets_put_equal_keys_together_and_spread_null_keys():
     from datakit.io.sinks import shard_ids
 
     keys = pa.array(["a", None, "b", "a", None, "c"] * 50)
@@ -411,7 +411,8 @@ def test_join_buckets_put_equal_keys_together_and_null_keys_in_the_first():
     by_key: dict = {}
     for k, b in zip(keys.to_pylist(), ids.tolist()):
         by_key.setdefault(k, set()).add(b)
-    assert all(len(v) == 1 for v in by_key.values()) and by_key[None] == {0}
+    assert all(len(v) == 1 for k, v in by_key.items() if k is not None)
+    assert by_key[None] == set(range(7))  # null keys match nothing: spread over every bucket, not piled in one
     assert (ids[keys.is_valid().to_numpy(zero_copy_only=False)] == shard_ids(pa.array(["a", "b", "a", "c"] * 50), 7)).all()
 
 
@@ -452,7 +453,9 @@ def test_bucket_joins_give_the_single_join_rows_with_null_and_repeated_keys(tmp_
     rk = [None if i % 23 == 0 else f"k{x}" for i, x in enumerate(rng.integers(0, 300, 900))]  # k300..k399: no match
     right_all = pa.table({"a": rk, "b": rng.integers(0, 3, 900), "tag": np.arange(900)})
     buckets = 7
-    right_t = right_all.filter(pa.array(shard_ids(right_all.column("a"), buckets, "join") != 3))  # bucket 3: no right rows
+    right_ids = shard_ids(right_all.column("a"), buckets, "join")
+    right_t = right_all.filter(pa.array(right_ids != 3))  # bucket 3: left rows, no right rows
+    right_ids = right_ids[right_ids != 3]  # (the buckets the rows kept were given)
     left, right, lazy = _scanned_sources(tmp_path, left_t, right_t, 256)
     for how in ("inner", "left"):
         join = Join("t", pa.schema([("a", pa.string()), ("b", pa.int64()), ("row", pa.int64()), ("tag", pa.int64())]),
@@ -460,7 +463,7 @@ def test_bucket_joins_give_the_single_join_rows_with_null_and_repeated_keys(tmp_
         whole = barrier_query(join, lazy).collect(engine="streaming")
         files: dict = {"left": {}, "right": {}}
         for side, t in (("left", left_t), ("right", right_t)):
-            ids = shard_ids(t.column("a"), buckets, "join")
+            ids = shard_ids(t.column("a"), buckets, "join") if side == "left" else right_ids
             for b in range(buckets):
                 part = t.filter(pa.array(ids == b))
                 if part.num_rows:

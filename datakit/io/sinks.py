@@ -44,10 +44,12 @@ def shard_ids(keys: pa.Array | pa.ChunkedArray, shards: int, partition: str = "h
         return ids
     if shards <= 1:
         return np.zeros(len(keys), dtype=np.int64)
-    if partition == "join":  # the local engine's partitioned joins: "hash", and a null key (it matches nothing) in 0
+    if partition == "join":
+        # the local engine's partitioned joins: "hash"; a null key matches nothing, so its row may go to any
+        # bucket: spread by its position (all in one bucket, a left join's many null keys made that bucket huge)
         h = xxhash.xxh64_intdigest
-        hashes = np.fromiter((h(k.encode()) if k is not None else 0 for k in keys.to_pylist()), dtype=np.uint64,
-                             count=len(keys))
+        hashes = np.fromiter((h(k.encode()) if k is not None else i for i, k in enumerate(keys.to_pylist())),
+                             dtype=np.uint64, count=len(keys))
         return (hashes % np.uint64(shards)).astype(np.int64)
     return (key_hashes(keys) % np.uint64(shards)).astype(np.int64)
 

@@ -10,7 +10,7 @@ split (`buckets_for`).
 
 Rows with equal keys meet in one bucket because both sides go through the same `sinks.shard_ids`
 of their first key column (xxh64 of the key; equal keys have equal first columns). A null key
-matches nothing (SQL), so where it lands does not matter; a left join still keeps that row.
+matches nothing (SQL), so its row is spread by position (a left join still keeps it).
 Each bucket's rows keep their partitions' order, and buckets are read in order, so the spill has
 the same bytes on every run of the same input with the same bucket count (budget and workers;
 resume fingerprints read them), though not the row order of the single-process join. The
