@@ -107,3 +107,44 @@ def test_memory_filesystem_round_trip(tmp_path):
     res = Pipeline("m").input("memory://mlogs/*.jsonl").add({"kind": "ingest"}).output("memory://mout").run(workers=1)
     assert res.stage("ingest")["rows_out"] == 10
     assert read_output("memory://mout").column("event_id").to_pylist() == sorted(f"ev-{i:06d}" for i in range(10))
+
+
+def test_a_split_join_on_an_object_store_output_gives_the_local_bytes(s3_endpoint, tmp_path, monkeypatch):
+    """Dedup with every join split into bucket joins (a zero memory budget), output on S3 (the engine then keeps
+    a durable work folder there): the same dataset bytes and counts as the unsplit run to a local folder."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import s3fs
+
+    from datakit.contracts import TRAINING_RECORD_V1
+    from datakit.engines.local import partitioned_join
+    from datakit.io.sinks import output_checksums
+
+    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_endpoint})
+    fs.mkdir("split-bucket")
+    texts = [f"def f{k}(x):\n" + "\n".join(f"    y{j} = x * {j} + {k}" for j in range(60)) for k in range(3)]
+    rows = [{"doc_id": f"{i:04d}", "kind": "code",
+             "segments": [{"text": texts[i % 3] + ("" if i < 20 else f"\n# note {i}"), "train": True, "role": None}],
+             "chosen": None, "rejected": None, "source": None, "meta": "{}"} for i in range(40)]
+    pq.write_table(pa.Table.from_pylist(rows, schema=TRAINING_RECORD_V1), tmp_path / "r.parquet")
+
+    from datakit.engines.local.engine import LocalEngine
+
+    splits: list = []
+    real = LocalEngine._partitioned_join
+    monkeypatch.setattr(LocalEngine, "_partitioned_join", lambda self, *a: splits.append(a[0]) or real(self, *a))
+
+    def run(out: str, budget_mb: str):
+        monkeypatch.setenv(partitioned_join.MEMORY_ENV, budget_mb)
+        return (Pipeline("split").input(str(tmp_path / "r.parquet"), format="parquet", schema="training_record.v1")
+                .add({"kind": "dedup", "minhash": {"threshold": 0.7, "verify": "exact"}}).output(out, shards=2)
+                .run(workers=2).stage("dedup"))
+
+    split = run("s3://split-bucket/out", "0")
+    n_split = len(splits)
+    assert n_split >= 3  # the verification joins and the marking joins ran as bucket joins
+    whole = run(str(tmp_path / "o"), "1e12")
+    assert len(splits) == n_split  # (and none in the run it is compared with)
+    assert whole["dropped"].get("near_duplicate") and whole["dropped"].get("exact_duplicate")
+    assert {k: split[k] for k in ("rows_in", "rows_out", "dropped")} == {k: whole[k] for k in ("rows_in", "rows_out", "dropped")}
+    assert output_checksums("s3://split-bucket/out") == output_checksums(str(tmp_path / "o"))
