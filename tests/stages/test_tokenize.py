@@ -325,3 +325,52 @@ def test_a_worker_unpickling_the_tokenize_function_imports_no_pydantic(tmp_path)
             "print(sorted(m for m in ('pydantic', 'datakit.stages.base', 'datakit.stages.tokenize.stage') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_vectorized_code_path_gives_the_general_paths_rows(tok, monkeypatch):
+    """Batches of only `code` records without FIM take `_plain_code_pieces`; the same rows through the general
+    path (per-document parts) must come out identical: several segments, null segment lists, null segments,
+    empty and null texts, null/False/True train flags, BOS on and off, overlong documents split or dropped."""
+    import random
+
+    from datakit.stages.tokenize import encode as enc_mod
+
+    rnd = random.Random(11)
+    words = ["def", "f(x):", "return", "x", "+", "1", "\n", "    ", "class", "A:", "pass", "# note", "ünï", "🙂", ""]
+    rows = []
+    for i in range(300):
+        segs = None if i % 37 == 0 else []
+        for _ in range(0 if segs is None else rnd.randint(0, 4)):
+            if rnd.random() < 0.08:
+                segs.append(None)
+                continue
+            t = None if rnd.random() < 0.05 else " ".join(rnd.choice(words) for _ in range(rnd.randint(0, 60)))
+            segs.append({"text": t, "train": rnd.choice([True, False, None]), "role": None})
+        rows.append({"doc_id": f"d{i:04d}", "kind": "code", "segments": segs})
+    t = table(rows)
+    real = enc_mod._plain_code_pieces
+    used: list = []
+    drops: set = set()
+    monkeypatch.setattr(enc_mod, "_plain_code_pieces", lambda *a: used.append(1) or real(*a))
+    import dataclasses
+
+    tok_bos = dataclasses.replace(tok, special={**tok.special, "bos": 5})  # (the test tokenizer names no BOS)
+    for kw in ({}, {"add_bos": True}, {"seq_len": 24, "overlong": "drop"}, {"seq_len": 24, "add_bos": True},
+               {"seq_len": 24, "add_bos": True, "overlong": "drop"}):
+        o = EncodeOptions(**kw)
+        tk = tok_bos if kw.get("add_bos") else tok
+        fast = encode_table(t, tk, o)
+        assert used, "the batch did not take the vectorized path"
+        used.clear()
+        monkeypatch.setattr(enc_mod, "_plain_code_pieces", lambda *a: None)
+        general = encode_table(t, tk, o)
+        monkeypatch.setattr(enc_mod, "_plain_code_pieces", lambda *a: used.append(1) or real(*a))
+        assert fast.to_pylist() == general.to_pylist(), kw
+        assert fast.schema == general.schema
+        if kw.get("add_bos"):
+            assert any(r["input_ids"] and r["input_ids"][0] == 5 for r in general.to_pylist())
+        drops |= {r["_drop"] for r in general.to_pylist()}
+    assert {"empty_document", "too_long", None} <= drops
+    # a batch with any other kind, or FIM on, takes the general path
+    assert real(table(rows[:3] + [sft_record("s", [("user", "hi"), ("assistant", "yo")])]), tok, EncodeOptions()) is None
+    assert real(t, tok, EncodeOptions(fim_rate=0.5)) is None

@@ -229,6 +229,66 @@ def _interleave(text_tokens: np.ndarray, piece_len: np.ndarray, piece_special: n
     return out
 
 
+def _plain_code_pieces(table: pa.Table, tok: LoadedTokenizer, o: EncodeOptions) -> tuple | None:
+    """`encode_table`'s pieces for a batch of only `code` records without FIM, in vectorized passes; None
+    for any other batch (the general path then runs).
+
+    Why: on editor-sized documents the general path's per-document Python (a dict per segment, a
+    tuple per part, a list append per piece) was ~4% of a tokenize-only run (32 MB of <= 2,000-
+    character documents: ~0.26 of 6.15 CPU-s in one process), the largest cost after the tokenizer
+    and the id lists. The layout is the same `[BOS]? text^ [EOS]^` per document, and tests hold
+    the two paths to the same output on batches with null and empty segments, BOS and overlong drops.
+    """
+    n = table.num_rows
+    if o.fim_rate > 0 or n == 0 or "segments" not in table.column_names or "kind" not in table.column_names:
+        return None
+    kinds = table.column("kind")
+    if kinds.null_count or not pc.all(pc.equal(kinds, "code")).as_py():
+        return None
+    segs = table.column("segments").combine_chunks()
+    st = segs.type.value_type if pa.types.is_list(segs.type) else None
+    if st is None or not pa.types.is_struct(st) or st.get_field_index("text") < 0 \
+            or not pa.types.is_string(st.field("text").type) \
+            or (st.get_field_index("train") >= 0 and not pa.types.is_boolean(st.field("train").type)):
+        return None
+    lengths = pc.fill_null(pc.list_value_length(segs), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    flat = segs.flatten()  # the segments of the non-null lists, in order
+    seg_row = np.repeat(np.arange(n), lengths)
+    seg_valid = flat.is_valid().to_numpy(zero_copy_only=False)  # a null segment is skipped (`_seg_list`)
+    text = flat.field("text")
+    nonempty = seg_valid & (pc.fill_null(pc.utf8_length(text), 0).to_numpy(zero_copy_only=False) > 0)
+    train = (pc.fill_null(flat.field("train"), False).to_numpy(zero_copy_only=False).astype(np.int8)
+             if st.get_field_index("train") >= 0 else np.ones(len(flat), np.int8))  # bool(None) is False
+    has_text = np.bincount(seg_row[nonempty], minlength=n) > 0
+    enc = seg_valid & has_text[seg_row]  # every segment of a document that is encoded, empty ones too
+    text_values, text_lens = tok.encode_flat(pc.fill_null(text.filter(pa.array(enc)), "").to_pylist())
+    enc_row = seg_row[enc]
+    bos = 1 if o.add_bos and "bos" in tok.special else 0
+    length = bos + np.bincount(enc_row, weights=text_lens, minlength=n).astype(np.int64) + 1
+    too_long = has_text & (length > o.seq_len) if o.overlong == "drop" else np.zeros(n, dtype=bool)
+    valid = has_text & ~too_long
+    drop: list[str | None] = [None] * n
+    for i in np.flatnonzero(~has_text).tolist():
+        drop[i] = "empty_document"
+    for i in np.flatnonzero(too_long).tolist():
+        drop[i] = "too_long"
+    text_kept = valid[enc_row]
+    per = bos + np.bincount(enc_row[text_kept], minlength=n)[valid] + 1  # pieces of each document kept
+    start = np.cumsum(per) - per
+    piece_len = np.empty(int(per.sum()), dtype=np.int64)
+    piece_loss = np.empty(len(piece_len), dtype=np.int8)
+    piece_special = np.full(len(piece_len), -1, dtype=np.int64)
+    last = start + per - 1
+    piece_len[last], piece_loss[last], piece_special[last] = 1, 1, tok.special["eos"]
+    if bos:
+        piece_len[start], piece_loss[start], piece_special[start] = 1, 0, tok.special["bos"]
+    is_text = piece_special < 0
+    piece_len[is_text] = text_lens[text_kept]
+    piece_loss[is_text] = train[enc][text_kept]
+    doc_len = np.where(valid, length, 0)
+    return text_values, text_lens, text_kept, piece_len, piece_loss, piece_special, doc_len, valid, drop
+
+
 def encode_table(table: pa.Table | pa.RecordBatch, tok: LoadedTokenizer, o: EncodeOptions) -> pa.Table:
     """Encode training records into `ENCODED_SCHEMA` rows (+ `_drop`, `_drop_detail`).
 
@@ -238,14 +298,33 @@ def encode_table(table: pa.Table | pa.RecordBatch, tok: LoadedTokenizer, o: Enco
     """
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
-    # only what encoding reads: `source`/`meta` may be large and are never needed here
-    cols = table.select([c for c in ("doc_id", "kind", "segments", "chosen", "rejected")
-                         if c in table.column_names]).to_pydict()
     if "source" in table.column_names and pa.types.is_struct(table.schema.field("source").type) \
             and table.schema.field("source").type.get_field_index("language") >= 0:
         language = pc.struct_field(table.column("source"), "language")
     else:
         language = pa.nulls(table.num_rows, pa.string())
+    n = table.num_rows
+    fim_mode: list[str | None] = [None] * n
+    detail: list[str | None] = [None] * n
+    pref: dict[int, tuple[str, str, str]] = {}
+    plain = _plain_code_pieces(table, tok, o)
+    if plain is not None:
+        text_values, text_lens, text_kept, piece_len, piece_loss, piece_special, doc_len, valid, drop = plain
+        doc_ids: list[str] = table.column("doc_id").to_pylist()
+        kinds: list[str] = table.column("kind").to_pylist()
+    else:
+        (doc_ids, kinds, text_values, text_lens, text_kept, piece_len, piece_loss, piece_special, doc_len, valid,
+         drop) = _general_pieces(table, tok, o, fim_mode, detail, pref)
+    return _encoded(table, tok, o, doc_ids, kinds, language, fim_mode, detail, pref, text_values, text_lens,
+                    text_kept, piece_len, piece_loss, piece_special, doc_len, valid, drop)
+
+
+def _general_pieces(table: pa.Table, tok: LoadedTokenizer, o: EncodeOptions, fim_mode: list, detail: list,
+                    pref: dict) -> tuple:
+    """Every kind of record: the documents' parts one by one (fills `fim_mode`, `detail`, `pref`)."""
+    # only what encoding reads: `source`/`meta` may be large and are never needed here
+    cols = table.select([c for c in ("doc_id", "kind", "segments", "chosen", "rejected")
+                         if c in table.column_names]).to_pydict()
     doc_ids: list[str] = cols["doc_id"]
     kinds: list[str] = cols["kind"]
     segments: list[Any] = cols.get("segments") or [None] * len(doc_ids)
@@ -254,10 +333,7 @@ def encode_table(table: pa.Table | pa.RecordBatch, tok: LoadedTokenizer, o: Enco
     n = len(doc_ids)
 
     doc_parts: list[list[Part] | None] = [None] * n
-    fim_mode: list[str | None] = [None] * n
     drop: list[str | None] = [None] * n
-    detail: list[str | None] = [None] * n
-    pref: dict[int, tuple[str, str, str]] = {}
     for i in range(n):
         kind, segs = kinds[i], _seg_list(segments[i])
         try:
@@ -339,6 +415,15 @@ def encode_table(table: pa.Table | pa.RecordBatch, tok: LoadedTokenizer, o: Enco
             else:
                 valid[i] = True
                 doc_len[i] = length
+    return doc_ids, kinds, text_values, text_lens, text_kept, piece_len, piece_loss, piece_special, doc_len, valid, drop
+
+
+def _encoded(table: pa.Table, tok: LoadedTokenizer, o: EncodeOptions, doc_ids: list, kinds: list, language: Any,
+             fim_mode: list, detail: list, pref: dict, text_values: np.ndarray, text_lens: np.ndarray,
+             text_kept: np.ndarray, piece_len: Any, piece_loss: Any, piece_special: Any, doc_len: np.ndarray,
+             valid: np.ndarray, drop: list) -> pa.Table:
+    """The `ENCODED_SCHEMA` rows from the documents' pieces: ids and masks in vectorized passes."""
+    n = len(doc_ids)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(doc_len, out=offsets[1:])
     lens = np.asarray(piece_len, dtype=np.int64)
