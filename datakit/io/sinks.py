@@ -44,21 +44,20 @@ def shard_ids(keys: pa.Array | pa.ChunkedArray, shards: int, partition: str = "h
         return ids
     if shards <= 1:
         return np.zeros(len(keys), dtype=np.int64)
-    if partition == "join":
-        # the local engine's partitioned joins: "hash"; a null key matches nothing, so its row may go to any
-        # bucket: spread by its position (all in one bucket, a left join's many null keys made that bucket huge)
-        h = xxhash.xxh64_intdigest
-        hashes = np.fromiter((h(k.encode()) if k is not None else i for i, k in enumerate(keys.to_pylist())),
-                             dtype=np.uint64, count=len(keys))
-        return (hashes % np.uint64(shards)).astype(np.int64)
-    return (key_hashes(keys) % np.uint64(shards)).astype(np.int64)
+    # "join" (the local engine's partitioned joins): "hash", but a null key matches nothing, so its row may go
+    # to any bucket: spread by its position (all in one bucket, a left join's many null keys made it huge)
+    return (key_hashes(keys, nulls_by_position=partition == "join") % np.uint64(shards)).astype(np.int64)
 
 
-def key_hashes(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
+def key_hashes(keys: pa.Array | pa.ChunkedArray, nulls_by_position: bool = False) -> np.ndarray:
     """xxh64 (seed 0) of each key's UTF-8 bytes, as uint64: `partition="hash"` puts a row in shard
     `hash % shards`. Separate so the Spark engine can hash in the chain that already runs in Python
-    and take the modulo in the JVM once the shard count is known (see spark.py `shard_of_hash`)."""
+    and take the modulo in the JVM once the shard count is known (see spark.py `shard_of_hash`).
+    `nulls_by_position`: a null key's hash is its row's position (else a null key is an error)."""
     h = xxhash.xxh64_intdigest
+    if nulls_by_position:
+        return np.fromiter((h(k.encode()) if k is not None else i for i, k in enumerate(keys.to_pylist())),
+                           dtype=np.uint64, count=len(keys))
     return np.fromiter((h(k.encode()) for k in keys.to_pylist()), dtype=np.uint64, count=len(keys))
 
 

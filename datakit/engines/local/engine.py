@@ -280,7 +280,7 @@ class LocalEngine(Engine):
             return pl.from_arrow(node.schema.empty_table()).lazy()
         return pl.scan_parquet(files)
 
-    def _spill_polars(self, lf: pl.LazyFrame, node: Node, schema: pa.Schema | None = None) -> list[Partition]:
+    def _spill_polars(self, lf: pl.LazyFrame, node: Node, schema: pa.Schema) -> list[Partition]:
         """Stream a polars query to one Parquet file, then split it into row-group partitions
         so the next fused chain runs in parallel without the result ever being in memory whole."""
         out_dir = f"{self._work}/n{self._index[node.id]:03d}"
@@ -295,7 +295,6 @@ class LocalEngine(Engine):
         n_parts = max(1, min(self.workers * 2, groups))
         bounds = np.linspace(0, groups, n_parts + 1).astype(int)
         digest = sha256_file(path)  # once here, not once per row-group partition in every task
-        schema = schema if schema is not None else node.schema  # the columns the spill holds (`_columns_used`)
         return [Partition("spill", path, schema, (int(a), int(b)), digest)
                 for a, b in zip(bounds[:-1], bounds[1:]) if b > a] or [Partition("spill", path, schema, (0, 0), digest)]
 
@@ -351,20 +350,25 @@ class LocalEngine(Engine):
         self._used[node.id] = out
         return out
 
+    @staticmethod
+    def _kept_schema(node: Node, keep: list[str] | None) -> pa.Schema:
+        """The schema of `node`'s spill: the columns `_columns_used` kept, or all of them."""
+        return pa.schema([node.schema.field(c) for c in keep]) if keep is not None else node.schema
+
     def _barrier(self, node: Node) -> list[Partition]:
         from datakit.engines.local.barriers import barrier_query
 
-        right_larger = isinstance(node, Join) and self._spill_bytes(node.right) > self._spill_bytes(node.left)
         keep = self._columns_used(node)  # only what the consumers read (polars then reads no more of its inputs)
-        buckets = 0
-        if isinstance(node, Join) and node.how in ("inner", "left") and pa.types.is_string(node.left.schema.field(node.left_on[0]).type):
-            buckets = partitioned_join.buckets_for(self._spill_bytes(node.right), self.workers,
-                                                   self._spill_bytes(node.left))
+        left_bytes = right_bytes = buckets = 0
+        if isinstance(node, Join):
+            left_bytes, right_bytes = self._spill_bytes(node.left), self._spill_bytes(node.right)
+            if node.how in ("inner", "left") and pa.types.is_string(node.left.schema.field(node.left_on[0]).type):
+                buckets = partitioned_join.buckets_for(right_bytes, self.workers, left_bytes)
         if buckets:
             parts = self._partitioned_join(node, keep, buckets)
         else:
-            query = barrier_query(node, self._lazy, right_larger, keep)
-            parts = self._spill_polars(query, node, pa.schema([node.schema.field(c) for c in keep]) if keep is not None else None)
+            query = barrier_query(node, self._lazy, right_bytes > left_bytes, keep)
+            parts = self._spill_polars(query, node, self._kept_schema(node, keep))
         if isinstance(node, Join):
             rows_in = self._rows[node.left.id]
             st = self._stats[node.id]
@@ -408,7 +412,7 @@ class LocalEngine(Engine):
         outs = self._map(partitioned_join.join_bucket, jobs, f"{seg}: join", label=node.stage)
         shutil.rmtree(f"{base}/left", ignore_errors=True)
         shutil.rmtree(f"{base}/right", ignore_errors=True)
-        schema = pa.schema([node.schema.field(c) for c in keep]) if keep is not None else node.schema
+        schema = self._kept_schema(node, keep)
         self._rows[node.id] = sum(o["rows"] for o in outs)
         parts = [Partition("spill", o["file"], schema, None, o["digest"]) for o in outs if o["rows"]]
         if not parts:
