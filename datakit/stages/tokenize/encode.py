@@ -31,7 +31,7 @@ Layouts (`[X]` is a special token, `text` is the encoded text, `^` marks loss):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -229,7 +229,22 @@ def _interleave(text_tokens: np.ndarray, piece_len: np.ndarray, piece_special: n
     return out
 
 
-def _plain_code_pieces(table: pa.Table, tok: LoadedTokenizer, o: EncodeOptions) -> tuple | None:
+class _Pieces(NamedTuple):
+    """A batch's documents as pieces (an encoded text, or one special token) in output order, and what
+    `encode_table` needs of them to build the ids and masks; what both ways of making them return."""
+
+    text_values: np.ndarray  # every encoded text's ids, concatenated
+    text_lens: np.ndarray  # token count of each encoded text
+    text_kept: np.ndarray  # whether each encoded text belongs to a kept document
+    piece_len: Any  # per piece: its token count
+    piece_loss: Any  # per piece: 1 if its tokens carry loss
+    piece_special: Any  # per piece: the special token, -1 for an encoded text
+    doc_len: np.ndarray  # tokens of each document (0 when it is not kept)
+    valid: np.ndarray  # whether each document is kept
+    drop: list  # each document's drop reason (None: kept)
+
+
+def _plain_code_pieces(table: pa.Table, tok: LoadedTokenizer, o: EncodeOptions) -> _Pieces | None:
     """`encode_table`'s pieces for a batch of only `code` records without FIM, in vectorized passes; None
     for any other batch (the general path then runs).
 
@@ -286,7 +301,7 @@ def _plain_code_pieces(table: pa.Table, tok: LoadedTokenizer, o: EncodeOptions) 
     piece_len[is_text] = text_lens[text_kept]
     piece_loss[is_text] = train[enc][text_kept]
     doc_len = np.where(valid, length, 0)
-    return text_values, text_lens, text_kept, piece_len, piece_loss, piece_special, doc_len, valid, drop
+    return _Pieces(text_values, text_lens, text_kept, piece_len, piece_loss, piece_special, doc_len, valid, drop)
 
 
 def encode_table(table: pa.Table | pa.RecordBatch, tok: LoadedTokenizer, o: EncodeOptions) -> pa.Table:
@@ -307,20 +322,17 @@ def encode_table(table: pa.Table | pa.RecordBatch, tok: LoadedTokenizer, o: Enco
     fim_mode: list[str | None] = [None] * n
     detail: list[str | None] = [None] * n
     pref: dict[int, tuple[str, str, str]] = {}
-    plain = _plain_code_pieces(table, tok, o)
-    if plain is not None:
-        text_values, text_lens, text_kept, piece_len, piece_loss, piece_special, doc_len, valid, drop = plain
+    pieces = _plain_code_pieces(table, tok, o)
+    if pieces is not None:
         doc_ids: list[str] = table.column("doc_id").to_pylist()
         kinds: list[str] = table.column("kind").to_pylist()
     else:
-        (doc_ids, kinds, text_values, text_lens, text_kept, piece_len, piece_loss, piece_special, doc_len, valid,
-         drop) = _general_pieces(table, tok, o, fim_mode, detail, pref)
-    return _encoded(table, tok, o, doc_ids, kinds, language, fim_mode, detail, pref, text_values, text_lens,
-                    text_kept, piece_len, piece_loss, piece_special, doc_len, valid, drop)
+        doc_ids, kinds, pieces = _general_pieces(table, tok, o, fim_mode, detail, pref)
+    return _encoded(tok, o, doc_ids, kinds, language, fim_mode, detail, pref, pieces)
 
 
 def _general_pieces(table: pa.Table, tok: LoadedTokenizer, o: EncodeOptions, fim_mode: list, detail: list,
-                    pref: dict) -> tuple:
+                    pref: dict) -> tuple[list[str], list[str], _Pieces]:
     """Every kind of record: the documents' parts one by one (fills `fim_mode`, `detail`, `pref`)."""
     # only what encoding reads: `source`/`meta` may be large and are never needed here
     cols = table.select([c for c in ("doc_id", "kind", "segments", "chosen", "rejected")
@@ -415,14 +427,14 @@ def _general_pieces(table: pa.Table, tok: LoadedTokenizer, o: EncodeOptions, fim
             else:
                 valid[i] = True
                 doc_len[i] = length
-    return doc_ids, kinds, text_values, text_lens, text_kept, piece_len, piece_loss, piece_special, doc_len, valid, drop
+    return doc_ids, kinds, _Pieces(text_values, text_lens, text_kept, piece_len, piece_loss, piece_special, doc_len,
+                                   valid, drop)
 
 
-def _encoded(table: pa.Table, tok: LoadedTokenizer, o: EncodeOptions, doc_ids: list, kinds: list, language: Any,
-             fim_mode: list, detail: list, pref: dict, text_values: np.ndarray, text_lens: np.ndarray,
-             text_kept: np.ndarray, piece_len: Any, piece_loss: Any, piece_special: Any, doc_len: np.ndarray,
-             valid: np.ndarray, drop: list) -> pa.Table:
+def _encoded(tok: LoadedTokenizer, o: EncodeOptions, doc_ids: list, kinds: list, language: Any, fim_mode: list,
+             detail: list, pref: dict, pieces: _Pieces) -> pa.Table:
     """The `ENCODED_SCHEMA` rows from the documents' pieces: ids and masks in vectorized passes."""
+    text_values, text_lens, text_kept, piece_len, piece_loss, piece_special, doc_len, valid, drop = pieces
     n = len(doc_ids)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(doc_len, out=offsets[1:])
