@@ -38,7 +38,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "dedup_vs_datatrove": (["--records", "20000"], ["--records", "3000", "--runs", "1"]),
     "pii": ([], ["--mb", "1", "--repeat", "1", "--ner-mb", "0"]),
     "pii_ner": (["--events", "30000", "--runs", "3"], ["--events", "5000", "--runs", "1"]),
-    "tokenize_bench": (["--cli-only", "--datatrove", "--mb", "32", "--runs", "3"],
+    "tokenize_bench": (["--cli-only", "--datatrove", "--mb", "32", "--runs", "3", "--steady-mb", "128"],
                        ["--cli-only", "--datatrove", "--mb", "8", "--runs", "1"]),
     "longctx": ([], ["--events", "300", "--repositories", "20"]),
     "engines": (["--events", "100000", "--runs", "3"], ["--events", "1000", "--runs", "1"]),  # issue 21 sets its target at 1e5 events

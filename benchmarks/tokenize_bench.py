@@ -179,7 +179,8 @@ def child_bare(folder: str, tokenizer: str, batch: int) -> dict:
     return {"tokens": n, "docs": len(texts)}
 
 
-def cli_vs_bare(mb: float, doc_chars: int, tokenizer: str, batch: int, runs: int, datatrove: bool = False) -> dict:
+def cli_vs_bare(mb: float, doc_chars: int, tokenizer: str, batch: int, runs: int, datatrove: bool = False,
+                strict_only: bool = False) -> dict:
     """`datakit run` (tokenize stage, CLI defaults) vs a bare `encode_batch_fast` process, same input files;
     with `datatrove`, also datatrove's DocumentTokenizer under LocalPipelineExecutor.
 
@@ -207,6 +208,9 @@ def cli_vs_bare(mb: float, doc_chars: int, tokenizer: str, batch: int, runs: int
     with the RAYON_NUM_THREADS a datakit worker gets (inherited, else cores // workers). Its
     defaults otherwise: documents shuffled within each output file (ours packs best_fit, which
     also reorders), uint16 token files with a document index. Its batch size = --batch.
+
+    `strict_only`: only ours and the strict reference (bare_alloc where the allocator is interposed,
+    else bare), for the larger steady-state run (`--steady-mb`), whose runs take ~30 s each.
     """
     import statistics
 
@@ -224,6 +228,8 @@ def cli_vs_bare(mb: float, doc_chars: int, tokenizer: str, batch: int, runs: int
     worker_start = start_env(worker_threads(usable_cpus()))
     interposed = "LD_PRELOAD" in worker_start  # the workers run with mimalloc
     sides = ("ours", "bare") + (("bare_alloc",) if interposed else ()) + (("datatrove",) if datatrove else ())
+    if strict_only:
+        sides = ("ours", "bare_alloc" if interposed else "bare")
     res: dict = {side: [] for side in sides}
     with tempfile.TemporaryDirectory() as d:
         n = 4
@@ -358,7 +364,8 @@ def loader_speed(texts: list[str], tokenizer: str, seconds: float = 2.0) -> list
     return out
 
 
-def bare_row(a: argparse.Namespace, r: dict, label: str, side: str, title: str, reference: str, allocators: str) -> dict:
+def bare_row(a: argparse.Namespace, r: dict, label: str, side: str, title: str, reference: str, allocators: str,
+             mb: float | None = None, runs: int | None = None, note: str = "") -> dict:
     """One `datakit run` vs bare `encode_batch_fast` row (tokens per CPU-second of the process trees)."""
     from benchmarks import _report
 
@@ -367,8 +374,40 @@ def bare_row(a: argparse.Namespace, r: dict, label: str, side: str, title: str, 
         f"tokenize stage via `datakit run` vs bare encode_batch_fast{title} ({label})",
         ours["tokens"] / ours["cpu_seconds"], bare["tokens"] / bare["cpu_seconds"], "tokens/CPU-s", reference,
         f"same Parquet input; ours {ours['tokens'] - r['docs']} tokens + {r['docs']} EOS vs {bare['tokens']}; {allocators}",
-        f"{a.mb} MB, {r['docs']} docs, whole fresh processes, same threads ({r['threads']}), CPU time of the "
-        f"process tree, median of {a.runs}")
+        f"{mb or a.mb} MB, {r['docs']} docs, whole fresh processes, same threads ({r['threads']}), CPU time of the "
+        f"process tree, median of {runs or a.runs}{note}")
+
+
+def steady_state_row(a: argparse.Namespace, by_size: dict[float, dict]) -> dict:
+    """The whole-files comparison at `--steady-mb`, and ours' extra CPU split into fixed and per-token parts.
+
+    Why: ours is three processes (the driver and two pool workers: interpreter start, imports,
+    pool start-up), bare is one. That start-up is paid once per run, whatever the input size, so
+    the ratio at one small size mixes it with the per-token cost a long run pays. Two sizes,
+    same machine, same sitting: ours - reference = fixed + k * reference, solved for fixed (CPU-s)
+    and k (extra CPU per CPU-s of the reference's work).
+    """
+    r = cli_vs_bare(a.steady_mb, 0, a.tokenizer, a.batch, a.steady_runs, strict_only=True)
+    side = "bare_alloc" if "bare_alloc" in r else "bare"
+    ours, ref = r["ours"]["cpu_seconds"], r[side]["cpu_seconds"]
+    print(f"{'whole files':>18}, {a.steady_mb} MB: datakit run {ours:.2f} CPU s | {side} {ref:.2f} CPU s "
+          f"(median of {a.steady_runs})")
+    note = ""
+    small = by_size.get(a.mb)
+    if small is not None and side in small:
+        o1, r1 = small["ours"]["cpu_seconds"], small[side]["cpu_seconds"]
+        k = ((ours - ref) - (o1 - r1)) / (ref - r1) if ref != r1 else float("nan")
+        fixed = (o1 - r1) - k * r1
+        print(f"{'':>18}  ours' extra CPU = {fixed:.2f} s per run (start-up) + {100 * k:.1f}% of the reference's "
+              f"(two-point fit: {a.mb} MB and {a.steady_mb} MB)")
+        note = (f"; ours' extra CPU over both sizes ({a.mb} and {a.steady_mb} MB, this sitting): {fixed:.2f} s "
+                f"per run + {100 * k:.1f}% per token")
+    allocators = (f"both with {r['worker_allocator']} and " + " ".join(f"{k}={v}" for k, v in r["worker_start_env"].items())
+                  if side == "bare_alloc" else f"ours' pool workers with {r['worker_allocator']}")
+    return bare_row(a, r, f"whole files, {a.steady_mb:g} MB", side, " with the same allocator" if side == "bare_alloc" else "",
+                    "tokenizers encode_batch_fast, whole process" + (" started like datakit's workers"
+                                                                     if side == "bare_alloc" else ""),
+                    allocators, mb=a.steady_mb, runs=a.steady_runs, note=note)
 
 
 def datatrove_rows(a: argparse.Namespace, r: dict, label: str, load0: tuple[float, ...]) -> list[dict]:
@@ -413,6 +452,10 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3, help="interleaved repeats; the best time of each counts")
     ap.add_argument("--runs", type=int, default=3, help="timed runs per side of the CLI comparison (median)")
     ap.add_argument("--cli-only", action="store_true", help="only the `datakit run` vs bare comparison")
+    ap.add_argument("--steady-mb", type=float, default=0.0,
+                    help="also run the whole-files comparison at this size (ours vs the strict reference only) and "
+                         "split ours' extra CPU into a fixed start-up part and a per-token part (two-point fit)")
+    ap.add_argument("--steady-runs", type=int, default=2, help="timed runs per side of the --steady-mb run")
     ap.add_argument("--datatrove", action=argparse.BooleanOptionalAction, default=True,
                     help="also compare with datatrove's DocumentTokenizer (its own venv, created on first use)")
     ap.add_argument("--child-bare", default=None, help=argparse.SUPPRESS)
@@ -437,8 +480,11 @@ def main() -> None:
     print(f"== tokenize through the CLI vs bare encode_batch_fast: {a.mb} MB of stdlib code, whole processes, "
           f"CPU seconds (median of {a.runs} alternated runs after one warm-up each)")
     rows = []
+    by_size: dict[float, dict] = {}  # whole-files results by MB, for the --steady-mb fit
     for dc in a.doc_chars:
         r = cli_vs_bare(a.mb, dc, a.tokenizer, a.batch, a.runs, a.datatrove)
+        if dc == 0:
+            by_size[a.mb] = r
         label = "whole files" if dc == 0 else f"docs <= {dc} chars"
         ours, bare = r["ours"], r["bare"]
         print(f"{label:>18}: datakit run {ours['cpu_seconds']:.2f} CPU s ({ours['tokens']} tokens incl. EOS, "
@@ -456,6 +502,8 @@ def main() -> None:
                                  + " ".join(f"{k}={v}" for k, v in r["worker_start_env"].items())))
         if a.datatrove:
             rows += datatrove_rows(a, r, label, load)
+    if a.steady_mb:
+        rows.append(steady_state_row(a, by_size))
     _report.write("tokenize_bench", rows)
     if a.cli_only:
         return
