@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datakit.io.atomic import read_json
-from datakit.io.fs import InputError, filesystem
+from datakit.io.fs import InputError, arrow_filesystem, filesystem
 
 
 def read_manifest(path: str) -> dict:
@@ -46,5 +46,5 @@ def read_output(path: str, columns: list[str] | None = None, verify: bool = Fals
     for shard in m["shards"]:
         for f in shard["files"]:
             fs, p = filesystem(f"{path.rstrip('/')}/{f}")
-            tables.append(pq.read_table(p, filesystem=fs, columns=columns))
+            tables.append(pq.read_table(p, filesystem=arrow_filesystem(fs), columns=columns))
     return pa.concat_tables(tables) if tables else pa.table({})

@@ -25,17 +25,17 @@ import decimal
 import gzip
 import io
 import json
+import sys
 import zlib
 from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
-from fsspec.spec import AbstractBufferedFile
 
 from datakit.contracts import EDITOR_EVENT_V1, RAW_LINES
 from datakit.io import storage
-from datakit.io.fs import InputError, filesystem, open_file
+from datakit.io.fs import InputError, arrow_filesystem, filesystem, open_file
 
 DEFAULT_BATCH_ROWS = 4096
 # A line longer than this is not split further in memory than needed: the reader
@@ -49,9 +49,16 @@ def _decompressed(url: str, raw) -> io.BufferedIOBase:
         return io.BufferedReader(_ZstdFrames(raw), 1 << 20)
     if url.endswith(".gz"):
         return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
-    if isinstance(raw, AbstractBufferedFile):  # an object-store file (s3fs): its readline() takes no size limit
+    if _object_store_file(raw):  # an object-store file (s3fs): its readline() takes no size limit
         return io.BufferedReader(raw, 1 << 20)  # type: ignore[arg-type]
     return raw
+
+
+def _object_store_file(raw) -> bool:
+    """fsspec's buffered file (s3fs and others); only looked up when fsspec is loaded, which opening
+    such a file did (a local file is a plain `open()` and never needs fsspec, see datakit/io/fs.py)."""
+    spec = sys.modules.get("fsspec.spec")
+    return spec is not None and isinstance(raw, spec.AbstractBufferedFile)
 
 
 class _ZstdFrames(io.RawIOBase):
@@ -192,7 +199,7 @@ def iter_parquet(url: str, batch_rows: int | None = None, columns: list[str] | N
     `batch_rows` None: `parquet_batch_rows` (about 8 MB of data per batch)."""
     fs, p = filesystem(url)
     try:
-        pf = pq.ParquetFile(p, filesystem=fs)
+        pf = pq.ParquetFile(p, filesystem=arrow_filesystem(fs))
     except FileNotFoundError:
         raise InputError(f"input not found: {url}") from None
     except Exception as e:  # pyarrow raises ArrowInvalid for non-Parquet bytes
@@ -308,7 +315,7 @@ def iter_parquet_rows(url: str, batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterato
             schema=RAW_LINES)
 
     try:
-        pf = pq.ParquetFile(p, filesystem=fs)
+        pf = pq.ParquetFile(p, filesystem=arrow_filesystem(fs))
     except FileNotFoundError:
         raise InputError(f"input not found: {url}") from None
     except Exception as e:  # noqa: BLE001 - pyarrow raises ArrowInvalid/OSError for non-Parquet bytes

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import pyarrow as pa
 
-from datakit.io.fs import InputError, expand, filesystem
+from datakit.io.fs import InputError, arrow_filesystem, expand, filesystem
 
 DATA_SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.zstd", ".ndjson")
 # (column names, file url) -> the columns to read; the caller's rule (the texts of a record are a
@@ -33,7 +33,7 @@ def open_parquet(url: str):
 
     fs, p = filesystem(url)
     try:
-        return pq.ParquetFile(p, filesystem=fs)
+        return pq.ParquetFile(p, filesystem=arrow_filesystem(fs))
     except FileNotFoundError:
         raise InputError(f"input not found: {url}") from None
     except Exception as e:  # ArrowInvalid for non-Parquet bytes

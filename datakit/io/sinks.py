@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import xxhash
 
 from datakit.io.atomic import atomic_path, sha256_file, write_json_atomic
-from datakit.io.fs import filesystem
+from datakit.io.fs import arrow_filesystem, filesystem
 from datakit.io.layout import data_file, manifest_files, prune_data, write_card
 from datakit.io.take import copies_by_row, take_rows
 from datakit.plan import SinkSpec
@@ -163,7 +163,7 @@ def write_parquet(table: pa.Table, url: str, row_group_size: int = PARQUET_WRITE
     """Write a Parquet file with fixed settings (same bytes for the same table, on every engine)."""
     with atomic_path(url) as tmp:
         fs, p = filesystem(tmp)
-        pq.write_table(table, p, filesystem=fs, **{**PARQUET_WRITE_OPTIONS, "row_group_size": row_group_size})
+        pq.write_table(table, p, filesystem=arrow_filesystem(fs), **{**PARQUET_WRITE_OPTIONS, "row_group_size": row_group_size})
 
 
 @register_writer("parquet")

@@ -137,7 +137,7 @@ def is_storage_error(e: BaseException) -> bool:
 
 
 def configure() -> None:
-    """Install the retry policy for this process (each worker process runs it on import of datakit.io.fs).
+    """Install the retry policy for this process (`datakit.io.fs` runs it before its first fsspec filesystem).
 
     Importing s3fs costs ~0.25 CPU-s and ~50 MB (aiobotocore, aiohttp) in every process, and most
     runs never touch an object store. So unless s3fs is already loaded, the `s3`/`s3a` protocols are

@@ -106,12 +106,12 @@ def _key_files(path: str, manifest: dict[str, Any]) -> tuple[str, list[list[str]
 def _keys(files: list[str], key: str, used: list[str] | None = None) -> set[str]:
     import pyarrow.parquet as pq
 
-    from datakit.io.fs import filesystem
+    from datakit.io.fs import arrow_filesystem, filesystem
 
     out: set[str] = set()
     for url in files:
         fs, p = filesystem(url)
-        f = pq.ParquetFile(p, filesystem=fs)
+        f = pq.ParquetFile(p, filesystem=arrow_filesystem(fs))
         names = f.schema_arrow.names
         col = next((c for c in (key, "doc_id", "event_id") if c in names), None)  # records, or events outputs
         if col is None:

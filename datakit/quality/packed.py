@@ -100,10 +100,10 @@ def check_shard(task: tuple[str, dict[str, Any], dict[str, Any]]) -> dict[str, A
     if arrays.get("docs"):
         import pyarrow.parquet as pq
 
-        from datakit.io.fs import filesystem
+        from datakit.io.fs import arrow_filesystem, filesystem
 
         fs, p = filesystem(f"{base}/{arrays['docs']}")
-        docs_rows = pq.ParquetFile(p, filesystem=fs).metadata.num_rows
+        docs_rows = pq.ParquetFile(p, filesystem=arrow_filesystem(fs)).metadata.num_rows
     c["counts_match_manifest.n"] += 1
     mismatches = []
     if "sequences" in shard and shard["sequences"] != n:

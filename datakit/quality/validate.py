@@ -42,10 +42,10 @@ def default_suites(manifest: dict[str, Any]) -> list[str]:
 def _schema(url: str) -> pa.Schema:
     import pyarrow.parquet as pq
 
-    from datakit.io.fs import filesystem
+    from datakit.io.fs import arrow_filesystem, filesystem
 
     fs, p = filesystem(url)
-    return pq.ParquetFile(p, filesystem=fs).schema_arrow
+    return pq.ParquetFile(p, filesystem=arrow_filesystem(fs)).schema_arrow
 
 
 def validate_path(path: str, suites: list[str] | None = None, engine: str = "local",

@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 from pydantic import Field, field_validator
 
 from datakit.contracts import RAW_LINES
-from datakit.io.fs import InputError, expand, filesystem
+from datakit.io.fs import InputError, arrow_filesystem, expand, filesystem
 from datakit.plan import DROP, Rel, source
 from datakit.stages.base import CompileContext, StageConfig, register_stage
 
@@ -148,7 +148,7 @@ def read_id_lists(paths: list[str], columns: tuple[str, ...] = ("user_id", "org_
     for url in paths:
         if url.endswith(".parquet"):
             fs, p = filesystem(url)
-            t = pq.read_table(p, filesystem=fs)
+            t = pq.read_table(p, filesystem=arrow_filesystem(fs))
             present = [c for c in columns if c in t.schema.names]
             if not present and t.num_rows:
                 raise InputError(f"opt-out list {url} has no {want} column")
@@ -186,7 +186,7 @@ def _check_parquet_lists(files: list[str]) -> None:
     for url in files:
         fs, p = filesystem(url)
         try:
-            names = pq.read_schema(p, filesystem=fs).names
+            names = pq.read_schema(p, filesystem=arrow_filesystem(fs)).names
         except Exception as e:  # not Parquet, unreadable
             raise InputError(f"cannot read opt-out list {url}: {e.__class__.__name__}") from None
         if not {"user_id", "org_id"} & set(names):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Callable, Sequence
 
-from datakit.io.fs import InputError, expand, filesystem
+from datakit.io.fs import InputError, arrow_filesystem, expand, filesystem
 
 # Text fields tried, in order, when a generic eval file does not say which to use.
 AUTO_FIELDS = ("prompt", "canonical_solution", "solution", "code", "question", "answer", "text", "test")
@@ -111,7 +111,7 @@ def _read_rows(url: str) -> list[dict]:
         import pyarrow.parquet as pq
 
         try:
-            return pq.read_table(p, filesystem=fs).to_pylist()
+            return pq.read_table(p, filesystem=arrow_filesystem(fs)).to_pylist()
         except Exception as e:  # ArrowInvalid on non-Parquet bytes
             raise EvalError(f"cannot read eval file {url}: {type(e).__name__}") from None
     try:

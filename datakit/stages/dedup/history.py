@@ -107,13 +107,13 @@ def write_table(t: pa.Table, kind: str, url: str) -> None:
 
 def _member_rows(snap_path: str, snapshot: str, kept: set[str], bands: int) -> pa.Table:
     """Band rows of the near duplicates this run dropped (`_dropped_state/`), mapped to their kept document."""
-    from datakit.io.fs import filesystem
+    from datakit.io.fs import arrow_filesystem, filesystem
 
     url = f"{snap_path.rstrip('/')}/_dropped_state/part-00000.parquet"
     fs, p = filesystem(url)
     if not fs.exists(p):
         return BAND_SCHEMA.empty_table()
-    log = pq.read_table(p, filesystem=fs, columns=["detail", "state"])
+    log = pq.read_table(p, filesystem=arrow_filesystem(fs), columns=["detail", "state"])
     buckets, band_ix, hists, vias = [], [], [], []
     for detail, state in zip(log.column("detail").to_pylist(), log.column("state").to_pylist()):
         if detail is None or state is None:

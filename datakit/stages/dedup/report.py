@@ -9,7 +9,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datakit.io.fs import filesystem
+from datakit.io.fs import arrow_filesystem, filesystem
 
 
 def clusters(output_path: str, reason: str = "near_duplicate", stage: str | None = None) -> pa.Table:
@@ -20,7 +20,7 @@ def clusters(output_path: str, reason: str = "near_duplicate", stage: str | None
     fs, p = filesystem(url)
     if not fs.exists(p):
         return pa.table({"kept": pa.array([], pa.string()), "size": pa.array([], pa.int64())})
-    log = pq.read_table(p, filesystem=fs)
+    log = pq.read_table(p, filesystem=arrow_filesystem(fs))
     mask = pc.equal(log.column("reason"), reason)
     if stage is not None:
         mask = pc.and_(mask, pc.equal(log.column("stage"), stage))

@@ -1,0 +1,124 @@
+"""`datakit.io.local_files`: plain local paths without fsspec, held to fsspec's own LocalFileSystem."""
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fsspec.implementations.local import LocalFileSystem
+
+from datakit.io.fs import arrow_filesystem, filesystem, open_file
+from datakit.io.local_files import LOCAL, LocalFiles, is_plain_local, strip_local
+
+REF = LocalFileSystem()
+
+
+@pytest.mark.parametrize("path", ["/a/b", "/a/b/", "/", "//", "rel", "rel/x/", "./rel", ".", "", "~", "~/x/",
+                                  "a/../b", "/a//b", "./", "../up", "dir with spaces/f.parquet"])
+def test_paths_are_made_absolute_as_fsspec_does(path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert is_plain_local(path)
+    assert strip_local(path) == REF._strip_protocol(path)
+    assert filesystem(path) == (LOCAL, REF._strip_protocol(path))
+
+
+def test_paths_with_a_colon_go_to_fsspec(tmp_path: Path) -> None:
+    for url in (f"file://{tmp_path}/x", "memory://bucket/x", f"local:{tmp_path}/y"):
+        fs, p = filesystem(url)
+        assert not isinstance(fs, LocalFiles), url
+    fs, p = filesystem(f"file://{tmp_path}/x/")
+    assert isinstance(fs, LocalFileSystem) and p == f"{tmp_path}/x"
+    assert not is_plain_local(f"{tmp_path}/a:b") and not is_plain_local(123)
+
+
+def test_calls_answer_as_fsspec_does(tmp_path: Path) -> None:
+    d = tmp_path / "d"
+    LOCAL.makedirs(str(d / "sub"))
+    REF.makedirs(str(d / "sub"), exist_ok=True)
+    with pytest.raises(FileExistsError):
+        LOCAL.makedirs(str(d / "sub"))
+    LOCAL.makedirs(str(d / "sub"), exist_ok=True)
+
+    LOCAL.pipe_file(str(d / "a.bin"), b"hello")
+    REF.pipe_file(str(d / "b.bin"), b"hello")
+    assert LOCAL.cat_file(str(d / "a.bin")) == REF.cat_file(str(d / "b.bin")) == b"hello"
+    assert LOCAL.cat_file(str(d / "a.bin"), start=1, end=3) == REF.cat_file(str(d / "a.bin"), start=1, end=3) == b"el"
+    with LOCAL.open(str(d / "c.bin"), "wb") as f:
+        f.write(b"xyz")
+    with LOCAL.open(str(d / "c.bin"), "ab") as f:
+        f.write(b"!")
+    with LOCAL.open(str(d / "c.bin"), "rb") as f, REF.open(str(d / "c.bin"), "rb") as g:
+        assert f.read() == g.read() == b"xyz!"
+    with LOCAL.open(str(d / "t.txt"), "w") as f:  # text modes are fsspec's
+        f.write("text")
+    assert LOCAL.cat_file(str(d / "t.txt")) == b"text"
+
+    os.symlink(d / "c.bin", d / "link")
+    for p in ("a.bin", "sub", "link", "sub/"):
+        mine, ref = LOCAL.info(str(d / p)), REF.info(str(d / p))
+        assert mine == ref, p
+        assert LOCAL.size(str(d / p)) == REF.size(str(d / p))
+        assert (LOCAL.isfile(str(d / p)), LOCAL.isdir(str(d / p))) == (REF.isfile(str(d / p)), REF.isdir(str(d / p)))
+    for missing in ("nope", "a.bin/under-a-file"):
+        assert LOCAL.exists(str(d / missing)) is REF.exists(str(d / missing)) is False
+        with pytest.raises(FileNotFoundError if missing == "nope" else NotADirectoryError):
+            LOCAL.info(str(d / missing))
+    with pytest.raises(FileNotFoundError):
+        LOCAL.cat_file(str(d / "nope"))
+
+    LOCAL.mv(str(d / "a.bin"), str(d / "sub" / "moved.bin"))
+    assert not LOCAL.exists(str(d / "a.bin")) and LOCAL.cat_file(str(d / "sub" / "moved.bin")) == b"hello"
+    LOCAL.pipe_file(str(d / "over.bin"), b"new")
+    LOCAL.mv(str(d / "over.bin"), str(d / "b.bin"))  # onto an existing file: replaced, as fsspec's (shutil.move)
+    assert LOCAL.cat_file(str(d / "b.bin")) == b"new"
+    LOCAL.rm_file(str(d / "b.bin"))
+    assert not os.path.exists(d / "b.bin")
+
+    # anything not answered here is fsspec's own: same listing, same removal
+    assert LOCAL.find(str(d)) == REF.find(str(d))
+    assert LOCAL.glob(f"{d}/*.bin") == REF.glob(f"{d}/*.bin")
+    LOCAL.rm(str(d / "sub"), recursive=True)
+    assert not os.path.exists(d / "sub")
+
+
+def test_pickles_to_itself_and_pyarrow_reads_locally(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    assert pickle.loads(pickle.dumps(LOCAL)) is LOCAL
+    fs, p = filesystem(str(tmp_path / "t.parquet"))
+    assert arrow_filesystem(fs) is None
+    pq.write_table(pa.table({"x": [1, 2]}), p, filesystem=arrow_filesystem(fs))
+    assert pq.read_table(p, filesystem=arrow_filesystem(fs)).column("x").to_pylist() == [1, 2]
+    mem, _ = filesystem("memory://x/t.parquet")
+    assert arrow_filesystem(mem) is mem
+    with open_file(str(tmp_path / "t.parquet")) as f:
+        assert f.read(4) == b"PAR1"
+
+
+def test_a_process_on_local_files_never_imports_fsspec(tmp_path: Path) -> None:
+    """What a pool worker does with local files (read Parquet and JSON Lines input, write a spill and
+    shards, commit atomically, fingerprint a partition) needs no fsspec (~35 ms CPU per process)."""
+    code = f"""
+import sys, json, pyarrow as pa, pyarrow.parquet as pq
+from datakit.io.readers import iter_source
+from datakit.io.atomic import write_json_atomic
+from datakit.engines.local.spill import Partition
+from datakit.io.sinks import output_checksums
+d = {str(tmp_path)!r}
+pq.write_table(pa.table({{"x": [1, 2, 3]}}), d + "/in.parquet")
+open(d + "/in.jsonl", "w").write(json.dumps({{"x": 1}}) + "\\n")
+assert sum(b.num_rows for b in iter_source(d + "/in.parquet", "parquet", None)) == 3
+assert sum(b.num_rows for b in iter_source(d + "/in.jsonl", "jsonl", None)) == 1
+write_json_atomic(d + "/out/state.json", {{"ok": True}})
+Partition("parquet", d + "/in.parquet").fingerprint()
+print(sorted(m for m in sys.modules if m.split(".")[0] == "fsspec"))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
+    assert (tmp_path / "out" / "state.json").exists()
