@@ -403,6 +403,42 @@ def test_a_partitioned_join_on_a_user_stage_in_process(tmp_path, monkeypatch):
     assert out[True][3] > 0 and out[False][3] == 0
 
 
+def test_a_run_that_fails_during_its_bucket_joins_reruns_to_the_bytes_of_an_unbroken_one(tmp_path, monkeypatch):
+    """A run dies while a split join's buckets are being joined (the second bucket task raises, with the
+    shuffle written and the first bucket's part on disk); the rerun into the same folder, told nothing,
+    clears that join's leftovers, shuffles again and writes the bytes and counts of a run that never
+    failed (the shuffle is never resumed: see partitioned_join.py)."""
+    from datakit.engines.local import partitioned_join
+    from datakit.io.sinks import output_checksums
+
+    src = tmp_path / "in" / "records.parquet"
+    src.parent.mkdir()
+    pq.write_table(_records(50), src)
+
+    def pipeline(out: str) -> Pipeline:
+        return (Pipeline("b").input(str(src), format="parquet", schema="training_record.v1")
+                .add({"kind": "test_exact_text"}).output(out, shards=3))
+
+    monkeypatch.setenv(partitioned_join.MEMORY_ENV, "0")  # every join is split
+    clean = pipeline(str(tmp_path / "clean")).run(workers=1).stage("test_exact_text")
+    real, calls = partitioned_join.join_bucket, []
+
+    def dies_on_the_second_bucket(args):
+        calls.append(args[3])
+        if len(calls) == 2:
+            raise RuntimeError("simulated crash in a bucket join")
+        return real(args)
+
+    monkeypatch.setattr(partitioned_join, "join_bucket", dies_on_the_second_bucket)
+    with __import__("pytest").raises(Exception, match="simulated crash"):
+        pipeline(str(tmp_path / "o")).run(workers=1)
+    assert len(calls) == 2 and os.path.exists(calls[0])  # it died between two buckets, one part written
+    monkeypatch.setattr(partitioned_join, "join_bucket", real)
+    rerun = pipeline(str(tmp_path / "o")).run(workers=1).stage("test_exact_text")
+    assert output_checksums(str(tmp_path / "o")) == output_checksums(str(tmp_path / "clean"))
+    assert (rerun["rows_out"], rerun["dropped"]) == (clean["rows_out"], clean["dropped"]) == (7, {"exact_text": 43})
+
+
 def test_join_buckets_put_equal_keys_together_and_spread_null_keys():
     from datakit.io.sinks import shard_ids
 
