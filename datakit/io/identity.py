@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
-from importlib import metadata
 from typing import Any
 
 from datakit.io.fs import filesystem
@@ -28,7 +27,12 @@ CORE_LIBRARIES = ("pyarrow", "polars", "numpy", "xxhash", "datasketch", "numba")
 
 
 def library_version(name: str) -> str | None:
-    """The installed distribution version of `name`, or None when it is not installed."""
+    """The installed distribution version of `name`, or None when it is not installed.
+
+    (importlib.metadata is imported here, not at the top: a pool worker imports this module and
+    never asks for a version, and the import costs ~5 ms CPU per process with the email package.)"""
+    from importlib import metadata
+
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
