@@ -339,18 +339,24 @@ def test_a_barrier_spills_only_the_columns_its_consumers_read(tmp_path, monkeypa
 
 
 def _forced_buckets(monkeypatch, on: bool) -> list:
-    """Make every string-keyed inner/left join a partitioned one (or none); returns the joins split."""
+    """Make every string-keyed inner/left join and every keyed aggregate a partitioned one (or none);
+    returns the joins and aggregates split."""
     from datakit.engines.local import partitioned_join
     from datakit.engines.local.engine import LocalEngine
 
     seen: list = []
-    real = LocalEngine._partitioned_join
+    real_join, real_aggregate = LocalEngine._partitioned_join, LocalEngine._partitioned_aggregate
 
-    def spy(self, node, keep, buckets):
+    def spy_join(self, node, keep, buckets):
         seen.append((node.describe(), buckets))
-        return real(self, node, keep, buckets)
+        return real_join(self, node, keep, buckets)
 
-    monkeypatch.setattr(LocalEngine, "_partitioned_join", spy)
+    def spy_aggregate(self, node, keep, buckets):
+        seen.append((node.describe(), buckets))
+        return real_aggregate(self, node, keep, buckets)
+
+    monkeypatch.setattr(LocalEngine, "_partitioned_join", spy_join)
+    monkeypatch.setattr(LocalEngine, "_partitioned_aggregate", spy_aggregate)
     monkeypatch.setenv(partitioned_join.MEMORY_ENV, "0" if on else "1e12")  # every join over budget, or none
     return seen
 
@@ -374,10 +380,12 @@ def test_a_partitioned_join_gives_the_output_and_counts_of_the_single_process_jo
                    "minhash": {"threshold": 0.7, "verify": "exact", "drop_rule": "similar_to_kept"}})
              .output(str(tmp_path / f"o{on}"), shards=2))
         res = p.run(workers=2)
+        if on:
+            assert {d.split("(")[0] for d, _ in seen} == {"Join", "Aggregate"}, seen
         runs[on] = (output_checksums(str(tmp_path / f"o{on}")), res.stage("dedup"), len(seen))
         monkeypatch.undo()
     (plain, plain_stage, none), (split, split_stage, jobs) = runs[False], runs[True]
-    assert none == 0 and jobs >= 4  # the verification joins, the marking joins, ...
+    assert none == 0 and jobs >= 8  # the verification joins, the marking joins, the LSH bucket aggregate, ...
     assert plain_stage["dropped"].get("near_duplicate") and plain_stage["dropped"].get("exact_duplicate")
     assert split == plain
     assert {k: split_stage[k] for k in ("rows_in", "rows_out", "dropped")} == \
@@ -440,16 +448,23 @@ def test_a_run_that_fails_during_its_bucket_joins_reruns_to_the_bytes_of_an_unbr
 
 
 def test_join_buckets_put_equal_keys_together_and_spread_null_keys():
-    from datakit.io.sinks import shard_ids
+    """A bucket join's shuffle (`group_hashes(..., nulls_by_position=True)`): equal key tuples meet, an
+    int32 key meets the equal int64 key of the other side, and rows with a null key (which match
+    nothing) spread over every bucket instead of piling up in one."""
+    from datakit.io.sinks import group_hashes
 
-    keys = pa.array(["a", None, "b", "a", None, "c"] * 50)
-    ids = shard_ids(keys, 7, "join")
+    name = pa.array(["a", None, "b", "a", "c", "a"] * 50)
+    band = pa.array([1, 2, None, 1, 3, 1] * 50, pa.int32())
+    ids = (group_hashes([name, band], nulls_by_position=True) % np.uint64(7)).astype(np.int64)
     by_key: dict = {}
-    for k, b in zip(keys.to_pylist(), ids.tolist()):
+    for k, b in zip(zip(name.to_pylist(), band.to_pylist()), ids.tolist()):
         by_key.setdefault(k, set()).add(b)
-    assert all(len(v) == 1 for k, v in by_key.items() if k is not None)
-    assert by_key[None] == set(range(7))  # null keys match nothing: spread over every bucket, not piled in one
-    assert (ids[keys.is_valid().to_numpy(zero_copy_only=False)] == shard_ids(pa.array(["a", "b", "a", "c"] * 50), 7)).all()
+    assert all(len(v) == 1 for k, v in by_key.items() if None not in k)
+    assert by_key[(None, 2)] == by_key[("b", None)] == set(range(7))  # spread, not piled in one bucket
+    other_side = group_hashes([pa.array(["a", "c"]), pa.array([1, 3], pa.int64())], nulls_by_position=True)
+    assert (other_side % np.uint64(7)).tolist() == [ids[0], ids[4]]
+    grouped = group_hashes([name, band])  # an aggregate's shuffle: a null key is a group, its rows meet
+    assert len(set(grouped[np.asarray(band.is_null())].tolist())) == 1
 
 
 def test_a_join_is_split_only_when_it_would_pass_the_memory_budget(monkeypatch):
@@ -469,8 +484,102 @@ def test_a_join_is_split_only_when_it_would_pass_the_memory_budget(monkeypatch):
         pj.join_memory_budget()
 
 
+def test_group_hashes_put_equal_key_tuples_together_nulls_included():
+    from datakit.io.sinks import group_hashes
+
+    n = 4000
+    rng = np.random.default_rng(3)
+    band = pa.array([None if i % 29 == 0 else int(x) for i, x in enumerate(rng.integers(0, 4, n))], pa.int32())
+    bucket = pa.chunked_array([pa.array(rng.integers(-5, 50, n // 2)), pa.array(rng.integers(-5, 50, n - n // 2))])
+    name = pa.array([None if i % 31 == 0 else f"d{x}" for i, x in enumerate(rng.integers(0, 20, n))])
+    flag = pa.array([None if i % 37 == 0 else bool(x) for i, x in enumerate(rng.integers(0, 2, n))])
+    when = pa.array(rng.integers(0, 3, n) * 86_400_000_000, pa.timestamp("us", "UTC"))
+    frac = pa.array(rng.integers(0, 3, n) / 2)  # anything else: by its repr
+    cols = [band, bucket, name, flag, when, frac]
+    h = group_hashes(cols)
+    assert h.dtype == np.uint64 and len(h) == n
+    keys = list(zip(*(c.to_pylist() for c in cols)))
+    by_key: dict = {}
+    for k, v in zip(keys, h.tolist()):
+        by_key.setdefault(k, set()).add(v)
+    assert all(len(v) == 1 for v in by_key.values())  # equal tuples (with their nulls) hash alike
+    assert len(set(h.tolist())) == len(by_key)  # and different tuples did not collide here
+    # a null is not the value 0 / "" / False, and the order of the key columns matters
+    assert group_hashes([pa.array([None, 0], pa.int64())]).tolist()[0] != group_hashes([pa.array([0], pa.int64())]).tolist()[0]
+    assert group_hashes([pa.array([None, ""])])[0] != group_hashes([pa.array([""])])[0]
+    assert group_hashes([pa.array([1]), pa.array([2])])[0] != group_hashes([pa.array([2]), pa.array([1])])[0]
+    counts = np.bincount((group_hashes([pa.array(np.arange(20_000))]) % np.uint64(8)).astype(np.int64), minlength=8)
+    assert counts.min() > 2200  # consecutive integers (band numbers, bucket ids) spread evenly over buckets
+
+
+def test_an_aggregate_is_split_only_when_it_would_pass_the_memory_budget(monkeypatch):
+    from datakit.engines.local import partitioned_join as pj
+
+    monkeypatch.setenv(pj.MEMORY_ENV, "1000")
+    assert pj.aggregate_buckets_for(40 << 20, 2) == 0  # ~800 MB estimated: one group-by
+    assert pj.aggregate_buckets_for(100 << 20, 2) == -(-(100 << 20) * pj.AGGREGATE_MEMORY_PER_SPILL_BYTE
+                                                        // pj.BUCKET_MEMORY)
+    assert pj.aggregate_buckets_for(51 << 20, 8) == 16
+    assert pj.aggregate_buckets_for(1 << 40, 2) == pj.MAX_BUCKETS
+
+
+def test_bucket_aggregates_give_the_single_group_by_rows_with_null_keys(tmp_path):
+    """The aggregate machinery alone: the input split with `group_hashes` on both keys, each bucket grouped
+    by `aggregate_bucket`, against `barrier_query` over the whole input: min, max, count and sum, a key
+    column with nulls (a group of its own), a first key with few values (the LSH band), a bucket with no
+    rows at all."""
+    import polars as pl
+
+    from datakit.engines.local.barriers import barrier_query
+    from datakit.engines.local.partitioned_join import aggregate_bucket, stub_aggregate
+    from datakit.engines.local.spill import IpcSpill
+    from datakit.io.sinks import group_hashes
+    from datakit.plan import Aggregate
+
+    rng = np.random.default_rng(11)
+    n = 5000
+    band = pa.array(rng.integers(0, 3, n), pa.int32())
+    bucket = pa.array([None if i % 13 == 0 else int(x) for i, x in enumerate(rng.integers(0, 700, n))], pa.int64())
+    t = pa.table({"band": band, "bucket": bucket, "doc": [f"d{x:05d}" for x in rng.integers(0, 90000, n)],
+                  "w": rng.integers(1, 9, n)})
+    src, _, lazy = _scanned_sources(tmp_path, t, t, 512)
+    agg = Aggregate("t", pa.schema([("band", pa.int32()), ("bucket", pa.int64()), ("first", pa.string()),
+                                    ("last", pa.string()), ("n", pa.uint32()), ("total", pa.int64())]),
+                    input=src, keys=["band", "bucket"],
+                    aggs={"first": ("min", "doc"), "last": ("max", "doc"), "n": ("count", "doc"), "total": ("sum", "w")})
+    whole = barrier_query(agg, lazy).collect(engine="streaming")
+    buckets = 9
+    ids = (group_hashes([t.column("band"), t.column("bucket")]) % np.uint64(buckets)).astype(np.int64)
+    files: dict = {}
+    for b in range(buckets):
+        part = t.filter(pa.array((ids == b) & (ids != 4)))  # bucket 4 left empty
+        if part.num_rows:
+            path = tmp_path / f"agg-{b}.arrows"
+            w = IpcSpill(str(path), t.schema)
+            for batch in part.to_batches(max_chunksize=300):
+                w.write_batch(batch)
+            w.close()
+            files[b] = [str(path)]
+    stub = stub_aggregate(agg, t.schema)
+    outs = [aggregate_bucket((stub, files.get(b, []), str(tmp_path / f"agg-out-{b}.parquet"), None))
+            for b in range(buckets)]
+    split = pl.concat([pl.read_parquet(o["file"]) for o in outs])
+    expected = barrier_query(agg, lambda _: pl.from_arrow(t.filter(pa.array(ids != 4))).lazy()).collect()
+    keys = ["band", "bucket"]
+    assert split.sort(keys, nulls_last=True).equals(expected.sort(keys, nulls_last=True))
+    assert whole["bucket"].null_count() > 0 and split["bucket"].null_count() == 3  # one null group per band
+    assert outs[4]["rows"] == 0 and sum(o["rows"] for o in outs) == split.height
+    assert sum(o["base_rows"] for o in outs) == int((ids != 4).sum())
+
+
+def _join_buckets(t: pa.Table, buckets: int) -> np.ndarray:
+    from datakit.io.sinks import group_hashes
+
+    return (group_hashes([t.column("a"), t.column("b")], nulls_by_position=True) % np.uint64(buckets)).astype(np.int64)
+
+
 def test_bucket_joins_give_the_single_join_rows_with_null_and_repeated_keys(tmp_path):
-    """The bucket machinery alone: both sides split with `shard_ids(..., "join")` on the first key column,
+    """The bucket machinery alone: both sides split as the engine splits them (`group_hashes` of the keys),
     each bucket joined by `join_bucket`, against `barrier_query` over the whole sides. Left and inner joins,
     two-column keys, null keys (kept by the left join, matched by nothing), keys repeated on both sides,
     left keys with no right row, and buckets with no right rows at all."""
@@ -479,7 +588,6 @@ def test_bucket_joins_give_the_single_join_rows_with_null_and_repeated_keys(tmp_
     from datakit.engines.local.barriers import barrier_query
     from datakit.engines.local.partitioned_join import join_bucket, stub_join
     from datakit.engines.local.spill import IpcSpill
-    from datakit.io.sinks import shard_ids
     from datakit.plan import Join
 
     rng = np.random.default_rng(5)
@@ -489,7 +597,7 @@ def test_bucket_joins_give_the_single_join_rows_with_null_and_repeated_keys(tmp_
     rk = [None if i % 23 == 0 else f"k{x}" for i, x in enumerate(rng.integers(0, 300, 900))]  # k300..k399: no match
     right_all = pa.table({"a": rk, "b": rng.integers(0, 3, 900), "tag": np.arange(900)})
     buckets = 7
-    right_ids = shard_ids(right_all.column("a"), buckets, "join")
+    right_ids = _join_buckets(right_all, buckets)
     right_t = right_all.filter(pa.array(right_ids != 3))  # bucket 3: left rows, no right rows
     right_ids = right_ids[right_ids != 3]  # (the buckets the rows kept were given)
     left, right, lazy = _scanned_sources(tmp_path, left_t, right_t, 256)
@@ -499,7 +607,7 @@ def test_bucket_joins_give_the_single_join_rows_with_null_and_repeated_keys(tmp_
         whole = barrier_query(join, lazy).collect(engine="streaming")
         files: dict = {"left": {}, "right": {}}
         for side, t in (("left", left_t), ("right", right_t)):
-            ids = shard_ids(t.column("a"), buckets, "join") if side == "left" else right_ids
+            ids = _join_buckets(t, buckets) if side == "left" else right_ids
             for b in range(buckets):
                 part = t.filter(pa.array(ids == b))
                 if part.num_rows:

@@ -44,21 +44,64 @@ def shard_ids(keys: pa.Array | pa.ChunkedArray, shards: int, partition: str = "h
         return ids
     if shards <= 1:
         return np.zeros(len(keys), dtype=np.int64)
-    # "join" (the local engine's partitioned joins): "hash", but a null key matches nothing, so its row may go
-    # to any bucket: spread by its position (all in one bucket, a left join's many null keys made it huge)
-    return (key_hashes(keys, nulls_by_position=partition == "join") % np.uint64(shards)).astype(np.int64)
+    return (key_hashes(keys) % np.uint64(shards)).astype(np.int64)
 
 
-def key_hashes(keys: pa.Array | pa.ChunkedArray, nulls_by_position: bool = False) -> np.ndarray:
+def key_hashes(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """xxh64 (seed 0) of each key's UTF-8 bytes, as uint64: `partition="hash"` puts a row in shard
     `hash % shards`. Separate so the Spark engine can hash in the chain that already runs in Python
-    and take the modulo in the JVM once the shard count is known (see spark.py `shard_of_hash`).
-    `nulls_by_position`: a null key's hash is its row's position (else a null key is an error)."""
+    and take the modulo in the JVM once the shard count is known (see spark.py `shard_of_hash`)."""
     h = xxhash.xxh64_intdigest
-    if nulls_by_position:
-        return np.fromiter((h(k.encode()) if k is not None else i for i, k in enumerate(keys.to_pylist())),
-                           dtype=np.uint64, count=len(keys))
     return np.fromiter((h(k.encode()) for k in keys.to_pylist()), dtype=np.uint64, count=len(keys))
+
+
+# what a null key hashes to in `group_hashes` (all null keys of a column are one group, as in a group-by)
+_NULL_HASH = np.uint64(0x6A09E667F3BCC909)
+_MIX = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    z = x + _MIX[0]
+    z = (z ^ (z >> np.uint64(30))) * _MIX[1]
+    z = (z ^ (z >> np.uint64(27))) * _MIX[2]
+    return z ^ (z >> np.uint64(31))
+
+
+def group_hashes(columns: list[pa.Array | pa.ChunkedArray], nulls_by_position: bool = False) -> np.ndarray:
+    """One uint64 per row from several key columns, equal for equal key tuples (null keys included, all
+    nulls of a column alike): the local engine's bucket aggregates and joins put a key's rows in one
+    bucket with `group_hashes(...) % buckets`. Integer-like columns are mixed in vectorized
+    (splitmix64; an int32 and an int64 column of equal values hash alike), strings by xxh64 of their
+    UTF-8 bytes, anything else by xxh64 of its Python repr. Only ever compared within one run (a
+    shuffle that is never resumed), so it need not be stable across versions.
+
+    `nulls_by_position` (joins): a row with a null in any key column matches nothing, so its hash is
+    its position and such rows spread over the buckets (a left join's many null keys made one huge)."""
+    n = len(columns[0]) if columns else 0
+    out = np.zeros(n, dtype=np.uint64)
+    any_null = np.zeros(n, dtype=bool)
+    h = xxhash.xxh64_intdigest
+    with np.errstate(over="ignore"):
+        for col in columns:
+            arr = pa.chunked_array([col]).combine_chunks() if not isinstance(col, pa.ChunkedArray) else col.combine_chunks()
+            t = arr.type
+            if pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_temporal(t):
+                vals = arr.cast(pa.int64()) if not pa.types.is_integer(t) or t != pa.int64() else arr
+                x = _splitmix64(np.asarray(vals.fill_null(0).to_numpy(zero_copy_only=False)).astype(np.uint64))
+                if arr.null_count:
+                    x[~np.asarray(arr.is_valid().to_numpy(zero_copy_only=False))] = _NULL_HASH
+            elif pa.types.is_string(t) or pa.types.is_large_string(t):
+                x = np.fromiter((h(k.encode()) if k is not None else _NULL_HASH for k in arr.to_pylist()),
+                                dtype=np.uint64, count=n)
+            else:
+                x = np.fromiter((h(repr(k).encode()) if k is not None else _NULL_HASH for k in arr.to_pylist()),
+                                dtype=np.uint64, count=n)
+            out = out * _MIX[2] + x
+            if nulls_by_position and arr.null_count:
+                any_null |= ~np.asarray(arr.is_valid().to_numpy(zero_copy_only=False))
+    if nulls_by_position and any_null.any():
+        out[any_null] = np.flatnonzero(any_null).astype(np.uint64)
+    return out
 
 
 def table_fingerprint(table: pa.Table) -> str:

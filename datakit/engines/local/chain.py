@@ -50,6 +50,7 @@ class ChainTask:
     run_token: str = ""  # names this run's batch functions: each is set up once per worker (core.worker_fn)
     scratch: str = ""  # the work folder all of the task's paths are under (io/tempwork.py)
     durable: str = ""  # an object-store output's durable work folder, `<out>/_work/<run id>` (io/tempwork.py)
+    group_keys: tuple[str, ...] = ()  # a bucketed barrier's keys, hashed together (sinks.group_hashes; "join": nulls spread)
 
 
 def _apply_op(op: MapBatches, fn: Any, batch: pa.RecordBatch, st: NodeStats, aux: "_AuxWriters") -> pa.RecordBatch:
@@ -172,7 +173,12 @@ def run_chain(task: ChainTask) -> dict[str, Any]:
             if batch.num_rows == 0:
                 continue
             if task.shards:
-                ids = sinks.shard_ids(batch.column(task.shard_key), task.shards, task.shard_by)
+                if task.group_keys:  # a bucketed barrier's shuffle (engine._shuffle_tasks)
+                    ids = (sinks.group_hashes([batch.column(k) for k in task.group_keys],
+                                              nulls_by_position=task.shard_by == "join")
+                           % np.uint64(task.shards)).astype(np.int64)
+                else:
+                    ids = sinks.shard_ids(batch.column(task.shard_key), task.shards, task.shard_by)
                 # group by shard with one stable sort (radix for small ids), unless a stage already did, then
                 # slice (a filter per shard would pass over the batch once per shard)
                 if len(ids) > 1 and (ids[1:] < ids[:-1]).any():

@@ -51,6 +51,11 @@ if TYPE_CHECKING:  # polars is imported by the first barrier: a plan of row-loca
     import polars as pl
 
 
+def _bucket_files(results: list[dict[str, Any]], bucket: int) -> list[str]:
+    """The files of one bucket that a shuffle's tasks wrote (a task with no row for it wrote none)."""
+    return [r["shard_files"][str(bucket)] for r in results if str(bucket) in r["shard_files"]]
+
+
 class LocalEngine(Engine):
     """Execute a `Plan` on this machine. `workers=1` runs in-process (handy in notebooks/tests).
 
@@ -362,9 +367,13 @@ class LocalEngine(Engine):
         left_bytes = right_bytes = buckets = 0
         if isinstance(node, Join):
             left_bytes, right_bytes = self._spill_bytes(node.left), self._spill_bytes(node.right)
-            if node.how in ("inner", "left") and pa.types.is_string(node.left.schema.field(node.left_on[0]).type):
+            if node.how in ("inner", "left"):
                 buckets = partitioned_join.buckets_for(right_bytes, self.workers, left_bytes)
-        if buckets:
+        elif isinstance(node, Aggregate) and node.keys:
+            buckets = partitioned_join.aggregate_buckets_for(self._spill_bytes(node.input), self.workers)
+        if buckets and isinstance(node, Aggregate):
+            parts = self._partitioned_aggregate(node, keep, buckets)
+        elif buckets:
             parts = self._partitioned_join(node, keep, buckets)
         else:
             query = barrier_query(node, self._lazy, right_bytes > left_bytes, keep)
@@ -380,38 +389,68 @@ class LocalEngine(Engine):
 
     def _partitioned_join(self, node: Join, keep: list[str] | None, buckets: int) -> list[Partition]:
         """`node` as `buckets` joins in the pool (`partitioned_join.py`): both sides shuffled into buckets by
-        their first key column (only the columns the output needs), then one task per bucket."""
+        their key columns (only the columns the output needs), then one task per bucket."""
         out_names = set(keep or node.schema.names)
         right_cols = [r for o, r in node.right_columns().items() if o in out_names]
         needs = {"left": list(dict.fromkeys([*node.left_on, *(c for c in node.left.schema.names if c in out_names)])),
                  "right": list(dict.fromkeys([*node.right_on, *right_cols]))}
-        seg = f"n{self._index[node.id]:03d}"
-        base = f"{self._work}/{seg}"
+        base = self._bucket_folder(node)
+        left_schema, left_tasks = self._shuffle_tasks(node.left, needs["left"], f"{base}/left", buckets, "join",
+                                                      tuple(node.left_on))
+        right_schema, right_tasks = self._shuffle_tasks(node.right, needs["right"], f"{base}/right", buckets, "join",
+                                                        tuple(node.right_on))
+        results = self._map(run_chain, left_tasks + right_tasks,  # both sides' tasks in one go
+                            f"{base.rsplit('/', 1)[-1]}: {node.describe()}: {buckets} buckets")
+        left_res, right_res = results[:len(left_tasks)], results[len(left_tasks):]
+        stub = partitioned_join.stub_join(node, left_schema, right_schema)
+        jobs = [(stub, _bucket_files(left_res, b), _bucket_files(right_res, b), f"{base}/part-{b:05d}.parquet", keep)
+                for b in range(buckets) if _bucket_files(left_res, b)]
+        outs = self._map(partitioned_join.join_bucket, jobs, f"{base.rsplit('/', 1)[-1]}: join", label=node.stage)
+        return self._bucket_parts(node, keep, base, outs, ("left", "right"))
+
+    def _partitioned_aggregate(self, node: Aggregate, keep: list[str] | None, buckets: int) -> list[Partition]:
+        """`node` as `buckets` group-bys in the pool: its input shuffled into buckets by all of its keys
+        (`sinks.group_hashes`, null keys together; only the keys and the aggregated columns), then one
+        task per bucket (`partitioned_join.aggregate_bucket`)."""
+        needs = list(dict.fromkeys([*node.keys, *(col for _, col in node.aggs.values())]))
+        base = self._bucket_folder(node)
+        schema, tasks = self._shuffle_tasks(node.input, needs, f"{base}/in", buckets, "group", tuple(node.keys))
+        res = self._map(run_chain, tasks, f"{base.rsplit('/', 1)[-1]}: {node.describe()}: {buckets} buckets")
+        stub = partitioned_join.stub_aggregate(node, schema)
+        jobs = [(stub, _bucket_files(res, b), f"{base}/part-{b:05d}.parquet", keep)
+                for b in range(buckets) if _bucket_files(res, b)]
+        outs = self._map(partitioned_join.aggregate_bucket, jobs, f"{base.rsplit('/', 1)[-1]}: aggregate",
+                         label=node.stage)
+        return self._bucket_parts(node, keep, base, outs, ("in",))
+
+    def _bucket_folder(self, node: Node) -> str:
+        """A bucketed barrier's folder, emptied: its shuffle is never resumed (see partitioned_join.py)."""
+        base = f"{self._work}/n{self._index[node.id]:03d}"
         if os.path.isdir(base):
             shutil.rmtree(base)
-        tasks, schemas, counts = [], {}, {}
-        for side, child, key in (("left", node.left, node.left_on[0]), ("right", node.right, node.right_on[0])):
-            parts = self._materialize(child)
-            schema = pa.schema([(parts[0].schema or child.schema).field(c) if parts else child.schema.field(c)
-                                for c in needs[side]])
-            schemas[side], counts[side] = schema, len(parts)
-            os.makedirs(f"{base}/{side}", exist_ok=True)
-            tasks += [ChainTask(dataclasses.replace(p, schema=schema, columns=tuple(needs[side])), [], f"{base}/{side}",
-                                f"part-{i:05d}", [], shards=buckets, shard_key=key, aux_dir=self._aux, shard_by="join",
-                                run_token=self._token, scratch=self._work)  # not durable: never resumed (see module)
-                      for i, p in enumerate(parts)]
-        results = self._map(run_chain, tasks, f"{seg}: {node.describe()}: {buckets} buckets")
-        left_res, right_res = results[:counts["left"]], results[counts["left"]:]
+        return base
 
-        def files(res: list[dict[str, Any]], b: int) -> list[str]:
-            return [r["shard_files"][str(b)] for r in res if str(b) in r["shard_files"]]
+    def _shuffle_tasks(self, child: Node, columns: list[str], out_dir: str, buckets: int, shard_by: str,
+                       keys: tuple[str, ...]) -> tuple[pa.Schema, list[ChainTask]]:
+        """Tasks that write `child`'s rows (just `columns`) into `buckets` files each by their `keys` hashed
+        together (`sinks.group_hashes`; `shard_by="join"` spreads rows with a null key, `"group"` keeps
+        them together); and the schema of those files."""
+        parts = self._materialize(child)
+        schema = pa.schema([(parts[0].schema or child.schema).field(c) if parts else child.schema.field(c)
+                            for c in columns])
+        os.makedirs(out_dir, exist_ok=True)
+        return schema, [ChainTask(dataclasses.replace(p, schema=schema, columns=tuple(columns)), [], out_dir,
+                                  f"part-{i:05d}", [], shards=buckets, shard_key=keys[0], aux_dir=self._aux,
+                                  shard_by=shard_by, run_token=self._token, scratch=self._work,
+                                  group_keys=keys)  # not durable: never resumed (partitioned_join.py)
+                        for i, p in enumerate(parts)]
 
-        stub = partitioned_join.stub_join(node, schemas["left"], schemas["right"])
-        jobs = [(stub, files(left_res, b), files(right_res, b), f"{base}/part-{b:05d}.parquet", keep)
-                for b in range(buckets) if files(left_res, b)]
-        outs = self._map(partitioned_join.join_bucket, jobs, f"{seg}: join", label=node.stage)
-        shutil.rmtree(f"{base}/left", ignore_errors=True)
-        shutil.rmtree(f"{base}/right", ignore_errors=True)
+    def _bucket_parts(self, node: Node, keep: list[str] | None, base: str, outs: list[dict[str, Any]],
+                      shuffles: tuple[str, ...]) -> list[Partition]:
+        """The bucket tasks' parts as the barrier's partitions (one empty part if no bucket had rows); the
+        shuffle files removed."""
+        for d in shuffles:
+            shutil.rmtree(f"{base}/{d}", ignore_errors=True)
         schema = self._kept_schema(node, keep)
         self._rows[node.id] = sum(o["rows"] for o in outs)
         parts = [Partition("spill", o["file"], schema, None, o["digest"]) for o in outs if o["rows"]]
