@@ -495,7 +495,8 @@ def test_group_hashes_put_equal_key_tuples_together_nulls_included():
     flag = pa.array([None if i % 37 == 0 else bool(x) for i, x in enumerate(rng.integers(0, 2, n))])
     when = pa.array(rng.integers(0, 3, n) * 86_400_000_000, pa.timestamp("us", "UTC"))
     frac = pa.array(rng.integers(0, 3, n) / 2)  # anything else: by its repr
-    cols = [band, bucket, name, flag, when, frac]
+    big = pa.array([2**64 - 1 - int(x) for x in rng.integers(0, 3, n)], pa.uint64())  # past int64's range
+    cols = [band, bucket, name, flag, when, frac, big]
     h = group_hashes(cols)
     assert h.dtype == np.uint64 and len(h) == n
     keys = list(zip(*(c.to_pylist() for c in cols)))
@@ -508,6 +509,7 @@ def test_group_hashes_put_equal_key_tuples_together_nulls_included():
     assert group_hashes([pa.array([None, 0], pa.int64())]).tolist()[0] != group_hashes([pa.array([0], pa.int64())]).tolist()[0]
     assert group_hashes([pa.array([None, ""])])[0] != group_hashes([pa.array([""])])[0]
     assert group_hashes([pa.array([1]), pa.array([2])])[0] != group_hashes([pa.array([2]), pa.array([1])])[0]
+    assert group_hashes([pa.array([-1, 7], pa.int32())]).tolist() == group_hashes([pa.array([-1, 7], pa.int64())]).tolist()
     counts = np.bincount((group_hashes([pa.array(np.arange(20_000))]) % np.uint64(8)).astype(np.int64), minlength=8)
     assert counts.min() > 2200  # consecutive integers (band numbers, bucket ids) spread evenly over buckets
 

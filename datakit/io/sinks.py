@@ -70,9 +70,9 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
 def group_hashes(columns: list[pa.Array | pa.ChunkedArray], nulls_by_position: bool = False) -> np.ndarray:
     """One uint64 per row from several key columns, equal for equal key tuples (null keys included, all
     nulls of a column alike): the local engine's bucket aggregates and joins put a key's rows in one
-    bucket with `group_hashes(...) % buckets`. Integer-like columns are mixed in vectorized
+    bucket with `group_hashes(...) % buckets`. Integer and boolean columns are mixed in vectorized
     (splitmix64; an int32 and an int64 column of equal values hash alike), strings by xxh64 of their
-    UTF-8 bytes, anything else by xxh64 of its Python repr. Only ever compared within one run (a
+    UTF-8 bytes, anything else (dates, floats, ...) by xxh64 of its Python repr. Only ever compared within one run (a
     shuffle that is never resumed), so it need not be stable across versions.
 
     `nulls_by_position` (joins): a row with a null in any key column matches nothing, so its hash is
@@ -85,9 +85,11 @@ def group_hashes(columns: list[pa.Array | pa.ChunkedArray], nulls_by_position: b
         for col in columns:
             arr = pa.chunked_array([col]).combine_chunks() if not isinstance(col, pa.ChunkedArray) else col.combine_chunks()
             t = arr.type
-            if pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_temporal(t):
-                vals = arr.cast(pa.int64()) if not pa.types.is_integer(t) or t != pa.int64() else arr
-                x = _splitmix64(np.asarray(vals.fill_null(0).to_numpy(zero_copy_only=False)).astype(np.uint64))
+            if pa.types.is_integer(t) or pa.types.is_boolean(t):
+                # as uint64 modulo 2**64: -1 is the same value whether it came as int32 or int64
+                vals = np.asarray(arr.fill_null(False if pa.types.is_boolean(t) else 0)
+                                  .to_numpy(zero_copy_only=False))
+                x = _splitmix64(vals.astype(np.uint64))
                 if arr.null_count:
                     x[~np.asarray(arr.is_valid().to_numpy(zero_copy_only=False))] = _NULL_HASH
             elif pa.types.is_string(t) or pa.types.is_large_string(t):
