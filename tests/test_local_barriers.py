@@ -484,6 +484,63 @@ def test_a_join_is_split_only_when_it_would_pass_the_memory_budget(monkeypatch):
         pj.join_memory_budget()
 
 
+# argv: records file, output folder; SIGKILLs its own process when the second bucket task starts (workers=1:
+# the bucket tasks run in this process), so nothing of the run's own cleanup runs: lock, shuffle files, parts
+KILLED_IN_A_BUCKET = """
+import os, signal, sys
+import tests.test_local_barriers  # registers test_exact_text
+from datakit import Pipeline
+from datakit.engines.local import partitioned_join
+
+real, calls = partitioned_join.join_bucket, []
+def join_bucket(args):
+    calls.append(args[3])
+    if len(calls) == 2:
+        print("killing", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(args)
+partitioned_join.join_bucket = join_bucket
+if __name__ == "__main__":
+    (Pipeline("b").input(sys.argv[1], format="parquet", schema="training_record.v1")
+     .add({"kind": "test_exact_text"}).output(sys.argv[2], shards=3).run(workers=1))
+"""
+
+
+def test_a_run_killed_during_its_bucket_joins_reruns_to_the_bytes_of_an_unbroken_one(tmp_path, monkeypatch):
+    """SIGKILL in the middle of a split join (after one bucket's part, before the next): no cleanup runs, the
+    output folder's lock names a dead process and the shuffle and part files stay. A rerun into the same
+    folder takes the folder over, redoes the split and writes the bytes and counts of an unbroken run."""
+    import signal
+
+    from datakit.engines.local import partitioned_join
+    from datakit.io.sinks import output_checksums
+
+    src = tmp_path / "in" / "records.parquet"
+    src.parent.mkdir()
+    pq.write_table(_records(50), src)
+    monkeypatch.setenv(partitioned_join.MEMORY_ENV, "0")  # every join and group-by is split
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED_IN_A_BUCKET)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    killed = subprocess.run([sys.executable, str(script), str(src), str(tmp_path / "o")], capture_output=True,
+                            text=True, env={**os.environ, "PYTHONPATH": root}, cwd=tmp_path, timeout=300)
+    assert killed.returncode == -signal.SIGKILL and "killing" in killed.stdout, killed.stderr[-2000:]
+    assert not (tmp_path / "o" / "_SUCCESS").exists()
+    from datakit.io.publish import LOCK_NAME
+
+    assert (tmp_path / "o" / LOCK_NAME).exists()  # held by a process that is gone
+    assert list((tmp_path / "o" / "_work").glob("*/n*/left")), "the split join's shuffle is left behind"
+
+    def pipeline(out: str) -> Pipeline:
+        return (Pipeline("b").input(str(src), format="parquet", schema="training_record.v1")
+                .add({"kind": "test_exact_text"}).output(out, shards=3))
+
+    rerun = pipeline(str(tmp_path / "o")).run(workers=2).stage("test_exact_text")
+    clean = pipeline(str(tmp_path / "clean")).run(workers=2).stage("test_exact_text")
+    assert output_checksums(str(tmp_path / "o")) == output_checksums(str(tmp_path / "clean"))
+    assert (rerun["rows_out"], rerun["dropped"]) == (clean["rows_out"], clean["dropped"]) == (7, {"exact_text": 43})
+
+
 def test_group_hashes_put_equal_key_tuples_together_nulls_included():
     from datakit.io.sinks import group_hashes
 
