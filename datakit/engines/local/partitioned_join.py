@@ -17,8 +17,9 @@ aggregate a null key is a group of its own, as in the single group-by, so those 
 
 Aggregates are split for the same reason: the LSH bucket aggregate grouped 8.8 M band rows in the
 driver at 10^6 quickstart events, 2.1-2.2 GB, the driver's peak once the verification joins were
-split (docs/scaling.md); polars held ~19x the input's spilled bytes there (10^5 events: 12.8 MB
-of band rows spilled, +245 MB). The join of those bands back to their buckets' smallest ids has
+split (docs/scaling.md); polars held ~23x the input's spilled bytes there (10^5 events: 12.8 MB
+of band rows spilled; the process grew by 293 MB over its resident size before the group-by, VmHWM
+after /proc/self/clear_refs). The join of those bands back to their buckets' smallest ids has
 integer keys (band, bucket), which the first version of this module (string keys only) left whole.
 Each bucket's rows keep their partitions' order, and buckets are read in order, so the spill has
 the same bytes on every run of the same input with the same bucket count (budget and workers;
@@ -43,8 +44,10 @@ from datakit.plan import Aggregate, Join, Source
 MEMORY_PER_SPILL_BYTE = 10
 # The share of the machine's memory one single-process join may take before it is split
 MEMORY_SHARE = 0.25
-# What polars held per byte of an aggregate's input spill, measured (see module doc): the LSH bucket
-# aggregate at 10^5 quickstart events, 12.8 MB spilled, +245 MB
+# What polars held per byte of an aggregate's input spill, measured (see module doc) on the quickstart's
+# group-bys at 10^5 events: 1-35x, the large ones 23x (LSH buckets, 12.8 MB spilled, +293 MB) and 35x
+# (ingest's event ids, 2.6 MB, +92 MB); the joins measured the same way took 4-12x their right side's
+# spill, which MEMORY_PER_SPILL_BYTE covers
 AGGREGATE_MEMORY_PER_SPILL_BYTE = 20
 # What one bucket may take (estimated as above): a worker holds one bucket at a time
 BUCKET_MEMORY = 256 << 20
