@@ -541,6 +541,73 @@ def test_a_run_killed_during_its_bucket_joins_reruns_to_the_bytes_of_an_unbroken
     assert (rerun["rows_out"], rerun["dropped"]) == (clean["rows_out"], clean["dropped"]) == (7, {"exact_text": 43})
 
 
+# argv: records file, output folder, marker file; the first bucket task to start (in a pool worker: workers=2)
+# SIGKILLs its own worker process; the driver then fails the run in one line
+WORKER_KILLED_IN_A_BUCKET = """
+import os, signal, sys
+import tests.test_local_barriers  # registers test_exact_text
+from datakit import Pipeline
+from datakit.engines.local import partitioned_join
+
+real = partitioned_join.join_bucket
+def join_bucket(args):
+    try:
+        os.close(os.open(sys.argv[3], os.O_CREAT | os.O_EXCL))  # only the first task to get here
+    except FileExistsError:
+        return real(args)
+    os.kill(os.getpid(), signal.SIGKILL)
+partitioned_join.join_bucket = join_bucket
+if __name__ == "__main__":
+    (Pipeline("b").input(sys.argv[1], format="parquet", schema="training_record.v1")
+     .add({"kind": "test_exact_text"}).output(sys.argv[2], shards=3).run(workers=2))
+"""
+
+
+def test_a_pool_worker_killed_in_a_bucket_join_fails_the_run_in_one_line_and_the_rerun_resumes(tmp_path,
+                                                                                             monkeypatch):
+    """A pool worker dies (SIGKILL) while joining a bucket: the run stops with one line naming the step, and
+    a rerun into the same folder writes the bytes and counts of an unbroken run."""
+    from datakit.engines.local import partitioned_join
+    from datakit.io.sinks import output_checksums
+
+    src = tmp_path / "in" / "records.parquet"
+    src.parent.mkdir()
+    pq.write_table(_records(50), src)
+    monkeypatch.setenv(partitioned_join.MEMORY_ENV, "0")  # every join and group-by is split
+    script = tmp_path / "worker_killed.py"
+    script.write_text(WORKER_KILLED_IN_A_BUCKET)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    failed = subprocess.run([sys.executable, str(script), str(src), str(tmp_path / "o"), str(tmp_path / "marker")],
+                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": root}, cwd=tmp_path,
+                            timeout=300)
+    assert failed.returncode != 0 and (tmp_path / "marker").exists()
+    assert "a local worker process died during" in failed.stderr and ": join'" in failed.stderr, failed.stderr[-3000:]
+
+    def pipeline(out: str) -> Pipeline:
+        return (Pipeline("b").input(str(src), format="parquet", schema="training_record.v1")
+                .add({"kind": "test_exact_text"}).output(out, shards=3))
+
+    rerun = pipeline(str(tmp_path / "o")).run(workers=2).stage("test_exact_text")
+    clean = pipeline(str(tmp_path / "clean")).run(workers=2).stage("test_exact_text")
+    assert output_checksums(str(tmp_path / "o")) == output_checksums(str(tmp_path / "clean"))
+    assert (rerun["rows_out"], rerun["dropped"]) == (clean["rows_out"], clean["dropped"]) == (7, {"exact_text": 43})
+
+
+def test_a_bucket_task_is_named_by_its_part_in_errors():
+    """What a storage error in a bucket task names (scheduler._task_path): the part it was writing."""
+    from datakit.engines.local.partitioned_join import stub_aggregate, stub_join
+    from datakit.engines.local.scheduler import _task_path
+    from datakit.plan import Aggregate, Join, Source
+
+    schema = pa.schema([("k", pa.string()), ("v", pa.int64())])
+    src = Source("t", schema)
+    join = stub_join(Join("t", schema, left=src, right=src, left_on=["k"], right_on=["k"]), schema, schema)
+    agg = stub_aggregate(Aggregate("t", schema, input=src, keys=["k"], aggs={"v": ("max", "v")}), schema)
+    assert _task_path((join, ["l"], ["r"], "/w/n003/part-00002.parquet", None)) == \
+        "/w/n003/part-00002.parquet (a bucket of Join(inner, ['k']=['k']))"
+    assert _task_path((agg, ["f"], "/w/n004/part-00001.parquet", None)).startswith("/w/n004/part-00001.parquet (a bucket")
+
+
 def test_group_hashes_put_equal_key_tuples_together_nulls_included():
     from datakit.io.sinks import group_hashes
 

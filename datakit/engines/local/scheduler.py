@@ -135,9 +135,12 @@ class _Costed(NamedTuple):
 
 def _task_path(item: Any) -> str:
     from datakit.engines.local.chain import ChainTask
+    from datakit.plan import Aggregate, Join
 
     if isinstance(item, ChainTask):
         return item.partition.url
+    if isinstance(item, tuple) and item and isinstance(item[0], (Join, Aggregate)):  # a bucket join or group-by
+        return f"{item[-2]} (a bucket of {item[0].describe()})"
     if isinstance(item, tuple) and len(item) == 4 and hasattr(item[2], "path"):  # write_one_shard
         return f"{item[2].path.rstrip('/')} (shard {item[1]})"
     return str(item)[:200]
