@@ -392,19 +392,60 @@ def test_a_partitioned_join_gives_the_output_and_counts_of_the_single_process_jo
         {k: plain_stage[k] for k in ("rows_in", "rows_out", "dropped")}
 
 
+def _exact_text_input(tmp_path) -> str:
+    """50 records for test_exact_text (7 kept, 43 exact duplicates) as one Parquet file."""
+    src = tmp_path / "in" / "records.parquet"
+    src.parent.mkdir()
+    pq.write_table(_records(50), src)
+    return str(src)
+
+
+def _exact_text(src: str, out: str) -> Pipeline:
+    return (Pipeline("b").input(src, format="parquet", schema="training_record.v1")
+            .add({"kind": "test_exact_text"}).output(out, shards=3))
+
+
+def _assert_like_unbroken(tmp_path, rerun: dict, clean: dict) -> None:
+    """The rerun into `o` wrote the bytes and counts of the unbroken run into `clean`."""
+    from datakit.io.sinks import output_checksums
+
+    assert output_checksums(str(tmp_path / "o")) == output_checksums(str(tmp_path / "clean"))
+    assert (rerun["rows_out"], rerun["dropped"]) == (clean["rows_out"], clean["dropped"]) == (7, {"exact_text": 43})
+
+
+# a script run in its own process: argv = records file, output folder, workers, then the test's own arguments;
+# `BODY` (between the two) replaces partitioned_join.join_bucket, also in the pool workers (spawn re-imports it)
+_SCRIPT_HEAD = """
+import os, signal, sys
+import tests.test_local_barriers  # registers test_exact_text
+from tests.test_local_barriers import _exact_text
+from datakit.engines.local import partitioned_join
+real = partitioned_join.join_bucket
+"""
+_SCRIPT_TAIL = """
+partitioned_join.join_bucket = join_bucket
+if __name__ == "__main__":
+    _exact_text(sys.argv[1], sys.argv[2]).run(workers=int(sys.argv[3]))
+"""
+
+
+def _run_script(tmp_path, body: str, *args: str) -> subprocess.CompletedProcess:
+    script = tmp_path / "script.py"
+    script.write_text(_SCRIPT_HEAD + body + _SCRIPT_TAIL)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": root}, cwd=tmp_path, timeout=300)
+
+
 def test_a_partitioned_join_on_a_user_stage_in_process(tmp_path, monkeypatch):
     """The aggregate + join back + drop pattern (test_exact_text) with workers=1: bucket tasks run in-process."""
     from datakit.io.sinks import output_checksums
 
-    src = tmp_path / "in" / "records.parquet"
-    src.parent.mkdir()
-    pq.write_table(_records(50), src)
+    src = _exact_text_input(tmp_path)
     out = {}
     for on in (False, True):
         seen = _forced_buckets(monkeypatch, on)
-        p = (Pipeline("b").input(str(src), format="parquet", schema="training_record.v1")
-             .add({"kind": "test_exact_text"}).output(str(tmp_path / f"o{on}"), shards=3))
-        st = p.run(workers=1).stage("test_exact_text")
+        st = _exact_text(src, str(tmp_path / f"o{on}")).run(workers=1).stage("test_exact_text")
         out[on] = (output_checksums(str(tmp_path / f"o{on}")), st["rows_out"], st["dropped"], len(seen))
         monkeypatch.undo()
     assert out[True][:3] == out[False][:3] and out[False][1:3] == (7, {"exact_text": 43})
@@ -417,18 +458,10 @@ def test_a_run_that_fails_during_its_bucket_joins_reruns_to_the_bytes_of_an_unbr
     clears that join's leftovers, shuffles again and writes the bytes and counts of a run that never
     failed (the shuffle is never resumed: see partitioned_join.py)."""
     from datakit.engines.local import partitioned_join
-    from datakit.io.sinks import output_checksums
 
-    src = tmp_path / "in" / "records.parquet"
-    src.parent.mkdir()
-    pq.write_table(_records(50), src)
-
-    def pipeline(out: str) -> Pipeline:
-        return (Pipeline("b").input(str(src), format="parquet", schema="training_record.v1")
-                .add({"kind": "test_exact_text"}).output(out, shards=3))
-
+    src = _exact_text_input(tmp_path)
     monkeypatch.setenv(partitioned_join.MEMORY_ENV, "0")  # every join is split
-    clean = pipeline(str(tmp_path / "clean")).run(workers=1).stage("test_exact_text")
+    clean = _exact_text(src, str(tmp_path / "clean")).run(workers=1).stage("test_exact_text")
     real, calls = partitioned_join.join_bucket, []
 
     def dies_on_the_second_bucket(args):
@@ -439,12 +472,11 @@ def test_a_run_that_fails_during_its_bucket_joins_reruns_to_the_bytes_of_an_unbr
 
     monkeypatch.setattr(partitioned_join, "join_bucket", dies_on_the_second_bucket)
     with __import__("pytest").raises(Exception, match="simulated crash"):
-        pipeline(str(tmp_path / "o")).run(workers=1)
+        _exact_text(src, str(tmp_path / "o")).run(workers=1)
     assert len(calls) == 2 and os.path.exists(calls[0])  # it died between two buckets, one part written
     monkeypatch.setattr(partitioned_join, "join_bucket", real)
-    rerun = pipeline(str(tmp_path / "o")).run(workers=1).stage("test_exact_text")
-    assert output_checksums(str(tmp_path / "o")) == output_checksums(str(tmp_path / "clean"))
-    assert (rerun["rows_out"], rerun["dropped"]) == (clean["rows_out"], clean["dropped"]) == (7, {"exact_text": 43})
+    _assert_like_unbroken(tmp_path, _exact_text(src, str(tmp_path / "o")).run(workers=1).stage("test_exact_text"),
+                          clean)
 
 
 def test_join_buckets_put_equal_keys_together_and_spread_null_keys():
@@ -484,25 +516,16 @@ def test_a_join_is_split_only_when_it_would_pass_the_memory_budget(monkeypatch):
         pj.join_memory_budget()
 
 
-# argv: records file, output folder; SIGKILLs its own process when the second bucket task starts (workers=1:
-# the bucket tasks run in this process), so nothing of the run's own cleanup runs: lock, shuffle files, parts
+# SIGKILLs its own process when the second bucket task starts (workers=1: the bucket tasks run in this
+# process), so nothing of the run's own cleanup runs: lock, shuffle files, parts
 KILLED_IN_A_BUCKET = """
-import os, signal, sys
-import tests.test_local_barriers  # registers test_exact_text
-from datakit import Pipeline
-from datakit.engines.local import partitioned_join
-
-real, calls = partitioned_join.join_bucket, []
+calls = []
 def join_bucket(args):
     calls.append(args[3])
     if len(calls) == 2:
         print("killing", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     return real(args)
-partitioned_join.join_bucket = join_bucket
-if __name__ == "__main__":
-    (Pipeline("b").input(sys.argv[1], format="parquet", schema="training_record.v1")
-     .add({"kind": "test_exact_text"}).output(sys.argv[2], shards=3).run(workers=1))
 """
 
 
@@ -513,53 +536,29 @@ def test_a_run_killed_during_its_bucket_joins_reruns_to_the_bytes_of_an_unbroken
     import signal
 
     from datakit.engines.local import partitioned_join
-    from datakit.io.sinks import output_checksums
-
-    src = tmp_path / "in" / "records.parquet"
-    src.parent.mkdir()
-    pq.write_table(_records(50), src)
-    monkeypatch.setenv(partitioned_join.MEMORY_ENV, "0")  # every join and group-by is split
-    script = tmp_path / "killed.py"
-    script.write_text(KILLED_IN_A_BUCKET)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    killed = subprocess.run([sys.executable, str(script), str(src), str(tmp_path / "o")], capture_output=True,
-                            text=True, env={**os.environ, "PYTHONPATH": root}, cwd=tmp_path, timeout=300)
-    assert killed.returncode == -signal.SIGKILL and "killing" in killed.stdout, killed.stderr[-2000:]
-    assert not (tmp_path / "o" / "_SUCCESS").exists()
     from datakit.io.publish import LOCK_NAME
 
+    src = _exact_text_input(tmp_path)
+    monkeypatch.setenv(partitioned_join.MEMORY_ENV, "0")  # every join and group-by is split
+    killed = _run_script(tmp_path, KILLED_IN_A_BUCKET, src, str(tmp_path / "o"), "1")
+    assert killed.returncode == -signal.SIGKILL and "killing" in killed.stdout, killed.stderr[-2000:]
+    assert not (tmp_path / "o" / "_SUCCESS").exists()
     assert (tmp_path / "o" / LOCK_NAME).exists()  # held by a process that is gone
     assert list((tmp_path / "o" / "_work").glob("*/n*/left")), "the split join's shuffle is left behind"
-
-    def pipeline(out: str) -> Pipeline:
-        return (Pipeline("b").input(str(src), format="parquet", schema="training_record.v1")
-                .add({"kind": "test_exact_text"}).output(out, shards=3))
-
-    rerun = pipeline(str(tmp_path / "o")).run(workers=2).stage("test_exact_text")
-    clean = pipeline(str(tmp_path / "clean")).run(workers=2).stage("test_exact_text")
-    assert output_checksums(str(tmp_path / "o")) == output_checksums(str(tmp_path / "clean"))
-    assert (rerun["rows_out"], rerun["dropped"]) == (clean["rows_out"], clean["dropped"]) == (7, {"exact_text": 43})
+    rerun = _exact_text(src, str(tmp_path / "o")).run(workers=2).stage("test_exact_text")
+    clean = _exact_text(src, str(tmp_path / "clean")).run(workers=2).stage("test_exact_text")
+    _assert_like_unbroken(tmp_path, rerun, clean)
 
 
-# argv: records file, output folder, marker file; the first bucket task to start (in a pool worker: workers=2)
-# SIGKILLs its own worker process; the driver then fails the run in one line
+# argv[4]: a marker file; the first bucket task to start (in a pool worker: workers=2) SIGKILLs its own
+# worker process; the driver then fails the run in one line
 WORKER_KILLED_IN_A_BUCKET = """
-import os, signal, sys
-import tests.test_local_barriers  # registers test_exact_text
-from datakit import Pipeline
-from datakit.engines.local import partitioned_join
-
-real = partitioned_join.join_bucket
 def join_bucket(args):
     try:
-        os.close(os.open(sys.argv[3], os.O_CREAT | os.O_EXCL))  # only the first task to get here
+        os.close(os.open(sys.argv[4], os.O_CREAT | os.O_EXCL))  # only the first task to get here
     except FileExistsError:
         return real(args)
     os.kill(os.getpid(), signal.SIGKILL)
-partitioned_join.join_bucket = join_bucket
-if __name__ == "__main__":
-    (Pipeline("b").input(sys.argv[1], format="parquet", schema="training_record.v1")
-     .add({"kind": "test_exact_text"}).output(sys.argv[2], shards=3).run(workers=2))
 """
 
 
@@ -568,29 +567,15 @@ def test_a_pool_worker_killed_in_a_bucket_join_fails_the_run_in_one_line_and_the
     """A pool worker dies (SIGKILL) while joining a bucket: the run stops with one line naming the step, and
     a rerun into the same folder writes the bytes and counts of an unbroken run."""
     from datakit.engines.local import partitioned_join
-    from datakit.io.sinks import output_checksums
 
-    src = tmp_path / "in" / "records.parquet"
-    src.parent.mkdir()
-    pq.write_table(_records(50), src)
+    src = _exact_text_input(tmp_path)
     monkeypatch.setenv(partitioned_join.MEMORY_ENV, "0")  # every join and group-by is split
-    script = tmp_path / "worker_killed.py"
-    script.write_text(WORKER_KILLED_IN_A_BUCKET)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    failed = subprocess.run([sys.executable, str(script), str(src), str(tmp_path / "o"), str(tmp_path / "marker")],
-                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": root}, cwd=tmp_path,
-                            timeout=300)
+    failed = _run_script(tmp_path, WORKER_KILLED_IN_A_BUCKET, src, str(tmp_path / "o"), "2", str(tmp_path / "marker"))
     assert failed.returncode != 0 and (tmp_path / "marker").exists()
     assert "a local worker process died during" in failed.stderr and ": join'" in failed.stderr, failed.stderr[-3000:]
-
-    def pipeline(out: str) -> Pipeline:
-        return (Pipeline("b").input(str(src), format="parquet", schema="training_record.v1")
-                .add({"kind": "test_exact_text"}).output(out, shards=3))
-
-    rerun = pipeline(str(tmp_path / "o")).run(workers=2).stage("test_exact_text")
-    clean = pipeline(str(tmp_path / "clean")).run(workers=2).stage("test_exact_text")
-    assert output_checksums(str(tmp_path / "o")) == output_checksums(str(tmp_path / "clean"))
-    assert (rerun["rows_out"], rerun["dropped"]) == (clean["rows_out"], clean["dropped"]) == (7, {"exact_text": 43})
+    rerun = _exact_text(src, str(tmp_path / "o")).run(workers=2).stage("test_exact_text")
+    clean = _exact_text(src, str(tmp_path / "clean")).run(workers=2).stage("test_exact_text")
+    _assert_like_unbroken(tmp_path, rerun, clean)
 
 
 def test_a_bucket_task_is_named_by_its_part_in_errors():
