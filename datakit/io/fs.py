@@ -12,6 +12,7 @@ Everything else (object stores, `file://` and chained URLs, globs) goes through 
 """
 from __future__ import annotations
 
+import functools
 import posixpath
 import shutil
 from typing import Any, Iterable
@@ -31,15 +32,17 @@ def filesystem(path: str):
     return _fsspec_filesystem(path)
 
 
-_CONFIGURED: list[bool] = []
+@functools.cache
+def _configure_storage() -> None:
+    """Once per process, before its first fsspec filesystem: bounded, logged retries of transient
+    object-store faults (datakit/io/storage.py)."""
+    storage.configure()
 
 
 def _fsspec_filesystem(path: str):
     from fsspec.core import url_to_fs
 
-    if not _CONFIGURED:
-        storage.configure()  # bounded, logged retries of transient object-store faults (datakit/io/storage.py)
-        _CONFIGURED.append(True)
+    _configure_storage()
     return url_to_fs(path)
 
 
@@ -106,7 +109,7 @@ def open_file(url: str, mode: str = "rb"):
         return LOCAL.open(strip_local(url), mode)
     import fsspec
 
-    _fsspec_filesystem(url)  # the retry policy first
+    _configure_storage()
     return fsspec.open(url, mode).open()
 
 

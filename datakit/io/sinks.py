@@ -83,7 +83,7 @@ def group_hashes(columns: list[pa.Array | pa.ChunkedArray], nulls_by_position: b
     h = xxhash.xxh64_intdigest
     with np.errstate(over="ignore"):
         for col in columns:
-            arr = pa.chunked_array([col]).combine_chunks() if not isinstance(col, pa.ChunkedArray) else col.combine_chunks()
+            arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
             t = arr.type
             if pa.types.is_integer(t) or pa.types.is_boolean(t):
                 # as uint64 modulo 2**64: -1 is the same value whether it came as int32 or int64

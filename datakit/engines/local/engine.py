@@ -51,9 +51,9 @@ if TYPE_CHECKING:  # polars is imported by the first barrier: a plan of row-loca
     import polars as pl
 
 
-def _bucket_files(results: list[dict[str, Any]], bucket: int) -> list[str]:
-    """The files of one bucket that a shuffle's tasks wrote (a task with no row for it wrote none)."""
-    return [r["shard_files"][str(bucket)] for r in results if str(bucket) in r["shard_files"]]
+def _bucket_files(results: list[dict[str, Any]], buckets: int) -> list[list[str]]:
+    """Per bucket, the files a shuffle's tasks wrote for it (a task with no row for a bucket wrote none)."""
+    return [[r["shard_files"][str(b)] for r in results if str(b) in r["shard_files"]] for b in range(buckets)]
 
 
 class LocalEngine(Engine):
@@ -394,18 +394,18 @@ class LocalEngine(Engine):
         right_cols = [r for o, r in node.right_columns().items() if o in out_names]
         needs = {"left": list(dict.fromkeys([*node.left_on, *(c for c in node.left.schema.names if c in out_names)])),
                  "right": list(dict.fromkeys([*node.right_on, *right_cols]))}
-        base = self._bucket_folder(node)
+        seg, base = self._bucket_folder(node)
         left_schema, left_tasks = self._shuffle_tasks(node.left, needs["left"], f"{base}/left", buckets, "join",
                                                       tuple(node.left_on))
         right_schema, right_tasks = self._shuffle_tasks(node.right, needs["right"], f"{base}/right", buckets, "join",
                                                         tuple(node.right_on))
         results = self._map(run_chain, left_tasks + right_tasks,  # both sides' tasks in one go
-                            f"{base.rsplit('/', 1)[-1]}: {node.describe()}: {buckets} buckets")
-        left_res, right_res = results[:len(left_tasks)], results[len(left_tasks):]
+                            f"{seg}: {node.describe()}: {buckets} buckets")
+        left = _bucket_files(results[:len(left_tasks)], buckets)
+        right = _bucket_files(results[len(left_tasks):], buckets)
         stub = partitioned_join.stub_join(node, left_schema, right_schema)
-        jobs = [(stub, _bucket_files(left_res, b), _bucket_files(right_res, b), f"{base}/part-{b:05d}.parquet", keep)
-                for b in range(buckets) if _bucket_files(left_res, b)]
-        outs = self._map(partitioned_join.join_bucket, jobs, f"{base.rsplit('/', 1)[-1]}: join", label=node.stage)
+        jobs = [(stub, left[b], right[b], f"{base}/part-{b:05d}.parquet", keep) for b in range(buckets) if left[b]]
+        outs = self._map(partitioned_join.join_bucket, jobs, f"{seg}: join", label=node.stage)
         return self._bucket_parts(node, keep, base, outs, ("left", "right"))
 
     def _partitioned_aggregate(self, node: Aggregate, keep: list[str] | None, buckets: int) -> list[Partition]:
@@ -413,22 +413,21 @@ class LocalEngine(Engine):
         (`sinks.group_hashes`, null keys together; only the keys and the aggregated columns), then one
         task per bucket (`partitioned_join.aggregate_bucket`)."""
         needs = list(dict.fromkeys([*node.keys, *(col for _, col in node.aggs.values())]))
-        base = self._bucket_folder(node)
+        seg, base = self._bucket_folder(node)
         schema, tasks = self._shuffle_tasks(node.input, needs, f"{base}/in", buckets, "group", tuple(node.keys))
-        res = self._map(run_chain, tasks, f"{base.rsplit('/', 1)[-1]}: {node.describe()}: {buckets} buckets")
+        files = _bucket_files(self._map(run_chain, tasks, f"{seg}: {node.describe()}: {buckets} buckets"), buckets)
         stub = partitioned_join.stub_aggregate(node, schema)
-        jobs = [(stub, _bucket_files(res, b), f"{base}/part-{b:05d}.parquet", keep)
-                for b in range(buckets) if _bucket_files(res, b)]
-        outs = self._map(partitioned_join.aggregate_bucket, jobs, f"{base.rsplit('/', 1)[-1]}: aggregate",
-                         label=node.stage)
+        jobs = [(stub, files[b], f"{base}/part-{b:05d}.parquet", keep) for b in range(buckets) if files[b]]
+        outs = self._map(partitioned_join.aggregate_bucket, jobs, f"{seg}: aggregate", label=node.stage)
         return self._bucket_parts(node, keep, base, outs, ("in",))
 
-    def _bucket_folder(self, node: Node) -> str:
-        """A bucketed barrier's folder, emptied: its shuffle is never resumed (see partitioned_join.py)."""
-        base = f"{self._work}/n{self._index[node.id]:03d}"
+    def _bucket_folder(self, node: Node) -> tuple[str, str]:
+        """A bucketed barrier's name and folder, emptied: its shuffle is never resumed (see partitioned_join.py)."""
+        seg = f"n{self._index[node.id]:03d}"
+        base = f"{self._work}/{seg}"
         if os.path.isdir(base):
             shutil.rmtree(base)
-        return base
+        return seg, base
 
     def _shuffle_tasks(self, child: Node, columns: list[str], out_dir: str, buckets: int, shard_by: str,
                        keys: tuple[str, ...]) -> tuple[pa.Schema, list[ChainTask]]:
@@ -440,7 +439,7 @@ class LocalEngine(Engine):
                             for c in columns])
         os.makedirs(out_dir, exist_ok=True)
         return schema, [ChainTask(dataclasses.replace(p, schema=schema, columns=tuple(columns)), [], out_dir,
-                                  f"part-{i:05d}", [], shards=buckets, shard_key=keys[0], aux_dir=self._aux,
+                                  f"part-{i:05d}", [], shards=buckets, aux_dir=self._aux,
                                   shard_by=shard_by, run_token=self._token, scratch=self._work,
                                   group_keys=keys)  # not durable: never resumed (partitioned_join.py)
                         for i, p in enumerate(parts)]
