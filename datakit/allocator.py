@@ -89,6 +89,16 @@ def worker_env() -> dict[str, str]:
     return {"LD_PRELOAD": lib, **{k: v for k, v in _MIMALLOC_OPTIONS.items() if k not in os.environ}}
 
 
+def runs_like_workers() -> bool:
+    """Whether this process runs with the allocator a pool worker would be started with: the
+    `datakit` command restarted with it, a user's own LD_PRELOAD (workers keep it too), or
+    DATAKIT_ALLOCATOR=system. Work moved from the pool into this process then costs what it did there."""
+    added = worker_env()
+    if not added:
+        return True
+    return added["LD_PRELOAD"] in _preloaded()
+
+
 def forget_added(mark: str) -> bool:
     """In a process started with `worker_env()`'s variables and `mark` naming them (comma-separated):
     note the allocator in use (`in_use`, while LD_PRELOAD still names what was loaded), then take
@@ -158,4 +168,5 @@ def release_free() -> None:
         collect(True)
 
 
-__all__ = ["AllocatorError", "ENV_VAR", "choice", "in_use", "mimalloc_library", "release_free", "worker_env"]
+__all__ = ["AllocatorError", "ENV_VAR", "choice", "in_use", "mimalloc_library", "release_free", "runs_like_workers",
+           "worker_env"]

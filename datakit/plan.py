@@ -109,6 +109,11 @@ class MapBatches(_OneInput):
     # the Spark engine then ships a side branch's few columns to Python, not whole events; the local
     # engine reads just these from a materialized node's spill (input files are read whole).
     reads: tuple[str, ...] | None = None
+    # where `fn` does its work, for the local engine's choice of processes (`scheduler.workers_for`);
+    # never changes output. "python": on the calling thread (more cores need more processes);
+    # "native": in a native thread pool that already spans the process's cores (the tokenizer's rayon
+    # pool), so more processes only add their start-up; "light": too little to weigh (a profile counter).
+    threads: Literal["python", "native", "light"] = "python"
 
     def describe(self) -> str:
         extra = ", quarantine" if self.quarantine else ""
@@ -336,12 +341,13 @@ class Rel:
         drop_log_key: str | None = None,
         drop_state: bool = False,
         reads: tuple[str, ...] | None = None,
+        threads: Literal["python", "native", "light"] = "python",
     ) -> "Rel":
         return self._wrap(
             MapBatches(
                 stage=self.stage, schema=schema, input=self.node, fn=fn, name=name,
                 quarantine=quarantine, drop_log_key=drop_log_key, drop_state=drop_state,
-                reads=tuple(reads) if reads is not None else None,
+                reads=tuple(reads) if reads is not None else None, threads=threads,
             )
         )
 

@@ -22,6 +22,7 @@ PROBE = ("import json, os, sys; from datakit import allocator, launch; "
          "launch.restart_with_worker_allocator(sys.argv[1:]); "
          "maps = open('/proc/self/maps').read(); "
          "print(json.dumps({'mapped': 'libmimalloc' in maps, 'in_use': allocator.in_use(), "
+         "'like_workers': allocator.runs_like_workers(), "
          "'env': {k: os.environ.get(k) for k in ('LD_PRELOAD', 'MIMALLOC_ALLOW_THP', launch.RESTARTED)}}))")
 
 
@@ -49,6 +50,7 @@ def test_a_local_run_restarts_with_mimalloc_and_leaves_the_environment_as_it_was
     restart added left for what the run starts (a Spark JVM, a tool a stage calls)."""
     seen = _probe(["run", "p.yaml"])
     assert seen["mapped"] and seen["in_use"].startswith("mimalloc 3.")
+    assert seen["like_workers"]  # work kept in this process costs what it would in a worker
     assert seen["env"] == {"LD_PRELOAD": None, "MIMALLOC_ALLOW_THP": None, launch.RESTARTED: None}
 
 
@@ -56,13 +58,14 @@ def test_a_local_run_restarts_with_mimalloc_and_leaves_the_environment_as_it_was
 def test_no_restart_when_not_asked_for_or_the_user_chose(tmp_path):
     for args in (["run", "p.yaml", "--engine", "spark"], ["inspect", "out"]):
         seen = _probe(args)
-        assert not seen["mapped"] and seen["in_use"] == "system"
+        assert not seen["mapped"] and seen["in_use"] == "system" and not seen["like_workers"]
         assert seen["env"] == {"LD_PRELOAD": None, "MIMALLOC_ALLOW_THP": None, launch.RESTARTED: None}
-    assert not _probe(["run", "p.yaml"], DATAKIT_ALLOCATOR="system")["mapped"]
+    system = _probe(["run", "p.yaml"], DATAKIT_ALLOCATOR="system")
+    assert not system["mapped"] and system["like_workers"]  # workers would keep the system's malloc too
     theirs = tmp_path / "libmimalloc.so"  # a user's own preload: kept whole, nothing added, no restart
     theirs.symlink_to(allocator.mimalloc_library())
     seen = _probe(["run", "p.yaml"], LD_PRELOAD=str(theirs))
-    assert seen["in_use"] == "libmimalloc.so"
+    assert seen["in_use"] == "libmimalloc.so" and seen["like_workers"]
     assert seen["env"] == {"LD_PRELOAD": str(theirs), "MIMALLOC_ALLOW_THP": None, launch.RESTARTED: None}
 
 

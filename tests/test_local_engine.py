@@ -174,6 +174,41 @@ def test_small_input_runs_in_process_unless_workers_are_given(tmp_path, monkeypa
         == output_checksums(str(tmp_path / "c"))
 
 
+def test_a_natively_threaded_plan_runs_in_one_process_per_four_cores(tmp_path, monkeypatch):
+    """A plan whose only work is the tokenizer's (its own threads span a process's cores) gets one
+    process per NATIVE_CORES_PER_PROCESS cores, this one when that is all, and only if this process
+    has the workers' allocator; any other stage keeps a process per core. Same bytes either way."""
+    import pyarrow.parquet as pq
+
+    from datakit import allocator
+    from datakit.engines.local import LocalEngine, scheduler
+    from tests.stages.test_tokenize import TOKENIZER, code_records, table
+
+    pq.write_table(table(code_records(40)), tmp_path / "in.parquet")
+
+    def pipeline(out: str, *stages: dict) -> Pipeline:
+        p = Pipeline("t").input(str(tmp_path / "in.parquet"), format="parquet", schema="training_record.v1")
+        for stage in stages:
+            p = p.add(stage)
+        return p.output(str(tmp_path / out), format="packed", shards=2)
+
+    tokenize = {"kind": "tokenize", "tokenizer": TOKENIZER, "seq_len": 256}
+    plan = pipeline("a", tokenize).compile()
+    monkeypatch.setattr(scheduler, "SMALL_INPUT_BYTES", 0)  # not the small-input rule
+    monkeypatch.setattr(allocator, "runs_like_workers", lambda: True)
+    assert [scheduler.workers_for(plan, n) for n in (1, 2, 4, 7, 8, 16)] == [1, 1, 1, 1, 2, 4]
+    assert scheduler.workers_for(pipeline("b", {"kind": "dedup"}, tokenize).compile(), 2) == 2
+    auto = LocalEngine()
+    auto.execute(plan)
+    assert auto.workers == 1
+    pool = LocalEngine(workers=2)
+    pool.execute(pipeline("b", tokenize).compile())
+    assert output_checksums(str(tmp_path / "a")) == output_checksums(str(tmp_path / "b"))
+    # without the workers' allocator here (a notebook's interpreter malloc), the pool is cheaper
+    monkeypatch.setattr(allocator, "runs_like_workers", lambda: False)
+    assert [scheduler.workers_for(plan, n) for n in (2, 4, 8)] == [2, 4, 2]
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_rerun_after_the_input_changed_does_not_reuse_the_old_broadcast_side(tmp_path, workers):
     """Found in review: the broadcast side (ingest's repeated event ids) was cached by file path, and a

@@ -9,7 +9,7 @@ from typing import Any, Callable, NamedTuple
 
 from datakit import progress, watchdog
 from datakit.io import storage
-from datakit.plan import Plan, Source
+from datakit.plan import MapBatches, Plan, Source
 
 log = logging.getLogger("datakit.engine.local")
 
@@ -40,8 +40,43 @@ def _input_bytes(plan: Plan) -> int | None:
     return total
 
 
+# Cores one process of a natively threaded plan (`_natively_threaded`) keeps busy. Why 4: the tokenizer
+# encodes on all of a process's cores, but reading the input, turning ids into arrays, packing and
+# writing run on one thread: 0.7 s beside 6.9 CPU-s of encoding (32 MB of whole files, in-process
+# profile, 2 cores). One process with T threads then takes about 0.7 + 6.9/T s; P processes of
+# T = cores/P threads take 1/P of that plus ~0.25 CPU-s of start-up (imports, tokenizer load) each.
+# On 4 cores both come to ~2.4 s, so up to 4 cores one process is as fast in wall time and cheaper in
+# CPU. Measured on 2 cores through `datakit run` (4 alternated runs, CPU of the process tree):
+# in-process 7.83 vs pool 8.19 CPU-s (whole files), 6.26 vs 6.69 (documents <= 2,000 characters);
+# wall 4.56-4.60 vs 4.39-4.54 s. Beyond 4 cores the estimate, not a measurement, sets the split.
+NATIVE_CORES_PER_PROCESS = 4
+
+
+def _natively_threaded(plan: Plan) -> bool:
+    """Whether all of the plan's work runs in native thread pools that span a process's cores: maps
+    marked `threads="native"` (at least one) or "light", and nothing else but its input (no join,
+    group-by or Python-threaded map, which need processes to use more than one core)."""
+    nodes = [n for n in plan.nodes() if not isinstance(n, Source)]
+    return (any(isinstance(n, MapBatches) and n.threads == "native" for n in nodes)
+            and all(isinstance(n, MapBatches) and n.threads in ("native", "light") for n in nodes))
+
+
 def workers_for(plan: Plan, workers: int) -> int:
-    """Worker count when none was given: `workers` (all cores), or 1 for a small local input."""
+    """Worker count when none was given: `workers` (all cores), fewer for a natively threaded plan
+    (one process per NATIVE_CORES_PER_PROCESS cores, each with its share of the threads), or 1 for a
+    small local input.
+
+    One process of a natively threaded plan is this one, which must then run with the allocator the
+    workers would get (the `datakit` command restarts with it, `datakit/launch.py`): the tokenizer
+    costs 20-25% more CPU under glibc's malloc (`datakit/allocator.py`), more than the pool's start-up."""
+    if workers > 1 and _natively_threaded(plan):
+        from datakit import allocator
+
+        fewer = max(1, workers // NATIVE_CORES_PER_PROCESS)
+        if fewer > 1 or allocator.runs_like_workers():
+            log.info("natively threaded plan: %s (each process's native threads span its share of the cores)",
+                     "running in-process" if fewer == 1 else f"{fewer} worker processes")
+            workers = fewer
     if workers > 1:
         size = _input_bytes(plan)
         if size is not None and size < SMALL_INPUT_BYTES // (workers - 1):

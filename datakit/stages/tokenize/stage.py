@@ -124,4 +124,5 @@ class TokenizeConfig(StageConfig):
             ctx.sink_key, ctx.sink_sort_key = GROUP, "doc_id"
             return compile_repository(rel, RepoEncodeFn(tok.name, self.overrides(tok.name), self.chat_roles, opts, tok.sha256))
         fn = EncodeFn(tok.name, dict(self.special_tokens), self.chat_roles, opts, tok.sha256)
-        return rel.map_batches(fn, ENCODED_SCHEMA, name="tokenize", drop_log_key="doc_id")
+        # the tokenizer encodes each batch on its own thread pool across the process's cores
+        return rel.map_batches(fn, ENCODED_SCHEMA, name="tokenize", drop_log_key="doc_id", threads="native")
