@@ -193,8 +193,10 @@ def cli_vs_bare(mb: float, doc_chars: int, tokenizer: str, batch: int, runs: int
     measured by `_proc.run_measured` (waited children plus the sampled /proc tree: datatrove's pool
     workers hang off a forkserver that getrusage alone would not count).
 
-    Allocator: datakit's pool workers run with mimalloc interposed (datakit/allocator.py), which
-    alone takes 20-25% off the tokenizer's CPU. "bare" is the reference as users run it (the
+    Allocator: the `datakit` command (restarted with it, datakit/launch.py) and its pool workers run
+    with mimalloc interposed (datakit/allocator.py), which alone takes 20-25% off the tokenizer's
+    CPU; a tokenize-only run uses one process per 4 cores (`scheduler.workers_for`), so on up to
+    4 cores it is the command's own. "bare" is the reference as users run it (the
     interpreter's malloc); "bare_alloc" is the same bare process started as the workers are
     (`workers.start_env()`: the allocator and its options, BLAS threads; only where the allocator
     is interposed), the strict like for like
@@ -204,8 +206,9 @@ def cli_vs_bare(mb: float, doc_chars: int, tokenizer: str, batch: int, runs: int
     datatrove like for like: the same texts as JSON Lines (`text` field; one file per Parquet file),
     the same tokenizer.json by local path, EOS `<|endoftext|>` after every document (as ours appends;
     no BOS on either side: the tokenizer has no post-processor), the same number of processes as
-    `datakit run` uses by default (one per usable core), one task per input file, and each process
-    with the RAYON_NUM_THREADS a datakit worker gets (inherited, else cores // workers). Its
+    `datakit run` used (its `_run.json`, read after its warm-up), one task per input file, and each
+    process with the same share of the cores as tokenizer threads (inherited, else cores //
+    processes). Its
     defaults otherwise: documents shuffled within each output file (ours packs best_fit, which
     also reorders), uint16 token files with a document index. Its batch size = --batch.
 
@@ -255,15 +258,21 @@ def cli_vs_bare(mb: float, doc_chars: int, tokenizer: str, batch: int, runs: int
         envs = {"ours": env, "bare": env}
         if interposed:
             cmds["bare_alloc"], envs["bare_alloc"] = cmds["bare"], {**env, **worker_start}
-        if datatrove:
-            from benchmarks._datatrove import datatrove_python
-            from datakit.workers import usable_cpus, worker_threads
+        layout: dict = {}
 
-            workers = usable_cpus()  # `datakit run`'s default pool size
-            threads = os.environ.get("RAYON_NUM_THREADS") or str(worker_threads(workers))
+        def like_ours() -> None:
+            """datatrove's command, with as many processes as `datakit run` used (read from its `_run.json`
+            after ours' warm-up: a pool's workers, else 1, the command's own) and each process's share of
+            the cores as its tokenizer threads (RAYON_NUM_THREADS as inherited, else cores // processes)."""
+            from benchmarks._datatrove import datatrove_python
+            from datakit.workers import usable_cpus
+
+            workers = layout["processes"]
+            threads = os.environ.get("RAYON_NUM_THREADS") or str(max(1, usable_cpus() // workers))
             cmds["datatrove"] = [str(datatrove_python()), "-c", DATATROVE_TOKENIZE_JOB, f"{d}/jsonl", f"{d}/dt",
                                  tokenizer, str(n), str(workers), str(batch)]
             envs["datatrove"] = {**os.environ, "RAYON_NUM_THREADS": threads}
+            layout["datatrove"] = {"workers": workers, "tasks": n, "RAYON_NUM_THREADS": threads}
 
         def one(side: str) -> dict:
             import shutil
@@ -276,12 +285,18 @@ def cli_vs_bare(mb: float, doc_chars: int, tokenizer: str, batch: int, runs: int
             if side == "ours":
                 tokens = int(json.loads(Path(f"{d}/out/manifest.json").read_text())["totals"]["tokens"])
                 docs = len(texts)
+                pool = json.loads(Path(f"{d}/out/_run.json").read_text())["timing"].get("workers")
+                layout["processes"] = pool["processes"] if pool else 1
+                layout["ours"] = (f"{pool['processes']} pool workers beside the command's process" if pool
+                                  else "in the command's own process")
             else:
                 last = json.loads(out.stdout.strip().splitlines()[-1])
                 tokens, docs = last["tokens"], last["docs"]
             return {"cpu": m["cpu_seconds"], "wall": m["wall_seconds"], "tokens": tokens, "docs": docs}
 
         for side in sides:  # warm-up: page cache, numba/jit caches
+            if side == "datatrove":
+                like_ours()  # after ours' warm-up, which says how many processes `datakit run` used
             one(side)
         for _ in range(runs):
             for side in sides:
@@ -296,8 +311,9 @@ def cli_vs_bare(mb: float, doc_chars: int, tokenizer: str, batch: int, runs: int
     out["worker_allocator"] = (f"mimalloc {metadata.version('cmeel-mimalloc')} (LD_PRELOAD)" if interposed
                                else "the interpreter's malloc")
     out["worker_start_env"] = {k: v for k, v in worker_start.items() if k != "LD_PRELOAD"}
+    out["ours_layout"] = layout["ours"]
     if datatrove:
-        out["datatrove_setup"] = {"workers": workers, "tasks": n, "RAYON_NUM_THREADS": threads}
+        out["datatrove_setup"] = layout["datatrove"]
     return out
 
 
@@ -381,8 +397,9 @@ def bare_row(a: argparse.Namespace, r: dict, label: str, side: str, title: str, 
 def steady_state_row(a: argparse.Namespace, by_size: dict[float, dict]) -> dict:
     """The whole-files comparison at `--steady-mb`, and ours' extra CPU split into fixed and per-token parts.
 
-    Why: ours is three processes (the driver and two pool workers: interpreter start, imports,
-    pool start-up), bare is one. That start-up is paid once per run, whatever the input size, so
+    Why: ours starts the `datakit` command (interpreter, restart with the workers' allocator, CLI
+    imports, plan, commit) and any pool workers, bare only its script. That start-up is paid once
+    per run, whatever the input size, so
     the ratio at one small size mixes it with the per-token cost a long run pays. Two sizes,
     same machine, same sitting: ours - reference = fixed + k * reference, solved for fixed (CPU-s)
     and k (extra CPU per CPU-s of the reference's work).
@@ -403,7 +420,7 @@ def steady_state_row(a: argparse.Namespace, by_size: dict[float, dict]) -> dict:
         note = (f"; ours' extra CPU over both sizes ({a.mb} and {a.steady_mb} MB, this sitting): {fixed:.2f} s "
                 f"per run + {100 * k:.1f}% per token")
     allocators = (f"both with {r['worker_allocator']} and " + " ".join(f"{k}={v}" for k, v in r["worker_start_env"].items())
-                  if side == "bare_alloc" else f"ours' pool workers with {r['worker_allocator']}")
+                  if side == "bare_alloc" else f"ours ({r['ours_layout']}) with {r['worker_allocator']}")
     return bare_row(a, r, f"whole files, {a.steady_mb:g} MB", side, " with the same allocator" if side == "bare_alloc" else "",
                     "tokenizers encode_batch_fast, whole process" + (" started like datakit's workers"
                                                                      if side == "bare_alloc" else ""),
@@ -422,9 +439,10 @@ def datatrove_rows(a: argparse.Namespace, r: dict, label: str, load0: tuple[floa
             f"tokens ({dt['docs']} docs)" + ("" if ours["tokens"] == dt["tokens"] else
                                             f", DIFFERENT by {ours['tokens'] - dt['tokens']}")
             + "; ours packs best_fit into 2048-token rows + writes Parquet/.npy, datatrove shuffles documents "
-            f"within each token file; ours' pool workers with {r['worker_allocator']}, datatrove's with the "
+            f"within each token file; ours ({r['ours_layout']}) with {r['worker_allocator']}, datatrove's with the "
             "interpreter's malloc")
-    cond = (f"{a.mb} MB, {r['docs']} docs, whole fresh processes, {setup['workers']} processes each (datatrove "
+    cond = (f"{a.mb} MB, {r['docs']} docs, whole fresh processes, {setup['workers']} "
+            f"process{'es' if setup['workers'] > 1 else ''} each (datatrove "
             f"LocalPipelineExecutor workers={setup['workers']}, tasks={setup['tasks']} = input files), "
             f"RAYON_NUM_THREADS={setup['RAYON_NUM_THREADS']} per process on both sides, median of {a.runs} "
             f"alternated runs after 1 warm-up")
@@ -491,7 +509,7 @@ def main() -> None:
               f"wall {ours['wall_seconds']:.1f}s) | bare {bare['cpu_seconds']:.2f} CPU s ({bare['tokens']} tokens, "
               f"wall {bare['wall_seconds']:.1f}s) | threads {r['threads']}")
         rows.append(bare_row(a, r, label, "bare", "", "tokenizers encode_batch_fast, whole process",
-                             f"ours' pool workers with {r['worker_allocator']}, bare with the interpreter's malloc"))
+                             f"ours ({r['ours_layout']}) with {r['worker_allocator']}, bare with the interpreter's malloc"))
         if "bare_alloc" in r:
             ba = r["bare_alloc"]
             print(f"{label:>18}: bare with the workers' allocator {ba['cpu_seconds']:.2f} CPU s "

@@ -1,6 +1,7 @@
 """Tokenizer loading and per-kind encoding: layouts, FIM sentinels, loss masks, drops."""
 from __future__ import annotations
 
+import json
 import sysconfig
 from pathlib import Path
 
@@ -81,12 +82,34 @@ def test_special_tokens_from_tokenizer_and_added(tok):
     # chat markers are missing from it, so they are added (ids after the base vocab)
     assert sorted(tok.added) == sorted(["<|system|>", "<|user|>", "<|assistant|>", "<|tool|>", "<|end|>"])
     assert all(tok.special[r] >= 4096 for r in ("system", "user", "assistant", "tool", "end_turn"))
-    # deterministic: a second load has the same ids and hash; a different addition changes the hash
+    # deterministic: a second load (parsed again, not this process's cached one) has the same ids and hash;
+    # a different addition changes the hash
+    from datakit.stages.tokenize import tokenizers as loading
+
+    loading._LOADED.clear()
     again = load_tokenizer(TOKENIZER)
-    assert again.special == tok.special and again.sha256 == tok.sha256
+    assert again is not tok and again.special == tok.special and again.sha256 == tok.sha256
     other = load_tokenizer(TOKENIZER, {"bos": "<s>"})
     assert other.sha256 != tok.sha256 and "<s>" in other.added
     assert load_tokenizer(TOKENIZER, roles=False).added == []
+
+
+def test_a_process_parses_a_tokenizer_once_until_its_file_changes(tmp_path):
+    """Loads in one process share the parsed tokenizer (compile, encoding and the output's metadata each
+    load it), keyed on the file's bytes: an edited file is parsed again, with its own hash."""
+    import shutil
+
+    path = tmp_path / "tokenizer.json"
+    shutil.copy(TOKENIZER, path)
+    first = load_tokenizer(str(path))
+    assert load_tokenizer(str(path)) is first
+    assert load_tokenizer(str(path), roles=False) is not first  # what is added is part of the key
+    assert load_tokenizer(str(path), {"bos": "<s>"}) is not first
+    edited = json.loads(path.read_text())
+    edited["added_tokens"] = [t for t in edited["added_tokens"] if t["content"] != "<fim_suffix>"]
+    path.write_text(json.dumps(edited))
+    changed = load_tokenizer(str(path))
+    assert changed is not first and changed.sha256 != first.sha256 and changed.source_sha256 != first.source_sha256
 
 
 def test_tokenizer_errors_are_clear(tmp_path):

@@ -19,6 +19,8 @@ import hashlib
 import json
 import os
 import re
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -186,11 +188,14 @@ class LoadedTokenizer:
         """
         if self.backend != "hf":
             return None
-        self.impl.encode_special_tokens = False
-        try:
-            return self.impl.to_str()
-        finally:
-            self.impl.encode_special_tokens = True
+        # the loaded tokenizer is shared within the process (`_LOADED`): the flag is flipped back before
+        # anyone else writes it; datakit never encodes in one thread while another writes the metadata
+        with _LOADED_LOCK:
+            self.impl.encode_special_tokens = False
+            try:
+                return self.impl.to_str()
+            finally:
+                self.impl.encode_special_tokens = True
 
 
 def _sha256(data: bytes) -> str:
@@ -279,6 +284,33 @@ def load_tokenizer(name: str, overrides: dict[str, str] | None = None, roles: bo
                 "Hugging Face Hub model id such as Org/Name, or a built-in datakit:NAME)"
             )
         raw = path.read_bytes()
+    key = (name, _sha256(raw), tuple(sorted(overrides.items())), roles)
+    with _LOADED_LOCK:
+        if key in _LOADED:
+            _LOADED.move_to_end(key)
+            return _LOADED[key]
+    loaded = _load_hf(name, raw, overrides, roles)
+    with _LOADED_LOCK:
+        _LOADED[key] = loaded
+        while len(_LOADED) > _LOADED_MAX:
+            _LOADED.popitem(last=False)
+    return loaded
+
+
+# Tokenizers this process loaded, by (name, sha256 of the file's bytes, overrides, roles): everything
+# the result depends on, the file's bytes included (read again on every call), so a changed file is
+# loaded again and the callers' sha256 checks still see the change. Why: one run loads the same
+# tokenizer at compile, in each process that encodes and for the output's metadata, and in one
+# process (a tokenize-only run on up to 4 cores, `scheduler.workers_for`) that was three parses:
+# 0.145 CPU-s each for a 56k-token BPE (4 MB tokenizer.json), more for 150k-token vocabularies.
+# A LoadedTokenizer is never changed after loading (`to_json` restores the one flag it flips).
+_LOADED: "OrderedDict[tuple, LoadedTokenizer]" = OrderedDict()
+_LOADED_LOCK = threading.Lock()
+_LOADED_MAX = 4
+
+
+def _load_hf(name: str, raw: bytes, overrides: dict[str, str], roles: bool) -> LoadedTokenizer:
+    """`load_tokenizer`'s work for a tokenizer.json's bytes: parse, add the missing special tokens, hash."""
     try:
         from tokenizers import AddedToken, Tokenizer
     except ImportError:  # pragma: no cover - tokenizers is a core dependency
