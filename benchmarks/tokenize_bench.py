@@ -195,8 +195,8 @@ def cli_vs_bare(mb: float, doc_chars: int, tokenizer: str, batch: int, runs: int
 
     Allocator: the `datakit` command (restarted with it, datakit/launch.py) and its pool workers run
     with mimalloc interposed (datakit/allocator.py), which alone takes 20-25% off the tokenizer's
-    CPU; a tokenize-only run uses one process per 4 cores (`scheduler.workers_for`), so on up to
-    4 cores it is the command's own. "bare" is the reference as users run it (the
+    CPU; a tokenize-only run on a small input (`scheduler.NATIVE_SMALL_INPUT_BYTES`) runs in the
+    command's own process, a larger one on the pool. "bare" is the reference as users run it (the
     interpreter's malloc); "bare_alloc" is the same bare process started as the workers are
     (`workers.start_env()`: the allocator and its options, BLAS threads; only where the allocator
     is interposed), the strict like for like
@@ -411,7 +411,11 @@ def steady_state_row(a: argparse.Namespace, by_size: dict[float, dict]) -> dict:
           f"(median of {a.steady_runs})")
     note = ""
     small = by_size.get(a.mb)
-    if small is not None and side in small:
+    if small is not None and side in small and small.get("ours_layout") != r.get("ours_layout"):
+        print(f"{'':>18}  no per-run/per-token split: ours ran {small.get('ours_layout')} at {a.mb} MB and "
+              f"{r.get('ours_layout')} at {a.steady_mb} MB")
+        note = f"; ours ran {r.get('ours_layout')} here, {small.get('ours_layout')} at {a.mb} MB"
+    elif small is not None and side in small:
         o1, r1 = small["ours"]["cpu_seconds"], small[side]["cpu_seconds"]
         k = ((ours - ref) - (o1 - r1)) / (ref - r1) if ref != r1 else float("nan")
         fixed = (o1 - r1) - k * r1

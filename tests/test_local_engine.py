@@ -174,10 +174,11 @@ def test_small_input_runs_in_process_unless_workers_are_given(tmp_path, monkeypa
         == output_checksums(str(tmp_path / "c"))
 
 
-def test_a_natively_threaded_plan_runs_in_one_process_per_four_cores(tmp_path, monkeypatch):
-    """A plan whose only work is the tokenizer's (its own threads span a process's cores) gets one
-    process per NATIVE_CORES_PER_PROCESS cores, this one when that is all, and only if this process
-    has the workers' allocator; any other stage keeps a process per core. Same bytes either way."""
+def test_a_natively_threaded_plan_runs_in_process_up_to_a_larger_input(tmp_path, monkeypatch):
+    """A plan whose only work is the tokenizer's (its own threads span the process's cores) runs in this
+    process below NATIVE_SMALL_INPUT_BYTES, where the small-input rule of other plans would already
+    use the pool, and only if this process has the workers' allocator; with any other stage, or above
+    the threshold, the pool. Same bytes either way."""
     import pyarrow.parquet as pq
 
     from datakit import allocator
@@ -194,19 +195,24 @@ def test_a_natively_threaded_plan_runs_in_one_process_per_four_cores(tmp_path, m
 
     tokenize = {"kind": "tokenize", "tokenizer": TOKENIZER, "seq_len": 256}
     plan = pipeline("a", tokenize).compile()
-    monkeypatch.setattr(scheduler, "SMALL_INPUT_BYTES", 0)  # not the small-input rule
+    monkeypatch.setattr(scheduler, "SMALL_INPUT_BYTES", 0)  # not small for other plans
     monkeypatch.setattr(allocator, "runs_like_workers", lambda: True)
-    assert [scheduler.workers_for(plan, n) for n in (1, 2, 4, 7, 8, 16)] == [1, 1, 1, 1, 2, 4]
+    assert [scheduler.workers_for(plan, n) for n in (1, 2, 4)] == [1, 1, 1]
     assert scheduler.workers_for(pipeline("b", {"kind": "dedup"}, tokenize).compile(), 2) == 2
     auto = LocalEngine()
     auto.execute(plan)
     assert auto.workers == 1
-    pool = LocalEngine(workers=2)
-    pool.execute(pipeline("b", tokenize).compile())
+    LocalEngine(workers=2).execute(pipeline("b", tokenize).compile())
     assert output_checksums(str(tmp_path / "a")) == output_checksums(str(tmp_path / "b"))
     # without the workers' allocator here (a notebook's interpreter malloc), the pool is cheaper
     monkeypatch.setattr(allocator, "runs_like_workers", lambda: False)
-    assert [scheduler.workers_for(plan, n) for n in (2, 4, 8)] == [2, 4, 2]
+    assert scheduler.workers_for(plan, 2) == 2
+    monkeypatch.setattr(allocator, "runs_like_workers", lambda: True)
+    size = scheduler._input_bytes(plan)
+    monkeypatch.setattr(scheduler, "NATIVE_SMALL_INPUT_BYTES", size)  # this input is no longer below it
+    assert scheduler.workers_for(plan, 2) == 2
+    monkeypatch.setattr(scheduler, "NATIVE_SMALL_INPUT_BYTES", 3 * size + 3)  # divided by (workers - 1)
+    assert [scheduler.workers_for(plan, n) for n in (2, 4, 5)] == [1, 1, 5]
 
 
 @pytest.mark.parametrize("workers", [1, 2])

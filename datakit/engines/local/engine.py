@@ -60,9 +60,9 @@ class LocalEngine(Engine):
     """Execute a `Plan` on this machine. `workers=1` runs in-process (handy in notebooks/tests).
 
     `workers=None` (the default): all cores, except for small local inputs
-    (< SMALL_INPUT_BYTES), which run in-process: the pool would cost more than it saves; and a plan
-    whose maps all run on native threads (tokenize-only) gets one process per
-    NATIVE_CORES_PER_PROCESS cores (`scheduler.workers_for`).
+    (< SMALL_INPUT_BYTES, or NATIVE_SMALL_INPUT_BYTES for a plan whose maps all run on native
+    threads, e.g. tokenize-only), which run in-process: the pool would cost more than it saves
+    (`scheduler.workers_for`).
     """
 
     name = "local"

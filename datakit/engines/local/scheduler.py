@@ -40,16 +40,17 @@ def _input_bytes(plan: Plan) -> int | None:
     return total
 
 
-# Cores one process of a natively threaded plan (`_natively_threaded`) keeps busy. Why 4: the tokenizer
-# encodes on all of a process's cores, but reading the input, turning ids into arrays, packing and
-# writing run on one thread: 0.7 s beside 6.9 CPU-s of encoding (32 MB of whole files, in-process
-# profile, 2 cores). One process with T threads then takes about 0.7 + 6.9/T s; P processes of
-# T = cores/P threads take 1/P of that plus ~0.25 CPU-s of start-up (imports, tokenizer load) each.
-# On 4 cores both come to ~2.4 s, so up to 4 cores one process is as fast in wall time and cheaper in
-# CPU. Measured on 2 cores through `datakit run` (4 alternated runs, CPU of the process tree):
-# in-process 7.83 vs pool 8.19 CPU-s (whole files), 6.26 vs 6.69 (documents <= 2,000 characters);
-# wall 4.56-4.60 vs 4.39-4.54 s. Beyond 4 cores the estimate, not a measurement, sets the split.
-NATIVE_CORES_PER_PROCESS = 4
+# Below this much input (counted as for SMALL_INPUT_BYTES) a natively threaded plan (`_natively_threaded`)
+# runs in this process, its tokenizer on every core: the pool's workers only add their start-up
+# (interpreter, imports, tokenizer load), while one process with two tokenizer threads was measured to
+# pay a little more per token than two single-threaded workers (why is not known: the tokenizer's
+# threads idle during the Python steps between encode calls is a guess). Measured on 2 cores through
+# `datakit run`, CPU of the process tree,
+# alternated runs: 32 MB of text (10.5 MB of Parquet, 53 MB counted) in-process 7.83 vs pool 8.19 CPU-s (whole files),
+# 6.26 vs 6.69 (documents <= 2,000 characters); 128 MB of text (210 MB counted)
+# 29.58 vs 29.27. The two-size fits put the crossover near 80 MB of text (~130 MB counted). With more cores the
+# pool pays off sooner, as for SMALL_INPUT_BYTES: the threshold is divided by (workers - 1).
+NATIVE_SMALL_INPUT_BYTES = 128 << 20
 
 
 def _natively_threaded(plan: Plan) -> bool:
@@ -62,26 +63,24 @@ def _natively_threaded(plan: Plan) -> bool:
 
 
 def workers_for(plan: Plan, workers: int) -> int:
-    """Worker count when none was given: `workers` (all cores), fewer for a natively threaded plan
-    (one process per NATIVE_CORES_PER_PROCESS cores, each with its share of the threads), or 1 for a
-    small local input.
+    """Worker count when none was given: `workers` (all cores), or 1 for a small local input
+    (SMALL_INPUT_BYTES; NATIVE_SMALL_INPUT_BYTES for a natively threaded plan).
 
-    One process of a natively threaded plan is this one, which must then run with the allocator the
-    workers would get (the `datakit` command restarts with it, `datakit/launch.py`): the tokenizer
-    costs 20-25% more CPU under glibc's malloc (`datakit/allocator.py`), more than the pool's start-up."""
-    if workers > 1 and _natively_threaded(plan):
-        from datakit import allocator
-
-        fewer = max(1, workers // NATIVE_CORES_PER_PROCESS)
-        if fewer > 1 or allocator.runs_like_workers():
-            log.info("natively threaded plan: %s (each process's native threads span its share of the cores)",
-                     "running in-process" if fewer == 1 else f"{fewer} worker processes")
-            workers = fewer
+    A natively threaded plan runs in this process only if it has the allocator the workers would
+    get (the `datakit` command restarts with it, `datakit/launch.py`): the tokenizer costs 20-25%
+    more CPU under glibc's malloc (`datakit/allocator.py`), more than the pool's start-up."""
     if workers > 1:
         size = _input_bytes(plan)
         if size is not None and size < SMALL_INPUT_BYTES // (workers - 1):
             log.info("small input (%d MB): running in-process (pass workers=N to use a pool)", size >> 20)
             return 1
+        if size is not None and size < NATIVE_SMALL_INPUT_BYTES // (workers - 1) and _natively_threaded(plan):
+            from datakit import allocator
+
+            if allocator.runs_like_workers():
+                log.info("natively threaded plan, %d MB of input: running in-process, its threads on every "
+                         "core (pass workers=N to use a pool)", size >> 20)
+                return 1
     return workers
 
 
