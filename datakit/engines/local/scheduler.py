@@ -40,16 +40,16 @@ def _input_bytes(plan: Plan) -> int | None:
     return total
 
 
-# Below this much input (counted as for SMALL_INPUT_BYTES) a natively threaded plan (`_natively_threaded`)
-# runs in this process, its tokenizer on every core: the pool's workers only add their start-up
-# (interpreter, imports, tokenizer load), while one process with two tokenizer threads was measured to
-# pay a little more per token than two single-threaded workers (why is not known: the tokenizer's
-# threads idle during the Python steps between encode calls is a guess). Measured on 2 cores through
-# `datakit run`, CPU of the process tree,
-# alternated runs: 32 MB of text (10.5 MB of Parquet, 53 MB counted) in-process 7.83 vs pool 8.19 CPU-s (whole files),
-# 6.26 vs 6.69 (documents <= 2,000 characters); 128 MB of text (210 MB counted)
-# 29.58 vs 29.27. The two-size fits put the crossover near 80 MB of text (~130 MB counted). With more cores the
-# pool pays off sooner, as for SMALL_INPUT_BYTES: the threshold is divided by (workers - 1).
+# Below this much input (counted as for SMALL_INPUT_BYTES) a natively threaded plan
+# (`_natively_threaded`) runs in this process, its tokenizer on every core: the pool's workers only add
+# their start-up (interpreter, imports, tokenizer load), while one process with two tokenizer threads
+# was measured to pay a little more per token than two single-threaded workers (why is not known; the
+# tokenizer's threads idling during the Python steps between encode calls is a guess). Measured on
+# 2 cores through `datakit run`, CPU of the process tree, alternated runs: 32 MB of text (10.5 MB of
+# Parquet, 53 MB counted) in-process 7.83 vs pool 8.19 CPU-s (whole files), 6.26 vs 6.69 (documents
+# <= 2,000 characters); 128 MB of text (210 MB counted) 29.58 vs 29.27. The two-size fits put the
+# crossover near 80 MB of text (~130 MB counted). With more cores the pool pays off sooner, as for
+# SMALL_INPUT_BYTES: the threshold is divided by (workers - 1).
 NATIVE_SMALL_INPUT_BYTES = 128 << 20
 
 

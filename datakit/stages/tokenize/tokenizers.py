@@ -301,8 +301,8 @@ def load_tokenizer(name: str, overrides: dict[str, str] | None = None, roles: bo
 # the result depends on, the file's bytes included (read again on every call), so a changed file is
 # loaded again and the callers' sha256 checks still see the change. Why: one run loads the same
 # tokenizer at compile, in each process that encodes and for the output's metadata, and in one
-# process (a tokenize-only run on up to 4 cores, `scheduler.workers_for`) that was three parses:
-# 0.145 CPU-s each for a 56k-token BPE (4 MB tokenizer.json), more for 150k-token vocabularies.
+# process (a small tokenize-only run, `scheduler.workers_for`) that was three parses: 0.145 CPU-s
+# each for a 56k-token BPE (4 MB tokenizer.json).
 # A LoadedTokenizer is never changed after loading (`to_json` restores the one flag it flips).
 _LOADED: "OrderedDict[tuple, LoadedTokenizer]" = OrderedDict()
 _LOADED_LOCK = threading.Lock()
