@@ -276,14 +276,41 @@ def test_a_dropped_overlong_document_leaves_its_neighbours_intact(tok):
         assert got["input_ids"][-1] == tok.eos_id
 
 
-def test_encode_flat_equals_encode_batch_across_chunks(tok):
-    from datakit.stages.tokenize.tokenizers import ENCODE_CHUNK_TEXTS
+@pytest.mark.parametrize("chunk", [None, 7])
+def test_encode_flat_equals_encode_batch_across_chunks(tok, monkeypatch, chunk):
+    """Two chunks (the default size), or many (each next chunk encoded ahead on the helper thread)."""
+    from datakit.stages.tokenize import tokenizers as loading
 
-    texts = ["", "x", *code_texts(ENCODE_CHUNK_TEXTS + 37, 300, 5), "", "def f():\n    return 1\n"]
+    if chunk is not None:
+        monkeypatch.setattr(loading, "ENCODE_CHUNK_TEXTS", chunk)
+    texts = ["", "x", *code_texts(loading.ENCODE_CHUNK_TEXTS + 37, 300, 5), "", "def f():\n    return 1\n"]
     values, lengths = tok.encode_flat(texts)
     want = tok.encode_batch(texts)
     assert lengths.tolist() == [len(w) for w in want]
     assert values.dtype == np.int32 and values.tolist() == [i for w in want for i in w]
+
+
+def test_the_next_chunk_is_encoded_while_this_one_is_read_and_order_and_errors_are_kept():
+    import threading
+
+    from datakit.stages.tokenize.tokenizers import _ahead
+
+    started = {k: threading.Event() for k in range(4)}
+
+    def fn(k: int) -> int:
+        started[k].set()
+        if k == 3:
+            raise ValueError("chunk 3")
+        return k * 10
+
+    seen = []
+    with pytest.raises(ValueError, match="chunk 3"):
+        for k, result in _ahead(fn, [0, 1, 2, 3]):
+            # while item k is handed out, item k + 1 is already running (or done) on the helper thread
+            assert started[k + 1].wait(5)
+            seen.append((k, result))
+    assert seen == [(0, 0), (1, 10), (2, 20)]
+    assert list(_ahead(fn, [1])) == [(1, 10)] and list(_ahead(fn, [])) == []
 
 
 def test_interleave_equals_the_gather_it_replaced():

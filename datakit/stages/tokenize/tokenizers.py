@@ -125,19 +125,26 @@ class LoadedTokenizer:
 
         values: list[Any] = []
         lengths = np.zeros(len(texts), dtype=np.int64)
-        i, n = 0, len(texts)
+        chunks, i, n = [], 0, len(texts)
         while i < n:
             j, chars = i, 0
             while j < n and j - i < ENCODE_CHUNK_TEXTS and (chars < ENCODE_CHUNK_CHARS or j == i):
                 chars += len(texts[j])
                 j += 1
+            chunks.append((i, j))
+            i = j
+
+        def encode(chunk: tuple[int, int]) -> list[Any]:
             # hf: Encodings, whose len() is their token count; tiktoken: the id lists themselves
-            encoded = self._hf_encodings(texts[i:j]) if self.backend == "hf" else self.encode_batch(texts[i:j])
+            a, b = chunk
+            return self._hf_encodings(texts[a:b]) if self.backend == "hf" else self.encode_batch(texts[a:b])
+
+        for (i, j), encoded in _ahead(encode, chunks):
             lens = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
             ids_of = map(operator.attrgetter("ids"), encoded) if self.backend == "hf" else encoded
             lengths[i:j] = lens
             values.append(np.fromiter(itertools.chain.from_iterable(ids_of), dtype=np.int32, count=int(lens.sum())))
-            i = j
+            del encoded
         return (np.concatenate(values) if values else np.zeros(0, np.int32)), lengths
 
     def _hf_encodings(self, texts: Sequence[str]) -> list[Any]:
@@ -196,6 +203,29 @@ class LoadedTokenizer:
                 return self.impl.to_str()
             finally:
                 self.impl.encode_special_tokens = True
+
+
+def _ahead(fn: Any, items: list) -> Any:
+    """(item, fn(item)) in order, fn of the next item already running on a helper thread meanwhile.
+
+    Why: the tokenizer releases the GIL while it encodes, and reading a chunk's ids into an array is
+    Python work on this thread; one chunk ahead, the two overlap instead of the encoder's threads
+    idling while ids are read. Order, and so output, is unchanged; at most two chunks' encodings
+    are alive at once."""
+    if len(items) < 2:
+        for item in items:
+            yield item, fn(item)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1, thread_name_prefix="datakit-encode") as pool:
+        pending = pool.submit(fn, items[0])
+        for k, item in enumerate(items):
+            result = pending.result()
+            if k + 1 < len(items):
+                pending = pool.submit(fn, items[k + 1])
+            yield item, result
+            del result
 
 
 def _sha256(data: bytes) -> str:
