@@ -643,7 +643,6 @@ def test_bucket_aggregates_give_the_single_group_by_rows_with_null_keys(tmp_path
 
     from datakit.engines.local.barriers import barrier_query
     from datakit.engines.local.partitioned_join import aggregate_bucket, stub_aggregate
-    from datakit.engines.local.spill import IpcSpill
     from datakit.io.sinks import group_hashes
     from datakit.plan import Aggregate
 
@@ -661,16 +660,8 @@ def test_bucket_aggregates_give_the_single_group_by_rows_with_null_keys(tmp_path
     whole = barrier_query(agg, lazy).collect(engine="streaming")
     buckets = 9
     ids = (group_hashes([t.column("band"), t.column("bucket")]) % np.uint64(buckets)).astype(np.int64)
-    files: dict = {}
-    for b in range(buckets):
-        part = t.filter(pa.array((ids == b) & (ids != 4)))  # bucket 4 left empty
-        if part.num_rows:
-            path = tmp_path / f"agg-{b}.arrows"
-            w = IpcSpill(str(path), t.schema)
-            for batch in part.to_batches(max_chunksize=300):
-                w.write_batch(batch)
-            w.close()
-            files[b] = [str(path)]
+    kept = ids != 4  # bucket 4 left empty
+    files = _spill_buckets(t.filter(pa.array(kept)), ids[kept], buckets, tmp_path / "agg", 300)
     stub = stub_aggregate(agg, t.schema)
     outs = [aggregate_bucket((stub, files.get(b, []), str(tmp_path / f"agg-out-{b}.parquet"), None))
             for b in range(buckets)]
@@ -681,6 +672,24 @@ def test_bucket_aggregates_give_the_single_group_by_rows_with_null_keys(tmp_path
     assert whole["bucket"].null_count() > 0 and split["bucket"].null_count() == 3  # one null group per band
     assert outs[4]["rows"] == 0 and sum(o["rows"] for o in outs) == split.height
     assert sum(o["base_rows"] for o in outs) == int((ids != 4).sum())
+
+
+def _spill_buckets(t: pa.Table, ids: np.ndarray, buckets: int, prefix, chunk: int) -> dict[int, list[str]]:
+    """The rows of each bucket `ids` gives them, spilled as the engine's shuffle writes them
+    (`{prefix}-{bucket}.arrows`, batches of `chunk` rows); buckets with no row get no file."""
+    from datakit.engines.local.spill import IpcSpill
+
+    files: dict[int, list[str]] = {}
+    for b in range(buckets):
+        part = t.filter(pa.array(ids == b))
+        if part.num_rows:
+            path = f"{prefix}-{b}.arrows"
+            w = IpcSpill(path, t.schema)
+            for batch in part.to_batches(max_chunksize=chunk):
+                w.write_batch(batch)
+            w.close()
+            files[b] = [path]
+    return files
 
 
 def _join_buckets(t: pa.Table, buckets: int) -> np.ndarray:
@@ -698,7 +707,6 @@ def test_bucket_joins_give_the_single_join_rows_with_null_and_repeated_keys(tmp_
 
     from datakit.engines.local.barriers import barrier_query
     from datakit.engines.local.partitioned_join import join_bucket, stub_join
-    from datakit.engines.local.spill import IpcSpill
     from datakit.plan import Join
 
     rng = np.random.default_rng(5)
@@ -716,18 +724,8 @@ def test_bucket_joins_give_the_single_join_rows_with_null_and_repeated_keys(tmp_
         join = Join("t", pa.schema([("a", pa.string()), ("b", pa.int64()), ("row", pa.int64()), ("tag", pa.int64())]),
                     left=left, right=right, left_on=["a", "b"], right_on=["a", "b"], how=how)
         whole = barrier_query(join, lazy).collect(engine="streaming")
-        files: dict = {"left": {}, "right": {}}
-        for side, t in (("left", left_t), ("right", right_t)):
-            ids = _join_buckets(t, buckets) if side == "left" else right_ids
-            for b in range(buckets):
-                part = t.filter(pa.array(ids == b))
-                if part.num_rows:
-                    path = tmp_path / f"{how}-{side}-{b}.arrows"
-                    w = IpcSpill(str(path), t.schema)
-                    for batch in part.to_batches(max_chunksize=100):
-                        w.write_batch(batch)
-                    w.close()
-                    files[side][b] = [str(path)]
+        files = {"left": _spill_buckets(left_t, _join_buckets(left_t, buckets), buckets, tmp_path / f"{how}-left", 100),
+                 "right": _spill_buckets(right_t, right_ids, buckets, tmp_path / f"{how}-right", 100)}
         assert 3 in files["left"] and 3 not in files["right"]
         stub = stub_join(join, left_t.schema, right_t.schema)
         outs = [join_bucket((stub, files["left"].get(b, []), files["right"].get(b, []),
