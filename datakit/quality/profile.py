@@ -32,15 +32,11 @@ def _clean(v: Any) -> str:
     return (str(v) if v is not None else "unknown").replace("|", "/")[:40] or "unknown"
 
 
-def _labels(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
+def _labels(col: pa.Array) -> tuple[np.ndarray, list[str]]:
     """(per row, an index into the names; the cleaned names): each distinct value cleaned once, not each row.
     Distinct values may clean to one name (None and "", long values cut at 40 characters): the counts
     are summed by name afterwards."""
     enc = pc.dictionary_encode(col)
-    if isinstance(enc, pa.ChunkedArray):
-        enc = enc.combine_chunks() if enc.num_chunks != 1 else enc.chunk(0)
-        if isinstance(enc, pa.ChunkedArray):  # no chunks at all
-            return np.zeros(0, np.int64), [_clean(None)]
     names = [_clean(v) for v in enc.dictionary.to_pylist()] + [_clean(None)]  # the last: null rows
     codes = pc.fill_null(enc.indices, len(names) - 1).to_numpy(zero_copy_only=False).astype(np.int64)
     return codes, names
