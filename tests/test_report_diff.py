@@ -146,3 +146,19 @@ def test_diff_of_event_outputs_compares_event_ids(tmp_path):
     assert (d["documents"]["removed"], d["documents"]["added"], d["documents"]["common"]) == (2, 0, 18)
     assert d["documents"]["removed_ids"] == ["ev-000018", "ev-000019"]
     assert [c["path"] for c in d["config"]] == ["input.path"]
+
+
+@pytest.mark.parametrize("fmt", ["packed", "megatron"])
+def test_report_of_each_token_format_renders_its_packing_section(tmp_path, fmt):
+    """A megatron output stores documents unpadded (its shards have no padding count): the report
+    shows its totals and no fill-rate plot instead of failing after the data was published."""
+    from datakit.quality.report import render
+    from datakit.stages.tokenize.direct import build_dataset
+    from datakit.stages.tokenize.stage import TokenizeConfig
+    from tests.stages.test_tokenize import code_records, table
+
+    m = build_dataset(table(code_records(20, max_chars=400)), str(tmp_path / "out"),
+                      TokenizeConfig(tokenizer=str(TOKENIZER), seq_len=64), shards=2, format=fmt)
+    section = render({"stages": []}, m).split('<section id="packing">')[1].split("</section>")[0]
+    assert "seq_len" in section and f"{m['totals']['tokens']:,}" in section
+    assert ("<img" in section) == (fmt == "packed")  # the fill-rate plot

@@ -222,9 +222,9 @@ def _packing(manifest: dict[str, Any] | None) -> str:
         return _none("the output is not packed token sequences")
     t = manifest.get("totals", {})
     shards = manifest.get("shards", [])
-    fills = [(1 - s["padding_tokens"] / s["tokens"]) if s.get("tokens") else 0.0 for s in shards]
     out = ""
-    if shards and "padding_tokens" in shards[0]:
+    if shards and all("padding_tokens" in s for s in shards):  # packed and mds; megatron stores documents unpadded
+        fills = [(1 - s["padding_tokens"] / s["tokens"]) if s.get("tokens") else 0.0 for s in shards]
         out = _barh([f"shard {s['shard']}" for s in shards], fills, "fill rate per shard (non-padding tokens)", "fill")
     rows = [[k, v] for k, v in t.items()]
     rows.insert(0, ["seq_len", manifest.get("seq_len", "")])
