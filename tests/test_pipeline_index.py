@@ -115,3 +115,16 @@ def test_append_mode_index_is_extended_per_snapshot(tmp_path):
     report = json.loads((tmp_path / "r.json").read_text())
     (ev,) = report["evals"] if "evals" in report else report["results"]
     assert ev["contaminated_items"] == 1 and ev["matches"][0]["eval_id"] == "HumanEval/3"
+
+
+def test_rerun_without_report_leaves_no_report_of_the_previous_run(tmp_path):
+    """Found in review: `datakit run --no-report` into a finished output kept the earlier run's
+    `_report.html`, a page describing other data beside the new one."""
+    src = tmp_path / "records.parquet"
+    pq.write_table(pa.Table.from_pylist([_record("0001", "def f(a):\n    return a + 1\n")], schema=TRAINING_RECORD_V1), src)
+    out = tmp_path / "out"
+    pipe = Pipeline("rep").input(str(src), format="parquet", schema="training_record.v1").output(str(out))
+    pipe.run(workers=1, report=True)
+    assert (out / "_report.html").is_file()
+    pipe.run(workers=1, report=False)
+    assert (out / "manifest.json").is_file() and not (out / "_report.html").exists()

@@ -12,7 +12,8 @@ index) write into the same folder, and all of them must obey the same rules:
 * **Retract before overwrite.** `retract(path)` deletes `_SUCCESS` and `manifest.json` of a
   finished dataset *before* the first shard is rewritten: readers go through the manifest, so
   during a rerun (or after one that was killed) they see "no dataset", never new shards under
-  the old manifest.
+  the old manifest. Side outputs with their own commit and the views rendered from a run
+  (`_report.html`, `_reports/feedback.json`) go with it, so none describes the old data.
 * **Preflight.** An output path that is a file, or a folder that cannot be written, is one line
   (`OutputPathError`, an `InputError`: exit 2) before any work.
 * **Finish clean.** `sweep(path)` removes temp files (`.tmp-*`) that killed runs left behind, and
@@ -260,6 +261,10 @@ def output_lock(path: str) -> Iterator[None]:
 # so a rerun that does not rebuild them leaves none describing the old data (the n-gram index beside
 # a dataset: `datakit.stages.decontaminate.index.INDEX_DIRNAME`, whose index.json is written last).
 SIDE_COMMITS = ("_ngram_index/index.json",)
+# Views rendered from a finished run (`_run.json`, the manifest, the rows) after its commit: retracted
+# with it too, so a rerun that does not render them (`--no-report`, a pipeline no longer ending in kto)
+# leaves no page describing the previous run beside the new data (`datakit report OUT` renders it again)
+VIEWS = ("_report.html", "_reports/feedback.json")
 
 
 def retract(path: str) -> bool:
@@ -270,12 +275,12 @@ def retract(path: str) -> bool:
     until the new commit they see no dataset rather than new shards under the old manifest."""
     out = path.rstrip("/")
     found = False
-    for name in ("_SUCCESS", "manifest.json", *SIDE_COMMITS):
+    for name in ("_SUCCESS", "manifest.json", *SIDE_COMMITS, *VIEWS):
         fs, p = filesystem(f"{out}/{name}")
         try:
             if fs.exists(p):
                 fs.rm(p)
-                found = True
+                found = found or name not in VIEWS
         except FileNotFoundError:
             pass
     if found:
