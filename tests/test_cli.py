@@ -46,11 +46,16 @@ def test_input_and_output_overrides(pipeline_file, tmp_path):
     (["run", "{pf}", "--input", "/nonexistent/*.jsonl"], "no input files match"),
     (["run", "{pf}", "--engine", "quantum"], "unknown engine"),
     (["explain", "{bad}"], "unknown stage kind"),
+    (["run", "{tok}", "--workers", "1"], "tokenizer not found"),  # found in review: was a traceback, exit 1
+    (["synth", "{pf}", "--events", "100"], "is a file"),  # found in review: was a traceback, exit 1
 ])
 def test_usage_and_input_errors_exit_2_with_one_line(pipeline_file, tmp_path, args, needle):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\ninput: {path: logs/*.jsonl}\nstages: [{kind: nope}]\n")
-    args = [a.format(pf=pipeline_file, bad=bad) for a in args]
+    tok = tmp_path / "tok.yaml"
+    tok.write_text("name: x\ninput: {path: logs/*.jsonl}\nstages: [{kind: ingest}, {kind: extract}, "
+                   "{kind: tokenize, tokenizer: ./missing/tokenizer.json}]\noutput: {path: out-tok, format: packed}\n")
+    args = [a.format(pf=pipeline_file, bad=bad, tok=tok) for a in args]
     r = _cli(*args, cwd=tmp_path)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert needle in r.stderr

@@ -229,8 +229,13 @@ def synth(
     """
     from datakit import synth as synth_mod
 
-    summary = synth_mod.generate(str(out_dir), events=events, seed=seed, days=days, start_date=start_date,
-                                 rows_per_part=rows_per_part, repositories=repositories)
+    if out_dir.exists() and not out_dir.is_dir():
+        _fail(f"{out_dir}: is a file; give a folder to write the logs into")
+    try:
+        summary = synth_mod.generate(str(out_dir), events=events, seed=seed, days=days, start_date=start_date,
+                                     rows_per_part=rows_per_part, repositories=repositories)
+    except OSError as e:  # an unwritable folder, a full disk: one line, as every other command
+        _fail(f"{out_dir}: cannot write the logs ({e.strerror or type(e).__name__})")
     typer.echo(json.dumps(summary, indent=2, default=str))
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from datakit.io.fs import InputError
 from datakit.resources import builtin_tokenizer_bytes
 
 # `LoadedTokenizer.encode_flat`: texts (and characters) per call of the library's batch encoder
@@ -72,8 +73,9 @@ def file_sep_text(name: str) -> str:
     return next((c for c in FILE_SEP_CANDIDATES if c in vocab), FILE_SEP_CANDIDATES[0])
 
 
-class TokenizerError(Exception):
-    """The tokenizer cannot be found or loaded (a user mistake: the CLI shows it without a traceback)."""
+class TokenizerError(InputError):
+    """The tokenizer cannot be found or loaded: an input error, so every command shows it as one line
+    and exits 2 (it was a plain Exception, which `datakit run` printed as a traceback, exit 1)."""
 
 
 @dataclass
