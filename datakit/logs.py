@@ -85,6 +85,9 @@ def init_worker(fmt: str, root_level: int, datakit_level: int) -> None:
     """Pool initializer: the parent's log set-up (always redacting), in a worker process."""
     _install("json" if fmt == "json" else "text", root_level)
     logging.getLogger("datakit").setLevel(datakit_level)
+    if datakit_level >= logging.WARNING:  # the parent shows no INFO lines (quiet, or progress bars): nor does a
+        for h in logging.getLogger().handlers:  # library logger with its own INFO level here (see `configure`)
+            h.setLevel(logging.WARNING)
 
 
 def configure(fmt: Format = "text", quiet: bool = False) -> None:
@@ -95,6 +98,10 @@ def configure(fmt: Format = "text", quiet: bool = False) -> None:
     if quiet:  # warnings and errors only, whatever an earlier configure() set
         progress.configure("off")
         logging.getLogger("datakit").setLevel(logging.WARNING)
+        # and from any library: a logger that sets its own level (great_expectations sets one of its
+        # loggers to INFO at import) would otherwise pass its INFO lines through the root handler
+        for h in logging.getLogger().handlers:
+            h.setLevel(logging.WARNING)
     elif fmt == "json" or not sys.stderr.isatty():
         progress.configure("log")
         logging.getLogger("datakit").setLevel(logging.INFO)
