@@ -128,3 +128,19 @@ def test_rerun_without_report_leaves_no_report_of_the_previous_run(tmp_path):
     assert (out / "_report.html").is_file()
     pipe.run(workers=1, report=False)
     assert (out / "manifest.json").is_file() and not (out / "_report.html").exists()
+
+
+def test_retract_takes_the_run_record_and_its_views_with_the_dataset(tmp_path):
+    """Found in review: a rerun interrupted (or failed) after the retract left the old `_run.json`,
+    whose counts described a dataset that was no longer there."""
+    from datakit.io.publish import retract
+
+    out = tmp_path / "out"
+    (out / "_reports").mkdir(parents=True)
+    names = ["_SUCCESS", "manifest.json", "_run.json", "_report.html", "_reports/feedback.json", "data.keep"]
+    for n in names:
+        (out / n).write_text("{}")
+    assert retract(str(out)) is True
+    assert sorted(p.name for p in out.rglob("*") if p.is_file()) == ["data.keep"]
+    (out / "_report.html").write_text("old")  # a view alone is not a dataset
+    assert retract(str(out)) is False and not (out / "_report.html").exists()

@@ -12,8 +12,8 @@ index) write into the same folder, and all of them must obey the same rules:
 * **Retract before overwrite.** `retract(path)` deletes `_SUCCESS` and `manifest.json` of a
   finished dataset *before* the first shard is rewritten: readers go through the manifest, so
   during a rerun (or after one that was killed) they see "no dataset", never new shards under
-  the old manifest. Side outputs with their own commit and the views rendered from a run
-  (`_report.html`, `_reports/feedback.json`) go with it, so none describes the old data.
+  the old manifest. Side outputs with their own commit, the run record (`_run.json`) and the views
+  rendered from it (`_report.html`, `_reports/feedback.json`) go with it, so none describes the old data.
 * **Preflight.** An output path that is a file, or a folder that cannot be written, is one line
   (`OutputPathError`, an `InputError`: exit 2) before any work.
 * **Finish clean.** `sweep(path)` removes temp files (`.tmp-*`) that killed runs left behind, and
@@ -261,10 +261,11 @@ def output_lock(path: str) -> Iterator[None]:
 # so a rerun that does not rebuild them leaves none describing the old data (the n-gram index beside
 # a dataset: `datakit.stages.decontaminate.index.INDEX_DIRNAME`, whose index.json is written last).
 SIDE_COMMITS = ("_ngram_index/index.json",)
-# Views rendered from a finished run (`_run.json`, the manifest, the rows) after its commit: retracted
-# with it too, so a rerun that does not render them (`--no-report`, a pipeline no longer ending in kto)
-# leaves no page describing the previous run beside the new data (`datakit report OUT` renders it again)
-VIEWS = ("_report.html", "_reports/feedback.json")
+# The run record of a finished run and the views rendered from it after its commit: retracted with it
+# too, so a rerun that fails or is interrupted leaves no record of the previous run's counts beside a
+# retracted dataset, and one that does not render a view (`--no-report`, a pipeline no longer ending
+# in kto) leaves no page describing other data (`datakit report OUT` renders it again)
+VIEWS = ("_run.json", "_report.html", "_reports/feedback.json")
 
 
 def retract(path: str) -> bool:
