@@ -15,6 +15,7 @@ from datakit.resources import schema_document
 
 EVENT_TYPES = ("tab_completion", "inline_edit", "chat_turn", "agent_step")
 OUTCOMES = ("accepted", "rejected", "partial", "ignored")
+MESSAGE_ROLES = ("system", "user", "assistant", "tool")
 RECORD_KINDS = ("code", "fim", "sft", "preference", "feedback")
 
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string()), ("tool_name", pa.string())])

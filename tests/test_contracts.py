@@ -15,6 +15,8 @@ def test_editor_event_json_matches_arrow_schema():
     doc = json.loads((SCHEMAS / "editor_event.v1.json").read_text())
     assert set(doc["properties"]) == set(contracts.EDITOR_EVENT_V1.names)
     assert set(doc["x-required-by-type"]) == set(contracts.EVENT_TYPES)
+    assert doc["properties"]["messages"]["items"]["properties"]["role"]["enum"] == list(contracts.MESSAGE_ROLES)
+    assert [t for t in doc["properties"]["outcome"].get("enum", []) if t is not None] == list(contracts.OUTCOMES)
     for t, fields in doc["x-required-by-type"].items():
         assert set(fields) == set(contracts.REQUIRED_ALWAYS) | set(contracts.REQUIRED_BY_TYPE[t])
 

@@ -39,6 +39,11 @@ BAD_LINES = {
     "privacy_conflict": (_line(57, privacy_mode=True)[:-1] + b', "privacy_mode": false}', "duplicate_key",
                          "privacy_mode"),
     "privacy_as_string": (_line(58, privacy_mode="false"), "wrong_type", "privacy_mode"),
+    # found in review: a role outside the contract's enum (here an email address) reached the records'
+    # segments, which scrub_pii does not read; an unknown outcome was called a type error
+    "role_not_in_enum": (json.dumps(make_event(59, event_type="chat_turn", messages=[
+        {"role": "jane.doe@example.com", "content": "hi"}])).encode(), "bad_value", "messages.role"),
+    "outcome_not_in_enum": (_line(60, outcome="weird"), "bad_value", "outcome"),
 }
 
 

@@ -28,7 +28,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field
 
-from datakit.contracts import (EDITOR_EVENT_V1, EVENT_TYPES, OUTCOMES, REQUIRED_ALWAYS, REQUIRED_BY_TYPE)
+from datakit.contracts import (EDITOR_EVENT_V1, EVENT_TYPES, MESSAGE_ROLES, OUTCOMES, REQUIRED_ALWAYS,
+                               REQUIRED_BY_TYPE)
 from datakit.plan import DROP, DROP_DETAIL, Rel
 from datakit.stages.base import CompileContext, StageConfig, register_stage
 
@@ -152,13 +153,15 @@ def validate_event(obj: Any) -> dict[str, Any]:
             for m in v:
                 if not isinstance(m, dict) or not isinstance(m.get("role"), str):
                     raise InvalidEvent("wrong_type", "messages.role")
+                if m["role"] not in MESSAGE_ROLES:  # the value goes into the records' segments unscrubbed
+                    raise InvalidEvent("bad_value", "messages.role")
                 c, t = m.get("content"), m.get("tool_name")
                 if (c is not None and not isinstance(c, str)) or (t is not None and not isinstance(t, str)):
                     raise InvalidEvent("wrong_type", "messages.content")
                 msgs.append({"role": m["role"], "content": c, "tool_name": t})
             out[name] = msgs
     if out["outcome"] is not None and out["outcome"] not in OUTCOMES:
-        raise InvalidEvent("wrong_type", "outcome")
+        raise InvalidEvent("bad_value", "outcome")
     lat = out["latency_ms"]
     if lat is not None and not 0 <= lat <= _INT64_MAX:
         raise InvalidEvent("bad_value", "latency_ms")
