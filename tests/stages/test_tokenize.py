@@ -260,6 +260,16 @@ def test_unencodable_rows_are_marked_not_filtered(tok):
     outs = encode(rows, tok, overlong="drop", seq_len=16)
     assert [o["_drop"] for o in outs] == ["empty_document", "unknown_kind", "unknown_role", "empty_document", "too_long"]
     assert all(o["input_ids"] is None for o in outs)
+    assert [outs[1]["_drop_detail"], outs[2]["_drop_detail"]] == ["poem", "narrator"]
+
+
+def test_an_unknown_role_that_is_not_a_name_stays_out_of_the_drop_log(tok):
+    """Found in review: a role holding an email reached `_dropped/` verbatim as the drop's detail."""
+    outs = encode([sft_record("c", [("jane.doe@example.com", "hi")]),
+                   {"doc_id": "k", "kind": "sk-proj-abcdef1234567890abcdef1234567890",
+                    "segments": [{"text": "x", "train": True, "role": None}]}], tok)
+    assert [o["_drop"] for o in outs] == ["unknown_role", "unknown_kind"]
+    assert [o["_drop_detail"] for o in outs] == ["<not a name: 20 chars>", "<not a name: 40 chars>"]
 
 
 def test_a_dropped_overlong_document_leaves_its_neighbours_intact(tok):

@@ -30,6 +30,8 @@ Layouts (`[X]` is a special token, `text` is the encoded text, `^` marks loss):
 """
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -379,10 +381,10 @@ def _general_pieces(table: pa.Table, tok: LoadedTokenizer, o: EncodeOptions, fim
                 pref[i] = (prompt, chosen_col[i], rejected_col[i])
             else:
                 drop[i] = "unknown_kind"
-                detail[i] = str(kind)[:64]
+                detail[i] = _shown_name(kind)
         except KeyError as e:
             drop[i] = "unknown_role"
-            detail[i] = str(e.args[0])[:64]
+            detail[i] = _shown_name(e.args[0])
 
     # one batched encode for every text piece of the batch, straight into one flat id array
     texts: list[str] = []
@@ -480,3 +482,14 @@ def _encoded(tok: LoadedTokenizer, o: EncodeOptions, doc_ids: list, kinds: list,
         }
     )
     return out
+
+
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,31}")
+
+
+def _shown_name(value: object) -> str:
+    """An unknown kind or role as the drop log shows it: the name when it reads as one, else only
+    its length. Why: the value comes from the data (a records input may carry any string there),
+    and the drop log must never hold an email or a key that was put where a name belongs."""
+    text = str(value)
+    return text if _NAME.fullmatch(text) else f"<not a name: {len(text)} chars>"
