@@ -82,6 +82,21 @@ def test_fifty_megabyte_line_is_quarantined_not_fatal(tmp_path):
     assert q[0]["source_line"] == 2 and len(q[0]["raw"]) <= 4096
 
 
+@pytest.mark.parametrize("key_starts_before_cut", [30, 4000])
+def test_a_secret_the_line_too_long_cut_goes_through_leaves_no_piece(tmp_path, key_starts_before_cut):
+    """Found in review: the kept 4096-byte prefix ended inside an API key, whose first 30 characters
+    were too few for the scrubber to recognise, and were stored as they were."""
+    key = b"sk-proj-HoStIlE9f8e7d6c5b4a3928171605abcdefABCDEF"
+    head = b'{"event_id": "x", "junk": "'
+    line = head + b"a" * (4096 - len(head) - key_starts_before_cut) + b" " + key + b" " + b"b" * (9 * 1024 * 1024) + b'"}'
+    f = write_jsonl(tmp_path / "logs" / "big.jsonl", [make_event(1), line])
+    res, out, q = _run(tmp_path, f)
+    assert res.stage("ingest")["dropped"] == {"line_too_long": 1}
+    raw = q[0]["raw"]
+    assert raw.startswith(head) and len(raw) <= 4096
+    assert not any(key[i:i + 8] in raw for i in range(len(key) - 8))
+
+
 def test_parquet_events_are_validated_too(tmp_path):
     import pyarrow as pa
 

@@ -25,6 +25,7 @@ import decimal
 import gzip
 import io
 import json
+import re
 import sys
 import zlib
 from typing import Iterator
@@ -42,6 +43,27 @@ DEFAULT_BATCH_ROWS = 4096
 # keeps only the first bytes and ingest quarantines it as `line_too_long`.
 MAX_LINE_BYTES = 8 * 1024 * 1024
 _BOM = b"\xef\xbb\xbf"
+
+
+QUARANTINE_PREFIX_BYTES = 4096
+_SEPARATORS = re.compile(rb'[\s"\',:;{}\[\]()<>]')
+
+
+def quarantine_prefix(line: bytes) -> bytes:
+    """What a `line_too_long` row keeps of its line: at most the first 4096 bytes, ending at a separator.
+
+    Why the end is moved back: a secret the cut goes through would keep its first characters,
+    too few for the quarantine scrubber to recognise as a key, and would be stored as they are
+    (30 characters of a 48-character key, found in review). Ending after the last space, quote
+    or JSON punctuation drops the word the cut went through, whatever it was.
+    """
+    prefix = line[:QUARANTINE_PREFIX_BYTES]
+    if len(line) <= QUARANTINE_PREFIX_BYTES:
+        return prefix
+    last = None
+    for last in _SEPARATORS.finditer(prefix):
+        pass
+    return prefix[: last.end()] if last is not None else b""
 
 
 def _decompressed(url: str, raw) -> io.BufferedIOBase:
@@ -159,7 +181,7 @@ def iter_raw_lines(url: str, batch_rows: int = DEFAULT_BATCH_ROWS, max_line_byte
                         pos += len(rest)
                         if not rest or rest.endswith(b"\n"):
                             break
-                    lines.append(line[:4096]); numbers.append(lineno); errors.append("line_too_long")
+                    lines.append(quarantine_prefix(line)); numbers.append(lineno); errors.append("line_too_long")
                 else:
                     stripped = line.rstrip(b"\r\n")
                     if not stripped.strip():  # counted, not skipped: ingest drops it as `blank_line`
