@@ -217,14 +217,15 @@ def test_truncated_gz_data_and_eval_exit_2(tmp_path):
 def test_skipped_lines_are_counted_and_said(tmp_path):
     he = _he()
     d = tmp_path / "d.jsonl"
+    # the last line nests deeper than the JSON parser goes (found in review: a RecursionError traceback, exit 1)
     d.write_text("not json\n" + json.dumps({"id": "a", "text": he[3]["prompt"] + he[3]["canonical_solution"]})
-                 + "\n{broken\n" + json.dumps({"id": "b", "text": "x = 1"}) + "\n")
+                 + "\n{broken\n" + json.dumps({"id": "b", "text": "x = 1"}) + "\n" + "[" * 100_000 + "]" * 100_000 + "\n")
     r = run("--data", str(d), "--eval", "humaneval", "--json", str(tmp_path / "r.json"))
     assert r.exit_code == 1, r.output
     rep = json.loads((tmp_path / "r.json").read_text())
     jsonschema.validate(rep, load_contract("contamination_report.v1"))
-    assert rep["skipped_lines"] == 2 and rep["data"][0]["skipped_lines"] == 2 and rep["data"][0]["documents"] == 2
-    assert "2 unreadable line(s) skipped" in r.output
+    assert rep["skipped_lines"] == 3 and rep["data"][0]["skipped_lines"] == 3 and rep["data"][0]["documents"] == 2
+    assert "3 unreadable line(s) skipped" in r.output
 
 
 # ---- redaction first, clipping after; a fallback is recorded (#12.6) --------------------------------

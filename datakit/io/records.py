@@ -78,7 +78,7 @@ def _jsonl_tables(url: str, columns: ColumnChoice, batch_rows: int, stats: dict 
                 obj = json.loads(raw)
                 if not isinstance(obj, dict):
                     raise ValueError
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: nesting deeper than the JSON parser goes
                 if stats is not None:
                     stats["skipped_lines"] = stats.get("skipped_lines", 0) + 1
                 continue

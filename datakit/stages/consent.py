@@ -124,7 +124,7 @@ def _line_object(raw: bytes | None, url: str, line: int, err: str | None) -> dic
         raise InputError(f"opt-out list {url}: {err}")
     try:
         obj = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested past the parser's depth
         obj = None
     if not isinstance(obj, dict):
         raise InputError(f"opt-out list {url}:{line}: not a JSON object")

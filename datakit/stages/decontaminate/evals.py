@@ -124,14 +124,14 @@ def _read_rows(url: str) -> list[dict]:
     if url.endswith(".json") and text.lstrip().startswith("["):
         try:
             return json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
             raise EvalError(f"{url}: not valid JSON") from None
     rows = []
     for lineno, line in enumerate(text.splitlines(), 1):
         if line.strip():
             try:
                 rows.append(json.loads(line))
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise EvalError(f"{url}:{lineno}: not valid JSON") from None
     return rows
 
