@@ -152,6 +152,20 @@ def test_validate_cli_exit_codes(tmp_path):
     assert runner.invoke(app, ["validate", good, "--suite", "no_such_suite"]).exit_code == 2
     assert runner.invoke(app, ["validate", str(tmp_path / "missing")]).exit_code == 2
     assert runner.invoke(app, ["validate"]).exit_code == 2
+    # found in review: a shard damaged inside (same size, so the manifest's size check passes) was a
+    # traceback and exit 1, which says "a check failed"; now one line naming the file: its footer
+    # unreadable, an input error (2); a data page, a read error of the task reading it (3)
+    for shard, at, code in ((0, -200, 2), (1, 4, 3)):
+        path = Path(good) / f"part-{shard:05d}.parquet"
+        original = path.read_bytes()
+        blob = bytearray(original)
+        blob[at:at + 64] = b"\xff" * 64
+        path.write_bytes(bytes(blob))
+        r = runner.invoke(app, ["validate", good, "--suite", "training_record.v1", "--workers", "1"])
+        assert r.exit_code == code, r.output
+        assert r.output.startswith("datakit: error:") and path.name in r.output
+        assert len(r.output.strip().splitlines()) == 1
+        path.write_bytes(original)
 
 
 # --------------------------------------------------------------------------- expect: inside a run

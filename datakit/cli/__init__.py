@@ -32,6 +32,18 @@ def _fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def _fail_engine_error(e: Exception, where: str) -> None:
+    """Exit 3 with one line for an engine, Spark or storage failure (a read error of a damaged file
+    included); return for anything else, which the caller re-raises."""
+    if type(e).__name__ in ("EngineError", "SparkSetupError", "SparkJobError", "IndexBuildError", "StorageError",
+                            "OutputBusyError", "StageOutputError"):
+        _fail(str(e), 3)
+    from datakit.io import storage
+
+    if storage.is_storage_error(e):  # raised outside any task that could name its path
+        _fail(str(storage.describe(e, where, "read or write under")), 3)
+
+
 def _print_stages(stages: list[dict]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -131,14 +143,7 @@ def run(
     except ImportError as e:
         _fail(f"{e} (is the engine's package installed? `make venv` installs everything)")
     except Exception as e:  # an engine/runtime failure: short message, detail in the log
-        if type(e).__name__ in ("EngineError", "SparkSetupError", "SparkJobError", "IndexBuildError", "StorageError",
-                                  "OutputBusyError", "StageOutputError"):
-            _fail(str(e), 3)
-        from datakit.io import storage
-
-        if storage.is_storage_error(e):  # raised outside any task that could name its path
-            where = output or ", ".join(input or []) or str(pipeline)
-            _fail(str(storage.describe(e, where, "read or write under")), 3)
+        _fail_engine_error(e, output or ", ".join(input or []) or str(pipeline))
         raise
     if json_out:
         typer.echo(json.dumps({"output": result.output_path, "stages": result.stages}, indent=2))
@@ -249,7 +254,8 @@ def validate(
     workers: Optional[int] = typer.Option(None, help="Local engine: worker processes."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the results as JSON here."),
 ) -> None:
-    """Run quality suites on an existing dataset. Exit 0 all pass, 1 a check failed, 2 usage/input error."""
+    """Run quality suites on an existing dataset. Exit 0 all pass, 1 a check failed, 2 usage/input error,
+    3 engine or storage error (e.g. a damaged shard)."""
     from datakit.quality.expect import failure_line
     from datakit.quality.gx import list_suites
     from datakit.quality.validate import validate_path
@@ -267,6 +273,9 @@ def validate(
         res = validate_path(path, list(suite) if suite else None, engine, **opts)
     except (FileNotFoundError, InputError, ValueError) as e:
         _fail(str(e.args[0] if e.args else e))
+    except Exception as e:  # a damaged shard, a failed engine: one line, exit 3 (1 means a check failed)
+        _fail_engine_error(e, path)
+        raise
     if not res["results"]:
         _fail(f"{path}: no suite applies (name one with --suite; known: {', '.join(known)})")
     if json_out:

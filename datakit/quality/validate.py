@@ -40,12 +40,10 @@ def default_suites(manifest: dict[str, Any]) -> list[str]:
 
 
 def _schema(url: str) -> pa.Schema:
-    import pyarrow.parquet as pq
+    """The first shard's Arrow schema; a shard whose footer cannot be read is an input error naming it."""
+    from datakit.io.records import open_parquet
 
-    from datakit.io.fs import arrow_filesystem, filesystem
-
-    fs, p = filesystem(url)
-    return pq.ParquetFile(p, filesystem=arrow_filesystem(fs)).schema_arrow
+    return open_parquet(url).schema_arrow
 
 
 def validate_path(path: str, suites: list[str] | None = None, engine: str = "local",
