@@ -45,6 +45,9 @@ def test_derive_snapshot_id():
         derive_id(["/logs/today/part-0.parquet"])
     with pytest.raises(SnapshotError, match="span partitions"):
         derive_id(["/logs/dt=1/a.parquet", "/logs/dt=2/b.parquet"])
+    # found in review: a pattern over every day was told it had "no partition folder"
+    with pytest.raises(SnapshotError, match=r"spans every partition dt=\* matches; pass --snapshot ID"):
+        derive_id(["/logs/dt=*/*.jsonl.zst"])
 
 
 # day 1: four unique documents; day 2: an exact copy of a, a near copy of b (J=0.9), a within-day

@@ -98,7 +98,8 @@ def run(
     output: Optional[str] = typer.Option(None, "--output", help="Override the pipeline's output path."),
     snapshot: Optional[str] = typer.Option(None, "--snapshot", help="output mode append: the snapshot this run writes "
                                            "(default: the input's partition folder, e.g. dt=2026-11-02)."),
-    workers: Optional[int] = typer.Option(None, help="Local engine: worker processes (default: all cores)."),
+    workers: Optional[int] = typer.Option(None, help="Local engine: worker processes (default: all cores; "
+                                          "a small input runs in this process)."),
     partitions: Optional[int] = typer.Option(None, help="Spark engine: number of partitions."),
     conf: Optional[List[str]] = typer.Option(None, "--conf", help="Spark setting KEY=VALUE (repeatable)."),
     json_out: bool = typer.Option(False, "--json", help="Print the run report as JSON instead of a table."),

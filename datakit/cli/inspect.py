@@ -168,6 +168,6 @@ def inspect_command(
     try:
         text = inspect_dataset(path, sequences=sequences, max_chars=max_chars, verify=verify)
     except (FileNotFoundError, ValueError, KeyError, InputError, DatasetError) as e:
-        typer.echo(f"error: {e}", err=True)
+        typer.echo(f"datakit: error: {e}", err=True)
         raise typer.Exit(2) from None
     typer.echo(text)

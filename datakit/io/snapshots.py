@@ -37,6 +37,7 @@ LAYOUT = "snapshots"  # manifest["layout"] of an append-mode dataset
 DATASET_FIELDS = ("forget_generation", "forget_lists")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=-]{0,127}$")
 _PARTITION = re.compile(r"(?:^|/)([A-Za-z_][A-Za-z0-9_]*=[^/*?\[\]]+)(?=/|$)")
+_WILD_PARTITION = re.compile(r"(?:^|/)([A-Za-z_][A-Za-z0-9_]*=[^/]*[*?\[][^/]*)(?=/|$)")  # dt=*, dt=2026-11-0?
 
 
 class SnapshotError(InputError):
@@ -56,6 +57,9 @@ def derive_id(paths: list[str]) -> str:
     found = set()
     for p in paths:
         parts = _PARTITION.findall(str(p))
+        if not parts and (wild := _WILD_PARTITION.search(str(p))):
+            raise SnapshotError(f"cannot derive a snapshot id: input {p} spans every partition {wild.group(1)} "
+                                "matches; pass --snapshot ID (or name one partition)")
         if not parts:
             raise SnapshotError(f"cannot derive a snapshot id: input {p} has no partition folder like dt=2026-11-02; "
                                 "pass --snapshot ID")
