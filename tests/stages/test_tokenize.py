@@ -286,13 +286,16 @@ def test_a_dropped_overlong_document_leaves_its_neighbours_intact(tok):
         assert got["input_ids"][-1] == tok.eos_id
 
 
-@pytest.mark.parametrize("chunk", [None, 7])
-def test_encode_flat_equals_encode_batch_across_chunks(tok, monkeypatch, chunk):
-    """Two chunks (the default size), or many (each next chunk encoded ahead on the helper thread)."""
+@pytest.mark.parametrize("chunk, chars", [(None, None), (7, None), (None, 1000)])
+def test_encode_flat_equals_encode_batch_across_chunks(tok, monkeypatch, chunk, chars):
+    """Two chunks (the default size), or many (each next chunk encoded ahead on the helper thread),
+    cut by text count or by characters (a text longer than the limit is a chunk of its own)."""
     from datakit.stages.tokenize import tokenizers as loading
 
     if chunk is not None:
         monkeypatch.setattr(loading, "ENCODE_CHUNK_TEXTS", chunk)
+    if chars is not None:
+        monkeypatch.setattr(loading, "ENCODE_CHUNK_CHARS", chars)
     texts = ["", "x", *code_texts(loading.ENCODE_CHUNK_TEXTS + 37, 300, 5), "", "def f():\n    return 1\n"]
     values, lengths = tok.encode_flat(texts)
     want = tok.encode_batch(texts)
