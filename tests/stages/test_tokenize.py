@@ -326,6 +326,31 @@ def test_the_next_chunk_is_encoded_while_this_one_is_read_and_order_and_errors_a
     assert list(_ahead(fn, [1])) == [(1, 10)] and list(_ahead(fn, [])) == []
 
 
+def test_an_oversized_chunk_is_never_encoded_beside_another():
+    """A text over ENCODE_CHUNK_CHARS is its own chunk, and no other chunk's encodings are alive with
+    it (found with an 8 MB document: two such chunks ahead of each other doubled a 1.2 GB peak)."""
+    import threading
+
+    from datakit.stages.tokenize.tokenizers import _ahead
+
+    alive, most, lock = set(), {}, threading.Lock()
+
+    def fn(k: int) -> int:
+        with lock:
+            alive.add(k)
+            most[k] = set(alive)
+        return k
+
+    out = []
+    for k, result in _ahead(fn, [0, 1, 2, 3, 4], alone=lambda k: k in (2, 3)):
+        out.append(result)
+        with lock:
+            alive.discard(k)
+    assert out == [0, 1, 2, 3, 4]
+    assert most[2] == {2} and most[3] == {3} and most[1] <= {0, 1}
+    assert most[4] == {4}  # submitted only once 3 was read
+
+
 def test_interleave_equals_the_gather_it_replaced():
     from datakit.stages.tokenize.encode import _interleave
     from datakit.stages.tokenize.packing import gather_index

@@ -132,13 +132,15 @@ class LoadedTokenizer:
 
         values: list[Any] = []
         lengths = np.zeros(len(texts), dtype=np.int64)
-        chunks, i, n = [], 0, len(texts)
+        chunks, oversized, i, n = [], set(), 0, len(texts)
         while i < n:
             j, chars = i, 0
             while j < n and j - i < ENCODE_CHUNK_TEXTS and (chars < ENCODE_CHUNK_CHARS or j == i):
                 chars += len(texts[j])
                 j += 1
             chunks.append((i, j))
+            if chars > ENCODE_CHUNK_CHARS:  # one text over the limit: its encodings are never beside another chunk's
+                oversized.add((i, j))
             i = j
 
         def encode(chunk: tuple[int, int]) -> list[Any]:
@@ -146,7 +148,7 @@ class LoadedTokenizer:
             a, b = chunk
             return self._hf_encodings(texts[a:b]) if self.backend == "hf" else self.encode_batch(texts[a:b])
 
-        for (i, j), encoded in _ahead(encode, chunks):
+        for (i, j), encoded in _ahead(encode, chunks, alone=oversized.__contains__):
             lens = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
             ids_of = map(operator.attrgetter("ids"), encoded) if self.backend == "hf" else encoded
             lengths[i:j] = lens
@@ -212,24 +214,27 @@ class LoadedTokenizer:
                 self.impl.encode_special_tokens = True
 
 
-def _ahead(fn: Any, items: list) -> Any:
+def _ahead(fn: Any, items: list, alone: Any = None) -> Any:
     """(item, fn(item)) in order, fn of the next item already running on a helper thread meanwhile.
 
     Why: the tokenizer releases the GIL while it encodes, and reading a chunk's ids into an array is
     Python work on this thread; one chunk ahead, the two overlap instead of the encoder's threads
     idling while ids are read. Order, and so output, is unchanged; at most two chunks' encodings
-    are alive at once."""
+    are alive at once, and only one when `alone(item)` is true for either of two neighbours (a text
+    too large to share memory with another chunk: one 8 MB document's Encoding is ~1.2 GB)."""
     if len(items) < 2:
         for item in items:
             yield item, fn(item)
         return
     from concurrent.futures import ThreadPoolExecutor
 
+    alone = alone or (lambda item: False)
     with ThreadPoolExecutor(1, thread_name_prefix="datakit-encode") as pool:
         pending = pool.submit(fn, items[0])
         for k, item in enumerate(items):
-            result = pending.result()
-            if k + 1 < len(items):
+            result = pending.result() if pending is not None else fn(item)
+            pending = None
+            if k + 1 < len(items) and not alone(item) and not alone(items[k + 1]):
                 pending = pool.submit(fn, items[k + 1])
             yield item, result
             del result
