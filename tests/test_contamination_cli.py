@@ -248,6 +248,26 @@ def test_a_clip_never_cuts_through_a_secret(tmp_path):
         assert key[:8] not in out
 
 
+def test_a_person_name_in_a_chat_turn_is_redacted_in_the_report(tmp_path):
+    """Found in review: the report's redactor ran without NER, so "this is Margaret Thompson" in a
+    user turn reached the JSON and HTML report, though the scrub_pii stage removes it."""
+    he = _he()
+    d = tmp_path / "d"
+    d.mkdir()
+    rec = _rec("s", "") | {"kind": "sft", "segments": [
+        {"text": "Hi, this is Margaret Thompson from accounting. " + he[12]["prompt"], "train": False, "role": "user"},
+        {"text": he[12]["canonical_solution"], "train": True, "role": "assistant"}]}
+    pq.write_table(pa.Table.from_pylist([rec], schema=TRAINING_RECORD_V1), str(d / "p.parquet"))
+    r = run("--data", str(d), "--eval", "humaneval", "--json", str(tmp_path / "r.json"), "--html", str(tmp_path / "r.html"))
+    assert r.exit_code == 1, r.output
+    rep = json.loads((tmp_path / "r.json").read_text())
+    jsonschema.validate(rep, load_contract("contamination_report.v1"))
+    assert rep["redaction"] == {"method": "scrub_pii", "names": "ner"}
+    for out in (r.output, (tmp_path / "r.json").read_text(), (tmp_path / "r.html").read_text()):
+        assert "Thompson" not in out and "Margaret" not in out
+    assert "<PERSON>" in (tmp_path / "r.json").read_text()
+
+
 def test_redaction_fallback_is_logged_and_recorded(tmp_path, monkeypatch, caplog):
     import builtins
 

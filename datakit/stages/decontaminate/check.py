@@ -365,7 +365,7 @@ def _redact_matches(results: list[EvalResult], table: EvalTable) -> Redaction:
     info = Redaction()
     ms = [m for e in results for m in e.matches]
     texts = [m.snippet for m in ms] + [m.eval_excerpt or "" for m in ms]
-    red = redact(texts, info)
+    red = redact(texts, info, prose=[True] * len(ms) + [False] * len(ms))  # names in the data, not the evals
     for m, doc, ev in zip(ms, red[:len(ms)], red[len(ms):]):
         hashes = getattr(m, "_hashes", np.zeros(0, np.uint64))
         m.snippet = clip(doc)

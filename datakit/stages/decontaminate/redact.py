@@ -6,9 +6,12 @@ recognizes but that shows most of it. So an excerpt is widened to whole lines
 (or, in a very long line, to word boundaries: detectors match whole words),
 redacted, and only then clipped.
 
-The redactor is the `scrub_pii` stage's scrubber. When it cannot be loaded (its
-optional dependencies are missing), a small regex set stands in; that fallback
-is logged and recorded in the report (`redaction.method`), never silent.
+The redactor is the `scrub_pii` stage's scrubber, with person-name NER over the
+checked data's excerpts (as the stage runs it over chat turns; `ner: auto`: the
+installed spaCy model, recorded as `redaction.names`), not over the eval side,
+which is public benchmark text. When the scrubber cannot be loaded (its optional
+dependencies are missing), a small regex set stands in; that fallback is logged
+and recorded in the report (`redaction.method`), never silent.
 """
 from __future__ import annotations
 
@@ -39,14 +42,18 @@ class Redaction:
 
     method: str = "scrub_pii"       # "scrub_pii" | "regex_fallback"
     reason: str | None = None       # why the fallback was used
+    names: str | None = None        # person names in the data's excerpts: "ner" | "rules" (no spaCy model)
 
     def to_dict(self) -> dict:
-        return {"method": self.method} | ({"reason": self.reason} if self.reason else {})
+        return ({"method": self.method} | ({"reason": self.reason} if self.reason else {})
+                | ({"names": self.names} if self.names else {}))
 
 
-def redact(texts: list[str], info: Redaction | None = None) -> list[str]:
+def redact(texts: list[str], info: Redaction | None = None, prose: list[bool] | None = None) -> list[str]:
     """Redact `texts` with the pii stage's scrubber; the regex fallback only when it cannot be loaded.
 
+    `prose[i]` (when given) marks the texts whose person names NER looks for too (found in review:
+    a chat turn's "this is Margaret Thompson" reached the report, which the stage would have scrubbed).
     `info` (when given) records which method ran. Only an unavailable scrubber
     (ImportError: optional dependency missing; OSError: a model file missing)
     falls back; any other error is a bug and propagates.
@@ -55,9 +62,12 @@ def redact(texts: list[str], info: Redaction | None = None) -> list[str]:
     if not texts:
         return texts
     try:
-        from datakit.stages.scrub_pii.stage import scrub_texts
+        from datakit.stages.scrub_pii.stage import ScrubPiiConfig
 
-        return [t if t is not None else "" for t in scrub_texts(list(texts))]
+        fn = ScrubPiiConfig(ner="auto" if prose and any(prose) else "off").build_fn()
+        if prose and any(prose):
+            info.names = "ner" if fn.person is not None else "rules"
+        return [t if t is not None else "" for t in fn.scrub(list(texts), prose)[0]]
     except (ImportError, OSError) as e:
         info.method, info.reason = "regex_fallback", f"PII scrubber unavailable: {type(e).__name__}: {e}"
         log.warning("contamination report: %s; snippets redacted by the regex fallback", info.reason)
