@@ -59,6 +59,45 @@ def epoch_order(n: int, seed: int, epoch: int, shuffle: bool = True) -> np.ndarr
     return np.argsort(keys, kind="stable").astype(np.int64)
 
 
+ARRAYS = ("tokens", "loss_mask", "segments", "seq_index")  # each shard's arrays (docs/packed_format.md)
+READS = {"format_version": 2, "schema": "packed_dataset.v1"}  # what this reader understands
+LAYOUTS = ("datakit.packed.v1", "snapshots")  # one run's dataset, or an append-mode dataset's union
+
+
+def check_manifest(m: Any, path: Path | str) -> None:
+    """A `DatasetError` naming what is wrong when `m` is not a packed manifest this reader understands.
+
+    Why here and not only in the writer: a manifest edited by hand, copied from another dataset or
+    written by another datakit release made the loader yield fewer sequences without a word, or
+    fail later with a KeyError or a numpy error (found in review). The shapes of the arrays are
+    checked when a shard is first opened (`PackedDataset._arrays`)."""
+    if not isinstance(m, dict):
+        raise DatasetError(f"{path}: manifest.json is not a JSON object")
+    if m.get("format") != "packed":
+        raise DatasetError(f"{path}: format is {m.get('format')!r}, expected 'packed'")
+    for key, want in READS.items():
+        if m.get(key) != want:
+            raise DatasetError(f"{path}: manifest {key} is {m.get(key)!r}; this datakit reads {want!r} "
+                               "(a dataset written by another release: read it with that release, or rewrite it)")
+    if m.get("layout") not in LAYOUTS:
+        raise DatasetError(f"{path}: manifest layout is {m.get('layout')!r}; this datakit reads {', '.join(LAYOUTS)}")
+    missing = [k for k in ("seq_len", "dtype", "shards") if k not in m]
+    if missing:
+        raise DatasetError(f"{path}: manifest has no {', '.join(missing)}")
+    if not isinstance(m["seq_len"], int) or m["seq_len"] <= 0 or not isinstance(m["shards"], list):
+        raise DatasetError(f"{path}: manifest seq_len must be a positive integer and shards a list")
+    for sh in m["shards"]:
+        need = [k for k in ("shard", "files", "arrays", "sequences") if k not in sh]
+        need += [f"arrays.{a}" for a in ARRAYS if a not in (sh.get("arrays") or {})]
+        if need:
+            raise DatasetError(f"{path}: manifest shard {sh.get('shard', '?')} has no {', '.join(need)}")
+    total = (m.get("totals") or {}).get("sequences")
+    counted = sum(int(sh["sequences"]) for sh in m["shards"])
+    if total is not None and total != counted:
+        raise DatasetError(f"{path}: the manifest's shards hold {counted} sequences, its totals say {total} "
+                           "(a shard entry removed or changed)")
+
+
 class PackedDataset:
     """Random access to a `packed` dataset folder (written by the tokenize stage)."""
 
@@ -67,13 +106,15 @@ class PackedDataset:
         mf = self.path / "manifest.json"
         if not mf.is_file():
             raise DatasetError(f"{self.path}: no manifest.json (not a finished packed dataset)")
-        self.manifest: dict[str, Any] = json.loads(mf.read_text())
-        if self.manifest.get("format") != "packed":
-            raise DatasetError(f"{self.path}: format is {self.manifest.get('format')!r}, expected 'packed'")
+        try:
+            self.manifest: dict[str, Any] = json.loads(mf.read_text())
+        except ValueError as e:
+            raise DatasetError(f"{self.path}: manifest.json is not valid JSON ({e})") from None
+        check_manifest(self.manifest, self.path)
         self.seq_len = int(self.manifest["seq_len"])
         self.dtype = np.dtype(self.manifest["dtype"])
         self.shards = sorted(self.manifest["shards"], key=lambda s: s["shard"])
-        counts = np.array([int(s.get("sequences", 0)) for s in self.shards], dtype=np.int64)
+        counts = np.array([int(s["sequences"]) for s in self.shards], dtype=np.int64)
         self._cum = np.concatenate([[0], np.cumsum(counts)])
         self._cum_list: list[int] = self._cum.tolist()
         self._n = int(self._cum[-1])
@@ -109,7 +150,16 @@ class PackedDataset:
             # np.asarray drops the np.memmap subclass (same mapped memory): slicing a
             # plain ndarray is several times cheaper, which matters per sample
             a = {key: np.asarray(np.load(self.path / names[key], mmap_mode="r", allow_pickle=False))
-                 for key in ("tokens", "loss_mask", "segments", "seq_index")}
+                 for key in ARRAYS}
+            want = (int(self.shards[k]["sequences"]), self.seq_len)
+            for key in ("tokens", "loss_mask"):
+                if a[key].shape != want:
+                    raise DatasetError(f"{self.path}: {names[key]} holds {a[key].shape[0]} sequences of "
+                                       f"{a[key].shape[1] if a[key].ndim == 2 else '?'} tokens, the manifest says "
+                                       f"{want[0]} of {want[1]} (changed manifest or file)")
+            if len(a["seq_index"]) != want[0] + 1:
+                raise DatasetError(f"{self.path}: {names['seq_index']} indexes {len(a['seq_index']) - 1} sequences, "
+                                   f"the manifest says {want[0]}")
             self._open[k] = a
         return a
 

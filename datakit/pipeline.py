@@ -73,6 +73,9 @@ class OutputConfig(BaseModel):
         if isinstance(v, int) and v < 1:
             raise ValueError(f"shards must be a positive number or 'auto' (got {v})")
         return v
+    mds_size_limit: int | None = Field(None, gt=0, lt=4 << 30,
+                                       description="format mds: the largest MDS file in bytes (default 64 MiB, "
+                                                   "MDSWriter's size_limit); below 4 GiB (u32 offsets)")
     allow_unmasked: bool = Field(False, description="write records whose tokens are partly without loss (SFT, "
                                                     "editor FIM) to a format whose standard readers ignore loss "
                                                     "masks (megatron); off = a compile-time error")
@@ -322,6 +325,10 @@ class Pipeline:
             key = o.key or ctx.sink_key or ("event_id" if current == "editor_event.v1" else "doc_id")
             options = dict(ctx.sink_options)
             options["rows_per_shard"] = o.rows_per_shard
+            if o.mds_size_limit is not None:
+                if o.format != "mds":
+                    raise PipelineError(f"{cfg.name}: output: mds_size_limit is for format mds (got {o.format!r})")
+                options["mds_size_limit"] = o.mds_size_limit
             shards = 0 if o.shards == "auto" else o.shards
             sort_key = ctx.sink_sort_key
             if o.format in ("packed", "megatron", "mds") and "seq_len" not in options:

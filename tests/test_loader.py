@@ -122,6 +122,55 @@ def test_not_a_dataset_is_a_clear_error(tmp_path, dataset):
         dataset.iterator(rank=2, world_size=2)
 
 
+def _tamper(m: dict, what: str) -> dict | str:
+    m = json.loads(json.dumps(m))
+    if what == "version":
+        m["format_version"] = 99
+    elif what == "one_more":
+        m["shards"][0]["sequences"] += 1
+        m["totals"]["sequences"] += 1
+    elif what == "one_less":
+        m["shards"][0]["sequences"] -= 1
+    elif what == "seq_len":
+        m["seq_len"] //= 2
+    elif what == "no_shards":
+        del m["shards"]
+    elif what == "no_array":
+        del m["shards"][1]["arrays"]["segments"]
+    elif what == "shard_dropped":
+        del m["shards"][2]
+    elif what == "not_json":
+        return "{not json"
+    return m
+
+
+@pytest.mark.parametrize("what, message", [
+    ("version", "format_version is 99; this datakit reads 2"),
+    ("one_more", "holds .* sequences of 128 tokens, the manifest says"),
+    ("one_less", "shards hold .* sequences, its totals say"),
+    ("seq_len", "sequences of 128 tokens, the manifest says .* of 64"),
+    ("no_shards", "manifest has no shards"),
+    ("no_array", "shard 1 has no arrays.segments"),
+    ("shard_dropped", "shards hold .* sequences, its totals say"),
+    ("not_json", "not valid JSON"),
+])
+def test_a_manifest_that_does_not_describe_its_files_is_one_clear_error(dataset, tmp_path, what, message):
+    """Found in review: an edited or foreign manifest made the loader yield fewer sequences without a
+    word, or fail later with a KeyError or a numpy error; `datakit inspect` exited 0 on it."""
+    import shutil
+
+    from datakit.cli.inspect import inspect_dataset
+
+    shutil.copytree(dataset.path, tmp_path / "ds")
+    m = _tamper(dataset.manifest, what)
+    (tmp_path / "ds" / "manifest.json").write_text(m if isinstance(m, str) else json.dumps(m))
+    with pytest.raises(DatasetError, match=message):
+        ds = PackedDataset(tmp_path / "ds")
+        ds[len(ds) - 1], ds[0]  # the shapes are checked when a shard is opened
+    with pytest.raises((ValueError, DatasetError)):  # what `datakit inspect` says in one line, exit 2
+        inspect_dataset(tmp_path / "ds", sequences=len(dataset))
+
+
 def test_torch_adapter_is_optional(dataset):
     try:
         import torch  # noqa: F401

@@ -123,13 +123,15 @@ def test_pipeline_writes_identical_mds_on_one_or_two_workers(outputs, tmp_path):
     p = (Pipeline(name="mds", seed=0)
          .input(str(tmp_path / "in" / "*.parquet"), format="parquet", schema="training_record.v1")
          .add({"kind": "tokenize", "tokenizer": TOKENIZER, "seq_len": SEQ_LEN})
-         .output(str(tmp_path / "out"), format="mds", shards=2))
+         .output(str(tmp_path / "out"), format="mds", shards=2, mds_size_limit=SIZE_LIMIT))
     sums = assert_conformant(p, tmp_path, variants=LOCAL_VARIANTS)
     assert "data/index.json" in sums and sum(f.endswith(".mds") for f in sums) >= 2
     out = next(tmp_path.glob("conf-0-*"))
     m = json.loads((out / "manifest.json").read_text())
     index = json.loads((out / "data" / "index.json").read_text())
     assert sum(e["samples"] for e in index["shards"]) == m["totals"]["sequences"] > 0
+    # the output option reaches the writer (found in review: documented, but no pipeline field took it)
+    assert {e["size_limit"] for e in index["shards"]} == {SIZE_LIMIT} == {m["mds"]["size_limit"]}
     assert "StreamingDataset" in (out / "README.md").read_text()
 
 
@@ -184,6 +186,8 @@ def test_masked_data_to_mds_compiles_and_needs_a_tokenize_stage(tmp_path):
     with pytest.raises(PipelineError, match="needs a tokenize stage"):
         Pipeline("n").input(str(tmp_path / "in.parquet"), format="parquet", schema="training_record.v1").output(
             str(tmp_path / "o"), format="mds").compile()
+    with pytest.raises(PipelineError, match="mds_size_limit is for format mds"):
+        src.output(str(tmp_path / "o"), format="packed", mds_size_limit=1 << 20).compile()
 
 
 def test_inspect_shows_mds_sequences(outputs):
@@ -198,4 +202,7 @@ def test_inspect_shows_mds_sequences(outputs):
     starts = np.flatnonzero(want["position_ids"][0] == 0).tolist() + [len(ids)]
     first_doc_end = starts[1]
     assert f"sequences {mds['totals']['sequences']}" in text and "═══ sequence 1:" in text
+    # found in review: the MDS manifest had no long_documents, and inspect printed 0 for it
+    assert packed["totals"]["long_documents"] > 0
+    assert f"{packed['totals']['long_documents']} longer than seq_len" in text
     assert load_tokenizer(TOKENIZER).decode(ids[:first_doc_end].tolist())[:40] in text

@@ -97,7 +97,14 @@ def inspect_dataset(path: str | Path, sequences: int = 2, max_chars: int = 1500,
     mf = path / "manifest.json"
     if not mf.is_file():
         raise FileNotFoundError(f"{path}: no manifest.json (not a finished dataset)")
-    m = json.loads(mf.read_text())
+    try:
+        m = json.loads(mf.read_text())
+    except ValueError as e:
+        raise ValueError(f"{path}: manifest.json is not valid JSON ({e})") from None
+    if isinstance(m, dict) and m.get("format") == "packed":  # what the loader will accept, said before the summary
+        from datakit.loader import check_manifest
+
+        check_manifest(m, path)
     from datakit.io.verify import verify_dataset
 
     verify_dataset(str(path), m, checksums=verify)  # sizes always; sha256 with --verify

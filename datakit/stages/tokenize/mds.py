@@ -195,6 +195,7 @@ class MDSShardWriter:
             "totals": {"sequences": seqs, "tokens": toks, "padding_tokens": _sum(shards, "padding_tokens"),
                        "loss_tokens": _sum(shards, "loss_tokens"), "documents": _sum(shards, "documents"),
                        "split_documents": _sum(shards, "split_documents"),
+                       "long_documents": _sum(shards, "long_documents"),
                        "preference_pairs": _sum(shards, "preference_pairs"),
                        "fill_rate": round(toks / (seqs * seq_len), 6) if seqs else 0.0},
         }
