@@ -41,6 +41,20 @@ def test_input_and_output_overrides(pipeline_file, tmp_path):
     assert (tmp_path / "o2" / "manifest.json").exists()
 
 
+def test_relative_override_paths_are_relative_to_the_current_folder(pipeline_file, tmp_path):
+    """Found in review: `--output out/x` wrote beside the pipeline file, not where the shell was; the
+    file's own paths stay relative to the file."""
+    here = tmp_path / "elsewhere"
+    here.mkdir()
+    write_jsonl(here / "in" / "b.jsonl", [make_event(i) for i in range(3)])
+    r = _cli("run", pipeline_file, "--workers", "1", "--input", "in/*.jsonl", "--output", "rel-out", "--json", cwd=here)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["stages"][0]["rows_out"] == 3
+    assert (here / "rel-out" / "manifest.json").exists() and not (tmp_path / "rel-out").exists()
+    r = _cli("run", pipeline_file, "--workers", "1", "--json", cwd=here)  # the file's paths: beside the file
+    assert r.returncode == 0, r.stderr and (tmp_path / "out" / "manifest.json").exists()
+
+
 @pytest.mark.parametrize("args, needle", [
     (["run", "missing.yaml"], "not found"),
     (["run", "{pf}", "--input", "/nonexistent/*.jsonl"], "no input files match"),
@@ -48,6 +62,7 @@ def test_input_and_output_overrides(pipeline_file, tmp_path):
     (["explain", "{bad}"], "unknown stage kind"),
     (["run", "{tok}", "--workers", "1"], "tokenizer not found"),  # found in review: was a traceback, exit 1
     (["synth", "{pf}", "--events", "100"], "is a file"),  # found in review: was a traceback, exit 1
+    (["run", "{pf}", "--engine", "spark", "--conf", "spark.executor.memory"], "expected KEY=VALUE"),  # (review)
 ])
 def test_usage_and_input_errors_exit_2_with_one_line(pipeline_file, tmp_path, args, needle):
     bad = tmp_path / "bad.yaml"

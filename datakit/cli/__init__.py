@@ -15,6 +15,7 @@ if sys.argv[:1] == ["-m"]:  # `python -m datakit.cli` is being started: restart 
 
 import json  # noqa: E402
 import logging  # noqa: E402
+import os  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import List, Optional  # noqa: E402
 
@@ -58,8 +59,20 @@ def _print_stages(stages: list[dict]) -> None:
     Console(stderr=False, width=max(100, Console().width)).print(t)
 
 
+def _from_cwd(path: str) -> str:
+    """A command-line path as the shell means it: a relative local path joined to the current folder."""
+    if "://" in path:
+        return path
+    path = os.path.expanduser(path)
+    return path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
+
+
 def _conf_pairs(conf: List[str]) -> dict[str, str]:
-    """`--conf KEY=VALUE` options as a dict (a value may itself contain `=`)."""
+    """`--conf KEY=VALUE` options as a dict (a value may itself contain `=`); anything else is a usage
+    error (found in review: `--conf KEY` was a ValueError traceback, exit 1)."""
+    bad = [c for c in conf if "=" not in c or not c.split("=", 1)[0].strip()]
+    if bad:
+        _fail(f"--conf {bad[0]!r}: expected KEY=VALUE (e.g. --conf spark.executor.memory=4g)")
     return dict(c.split("=", 1) for c in conf)
 
 
@@ -74,6 +87,8 @@ def _start_spark_early(pipeline: Path, master: Optional[str], conf: List[str]) -
     Only in the command's own process: a session started in the background of someone else's
     process (a test's CliRunner) is not ours to start.
     """
+    if any("=" not in c for c in conf):
+        return  # the run says what is wrong with it (`_conf_pairs`)
     try:
         import yaml
 
@@ -94,8 +109,10 @@ def run(
     pipeline: Path = typer.Argument(..., help="Pipeline YAML file (see pipelines/ and schemas/pipeline.v1.json)."),
     engine: str = typer.Option("local", help="local (embedded, no JVM) or spark."),
     master: Optional[str] = typer.Option(None, help="Spark master URL, e.g. local[4] or spark://host:7077."),
-    input: Optional[List[str]] = typer.Option(None, "--input", help="Override the pipeline's input path/glob (repeatable)."),
-    output: Optional[str] = typer.Option(None, "--output", help="Override the pipeline's output path."),
+    input: Optional[List[str]] = typer.Option(None, "--input", help="Override the pipeline's input path/glob "
+                                              "(repeatable; relative to the current folder)."),
+    output: Optional[str] = typer.Option(None, "--output", help="Override the pipeline's output path "
+                                         "(relative to the current folder)."),
     snapshot: Optional[str] = typer.Option(None, "--snapshot", help="output mode append: the snapshot this run writes "
                                            "(default: the input's partition folder, e.g. dt=2026-11-02)."),
     workers: Optional[int] = typer.Option(None, help="Local engine: worker processes (default: all cores; "
@@ -135,6 +152,10 @@ def run(
                         conf=_conf_pairs(conf or []))
         else:
             _fail(f"unknown engine {engine!r}; choose local or spark")
+        # paths typed on the command line are the shell's: relative to the current folder (the file's own
+        # paths stay relative to the file); found in review: --output out/x wrote beside the pipeline file
+        output = _from_cwd(output) if output else output
+        input = [_from_cwd(i) for i in input] if input else input
         result = p.run(engine=engine, input=list(input) if input else None, output=output, report=report,
                        snapshot=snapshot, **opts)
     except (PipelineError, InputError, EngineOptionError) as e:
@@ -213,7 +234,8 @@ def explain(
     from datakit.pipeline import Pipeline, PipelineError
 
     try:
-        typer.echo(Pipeline.from_yaml(pipeline).explain(format, input_override=list(input) if input else None))
+        override = [_from_cwd(i) for i in input] if input else None
+        typer.echo(Pipeline.from_yaml(pipeline).explain(format, input_override=override))
     except (PipelineError, InputError) as e:
         _fail(str(e))
 
