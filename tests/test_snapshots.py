@@ -255,10 +255,26 @@ def test_hf_datasets_reads_the_union_through_the_card(tmp_path, monkeypatch):
     import duckdb
     run_day(tmp_path, "2026-11-01", DAY1)
     run_day(tmp_path, "2026-11-02", DAY2)
+    # a night whose only document was seen before: an empty snapshot (found in review: its 0-row row
+    # group made load_dataset refuse the whole dataset)
+    run_day(tmp_path, "2026-11-03", [rec("a3", "def f():\n    return 1\n")])
+    empty = list((tmp_path / "ds" / "_snapshots" / "dt=2026-11-03" / "data").glob("*.parquet"))
+    assert empty and all(pq.ParquetFile(f).metadata.num_row_groups == 0 for f in empty)
     hf = datasets.load_dataset(str(tmp_path / "ds"), split="train", cache_dir=str(tmp_path / "hf-cache"))
     assert hf["doc_id"] == ids(tmp_path / "ds")
     glob = str(tmp_path / "ds" / "_snapshots" / "*" / "data" / "*.parquet")
     assert sorted(r[0] for r in duckdb.sql(f"SELECT doc_id FROM '{glob}'").fetchall()) == sorted(hf["doc_id"])
+    # every snippet of the card runs as written (found in review: they pointed at a data/ folder an
+    # append-mode dataset does not have)
+    card = (tmp_path / "ds" / "README.md").read_text()
+    code = card.split("```python\n", 1)[1].split("```", 1)[0].replace("PATH", str(tmp_path / "ds"))
+    assert "_snapshots/*/data" in code
+    for line in code.splitlines():
+        scope: dict = {}
+        exec(line, scope)
+        rows = {k: v for k, v in scope.items() if k in ("t", "df", "ds")}
+        for v in rows.values():
+            assert len(v) == len(hf), line
 
 
 # A chain through a dropped document: B ~ A (dropped on day 2), C ~ B and C ~ A (J = 0.82), but with

@@ -72,14 +72,25 @@ def card_text(manifest: dict[str, Any]) -> str:
     lines = ["---", yaml.safe_dump(front, sort_keys=False).rstrip(), "---", "",
              f"# {name}", "",
              f"Written by datakit: format `{fmt}`, {manifest.get('rows', 0)} rows in "
-             f"{len(manifest.get('shards', []))} shard(s), pipeline hash `{manifest.get('pipeline_hash', '')}`.",
-             "", "Data files are under `data/` (exactly the files `manifest.json` lists); names starting with `_`",
-             "are side outputs (drop log, quarantine, run report) that readers skip.", "", "```python"]
+             f"{len(manifest.get('shards', []))} shard(s), pipeline hash `{manifest.get('pipeline_hash', '')}`."]
+    snapshots = manifest.get("layout") == "snapshots"  # append mode: each snapshot has its own data/
+    data = "PATH/_snapshots/*/data" if snapshots else "PATH/data"
+    if snapshots:
+        lines += ["", "Data files are under `_snapshots/<id>/data/`, one folder per snapshot (exactly the files",
+                  "`manifest.json` lists); other names starting with `_` are side outputs (drop log, quarantine,",
+                  "run report) that readers skip.", "", "```python"]
+    else:
+        lines += ["", "Data files are under `data/` (exactly the files `manifest.json` lists); names starting with `_`",
+                  "are side outputs (drop log, quarantine, run report) that readers skip.", "", "```python"]
     if fmt == "parquet":
         lines += ["import datasets; ds = datasets.load_dataset(\"PATH\", split=\"train\")",
-                  "import pyarrow.dataset as pads; t = pads.dataset(\"PATH/data\").to_table()",
-                  "import polars as pl; df = pl.scan_parquet(\"PATH/data\").collect()",
-                  "import duckdb; duckdb.sql(\"SELECT count(*) FROM 'PATH/data/*.parquet'\")"]
+                  ("import glob, pyarrow.dataset as pads; "
+                   f"t = pads.dataset(sorted(glob.glob(\"{data}/*.parquet\"))).to_table()"
+                   if snapshots else f"import pyarrow.dataset as pads; t = pads.dataset(\"{data}\").to_table()"),
+                  f"import polars as pl; df = pl.scan_parquet(\"{data}/*.parquet\").collect()",
+                  f"import duckdb; duckdb.sql(\"SELECT count(*) FROM '{data}/*.parquet'\")"]
+        if snapshots:
+            lines.append("from datakit.io.dataset import read_output; t = read_output(\"PATH\")  # or snapshot=\"ID\"")
     elif fmt == "packed":
         lines += ["from datakit.loader import PackedDataset, collate",
                   "ds = PackedDataset(\"PATH\")  # see the README's 'Use the output' section"]

@@ -205,9 +205,18 @@ PARQUET_WRITE_OPTIONS = dict(compression="zstd", compression_level=3, row_group_
 
 
 def write_parquet(table: pa.Table, url: str, row_group_size: int = PARQUET_WRITE_OPTIONS["row_group_size"]) -> None:
-    """Write a Parquet file with fixed settings (same bytes for the same table, on every engine)."""
+    """Write a Parquet file with fixed settings (same bytes for the same table, on every engine).
+
+    An empty table is written with no row group at all: `write_table` gave it one row group of 0
+    rows, which Hugging Face `datasets` refuses ("BatchSize must be greater than 0"), so one empty
+    shard (an append-mode night whose documents were all seen before) stopped `load_dataset` from
+    reading the whole dataset (found in review)."""
     with atomic_path(url) as tmp:
         fs, p = filesystem(tmp)
+        if table.num_rows == 0:
+            opts = {k: v for k, v in PARQUET_WRITE_OPTIONS.items() if k != "row_group_size"}
+            pq.ParquetWriter(p, table.schema, filesystem=arrow_filesystem(fs), **opts).close()
+            return
         pq.write_table(table, p, filesystem=arrow_filesystem(fs), **{**PARQUET_WRITE_OPTIONS, "row_group_size": row_group_size})
 
 
