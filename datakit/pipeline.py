@@ -121,6 +121,17 @@ class PipelineConfig(BaseModel):
     output: OutputConfig | None = None
     spark: dict[str, Any] = Field(default_factory=dict, description="Spark conf passed to the session")
 
+    @field_validator("spark")
+    @classmethod
+    def _flat_spark_conf(cls, v: dict[str, Any]) -> dict[str, Any]:
+        """Spark settings are KEY: scalar (found in review: a nested mapping ran, recorded in the run
+        report, and reached Spark as its Python text)."""
+        for k, x in v.items():
+            if not isinstance(x, (str, int, float, bool)):
+                raise ValueError(f"{k}: a Spark setting takes a string, number or boolean (got {type(x).__name__}); "
+                                 "write nested keys in full, e.g. spark.executor.memory: 4g")
+        return v
+
 
 def _format_errors(e: ValidationError, where: str) -> str:
     parts = []

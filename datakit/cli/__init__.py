@@ -36,6 +36,8 @@ def _fail(msg: str, code: int = 2) -> None:
 def _fail_engine_error(e: Exception, where: str) -> None:
     """Exit 3 with one line for an engine, Spark or storage failure (a read error of a damaged file
     included); return for anything else, which the caller re-raises."""
+    if type(e).__name__ == "SparkMasterURLError":  # a mistyped --master: usage, not a job to retry
+        _fail(str(e), 2)
     if type(e).__name__ in ("EngineError", "SparkSetupError", "SparkJobError", "IndexBuildError", "StorageError",
                             "OutputBusyError", "StageOutputError"):
         _fail(str(e), 3)

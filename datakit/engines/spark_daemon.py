@@ -49,7 +49,19 @@ def prefer_installed_pyspark(path: list[str]) -> list[str]:
     return [entry]
 
 
+def drop_working_folder(path: list[str]) -> None:
+    """Remove the entry `python -m` put first on the path: the folder the run was started from.
+
+    Why: with it, a file there named like a module (found in review: a `concurrent.py` beside the
+    pipeline) shadowed the standard library in every Python worker, and the Spark run failed with
+    "No module named 'concurrent.futures'" while the same run on the local engine worked; the
+    `datakit` command's own process never has that folder on its path (PYTHONPATH entries stay)."""
+    if path and path[0] in ("", os.getcwd()):
+        del path[0]
+
+
 def main() -> None:
+    drop_working_folder(sys.path)
     prefer_installed_pyspark(sys.path)
     from pyspark.daemon import manager
 

@@ -41,6 +41,10 @@ class SparkSetupError(SparkError):
     """Spark could not start: no Java, an unreachable or malformed master URL, a bad setting."""
 
 
+class SparkMasterURLError(SparkSetupError, ValueError):
+    """A master URL that is not one (a usage error: the CLI exits 2, as for any other bad option)."""
+
+
 class SparkJobError(SparkError):
     """A Spark job failed (a task failed too often, an executor kept dying, a stage raised)."""
 
@@ -96,7 +100,7 @@ def check_master(master: str, timeout: float = 3.0) -> None:
     prints pages of stack traces; a TCP connect tells the same in seconds.
     """
     if not _MASTER_RE.match(master):
-        raise SparkSetupError(
+        raise SparkMasterURLError(
             f"not a Spark master URL: {master!r}. Use local[N], local-cluster[W,C,MB], "
             "spark://HOST:PORT, yarn or k8s://URL."
         )
@@ -107,7 +111,7 @@ def check_master(master: str, timeout: float = 3.0) -> None:
     for hp in hosts:
         host, _, port = hp.rpartition(":")
         if not host or not port.isdigit():
-            raise SparkSetupError(f"not a Spark master URL: {master!r}; expected spark://HOST:PORT (default port 7077)")
+            raise SparkMasterURLError(f"not a Spark master URL: {master!r}; expected spark://HOST:PORT (default port 7077)")
         try:
             with socket.create_connection((host, int(port)), timeout=timeout):
                 return

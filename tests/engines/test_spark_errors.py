@@ -44,6 +44,29 @@ def test_wrong_master_url_fails_fast_and_short(url, msg):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("master, code", [("bogus://x", 2), ("spark://127.0.0.1:9", 3)])
+def test_a_malformed_master_is_a_usage_error_and_an_unreachable_one_a_job_failure(tmp_path, master, code):
+    """Found in review: a mistyped --master exited 3, which schedulers retry (docs/scheduling.md);
+    a master that is down stays 3. One line each, no JVM started."""
+    import subprocess
+    import sys
+
+    f = write_jsonl(tmp_path / "logs" / "a.jsonl", [make_event(i) for i in range(3)])
+    (tmp_path / "p.yaml").write_text(f"name: t\ninput: {{path: {f}}}\nstages: [{{kind: ingest}}]\n"
+                                     f"output: {{path: {tmp_path / 'out'}}}\n")
+    r = subprocess.run([sys.executable, "-m", "datakit.cli", "run", str(tmp_path / "p.yaml"), "--engine", "spark",
+                        "--master", master], capture_output=True, text=True, timeout=120)
+    assert r.returncode == code, r.stderr
+    assert r.stderr.startswith("datakit: error:") and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_nested_spark_setting_is_refused_at_load():
+    from datakit.pipeline import PipelineError
+
+    with pytest.raises(PipelineError, match="a Spark setting takes a string, number or boolean"):
+        Pipeline.from_yaml_string("name: t\nspark: {spark.executor: {memory: 4g}}\n")
+
+
 def test_engine_refuses_unreachable_master_before_starting_a_jvm(tmp_path):
     f = write_jsonl(tmp_path / "logs" / "a.jsonl", [make_event(i) for i in range(3)])
     p = Pipeline("t").input(str(f)).add({"kind": "ingest"}).output(str(tmp_path / "out"))

@@ -125,6 +125,37 @@ def test_local_python_workers_import_pyspark_from_the_installed_package(spark):
     assert files == {os.path.abspath(pyspark.__file__)}
 
 
+def test_the_daemon_drops_the_folder_python_m_put_first(monkeypatch, tmp_path):
+    """Found in review: a `concurrent.py` in the folder a Spark run started from shadowed the standard
+    library in every Python worker (`python -m` puts that folder first on the path)."""
+    from datakit.engines.spark_daemon import drop_working_folder
+
+    monkeypatch.chdir(tmp_path)
+    for first in ("", str(tmp_path)):
+        path = [first, "/site-packages"]
+        drop_working_folder(path)
+        assert path == ["/site-packages"]
+    path = ["/from/PYTHONPATH", str(tmp_path)]
+    drop_working_folder(path)
+    assert path == ["/from/PYTHONPATH", str(tmp_path)]  # only the entry -m added, in first place
+
+
+def test_local_python_workers_do_not_import_from_the_working_folder(spark):
+    import os
+
+    import pyarrow as pa
+
+    def first(batches):
+        import os as worker_os
+        import sys as worker_sys
+
+        for _ in batches:
+            yield pa.RecordBatch.from_pydict({"first": [worker_sys.path[0]], "cwd": [worker_os.getcwd()]})
+
+    rows = spark.range(0, 2, 1, 2).mapInArrow(first, "first string, cwd string").collect()
+    assert rows and all(r["first"] not in ("", r["cwd"], os.getcwd()) for r in rows)
+
+
 def test_local_python_workers_get_the_pool_workers_allocator(monkeypatch):
     """On a local master whose workers run this interpreter, Spark's Python workers start with the
     local engine's worker allocator (spark.executorEnv.LD_PRELOAD); never on a cluster (the library's
