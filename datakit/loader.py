@@ -60,7 +60,9 @@ def epoch_order(n: int, seed: int, epoch: int, shuffle: bool = True) -> np.ndarr
 
 
 ARRAYS = ("tokens", "loss_mask", "segments", "seq_index")  # each shard's arrays (docs/packed_format.md)
-READS = {"format_version": 2, "schema": "packed_dataset.v1"}  # what this reader understands
+# what this reader understands (io/sinks.FORMAT_VERSION, not imported: the loader needs numpy only; a test
+# holds the two equal)
+READS = {"format_version": 2, "schema": "packed_dataset.v1"}
 LAYOUTS = ("datakit.packed.v1", "snapshots")  # one run's dataset, or an append-mode dataset's union
 
 

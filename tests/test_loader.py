@@ -144,6 +144,13 @@ def _tamper(m: dict, what: str) -> dict | str:
     return m
 
 
+def test_the_loader_reads_the_format_version_the_writers_write(dataset):
+    from datakit.io.sinks import FORMAT_VERSION
+    from datakit.loader import READS
+
+    assert READS["format_version"] == FORMAT_VERSION == dataset.manifest["format_version"]
+
+
 @pytest.mark.parametrize("what, message", [
     ("version", "format_version is 99; this datakit reads 2"),
     ("one_more", "holds .* sequences of 128 tokens, the manifest says"),
