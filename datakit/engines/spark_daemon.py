@@ -49,19 +49,24 @@ def prefer_installed_pyspark(path: list[str]) -> list[str]:
     return [entry]
 
 
-def drop_working_folder(path: list[str]) -> None:
-    """Remove the entry `python -m` put first on the path: the folder the run was started from.
+def driver_first(path: list[str], driver_folder: str | None) -> None:
+    """The path a worker imports from starts as the driver's: its first folder (`driver_folder`, the
+    script's, or the current one for a notebook), not the one `python -m` put there.
 
-    Why: with it, a file there named like a module (found in review: a `concurrent.py` beside the
-    pipeline) shadowed the standard library in every Python worker, and the Spark run failed with
-    "No module named 'concurrent.futures'" while the same run on the local engine worked; the
-    `datakit` command's own process never has that folder on its path (PYTHONPATH entries stay)."""
+    Why: `python -m` put the folder the JVM was started from first. With it, a file there named like
+    a module (found in review: a `concurrent.py` beside the pipeline, run with the `datakit` command,
+    whose own path does not hold that folder) shadowed the standard library in every Python worker;
+    without the driver's folder, a custom stage module beside the user's script imported in the
+    driver and on the local engine's workers (spawned with the driver's path) but not here.
+    PYTHONPATH entries stay as they are."""
     if path and path[0] in ("", os.getcwd()):
         del path[0]
+    if driver_folder and driver_folder not in path:
+        path.insert(0, driver_folder)
 
 
 def main() -> None:
-    drop_working_folder(sys.path)
+    driver_first(sys.path, os.environ.get("DATAKIT_DRIVER_PATH0"))
     prefer_installed_pyspark(sys.path)
     from pyspark.daemon import manager
 

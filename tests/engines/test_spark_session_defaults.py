@@ -125,35 +125,38 @@ def test_local_python_workers_import_pyspark_from_the_installed_package(spark):
     assert files == {os.path.abspath(pyspark.__file__)}
 
 
-def test_the_daemon_drops_the_folder_python_m_put_first(monkeypatch, tmp_path):
-    """Found in review: a `concurrent.py` in the folder a Spark run started from shadowed the standard
-    library in every Python worker (`python -m` puts that folder first on the path)."""
-    from datakit.engines.spark_daemon import drop_working_folder
+def test_the_daemon_puts_the_drivers_folder_first_not_the_one_python_m_put(monkeypatch, tmp_path):
+    """Found in review: a `concurrent.py` in the folder a `datakit` Spark run started from shadowed the
+    standard library in every Python worker (`python -m` puts that folder first); and a custom stage
+    module beside a user's script must import there as it does in the driver and the local pool."""
+    from datakit.engines.spark_daemon import driver_first
 
     monkeypatch.chdir(tmp_path)
     for first in ("", str(tmp_path)):
         path = [first, "/site-packages"]
-        drop_working_folder(path)
+        driver_first(path, "/the/script/folder")
+        assert path == ["/the/script/folder", "/site-packages"]
+        path = [first, "/site-packages"]
+        driver_first(path, None)
         assert path == ["/site-packages"]
     path = ["/from/PYTHONPATH", str(tmp_path)]
-    drop_working_folder(path)
+    driver_first(path, "/from/PYTHONPATH")
     assert path == ["/from/PYTHONPATH", str(tmp_path)]  # only the entry -m added, in first place
 
 
-def test_local_python_workers_do_not_import_from_the_working_folder(spark):
-    import os
+def test_local_python_workers_import_from_the_drivers_folder(spark):
+    from datakit.engines.spark_session import driver_import_folder
 
     import pyarrow as pa
 
     def first(batches):
-        import os as worker_os
         import sys as worker_sys
 
         for _ in batches:
-            yield pa.RecordBatch.from_pydict({"first": [worker_sys.path[0]], "cwd": [worker_os.getcwd()]})
+            yield pa.RecordBatch.from_pydict({"first": [worker_sys.path[0]]})
 
-    rows = spark.range(0, 2, 1, 2).mapInArrow(first, "first string, cwd string").collect()
-    assert rows and all(r["first"] not in ("", r["cwd"], os.getcwd()) for r in rows)
+    rows = spark.range(0, 2, 1, 2).mapInArrow(first, "first string").collect()
+    assert [r["first"] for r in rows] == [driver_import_folder()] * 2
 
 
 def test_local_python_workers_get_the_pool_workers_allocator(monkeypatch):
