@@ -117,3 +117,49 @@ def test_the_example_pipeline_file_runs(tmp_path, monkeypatch):
     p = Pipeline.from_yaml(examples / "custom_stage.yaml")
     result = p.run(workers=1, input=str(logs), output=str(tmp_path / "out"))
     assert result.stage("drop_long")["rows_in"] == result.stage("extract")["emitted"] > 0
+
+
+def test_a_stage_added_as_a_class_saves_its_path_and_the_hash_does_not_depend_on_history(tmp_path, mystages):
+    """Found in review: a stage added with `.add(Class())` was saved as its bare kind, which a fresh
+    process cannot load, and the same Pipeline's hash changed once another pipeline in the process
+    had named the stage by path (so its shards were not reused)."""
+    import importlib
+    import subprocess
+    import sys
+
+    from datakit import register_stage
+
+    cls = register_stage(importlib.import_module(f"{mystages}.stages").UpperCase)
+    p = Pipeline.from_yaml_string(_yaml(tmp_path, "ingest"))  # (stage 3 replaced by the class below)
+    p.config.stages[2] = cls()
+    before = p.compile().config_hash
+    Pipeline.from_yaml_string(_yaml(tmp_path, f"{mystages}.stages:UpperCase"))  # another pipeline names it by path
+    assert p.compile().config_hash == before
+    text = p.to_yaml()
+    assert f"kind: {mystages}.stages:UpperCase" in text
+    (tmp_path / "saved.yaml").write_text(text)
+    code = f"from datakit import Pipeline; print(type(Pipeline.from_yaml({str(tmp_path / 'saved.yaml')!r}).config.stages[2]).__name__)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**__import__("os").environ, "PYTHONPATH": str(tmp_path / "site")})
+    assert r.stdout.strip() == "UpperCase", r.stderr[-2000:]
+
+
+def test_a_custom_stage_may_not_take_a_built_in_kind_or_another_stages_kind(mystages):
+    from typing import Literal
+
+    from datakit import StageConfig, register_stage
+
+    with pytest.raises(TypeError, match="kind 'dedup' is a built-in stage"):
+        @register_stage
+        class MyDedup(StageConfig):  # noqa: F811
+            kind: Literal["dedup"] = "dedup"
+
+    @register_stage
+    class First(StageConfig):
+        kind: Literal["test_kind_once"] = "test_kind_once"
+
+    register_stage(First)  # the same class again (a module reloaded, a notebook cell rerun)
+    with pytest.raises(TypeError, match="kind 'test_kind_once' is already the stage"):
+        @register_stage
+        class Second(StageConfig):
+            kind: Literal["test_kind_once"] = "test_kind_once"

@@ -27,6 +27,13 @@ class _Break:
         if self.how == "number_as_string":
             i = batch.schema.get_field_index("user_id")
             return batch.set_column(i, "user_id", pa.array(range(batch.num_rows), pa.int64()))
+        if self.how == "null_event_id":
+            i = batch.schema.get_field_index("event_id")
+            return batch.set_column(i, "event_id", pa.nulls(batch.num_rows, pa.string()))
+        if self.how == "return_none":
+            return None
+        if self.how == "int_drop_reason":
+            return batch.append_column("_drop", pa.array([1] * batch.num_rows))
         return batch
 
 
@@ -52,7 +59,12 @@ def _pipe(logs, out, how) -> Pipeline:
 
 
 @pytest.mark.parametrize("how, needle", [("lose_event_id", "without column 'event_id'"),
-                                         ("number_as_string", "column 'user_id' is int64, declared string")])
+                                         ("number_as_string", "column 'user_id' is int64, declared string"),
+                                         # found in review: committed with one shard, failed in the sink's key
+                                         # hash with two; None: an AttributeError; ints: reasons named "1"
+                                         ("null_event_id", "kept 6 row\\(s\\) with no event_id"),
+                                         ("return_none", "returned NoneType, not a pyarrow RecordBatch"),
+                                         ("int_drop_reason", "_drop column of int64")])
 def test_local_engine_fails_and_commits_nothing(tmp_path, logs, how, needle):
     out = tmp_path / "out"
     with pytest.raises(StageOutputError, match=f"stage 'test_break_schema' .*{needle}"):

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from datakit.accounting import count_drops, sum_metrics
-from datakit.engines.contract import conform_output
+from datakit.engines.contract import StageOutputError, conform_output, mismatch
 from datakit.io import identity, publish, sinks
 from datakit.io.atomic import write_json_atomic
 from datakit.io.fs import filesystem
@@ -206,17 +206,34 @@ def apply_map(fn: Callable, batch: pa.RecordBatch, schema: pa.Schema, stage: str
     out = fn(batch)
     if isinstance(out, pa.Table):
         out = out.combine_chunks().to_batches()[0] if out.num_rows else pa.RecordBatch.from_pylist([], schema=out.schema)
+    if not isinstance(out, pa.RecordBatch):
+        raise StageOutputError(f"stage {stage!r} ({op}) returned {type(out).__name__}, not a pyarrow RecordBatch "
+                               "or Table (a stage bug); nothing was committed")
     names = out.schema.names
     metrics = sum_metrics(out.column(METRICS)) if METRICS in names else Counter()
     dropped, drops = None, Counter()
     if DROP in names:
         drop_col = out.column(DROP)
+        if mismatch(drop_col.type, pa.string(), DROP):
+            raise StageOutputError(f"stage {stage!r} ({op}) returned a {DROP} column of {drop_col.type}; it holds "
+                                   "reasons, a string per dropped row (a stage bug); nothing was committed")
         if drop_col.null_count != len(drop_col):
             keep = pc.is_null(drop_col)
             dropped = out.filter(pc.invert(keep))
             drops = count_drops(dropped)
             out = out.filter(keep)
+    for key in IDENTITY_COLUMNS:
+        if key in schema.names and key in out.schema.names and out.column(key).null_count:
+            raise StageOutputError(
+                f"stage {stage!r} ({op}) kept {out.column(key).null_count} row(s) with no {key} (every row needs "
+                f"its identity: drop such a row with a {DROP} reason instead); nothing was committed")
     return MapOutput(conform_output(out, schema, stage, op), dropped, drops, metrics)
+
+
+# A kept row's identity: the key the sink shards and sorts by and the joins match on (found in review:
+# a stage that kept rows with a null doc_id committed them with one shard, and failed inside the sink's
+# key hash, naming no stage, with two)
+IDENTITY_COLUMNS = ("doc_id", "event_id")
 
 
 def quarantine_rows(stage: str, rows: pa.RecordBatch) -> pa.RecordBatch:

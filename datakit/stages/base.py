@@ -104,16 +104,27 @@ def register_stage(cls: type[StageConfig]) -> type[StageConfig]:
     kind = getattr(kind_field, "default", None)
     if not isinstance(kind, str):
         raise TypeError(f"{cls.__name__} needs a default `kind` string, e.g. kind: Literal['mine'] = 'mine'")
+    # found in review: a user class of kind "dedup" silently replaced the built-in stage for the whole
+    # process. The same class again (a module reloaded, a notebook cell run twice) replaces itself.
+    builtin = BUILTIN_STAGE_MODULES.get(kind)
+    if builtin is not None and cls.__module__ != builtin:
+        raise TypeError(f"{cls.__module__}.{cls.__qualname__}: kind {kind!r} is a built-in stage; give the "
+                        "custom stage its own kind")
+    old = _REGISTRY.get(kind)
+    if old is not None and old is not cls and _qualified(old) != _qualified(cls):
+        raise TypeError(f"{_qualified(cls)}: kind {kind!r} is already the stage {_qualified(old)}; "
+                        "give each stage its own kind")
     _REGISTRY[kind] = cls
     return cls
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 # entry-point group a package lists its stages under (pyproject: [project.entry-points."datakit.stages"],
 # `upper_case = "mypkg.stages:UpperCase"`): `kind: upper_case` then works without any import
 ENTRY_POINT_GROUP = "datakit.stages"
-# kinds whose class was loaded by a module path (`kind: mypkg.stages:UpperCase`): the pipeline writes the
-# path back when it saves (to_yaml), so the saved file loads again in a fresh process
-_LOADED_FROM: dict[str, str] = {}
 
 
 def stage_class(kind: str) -> type[StageConfig]:
@@ -130,7 +141,6 @@ def stage_class(kind: str) -> type[StageConfig]:
         return _REGISTRY[kind]
     if ":" in kind:
         cls = _load_stage(kind, kind)
-        _LOADED_FROM[_kind_of(cls)] = kind
         _REGISTRY[kind] = cls
         return cls
     eps = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == kind]
@@ -172,8 +182,38 @@ def _kind_of(cls: type[StageConfig]) -> str:
 
 
 def spelled_kind(kind: str) -> str:
-    """How a pipeline file names `kind`: its module path if it was loaded by one, else the kind itself."""
-    return _LOADED_FROM.get(kind, kind)
+    """How a pipeline file names `kind`: a built-in or entry-point kind as itself, any other registered
+    stage as `module:Class`, which a fresh process can import (`stage_class`).
+
+    Why from the class and not from how this process loaded it: the spelling is part of the config,
+    so of `pipeline_hash`; it changed when some other pipeline in the process had named the stage by
+    path (and shard reuse was lost), and a stage added as a class was saved as a bare kind that a
+    fresh process could not load (found in review). A class defined in `__main__` (a notebook) keeps
+    its kind: no other process can import it by path."""
+    if kind in BUILTIN_STAGE_MODULES or ":" in kind:
+        return kind
+    cls = _REGISTRY.get(kind)
+    if cls is None or not _importable(cls) or kind in _entry_point_kinds():
+        return kind
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _importable(cls: type) -> bool:
+    """Whether `module:qualname` of `cls` imports as `cls` itself (not a class made in a function or
+    with `type()`, nor one of `__main__`)."""
+    import sys
+
+    if cls.__module__ in ("__main__", "__mp_main__"):
+        return False
+    obj: Any = sys.modules.get(cls.__module__)
+    for part in cls.__qualname__.split("."):
+        obj = getattr(obj, part, None)
+    return obj is cls
+
+
+def _entry_point_kinds() -> frozenset[str]:
+    """Read each time (only a custom stage asks): a package installed into the running process counts."""
+    return frozenset(ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
 
 
 def known_kinds() -> list[str]:
