@@ -345,7 +345,7 @@ class Rel:
     ) -> "Rel":
         return self._wrap(
             MapBatches(
-                stage=self.stage, schema=schema, input=self.node, fn=fn, name=name,
+                stage=self.stage, schema=schema, input=self.node, fn=by_value_if_main(fn), name=name,
                 quarantine=quarantine, drop_log_key=drop_log_key, drop_state=drop_state,
                 reads=tuple(reads) if reads is not None else None, threads=threads,
             )
@@ -407,3 +407,45 @@ class Rel:
 def source(paths: Iterable[str], format: str, schema: pa.Schema, schema_name: str, stage: str = "input") -> Rel:
     """A `Rel` over input files (used by the pipeline compiler and by stages reading side inputs)."""
     return Rel(Source(stage=stage, schema=schema, paths=list(paths), format=format, schema_name=schema_name), stage)
+
+
+def by_value_if_main(fn: Any) -> Any:
+    """`fn` itself, or wrapped in `ByValue` when its class (or it, a plain function) was defined in
+    `__main__`.
+
+    Why: pool workers are spawned processes that unpickle a stage function by reference, and a class
+    defined in a notebook cell (or any `__main__` without a file) has no module they can import: every
+    worker died, reported as "out of memory, or a script that runs its pipeline at import time", while
+    the same pipeline ran in-process on a small input and on Spark, which ships functions by value
+    (found in review)."""
+    if isinstance(fn, ByValue) or getattr(fn, "__module__", None) != "__main__":  # (an instance: its class's)
+        return fn
+    return ByValue(fn)
+
+
+def _from_value(blob: bytes) -> "ByValue":
+    import cloudpickle
+
+    return ByValue(cloudpickle.loads(blob))
+
+
+class ByValue:
+    """A batch function pickled by value (cloudpickle: its class and what it refers to travel with it);
+    every other attribute (`setup`, `spark_select`, `reads`, ...) is the wrapped function's."""
+
+    def __init__(self, fn: Any) -> None:
+        self.__dict__["fn"] = fn
+
+    def __call__(self, batch: Any) -> Any:
+        return self.__dict__["fn"](batch)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["fn"], name)
+
+    def __reduce__(self) -> tuple:
+        import cloudpickle
+
+        return _from_value, (cloudpickle.dumps(self.__dict__["fn"]),)
+
+    def __repr__(self) -> str:
+        return f"ByValue({self.__dict__['fn']!r})"

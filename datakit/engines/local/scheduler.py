@@ -116,8 +116,10 @@ def run_tasks(fn: Callable, items: list, what: str, workers: int, progress_enabl
             raise EngineError(str(e)) from None
         except BrokenProcessPool:
             raise EngineError(
-                f"a local worker process died during '{what}' (killed, out of memory, or a script that runs its "
-                "pipeline at import time: use `if __name__ == \"__main__\":`); rerun to resume finished work") from None
+                f"a local worker process died during '{what}' (killed, out of memory, a script that runs its "
+                "pipeline at import time: use `if __name__ == \"__main__\":`, or a main program the workers cannot "
+                "start again, such as `python - < script.py`: see the workers' error above); rerun to resume "
+                "finished work") from None
         ok = True
         if costs is not None:
             costs.extend(r.cost for r in out)
