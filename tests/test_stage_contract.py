@@ -111,3 +111,46 @@ def test_spark_engine_fails_too(spark, tmp_path, logs):
     with pytest.raises(SparkJobError, match="StageOutputError: stage 'test_break_schema'.*'event_id'"):
         _pipe(logs, out, "lose_event_id").run(engine="spark", partitions=1)
     assert not (out / "manifest.json").exists()
+
+
+class _Raises:
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        raise ValueError("boom on jane.doe@example.com")
+
+
+@register_stage
+class RaisesInTheMiddle(StageConfig):
+    kind: Literal["test_raises_in_the_middle"] = "test_raises_in_the_middle"
+    consumes = "editor_event.v1"
+    produces = "editor_event.v1"
+
+    def compile(self, rel, ctx: CompileContext):
+        return rel.map_batches(_Raises(), EDITOR_EVENT_V1, name="raises")
+
+
+def test_a_stage_that_raises_is_named_in_one_redacted_line(tmp_path, logs):
+    """Found in review: the local engine named no stage, Spark the last stage of the fused chain; the
+    CLI printed the stage's exception (which may quote data) as a traceback, exit 1."""
+    from datakit.engines.core import StageError
+
+    with pytest.raises(StageError, match=r"stage 'test_raises_in_the_middle' \(raises\) failed: ValueError: boom on "
+                                         r".*\(at test_stage_contract.py:\d+ in __call__\)"):
+        (Pipeline("r").input(str(logs)).add({"kind": "ingest"}).add({"kind": "test_raises_in_the_middle"})
+         .add({"kind": "consent"}).output(str(tmp_path / "out"))).run(workers=1)
+    (tmp_path / "p.yaml").write_text(f"name: c\ninput: {{path: {logs}}}\nstages: [{{kind: ingest}}, "
+                                     "{kind: test_raises_in_the_middle}, {kind: consent}]\noutput: {path: out}\n")
+    r = CliRunner().invoke(app, ["run", str(tmp_path / "p.yaml"), "--workers", "1"])
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("datakit: error")]
+    assert r.exit_code == 3 and len(errors) == 1 and "Traceback" not in r.stderr, r.output
+    assert "test_raises_in_the_middle" in errors[0] and "jane.doe@example.com" not in r.stderr
+
+
+@pytest.mark.spark
+def test_spark_names_the_stage_that_raised_not_the_chains_last(spark, tmp_path, logs):
+    from datakit.engines.spark_session import SparkJobError
+
+    p = (Pipeline("r").input(str(logs)).add({"kind": "ingest"}).add({"kind": "test_raises_in_the_middle"})
+         .add({"kind": "consent"}).output(str(tmp_path / "out")))
+    with pytest.raises(SparkJobError, match=r"^Spark failed: stage 'test_raises_in_the_middle' \(raises\) failed: "
+                                            r"ValueError"):
+        p.run(engine="spark", partitions=1)

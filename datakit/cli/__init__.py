@@ -29,7 +29,11 @@ log = logging.getLogger("datakit")
 
 
 def _fail(msg: str, code: int = 2) -> None:
-    typer.echo(f"datakit: error: {msg}", err=True)
+    """One line on stderr, redacted like every log line (an error may quote data: a stage's exception
+    message, a value a check rejected), then exit with `code`."""
+    from datakit.logs import _redact
+
+    typer.echo(f"datakit: error: {_redact(msg)}", err=True)
     raise typer.Exit(code)
 
 
@@ -39,7 +43,7 @@ def _fail_engine_error(e: Exception, where: str) -> None:
     if type(e).__name__ == "SparkMasterURLError":  # a mistyped --master: usage, not a job to retry
         _fail(str(e), 2)
     if type(e).__name__ in ("EngineError", "SparkSetupError", "SparkJobError", "IndexBuildError", "StorageError",
-                            "OutputBusyError", "StageOutputError"):
+                            "OutputBusyError", "StageOutputError", "StageError"):
         _fail(str(e), 3)
     from datakit.io import storage
 

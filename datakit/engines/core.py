@@ -203,7 +203,15 @@ def apply_map(fn: Callable, batch: pa.RecordBatch, schema: pa.Schema, stage: str
 
     The kept rows must match the declared `schema` (`engines/contract.py`): a batch off it is a
     stage bug and fails the run naming `stage` and `op`, instead of being filled with nulls."""
-    out = fn(batch)
+    try:
+        out = fn(batch)
+    except (OSError, KeyboardInterrupt):  # storage faults keep their own handling (retries, exit 3)
+        raise
+    except Exception as e:
+        if (type(e).__module__ or "").startswith("datakit"):  # our own typed errors already say what happened
+            raise
+        first = str(e).splitlines()[0][:300] if str(e) else ""
+        raise StageError(f"stage {stage!r} ({op}) failed: {type(e).__name__}: {first}{_where(e)}") from e
     if isinstance(out, pa.Table):
         out = out.combine_chunks().to_batches()[0] if out.num_rows else pa.RecordBatch.from_pylist([], schema=out.schema)
     if not isinstance(out, pa.RecordBatch):
@@ -228,6 +236,22 @@ def apply_map(fn: Callable, batch: pa.RecordBatch, schema: pa.Schema, stage: str
                 f"stage {stage!r} ({op}) kept {out.column(key).null_count} row(s) with no {key} (every row needs "
                 f"its identity: drop such a row with a {DROP} reason instead); nothing was committed")
     return MapOutput(conform_output(out, schema, stage, op), dropped, drops, metrics)
+
+
+class StageError(RuntimeError):
+    """A stage's batch function raised: one line naming the stage, the op, the error and where it was
+    raised (found in review: the local engine named no stage, Spark the last stage of the fused chain)."""
+
+
+def _where(e: BaseException) -> str:
+    """" (at FILE:LINE in FUNCTION)" of the innermost frame of `e`'s traceback, or ""."""
+    tb = e.__traceback__
+    if tb is None:
+        return ""
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    return f" (at {code.co_filename.rsplit('/', 1)[-1]}:{tb.tb_lineno} in {code.co_name})"
 
 
 # A kept row's identity: the key the sink shards and sorts by and the joins match on (found in review:

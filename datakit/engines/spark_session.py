@@ -562,4 +562,7 @@ def translate_errors(what: str) -> Iterator[None]:
             raise
         _append_log(what, e)
         cls = SparkSetupError if what.startswith("starting") else SparkJobError
-        raise cls(f"Spark failed while {what}: {summarize(e)} (full log: {log_file()})") from None
+        why = summarize(e)
+        if why.startswith("StageError: "):  # the stage that raised names itself (the chain's last one may not be it)
+            raise cls(f"Spark failed: {why[len('StageError: '):]} (full log: {log_file()})") from None
+        raise cls(f"Spark failed while {what}: {why} (full log: {log_file()})") from None
