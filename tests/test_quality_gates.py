@@ -255,3 +255,40 @@ def test_expect_is_left_out_of_the_config_when_unused():
                                                           "kwargs": {"column": "event_id"}}]})
     assert q.to_dict()["stages"][0]["expect"][0]["severity"] == "error"
     assert Pipeline.from_yaml_string(q.to_yaml()) == q
+
+
+def test_quality_suites_on_a_pool_through_the_command_publish_the_run(tmp_path):
+    """Found in review: with a pool, great_expectations' import of pyspark.sql.connect called
+    sys.exit(0) in the workers (pyspark took them for a doctest run), the SystemExit reached the
+    parent, and `datakit run` exited 0 with nothing published. `datakit validate` of a packed output
+    on a pool ran no check and exited 0 the same way."""
+    import subprocess
+    import sys
+
+    logs = _logs(tmp_path, n=40)
+    p = _pipeline(logs, tmp_path / "out", [{"type": "expect_column_values_to_not_be_null", "severity": "warn",
+                                             "kwargs": {"column": "doc_id"}}], quality=True)
+    (tmp_path / "p.yaml").write_text(p.to_yaml())
+    datakit = str(Path(sys.executable).parent / "datakit")  # the console script, as users start it
+    r = subprocess.run([datakit, "run", str(tmp_path / "p.yaml"), "--workers", "2", "--quiet", "--no-report"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (tmp_path / "out" / "manifest.json").is_file() and (tmp_path / "out" / "_SUCCESS").is_file()
+    assert "Skipping doctests" not in r.stderr
+    r = subprocess.run([datakit, "validate", str(tmp_path / "out"), "--workers", "2"], capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0 and "passed:" in r.stdout, (r.stdout, r.stderr[-2000:])
+
+
+class _Exits:
+    def __call__(self, batch):
+        raise SystemExit(0)
+
+
+def test_a_task_that_calls_sys_exit_fails_the_run_instead_of_ending_it(tmp_path):
+    from datakit.engines.local.scheduler import EngineError, _Guarded
+
+    with pytest.raises(EngineError, match=r"called sys.exit\(0\)"):
+        _Guarded(_Exits())(object())
+    with pytest.raises(EngineError, match=r"called sys.exit\(0\)"):
+        _Guarded(_Exits(), timed=True)(object())

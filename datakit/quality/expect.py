@@ -78,7 +78,9 @@ class Expectation(BaseModel):
 
 
 def _gx_class(type_: str):
-    import great_expectations as gx
+    from datakit.quality.gx import import_gx
+
+    gx = import_gx()
 
     return getattr(gx.expectations, "".join(p.capitalize() for p in type_.split("_")), None)
 
@@ -89,7 +91,7 @@ def family(e: Expectation) -> str:
         return "unique"
     if e.type in ROW_COUNT:
         return "row_count"
-    cls = _gx_class(e.type)
+    cls = _gx_class(e.type)  # (imports great_expectations safely first: `gx.import_gx`)
     if cls is None:
         raise ValueError(f"unknown expectation type {e.type!r} (great-expectations 1.x names, e.g. "
                          "expect_column_values_to_be_in_set)")
@@ -170,8 +172,9 @@ def _gx_batch(df: Any):
     if "bd" not in _GX:
         import logging
 
-        import great_expectations as gx
+        from datakit.quality.gx import import_gx
 
+        gx = import_gx()
         logging.getLogger("great_expectations").setLevel(logging.WARNING)  # no INFO chatter in job logs
         from great_expectations.data_context.types.base import ProgressBarsConfig
 

@@ -155,6 +155,12 @@ class _Guarded:
             begin = run_timing.task_begin()
             result = self.fn(item)
             return _Costed(result, run_timing.task_end(begin))
+        except SystemExit as e:
+            # a library's sys.exit inside a task (pyspark's doctest check did, through great_expectations'
+            # import): sent back to the parent it ended the command with that status, often 0, having
+            # published nothing (found in review). A task never decides the process's exit.
+            raise EngineError(f"a task of {_task_path(item)} called sys.exit({e.code!r}) (a library that "
+                              "exits inside datakit's work); nothing was published") from None
         except Exception as e:
             if storage.is_storage_error(e):
                 raise storage.describe(e, _task_path(item), "read or write") from None
