@@ -32,11 +32,27 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from datakit.io.fs import InputError
+
 IGNORE_INDEX = -100  # the label value PyTorch's cross-entropy ignores
 
 
-class DatasetError(Exception):
-    """The folder is not a complete packed dataset (no manifest, wrong layout, missing shard)."""
+class DatasetError(InputError):
+    """The folder is not a complete packed dataset (no manifest, wrong layout, missing shard): an input
+    error, so every command says it in one line and exits 2."""
+
+
+def local_folder(path: str | Path) -> Path:
+    """`path` as a local folder; a `DatasetError` for an object-store URL.
+
+    Why: the arrays are memory-mapped, which needs local files, and `Path("s3://b/x")` silently became
+    the local path `s3:/b/x` ("no manifest.json", or a traceback in the contamination check; found in
+    review)."""
+    text = str(path)
+    if "://" in text and not text.startswith("file://"):
+        raise DatasetError(f"{text}: a packed dataset is read from a local folder (its arrays are memory-mapped); "
+                           "copy it first, e.g. `aws s3 sync` or fsspec's `get(..., recursive=True)`")
+    return Path(text[len("file://"):] if text.startswith("file://") else text)
 
 
 def splitmix64(x: np.ndarray) -> np.ndarray:
@@ -104,7 +120,7 @@ class PackedDataset:
     """Random access to a `packed` dataset folder (written by the tokenize stage)."""
 
     def __init__(self, path: str | Path, verify: bool = False) -> None:
-        self.path = Path(path)
+        self.path = local_folder(path)
         mf = self.path / "manifest.json"
         if not mf.is_file():
             raise DatasetError(f"{self.path}: no manifest.json (not a finished packed dataset)")

@@ -148,3 +148,28 @@ def test_a_split_join_on_an_object_store_output_gives_the_local_bytes(s3_endpoin
     assert whole["dropped"].get("near_duplicate") and whole["dropped"].get("exact_duplicate")
     assert {k: split[k] for k in ("rows_in", "rows_out", "dropped")} == {k: whole[k] for k in ("rows_in", "rows_out", "dropped")}
     assert output_checksums("s3://split-bucket/out") == output_checksums(str(tmp_path / "o"))
+
+
+def test_a_missing_bucket_is_one_line_exit_2_for_input_and_output(s3_endpoint, tmp_path):
+    """Found in review: a bucket that does not exist (input or output) was a traceback, exit 1."""
+    local = write_jsonl(tmp_path / "logs" / "a.jsonl", [make_event(i) for i in range(3)])
+    for inp, out, needle in (("s3://no-such-bucket-in/raw/dt=*/*.jsonl.zst", str(tmp_path / "o1"), "no-such-bucket-in"),
+                             (str(local), "s3://no-such-bucket-out/x", "cannot create the output there")):
+        (tmp_path / "p.yaml").write_text(f"name: b\ninput: {{path: '{inp}'}}\nstages: [{{kind: ingest}}]\n"
+                                         f"output: {{path: '{out}'}}\n")
+        r = subprocess.run([sys.executable, "-m", "datakit.cli", "run", str(tmp_path / "p.yaml"), "--workers", "1"],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 2, r.stderr[-2000:]
+        assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
+
+
+def test_a_packed_dataset_on_an_object_store_says_it_is_read_locally(s3_endpoint):
+    """Found in review: Path("s3://b/x") became the local path s3:/b/x: "no manifest.json" from inspect
+    and PackedDataset, a traceback with exit 1 (= contaminated) from contamination-check."""
+    from datakit.loader import DatasetError, PackedDataset
+
+    with pytest.raises(DatasetError, match="read from a local folder"):
+        PackedDataset("s3://some-bucket/packed")
+    for cmd in (["inspect", "s3://some-bucket/packed"],):
+        r = subprocess.run([sys.executable, "-m", "datakit.cli", *cmd], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 2 and "read from a local folder" in r.stderr, r.stderr[-2000:]

@@ -148,6 +148,7 @@ def run(
     from datakit.pipeline import Pipeline, PipelineError
     from datakit.quality.expect import QualityGateError
 
+    p = None
     try:
         p = Pipeline.from_yaml(pipeline)
         opts: dict = {}
@@ -171,7 +172,9 @@ def run(
     except ImportError as e:
         _fail(f"{e} (is the engine's package installed? `make venv` installs everything)")
     except Exception as e:  # an engine/runtime failure: short message, detail in the log
-        _fail_engine_error(e, output or ", ".join(input or []) or str(pipeline))
+        # a storage error raised outside any task names the output (found in review: it named the pipeline file)
+        out_path = p.config.output.path if p is not None and p.config.output is not None else None
+        _fail_engine_error(e, output or out_path or ", ".join(input or []) or str(pipeline))
         raise
     if json_out:
         typer.echo(json.dumps({"output": result.output_path, "stages": result.stages}, indent=2))

@@ -93,7 +93,9 @@ def inspect_dataset(path: str | Path, sequences: int = 2, max_chars: int = 1500,
     """The text `datakit inspect PATH` prints: summary + the first `sequences` sequences decoded."""
     import numpy as np
 
-    path = Path(path)
+    from datakit.loader import local_folder
+
+    path = local_folder(path)
     mf = path / "manifest.json"
     if not mf.is_file():
         raise FileNotFoundError(f"{path}: no manifest.json (not a finished dataset)")
@@ -163,7 +165,7 @@ def _megatron_docs(prefix: Path, n: int) -> list[np.ndarray]:
 
 
 def inspect_command(
-    path: Path = typer.Argument(..., help="A packed, megatron or mds dataset folder written by datakit."),
+    path: str = typer.Argument(..., help="A packed, megatron or mds dataset folder written by datakit."),
     sequences: int = typer.Option(2, "--sequences", "-n", help="How many sequences to decode and show."),
     max_chars: int = typer.Option(1500, help="Clip each decoded segment to this many characters."),
     verify: bool = typer.Option(False, "--verify", help="Also compare every data file's sha256 with the manifest."),

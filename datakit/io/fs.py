@@ -86,6 +86,9 @@ def expand(paths: str | Iterable[str], suffixes: tuple[str, ...] = ()) -> list[s
                 raise InputError(f"input not found: {raw}")
         except InputError:
             raise
+        except FileNotFoundError as e:  # an object store's missing bucket (a missing key is "no match" above)
+            why = str(e).splitlines()[0][:200] if str(e) else "not found"
+            raise InputError(f"input not found: {raw} ({why})") from None
         except Exception as e:
             if storage.is_storage_error(e):
                 raise storage.describe(e, raw, "list") from None

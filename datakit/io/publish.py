@@ -168,6 +168,9 @@ class _Lock:
             try:
                 fs.pipe_file(p, self._lease(), mode="create")  # conditional put: only if absent
                 break
+            except FileNotFoundError as e:  # the bucket does not exist (found in review: a traceback, exit 1)
+                raise OutputPathError(f"output {self.path}: cannot create the output there "
+                                      f"({str(e).splitlines()[0][:200] if str(e) else 'no such bucket'})") from None
             except FileExistsError:
                 try:
                     held = json.loads(fs.cat_file(p))
