@@ -167,6 +167,15 @@ def parse_stage(spec: dict[str, Any] | StageConfig, where: str = "") -> StageCon
         raise PipelineError(_format_errors(e, f"{where} ({spec['kind']})")) from None
 
 
+def _built(model: type[BaseModel], where: str, **fields: Any) -> Any:
+    """`model(**fields)`, a `PipelineError` naming the field when they do not validate (found in review: the
+    builder raised pydantic's multi-line ValidationError where `.add()` and `from_yaml` raise one line)."""
+    try:
+        return model(**fields)
+    except ValidationError as e:
+        raise PipelineError(_format_errors(e, where)) from None
+
+
 class Pipeline:
     """Build, load, save and run a pipeline.
 
@@ -178,12 +187,12 @@ class Pipeline:
     """
 
     def __init__(self, name: str = "pipeline", seed: int = 0, *, base_dir: str | Path | None = None) -> None:
-        self.config = PipelineConfig(name=name, seed=seed)
+        self.config = _built(PipelineConfig, "pipeline", name=name, seed=seed)
         self.base_dir = Path(base_dir) if base_dir else Path.cwd()
 
     # -- builder
     def input(self, path: str | list[str], format: str = "jsonl", schema: str = "editor_event.v1") -> "Pipeline":
-        self.config.input = InputConfig(path=path, format=format, schema=schema)
+        self.config.input = _built(InputConfig, "input", path=path, format=format, schema=schema)
         return self
 
     def add(self, stage: dict[str, Any] | StageConfig) -> "Pipeline":
@@ -191,7 +200,7 @@ class Pipeline:
         return self
 
     def output(self, path: str, format: str = "parquet", shards: int | str = 1, **kw: Any) -> "Pipeline":
-        self.config.output = OutputConfig(path=path, format=format, shards=shards, **kw)
+        self.config.output = _built(OutputConfig, "output", path=path, format=format, shards=shards, **kw)
         return self
 
     # -- YAML
@@ -226,7 +235,11 @@ class Pipeline:
 
     @classmethod
     def from_yaml_string(cls, text: str, base_dir: str | Path | None = None) -> "Pipeline":
-        return cls.from_dict(yaml.safe_load(text), "pipeline", base_dir=base_dir)
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:  # as from_yaml says it (found in review: a raw ParserError)
+            raise PipelineError(f"pipeline: not valid YAML: {e}") from None
+        return cls.from_dict(data, "pipeline", base_dir=base_dir)
 
     def to_dict(self) -> dict[str, Any]:
         d = self.config.model_dump(mode="json", by_alias=True, exclude_defaults=False)
@@ -239,6 +252,8 @@ class Pipeline:
                 st.pop("history", None)  # likewise: unset = the mode's default; existing pipelines keep their hash
         if not d.get("spark"):
             d.pop("spark", None)
+        if d.get("output") and d["output"].get("mds_size_limit") is None:
+            d["output"].pop("mds_size_limit", None)  # unset: absent, so existing pipelines keep their hash
         if d.get("output") and d["output"].get("mode") == "overwrite":
             d["output"].pop("mode")  # the default is absent, so pipelines written before append mode keep their hash
         return d

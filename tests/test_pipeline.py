@@ -137,3 +137,24 @@ def test_explain_prints_the_dag_once_with_shared_nodes_by_id(tmp_path):
     assert all(a in declared and (b in declared or b == "sink") for a, b in edges)
     with pytest.raises(ValueError, match="unknown explain format"):
         p.explain("svg")
+
+
+@pytest.mark.parametrize("build, needle", [
+    (lambda: Pipeline("x", seed="abc"), "pipeline: field seed"),
+    (lambda: Pipeline("x").input(42), "input: field path"),
+    (lambda: Pipeline("x").output("o", shards=0), "output: field shards"),
+    (lambda: Pipeline("x").output("o", shard=2), "output: field shard"),
+    (lambda: Pipeline.from_yaml_string("a: [\n"), "pipeline: not valid YAML"),
+])
+def test_the_builder_says_what_is_wrong_as_one_pipeline_error(build, needle):
+    """Found in review: these raised pydantic's multi-line ValidationError (or a raw yaml ParserError)
+    where `.add()` and `from_yaml` raise one-line PipelineErrors."""
+    from datakit.pipeline import PipelineError
+
+    with pytest.raises(PipelineError, match=needle):
+        build()
+
+
+def test_an_unset_mds_size_limit_leaves_the_config_and_its_hash_as_before():
+    p = Pipeline("x").input("logs/*.jsonl").add({"kind": "ingest"}).output("out")
+    assert "mds_size_limit" not in p.to_yaml()
