@@ -8,7 +8,7 @@ Pipeline file::
       mode: drop                       # or mask
       normalizations: [whitespace, case]   # + comments, identifiers
       min_ngrams: 1                    # a record matches an item if it shares >= this many n-grams
-      min_fraction: 0.05               # ... and >= this fraction of its n-grams (default 0.05; 0.10 with identifiers)
+      min_fraction: 0.03               # ... and >= this fraction of its n-grams (default 0.03; 0.10 with identifiers)
       max_items_per_ngram: 1           # eval n-grams shared by more items are boilerplate: ignored
 
 What is scanned: the `text` of every segment (all roles: a leaked prompt in
@@ -95,7 +95,8 @@ class DecontaminateConfig(StageConfig):
     mode: Literal["drop", "mask"] = "drop"
     normalizations: list[str] = Field(default_factory=lambda: list(DEFAULT_NORMALIZATIONS))
     min_ngrams: int = Field(1, ge=1)
-    min_fraction: float | None = Field(None, ge=0.0, le=1.0, description="default 0.05, 0.10 with identifiers")
+    min_fraction: float | None = Field(None, ge=0.0, le=1.0,
+                                       description="default 0.03 (matcher.DEFAULT_MIN_FRACTION), 0.10 with identifiers")
     max_items_per_ngram: int = Field(1, ge=0, description="ignore eval n-grams shared by more items of one eval "
                                                           "(0 = keep all)")
     robust: bool = Field(True, description="also match comment-free and identifier-insensitive views and decoded "
