@@ -98,3 +98,21 @@ def test_entropy_key_skip_trie_equals_the_case_insensitive_alternation() -> None
     for k in keys:
         assert bool(_ENTROPY_KEY_SKIP.search(k)) == bool(_ENTROPY_KEY_SKIP_LOWER.search(k.lower())), k
     assert _ENTROPY_KEY_SKIP_LOWER.search("sha512") and not _ENTROPY_KEY_SKIP_LOWER.search("api_key")
+
+
+@pytest.mark.parametrize("text, kept", [
+    # found in review: "version" anywhere on the line turned phone and IPv4 detection off for it, and every
+    # quarantined event line has a client_version key
+    ('{"client_version": "0.9.1", "suggestion": "call (415) 867-5309 from 81.2.69.142"}', []),
+    ("After the upgrade to version 2.3 the release box at 81.2.69.142 is down. Call (415) 867-5309.", []),
+    # a number a version or release word names is still no phone or address
+    ("version: 10.0.19041.1234", ["10.0.19041.1234"]),
+    ('"release": "2024.10.15.123"', ["2024.10.15.123"]),
+    ("version is 1.2.3.4", ["1.2.3.4"]),
+])
+def test_a_version_word_counts_only_just_before_the_number(text, kept):
+    from datakit.stages.scrub_pii.stage import scrub_texts
+
+    out = scrub_texts([text])[0]
+    assert "867-5309" not in out and "81.2.69.142" not in out
+    assert all(k in out for k in kept)

@@ -170,7 +170,7 @@ def ipv4_ok(m: re.Match[str], text: str) -> bool:
     if ip.endswith(".0") and re.match(r"/\d{1,2}\b", text[m.end() : m.end() + 3]):
         return False  # a network range (10.0.0.0/8) names no host
     line = _line_of(text, m.start(), m.end())
-    if "version" in line.lower() or "release" in line.lower():
+    if _names_a_version(text, m.start()):
         return False
     before = text[max(0, m.start() - 12) : m.start()]
     if _VERSION_CONTEXT.search(before.rstrip("\"' (")):
@@ -229,10 +229,23 @@ def phone_ok(m: re.Match[str], text: str) -> bool:
     if not m.group().startswith("+") and len(digits) == 10:
         if digits[0] in "01" or digits[3] in "01":
             return False
-    line = _line_of(text, m.start(), m.end()).lower()
-    if "version" in line:
+    if _names_a_version(text, m.start()):
         return False
     return True
+
+
+_VERSION_WORD = re.compile(r"(?:version|release)\w*\W{0,4}(?:[\w.-]+\W{0,3})?$", re.IGNORECASE)
+
+
+def _names_a_version(text: str, start: int) -> bool:
+    """A version or release word just before the number (`version: 10.0.19041.1234`, `"release": "2024.1.15.3"`,
+    `version is 1.2.3.4`), on its line.
+
+    Why not anywhere on the line: every editor event has a `client_version` key, so a quarantined line lost
+    all phone and IPv4 detection, and a chat turn that said "version" anywhere kept its phone numbers and
+    addresses (found in review)."""
+    a = text.rfind("\n", 0, start) + 1
+    return bool(_VERSION_WORD.search(text[max(a, start - 40) : start]))
 
 
 def user_ok(m: re.Match[str], text: str) -> bool:
