@@ -201,3 +201,22 @@ def test_quarantine_hashes_when_the_scrubber_cannot_load(monkeypatch):
     fn.setup()
     out = ingest.quarantine_raw([f"key {SECRET}".encode()], [10], "scrubbed", fn._scrub)
     assert SECRET.encode() not in out[0] and not out[0].startswith(b"sha256=")  # scrubbed, not hashed
+
+
+def test_quarantine_scrubbing_sees_through_json_escapes():
+    """Found in a privacy review: in a quarantined JSON line a secret after a `\\n` or `\\t` escape read as
+    one word with the escape's letter (`nAKIA...`) and was kept verbatim, as was an email written with
+    `\\u0040`; a line with "version" anywhere kept its phone numbers."""
+    import datakit.stages.ingest as ingest
+
+    fn = ingest.IngestFn("scrubbed")
+    fn.setup()
+    raw = (rb'{"event_id":"q1","x":"keys:\nAKIAF7QCAJ6XUBR7M2GM\n\tghp_5MQ34CCYabcdefghijklmnopqrstuvwxyz12'
+           rb'\n219-09-9999","m":"jane.doe\u0040example.com, a \\u0040 sign","client_version":"0.9.1",'
+           rb'"p":"call (415) 867-5309"}')
+    out = ingest.quarantine_raw([raw], [0], "scrubbed", fn._scrub)[0].decode()
+    for leaked in ("AKIAF7QCAJ6XUBR7M2GM", "ghp_5MQ34CCY", "219-09-9999", "jane.doe", "867-5309"):
+        assert leaked not in out, out
+    # the rest of the line is the line: escapes as they were (an escaped backslash is not decoded)
+    assert out.startswith(r'{"event_id":"q1","x":"keys:\n<AWS_ACCESS_KEY>\n\t<GITHUB_TOKEN>\n<SSN>"')
+    assert r'a \\u0040 sign' in out and '"client_version":"0.9.1"' in out
