@@ -116,3 +116,18 @@ def test_a_version_word_counts_only_just_before_the_number(text, kept):
     out = scrub_texts([text])[0]
     assert "867-5309" not in out and "81.2.69.142" not in out
     assert all(k in out for k in kept)
+
+
+@pytest.mark.parametrize("strategy", ["polars", "hyperscan"])
+def test_an_email_whose_local_part_is_not_ascii_is_found(strategy):
+    """Found in a privacy review: `josé@example.com` was kept whole and `jörg@buecher.de` became `jö<EMAIL>`."""
+    from datakit.stages.scrub_pii.scan import hyperscan_available
+    from datakit.stages.scrub_pii.stage import ScrubPiiConfig, scrub_texts
+
+    if strategy == "hyperscan" and not hyperscan_available():
+        pytest.skip("hyperscan has no wheel for this machine (aarch64)")
+    texts = ['OWNER = "jörg.müller@buecher.de"', "mail josé@example.com now", "Σωκράτης@example.gr",
+             "a@b.T", "icon@2x.png", "@decorator"]
+    out = scrub_texts(texts, ScrubPiiConfig(ner="off", strategy=strategy))
+    assert out[:3] == ['OWNER = "<EMAIL>"', "mail <EMAIL> now", "<EMAIL>"]
+    assert out[3:] == texts[3:]
