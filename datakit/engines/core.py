@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from datakit.accounting import count_drops, sum_metrics
+from datakit.contracts import EDITOR_EVENT_V1, TRAINING_RECORD_V1
 from datakit.engines.contract import StageOutputError, conform_output, mismatch
 from datakit.io import identity, publish, sinks
 from datakit.io.atomic import write_json_atomic
@@ -230,8 +231,8 @@ def apply_map(fn: Callable, batch: pa.RecordBatch, schema: pa.Schema, stage: str
             dropped = out.filter(pc.invert(keep))
             drops = count_drops(dropped)
             out = out.filter(keep)
-    for key in IDENTITY_COLUMNS:
-        if key in schema.names and key in out.schema.names and out.column(key).null_count:
+    for key, contract in IDENTITY_COLUMNS:
+        if contract <= set(schema.names) and key in out.schema.names and out.column(key).null_count:
             raise StageOutputError(
                 f"stage {stage!r} ({op}) kept {out.column(key).null_count} row(s) with no {key} (every row needs "
                 f"its identity: drop such a row with a {DROP} reason instead); nothing was committed")
@@ -257,7 +258,8 @@ def _where(e: BaseException) -> str:
 # A kept row's identity: the key the sink shards and sorts by and the joins match on (found in review:
 # a stage that kept rows with a null doc_id committed them with one shard, and failed inside the sink's
 # key hash, naming no stage, with two)
-IDENTITY_COLUMNS = ("doc_id", "event_id")
+# (only for rows of a contract: a relation of the stage's own, such as an opt-out list, may have none)
+IDENTITY_COLUMNS = (("doc_id", frozenset(TRAINING_RECORD_V1.names)), ("event_id", frozenset(EDITOR_EVENT_V1.names)))
 
 
 def quarantine_rows(stage: str, rows: pa.RecordBatch) -> pa.RecordBatch:

@@ -5,10 +5,13 @@ Drops, counted by reason (in this order, so each event has exactly one reason):
 - `privacy_mode`  the event was logged with `privacy_mode = true` (a null is treated
                   as true: when in doubt, do not train);
 - `opt_out_user`  its `user_id` is in an opt-out / deletion list;
-- `opt_out_org`   its `org_id` is in an opt-out / deletion list.
+- `opt_out_org`   its `org_id` is in an opt-out / deletion list;
+- `deleted_event` its `event_id` is in a deletion list (single events deleted).
 
 Opt-out lists (`optouts:` a path, glob or list of them; any fsspec URL) are
-Parquet or JSON Lines files with a `user_id` and/or an `org_id` column.
+Parquet or JSON Lines files with a `user_id`, `org_id` and/or `event_id` column: the same
+files `forget` applies to an output (docs/lineage.md), so consent-then-extract and
+extract-then-forget keep the same records (found in review: consent ignored `event_id`).
 
 How the lists are applied (`mode`):
 
@@ -42,7 +45,8 @@ from datakit.io.fs import InputError, arrow_filesystem, expand, filesystem
 from datakit.plan import DROP, Rel, source
 from datakit.stages.base import CompileContext, StageConfig, register_stage
 
-OPTOUT_SCHEMA = pa.schema([("user_id", pa.string()), ("org_id", pa.string())])
+OPTOUT_SCHEMA = pa.schema([("user_id", pa.string()), ("org_id", pa.string()), ("event_id", pa.string())])
+ID_COLUMNS = ("user_id", "org_id", "event_id")
 # what a Parquet source of opt-out files yields (readers add provenance columns)
 OPTOUT_SOURCE_SCHEMA = pa.schema(list(OPTOUT_SCHEMA) + [("_source_file", pa.string()), ("_source_line", pa.int64())])
 OPTOUT_SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".ndjson")
@@ -56,8 +60,8 @@ class ConsentFn:
     16 bytes per id, in milliseconds (a tuple of a million strings takes seconds).
     """
 
-    def __init__(self, users: tuple[str, ...] = (), orgs: tuple[str, ...] = ()) -> None:
-        self._sets = (pa.array(sorted(set(users)), pa.string()), pa.array(sorted(set(orgs)), pa.string()))
+    def __init__(self, users: tuple[str, ...] = (), orgs: tuple[str, ...] = (), events: tuple[str, ...] = ()) -> None:
+        self._sets = tuple(pa.array(sorted(set(ids)), pa.string()) for ids in (users, orgs, events))
 
     @property
     def users(self) -> tuple[str, ...]:
@@ -68,13 +72,13 @@ class ConsentFn:
         return tuple(self._sets[1].to_pylist())
 
     def __getstate__(self) -> dict:
-        return {"users": self._sets[0], "orgs": self._sets[1]}
+        return {"users": self._sets[0], "orgs": self._sets[1], "events": self._sets[2]}
 
     def __setstate__(self, state: dict) -> None:
-        self._sets = (state["users"], state["orgs"])
+        self._sets = (state["users"], state["orgs"], state.get("events", pa.array([], pa.string())))
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        users, orgs = self._sets
+        users, orgs, events = self._sets
         n = batch.num_rows
         private = pc.fill_null(batch.column("privacy_mode"), True)
         drop = pc.if_else(private, pa.scalar("privacy_mode"), pa.nulls(n, pa.string()))
@@ -84,6 +88,9 @@ class ConsentFn:
         if len(orgs):
             hit = pc.fill_null(pc.is_in(batch.column("org_id"), value_set=orgs), False)
             drop = pc.if_else(pc.and_(pc.is_null(drop), hit), pa.scalar("opt_out_org"), drop)
+        if len(events):
+            hit = pc.fill_null(pc.is_in(batch.column("event_id"), value_set=events), False)
+            drop = pc.if_else(pc.and_(pc.is_null(drop), hit), pa.scalar("deleted_event"), drop)
         return batch.append_column(DROP, drop.cast(pa.string()))
 
 
@@ -95,7 +102,7 @@ class ParseOptOutLines:
     """
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        users, orgs = [], []
+        users, orgs, events = [], [], []
         raws = batch.column("_raw").to_pylist()
         files = batch.column("_source_file").to_pylist()
         lines = batch.column("_source_line").to_pylist()
@@ -105,12 +112,14 @@ class ParseOptOutLines:
             if obj is None:  # a blank line: an all-null row matches nobody (null keys never join)
                 users.append(None)
                 orgs.append(None)
+                events.append(None)
                 continue
-            if "user_id" not in obj and "org_id" not in obj:
-                raise InputError(f"opt-out list {f}:{ln}: has neither a user_id nor an org_id")
+            if not any(c in obj for c in ID_COLUMNS):
+                raise InputError(f"opt-out list {f}:{ln}: has no user_id, org_id or event_id")
             users.append(_id(obj.get("user_id")))
             orgs.append(_id(obj.get("org_id")))
-        return pa.RecordBatch.from_arrays([pa.array(users, pa.string()), pa.array(orgs, pa.string())], schema=OPTOUT_SCHEMA)
+            events.append(_id(obj.get("event_id")))
+        return pa.RecordBatch.from_arrays([pa.array(v, pa.string()) for v in (users, orgs, events)], schema=OPTOUT_SCHEMA)
 
 
 def _line_object(raw: bytes | None, url: str, line: int, err: str | None) -> dict | None:
@@ -135,7 +144,7 @@ def _id(v: object) -> str | None:
     return None if v is None else str(v)
 
 
-def read_id_lists(paths: list[str], columns: tuple[str, ...] = ("user_id", "org_id")) -> dict[str, tuple[str, ...]]:
+def read_id_lists(paths: list[str], columns: tuple[str, ...] = ID_COLUMNS) -> dict[str, tuple[str, ...]]:
     """Sorted id sets per column from opt-out / deletion files (Parquet or JSON Lines).
 
     Every file (Parquet) or line (JSON Lines) must carry at least one of
@@ -144,7 +153,7 @@ def read_id_lists(paths: list[str], columns: tuple[str, ...] = ("user_id", "org_
     from datakit.io.readers import iter_raw_lines
 
     found: dict[str, set[str]] = {c: set() for c in columns}
-    want = " or ".join(columns)
+    want = " or ".join(columns) if len(columns) < 3 else f"{', '.join(columns[:-1])} or {columns[-1]}"
     for url in paths:
         if url.endswith(".parquet"):
             fs, p = filesystem(url)
@@ -169,10 +178,10 @@ def read_id_lists(paths: list[str], columns: tuple[str, ...] = ("user_id", "org_
     return {c: tuple(sorted(v)) for c, v in found.items()}
 
 
-def load_optouts(paths: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(user ids, org ids) from opt-out files (see `read_id_lists`)."""
+def load_optouts(paths: list[str]) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(user ids, org ids, event ids) from opt-out / deletion files (see `read_id_lists`)."""
     lists = read_id_lists(paths)
-    return lists["user_id"], lists["org_id"]
+    return lists["user_id"], lists["org_id"], lists["event_id"]
 
 
 def _check_parquet_lists(files: list[str]) -> None:
@@ -189,8 +198,8 @@ def _check_parquet_lists(files: list[str]) -> None:
             names = pq.read_schema(p, filesystem=arrow_filesystem(fs)).names
         except Exception as e:  # not Parquet, unreadable
             raise InputError(f"cannot read opt-out list {url}: {e.__class__.__name__}") from None
-        if not {"user_id", "org_id"} & set(names):
-            raise InputError(f"opt-out list {url} has no user_id or org_id column")
+        if not set(ID_COLUMNS) & set(names):
+            raise InputError(f"opt-out list {url} has no user_id, org_id or event_id column")
 
 
 @register_stage
@@ -207,7 +216,7 @@ class ConsentConfig(StageConfig):
 
     consumes = "editor_event.v1"
     produces = "editor_event.v1"
-    reads = ("user_id", "org_id", "privacy_mode")
+    reads = ("user_id", "org_id", "event_id", "privacy_mode")
 
     @field_validator("optouts")
     @classmethod
@@ -234,10 +243,11 @@ class ConsentConfig(StageConfig):
     def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
         files = self.optout_files(ctx)
         if self.resolved_mode(files) == "broadcast":
-            users, orgs = load_optouts(files)
-            # loaded now, not read as plan input: their content is part of the run's identity
-            ctx.record("optouts", ids_digest(users, orgs))
-            return rel.map_batches(ConsentFn(users, orgs), rel.schema, name="consent")
+            users, orgs, events = load_optouts(files)
+            # loaded now, not read as plan input: their content is part of the run's identity (the event
+            # list only when there is one: a run without it keeps its identity)
+            ctx.record("optouts", ids_digest(users, orgs, *([events] if events else [])))
+            return rel.map_batches(ConsentFn(users, orgs, events), rel.schema, name="consent")
         out = rel.map_batches(ConsentFn(), rel.schema, name="privacy_mode")
         parquet = [f for f in files if f.endswith(".parquet")]
         _check_parquet_lists(parquet)
@@ -249,7 +259,7 @@ class ConsentConfig(StageConfig):
             raw = source(jsonl, "jsonl", RAW_LINES, "optout", stage=rel.stage)
             lists.append(raw.map_batches(ParseOptOutLines(), OPTOUT_SCHEMA, name="parse_optouts"))
         # users first, then orgs: the same precedence as broadcast mode, so counts agree
-        for column, reason in (("user_id", "opt_out_user"), ("org_id", "opt_out_org")):
+        for column, reason in (("user_id", "opt_out_user"), ("org_id", "opt_out_org"), ("event_id", "deleted_event")):
             for right in lists:
                 out = out.join(right, column, column, how="anti", reason=reason, broadcast=True)
         return out

@@ -52,10 +52,10 @@ def test_load_optouts_parquet_and_jsonl(tmp_path):
     pq.write_table(pa.table({"user_id": ["u1", None, "u2"], "org_id": [None, "o1", None]}), tmp_path / "a.parquet")
     (tmp_path / "b.jsonl").write_text('{"user_id": 42}\n\n{"org_id": "o2"}\n{"user_id": "u3", "org_id": null}\n')
     pq.write_table(pa.table({"org_id": ["o3"]}), tmp_path / "orgs_only.parquet")
-    users, orgs = load_optouts([str(tmp_path / n) for n in ("a.parquet", "b.jsonl", "orgs_only.parquet")])
-    assert users == ("42", "u1", "u2", "u3") and orgs == ("o1", "o2", "o3")
+    users, orgs, events = load_optouts([str(tmp_path / n) for n in ("a.parquet", "b.jsonl", "orgs_only.parquet")])
+    assert users == ("42", "u1", "u2", "u3") and orgs == ("o1", "o2", "o3") and events == ()
     pq.write_table(pa.table({"email": ["x@y.z"]}), tmp_path / "bad.parquet")
-    with pytest.raises(InputError, match="no user_id or org_id"):
+    with pytest.raises(InputError, match="no user_id, org_id or event_id"):
         load_optouts([str(tmp_path / "bad.parquet")])
 
 
@@ -127,6 +127,25 @@ def test_jsonl_lists_and_globs_in_join_mode(logs, tmp_path):
     assert st["dropped"] == {k: v for k, v in summary["expected_consent_drops"].items() if v}
 
 
+@pytest.mark.parametrize("mode", ["broadcast", "join"])
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_event_deletions_in_the_list_are_applied_as_forget_applies_them(logs, tmp_path, mode, fmt):
+    """Found in review: forget deleted the events a list names by event_id, consent ignored that column
+    (Parquet) or refused the line (JSON Lines), so consent-then-extract kept records extract-then-forget
+    removed (docs/lineage.md: both ways are exact)."""
+    root, _ = logs
+    base = _run(root, f"nodel-{mode}-{fmt}", {"kind": "consent", "mode": mode})[2]
+    gone = sorted(r["event_id"] for r in base)[:3]
+    path = tmp_path / f"deletions.{fmt}"
+    if fmt == "parquet":
+        pq.write_table(pa.table({"user_id": ["nobody"] + [None] * 3, "event_id": [None] + gone}), path)
+    else:
+        path.write_text('{"user_id": "nobody"}\n' + "".join(json.dumps({"event_id": e}) + "\n" for e in gone))
+    st, _, rows = _run(root, f"del-{mode}-{fmt}", {"kind": "consent", "optouts": str(path), "mode": mode})
+    assert st["dropped"].get("deleted_event") == 3
+    assert {r["event_id"] for r in rows} == {r["event_id"] for r in base} - set(gone)
+
+
 def test_jsonl_line_without_ids_is_an_error(tmp_path):
     (tmp_path / "x.jsonl").write_text('{"user_id": "a"}\n{"email": "someone"}\n')
     with pytest.raises(InputError, match="x.jsonl:2"):
@@ -187,7 +206,7 @@ def test_join_mode_checks_list_columns_at_compile_time(tmp_path):
     pq.write_table(pa.table({"userid": ["user-1"]}), tmp_path / "typo.parquet")
     p = (Pipeline("x").input(str(tmp_path / "l")).add({"kind": "ingest"})
          .add({"kind": "consent", "optouts": str(tmp_path / "typo.parquet"), "mode": "join"}).output(str(tmp_path / "o")))
-    with pytest.raises(InputError, match="no user_id or org_id"):
+    with pytest.raises(InputError, match="no user_id, org_id or event_id"):
         p.compile()
 
 
