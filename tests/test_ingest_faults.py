@@ -36,6 +36,7 @@ BAD_LINES = {
     "negative_latency": (_line(54, latency_ms=-5), "bad_value", "latency_ms"),
     "nul_in_event_id": (_line(55, event_id="ev\u0000x"), "bad_value", "event_id"),
     "empty_user_id": (_line(56, user_id=""), "bad_value", "user_id"),
+    "unit_separator_in_session_id": (_line(61, session_id="s\u001fp.py"), "bad_value", "session_id"),
     "privacy_conflict": (_line(57, privacy_mode=True)[:-1] + b', "privacy_mode": false}', "duplicate_key",
                          "privacy_mode"),
     "privacy_as_string": (_line(58, privacy_mode="false"), "wrong_type", "privacy_mode"),

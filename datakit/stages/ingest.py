@@ -56,6 +56,9 @@ _IDS = ("event_id", "user_id", "org_id", "session_id")
 _KNOWN_KEYS = frozenset(_FIELD_TYPES) | frozenset(_STRUCTS) | {k for ks in _STRUCTS.values() for k in ks} | {
     "messages", "role", "content", "tool_name"}
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+# ids hold no control character: NUL cut ids in tools that treat them as C strings, and the unit separator
+# \x1f is what datakit's own keys join parts with (found in review: it made events of different sessions pair)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _strict_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -112,8 +115,9 @@ def validate_event(obj: Any) -> dict[str, Any]:
     Types are strict, with no coercion: a string field takes a JSON string, a
     boolean a JSON `true`/`false` (never `"false"` or `0`), an integer a JSON
     integer within int64 (`latency_ms` also >= 0, as the contract says). Ids are
-    non-empty (contract: minLength 1) and hold no NUL character (tools that treat
-    ids as C strings cut them there, so two different ids would collide).
+    non-empty (contract: minLength 1) and hold no control character (NUL: tools that
+    treat ids as C strings cut them there, so two different ids would collide; `\x1f`:
+    datakit's keys join parts with it).
     """
     if not isinstance(obj, dict):
         raise InvalidEvent("not_an_object")
@@ -166,7 +170,7 @@ def validate_event(obj: Any) -> dict[str, Any]:
     if lat is not None and not 0 <= lat <= _INT64_MAX:
         raise InvalidEvent("bad_value", "latency_ms")
     for name in _IDS:
-        if not out[name] or "\x00" in out[name]:
+        if not out[name] or _CONTROL.search(out[name]):
             raise InvalidEvent("bad_value", name)
     try:
         out["timestamp"] = normalize_timestamp(out["timestamp"])

@@ -474,3 +474,13 @@ def test_agent_step_with_file_context_also_gives_the_edited_file():
     assert json.loads(r["code"]["meta"])["event_type"] == "agent_step"
     e["context"] = None
     assert extract_event(e, ("code",)) == ([], "no_example:no_file_context")
+
+
+def test_a_unit_separator_in_a_path_or_text_does_not_make_two_cursors_one():
+    """Found in review: the cursor key joined session, path, prefix and suffix with \\x1f, so a path or a
+    file's text holding it made events of different sessions or files pair."""
+    from datakit.stages.extract.rules import context_key
+
+    assert context_key("sA", "p.py\x1fq", "x", "") != context_key("sA\x1fp.py", "q", "x", "")
+    assert context_key("s", "y.py", "s = 'a\x1fb'\nx = ", "") != context_key("s", "y.py\x1fs = 'a", "b'\nx = ", "")
+    assert context_key("s", "y.py", "a", "b") == context_key("s", "y.py", "a", "b")

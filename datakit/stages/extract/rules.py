@@ -49,8 +49,12 @@ def doc_id(*parts: str) -> str:
 
 
 def context_key(session_id: str | None, path: str | None, prefix: str | None, suffix: str | None) -> str:
-    """Identity of "the same cursor in the same file state" within a session (preference pairing)."""
-    return hashlib.sha256(SEP.join([session_id or "", path or "", prefix or "", suffix or ""]).encode("utf-8")).hexdigest()
+    """Identity of "the same cursor in the same file state" within a session (preference pairing).
+
+    The parts are JSON-encoded, not joined by SEP: a path or a file's text may hold any character, and a
+    `\x1f` in one shifted the boundaries, so events of different sessions or files paired (found in review)."""
+    blob = json.dumps([session_id or "", path or "", prefix or "", suffix or ""], ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
 def lines_keepends(text: str) -> list[str]:
