@@ -292,3 +292,54 @@ def test_a_task_that_calls_sys_exit_fails_the_run_instead_of_ending_it(tmp_path)
         _Guarded(_Exits())(object())
     with pytest.raises(EngineError, match=r"called sys.exit\(0\)"):
         _Guarded(_Exits(), timed=True)(object())
+
+
+@pytest.mark.parametrize("expect, needle", [
+    ({"type": "expect_table_row_count_to_be_between", "kwargs": {"min_value": 1, "maxvalue": 5}}, "maxvalue"),
+    ({"type": "expect_column_values_to_be_unique", "kwargs": {"colum": "doc_id"}}, "bad kwargs"),
+])
+def test_a_typo_in_any_expectation_family_is_a_compile_error(tmp_path, expect, needle):
+    """Found in review: only column-map expectations were checked against GX's model, so a row-count typo
+    was ignored and a uniqueness typo crashed mid-run."""
+    with pytest.raises(PipelineError, match=needle):
+        _pipeline(_logs(tmp_path), tmp_path / "out", [{**expect, "severity": "error"}]).compile()
+
+
+def test_a_check_great_expectations_cannot_run_fails_the_run(tmp_path):
+    """Found in review: GX's error (a row_condition on a missing column) was counted 0 of 0 rows and the
+    `error` check passed; the run published."""
+    from datakit.engines.core import StageError
+
+    bad = {"type": "expect_column_values_to_be_in_set", "severity": "error",
+           "kwargs": {"column": "source.language", "value_set": ["python"], "row_condition": 'knd=="code"',
+                      "condition_parser": "pandas"}}
+    with pytest.raises(StageError, match="could not run: name 'knd' is not defined"):
+        _pipeline(_logs(tmp_path), tmp_path / "out", [bad]).run(workers=1)
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_strict_row_count_bounds_are_great_expectations_own(tmp_path):
+    def run(name: str, **bounds) -> dict:
+        exp = [{"type": "expect_table_row_count_to_be_between", "severity": "warn", "kwargs": bounds}]
+        return _pipeline(_logs(tmp_path), tmp_path / name, exp).run(workers=1).stage("extract")["expectations"][0]
+
+    n = run("a", min_value=1)["rows"]
+    assert n > 1 and run("b", min_value=1, max_value=n)["success"] is True
+    assert run("c", min_value=1, max_value=n, strict_max=True)["success"] is False  # n is not strictly below n
+    assert run("d", min_value=n, strict_min=True)["success"] is False
+
+
+def test_the_report_shows_counts_not_samples_of_failing_values(tmp_path):
+    """Found in review: the report's quality table showed each failing value's redacted sample (code,
+    user ids); docs/quality.md: the page holds no text of the data. The sample stays in _run.json."""
+    from datakit.quality.report import write_report
+
+    exp = [{"type": "expect_column_values_to_be_in_set", "severity": "warn",
+            "kwargs": {"column": "kind", "value_set": ["zzz"]}}]
+    out = tmp_path / "out"
+    _pipeline(_logs(tmp_path), out, exp).run(workers=1)
+    run = json.loads((out / "_run.json").read_text())
+    [r] = [e for s in run["stages"] for e in s.get("expectations", [])]
+    assert r["success"] is False and r["sample"]
+    page = Path(write_report(str(out))).read_text()
+    assert r["sample"] not in page and "sample" not in page

@@ -111,11 +111,13 @@ def check_spec(e: Expectation, schema: pa.Schema) -> str:
     missing = [c for c in e.columns() if c not in available(schema)]
     if missing:
         raise ValueError(f"{e.label()}: no column {missing[0]!r} here; columns: {sorted(available(schema))}")
-    if fam == "map":
+    cls = _gx_class(e.type)
+    if cls is not None:  # every family (found in review: a uniqueness or row-count typo was not caught here)
         try:
-            _gx_class(e.type)(**e.kwargs)
-        except Exception as err:  # pydantic ValidationError from GX: first line is enough
-            raise ValueError(f"{e.label()}: bad kwargs: {str(err).splitlines()[0]}") from None
+            cls(**e.kwargs)
+        except Exception as err:  # pydantic ValidationError from GX: the error and the field it names
+            lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+            raise ValueError(f"{e.label()}: bad kwargs: {'; '.join(lines[:3])}") from None
     if e.type == "expect_table_row_count_to_be_between" and not ({"min_value", "max_value"} & set(e.kwargs)):
         raise ValueError(f"{e.type} needs min_value and/or max_value")
     if e.type == "expect_table_row_count_to_equal" and "value" not in e.kwargs:
@@ -219,6 +221,10 @@ class CheckFn:
             for i, e in maps:
                 kwargs = {k: v for k, v in e.kwargs.items() if k != "mostly"}  # applied to the whole stage
                 res = gx_batch.validate(_gx_class(e.type)(**kwargs), result_format={"result_format": "COMPLETE"})
+                why = _gx_error(res.exception_info)
+                if why is not None:  # found in review: a check GX could not run (a row_condition on a missing
+                    # column, `between` on strings) was counted 0 of 0 and passed, even at severity error
+                    raise ValueError(f"{e.label()} could not run: {why}")
                 r = res.result or {}
                 total = int(r.get("element_count") or 0)
                 if e.type != "expect_column_values_to_not_be_null":
@@ -229,6 +235,18 @@ class CheckFn:
                 if bad:
                     metrics.update(_sample_key(i, list(r.get("unexpected_list") or [])))
         return _with_metrics(batch, metrics)
+
+
+def _gx_error(info: Any) -> str | None:
+    """The first error GX caught while validating (its `exception_info` is flat, or keyed by metric), or None."""
+    if not isinstance(info, dict):
+        return None
+    entries = [info] if "raised_exception" in info else [v for v in info.values() if isinstance(v, dict)]
+    for entry in entries:
+        if entry.get("raised_exception"):
+            lines = str(entry.get("exception_message") or "").strip().splitlines()
+            return lines[0][:200] if lines else "great_expectations raised an error"
+    return None
 
 
 class KeyFn:
@@ -333,7 +351,8 @@ def fold(checks: list[dict[str, Any]], stage: str, metrics: dict[str, int]) -> t
         if c["family"] == "row_count":
             lo = k.get("value", k.get("min_value"))
             hi = k.get("value", k.get("max_value"))
-            ok = (lo is None or n >= lo) and (hi is None or n <= hi)
+            ok = (lo is None or (n > lo if k.get("strict_min") else n >= lo)) and \
+                 (hi is None or (n < hi if k.get("strict_max") else n <= hi))  # GX's strict bounds too
             bad = 0 if ok else 1
         else:
             mostly = k.get("mostly")
