@@ -392,7 +392,13 @@ class Pipeline:
         if o is not None and o.quality:
             for suite in suites.boundary_suites(stage.kind, o.quality, last):
                 n = len(checks)
-                rel = expect.attach(rel, suites.expectations(suite, rel.schema), checks)
+                applies = suites.expectations(suite, rel.schema)
+                if isinstance(o.quality, str) and suite.get("expectations") and not applies:
+                    # found in review: a named suite none of whose checks fits the output's rows passed
+                    # silently; `datakit validate` says "no suite applies" (exit 2) for the same case
+                    raise PipelineError(f"{self.config.name}: output: quality: suite {o.quality!r} has no check "
+                                        f"for these rows (columns: {', '.join(rel.schema.names)})")
+                rel = expect.attach(rel, applies, checks)
                 for c in checks[n:]:
                     c["suite"] = suite["name"]
         return profile.attach(rel, lengths=lengths)

@@ -343,3 +343,10 @@ def test_the_report_shows_counts_not_samples_of_failing_values(tmp_path):
     assert r["success"] is False and r["sample"]
     page = Path(write_report(str(out))).read_text()
     assert r["sample"] not in page and "sample" not in page
+
+
+def test_a_named_output_suite_with_no_check_for_these_rows_is_a_compile_error(tmp_path):
+    """Found in review: `quality: consented_events` on a records output ran nothing and passed."""
+    p = _pipeline(_logs(tmp_path), tmp_path / "out", [], quality="consented_events")
+    with pytest.raises(PipelineError, match="suite 'consented_events' has no check for these rows"):
+        p.compile()
