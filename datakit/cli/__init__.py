@@ -320,8 +320,11 @@ def validate(
         if not r["success"] and r["severity"] == "error":
             typer.echo(failure_line("validate", r).replace("quality gate failed at stage 'validate'", "datakit: check failed"),
                        err=True)
+    for k in res.get("skipped", []):  # a suite's checks this output has no columns for: said, not hidden
+        typer.echo(f"skip {k['suite']}: {k['type']}({', '.join(k['columns'])}): no such column in this output")
     typer.echo(f"{'passed' if res['success'] else 'FAILED'}: {len(res['results'])} checks of "
-               f"{', '.join(res['suites'])} on {res['rows']} rows")
+               f"{', '.join(res['suites'])} on {res['rows']} rows"
+               + (f" ({len(res['skipped'])} skipped)" if res.get("skipped") else ""))
     raise typer.Exit(0 if res["success"] else 1)
 
 

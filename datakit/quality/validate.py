@@ -53,12 +53,14 @@ def validate_path(path: str, suites: list[str] | None = None, engine: str = "loc
     from datakit.io.dataset import read_manifest
     from datakit.plan import Plan, Rel, StageSpan, source
     from datakit.quality import expect, packed
+    from datakit.quality.expect import Expectation
     from datakit.quality.suites import expectations
 
     manifest = read_manifest(path)
     names = list(suites) if suites else default_suites(manifest)
     specs = [load_suite(n) for n in names]
     results: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
     rows = 0
     files = _row_files(path, manifest)
     row_suites = [s for s in specs if s.get("expectations")]
@@ -69,7 +71,11 @@ def validate_path(path: str, suites: list[str] | None = None, engine: str = "loc
         checks: list[dict[str, Any]] = []
         for s in row_suites:
             n = len(checks)
-            rel = expect.attach(rel, expectations(s, schema), checks)
+            applies = expectations(s, schema)
+            # checks whose columns this output does not have are said, not dropped silently (found in review)
+            skipped += [{"suite": s["name"], "type": e["type"], "columns": sorted(Expectation(**e).columns())}
+                        for e in s.get("expectations", []) if Expectation(**e) not in applies]
+            rel = expect.attach(rel, applies, checks)
             for c in checks[n:]:
                 c["suite"] = s["name"]
         if checks:
@@ -90,4 +96,4 @@ def validate_path(path: str, suites: list[str] | None = None, engine: str = "loc
                 results.append({**r, "suite": s["name"]})
     return {"path": path, "suites": names, "rows": rows, "success": all(r["success"] or r["severity"] != "error"
                                                                          for r in results),
-            "results": results}
+            "results": results, "skipped": skipped}
