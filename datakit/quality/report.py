@@ -165,7 +165,8 @@ def _lengths(run: dict[str, Any]) -> str:
     if tokens:
         parts.append(_hist_plot(_by(tokens, 0), "token length by kind", "tokens"))
         parts.append(_hist_plot(_by(tokens, 1), "token length by language", "tokens"))
-    return "".join(parts) or _none("no records were profiled (an events-only pipeline)")
+    return "".join(parts) or _none("no records were profiled (an events-only pipeline, or no record "
+                                   "reached a profiled stage)")
 
 
 def _stage(run: dict[str, Any], kind: str) -> dict[str, Any] | None:
@@ -236,7 +237,7 @@ def _tokens(run: dict[str, Any]) -> str:
     if not sums:
         docs = _last_profile(run, "docs")
         if not docs:
-            return _none("no tokenize stage and no records profiled")
+            return _none("no tokens counted and no records profiled (no tokenize stage, or no record reached it)")
         return _barh(sorted(docs), [docs[k] for k in sorted(docs)], "documents per kind|language (not tokenized)",
                      "documents")
     keys = sorted(sums, key=lambda k: -sums[k])
