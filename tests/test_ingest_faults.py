@@ -221,3 +221,24 @@ def test_quarantine_scrubbing_sees_through_json_escapes():
     # the rest of the line is the line: escapes as they were (an escaped backslash is not decoded)
     assert out.startswith(r'{"event_id":"q1","x":"keys:\n<AWS_ACCESS_KEY>\n\t<GITHUB_TOKEN>\n<SSN>"')
     assert r'a \\u0040 sign' in out and '"client_version":"0.9.1"' in out
+
+
+def test_a_repo_url_keeps_no_credentials(tmp_path):
+    """Found in a privacy review: `source.repo_id` (lineage, which scrub_pii does not read) kept
+    `https://x-access-token:ghp_...@github.com/...` in every record of the repository."""
+    from datakit.stages.ingest import parse_line
+
+    token = "ghp_5MQ34CCYabcdefghijklmnopqrstuvwxyz12"
+    for given, kept in ((f"https://x-access-token:{token}@github.com/o/r", "https://github.com/o/r"),
+                        ("org/web", "org/web"), ("git@github.com:o/r.git", "git@github.com:o/r.git")):
+        ev = make_event(70, repo={"repo_id": given, "commit": "c" * 40})
+        assert parse_line(json.dumps(ev).encode())["repo"]["repo_id"] == kept
+    ev = make_event(1, repo={"repo_id": f"https://u:{token}@example.com/o/r", "commit": "c" * 40})
+    f = write_jsonl(tmp_path / "in" / "a.jsonl", [ev])
+    out = tmp_path / "out"
+    Pipeline("t").input(str(f)).add({"kind": "ingest"}).add({"kind": "extract", "kinds": ["code", "fim"]}) \
+        .output(str(out)).run(workers=1)
+    from datakit.io.dataset import read_output
+
+    assert {r["repo_id"] for r in read_output(str(out)).column("source").to_pylist()} == {"https://example.com/o/r"}
+    assert not any(token.encode() in p.read_bytes() for p in out.rglob("*") if p.is_file())
