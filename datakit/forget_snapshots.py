@@ -80,7 +80,7 @@ def _list_digests(optouts: str | list[str]) -> set[str]:
     from datakit.stages.forget import list_digests
 
     paths = [optouts] if isinstance(optouts, str) else list(optouts)
-    lists = read_id_lists(expand(paths, suffixes=OPTOUT_SUFFIXES), ("user_id", "org_id", "event_id"))
+    lists = read_id_lists(expand(paths, suffixes=OPTOUT_SUFFIXES))
     return list_digests(lists["user_id"], lists["org_id"], lists["event_id"])
 
 

@@ -231,8 +231,9 @@ def apply_map(fn: Callable, batch: pa.RecordBatch, schema: pa.Schema, stage: str
             dropped = out.filter(pc.invert(keep))
             drops = count_drops(dropped)
             out = out.filter(keep)
+    declared = set(schema.names)
     for key, contract in IDENTITY_COLUMNS:
-        if contract <= set(schema.names) and key in out.schema.names and out.column(key).null_count:
+        if contract <= declared and key in out.schema.names and out.column(key).null_count:
             raise StageOutputError(
                 f"stage {stage!r} ({op}) kept {out.column(key).null_count} row(s) with no {key} (every row needs "
                 f"its identity: drop such a row with a {DROP} reason instead); nothing was committed")

@@ -49,6 +49,9 @@ def prefer_installed_pyspark(path: list[str]) -> list[str]:
     return [entry]
 
 
+DRIVER_PATH_ENV = "DATAKIT_DRIVER_PATH0"  # set by spark_session._base_conf for the workers of a local master
+
+
 def driver_first(path: list[str], driver_folder: str | None) -> None:
     """The path a worker imports from starts as the driver's: its first folder (`driver_folder`, the
     script's, or the current one for a notebook), not the one `python -m` put there.
@@ -66,7 +69,7 @@ def driver_first(path: list[str], driver_folder: str | None) -> None:
 
 
 def main() -> None:
-    driver_first(sys.path, os.environ.get("DATAKIT_DRIVER_PATH0"))
+    driver_first(sys.path, os.environ.get(DRIVER_PATH_ENV))
     prefer_installed_pyspark(sys.path)
     from pyspark.daemon import manager
 

@@ -184,9 +184,6 @@ TIMEOUT_DEFAULTS: dict[str, str] = {
 # replaces ours (e.g. to get C2 back for a very long local run).
 LOCAL_DRIVER_JIT = "-XX:TieredStopAtLevel=1"
 
-DRIVER_PATH_ENV = "DATAKIT_DRIVER_PATH0"
-
-
 def driver_import_folder() -> str:
     """The first entry of this interpreter's path as a folder ('' is the current one)."""
     return os.path.abspath(sys.path[0] or os.getcwd()) if sys.path else os.getcwd()
@@ -231,6 +228,8 @@ def _base_conf(master: str, conf: dict[str, Any] | None) -> dict[str, str]:
                     out.update({f"spark.executorEnv.{k}": v for k, v in start_env(1).items()})
             # the folder this driver imports its own modules from (a script's, or the current one for a
             # notebook), first on the workers' path too, as the local engine's spawned workers get it
+            from datakit.engines.spark_daemon import DRIVER_PATH_ENV
+
             out[f"spark.executorEnv.{DRIVER_PATH_ENV}"] = driver_import_folder()
     else:
         out.update(STRAGGLER_DEFAULTS)

@@ -45,8 +45,10 @@ from datakit.io.fs import InputError, arrow_filesystem, expand, filesystem
 from datakit.plan import DROP, Rel, source
 from datakit.stages.base import CompileContext, StageConfig, register_stage
 
-OPTOUT_SCHEMA = pa.schema([("user_id", pa.string()), ("org_id", pa.string()), ("event_id", pa.string())])
-ID_COLUMNS = ("user_id", "org_id", "event_id")
+# each list column and the drop reason of an event it names, in the order reasons are given
+DROP_REASONS = (("user_id", "opt_out_user"), ("org_id", "opt_out_org"), ("event_id", "deleted_event"))
+ID_COLUMNS = tuple(column for column, _ in DROP_REASONS)
+OPTOUT_SCHEMA = pa.schema([(column, pa.string()) for column in ID_COLUMNS])
 # what a Parquet source of opt-out files yields (readers add provenance columns)
 OPTOUT_SOURCE_SCHEMA = pa.schema(list(OPTOUT_SCHEMA) + [("_source_file", pa.string()), ("_source_line", pa.int64())])
 OPTOUT_SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".ndjson")
@@ -75,22 +77,16 @@ class ConsentFn:
         return {"users": self._sets[0], "orgs": self._sets[1], "events": self._sets[2]}
 
     def __setstate__(self, state: dict) -> None:
-        self._sets = (state["users"], state["orgs"], state.get("events", pa.array([], pa.string())))
+        self._sets = (state["users"], state["orgs"], state["events"])
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        users, orgs, events = self._sets
         n = batch.num_rows
         private = pc.fill_null(batch.column("privacy_mode"), True)
         drop = pc.if_else(private, pa.scalar("privacy_mode"), pa.nulls(n, pa.string()))
-        if len(users):
-            hit = pc.fill_null(pc.is_in(batch.column("user_id"), value_set=users), False)
-            drop = pc.if_else(pc.and_(pc.is_null(drop), hit), pa.scalar("opt_out_user"), drop)
-        if len(orgs):
-            hit = pc.fill_null(pc.is_in(batch.column("org_id"), value_set=orgs), False)
-            drop = pc.if_else(pc.and_(pc.is_null(drop), hit), pa.scalar("opt_out_org"), drop)
-        if len(events):
-            hit = pc.fill_null(pc.is_in(batch.column("event_id"), value_set=events), False)
-            drop = pc.if_else(pc.and_(pc.is_null(drop), hit), pa.scalar("deleted_event"), drop)
+        for (column, reason), ids in zip(DROP_REASONS, self._sets, strict=True):
+            if len(ids):
+                hit = pc.fill_null(pc.is_in(batch.column(column), value_set=ids), False)
+                drop = pc.if_else(pc.and_(pc.is_null(drop), hit), pa.scalar(reason), drop)
         return batch.append_column(DROP, drop.cast(pa.string()))
 
 
@@ -259,7 +255,7 @@ class ConsentConfig(StageConfig):
             raw = source(jsonl, "jsonl", RAW_LINES, "optout", stage=rel.stage)
             lists.append(raw.map_batches(ParseOptOutLines(), OPTOUT_SCHEMA, name="parse_optouts"))
         # users first, then orgs: the same precedence as broadcast mode, so counts agree
-        for column, reason in (("user_id", "opt_out_user"), ("org_id", "opt_out_org"), ("event_id", "deleted_event")):
+        for column, reason in DROP_REASONS:
             for right in lists:
                 out = out.join(right, column, column, how="anti", reason=reason, broadcast=True)
         return out

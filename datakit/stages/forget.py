@@ -101,7 +101,7 @@ class ForgetConfig(StageConfig):
     def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
         paths = [self.optouts] if isinstance(self.optouts, str) else list(self.optouts)
         files = expand([ctx.resolve(p) for p in paths], suffixes=OPTOUT_SUFFIXES)
-        lists = read_id_lists(files, ("user_id", "org_id", "event_id"))
+        lists = read_id_lists(files)
         ctx.record("optouts", ids_digest(lists["user_id"], lists["org_id"], lists["event_id"]))
         fn = ForgetFn(lists["user_id"], lists["org_id"], lists["event_id"])
         return rel.map_batches(fn, rel.schema, name="forget", drop_log_key="doc_id")

@@ -64,8 +64,9 @@ def redact(texts: list[str], info: Redaction | None = None, prose: list[bool] | 
     try:
         from datakit.stages.scrub_pii.stage import ScrubPiiConfig
 
-        fn = ScrubPiiConfig(ner="auto" if prose and any(prose) else "off").build_fn()
-        if prose and any(prose):
+        names = bool(prose) and any(prose)
+        fn = ScrubPiiConfig(ner="auto" if names else "off").build_fn()
+        if names:
             info.names = "ner" if fn.person is not None else "rules"
         return [t if t is not None else "" for t in fn.scrub(list(texts), prose)[0]]
     except (ImportError, OSError) as e:

@@ -533,12 +533,10 @@ def _strings(texts: "list[str | None] | pa.Array", idx: list[int], known: dict[i
     return [known[i] for i in idx]
 
 
-def scrub_texts(texts: list[str | None], config: ScrubPiiConfig | None = None,
-                prose: "list[Prose] | None" = None) -> list[str | None]:
-    """Convenience: scrub plain strings with a config's detectors and policy (drop acts like placeholder);
-    `prose[i]` marks natural-language texts for the config's NER, as the stage marks chat turns."""
+def scrub_texts(texts: list[str | None], config: ScrubPiiConfig | None = None) -> list[str | None]:
+    """Convenience: scrub plain strings with a config's detectors and policy (drop acts like placeholder)."""
     cfg = config or ScrubPiiConfig(ner="off")
-    return cfg.build_fn().scrub(texts, prose)[0]
+    return cfg.build_fn().scrub(texts)[0]
 
 
 __all__ = ["ScrubPiiConfig", "ScrubFn", "scrub_texts", "METRICS"]
