@@ -32,9 +32,11 @@ _ERR = b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>in
 class _FaultyProxy(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, target: str, rate: float, seed: int = 0) -> None:
+    def __init__(self, target: str, rate: float, seed: int = 0, stall: bool = False) -> None:
         u = urlparse(target)
         self.target, self.rate = (u.hostname, u.port), rate
+        self.stall = stall  # a fault is an answer that never comes (a hung endpoint), not an HTTP error
+        self.release = threading.Event()
         self.rnd, self.lock = random.Random(seed), threading.Lock()
         self.requests = self.faults = 0
         super().__init__(("127.0.0.1", 0), _Handler)
@@ -70,6 +72,10 @@ class _Handler(BaseHTTPRequestHandler):
         n = int(self.headers.get("Content-Length") or 0)
         body = _read_chunked(self.rfile) if chunked else (self.rfile.read(n) if n else b"")
         if self.server.decide():
+            if self.server.stall:  # hold the request unanswered until the test ends
+                self.server.release.wait(120)
+                self.close_connection = True
+                return
             status, code = random.choice([(503, b"ServiceUnavailable"), (500, b"InternalError"), (503, b"SlowDown")])
             payload = _ERR % code
             self.send_response(status)
@@ -107,8 +113,8 @@ def faulty(s3_endpoint, monkeypatch):  # noqa: F811
 
     proxies = []
 
-    def start(rate: float) -> _FaultyProxy:
-        p = _FaultyProxy(s3_endpoint, rate)
+    def start(rate: float, stall: bool = False) -> _FaultyProxy:
+        p = _FaultyProxy(s3_endpoint, rate, stall=stall)
         threading.Thread(target=p.serve_forever, daemon=True).start()
         proxies.append(p)
         monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{p.server_address[1]}")
@@ -117,6 +123,7 @@ def faulty(s3_endpoint, monkeypatch):  # noqa: F811
 
     yield start
     for p in proxies:
+        p.release.set()
         p.shutdown()
     s3fs.S3FileSystem.clear_instance_cache()
 
@@ -164,6 +171,49 @@ def test_85_percent_faults_fail_in_one_line_naming_the_path(s3_endpoint, faulty,
                                                                                       "WARNING "))]
     assert others == [], r.stderr[-3000:]
     assert "Traceback" not in r.stderr and "pickle" not in r.stderr
+
+
+def _run_cli(tmp_path: Path, bucket: str, **env: str) -> subprocess.CompletedProcess:
+    (tmp_path / "p.yaml").write_text(f"name: s3\ninput: {{path: 's3://{bucket}/raw/*.jsonl.zst'}}\n"
+                                     f"stages: [{{kind: ingest}}]\noutput: {{path: 's3://{bucket}/out', shards: 2}}\n")
+    return subprocess.run([sys.executable, "-m", "datakit.cli", "run", str(tmp_path / "p.yaml"), "--workers", "2"],
+                          capture_output=True, text=True, env=dict(os.environ, **env), timeout=600)
+
+
+def test_requests_a_hung_endpoint_never_answers_time_out_and_are_retried(s3_endpoint, faulty, tmp_path):  # noqa: F811
+    """One request in twenty gets no answer at all: each attempt gives up after the storage timeout
+    and is retried like a 503, so the run ends with the right output instead of waiting on them."""
+    _bucket_with_logs(s3_endpoint, tmp_path, "hung")
+    proxy = faulty(0.05, stall=True)
+    r = _run_cli(tmp_path, "hung", DATAKIT_STORAGE_TIMEOUT="0.5")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert proxy.faults > 0 and "retrying with backoff" in r.stderr
+    assert "Timeout" in r.stderr  # the retries name what happened
+    assert json.loads(open_s3_json("s3://hung/out/manifest.json"))["rows"] == 39
+
+
+def test_an_endpoint_that_never_answers_ends_the_run_in_one_line(s3_endpoint, faulty, tmp_path):  # noqa: F811
+    """Every request hangs: the run fails after its bounded attempts (botocore's defaults waited
+    60 s per attempt, 12 attempts per request, with only watchdog warnings), one line naming the path."""
+    _bucket_with_logs(s3_endpoint, tmp_path, "dead")
+    faulty(1.0, stall=True)
+    t = time.monotonic()
+    r = _run_cli(tmp_path, "dead", DATAKIT_STORAGE_TIMEOUT="1", DATAKIT_STORAGE_RETRIES="2")
+    took = time.monotonic() - t
+    assert r.returncode == 3, r.stderr[-3000:]
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("datakit: error:")]
+    assert len(errors) == 1 and errors[0].startswith("datakit: error: storage error: cannot "), r.stderr[-3000:]
+    assert "s3://dead/" in errors[0] and "Timeout" in errors[0] and "after up to 2 attempts" in errors[0]
+    assert took < 120, took  # bounded by 2 attempts of 1 s (+ start-up), not by 12 of 60 s
+    assert "Traceback" not in r.stderr
+
+
+def open_s3_json(url: str) -> str:
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    with fs.open(url, "r") as f:
+        return f.read()
 
 
 # a run over s3://BUCKET/raw/ into argv[1] with argv[2] shards; prints "task ran|reused" per chain task.

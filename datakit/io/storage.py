@@ -14,7 +14,14 @@ that loop the only retry layer, bounded and logged:
 * botocore's own retries are switched off by default (`fsspec.config`), so a
   request is not retried 5 x 5 times with two different backoffs;
 * `S3FileSystem.retries` bounds the attempts (`DATAKIT_STORAGE_RETRIES`,
-  default 12: at a 50% fault rate a request fails for good once in 4096).
+  default 12: at a 50% fault rate a request fails for good once in 4096);
+* each attempt has a connect and a read timeout (`DATAKIT_STORAGE_TIMEOUT`
+  seconds, default 30 to read, connecting at most 10 of them). Why not botocore's
+  60 s each: an endpoint that accepts a request and never answers (a hung proxy,
+  a stopped server) held a run for 12 attempts x 60 s per request with nothing but
+  watchdog warnings; a timed-out attempt is transient, so it is retried like a
+  503, and what still times out is one line, exit 3. The read timeout is the
+  longest wait for the next bytes of a response, not for a whole transfer.
 
 What is still failing after that is a `StorageError` whose message is one
 line naming the path (the CLI exits 3). `describe()` also turns exceptions that
@@ -30,6 +37,8 @@ import os
 log = logging.getLogger("datakit.io.storage")
 
 DEFAULT_RETRIES = 12
+DEFAULT_TIMEOUT = 30.0  # seconds an attempt waits for the next bytes of a response
+MAX_CONNECT_TIMEOUT = 10.0  # seconds an attempt waits for a connection (at most the read timeout)
 _THROTTLE_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout",
                    "InternalError", "ServiceUnavailable", "503", "500", "502", "504"}
 
@@ -43,6 +52,23 @@ def retries() -> int:
         return max(1, int(os.environ.get("DATAKIT_STORAGE_RETRIES", DEFAULT_RETRIES)))
     except ValueError:
         return DEFAULT_RETRIES
+
+
+def timeout() -> float:
+    """Seconds an attempt waits for an answer (`DATAKIT_STORAGE_TIMEOUT`); a bad value is the default."""
+    try:
+        value = float(os.environ.get("DATAKIT_STORAGE_TIMEOUT", DEFAULT_TIMEOUT))
+    except ValueError:
+        return DEFAULT_TIMEOUT
+    return value if value > 0 else DEFAULT_TIMEOUT
+
+
+def client_config() -> dict:
+    """botocore `Config` arguments of every S3 client datakit makes: no retries of botocore's own
+    (s3fs's loop is the one retry layer), bounded connect and read waits."""
+    wait = timeout()
+    return {"retries": {"mode": "standard", "total_max_attempts": 1},
+            "connect_timeout": min(wait, MAX_CONNECT_TIMEOUT), "read_timeout": wait}
 
 
 def is_transient(e: BaseException) -> bool:
@@ -167,4 +193,4 @@ def install() -> None:
     _log_s3fs_own_retries()
     s3fs.core.S3FileSystem.retries = retries()
     conf = fsspec.config.conf.setdefault("s3", {})
-    conf.setdefault("config_kwargs", {"retries": {"mode": "standard", "total_max_attempts": 1}})
+    conf.setdefault("config_kwargs", client_config())  # a user's own config_kwargs are kept whole
