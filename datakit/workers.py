@@ -193,6 +193,31 @@ def _init_worker(threads: int, *logcfg) -> None:
     init_worker(*logcfg)
     defer_pandas()
     atexit.register(_exit_without_teardown)
+    _exit_with_owner(os.getppid())
+
+
+PARENT_CHECK_SECONDS = 1.0
+
+
+def _exit_with_owner(owner: int) -> None:
+    """End this worker as soon as the process that started it is gone (a daemon thread polls).
+
+    Why: an idle worker waits for its next task on a pipe whose write end it holds itself, so it
+    never sees end-of-file. When the pool's owner died without shutting the pool down (SIGKILL,
+    the OOM killer, a CI job's time limit), its workers stayed forever, each with its imported
+    models and kernels (two idle workers were found 16 minutes after their `datakit run` was
+    killed). Polling the parent id, not `PR_SET_PDEATHSIG`: that signal follows the thread that
+    started the worker, and a pool may be started from a thread that ends before the pool does.
+    A task that was running is lost with its owner anyway; its work folder lets a rerun resume.
+    """
+    import time
+
+    def watch() -> None:
+        while os.getppid() == owner:
+            time.sleep(PARENT_CHECK_SECONDS)
+        os._exit(70)  # EX_SOFTWARE; nobody reads it: the owner is gone
+
+    threading.Thread(target=watch, name="datakit-exit-with-owner", daemon=True).start()
 
 
 def _forget_preload() -> None:

@@ -252,6 +252,49 @@ def test_one_kept_pool_at_a_time():
     assert workers.usable_cpus() >= 1
 
 
+# starts a pool of 2, prints its workers' pids once both answered, then waits to be killed
+_POOL_OWNER = textwrap.dedent("""
+    import os, sys, time
+    from datakit.workers import pool
+    ex = pool(2)
+    pids = set()
+    while len(pids) < 2:
+        pids |= {f.result() for f in [ex.submit(os.getpid) for _ in range(4)]}
+    print(" ".join(map(str, sorted(pids))), flush=True)
+    time.sleep(600)
+""")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (exited, not yet reaped) is gone too
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_pool_workers_end_when_their_owner_is_killed(tmp_path):
+    """An owner killed with SIGKILL cannot shut its pool down; its idle workers used to wait for a
+    next task forever (found 16 minutes after the run was killed). They now end within seconds."""
+    owner = subprocess.Popen([sys.executable, "-c", _POOL_OWNER], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        pids = [int(p) for p in owner.stdout.readline().split()]
+        assert len(pids) == 2 and all(_alive(p) for p in pids)
+    finally:
+        owner.kill()
+        owner.wait()
+    deadline = time.monotonic() + 30
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    survivors = [p for p in pids if _alive(p)]
+    for p in survivors:  # leave no orphan behind when the test fails
+        os.kill(p, signal.SIGKILL)
+    assert not survivors, "pool workers outlived their killed owner"
+
+
 def _rayon_threads(_: object) -> str | None:
     import os
 
