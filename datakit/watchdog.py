@@ -35,7 +35,7 @@ from concurrent.futures import FIRST_COMPLETED, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable
 
-from datakit.workers import drop_pool, pool
+from datakit.workers import drop_pool, pool, stopped_on_interrupt
 
 log = logging.getLogger("datakit.watchdog")
 
@@ -103,7 +103,14 @@ def _read_beat(path: str) -> tuple[int, float, float] | None:
 def map_watched(fn: Callable, items: list, workers: int, beat_dir: str, what: str,
                 label: Callable[[Any], str], on_done: Callable[[Any], None] | None = None) -> list:
     """`[fn(i) for i in items]` on the shared pool, watched for stalled tasks (see module doc).
-    `on_done(result)` runs in this thread as each task finishes (progress reporting)."""
+    `on_done(result)` runs in this thread as each task finishes (progress reporting). Ctrl-C kills
+    the pool's workers (`workers.stopped_on_interrupt`)."""
+    with stopped_on_interrupt(workers):
+        return _map_watched(fn, items, workers, beat_dir, what, label, on_done)
+
+
+def _map_watched(fn: Callable, items: list, workers: int, beat_dir: str, what: str,
+                 label: Callable[[Any], str], on_done: Callable[[Any], None] | None) -> list:
     os.makedirs(beat_dir, exist_ok=True)
     n = len(items)
     results: list[Any] = [None] * n

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
@@ -92,8 +93,62 @@ class _Pool(ProcessPoolExecutor):
         super().__init__(*args, **kwargs)
 
     def _spawn_process(self) -> None:
-        with _environment(self._child_env):
+        with _environment(self._child_env), _interrupts_ignored_by_children():
             super()._spawn_process()  # type: ignore[misc]
+
+
+@contextmanager
+def _interrupts_ignored_by_children() -> Iterator[None]:
+    """SIGINT ignored while a worker is started, so it starts ignoring it (an ignored signal stays
+    ignored across exec, and Python then installs no KeyboardInterrupt handler).
+
+    Why: Ctrl-C in a terminal interrupts the whole process group. Each worker printed its own
+    KeyboardInterrupt traceback (two of ~20 lines with two idle workers) under the command's exit,
+    and a worker still importing printed its spawn bootstrap's. The pool's owner decides what an
+    interrupt stops (`stopped_on_interrupt`). `_init_worker` ignores it too, for a worker started
+    from a thread other than the main one (only the main thread may change a signal's handler).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
+def stopped_on_interrupt(workers: int) -> Iterator[None]:
+    """Around waiting for a pool's tasks: on Ctrl-C (KeyboardInterrupt) its workers are killed at once.
+
+    Why: workers ignore SIGINT (see `_interrupts_ignored_by_children`), and at exit the interpreter
+    waits for a pool's running tasks to finish (tokenizing a shard: tens of seconds).
+    """
+    try:
+        yield
+    except KeyboardInterrupt:
+        kill_pool(workers)
+        raise
+
+
+def kill_pool(workers: int) -> None:
+    """Kill every process of the kept pool of `workers` (mid-task or not), wait for them, forget the pool."""
+    existing, _ = _POOLS.pop(workers, (None, None))
+    if existing is None:
+        return
+    procs = list((getattr(existing, "_processes", None) or {}).values())
+    for p in procs:
+        try:
+            p.kill()
+        except (OSError, ValueError, AttributeError):
+            pass
+    for p in procs:
+        try:
+            p.join(timeout=10)
+        except (OSError, ValueError, AssertionError, AttributeError):
+            pass
+    existing.shutdown(wait=False, cancel_futures=True)
 
 
 _ENV_LOCK = threading.Lock()
@@ -188,6 +243,7 @@ def _init_worker(threads: int, *logcfg) -> None:
     from datakit.arrow_without_pandas import defer_pandas
     from datakit.logs import init_worker
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner handles Ctrl-C (`stopped_on_interrupt`)
     os.environ.setdefault("RAYON_NUM_THREADS", str(threads))
     _forget_preload()
     init_worker(*logcfg)

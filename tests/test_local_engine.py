@@ -295,6 +295,67 @@ def test_pool_workers_end_when_their_owner_is_killed(tmp_path):
     assert not survivors, "pool workers outlived their killed owner"
 
 
+_SLOW_STAGE = textwrap.dedent("""
+    import os, time
+    from typing import Literal
+    from datakit import StageConfig
+    from datakit.contracts import EDITOR_EVENT_V1
+
+    class _Sleep:
+        def __call__(self, batch):
+            open(os.path.join(os.environ["DK_TEST_MARKS"], f"task-{os.getpid()}"), "w").close()
+            time.sleep(120)
+            return batch
+
+    class Sleep(StageConfig):
+        kind: Literal["dk_test_sleep"] = "dk_test_sleep"
+        consumes = produces = "editor_event.v1"
+
+        def compile(self, rel, ctx):
+            return rel.map_batches(_Sleep(), EDITOR_EVENT_V1, name="sleep")
+""")
+
+
+def test_ctrl_c_stops_a_pool_run_at_once_with_no_worker_tracebacks(tmp_path):
+    """Ctrl-C in a terminal interrupts the whole process group: each worker printed its own
+    KeyboardInterrupt traceback under the command's exit. Now the workers ignore it, the command
+    kills them (mid-task: no wait for a 120 s task) and exits 130, leaving no process behind."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "dk_slow_stage.py").write_text(_SLOW_STAGE)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    logs = _logs(tmp_path)
+    (tmp_path / "p.yaml").write_text(textwrap.dedent(f"""\
+        name: slow
+        input: {{path: '{logs}'}}
+        stages: [{{kind: ingest, drop_duplicate_events: false}}, {{kind: "dk_slow_stage:Sleep"}}]
+        output: {{path: '{tmp_path / "out"}', shards: 2}}
+    """))
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path / 'site'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+               DK_TEST_MARKS=str(marks))
+    proc = subprocess.Popen([sys.executable, "-m", "datakit.cli", "run", str(tmp_path / "p.yaml"), "--workers", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal starts it
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(marks.iterdir())) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        pids = [int(m.name.split("-")[1]) for m in marks.iterdir()]
+        assert len(pids) == 2, proc.stderr.read() if proc.poll() is not None else "tasks did not start"
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does
+        t = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    assert took < 30, took  # the 120 s tasks were not waited for
+    time.sleep(0.5)
+    assert not [p for p in pids if _alive(p)]
+
+
 def _rayon_threads(_: object) -> str | None:
     import os
 

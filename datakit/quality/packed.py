@@ -133,9 +133,10 @@ def check_packed(path: str, manifest: dict[str, Any], checks: list[str] | None =
     else:
         workers = int(engine_options.get("workers") or 1)
         if workers > 1 and len(tasks) > 1:
-            from datakit.workers import pool
+            from datakit.workers import pool, stopped_on_interrupt
 
-            outs = list(pool(workers).map(check_shard, tasks))
+            with stopped_on_interrupt(workers):
+                outs = list(pool(workers).map(check_shard, tasks))
         else:
             outs = [check_shard(t) for t in tasks]
     total: Counter = Counter()
