@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from datakit import contracts
 from datakit.io.fs import expand
-from datakit.plan import Plan, Rel, SinkSpec, StageSpan, source
+from datakit.plan import ByValue, MapBatches, Plan, Rel, SinkSpec, StageSpan, source
 from datakit.stages.base import CompileContext, StageConfig, spelled_kind, stage_class
 
 
@@ -271,7 +271,7 @@ class Pipeline:
 
         `history`: in append mode, the committed snapshots (top-manifest entries) this run's dedup
         stage deduplicates against (see `datakit.io.snapshots.history`)."""
-        from datakit.io.identity import base_environment
+        from datakit.io.identity import base_environment, code_digests
 
         cfg = self.config
         if cfg.input is None:
@@ -378,8 +378,12 @@ class Pipeline:
             config["output"]["path"] = output_override or config["output"]["path"]
         elif out_path:
             config["output"] = {"path": out_path}
-        return Plan(root=rel.node, sink=sink, spans=spans, config=config, seed=cfg.seed,
+        plan = Plan(root=rel.node, sink=sink, spans=spans, config=config, seed=cfg.seed,
                     environment=ctx.environment, checks=checks)
+        custom = code_digests([*cfg.stages, *(_unwrapped(n.fn) for n in plan.nodes() if isinstance(n, MapBatches))])
+        if custom:  # custom stages' code: an edit of it is another run (io/identity.py)
+            plan.environment.setdefault("code", {})["modules"] = custom
+        return plan
 
     def _quality_nodes(self, rel: Rel, stage: StageConfig, last: bool, lengths: bool,
                        checks: list[dict[str, Any]]) -> Rel:
@@ -593,3 +597,8 @@ class Pipeline:
         bad = next((r for r in checks if not r["success"] and r["severity"] == "error"), None)
         if bad is not None:
             raise QualityGateError(failure_line("output", bad) + " (the output was written; do not use it)")
+
+
+def _unwrapped(fn: object) -> object:
+    """A batch function as its author wrote it (a `ByValue` wrapper's function)."""
+    return fn.__dict__["fn"] if isinstance(fn, ByValue) else fn

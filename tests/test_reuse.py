@@ -124,3 +124,120 @@ def test_resume_after_a_crash_is_refused_when_a_stage_option_changed(tmp_path, m
     assert output_checksums(str(tmp_path / "o")) == output_checksums(str(tmp_path / "fresh"))
     quarantine = "_quarantine/part-00000.parquet"
     assert (tmp_path / "o" / quarantine).read_bytes() == (tmp_path / "fresh" / quarantine).read_bytes()
+
+
+def test_changed_datakit_code_refuses_reuse(tmp_path, records, monkeypatch):
+    """datakit's own files are part of the config hash: its version string stayed 0.1.0 for hundreds of
+    commits, so a run under one checkout reused the shards and tasks of the code before it."""
+    out = tmp_path / "o"
+    first = _pipe(records, out, fmt="parquet").run(workers=1)
+    assert first.manifest["environment"]["code"]["datakit"] == identity.package_digest()
+    monkeypatch.setattr(identity, "package_digest", lambda: "0" * 64)
+    b = _pipe(records, out, fmt="parquet")
+    assert b.compile().config_hash != first.manifest["pipeline_hash"]
+    assert b.run(workers=1).extra["reused_shards"] == 0
+
+
+_EDITABLE_STAGE = '''
+import os
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from datakit import StageConfig
+from datakit.contracts import EDITOR_EVENT_V1
+from datakit.plan import DROP
+
+LIMIT = {limit}
+
+
+class _Short:
+    def __call__(self, batch):
+        if os.environ.get("DATAKIT_TEST_FAIL") and any(f.endswith("part-2.jsonl")
+                                                         for f in batch.column("_source_file").to_pylist()):
+            raise RuntimeError("simulated crash")
+        keep = pc.less_equal(pc.utf8_length(batch.column("event_id")), LIMIT)
+        return batch.append_column(DROP, pc.if_else(keep, pa.scalar(None, pa.string()),
+                                                    pa.scalar("too_long", pa.string())))
+
+
+class Short(StageConfig):
+    kind: Literal["short"] = "short"
+    consumes = produces = "editor_event.v1"
+
+    def compile(self, rel, ctx):
+        return rel.map_batches(_Short(), EDITOR_EVENT_V1, name="short")
+'''
+
+
+def _stage_module(tmp_path, monkeypatch, name: str, limit: int):
+    """A custom stage module `name` (kind `name:Short`) beside four plain JSON Lines input files;
+    its function fails on the third file while DATAKIT_TEST_FAIL is set: a run killed part-way."""
+    import sys
+
+    from tests.eventgen import make_event, write_jsonl
+
+    for f in range(4):
+        write_jsonl(tmp_path / "logs" / f"part-{f}.jsonl", [make_event(f * 1000 + i) for i in range(50)])
+    site = tmp_path / "site"
+    site.mkdir()
+    module = site / f"{name}.py"
+    module.write_text(_EDITABLE_STAGE.format(limit=limit))
+    monkeypatch.syspath_prepend(str(site))
+    sys.modules.pop(name, None)
+
+    def pipe(out):
+        return (Pipeline("t").input(str(tmp_path / "logs")).add({"kind": "ingest", "drop_duplicate_events": False})
+                .add({"kind": f"{name}:Short"}).output(str(out), shards=2))
+    return module, pipe
+
+
+def _crash_then_rerun(tmp_path, monkeypatch, pipe, change) -> tuple[dict, dict, dict]:
+    """Crash a run after some of its tasks finished, `change()` something, rerun into the same folder;
+    return the rerun's extra and {file: sha256} of the rerun and of a fresh run of the changed setup."""
+    monkeypatch.setenv("DATAKIT_TEST_FAIL", "1")
+    with pytest.raises(Exception, match="simulated crash"):
+        pipe(tmp_path / "o").run(workers=1)
+    monkeypatch.delenv("DATAKIT_TEST_FAIL")
+    change()
+    rerun = pipe(tmp_path / "o").run(workers=1)
+    pipe(tmp_path / "fresh").run(workers=1)
+    return rerun.extra, output_checksums(str(tmp_path / "o")), output_checksums(str(tmp_path / "fresh"))
+
+
+def test_resume_is_refused_after_a_custom_stage_module_was_edited(tmp_path, monkeypatch):
+    """A custom stage's source file is part of the run's identity (found in review: a killed run
+    resumed 33 tasks computed by the stage's code before an edit of it)."""
+    module, pipe = _stage_module(tmp_path, monkeypatch, "dk_editable_stage", 40)
+    before = pipe(tmp_path / "x").compile().environment["code"]["modules"]
+    assert list(before) == ["dk_editable_stage"]
+
+    def edit():  # what a user does between the killed run and the rerun (which a new process would import)
+        module.write_text(_EDITABLE_STAGE.format(limit=4))
+
+    extra, rerun, fresh = _crash_then_rerun(tmp_path, monkeypatch, pipe, edit)
+    assert pipe(tmp_path / "x").compile().environment["code"]["modules"] != before
+    assert extra["reused_tasks"] == 0
+    assert rerun == fresh
+
+
+def test_resume_is_refused_after_an_input_was_edited_to_the_same_size_and_mtime(tmp_path, monkeypatch):
+    """Size and mtime do not prove a file unchanged (an editor or `touch -r` can put both back): the
+    run id also holds the file's status-change time, so the rerun reads the new bytes (found in
+    review: the rerun kept 13 lines of the file as they were before the edit)."""
+    _, pipe = _stage_module(tmp_path, monkeypatch, "dk_crashing_stage", 40)
+
+    def edit():  # part-0 finished before the crash; the same number of bytes, one event id changed
+        target = tmp_path / "logs" / "part-0.jsonl"
+        st = os.stat(target)
+        text = target.read_bytes()
+        assert b'"event_id": "ev-000007"' in text
+        target.write_bytes(text.replace(b'"event_id": "ev-000007"', b'"event_id": "ev-00000X"'))
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+        after = os.stat(target)
+        assert (after.st_size, after.st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+
+    extra, rerun, fresh = _crash_then_rerun(tmp_path, monkeypatch, pipe, edit)
+    assert extra["reused_tasks"] == 0
+    assert rerun == fresh
