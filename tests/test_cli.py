@@ -111,3 +111,25 @@ def test_append_mode_snapshot_and_forget_cli(tmp_path):
         assert r.returncode == 2 and needle in r.stderr, (r.stdout, r.stderr)
         assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "nothing").exists()
+
+
+def test_a_folder_holding_files_no_run_wrote_is_refused_as_output(pipeline_file, tmp_path):
+    """`--output .` from a project's root deleted the project's data/raw/events.csv and a notes/.tmp-*
+    file and overwrote its README, exit 0 (found in review): a run owns its output folder, so a
+    non-empty folder with no sign of a datakit run is refused before any work, and nothing changes."""
+    proj = tmp_path / "proj"
+    (proj / "data" / "raw").mkdir(parents=True)
+    (proj / "data" / "raw" / "events.csv").write_text("a\n")
+    (proj / "notes").mkdir()
+    (proj / "notes" / ".tmp-draft.md").write_text("d\n")
+    (proj / "README.md").write_text("mine\n")
+    before = sorted(p.relative_to(proj) for p in proj.rglob("*"))
+    r = _cli("run", str(pipeline_file), "--output", ".", cwd=proj)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "already holds files no datakit run wrote (README.md, data, notes)" in r.stderr
+    assert sorted(p.relative_to(proj) for p in proj.rglob("*")) == before
+    assert (proj / "README.md").read_text() == "mine\n"
+    # an earlier run's folder is rewritten as before, and an empty folder is fine
+    (tmp_path / "empty").mkdir()
+    assert _cli("run", str(pipeline_file), "--output", str(tmp_path / "empty"), cwd=tmp_path).returncode == 0
+    assert _cli("run", str(pipeline_file), "--output", str(tmp_path / "empty"), cwd=tmp_path).returncode == 0

@@ -15,7 +15,8 @@ index) write into the same folder, and all of them must obey the same rules:
   the old manifest. Side outputs with their own commit, the run record (`_run.json`) and the views
   rendered from it (`_report.html`, `_reports/feedback.json`) go with it, so none describes the old data.
 * **Preflight.** An output path that is a file, or a folder that cannot be written, is one line
-  (`OutputPathError`, an `InputError`: exit 2) before any work.
+  (`OutputPathError`, an `InputError`: exit 2) before any work; so is a folder that already holds
+  files no datakit run wrote (`refuse_foreign_folder`), because a run owns its output folder.
 * **Finish clean.** `sweep(path)` removes temp files (`.tmp-*`) that killed runs left behind, and
   the engine removes its `_work/` folder, so a finished dataset holds only what it lists.
 """
@@ -79,6 +80,39 @@ def preflight(path: str) -> None:
         raise
     except OSError as e:
         raise OutputPathError(f"cannot reach output folder {path}: {e}") from None
+
+
+# what only a datakit output folder holds (besides data/ and README.md, which user folders have too)
+OUTPUT_MARKERS = ("_SUCCESS", "manifest.json", "_run.json", "_work", "_shards", "_snapshots",
+                  "_units")  # (the last: the n-gram index build's work folder, stages/decontaminate/index.py)
+_IGNORED = (LOCK_NAME, ".DS_Store")
+
+
+def refuse_foreign_folder(path: str) -> None:
+    """Refuse an existing, non-empty output folder that shows no sign of a datakit run.
+
+    Why: a run owns its output folder. It replaces `data/` with the shards it lists, writes its
+    dataset card as `README.md` and sweeps temp files (`.tmp-*`) anywhere below it, so `--output .`
+    from a project's root deleted the project's `data/raw/events.csv` and `notes/.tmp-draft.md` and
+    overwrote its README, exit 0 (found in review). A folder with a datakit marker (a manifest, a
+    run record, shard sidecars, a work folder of a killed run, snapshots) is an earlier run's and
+    may be rewritten; an empty or new folder is fine.
+    """
+    out = path.rstrip("/")
+    fs, p = filesystem(out)
+    try:
+        if not fs.isdir(p):
+            return
+        names = sorted({e.rstrip("/").rsplit("/", 1)[-1] for e in fs.ls(p, detail=False)} - set(_IGNORED))
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    if not names or any(n in OUTPUT_MARKERS for n in names):
+        return
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    where = os.path.normpath(_local(out)) if _is_local(out) else out
+    raise OutputPathError(f"output folder {where} already holds files no datakit run wrote ({shown}); a run "
+                          "replaces data/ and README.md there and removes temp files below it, so write to "
+                          "a new or empty folder")
 
 
 # ------------------------------------------------------------------------------------------ the lock
@@ -238,6 +272,7 @@ def output_lock(path: str) -> Iterator[None]:
             lock.count += 1
     if lock is None:
         preflight(key)
+        refuse_foreign_folder(key)
         lock = _Lock(key)
         if _is_local(key):
             lock.acquire_local()
