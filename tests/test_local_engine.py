@@ -372,3 +372,45 @@ def test_pool_workers_share_the_cores(monkeypatch):
     monkeypatch.setenv("RAYON_NUM_THREADS", "3")  # another environment: a new pool
     assert pool(2).submit(_rayon_threads, None).result() == "3"
     drop_pool(2)
+
+
+class _Mutate:
+    """On its first batch, deletes or rewrites the input file named by DK_TEST_MUTATE: an input that
+    changes while the run is going (logs of today still being written)."""
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        target = os.environ.get("DK_TEST_MUTATE")
+        if target and os.path.exists(target):
+            if os.environ.get("DK_TEST_MUTATE_HOW") == "delete":
+                os.remove(target)
+            else:
+                write_jsonl(Path(target), [make_event(9000 + i) for i in range(7)])
+        return batch
+
+
+@register_stage
+class Mutate(StageConfig):
+    kind: Literal["test_mutate_input"] = "test_mutate_input"
+    consumes = "editor_event.v1"
+    produces = "editor_event.v1"
+
+    def compile(self, rel, ctx: CompileContext):
+        return rel.map_batches(_Mutate(), EDITOR_EVENT_V1, name="mutate")
+
+
+@pytest.mark.parametrize("how,message", [("delete", "disappeared during the run"),
+                                         ("rewrite", "changed during the run")])
+def test_an_input_file_changed_during_the_run_is_one_input_error(tmp_path, monkeypatch, how, message):
+    """The manifest names the files as listed when the run started; a file replaced meanwhile was read as
+    it is now under a manifest naming the old one, a deleted one was a traceback (found in review)."""
+    from datakit.io.fs import InputError
+
+    logs = _logs(tmp_path)
+    monkeypatch.setenv("DK_TEST_MUTATE", str(logs / "part-3.jsonl.zst"))
+    monkeypatch.setenv("DK_TEST_MUTATE_HOW", how)
+    p = (Pipeline("t").input(str(logs)).add({"kind": "ingest", "drop_duplicate_events": False})
+         .add({"kind": "test_mutate_input"}).output(str(tmp_path / "out"), shards=2))
+    with pytest.raises(InputError, match=message) as e:
+        p.run(workers=1)
+    assert "part-3.jsonl.zst" in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "out" / "manifest.json").exists()

@@ -125,9 +125,22 @@ def input_files(paths: list[str]) -> list[dict[str, Any]]:
     for url in sorted(set(paths)):
         fs, p = filesystem(url)
         info = fs.info(p)
-        mtime = info.get("mtime", info.get("LastModified", info.get("created", "")))
-        out.append({"path": url, "size": info.get("size"), "mtime": str(mtime), "changed": _change_token(fs, p, info)})
+        out.append({"path": url, "size": info.get("size"), "mtime": _mtime(info), "changed": _change_token(fs, p, info)})
     return out
+
+
+def _mtime(info: dict[str, Any]) -> str:
+    return str(info.get("mtime", info.get("LastModified", info.get("created", ""))))
+
+
+def stamp(info: dict[str, Any]) -> str:
+    """"size|mtime" of a file's `fs.info`: what a task compares with the listing (`listed_stamps`)."""
+    return f"{info.get('size')}|{_mtime(info)}"
+
+
+def listed_stamps(inputs: list[dict[str, Any]]) -> dict[str, str]:
+    """{path: "size|mtime"} of `input_files`' listing, for the tasks that read those files."""
+    return {i["path"]: f"{i['size']}|{i['mtime']}" for i in inputs}
 
 
 def _change_token(fs: Any, path: str, info: dict[str, Any]) -> str | None:

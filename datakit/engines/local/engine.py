@@ -224,7 +224,9 @@ class LocalEngine(Engine):
             if base.id not in self._rows:
                 self._rows[base.id] = 0  # filled by chain results (counted while streaming)
             kind = "jsonl" if base.format == "jsonl" else "parquet"
-            return [Partition(kind, u, base.schema if kind == "parquet" else None) for u in base.paths]
+            listed = identity.listed_stamps(self._inputs)  # each task checks its file against the listing
+            return [Partition(kind, u, base.schema if kind == "parquet" else None, digest=listed.get(u))
+                    for u in base.paths]
         return self._materialize(base)
 
     def _run_chain(self, node: Node, shards: int = 0, shard_key: str = "", name: str | None = None,
