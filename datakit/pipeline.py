@@ -535,7 +535,8 @@ class Pipeline:
                 t = time.perf_counter()
                 drop_all_pools(wait=True)
                 timer.add("release", time.perf_counter() - t)
-            result.extra["timing"] = record(f"{plan.sink.path.rstrip('/')}/_run.json", timer)
+            result.extra["timing"] = _after_commit(plan.sink.path, "run timing (_run.json)",
+                                                   lambda: record(f"{plan.sink.path.rstrip('/')}/_run.json", timer))
         return result
 
     def _finish(self, plan: Plan, result: Any, engine: str, engine_options: dict[str, Any], report: bool):
@@ -559,14 +560,17 @@ class Pipeline:
         if report and plan.sink is not None:
             from datakit.quality.report import write_report
 
-            result.extra["report"] = write_report(plan.sink.path)
+            result.extra["report"] = _after_commit(plan.sink.path, "report page (_report.html)",
+                                                   lambda: write_report(plan.sink.path))
 
         if plan.sink is not None and self.config.stages and self.config.stages[-1].kind == "kto" \
                 and plan.sink.format == "parquet":
             from datakit.stages.kto.report import REPORT_FILE, write_report
 
             # reward summaries from the committed rows (identical on both engines): _reports/feedback.json
-            result.extra["feedback"] = {**write_report(plan.sink.path), "file": REPORT_FILE}
+            feedback = _after_commit(plan.sink.path, f"reward summary ({REPORT_FILE})", lambda: write_report(plan.sink.path))
+            if feedback is not None:
+                result.extra["feedback"] = {**feedback, "file": REPORT_FILE}
         return result
 
     def _validate(self, plan: Plan, result: Any, engine: str, engine_options: dict[str, Any]) -> None:
@@ -602,3 +606,26 @@ class Pipeline:
 def _unwrapped(fn: object) -> object:
     """A batch function as its author wrote it (a `ByValue` wrapper's function)."""
     return fn.__dict__["fn"] if isinstance(fn, ByValue) else fn
+
+
+def _after_commit(out: str, what: str, write: Any) -> Any:
+    """Write a view of a committed dataset (its report page, run timing, reward summary); when storage
+    fails, warn and go on: the dataset stays committed and the command succeeds.
+
+    Why: a disk that filled up after the commit made the command exit 3 with `_SUCCESS` and the
+    manifest written (found in review); a scheduler that retries on 3 first retracted a good dataset.
+    These views are rendered again from the data (`datakit report OUT`); an error that is not
+    storage's still fails the run.
+    """
+    import logging
+
+    from datakit.io import storage
+
+    try:
+        return write()
+    except Exception as e:  # noqa: BLE001 - sorted below
+        if not (isinstance(e, OSError) or storage.is_storage_error(e) or isinstance(e, storage.StorageError)):
+            raise
+        logging.getLogger("datakit.pipeline").warning(
+            "the dataset at %s is committed, but its %s could not be written: %s", out, what, storage.short_reason(e))
+        return None

@@ -413,3 +413,55 @@ def test_retries_s3fs_makes_on_its_own_are_logged_and_its_debug_lines_stay_hidde
     assert "SlowDown (HTTP 503)" in retried[0].getMessage()
     logging.getLogger("s3fs").debug("CALL: list_objects_v2 - secret-ish detail")
     assert not [r for r in caplog.records if r.name.startswith("s3fs")]  # DEBUG lines stay below the root's level
+
+
+def _disk_full(task):
+    raise OSError(28, "No space left on device")
+
+
+def test_a_full_disk_names_the_folder_written_to_not_the_input():
+    """A full disk during a task named the task's *input* file (an operator went looking for a broken
+    input; found in review), and polars' ComputeError for it was a traceback: both are one line
+    saying the device is full, naming the folder written to."""
+    import polars as pl
+
+    from datakit.engines.local.chain import ChainTask
+    from datakit.engines.local.scheduler import _Guarded
+    from datakit.engines.local.spill import Partition
+    from datakit.io import storage
+
+    task = ChainTask(Partition("jsonl", "/data/in/part-0.jsonl.zst"), [], "/out/_work/r1/n001", "part-00000",
+                     [], scratch="/out/_work/r1")
+    with pytest.raises(storage.StorageError) as e:
+        _Guarded(_disk_full)(task)
+    assert str(e.value).startswith("storage error: no space left on the device to write under /out/_work/r1: ")
+    assert "/data/in" not in str(e.value)
+    polars_error = pl.exceptions.ComputeError("parquet: File out of specification: underlying IO error: "
+                                              "No space left on device (os error 28)")
+    assert storage.is_disk_full(polars_error) and storage.is_storage_error(polars_error)
+    assert not storage.is_disk_full(OSError(5, "Input/output error"))
+
+
+def test_a_full_disk_after_the_commit_keeps_the_run_successful(tmp_path, monkeypatch, caplog):
+    """The report page and the run timing are written after the commit; a full disk there made the
+    command exit 3 with the dataset already published (found in review), and a scheduler retrying on
+    3 first retracted it. Now each is a warning naming what is missing and the data stays published."""
+    import logging
+
+    import datakit.quality.report as report
+    import datakit.run_timing as run_timing
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    logs = write_jsonl(tmp_path / "logs" / "a.jsonl", [make_event(i) for i in range(20)])
+    monkeypatch.setattr(report, "write_report", full)
+    monkeypatch.setattr(run_timing, "record", full)
+    out = tmp_path / "out"
+    with caplog.at_level(logging.WARNING, logger="datakit.pipeline"):
+        res = Pipeline("p").input(str(logs)).add({"kind": "ingest"}).output(str(out), shards=2).run(workers=1,
+                                                                                                     report=True)
+    assert res.manifest["rows"] == 20 and (out / "_SUCCESS").exists()
+    assert res.extra["report"] is None and res.extra["timing"] is None
+    warned = [r.getMessage() for r in caplog.records if "is committed, but" in r.getMessage()]
+    assert len(warned) == 2 and any("_report.html" in w for w in warned) and any("_run.json" in w for w in warned)

@@ -145,6 +145,8 @@ def short_reason(e: BaseException) -> str:
 def describe(e: BaseException, path: str, what: str = "access") -> StorageError:
     """One picklable line for a failed storage operation on `path`."""
     cause = e.__cause__ or e.__context__
+    if is_disk_full(e):  # what an operator must do is free space there: say so first
+        return StorageError(f"storage error: no space left on the device to {what} {path}: {short_reason(e)}")
     reason = short_reason(e)
     if cause is not None and getattr(cause, "response", None) is not None:
         reason = short_reason(cause)
@@ -152,12 +154,21 @@ def describe(e: BaseException, path: str, what: str = "access") -> StorageError:
     return StorageError(f"storage error: cannot {what} {path}: {reason}{retried}")
 
 
+def is_disk_full(e: BaseException) -> bool:
+    """No space left on a device (errno 28), as Python, pyarrow or polars (a `ComputeError` whose
+    text carries the OS error) report it."""
+    if isinstance(e, OSError) and e.errno == 28:
+        return True
+    text = str(e)
+    return "No space left on device" in text or "os error 28" in text or "[errno 28]" in text.lower()
+
+
 def is_storage_error(e: BaseException) -> bool:
     """Errors that come from the storage stack (not from our code or the data)."""
     if isinstance(e, StorageError):
         return False
     mod = type(e).__module__ or ""
-    if mod.startswith(("botocore", "aiobotocore", "aiohttp", "s3fs", "fsspec")):
+    if mod.startswith(("botocore", "aiobotocore", "aiohttp", "s3fs", "fsspec")) or is_disk_full(e):
         return True
     return isinstance(e, OSError) and not isinstance(e, (FileNotFoundError, IsADirectoryError, NotADirectoryError))
 

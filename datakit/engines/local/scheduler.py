@@ -162,6 +162,8 @@ class _Guarded:
             raise EngineError(f"a task of {_task_path(item)} called sys.exit({e.code!r}) (a library that "
                               "exits inside datakit's work); nothing was published") from None
         except Exception as e:
+            if storage.is_disk_full(e):  # the folder written to, not the task's input (found in review)
+                raise storage.describe(e, _task_output(item), "write under") from None
             if storage.is_storage_error(e):
                 raise storage.describe(e, _task_path(item), "read or write") from None
             try:
@@ -176,6 +178,17 @@ class _Costed(NamedTuple):
 
     result: Any
     cost: dict
+
+
+def _task_output(item: Any) -> str:
+    """The folder a task writes to (its work folder's part of the run), for a full disk's message."""
+    from datakit.engines.local.chain import ChainTask
+
+    if isinstance(item, ChainTask):
+        return item.scratch or item.out_dir
+    if isinstance(item, tuple) and len(item) == 4 and hasattr(item[2], "path"):  # write_one_shard
+        return item[2].path.rstrip("/")
+    return _task_path(item)
 
 
 def _task_path(item: Any) -> str:
