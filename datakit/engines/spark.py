@@ -58,7 +58,7 @@ from datakit.engines.spark_partitions import (ONE_TASK_CONF, SHUFFLE_CONF, TARGE
                                               check_user_conf, one_task_max_edges, plan_partitions)
 from datakit.engines.spark_session import (SparkError, SparkJobError, SparkSetupError, await_prestart,
                                            executor_environment, get_session, log_file, prestart_session,
-                                           straggler_conf, translate_errors)
+                                           straggler_conf, translate_errors, workers_python_differs)
 from datakit.io import identity, publish, sinks
 from datakit.io.fs import remove_tree
 from datakit.io.readers import iter_source
@@ -375,7 +375,9 @@ class SparkEngine(Engine):
         t0 = time.perf_counter()
         spark = get_session(self.master, self.conf)
         remote = not spark.sparkContext.master.startswith("local")
-        executors = executor_environment(spark) if remote else None  # same datakit on every executor
+        # the same datakit and libraries on every executor (a local master's too when its workers run
+        # another interpreter)
+        executors = executor_environment(spark) if remote or workers_python_differs(spark) else None
         inputs = identity.input_files(plan.input_files())
         user_conf = self._user_conf(spark)
         try:

@@ -27,7 +27,8 @@ from typing import Any, Iterator
 
 __all__ = [
     "SparkError", "SparkSetupError", "SparkJobError", "get_session", "stop_session", "submit_defaults",
-    "STRAGGLER_DEFAULTS", "TIMEOUT_DEFAULTS", "executor_environment", "straggler_conf",
+    "STRAGGLER_DEFAULTS", "TIMEOUT_DEFAULTS", "check_same_environment", "executor_environment", "straggler_conf",
+    "workers_python_differs",
     "log_file", "translate_errors", "check_java", "check_master", "prestart_session", "await_prestart",
     "merged_conf",
 ]
@@ -452,34 +453,65 @@ def straggler_conf(session) -> dict[str, str | None]:
     return {k: conf.get(k, None) for k in (*STRAGGLER_DEFAULTS, *TIMEOUT_DEFAULTS)}
 
 
-def _probe_environment(_: int) -> tuple[str, str, str]:
-    """Runs on an executor: which interpreter and which datakit its Python workers use."""
+def _probe_environment(_: int) -> tuple:
+    """Runs on an executor: which interpreter, datakit (version, location) and library versions its
+    Python workers use."""
     import datakit
+    from datakit.io.identity import runtime_versions
 
-    return (sys.executable, datakit.__version__, datakit.__file__)
+    return (sys.executable, datakit.__version__, datakit.__file__, tuple(sorted(runtime_versions().items())))
 
 
-def executor_environment(session) -> list[dict[str, str]]:
+def executor_environment(session) -> list[dict[str, Any]]:
     """The distinct Python environments of the executors (interpreter, datakit version and location).
 
     Why: the classic cluster failure is an executor running another environment than the
     driver (a stale wheel on a node, a packed env that was not shipped), which shows up
     much later as a confusing task error or, worse, as different output. One tiny job
-    tells; a datakit version different from the driver's is a one-line `SparkSetupError`.
+    tells: datakit code (a digest of its files, not the version string, which stays the same across
+    commits) or a library that shapes bytes differing from the driver's is a one-line
+    `SparkSetupError`. Found in review: executors with another pyarrow wrote every Parquet file with
+    other bytes under a manifest recording the driver's pyarrow, and a later rerun reused those shards.
     """
     import datakit
+    from datakit.io.identity import runtime_versions
 
     sc = session.sparkContext
     n = max(2, sc.defaultParallelism)
     with translate_errors("checking the executors' Python environment"):
         rows = sorted(set(sc.parallelize(range(n), n).map(_probe_environment).collect()))
-    found = [{"python": py, "datakit": ver, "datakit_path": path} for py, ver, path in rows]
-    skew = sorted({f["datakit"] for f in found} - {datakit.__version__})
-    if skew:
-        raise SparkSetupError(
-            f"executors run datakit {', '.join(skew)}, the driver runs {datakit.__version__}: ship the same "
-            "environment to the executors (spark.archives + spark.pyspark.python, see docs/deploy.md)")
+    found = [{"python": py, "datakit": ver, "datakit_path": path, "versions": dict(versions)}
+             for py, ver, path, versions in rows]
+    check_same_environment(runtime_versions(), [f["versions"] for f in found], datakit.__version__,
+                           [f["datakit"] for f in found])
     return found
+
+
+def check_same_environment(driver: dict[str, Any], executors: list[dict[str, Any]], driver_version: str = "",
+                           executor_versions: list[str] | None = None) -> None:
+    """A `SparkSetupError` naming every difference between the driver's `runtime_versions` and the executors'."""
+    diffs = []
+    skew = sorted(set(executor_versions or []) - {driver_version})
+    if skew:
+        diffs.append(f"datakit {', '.join(skew)} on executors, {driver_version} here")
+    for name, mine in driver.items():
+        theirs = sorted({str(e.get(name)) for e in executors} - {str(mine)})
+        if theirs:
+            if name == "datakit code":
+                diffs.append("datakit's code (its files differ from this driver's)")
+            else:
+                diffs.append(f"{name} {', '.join(theirs)} on executors, {mine} here")
+    if diffs:
+        raise SparkSetupError("the executors' Python environment differs from the driver's: " + "; ".join(diffs)
+                              + ": ship the same environment to the executors (spark.archives + "
+                              "spark.pyspark.python, see docs/deploy.md)")
+
+
+def workers_python_differs(session) -> bool:
+    """Whether Spark's Python workers run another interpreter than this driver (`spark.pyspark.python`,
+    PYSPARK_PYTHON): a local master's workers then have their own libraries too."""
+    exe = getattr(session.sparkContext, "pythonExec", None) or sys.executable
+    return os.path.realpath(shutil.which(exe) or exe) != os.path.realpath(sys.executable)
 
 
 def _apply_runtime_conf(session, conf: dict[str, Any] | None) -> bool:

@@ -71,7 +71,9 @@ def package_digest() -> str:
     root = Path(__file__).resolve().parent.parent
     h = hashlib.sha256()
     for path in sorted(root.rglob("*")):
-        if "__pycache__" in path.parts or path.suffix in (".pyc", ".pyo") or not path.is_file():
+        # code and the data files it reads (schemas, suites, tokenizers): what a wheel ships, so a
+        # checkout and the wheel built from it agree, and a stray file in a checkout changes nothing
+        if "__pycache__" in path.parts or path.suffix not in (".py", ".json") or not path.is_file():
             continue
         h.update(path.relative_to(root).as_posix().encode() + b"\0")
         h.update(hashlib.sha256(path.read_bytes()).digest())
@@ -116,6 +118,16 @@ def _source_digest(module: Any, cls: Any) -> str | None:
         log.warning("the code of %s.%s cannot be read: a resumed run would not notice an edit of it",
                     cls.__module__, cls.__qualname__)
         return None
+
+
+# what `executor_environment` compares between the driver and Spark's Python workers: the core
+# libraries and those of the stages that shape bytes (tokenizer, NER, PII scan)
+PROBED_LIBRARIES = CORE_LIBRARIES + ("tokenizers", "spacy", "hyperscan")
+
+
+def runtime_versions() -> dict[str, str | None]:
+    """This process's datakit code digest and the versions of `PROBED_LIBRARIES`."""
+    return {"datakit code": package_digest(), **{n: library_version(n) for n in PROBED_LIBRARIES}}
 
 
 def input_files(paths: list[str]) -> list[dict[str, Any]]:

@@ -164,3 +164,30 @@ def test_log_lines_inside_spark_python_workers_are_redacted(spark, tmp_path):
     assert "cannot parse a field" in text  # the line went through the worker's redacting handler
     assert LOG_EMAIL not in text and LOG_SECRET not in text
     assert "<EMAIL>" in text and "<GITHUB_TOKEN>" in text
+
+
+def test_executors_with_other_libraries_or_code_are_a_setup_error():
+    """Found in review: executors with another pyarrow wrote every Parquet file with other bytes under a
+    manifest recording the driver's pyarrow (and a rerun reused those shards); only the datakit version
+    string was compared, which stays the same across commits."""
+    from datakit.engines.spark_session import check_same_environment
+    from datakit.io.identity import runtime_versions
+
+    mine = runtime_versions()
+    assert set(mine) >= {"datakit code", "pyarrow", "polars", "tokenizers", "spacy"}
+    check_same_environment(mine, [dict(mine), dict(mine)])  # the same everywhere: fine
+    other = {**mine, "pyarrow": "25.0.0"}
+    with pytest.raises(SparkSetupError, match=rf"pyarrow 25\.0\.0 on executors, {mine['pyarrow']} here.*spark\.archives"):
+        check_same_environment(mine, [dict(mine), other])
+    with pytest.raises(SparkSetupError, match=r"datakit's code \(its files differ"):
+        check_same_environment(mine, [{**mine, "datakit code": "0" * 64}])
+
+
+def test_the_executor_probe_reports_the_workers_libraries(spark):
+    """The probe runs in Spark's real Python workers and reports what they import."""
+    from datakit.engines.spark_session import executor_environment, workers_python_differs
+    from datakit.io.identity import runtime_versions
+
+    found = executor_environment(spark)
+    assert found and all(f["versions"] == runtime_versions() for f in found)
+    assert not workers_python_differs(spark)  # the tests' workers run this interpreter: no probe per run
