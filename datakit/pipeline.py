@@ -469,6 +469,8 @@ class Pipeline:
         snap_path = snapshots.snapshot_path(top_path, snapshot)
         with output_lock(top_path):
             top = snapshots.read_top(top_path)
+            snapshots.check_order(top, snapshot)
+            previous = next((s for s in (top or {}).get("snapshots", []) if s["id"] == snapshot), None)
             hist = [{**s, "root": top_path} for s in snapshots.history(top, snapshot)]
             lists = snapshots.forget_lists(top_path, top)
             t = time.perf_counter()
@@ -486,6 +488,18 @@ class Pipeline:
                 state = write_state(snap_path, snapshot, dedup) if dedup is not None else None
             result.extra["snapshot"] = snapshot
             result.extra["dataset"] = top_path
+            if previous is not None and state is not None \
+                    and (previous.get("dedup_state") or {}).get("sha256") != state.get("sha256"):
+                # a redo that changed what later snapshots deduplicated against: they are stale
+                top, stale = snapshots.withdraw_later(top_path, top, int(previous["seq"]))
+                if stale:
+                    result.extra["withdrawn"] = stale
+                    import logging
+
+                    logging.getLogger("datakit.pipeline").warning(
+                        "snapshot %s changed, and %s were deduplicated against its earlier version: they are "
+                        "withdrawn from the dataset until rerun (rerun them, in this order, with the same "
+                        "--snapshot ids)", snapshot, ", ".join(stale))
             snapshots.commit(top_path, top, snapshot, result.manifest, state)
         return result
 

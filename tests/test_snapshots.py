@@ -381,3 +381,32 @@ def test_chain_within_a_day_through_a_document_dropped_against_history(tmp_path)
     Pipeline("one").input(one, format="parquet", schema="training_record.v1").add(dict(CHAIN)).output(
         str(tmp_path / "one")).run(workers=1)
     assert ids(tmp_path / "ds") == ids(tmp_path / "one") == ["a1"]
+
+
+def test_a_redo_that_changes_a_snapshot_withdraws_the_later_ones_until_rerun_in_order(tmp_path):
+    """Found in review: day 1 redone with other input left day 2, deduplicated against the old day 1,
+    in the union: it held 450 pairs of copies. The later snapshots now leave the union until rerun,
+    a run that would skip a withdrawn earlier snapshot is refused, and rerunning them in order gives
+    a union without the pair (here z1 in the new day 1 is e2's text)."""
+    out = tmp_path / "ds"
+    run_day(tmp_path, "2026-11-01", DAY1)
+    run_day(tmp_path, "2026-11-02", DAY2)
+    run_day(tmp_path, "2026-11-03", DAY3)
+    assert "e2" in ids(out)
+    redo = run_day(tmp_path, "2026-11-01", DAY1 + [rec("z1", words(1000, 1100))])
+    assert redo.extra["withdrawn"] == ["dt=2026-11-02", "dt=2026-11-03"]
+    top = json.loads((out / "manifest.json").read_text())
+    assert [s["id"] for s in top["snapshots"]] == ["dt=2026-11-01"]
+    assert ids(out) == ["a1", "b1", "c1", "d1", "z1"]  # no stale later snapshot next to z1
+    with pytest.raises(SnapshotError, match=r"earlier snapshot\(s\) dt=2026-11-02 are withdrawn"):
+        run_day(tmp_path, "2026-11-03", DAY3)
+    with pytest.raises(SnapshotError, match="dt=2026-11-02, dt=2026-11-03 are withdrawn"):
+        run_day(tmp_path, "2026-11-04", [rec("k4", "print('day 4')\n")])
+    run_day(tmp_path, "2026-11-02", DAY2)
+    run_day(tmp_path, "2026-11-03", DAY3)
+    top = json.loads((out / "manifest.json").read_text())
+    assert [s["id"] for s in top["snapshots"]] == ["dt=2026-11-01", "dt=2026-11-02", "dt=2026-11-03"]
+    assert ids(out) == ["a1", "b1", "c1", "d1", "z1", "g2", "h3"]
+    assert dropped(out, "dt=2026-11-02")["e2"][0] == "exact_duplicate_of_history"
+    # an unchanged redo withdraws nothing
+    assert "withdrawn" not in run_day(tmp_path, "2026-11-02", DAY2).extra

@@ -116,6 +116,44 @@ def withdraw(out: str, top: dict[str, Any] | None, snapshot: str) -> dict[str, A
     return new
 
 
+def withdraw_later(out: str, top: dict[str, Any] | None, seq: int) -> tuple[dict[str, Any] | None, list[str]]:
+    """Withdraw every committed snapshot first committed after position `seq` (positions kept, so
+    each goes back to its place when rerun); returns the manifest now in place and their ids.
+
+    Why: a later snapshot was deduplicated against the earlier ones as they were. When a redo changes
+    an earlier snapshot's documents, the later one's decisions are stale (the union held 450 pairs of
+    copies after day 1 was redone with day 2's files; found in review); out of the union until rerun,
+    it cannot put a duplicate pair in front of readers.
+    """
+    if not top:
+        return top, []
+    later = [s for s in top.get("snapshots", []) if int(s["seq"]) > seq]
+    if not later:
+        return top, []
+    ids = [s["id"] for s in later]
+    rest = [s for s in top["snapshots"] if s["id"] not in ids]
+    withdrawn = [w for w in top.get("withdrawn", []) if w["id"] not in ids] + [{"id": s["id"], "seq": s["seq"]}
+                                                                                for s in later]
+    new = _union(top, rest, withdrawn)
+    _commit_top(out, new)
+    return new, ids
+
+
+def check_order(top: dict[str, Any] | None, snapshot: str) -> None:
+    """Refuse to run `snapshot` while a snapshot before it (by position; every one, for a new snapshot)
+    is withdrawn: its history would lack that snapshot, and putting it back later could bring
+    duplicates of this one into the union. Rerunning the withdrawn ones first, in order, restores it."""
+    if not top:
+        return
+    seq = _seq_of(top, snapshot)
+    pending = [w for w in top.get("withdrawn", []) if w["id"] != snapshot and (seq is None or int(w["seq"]) < seq)]
+    if pending:
+        names = ", ".join(w["id"] for w in sorted(pending, key=lambda w: w["seq"]))
+        raise SnapshotError(f"snapshot {snapshot} must wait: the earlier snapshot(s) {names} are withdrawn from the "
+                            "dataset (a redo changed what they deduplicate against, or a rerun of them did not "
+                            "finish); rerun them first, in this order, with the same --snapshot ids")
+
+
 def _prefixed(shard: dict[str, Any], prefix: str) -> dict[str, Any]:
     """A snapshot's shard entry with its file names made relative to the dataset root."""
     s = dict(shard)
