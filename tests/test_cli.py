@@ -133,3 +133,12 @@ def test_a_folder_holding_files_no_run_wrote_is_refused_as_output(pipeline_file,
     (tmp_path / "empty").mkdir()
     assert _cli("run", str(pipeline_file), "--output", str(tmp_path / "empty"), cwd=tmp_path).returncode == 0
     assert _cli("run", str(pipeline_file), "--output", str(tmp_path / "empty"), cwd=tmp_path).returncode == 0
+
+
+def test_a_broken_symbolic_link_among_the_inputs_is_an_input_error(pipeline_file, tmp_path):
+    """A day of logs linked from a disk that was not mounted was dropped by the glob like a folder, and
+    the run went on without it (found in review): now one line naming the link, exit 2."""
+    (tmp_path / "logs" / "b.jsonl").symlink_to(tmp_path / "unmounted" / "b.jsonl")
+    r = _cli("run", str(pipeline_file), "--output", str(tmp_path / "o"), cwd=tmp_path)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "logs/b.jsonl is a symbolic link to a missing file" in r.stderr and "Traceback" not in r.stderr

@@ -13,6 +13,7 @@ Everything else (object stores, `file://` and chained URLs, globs) goes through 
 from __future__ import annotations
 
 import functools
+import os
 import posixpath
 import shutil
 from typing import Any, Iterable
@@ -77,7 +78,9 @@ def expand(paths: str | Iterable[str], suffixes: tuple[str, ...] = ()) -> list[s
         fs, p = filesystem(raw)
         try:
             if any(c in p for c in _GLOB_CHARS):
-                found = [f for f in fs.glob(p) if fs.isfile(f)]
+                matched = fs.glob(p)
+                _refuse_broken_links(fs, matched)
+                found = [f for f in matched if fs.isfile(f)]
             elif fs.isdir(p):
                 found = [f for f in fs.find(p) if not _hidden(f, p)]
             elif fs.exists(p):
@@ -99,6 +102,20 @@ def expand(paths: str | Iterable[str], suffixes: tuple[str, ...] = ()) -> list[s
             raise InputError(f"no input files match: {raw}")
         out.update(full_url(fs, f) for f in found)
     return sorted(out)
+
+
+def _refuse_broken_links(fs: Any, matched: list[str]) -> None:
+    """A matched local symbolic link whose target is gone is an `InputError` naming it.
+
+    Why: the glob's file filter dropped it like a folder, so a day of logs linked from another disk
+    that was not mounted went missing from the run without a word (found in review).
+    """
+    if fs is not LOCAL:
+        return
+    broken = [f for f in matched if os.path.islink(f) and not os.path.exists(f)]
+    if broken:
+        more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
+        raise InputError(f"input {broken[0]} is a symbolic link to a missing file ({os.readlink(broken[0])}){more}")
 
 
 def _hidden(path: str, root: str) -> bool:
