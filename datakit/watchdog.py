@@ -35,7 +35,7 @@ from concurrent.futures import FIRST_COMPLETED, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable
 
-from datakit.workers import drop_pool, pool, stopped_on_interrupt
+from datakit.workers import drop_pool, kill_workers, pool, stopped_on_interrupt
 
 log = logging.getLogger("datakit.watchdog")
 
@@ -174,7 +174,7 @@ def _map_watched(fn: Callable, items: list, workers: int, beat_dir: str, what: s
         for f, (i, _) in futures.items():
             if i not in done and f.done() and not f.cancelled() and f.exception() is None:
                 results[i], done = f.result(), done | {i}
-        _kill_all(ex)  # the old attempts must be gone before new ones write the same parts
+        kill_workers(ex)  # the old attempts must be gone before new ones write the same parts
         drop_pool(workers)
         i, threshold = stalled
         stalls[i] = stalls.get(i, 0) + 1
@@ -191,18 +191,3 @@ def _kill(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _kill_all(ex: Any) -> None:
-    """Kill every worker of a pool and wait for them (the executor's own clean-up is asynchronous)."""
-    procs = list(getattr(ex, "_processes", {}).values())
-    for p in procs:
-        try:
-            p.kill()
-        except (OSError, ValueError, AttributeError):
-            pass
-    for p in procs:
-        try:
-            p.join(timeout=10)
-        except (OSError, ValueError, AssertionError, AttributeError):
-            pass

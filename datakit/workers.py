@@ -137,7 +137,13 @@ def kill_pool(workers: int) -> None:
     existing, _ = _POOLS.pop(workers, (None, None))
     if existing is None:
         return
-    procs = list((getattr(existing, "_processes", None) or {}).values())
+    kill_workers(existing)
+    existing.shutdown(wait=False, cancel_futures=True)
+
+
+def kill_workers(ex: ProcessPoolExecutor) -> None:
+    """Kill every worker process of `ex` and wait for them (the executor's own clean-up is asynchronous)."""
+    procs = list((getattr(ex, "_processes", None) or {}).values())
     for p in procs:
         try:
             p.kill()
@@ -148,7 +154,6 @@ def kill_pool(workers: int) -> None:
             p.join(timeout=10)
         except (OSError, ValueError, AssertionError, AttributeError):
             pass
-    existing.shutdown(wait=False, cancel_futures=True)
 
 
 _ENV_LOCK = threading.Lock()
