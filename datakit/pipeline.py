@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +30,8 @@ from datakit import contracts
 from datakit.io.fs import expand
 from datakit.plan import ByValue, MapBatches, Plan, Rel, SinkSpec, StageSpan, source
 from datakit.stages.base import CompileContext, StageConfig, spelled_kind, stage_class
+
+log = logging.getLogger("datakit.pipeline")
 
 
 class PipelineError(ValueError):
@@ -494,9 +497,7 @@ class Pipeline:
                 top, stale = snapshots.withdraw_later(top_path, top, int(previous["seq"]))
                 if stale:
                     result.extra["withdrawn"] = stale
-                    import logging
-
-                    logging.getLogger("datakit.pipeline").warning(
+                    log.warning(
                         "snapshot %s changed, and %s were deduplicated against its earlier version: they are "
                         "withdrawn from the dataset until rerun (rerun them, in this order, with the same "
                         "--snapshot ids)", snapshot, ", ".join(stale))
@@ -631,15 +632,13 @@ def _after_commit(out: str, what: str, write: Any) -> Any:
     These views are rendered again from the data (`datakit report OUT`); an error that is not
     storage's still fails the run.
     """
-    import logging
-
     from datakit.io import storage
 
     try:
         return write()
     except Exception as e:  # noqa: BLE001 - sorted below
-        if not (isinstance(e, OSError) or storage.is_storage_error(e) or isinstance(e, storage.StorageError)):
+        if not (isinstance(e, (OSError, storage.StorageError)) or storage.is_storage_error(e)):
             raise
-        logging.getLogger("datakit.pipeline").warning(
+        log.warning(
             "the dataset at %s is committed, but its %s could not be written: %s", out, what, storage.short_reason(e))
         return None

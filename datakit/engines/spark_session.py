@@ -473,7 +473,6 @@ def executor_environment(session) -> list[dict[str, Any]]:
     `SparkSetupError`. Found in review: executors with another pyarrow wrote every Parquet file with
     other bytes under a manifest recording the driver's pyarrow, and a later rerun reused those shards.
     """
-    import datakit
     from datakit.io.identity import runtime_versions
 
     sc = session.sparkContext
@@ -482,18 +481,13 @@ def executor_environment(session) -> list[dict[str, Any]]:
         rows = sorted(set(sc.parallelize(range(n), n).map(_probe_environment).collect()))
     found = [{"python": py, "datakit": ver, "datakit_path": path, "versions": dict(versions)}
              for py, ver, path, versions in rows]
-    check_same_environment(runtime_versions(), [f["versions"] for f in found], datakit.__version__,
-                           [f["datakit"] for f in found])
+    check_same_environment(runtime_versions(), [f["versions"] for f in found])
     return found
 
 
-def check_same_environment(driver: dict[str, Any], executors: list[dict[str, Any]], driver_version: str = "",
-                           executor_versions: list[str] | None = None) -> None:
+def check_same_environment(driver: dict[str, Any], executors: list[dict[str, Any]]) -> None:
     """A `SparkSetupError` naming every difference between the driver's `runtime_versions` and the executors'."""
     diffs = []
-    skew = sorted(set(executor_versions or []) - {driver_version})
-    if skew:
-        diffs.append(f"datakit {', '.join(skew)} on executors, {driver_version} here")
     for name, mine in driver.items():
         theirs = sorted({str(e.get(name)) for e in executors} - {str(mine)})
         if theirs:

@@ -126,8 +126,11 @@ PROBED_LIBRARIES = CORE_LIBRARIES + ("tokenizers", "spacy", "hyperscan")
 
 
 def runtime_versions() -> dict[str, str | None]:
-    """This process's datakit code digest and the versions of `PROBED_LIBRARIES`."""
-    return {"datakit code": package_digest(), **{n: library_version(n) for n in PROBED_LIBRARIES}}
+    """This process's datakit version and code digest, and the versions of `PROBED_LIBRARIES`."""
+    from datakit import __version__
+
+    return {"datakit": __version__, "datakit code": package_digest(),
+            **{n: library_version(n) for n in PROBED_LIBRARIES}}
 
 
 def input_files(paths: list[str]) -> list[dict[str, Any]]:
@@ -152,7 +155,7 @@ def stamp(info: dict[str, Any]) -> str:
 
 def listed_stamps(inputs: list[dict[str, Any]]) -> dict[str, str]:
     """{path: "size|mtime"} of `input_files`' listing, for the tasks that read those files."""
-    return {i["path"]: f"{i['size']}|{i['mtime']}" for i in inputs}
+    return {i["path"]: stamp(i) for i in inputs}
 
 
 def _change_token(fs: Any, path: str, info: dict[str, Any]) -> str | None:

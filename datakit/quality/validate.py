@@ -73,8 +73,8 @@ def validate_path(path: str, suites: list[str] | None = None, engine: str = "loc
             n = len(checks)
             applies = expectations(s, schema)
             # checks whose columns this output does not have are said, not dropped silently (found in review)
-            skipped += [{"suite": s["name"], "type": e["type"], "columns": sorted(Expectation(**e).columns())}
-                        for e in s.get("expectations", []) if Expectation(**e) not in applies]
+            skipped += [{"suite": s["name"], "type": e.type, "columns": sorted(e.columns())}
+                        for e in (Expectation(**spec) for spec in s.get("expectations", [])) if e not in applies]
             rel = expect.attach(rel, applies, checks)
             for c in checks[n:]:
                 c["suite"] = s["name"]
