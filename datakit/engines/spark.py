@@ -185,7 +185,8 @@ class _ChainFn:
             if self.source_format is None:
                 yield _cast_in(b, self.in_schema)
                 continue
-            for url in b.column("path").to_pylist():
+            for url, listed in zip(b.column("path").to_pylist(), b.column("stamp").to_pylist()):
+                identity.check_unchanged(url, listed)  # the file as the run listed it, or one line, exit 2
                 for rb in iter_source(url, self.source_format, self.source_schema):
                     yield rb if self.source_format == "jsonl" else conform(rb, self.source_schema)
 
@@ -668,7 +669,7 @@ class _Run:
             else:
                 base_schema = _with_provenance(base.schema)
             files = list(base.paths)
-            inp = _file_slices(self.spark, files)
+            inp = _file_slices(self.spark, files, identity.listed_stamps(self.inputs))
             in_schema = None
         else:
             in_schema = self.arrow[base.id]
@@ -955,10 +956,12 @@ class translate_errors_at:
         return False
 
 
-def _file_slices(spark, files: list[str]):
-    """A one-column (`path`) DataFrame of `files`, read in min(files, the run's partition count)
-    tasks of consecutive files (see `local_rows`)."""
-    return local_rows(spark, pa.table({"path": pa.array(files, pa.string())}))
+def _file_slices(spark, files: list[str], stamps: dict[str, str]):
+    """A (`path`, `stamp`) DataFrame of `files` and their "size|mtime" as listed when the run started
+    (`identity.check_unchanged`, before a task reads one), read in min(files, the run's partition
+    count) tasks of consecutive files (see `local_rows`)."""
+    return local_rows(spark, pa.table({"path": pa.array(files, pa.string()),
+                                       "stamp": pa.array([stamps.get(f) for f in files], pa.string())}))
 
 
 LEAF_PARALLELISM = "spark.sql.leafNodeDefaultParallelism"

@@ -588,6 +588,10 @@ def translate_errors(what: str) -> Iterator[None]:
         _append_log(what, e)
         cls = SparkSetupError if what.startswith("starting") else SparkJobError
         why = summarize(e)
+        if why.startswith("InputError: "):  # the input as listed is gone or changed (identity.check_unchanged)
+            from datakit.io.fs import InputError
+
+            raise InputError(why[len("InputError: "):]) from None
         if why.startswith("StageError: "):  # the stage that raised names itself (the chain's last one may not be it)
             raise cls(f"Spark failed: {why[len('StageError: '):]} (full log: {log_file()})") from None
         raise cls(f"Spark failed while {what}: {why} (full log: {log_file()})") from None

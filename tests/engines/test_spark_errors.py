@@ -105,6 +105,39 @@ def test_failed_task_is_one_line_with_the_log_path(spark, tmp_path):
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
+@pytest.mark.spark
+@pytest.mark.parametrize("how,message", [("delete", "disappeared during the run"),
+                                         ("rewrite", "changed during the run")])
+def test_an_input_file_changed_after_listing_is_one_input_error(spark, tmp_path, monkeypatch, how, message):
+    """The run's identity and manifest name the files as listed when it started. On Spark a file replaced
+    after the listing was read as it is now under a manifest naming the old one, exit 0, and a deleted one
+    was a SparkJobError (exit 3, which schedulers retry); now each read checks the file against the listing
+    (`identity.check_unchanged`, as the local engine's tasks do) and the driver raises the InputError."""
+    import os
+
+    from datakit.io import identity
+    from datakit.io.fs import InputError
+
+    files = [write_jsonl(tmp_path / "logs" / f"p{k}.jsonl", [make_event(10 * k + i) for i in range(5)])
+             for k in range(3)]
+    listed = identity.input_files
+
+    def list_then_change(paths):
+        out = listed(paths)  # the listing the run starts from; then the file changes under the run
+        if how == "delete":
+            os.remove(files[1])
+        else:
+            write_jsonl(files[1], [make_event(900 + i) for i in range(7)])
+        return out
+
+    monkeypatch.setattr(identity, "input_files", list_then_change)
+    p = Pipeline("t").input(str(tmp_path / "logs")).add({"kind": "ingest"}).output(str(tmp_path / "out"))
+    with pytest.raises(InputError, match=message) as e:
+        p.run(engine="spark", partitions=3)
+    assert "p1.jsonl" in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
 def test_summarize_picks_the_python_error_out_of_a_jvm_trace():
     trace = ("An error occurred while calling o1.count.\n: org.apache.spark.SparkException: Job aborted due to "
              "stage failure: Task 0 failed 4 times\n  File \"x.py\", line 3, in f\n    raise KeyError('k')\n"

@@ -14,8 +14,7 @@ import pyarrow.parquet as pq
 
 from datakit.engines.core import conform
 from datakit.io.atomic import sha256_file
-from datakit.io.fs import InputError, filesystem
-from datakit.io.identity import stamp
+from datakit.io.identity import check_unchanged
 from datakit.io.readers import iter_source, parquet_batch_rows
 
 # Rows per row group of a barrier's spill file. The next chain's tasks are slices of these row
@@ -50,26 +49,11 @@ class Partition:
 
     def fingerprint(self) -> str:
         """A spill's digest and slice; an input file's path, size and mtime, checked against the
-        listing the run started from (`digest` of an input partition: `identity.stamp` then).
-
-        Why the check: the run's identity and manifest name the files as listed. A file replaced
-        while the run was going (today's partition still being written) was read as it was then,
-        under a manifest naming the old size (found in review: 26443 rows read, the manifest said
-        the 30090-row file); one deleted meanwhile was a 286-line traceback, exit 1. Both are one
-        line, exit 2: rerun to read the input as it is now.
-        """
+        listing the run started from (`digest` of an input partition: `identity.stamp` then;
+        `identity.check_unchanged` says why)."""
         if self.kind == "spill":
             return f"{self.digest or sha256_file(self.url)}|{self.row_groups}|{self.columns}"
-        fs, p = filesystem(self.url)
-        try:
-            info = fs.info(p)
-        except FileNotFoundError:
-            raise InputError(f"input file {self.url} disappeared during the run (it was there when the run "
-                             "started); rerun to read the input as it is now") from None
-        now = stamp(info)
-        if self.digest is not None and now != self.digest:
-            raise InputError(f"input file {self.url} changed during the run (size|mtime {self.digest} when the "
-                             f"run started, {now} now); rerun to read the input as it is now")
+        now = check_unchanged(self.url, self.digest)
         return f"{self.url}|{now}"
 
     def batches(self) -> Iterator[pa.RecordBatch]:
