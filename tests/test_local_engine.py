@@ -356,6 +356,44 @@ def test_ctrl_c_stops_a_pool_run_at_once_with_no_worker_tracebacks(tmp_path):
     assert not [p for p in pids if _alive(p)]
 
 
+# runs `datakit run` with a Ctrl-C (SIGINT to the process) sent the moment the commit returns: the window
+# between publishing the dataset and removing its work folder
+_CTRL_C_AFTER_COMMIT = """
+import os, signal, sys
+import datakit.engines.local.engine as engine
+
+commit = engine.commit_run
+
+def commit_then_ctrl_c(*args, **kwargs):
+    out = commit(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGINT)
+    return out
+
+engine.commit_run = commit_then_ctrl_c
+from datakit.cli import main
+sys.argv = ["datakit", *sys.argv[1:]]
+main()
+"""
+
+
+def test_ctrl_c_after_the_commit_still_leaves_a_clean_dataset(tmp_path):
+    """Found in an operations review: a Ctrl-C between the commit and the clean-up exited 130 with the
+    dataset published and its `_work/` folder (~70 MB at 10k events) left inside it. Now the commit window
+    holds the first Ctrl-C until the clean-up is done, then exits 130 as usual."""
+    logs = _logs(tmp_path)
+    out = tmp_path / "out"
+    (tmp_path / "p.yaml").write_text(f"name: t\ninput: {{path: '{logs}'}}\nstages: [{{kind: ingest}}]\n"
+                                     f"output: {{path: '{out}', shards: 2}}\n")
+    r = subprocess.run([sys.executable, "-c", _CTRL_C_AFTER_COMMIT, "run", str(tmp_path / "p.yaml"), "--workers", "1",
+                        "--no-report"],
+                       capture_output=True, text=True, timeout=300,
+                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert r.returncode == 130, r.stderr[-3000:]
+    assert (out / "_SUCCESS").exists() and (out / "manifest.json").exists()
+    assert not (out / "_work").exists(), sorted(p.name for p in out.iterdir())
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+
+
 def _rayon_threads(_: object) -> str | None:
     import os
 

@@ -62,6 +62,7 @@ from datakit.engines.spark_session import (SparkError, SparkJobError, SparkSetup
 from datakit.io import identity, publish, sinks
 from datakit.io.fs import remove_tree
 from datakit.io.readers import iter_source
+from datakit.interrupts import held_until_done
 from datakit.plan import (DROP, DROP_DETAIL, DROP_STATE, Aggregate, ConnectedComponents, Join, MapBatches, Node, Plan,
                           SinkSpec, Source)
 
@@ -398,10 +399,11 @@ class SparkEngine(Engine):
             run.cleanup()
         seconds = time.perf_counter() - t0
         if plan.sink is not None:
-            publish.sweep(plan.sink.path)  # temp files of interrupted earlier writes
-            manifest = run.commit(stages, seconds)
-            if not self.checkpoint_dir:
-                publish.remove_work(plan.sink.path)
+            with held_until_done("committing the output and removing its work folder"):
+                publish.sweep(plan.sink.path)  # temp files of interrupted earlier writes
+                manifest = run.commit(stages, seconds)
+                if not self.checkpoint_dir:
+                    publish.remove_work(plan.sink.path)
         return RunResult(output_path=out, stages=stages, manifest=manifest, seconds=seconds, engine="spark",
                          extra={"master": spark.sparkContext.master, **parts.report(),
                                 "reused_shards": reused_shards(run.infos),

@@ -41,6 +41,7 @@ from datakit.engines.core import (Engine, RunResult, commit_run, remove_if_empty
 from datakit.engines.local import partitioned_join, scheduler
 from datakit.engines.local.broadcast import clear_broadcast_cache
 from datakit.engines.local.chain import ChainTask, fusible, run_chain, write_one_shard
+from datakit.interrupts import held_until_done
 from datakit.engines.local.spill import SPILL_COMPRESSION, SPILL_ROW_GROUP, Partition
 from datakit.io import identity, publish, storage, tempwork
 from datakit.io.atomic import sha256_file
@@ -142,21 +143,22 @@ class LocalEngine(Engine):
             raise
         stages = stage_report(plan, self._stats, self._rows)
         seconds = time.perf_counter() - t0
-        if plan.sink is not None:
-            try:
-                self._write_aux_outputs(plan.sink.path)
-                publish.sweep(plan.sink.path)  # temp files of interrupted earlier writes
-                manifest = self._commit(plan, stages, seconds)
-            except Exception as e:
-                if storage.is_storage_error(e):
-                    raise storage.describe(e, where, "write the outputs under") from None
-                raise
-        if not self.keep_work:  # (a run without a sink used a temp folder: nothing in it is kept either)
-            shutil.rmtree(work, ignore_errors=True)
-            remove_if_empty(str(Path(work).parent))
-            tempwork.discard(self._temp_root)
-            if plan.sink is not None and not self.work_dir:
-                publish.remove_work(plan.sink.path)  # work folders of earlier runs with another identity
+        with held_until_done("committing the output and removing its work folder"):
+            if plan.sink is not None:
+                try:
+                    self._write_aux_outputs(plan.sink.path)
+                    publish.sweep(plan.sink.path)  # temp files of interrupted earlier writes
+                    manifest = self._commit(plan, stages, seconds)
+                except Exception as e:
+                    if storage.is_storage_error(e):
+                        raise storage.describe(e, where, "write the outputs under") from None
+                    raise
+            if not self.keep_work:  # (a run without a sink used a temp folder: nothing in it is kept either)
+                shutil.rmtree(work, ignore_errors=True)
+                remove_if_empty(str(Path(work).parent))
+                tempwork.discard(self._temp_root)
+                if plan.sink is not None and not self.work_dir:
+                    publish.remove_work(plan.sink.path)  # work folders of earlier runs with another identity
         return RunResult(output_path=out, stages=stages, manifest=manifest, seconds=seconds,
                          extra={"reused_tasks": self._reused, "workers": self.workers,
                                 "worker_tasks": self._worker_tasks,
