@@ -125,6 +125,43 @@ def test_pipeline_run_reports_counts_and_leaks_nothing(tmp_path, caplog: pytest.
         assert s not in everything
 
 
+def _meta(**kw) -> str:  # as extract writes it (rules._meta)
+    return json.dumps(kw, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def test_the_file_path_in_the_lineage_is_scrubbed_like_a_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found in a privacy review: `/Users/jane.doe/...` was scrubbed in a segment and kept in `source.path`
+    and `meta`'s "path" of the same record. Now the path is scrubbed with the same replacement (the same
+    pseudonym as in the text), counted, and rows without findings keep their bytes."""
+    monkeypatch.setenv("DATAKIT_PII_KEY", "k" * 32)
+    home = "/Users/jane.doe/proj/app.py"
+    rows = [_rec("a", "code", [("# see /Users/jane.doe/notes.txt", True, "code")]),
+            _rec("b", "code", [("x = 1", True, "code")]),
+            _rec("c", "code", [("y = 2", True, "code")]),
+            _rec("d", "code", [("z = 3", True, "code")])]
+    rows[0]["source"] = {"event_id": "e1", "user_id": "u1", "path": home}
+    rows[0]["meta"] = _meta(language="python", path=home)
+    rows[1]["source"] = {"event_id": "e2", "user_id": "u2", "path": "src/app.py"}
+    rows[1]["meta"] = _meta(language="python", path="src/app.py")
+    rows[2]["source"] = {"event_id": "e3", "user_id": "u3", "path": "C:\\Users\\bob.smith\\app.py"}
+    rows[2]["meta"] = '{"other":1}'  # no "path" key: meta is left as it is
+    batch = pa.RecordBatch.from_pylist(rows, schema=TRAINING_RECORD_V1)
+    out = stage_class("scrub_pii")(ner="off", policy={"home_dir_user": "pseudonym"}).build_fn()(batch).to_pylist()
+    text, path = out[0]["segments"][0]["text"], out[0]["source"]["path"]
+    assert "jane.doe" not in text + path + out[0]["meta"]
+    token = path.split("/")[2]
+    assert token.startswith("<") and f"/Users/{token}/notes.txt" in text  # one pseudonym for one value
+    assert json.loads(out[0]["meta"]) == {"language": "python", "path": path}
+    assert out[0]["source"]["event_id"] == "e1" and out[0]["source"]["user_id"] == "u1"
+    assert (out[1]["source"], out[1]["meta"]) == (rows[1]["source"] | {k: None for k in ("org_id", "session_id",
+                                                  "timestamp", "repo_id", "language")}, rows[1]["meta"])
+    assert "bob.smith" not in out[2]["source"]["path"] and out[2]["meta"] == '{"other":1}'
+    assert out[3]["source"] is None
+    metrics = [json.loads(m) for m in (r["_metrics"] for r in out) if m]
+    assert metrics == [{"pii.home_dir_user": 3}]  # jane.doe in the text, in the path, bob.smith in a path
+    assert all(r["_drop"] is None for r in out)
+
+
 def test_large_string_input_gives_the_same_rows() -> None:
     """Engines may hand over large_string columns (polars does); output rows must not change."""
     fn = ScrubPiiConfig(ner="off").build_fn()

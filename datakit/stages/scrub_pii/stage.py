@@ -10,7 +10,8 @@ Pipeline file::
                                       # none); `auto`: use one if installed (recorded); `off`
 
 What is scrubbed: the `text` of every segment, plus `chosen` and `rejected`
-(preference pairs). The schema stays `training_record.v1`.
+(preference pairs), and the record's file path (`source.path`, `meta`'s "path").
+The schema stays `training_record.v1`.
 
 Accounting: records whose findings include a drop-policy entity get
 `_drop = "pii:<entity>"` (the engine counts and logs them by doc_id). Per-entity
@@ -454,12 +455,15 @@ class ScrubFn:
             elif new_u[0] != old_u[0]:
                 new["chosen" if u < 2 * n else "rejected"][u % n] = new_u[0]
 
+        # lineage: the file path (in `source.path` and `meta`'s "path") is a text too
+        new_lineage, path_found = self._scrub_paths(batch) if "source" in names else ({}, {})
+
         # accounting only over rows with findings
         counts: dict[str, int] = {}
         drop: list[str | None] = [None] * n
         detail: list[str | None] = [None] * n
-        for r in sorted({u % n for u in hits}):
-            fs = found.get(r, []) + found.get(n + r, []) + found.get(2 * n + r, [])
+        for r in sorted({u % n for u in hits} | set(path_found)):
+            fs = found.get(r, []) + found.get(n + r, []) + found.get(2 * n + r, []) + path_found.get(r, [])
             per: dict[str, int] = {}
             for f in fs:
                 per[f.entity] = per.get(f.entity, 0) + 1
@@ -470,12 +474,58 @@ class ScrubFn:
                 drop[r] = d
                 detail[r] = json.dumps(dict(sorted(per.items())))
         out = with_texts(batch, new)
+        for name, col in new_lineage.items():
+            out = out.set_column(out.schema.get_field_index(name), out.schema.field(name), col)
         kept = next((i for i, d in enumerate(drop) if d is None), 0)
         metrics = metrics_column(n, {METRIC_PREFIX + e: c for e, c in counts.items()}, kept)
         arrays = out.columns + [pa.array(drop, pa.string()), pa.array(detail, pa.string()), metrics]
         fields = list(out.schema) + [pa.field(DROP, pa.string()), pa.field(DROP_DETAIL, pa.string()),
                                      pa.field(METRICS, pa.string())]
         return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
+
+    def _scrub_paths(self, batch: pa.RecordBatch) -> tuple[dict[str, pa.Array], dict[int, list[Finding]]]:
+        """The records' file paths scrubbed: ({column: new array} of `source` and `meta` where a path
+        changed, {row: findings}).
+
+        Why: editor logs carry absolute paths, and `/Users/jane.doe/project/app.py` went to the output
+        in `source.path` and in `meta`'s "path" while the same text in a segment was scrubbed (found in
+        a privacy review). The path is scanned by every detector but NER (a path is not prose) and
+        replaced as a segment's text would be, so a pseudonym is the same in both; findings count and
+        drop like any other. `meta` is rewritten only where its "path" is the old path, with extract's
+        own JSON settings (sorted keys, compact, non-ASCII kept), so other rows keep their bytes.
+        """
+        source = batch.column("source")
+        if isinstance(source, pa.ChunkedArray):
+            source = source.combine_chunks()
+        paths = source.field("path")
+        found = self.scan(paths)  # one Arrow pass; only rows with findings become Python strings
+        rows = [i for i, fs in enumerate(found) if fs]
+        if not rows:
+            return {}, {}
+        old = [paths[i].as_py() for i in rows]
+        scrubbed, fs_rows = self.scrub(old)
+        new_paths = paths.to_pylist()
+        changed: dict[int, tuple[str, str]] = {}
+        for i, was, now in zip(rows, old, scrubbed):
+            new_paths[i] = now
+            if now != was:
+                changed[i] = (was, now)
+        out: dict[str, pa.Array] = {}
+        if changed:
+            t = source.type
+            children = [pa.array(new_paths, pa.string()) if t.field(k).name == "path" else source.field(k)
+                        for k in range(t.num_fields)]
+            out["source"] = pa.StructArray.from_arrays(children, fields=list(t), mask=source.is_null())
+            if "meta" in batch.schema.names:
+                meta = batch.column("meta").to_pylist()
+                for i, (was, now) in changed.items():
+                    m = json.loads(meta[i]) if meta[i] else None
+                    if isinstance(m, dict) and m.get("path") == was:
+                        m["path"] = now
+                        meta[i] = json.dumps(m, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+                out["meta"] = pa.array(meta, pa.string())
+        return out, dict(zip(rows, fs_rows))
 
 
 def _prose_segments(roles: pa.Array, texts: pa.Array) -> np.ndarray:
