@@ -958,12 +958,12 @@ class translate_errors_at:
         return False
 
 
-def _file_slices(spark, files: list[str], stamps: dict[str, str]):
+def _file_slices(spark, files: list[str], stamps: dict[str, str] | None = None):
     """A (`path`, `stamp`) DataFrame of `files` and their "size|mtime" as listed when the run started
     (`identity.check_unchanged`, before a task reads one), read in min(files, the run's partition
     count) tasks of consecutive files (see `local_rows`)."""
     return local_rows(spark, pa.table({"path": pa.array(files, pa.string()),
-                                       "stamp": pa.array([stamps.get(f) for f in files], pa.string())}))
+                                       "stamp": pa.array([(stamps or {}).get(f) for f in files], pa.string())}))
 
 
 LEAF_PARALLELISM = "spark.sql.leafNodeDefaultParallelism"
