@@ -167,6 +167,9 @@ def _map_watched(fn: Callable, items: list, workers: int, beat_dir: str, what: s
                     stalled = (min(futures[f][0] for f in pending), threshold)
         except BrokenProcessPool:
             if stalled is None:
+                died = _dead_worker(ex, [(i, path) for i, path in futures.values() if i not in done], items, label)
+                if died:
+                    raise WorkerDied(f"{died} during '{what}'") from None
                 raise
         if stalled is None:
             continue
@@ -184,6 +187,42 @@ def _map_watched(fn: Callable, items: list, workers: int, beat_dir: str, what: s
         log.warning("task %s of '%s' made no progress for %.0f s: its worker was killed, unfinished tasks "
                     "are dispatched again", label(items[i]), what, threshold)
     return results
+
+
+class WorkerDied(BrokenProcessPool):
+    """A pool worker ended while it ran a task: the message names the task and how the worker ended."""
+
+
+def _dead_worker(ex: Any, running: list[tuple[int, str]], items: list, label: Callable[[Any], str]) -> str | None:
+    """"task X's worker (pid P) was killed by SIGKILL (...)" for a task whose worker ended, else None.
+
+    Why: the pool only says that "a process terminated abruptly". Which task it ran and how it ended
+    (SIGKILL is, on Linux, almost always the kernel's out-of-memory killer) are what an operator needs
+    to choose between more memory, fewer workers and a bug report. The pool terminates its other
+    workers itself (SIGTERM) once one is gone, so a worker that ended another way is the one to name.
+    """
+    procs = dict(getattr(ex, "_processes", None) or {})
+    ended: list[tuple[int, int, int]] = []  # (task, pid, exit code)
+    for i, path in running:
+        b = _read_beat(path)
+        p = procs.get(b[0]) if b is not None else None
+        if p is None:
+            continue
+        p.join(timeout=2)
+        if p.exitcode is not None:
+            ended.append((i, b[0], p.exitcode))
+    if not ended:
+        return None
+    i, pid, code = next((e for e in ended if e[2] != -signal.SIGTERM), ended[0])
+    if code < 0:
+        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else f"signal {-code}"
+        how = f"was killed by {name}"
+        if -code == signal.SIGKILL:
+            how += (" (on Linux most often the kernel's out-of-memory killer: see `dmesg` or the container's "
+                    "memory limit; fewer workers or a lower DATAKIT_JOIN_MEMORY_MB lower the peak)")
+    else:
+        how = f"exited with status {code}"
+    return f"the local worker process (pid {pid}) running task {label(items[i])} {how}"
 
 
 def _kill(pid: int) -> None:

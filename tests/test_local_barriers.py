@@ -564,15 +564,19 @@ def join_bucket(args):
 
 def test_a_pool_worker_killed_in_a_bucket_join_fails_the_run_in_one_line_and_the_rerun_resumes(tmp_path,
                                                                                              monkeypatch):
-    """A pool worker dies (SIGKILL) while joining a bucket: the run stops with one line naming the step, and
-    a rerun into the same folder writes the bytes and counts of an unbroken run."""
+    """A pool worker dies (SIGKILL) while joining a bucket: the run stops with one line naming the task, the
+    signal and the step, and a rerun into the same folder writes the bytes and counts of an unbroken run."""
     from datakit.engines.local import partitioned_join
 
     src = _exact_text_input(tmp_path)
     monkeypatch.setenv(partitioned_join.MEMORY_ENV, "0")  # every join and group-by is split
     failed = _run_script(tmp_path, WORKER_KILLED_IN_A_BUCKET, src, str(tmp_path / "o"), "2", str(tmp_path / "marker"))
     assert failed.returncode != 0 and (tmp_path / "marker").exists()
-    assert "a local worker process died during" in failed.stderr and ": join'" in failed.stderr, failed.stderr[-3000:]
+    err = failed.stderr
+    # one line naming the task, how its worker ended and the step (the pool itself only says "terminated abruptly")
+    assert "running task " in err and "(a bucket of " in err and ": join'" in err, err[-3000:]
+    assert "was killed by SIGKILL (on Linux most often the kernel's out-of-memory killer" in err, err[-3000:]
+    assert "EngineError: the local worker process (pid " in err, err[-3000:]
     rerun = _exact_text(src, str(tmp_path / "o")).run(workers=2).stage("test_exact_text")
     clean = _exact_text(src, str(tmp_path / "clean")).run(workers=2).stage("test_exact_text")
     _assert_like_unbroken(tmp_path, rerun, clean)

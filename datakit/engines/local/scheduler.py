@@ -114,6 +114,8 @@ def run_tasks(fn: Callable, items: list, what: str, workers: int, progress_enabl
                                        lambda r: st.advance(rows=_task_rows(r.result)))
         except watchdog.TaskStalled as e:
             raise EngineError(str(e)) from None
+        except watchdog.WorkerDied as e:  # which task, and how its worker ended
+            raise EngineError(f"{e}; rerun to resume finished work") from None
         except BrokenProcessPool:
             raise EngineError(
                 f"a local worker process died during '{what}' (killed, out of memory, a script that runs its "
