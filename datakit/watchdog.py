@@ -42,6 +42,11 @@ log = logging.getLogger("datakit.watchdog")
 FACTOR = 3.0
 DEFAULT_FLOOR = 300.0
 POLL_SECONDS = 0.5
+# A poll that came this much later than POLL_SECONDS means this process itself did not run meanwhile:
+# Ctrl-Z then `fg` (the terminal stops the whole process group), a suspended laptop, a frozen VM. Its
+# workers did not run either, so heartbeats are judged from that moment, not from before it. Found in an
+# operations review: after Ctrl-Z and `fg` past the stall floor, a healthy worker was killed as stalled.
+SUSPENDED_AFTER = 3.0
 
 _BEAT: str | None = None
 _LAST = 0.0
@@ -130,11 +135,16 @@ def _map_watched(fn: Callable, items: list, workers: int, beat_dir: str, what: s
             futures[ex.submit(Watched(fn, path), items[i])] = (i, path)
         stalled: tuple[int, float] | None = None
         pending = set(futures)
-        last_progress = time.time()
+        last_progress = last_poll = time.time()
+        resumed = 0.0  # when this process last ran again after being stopped (see SUSPENDED_AFTER)
         try:
             while pending and stalled is None:
                 finished, pending = wait(pending, timeout=POLL_SECONDS, return_when=FIRST_COMPLETED)
                 now = time.time()
+                if now - last_poll > SUSPENDED_AFTER:
+                    resumed = now  # silence before now is the whole machine's or group's, not a worker's
+                last_poll = now
+                last_progress = max(last_progress, resumed)
                 for f in finished:
                     i, path = futures[f]
                     results[i] = f.result()  # a task's own error propagates as it is
@@ -153,11 +163,12 @@ def _map_watched(fn: Callable, items: list, workers: int, beat_dir: str, what: s
                     if b is None:
                         continue
                     last_progress = max(last_progress, b[2])
-                    if now - b[2] > warn_after and i not in warned:
+                    silent = now - max(b[2], resumed)
+                    if silent > warn_after and i not in warned:
                         warned.add(i)  # a slow task is said once, long before it counts as stalled
                         log.warning("task %s of '%s' has made no progress for %.0f s (stalled after %.0f s)",
-                                    label(items[i]), what, now - b[2], threshold)
-                    if now - b[2] > threshold:
+                                    label(items[i]), what, silent, threshold)
+                    if silent > threshold:
                         stalled = (i, threshold)
                         _kill(b[0])
                         break

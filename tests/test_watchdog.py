@@ -116,3 +116,65 @@ def test_a_task_stalling_twice_fails_in_one_line_naming_it(tmp_path, monkeypatch
     assert isinstance(err, EngineError), err
     msg = str(err)
     assert "\n" not in msg and "made no progress" in msg and "part-" in msg and "twice" in msg
+
+
+# a stage whose tasks take ~6 s and beat every second (a healthy, busy worker)
+_BUSY_STAGE = '''
+import os, time
+from typing import Literal
+from datakit import StageConfig
+from datakit.contracts import EDITOR_EVENT_V1
+from datakit.watchdog import beat
+
+class _Busy:
+    def __call__(self, batch):
+        open(os.path.join(os.environ["DK_TEST_MARKS"], f"task-{os.getpid()}"), "w").close()
+        for _ in range(6):
+            time.sleep(1.0)
+            beat()
+        return batch
+
+class Busy(StageConfig):
+    kind: Literal["dk_test_busy"] = "dk_test_busy"
+    consumes = produces = "editor_event.v1"
+
+    def compile(self, rel, ctx):
+        return rel.map_batches(_Busy(), EDITOR_EVENT_V1, name="busy")
+'''
+
+
+@pytest.mark.timeout(300)
+def test_ctrl_z_then_fg_is_not_a_stall(tmp_path):
+    """Found in an operations review: Ctrl-Z stops the whole process group; after `fg` past the stall floor,
+    the watchdog judged the workers' heartbeats from before the stop and killed a healthy worker as stalled.
+    Now a poll that comes late (this process did not run either) restarts the clock."""
+    import subprocess
+    import sys
+
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "dk_busy_stage.py").write_text(_BUSY_STAGE)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    logs = _logs(tmp_path, files=2, per=50)
+    (tmp_path / "p.yaml").write_text(
+        f"name: busy\ninput: {{path: '{logs}'}}\nstages: [{{kind: ingest}}, {{kind: 'dk_busy_stage:Busy'}}]\n"
+        f"output: {{path: '{tmp_path / 'out'}', shards: 2}}\n")
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path / 'site'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+               DK_TEST_MARKS=str(marks), DATAKIT_STALL_SECONDS="4")
+    proc = subprocess.Popen([sys.executable, "-m", "datakit.cli", "run", str(tmp_path / "p.yaml"), "--workers", "2",
+                             "--no-report"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(marks.iterdir())) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert len(list(marks.iterdir())) == 2, proc.stderr.read() if proc.poll() is not None else "no tasks started"
+        os.killpg(proc.pid, signal.SIGSTOP)  # what Ctrl-Z does to the foreground group
+        time.sleep(8)  # twice the stall floor
+        os.killpg(proc.pid, signal.SIGCONT)  # `fg`
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err[-3000:]
+    assert "made no progress" not in err, err[-3000:]  # neither the warning nor a worker killed as stalled
