@@ -128,6 +128,17 @@ def test_model_loads_once_per_process_and_is_never_pickled(fn) -> None:
     assert clone.person.pipeline() is fn.person.pipeline() is ner_pipeline(MODEL)[0]
 
 
+def test_the_cached_pipeline_is_per_model_version() -> None:
+    """A model upgraded while a worker pool is kept (one notebook session) passed the version check and the
+    workers kept the pipeline they had cached by name: the cache is keyed by name and version now."""
+    from datakit.stages.scrub_pii.ner import model_version
+
+    installed = model_version(MODEL)
+    assert ner_pipeline(MODEL)[0] is ner_pipeline(MODEL, installed)[0]  # the installed version by default
+    other = ner_pipeline(MODEL, installed + ".post-upgrade")[0]  # what a kept worker sees after an upgrade
+    assert other is not ner_pipeline(MODEL, installed)[0] and other.pipe_names == ["ner"]
+
+
 def test_only_the_ner_pipe_runs_and_finds_what_the_full_pipeline_finds() -> None:
     import spacy
 
@@ -146,7 +157,7 @@ def test_model_loads_without_network(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(socket.socket, "connect", no_network)
     monkeypatch.setattr(socket, "create_connection", no_network)
     monkeypatch.setattr(socket, "getaddrinfo", no_network)
-    nlp, labels = ner_module.ner_pipeline.__wrapped__(MODEL)  # the stage's load, fresh (not the process cache)
+    nlp, labels = ner_module._ner_pipeline.__wrapped__(MODEL, ner_module.model_version(MODEL))  # the stage's load, fresh (not the process cache)
     assert [e.label_ for e in nlp("Ask Maria Garcia.").ents if e.label_ in labels] == ["PERSON"]
     analyzer = presidio_bridge.ner_analyzer.__wrapped__(MODEL)  # presidio's engine over the same model
     assert [r.entity_type for r in analyzer.analyze("Ask Maria Garcia.", language="en", entities=["PERSON"])] \
@@ -264,7 +275,7 @@ def test_each_distinct_chunk_is_read_once(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(pb._SpanCache, "MAX_CHARS", 30)
     monkeypatch.setattr(pb, "_SPANS_CACHE", {})
     assert pb.person_spans(MODEL, chunks) == first
-    cache = pb._SPANS_CACHE[MODEL]
+    cache = pb._SPANS_CACHE[(MODEL, pb.model_version(MODEL))]
     assert cache.chars == sum(map(len, cache)) <= 30 and list(cache) == ["Tomas Berg wrote it."]
 
 

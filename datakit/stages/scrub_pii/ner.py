@@ -62,10 +62,11 @@ class _SpanCache(OrderedDict):
         self.chars = 0
 
 
-_SPANS_CACHE: dict[str, _SpanCache] = {}
+_SPANS_CACHE: dict[tuple[str, str | None], _SpanCache] = {}
 
 
-def person_spans(model: str, chunks: Sequence[str], batch_size: int = 64) -> list[tuple[tuple[int, int], ...]]:
+def person_spans(model: str, chunks: Sequence[str], batch_size: int = 64,
+                 version: str | None = None) -> list[tuple[tuple[int, int], ...]]:
     """(start, end) of the PERSON entities spaCy finds in each chunk, each distinct chunk read once.
 
     Why spaCy directly and not presidio's `analyze`: presidio's SpacyRecognizer returns exactly
@@ -76,8 +77,9 @@ def person_spans(model: str, chunks: Sequence[str], batch_size: int = 64) -> lis
     (tested in `test_names_do_not_depend_on_batch_composition`), so each distinct chunk is read once
     per batch and remembered for the process (least recently used entries go first).
     """
-    nlp, labels = ner_pipeline(model)
-    cache = _SPANS_CACHE.setdefault(model, _SpanCache())
+    version = version or model_version(model)
+    nlp, labels = ner_pipeline(model, version)
+    cache = _SPANS_CACHE.setdefault((model, version), _SpanCache())
     todo = list(dict.fromkeys(c for c in chunks if c not in cache))
     for c, doc in zip(todo, nlp.pipe(todo, batch_size=batch_size)):
         cache[c] = tuple((e.start_char, e.end_char) for e in doc.ents if e.label_ in labels)
@@ -91,14 +93,22 @@ def person_spans(model: str, chunks: Sequence[str], batch_size: int = 64) -> lis
     return out
 
 
-@functools.lru_cache(maxsize=None)
-def ner_pipeline(model: str) -> tuple[Any, frozenset[str]]:
-    """The spaCy pipeline of `model` with only what NER needs, and its labels that mean a person;
-    loaded once per process.
+def ner_pipeline(model: str, version: str | None = None) -> tuple[Any, frozenset[str]]:
+    """The spaCy pipeline of `model` at `version` (default: the installed one) with only what NER
+    needs, and its labels that mean a person; loaded once per process and version."""
+    return _ner_pipeline(model, version or model_version(model))
 
-    Why cached by model name: loading a pipeline costs ~0.6 s; `PersonNameScanner.setup()` (called
-    once per worker process by the engines) loads it, and every function of the process that names
-    the same model (two scrub_pii stages, a later run in a kept worker pool) shares that one pipeline.
+
+@functools.lru_cache(maxsize=None)
+def _ner_pipeline(model: str, version: str | None) -> tuple[Any, frozenset[str]]:
+    """`ner_pipeline`, cached by model name and version.
+
+    Why cached: loading a pipeline costs ~0.6 s; `PersonNameScanner.setup()` (called once per worker
+    process by the engines) loads it, and every function of the process that names the same model (two
+    scrub_pii stages, a later run in a kept worker pool) shares that one pipeline. Why the version is
+    part of the key: a model upgraded between two runs of one notebook session (a kept pool) passed the
+    version check, which reads the installed package, and the pool's workers kept finding names with
+    the old pipeline they had cached by name (found in review). A new version loads again.
     Why only the `ner` pipe: in the CNN pipelines (sm/md/lg) the entity recognizer has its own
     tok2vec, so the tagger, parser and lemmatizer only cost time (same entities, tested); a pipeline
     whose NER listens to a shared encoder (trf) keeps everything.
@@ -290,13 +300,13 @@ class PersonNameScanner:
             raise ValueError(f"scrub_pii: spaCy model {self.model!r} is {have or 'not installed'} here, "
                              f"but the pipeline was compiled with {self.version}")
         self._checked = True
-        ner_pipeline(self.model)
+        ner_pipeline(self.model, self.version)
 
     def pipeline(self) -> Any:
         """The loaded spaCy pipeline (its version checked against the compiled one on first use)."""
         if not self._checked:  # a direct call, not through an engine (which calls setup once per worker)
             self.setup()
-        return ner_pipeline(self.model)[0]
+        return ner_pipeline(self.model, self.version)[0]
 
     def names(self, texts: Sequence[str]) -> list[list[Finding]]:
         """PERSON findings per text: the paragraphs that could hold a name (`name_paragraphs`, code
@@ -309,7 +319,7 @@ class PersonNameScanner:
         if not jobs:
             return out
         self.pipeline()  # checks the model version once (setup) and loads it
-        for (i, a, _c), spans in zip(jobs, person_spans(self.model, [c for _i, _a, c in jobs], self.BATCH)):
+        for (i, a, _c), spans in zip(jobs, person_spans(self.model, [c for _i, _a, c in jobs], self.BATCH, self.version)):
             orig = texts[i]
             out[i].extend(Finding(s + a, e + a, "person") for s, e in spans if plausible_name(orig[s + a : e + a]))
         return [sorted(fs) for fs in out]
