@@ -128,3 +128,20 @@ def test_torch_iterable_resumes_exactly_with_workers_under_statefuldataloader(da
     resumed.load_state_dict(state)
     seen += [int(s["index"]) for s in resumed]
     assert sorted(seen) == list(range(len(dataset)))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_every_pass_over_torch_iterable_visits_the_slice(dataset, workers):  # noqa: F811
+    """Found in review: with num_workers=0 the second epoch was empty (the one shared iterator stayed at
+    its end), with workers it was complete. Every pass is complete now; set_epoch picks the next order."""
+    from torch.utils.data import DataLoader
+
+    tds = torch_iterable(dataset, rank=0, world_size=2, seed=3, epoch=0)
+    kw = {"multiprocessing_context": "fork"} if workers else {}
+    loader = DataLoader(tds, batch_size=None, num_workers=workers, **kw)
+    first = [int(s["index"]) for s in loader]
+    again = [int(s["index"]) for s in loader]
+    assert sorted(first) == sorted(again) == sorted(_expected(dataset, 0, 2, 3, 0))
+    tds.set_epoch(1)
+    third = [int(s["index"]) for s in loader]
+    assert sorted(third) == sorted(_expected(dataset, 0, 2, 3, 1)) and third != first

@@ -303,7 +303,7 @@ def write_repository_shard(table: pa.Table, shard: int, out: str, o: dict[str, A
             ftok.write(row_t.tobytes())
             fmask.write(row_m.tobytes())
     segments = np.asarray(seg_rows, dtype=np.int64).reshape(-1, 3)
-    from datakit.stages.tokenize.writers import _save_npy
+    from datakit.stages.tokenize.writers import _save_npy, max_segments
 
     _save_npy(f"{out}/{names['segments']}", segments)
     _save_npy(f"{out}/{names['seq_index']}", seq_index)
@@ -352,7 +352,7 @@ def write_repository_shard(table: pa.Table, shard: int, out: str, o: dict[str, A
         "split_documents": int(((per_unit > 1) & (ulen <= seq_len)).sum()),
         "long_documents": int((ulen > seq_len).sum()), "repositories": len(repos), "repository_files": len(files),
         "split_repositories": sum(1 for c in Counter(u["group"] for u in units if u["files"]).values() if c > 1),
-        "preference_pairs": 0, "arrays": names,
+        "preference_pairs": 0, "max_segments": max_segments(seq_index), "arrays": names,
     }
     if pref.num_rows:  # preference pairs are not packed: the same Parquet file as with the other packings
         from datakit.stages.tokenize.writers import _preference_table, shuffle_order
