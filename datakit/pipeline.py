@@ -480,6 +480,7 @@ class Pipeline:
             plan = self._with_forget(lists).compile(input_override=input, output_override=snap_path, history=hist)
             if timer is not None:
                 timer.add("compile", time.perf_counter() - t)
+            snapshots.check_same_tokens(top_path, top, snapshot, plan.sink.format, plan.sink.options or {})
             dedup = history_config(cfg.stages)
             if dedup is not None and cfg.output.format != "parquet":
                 # the state is computed from the snapshot's committed records; token arrays hold no text

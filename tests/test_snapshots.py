@@ -226,6 +226,45 @@ def test_packed_union_and_history_needs_records(tmp_path):
     assert not (tmp_path / "packed2" / "manifest.json").exists()
 
 
+@pytest.mark.parametrize("change", ["seq_len", "tokenizer"])
+def test_a_snapshot_with_another_token_layout_is_refused_before_any_work(tmp_path, change):
+    """Found in review: a day appended with another tokenizer committed (exit 0) and the union named only the
+    new tokenizer, so the earlier days' ids decoded to garbage; another seq_len left every older shard
+    unreadable. Now it is one line, exit 2, before the run; the union keeps working and its manifest names
+    a tokenizer file that exists (the latest snapshot's)."""
+    import shutil
+
+    from datakit.loader import PackedDataset
+    from datakit.stages.tokenize.tokenizers import load_tokenizer
+    from tests.stages.test_tokenize import TOKENIZER
+
+    tok = {"kind": "tokenize", "tokenizer": TOKENIZER, "seq_len": 64}
+    for day, rows in (("2026-11-01", DAY1), ("2026-11-02", DAY2)):
+        p = day_pipeline(tmp_path, day, rows, stages=(tok,), out="packed")
+        p.config.output.format = "packed"
+        p.run(workers=1)
+    before = (tmp_path / "packed" / "manifest.json").read_bytes()
+    if change == "seq_len":
+        other = {**tok, "seq_len": 32}
+    else:  # the same vocabulary size, another file (what a retrained tokenizer looks like to the writer)
+        text = json.loads(open(TOKENIZER).read())
+        text["model"]["merges"] = text["model"]["merges"][:-1]
+        shutil.copy(TOKENIZER, tmp_path / "other.json")
+        (tmp_path / "other.json").write_text(json.dumps(text))
+        other = {**tok, "tokenizer": str(tmp_path / "other.json")}
+    p = day_pipeline(tmp_path, "2026-11-03", DAY3, stages=(other,), out="packed")
+    p.config.output.format = "packed"
+    with pytest.raises(SnapshotError, match=f"another token layout \\({'seq_len 64 there, 32 here' if change == 'seq_len' else 'tokenizer sha256'}"):
+        p.run(workers=1)
+    assert (tmp_path / "packed" / "manifest.json").read_bytes() == before
+    assert not (tmp_path / "packed" / "_snapshots" / "dt=2026-11-03").exists()
+    top = json.loads(before)
+    union = PackedDataset(tmp_path / "packed")
+    assert len(union) == top["totals"]["sequences"]
+    named = tmp_path / "packed" / top["tokenizer"]["file"]
+    assert named.is_file() and load_tokenizer(str(named)).sha256 == top["tokenizer"]["sha256"]
+
+
 def test_crash_inside_the_engine_then_rerun_completes(tmp_path, monkeypatch):
     """Killed while the engine commits the snapshot's shards: the union is day 1; the rerun finishes."""
     import datakit.io.sinks as sinks

@@ -154,6 +154,46 @@ def check_order(top: dict[str, Any] | None, snapshot: str) -> None:
                             "finish); rerun them first, in this order, with the same --snapshot ids")
 
 
+# what a token dataset's readers take from its one manifest for every shard: a snapshot that differs
+# in any of them cannot join the union (its ids would be read with another tokenizer, its rows with
+# another length)
+TOKEN_LAYOUT = ("format", "seq_len", "dtype", "pad_id", "tokenizer sha256")
+
+
+def _token_layout(format: str, seq_len: Any, dtype: Any, pad_id: Any, sha256: Any) -> dict[str, Any]:
+    return dict(zip(TOKEN_LAYOUT, (format, seq_len, str(dtype) if dtype is not None else None, pad_id, sha256)))
+
+
+def check_same_tokens(out: str, top: dict[str, Any] | None, snapshot: str, fmt: str, options: dict[str, Any]) -> None:
+    """A `SnapshotError` before any work when this run's token layout (format, seq_len, token dtype,
+    pad id, tokenizer sha256) differs from the committed snapshots'.
+
+    Why: found in review, a day appended with another tokenizer committed with exit 0, and the union's
+    one manifest then named only the new tokenizer: every earlier day's ids decoded to garbage with it;
+    a day with another seq_len left the whole dataset unreadable (the loader refused every older shard).
+    Record formats (parquet, jsonl) have no token layout and are not checked."""
+    if "seq_len" not in options:
+        return
+    others = [s for s in (top or {}).get("snapshots", []) if s["id"] != snapshot]
+    if not others:
+        return
+    from datakit.stages.tokenize.writers import token_dtype
+
+    mine = _token_layout(fmt, options.get("seq_len"), token_dtype(int(options["vocab_size"])),
+                         options.get("pad_id"), options.get("tokenizer_sha256"))
+    first = min(others, key=lambda s: s["seq"])
+    fs, p = filesystem(f"{out.rstrip('/')}/{first['path']}/manifest.json")
+    m = json.loads(fs.cat_file(p))
+    theirs = _token_layout(m.get("format"), m.get("seq_len"), m.get("dtype"), m.get("pad_id"),
+                           (m.get("tokenizer") or {}).get("sha256"))
+    diff = [f"{k} {theirs[k]!r} there, {mine[k]!r} here" for k in TOKEN_LAYOUT if theirs[k] != mine[k]]
+    if diff:
+        raise SnapshotError(
+            f"{out}: snapshot {snapshot} cannot join this dataset: its committed snapshots ({first['id']} first) "
+            f"were written with another token layout ({'; '.join(diff)}); write it to a new dataset, or rewrite "
+            "every snapshot with the new settings")
+
+
 def _prefixed(shard: dict[str, Any], prefix: str) -> dict[str, Any]:
     """A snapshot's shard entry with its file names made relative to the dataset root."""
     s = dict(shard)
@@ -175,7 +215,11 @@ def _base(out: str, snaps: list[dict[str, Any]], snapshot: str, manifest: dict[s
     if last["id"] != snapshot:
         fs, p = filesystem(f"{out.rstrip('/')}/{last['path']}/manifest.json")
         manifest = json.loads(fs.cat_file(p))
-    return {k: v for k, v in manifest.items() if k not in ("shards", "rows", "data_prefixes")}
+    base = {k: v for k, v in manifest.items() if k not in ("shards", "rows", "data_prefixes")}
+    tok = base.get("tokenizer")
+    if isinstance(tok, dict) and tok.get("file"):  # the effective tokenizer.json sits in the snapshot's folder
+        base["tokenizer"] = {**tok, "file": f"{last['path']}/{tok['file']}"}
+    return base
 
 
 def _union(base: dict[str, Any], snaps: list[dict[str, Any]], withdrawn: list[dict[str, Any]]) -> dict[str, Any]:
