@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from datakit.engines import get_engine
 from datakit.io import tempwork
 from datakit.io.fs import remove_tree
-from datakit.stages.decontaminate.index import FP_BITS, IndexInfo, index_plan, info_of, publish
+from datakit.stages.decontaminate.index import FP_BITS, IndexInfo, index_plan, info_of, publish, source_stamps, write_sources
 from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS
 
 log = logging.getLogger("datakit.decontam.index")
@@ -58,12 +58,16 @@ def build_index(data: str | Sequence[str], out_path: str, ngram: int = 13,
         parallelism = _spark_parallelism(runner)
     work = _work_folder(out_path, engine)
     t0 = time.perf_counter()
+    # the files it answers for, as they are before the build reads them (a check beside the data compares
+    # them with the folder then: stale_reason)
+    sources = source_stamps(data, out_path.rstrip("/").rsplit("/", 1)[0] if "/" in out_path.rstrip("/") else ".")
     try:
         plan = index_plan(data, work, ngram=ngram, normalization=normalization, text_fields=text_fields,
                           batch_rows=batch_rows, fingerprint_bits=fingerprint_bits, parallelism=parallelism,
                           partition_bits=partition_bits)
         result = runner.execute(plan)
         meta = {k: v for k, v in (result.manifest or {}).items() if k not in ("rows", "path")}
+        write_sources(f"{work}/index", sources)
         publish(f"{work}/index", out_path)
     finally:
         remove_tree(work)

@@ -118,6 +118,41 @@ def test_index_beside_a_dataset_is_used_automatically(dataset, tmp_path, humanev
     assert res3.data[0]["mode"] == "scan"
 
 
+@pytest.mark.parametrize("how", ["added", "changed", "removed"])
+def test_an_index_beside_data_that_changed_is_not_used(dataset, tmp_path, humaneval, he_rows, how, caplog):  # noqa: F811
+    """Found in review: a shard holding a HumanEval item, added after `build-index`, was never read: the
+    index beside the data answered for it and the gate said clean (exit 0). The index records the files
+    it was built from (sources.json); a folder that differs is scanned, with a warning naming why."""
+    import logging
+    import os
+    import shutil
+
+    ds = tmp_path / "ds"
+    shutil.copytree(dataset, ds)
+    leak = pa.Table.from_pylist([record("late", he_rows[11]["prompt"] + he_rows[11]["canonical_solution"])],
+                                schema=TRAINING_RECORD_V1)
+    if how == "removed":
+        pq.write_table(leak, str(ds / "part-00003.parquet"))
+    build_index(str(ds), str(ds / INDEX_DIRNAME), 13, ["whitespace", "case"])
+    before = {i.eval_id for i in check(str(ds), [humaneval]).evals[0].contaminated}
+    if how == "added":
+        pq.write_table(leak, str(ds / "part-00003.parquet"))
+    elif how == "changed":
+        old = pq.read_table(str(ds / "part-00001.parquet"))
+        pq.write_table(pa.concat_tables([old, leak]), str(ds / "part-00001.parquet"))
+    else:
+        os.remove(ds / "part-00003.parquet")
+    with caplog.at_level(logging.WARNING, logger="datakit.decontam.check"):
+        res = check(str(ds), [humaneval])
+    assert res.data[0]["mode"] == "scan"
+    assert f"the data changed since it was built: 1 {how}" in caplog.text
+    found = {i.eval_id for i in res.evals[0].contaminated}
+    assert ("HumanEval/11" in found) == (how != "removed") and ("HumanEval/11" in before) == (how == "removed")
+    build_index(str(ds), str(ds / INDEX_DIRNAME), 13, ["whitespace", "case"])  # rebuilt: used again
+    again = check(str(ds), [humaneval])
+    assert again.data[0]["mode"] == "index" and {i.eval_id for i in again.evals[0].contaminated} == found
+
+
 def test_packed_token_dataset_is_decoded_and_checked(tmp_path, he_rows, humaneval):  # noqa: F811
     """A packed dataset (datakit.loader) is read back through its own tokenizer and scanned."""
     from datakit.stages.tokenize.direct import build_dataset

@@ -15,6 +15,7 @@ is checked through the index when the settings agree.
 """
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -33,6 +34,8 @@ from datakit.stages.decontaminate.evidence import EXCERPT_CHARS, eval_excerpt, i
 from datakit.stages.decontaminate.redact import Redaction, clip, excerpt, redact
 from datakit.stages.texts import text_columns
 from datakit.stages.decontaminate.result import CheckResult, EvalResult, ItemResult, Match, NearItem
+
+log = logging.getLogger("datakit.decontam.check")
 
 NEAR_LISTED = 20  # near-threshold items listed per eval
 DEFAULT_NGRAM = 13
@@ -267,7 +270,7 @@ def _plan_inputs(paths: list[str], ngram: int | None, flags_req: int | None, tex
     a dataset.
     """
     from datakit.io.snapshots import member_paths
-    from datakit.stages.decontaminate.index import INDEX_DIRNAME, NgramIndex, is_index
+    from datakit.stages.decontaminate.index import INDEX_DIRNAME, NgramIndex, is_index, stale_reason
 
     paths = [q for p in paths for q in member_paths(p)]  # an append-mode dataset: each snapshot (and its index)
     plan: list[tuple[str, str, Any]] = []  # (kind, path, index-or-None)
@@ -279,8 +282,12 @@ def _plan_inputs(paths: list[str], ngram: int | None, flags_req: int | None, tex
         if use_index and not any(c in p for c in "*?[") and is_index(side):
             idx = NgramIndex(side)
             if (ngram in (None, idx.ngram)) and (flags_req in (None, idx.flags)) and not text_fields:
-                plan.append(("index", p, idx))
-                continue
+                stale = stale_reason(side, p)
+                if stale is None:
+                    plan.append(("index", p, idx))
+                    continue
+                log.warning("not using the n-gram index %s: %s; scanning the data instead (rebuild it with "
+                            "`datakit build-index %s %s`)", side, stale, p, side)
         if is_packed(p):
             plan.append(("packed", p, None))
             continue

@@ -66,7 +66,8 @@ from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS, flags
 INDEX_FORMAT = "datakit-ngram-index"
 INDEX_VERSION = 1
 INDEX_DIRNAME = "_ngram_index"  # where a pipeline's sink puts the index beside its output
-INDEX_FILES = ("offsets.bin", "fingerprints.bin", "index.json")  # in publishing order: metadata last
+INDEX_FILES = ("offsets.bin", "fingerprints.bin", "sources.json", "index.json")  # in publishing order: metadata last
+SOURCES = "sources.json"  # the data files an index was built from (`source_stamps`): not part of the index's bytes
 _PART_BITS = 4  # the fewest sink partitions (16)
 _CHUNK = 1 << 22  # uint64 values per streamed read (32 MB)
 PARTITION_HASH_BYTES = 128 << 20  # the default partition count aims at about this much hash data per partition
@@ -463,6 +464,52 @@ def _local_target(path: str) -> Path | None:
     if "://" in path and not path.startswith("file://"):
         return None
     return Path(path.removeprefix("file://")).resolve()
+
+
+def source_stamps(data: str | Sequence[str], root: str) -> list[list[str]]:
+    """[[name, "size|mtime"], ...] of the files an index of `data` reads (a packed dataset: its manifest,
+    which every commit rewrites), names relative to `root` (the folder the index sits in) when under it.
+
+    Why: an index found beside a dataset (`<dataset>/_ngram_index`) answers for the files it was built
+    from. A shard added after `build-index` held a HumanEval item and the check said clean, exit 0
+    (found in review); the check now compares these stamps with the folder's files (`stale_reason`)."""
+    from datakit.io.identity import stamp
+
+    files = [f"{data.rstrip('/')}/manifest.json"] if isinstance(data, str) and is_packed(data) else data_files(data)
+    root = (root if "://" in root else os.path.abspath(root)).rstrip("/") + "/"  # as `data_files` names local files
+    out = []
+    for url in files:
+        fs, p = filesystem(url)
+        out.append([url[len(root):] if url.startswith(root) else url, stamp(fs.info(p))])
+    return sorted(out)
+
+
+def write_sources(built: str, stamps: list[list[str]]) -> None:
+    """`sources.json` (`source_stamps`) of a built index folder, before it is published."""
+    fs, p = filesystem(f"{built.rstrip('/')}/{SOURCES}")
+    fs.pipe_file(p, (json.dumps({"files": stamps}, indent=1) + "\n").encode())
+
+
+def stale_reason(index_path: str, data: str) -> str | None:
+    """Why the index at `index_path` does not answer for `data` as it is now (files added, removed or
+    changed since it was built; an index that records no sources), else None."""
+    fs, p = filesystem(f"{index_path.rstrip('/')}/{SOURCES}")
+    try:
+        built = json.loads(fs.cat_file(p))["files"]
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return "it records no source files (built by an older datakit)"
+    try:
+        now = source_stamps(data, data)
+    except InputError:
+        now = []
+    then, cur = {n: st for n, st in built}, {n: st for n, st in now}
+    added, gone = sorted(set(cur) - set(then)), sorted(set(then) - set(cur))
+    changed = sorted(n for n in set(cur) & set(then) if cur[n] != then[n])
+    if not (added or gone or changed):
+        return None
+    parts = [f"{len(v)} {w} (first: {v[0]})" for v, w in ((added, "added"), (gone, "removed"), (changed, "changed"))
+             if v]
+    return "the data changed since it was built: " + ", ".join(parts)
 
 
 def is_index(path: str) -> bool:
