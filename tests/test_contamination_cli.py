@@ -325,3 +325,57 @@ def test_matches_show_both_sides_with_lines_and_marked_spans(tmp_path):
     assert [x["eval_id"] for x in ev["near_threshold"]] == ["HumanEval/20"] and ev["near_threshold"][0]["doc_id"] == "near"
     page = (tmp_path / "r.html").read_text()
     assert "<mark>" in page and "near the threshold" in page and "jane.doe" not in page
+
+
+def test_an_eval_item_that_is_not_an_object_is_one_line_exit_2(data, tmp_path):
+    """Was an AttributeError traceback, exit 1: the gate's "contaminated" (found in review)."""
+    (tmp_path / "ev.jsonl").write_text('{"task_id": "t1", "prompt": "def f(): pass"}\n[1, 2]\n')
+    r = subprocess.run([sys.executable, "-m", "datakit.cli", "contamination-check", "-q", "--data",
+                        str(data / "clean.parquet"), "--eval", str(tmp_path / "ev.jsonl")], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"datakit: error: eval 'ev': item 2 of {tmp_path / 'ev.jsonl'} is a JSON list, not an object"], r.stderr
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated"])
+def test_a_damaged_reference_cache_is_built_again(data, tmp_path, monkeypatch, damage):
+    """An empty cache file was "Aborted!", a truncated one a BadZipFile traceback, both exit 1."""
+    from datakit.stages.decontaminate import reference
+
+    monkeypatch.setenv("DATAKIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(reference, "_MEMO", {})
+    assert run("--data", str(data / "clean.parquet"), "--eval", "humaneval").exit_code == 0
+    files = list((tmp_path / "cache" / "reference").glob("*.npz"))
+    assert files
+    for f in files:
+        f.write_bytes(b"" if damage == "empty" else f.read_bytes()[:1000])
+    monkeypatch.setattr(reference, "_MEMO", {})
+    r = run("--data", str(data / "clean.parquet"), "--eval", "humaneval")
+    assert r.exit_code == 0, r.output
+    assert all(f.stat().st_size > 1000 for f in files)  # written again
+
+
+def test_ids_are_printed_as_they_are_and_the_exit_code_follows_the_verdict(tmp_path):
+    """Doc ids are data: `app/[slug]/page.py` lost `[slug]` (rich markup), and `[/]` raised a MarkupError
+    after the JSON said clean, exit 1 (found in review)."""
+    he = _he()[11]
+    for name, doc in (("a", "app/[slug]/page.py"), ("b", "tests/[/]fixture.py")):
+        pq.write_table(pa.table({"doc_id": [doc], "text": [he["prompt"] + he["canonical_solution"]]}),
+                       str(tmp_path / f"{name}.parquet"))
+        r = run("--data", str(tmp_path / f"{name}.parquet"), "--eval", "humaneval", "--threshold", "0.5")
+        assert r.exit_code == 0, r.output
+        assert f"HumanEval/11 <- {doc}" in r.output
+
+
+def test_an_unexpected_error_exits_3_never_1(data, monkeypatch):
+    """An uncaught exception exits 1, which says "contaminated"; a bug is a job failure with its traceback kept."""
+    from datakit.stages.decontaminate import check as check_module
+
+    def broken(*a, **k):
+        raise AttributeError("a bug")
+
+    monkeypatch.setattr(check_module, "check", broken)
+    r = run("--data", str(data / "clean.parquet"), "--eval", "humaneval")
+    assert r.exit_code == 3, r.output
+    assert "contamination-check failed unexpectedly (AttributeError); this is a bug" in r.output
+    path = r.output.rsplit("traceback in ", 1)[1].split()[0]
+    assert "AttributeError: a bug" in open(path).read()

@@ -85,14 +85,37 @@ def contamination_check(
         _fail(str(e.args[0]) if e.args else type(e).__name__)
     except OSError as e:
         _fail(f"{type(e).__name__}: {getattr(e, 'filename', '') or e}")
+    except Exception as e:  # a bug: never exit 1, which says "contaminated"
+        _fail_unexpected(e)
     if not quiet:
         from rich.console import Console
 
-        res.print_table(Console(), examples=examples)
+        try:
+            res.print_table(Console(), examples=examples)
+        except Exception as e:
+            _fail_unexpected(e)
     from datakit.cli import _COMMAND_DONE
 
     _COMMAND_DONE.append(True)  # its files and table are complete: `command` may end the process at once
     raise typer.Exit(res.exit_code)
+
+
+def _fail_unexpected(e: BaseException) -> None:
+    """Exit 3 (a job failure) for an error nothing expected, with its traceback in a private file.
+
+    Why: an uncaught exception exits 1, which is this gate's "contaminated": a damaged cache file, an
+    eval row that is not an object and a doc id with rich markup all crashed with exit 1 (found in
+    review). The traceback may quote data, so it goes to a file readable by this user only, not to
+    stderr."""
+    import os
+    import tempfile
+    import traceback
+
+    fd, path = tempfile.mkstemp(prefix="datakit-contamination-check-", suffix=".txt")
+    with os.fdopen(fd, "w") as f:
+        traceback.print_exception(type(e), e, e.__traceback__, file=f)
+    _fail(f"contamination-check failed unexpectedly ({type(e).__name__}); this is a bug, please report it with "
+          f"the traceback in {path}", 3)
 
 
 def build_index_command(

@@ -160,7 +160,11 @@ def _decompress(url: str, blob: bytes) -> bytes:
 def _from_rows(name: str, source: str, rows: list[dict], fields: list[str] | None, id_field: str | None) -> EvalSet:
     if not rows:
         raise EvalError(f"eval {name!r} ({source}) has no items")
-    keys = set().union(*(r.keys() for r in rows if isinstance(r, dict)))
+    bad = next((i for i, r in enumerate(rows) if not isinstance(r, dict)), None)
+    if bad is not None:  # was an AttributeError traceback, exit 1 (the gate's "contaminated")
+        raise EvalError(f"eval {name!r}: item {bad + 1} of {source} is a JSON {type(rows[bad]).__name__}, "
+                        "not an object")
+    keys = set().union(*(r.keys() for r in rows))
     if fields is None:
         fields = [f for f in AUTO_FIELDS if f in keys]
         if not fields:

@@ -19,6 +19,7 @@ import json
 import os
 import sys
 import sysconfig
+import zipfile
 
 import numpy as np
 import pyarrow as pa
@@ -102,7 +103,8 @@ def common_set(views: tuple[tuple[int, int], ...]) -> tuple[np.ndarray, dict]:
     try:
         with np.load(path) as z:
             out = (z["hashes"], json.loads(str(z["info"])))
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # missing or damaged: built again
+        # (an empty file was "Aborted!", a truncated one a BadZipFile traceback, both exit 1: found in review)
         out = _build(files, views)
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 def print_table(res: "CheckResult", console=None, examples: int = 3) -> None:
     """The terminal summary: one row per eval, a few examples, and what could not be read."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = console or Console()
@@ -24,7 +25,7 @@ def print_table(res: "CheckResult", console=None, examples: int = 3) -> None:
         t.add_column(col, justify="right" if col in ("items", "contaminated", "rate") else "left")
     for e in res.evals:
         bad = e.rate > res.threshold
-        t.add_row(e.name, str(e.items), str(e.contaminated_items), f"{e.rate:.1%}",
+        t.add_row(escape(e.name), str(e.items), str(e.contaminated_items), f"{e.rate:.1%}",
                   "[red]CONTAMINATED[/red]" if bad else "[green]clean[/green]")
     console.print(t)
     for e in res.evals:
@@ -33,7 +34,10 @@ def print_table(res: "CheckResult", console=None, examples: int = 3) -> None:
             if shown >= examples:
                 break
             where = m.doc_id if m.doc_id is not None else "(index)"
-            console.print(f"  [bold]{e.name}[/bold] {m.eval_id} <- {where}  overlap {m.overlap:.0%}", highlight=False)
+            # names and ids are data (`app/[slug]/page.py` lost its `[slug]`; `[/]` was a MarkupError, found in
+            # review): escaped, never read as rich markup
+            console.print(f"  [bold]{escape(e.name)}[/bold] {escape(str(m.eval_id))} <- {escape(str(where))}  "
+                          f"overlap {m.overlap:.0%}", highlight=False)
             console.print("    " + " ".join(m.snippet.split()), markup=False, highlight=False,
                           no_wrap=True, overflow="ellipsis", crop=True)
             shown += 1
