@@ -379,3 +379,17 @@ def test_an_unexpected_error_exits_3_never_1(data, monkeypatch):
     assert "contamination-check failed unexpectedly (AttributeError); this is a bug" in r.output
     path = r.output.rsplit("traceback in ", 1)[1].split()[0]
     assert "AttributeError: a bug" in open(path).read()
+
+
+def test_the_near_threshold_list_does_not_depend_on_row_order(tmp_path):
+    """Two documents equally near an item: the one listed depended on which came first (found in review)."""
+    near = _he()[81]["canonical_solution"][:80]  # a few windows of HumanEval/81: near the threshold
+    rows = [("n2", near), ("n1", near), ("c1", "x = 1\n")]
+    reports = []
+    for name, order in (("a", rows), ("b", rows[::-1])):
+        pq.write_table(pa.table({"doc_id": [r[0] for r in order], "text": [r[1] for r in order]}),
+                       str(tmp_path / f"{name}.parquet"))
+        r = run("--data", str(tmp_path / f"{name}.parquet"), "--eval", "humaneval", "--json", str(tmp_path / f"{name}.json"))
+        assert r.exit_code == 0, r.output
+        reports.append(json.loads((tmp_path / f"{name}.json").read_text())["evals"][0]["near_threshold"])
+    assert reports[0] == reports[1] and [n["doc_id"] for n in reports[0]] == ["n1"]
