@@ -122,3 +122,27 @@ print(sorted(m for m in sys.modules if m.split(".")[0] == "fsspec"))
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]"
     assert (tmp_path / "out" / "state.json").exists()
+
+
+def test_folders_and_globs_go_through_symbolic_links_to_folders(tmp_path):
+    """fsspec's find and glob do not enter a linked folder: `logs/dt=2 -> /mnt/disk2/...` was left out of a
+    run and of a contamination check that then said clean (found in review). A link back up the tree is
+    listed once, and a broken link below a folder is named, as one matched by a glob is."""
+    import pytest
+
+    from datakit.io.fs import InputError, expand
+
+    (tmp_path / "logs" / "dt=1").mkdir(parents=True)
+    (tmp_path / "logs" / "dt=1" / "a.jsonl").write_text("{}\n")
+    (tmp_path / "disk2" / "day").mkdir(parents=True)
+    (tmp_path / "disk2" / "day" / "b.jsonl").write_text("{}\n")
+    (tmp_path / "logs" / "dt=2").symlink_to(tmp_path / "disk2" / "day")
+    (tmp_path / "logs" / "dt=1" / "loop").symlink_to(tmp_path / "logs")  # a cycle
+    logs = str(tmp_path / "logs")
+    want = [f"{logs}/dt=1/a.jsonl", f"{logs}/dt=2/b.jsonl"]
+    assert expand(logs) == want
+    assert expand(f"{logs}/*/*.jsonl") == want
+    assert expand(f"{logs}/**/b.jsonl") == want[1:]
+    (tmp_path / "logs" / "dt=1" / "gone.jsonl").symlink_to(tmp_path / "unmounted.jsonl")
+    with pytest.raises(InputError, match="dt=1/gone.jsonl is a symbolic link to a missing file"):
+        expand(logs)
