@@ -393,3 +393,24 @@ def test_the_near_threshold_list_does_not_depend_on_row_order(tmp_path):
         assert r.exit_code == 0, r.output
         reports.append(json.loads((tmp_path / f"{name}.json").read_text())["evals"][0]["near_threshold"])
     assert reports[0] == reports[1] and [n["doc_id"] for n in reports[0]] == ["n1"]
+
+
+def test_jsonl_rows_are_read_by_their_own_text_key_and_segments_shape(tmp_path):
+    """JSON Lines rows need not share keys: a row with `content` in a batch whose first text key was `text`
+    was read as empty, so the verdict depended on how rows were split into files; `segments` written as a
+    string was read one character per segment, as an object as one word (found in review)."""
+    he = _he()[11]
+    leak = he["prompt"] + he["canonical_solution"]
+    rows = {"mixed": [{"text": "x = 1\n"}, {"content": leak}],
+            "segstr": [{"doc_id": "s", "segments": leak}],
+            "segobj": [{"doc_id": "o", "segments": {"text": leak, "role": "code"}}]}
+    for name, rs in rows.items():
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rs))
+        r = run("--data", str(tmp_path / f"{name}.jsonl"), "--eval", "humaneval")
+        assert r.exit_code == 1, (name, r.output)
+    (tmp_path / "split").mkdir()  # the same two rows in two files: the same verdict
+    for i, row in enumerate(rows["mixed"]):
+        (tmp_path / "split" / f"{i}.jsonl").write_text(json.dumps(row) + "\n")
+    assert run("--data", str(tmp_path / "split"), "--eval", "humaneval").exit_code == 1
+    # a text field named on the command line is read as named: no other key stands in for it
+    assert run("--data", str(tmp_path / "mixed.jsonl"), "--eval", "humaneval", "--text-field", "text").exit_code == 0

@@ -92,15 +92,43 @@ def _jsonl_tables(url: str, columns: ColumnChoice, batch_rows: int, stats: dict 
 
 
 def _rows_table(url: str, rows: list[dict], columns: ColumnChoice) -> pa.Table:
+    """The batch's chosen columns. Why per row, not per batch, for the text: JSON Lines rows need not
+    share keys. A row with `content` in a batch whose first text key was `text` was read as empty, so
+    the same rows split over two files got another verdict; `segments` written as a string was read
+    one character per segment (found in review). A `ColumnChoice` with a `fallbacks(column)` method
+    names the other keys a row may hold that column's text under (the first one present is read)."""
     names = set().union(*(r.keys() for r in rows))
+    fallbacks = getattr(columns, "fallbacks", None)
     data: dict[str, Any] = {}
     for c in columns(sorted(names), url):
         if c == "segments":
-            data[c] = pa.array([[{"text": _str(s.get("text")) if isinstance(s, dict) else _str(s)} for s in (r.get(c) or [])]
-                                for r in rows], pa.list_(pa.struct([("text", pa.string())])))
+            data[c] = pa.array([_segments(r.get(c)) for r in rows], pa.list_(pa.struct([("text", pa.string())])))
         else:
-            data[c] = pa.array([_str(r.get(c)) for r in rows], pa.string())
+            others = [k for k in (fallbacks(c) if fallbacks else ()) if k != c and k in names]
+            data[c] = pa.array([_str(_first(r, c, others)) for r in rows], pa.string())
     return pa.table(data)
+
+
+def _first(row: dict, key: str, others: Sequence[str]) -> Any:
+    """row[key], else the first of `others` the row holds (not None)."""
+    v = row.get(key)
+    for k in others:
+        if v is not None:
+            break
+        v = row.get(k)
+    return v
+
+
+def _segments(v: Any) -> list[dict[str, str | None]]:
+    """A JSON row's `segments` as [{text}]: a list of segment objects (or strings), one object, or one
+    string: every text the row holds, never a string read one character at a time."""
+    if v is None:
+        return []
+    if isinstance(v, dict):
+        return [{"text": _str(v.get("text"))}]
+    if not isinstance(v, list):
+        return [{"text": _str(v)}]
+    return [{"text": _str(s.get("text")) if isinstance(s, dict) else _str(s)} for s in v]
 
 
 def _str(v: Any) -> str | None:

@@ -32,7 +32,7 @@ from datakit.stages.decontaminate.matcher import (EvalTable, TextSource, default
 from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS, flags_of, names_of
 from datakit.stages.decontaminate.evidence import EXCERPT_CHARS, eval_excerpt, item_hashes, shared_spans
 from datakit.stages.decontaminate.redact import Redaction, clip, excerpt, redact
-from datakit.stages.texts import text_columns
+from datakit.stages.texts import GENERIC_TEXT_FIELDS, text_columns
 from datakit.stages.decontaminate.result import CheckResult, EvalResult, ItemResult, Match, NearItem
 
 log = logging.getLogger("datakit.decontam.check")
@@ -89,6 +89,11 @@ class Columns:
                              f"column; pass --text-field)")
         id_col = next((c for c in ("doc_id", "id") if c in names), None)
         return ([id_col] if id_col else []) + wanted
+
+    def fallbacks(self, column: str) -> tuple[str, ...]:
+        """The other keys a JSON row may hold `column`'s text under (io/records._rows_table): the generic
+        text fields, when the text column was chosen automatically."""
+        return GENERIC_TEXT_FIELDS if self.text_fields is None and column in GENERIC_TEXT_FIELDS else ()
 
 
 def to_text_batch(url: str, rb: pa.RecordBatch | pa.Table, first_row: int,
