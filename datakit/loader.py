@@ -57,6 +57,12 @@ def local_folder(path: str | Path) -> Path:
     return Path(text[len("file://"):] if text.startswith("file://") else text).absolute()
 
 
+def _stamp(path: Path) -> tuple[int, int, int]:
+    """(inode, size, mtime_ns) of a file: what a rewrite (write + rename) changes."""
+    st = path.stat()
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def splitmix64(x: np.ndarray) -> np.ndarray:
     """The splitmix64 finalizer: a bijection on uint64 (so sort keys never tie)."""
     with np.errstate(over="ignore"):
@@ -127,6 +133,7 @@ class PackedDataset:
         if not mf.is_file():
             raise DatasetError(f"{self.path}: no manifest.json (not a finished packed dataset)")
         try:
+            self._manifest_stamp = _stamp(mf)
             self.manifest: dict[str, Any] = json.loads(mf.read_text())
         except ValueError as e:
             raise DatasetError(f"{self.path}: manifest.json is not valid JSON ({e})") from None
@@ -166,6 +173,7 @@ class PackedDataset:
     def _arrays(self, k: int) -> dict[str, np.ndarray]:
         a = self._open.get(k)
         if a is None:
+            self._check_not_rewritten()
             names = self.shards[k]["arrays"]
             # np.asarray drops the np.memmap subclass (same mapped memory): slicing a
             # plain ndarray is several times cheaper, which matters per sample
@@ -182,6 +190,22 @@ class PackedDataset:
                                    f"the manifest says {want[0]}")
             self._open[k] = a
         return a
+
+    def _check_not_rewritten(self) -> None:
+        """A `DatasetError` when the dataset was rewritten (or is being rewritten) since it was opened.
+
+        Why before a shard is first mapped: shards are mapped when first read, and a rerun into the
+        folder replaces them. A DataLoader's second epoch after a rerun read every row of the new
+        run under the old manifest and fingerprint (a resume state was still accepted), and one batch
+        mixed shards of both runs (found in review). A shard mapped before keeps its old bytes (the
+        mapping holds the replaced file), so only new mappings need the check: one stat each."""
+        try:
+            now = _stamp(self.path / "manifest.json")
+        except OSError:
+            now = None
+        if now != self._manifest_stamp:
+            raise DatasetError(f"{self.path}: the dataset was rewritten since it was opened (its manifest.json "
+                               f"{'is gone' if now is None else 'changed'}); open it again")
 
     @cached_property
     def fingerprint(self) -> str:
@@ -313,6 +337,7 @@ class PackedDataset:
     def _docs(self) -> list[list[str]]:
         import pyarrow.parquet as pq
 
+        self._check_not_rewritten()
         return [pq.read_table(self.path / s["arrays"]["docs"], columns=["doc_id"]).column(0).to_pylist()
                 for s in self.shards]
 
@@ -328,6 +353,7 @@ class PackedDataset:
     def _repo_files(self) -> list[dict[int, list[dict[str, Any]]]]:
         import pyarrow.parquet as pq
 
+        self._check_not_rewritten()
         out: list[dict[int, list[dict[str, Any]]]] = []
         for s in self.shards:
             by_seq: dict[int, list[dict[str, Any]]] = {}

@@ -259,3 +259,25 @@ def test_a_relative_path_keeps_naming_the_same_folder_after_chdir(dataset, monke
     ds = PackedDataset(dataset.path.name)
     monkeypatch.chdir("/")
     assert (ds[0]["input_ids"] == dataset[0]["input_ids"]).all()
+
+
+def test_a_dataset_rewritten_while_open_is_an_error_not_a_mix(tmp_path):
+    """Found in review: a DataLoader's second epoch after a rerun into the folder read the new run's rows
+    under the old manifest and fingerprint (a resume state was still accepted), and one batch mixed shards
+    of both runs. A shard first mapped after the rewrite is now a DatasetError; opened again, it reads."""
+    rows = code_records(60, max_chars=2500)
+    cfg = TokenizeConfig(tokenizer=TOKENIZER, seq_len=128, packing="best_fit")
+    out = tmp_path / "ds"
+    build_dataset(table(rows), str(out), cfg, shards=3, seed=0)
+    ds = PackedDataset(out)
+    first = ds[0]["input_ids"].copy()
+    last = len(ds) - 1
+    assert ds.locate(last)[0] == 2
+    build_dataset(table(rows), str(out), cfg, shards=3, seed=1)  # a rerun into the same folder
+    assert (ds[0]["input_ids"] == first).all()  # shard 0 was mapped before: the old bytes, consistently
+    with pytest.raises(DatasetError, match="rewritten since it was opened"):
+        ds[last]
+    with pytest.raises(DatasetError, match="rewritten since it was opened"):
+        ds.get_batch([0, last])
+    again = PackedDataset(out)
+    assert len(again[last]["input_ids"]) == 128
