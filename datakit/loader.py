@@ -84,6 +84,7 @@ def epoch_order(n: int, seed: int, epoch: int, shuffle: bool = True) -> np.ndarr
 
 
 ARRAYS = ("tokens", "loss_mask", "segments", "seq_index")  # each shard's arrays (docs/packed_format.md)
+TOKEN_DTYPES = ("uint16", "int32")  # what the writers store token ids as (tokenize.writers.token_dtype)
 # what this reader understands (io/sinks.FORMAT_VERSION, not imported: the loader needs numpy only; a test
 # holds the two equal)
 READS = {"format_version": 2, "schema": "packed_dataset.v1"}
@@ -112,11 +113,24 @@ def check_manifest(m: Any, path: Path | str) -> None:
         raise DatasetError(f"{path}: manifest has no {', '.join(missing)}")
     if not isinstance(m["seq_len"], int) or m["seq_len"] <= 0 or not isinstance(m["shards"], list):
         raise DatasetError(f"{path}: manifest seq_len must be a positive integer and shards a list")
-    for sh in m["shards"]:
+    if m["dtype"] not in TOKEN_DTYPES:
+        raise DatasetError(f"{path}: manifest dtype is {m['dtype']!r}; token arrays are {' or '.join(TOKEN_DTYPES)}")
+    for i, sh in enumerate(m["shards"]):
+        # a hand edit was a ValueError, AttributeError or TypeError from deep inside (found in review)
+        if not isinstance(sh, dict):
+            raise DatasetError(f"{path}: manifest shard entry {i} is not an object")
         need = [k for k in ("shard", "files", "arrays", "sequences") if k not in sh]
         need += [f"arrays.{a}" for a in ARRAYS if a not in (sh.get("arrays") or {})]
         if need:
             raise DatasetError(f"{path}: manifest shard {sh.get('shard', '?')} has no {', '.join(need)}")
+        if not (isinstance(sh["shard"], int) and isinstance(sh["sequences"], int) and sh["sequences"] >= 0
+                and isinstance(sh["files"], list) and all(isinstance(f, str) for f in sh["files"])
+                and isinstance(sh["arrays"], dict) and all(isinstance(f, str) for f in sh["arrays"].values())):
+            raise DatasetError(f"{path}: manifest shard {sh['shard']!r} is malformed (shard and sequences are "
+                               "integers, files a list of names, arrays an object of names)")
+    numbers = [sh["shard"] for sh in m["shards"]]
+    if len(set(numbers)) != len(numbers):
+        raise DatasetError(f"{path}: manifest lists shard {next(n for n in numbers if numbers.count(n) > 1)} twice")
     total = (m.get("totals") or {}).get("sequences")
     counted = sum(int(sh["sequences"]) for sh in m["shards"])
     if total is not None and total != counted:
@@ -177,9 +191,21 @@ class PackedDataset:
             names = self.shards[k]["arrays"]
             # np.asarray drops the np.memmap subclass (same mapped memory): slicing a
             # plain ndarray is several times cheaper, which matters per sample
-            a = {key: np.asarray(np.load(self.path / names[key], mmap_mode="r", allow_pickle=False))
-                 for key in ARRAYS}
+            a = {}
+            for key in ARRAYS:
+                try:
+                    a[key] = np.asarray(np.load(self.path / names[key], mmap_mode="r", allow_pickle=False))
+                except (ValueError, OSError, EOFError) as e:  # a damaged header: not an array file any more
+                    raise DatasetError(f"{self.path}: {names[key]} is not a readable array file "
+                                       f"({type(e).__name__}: {str(e)[:120]})") from None
             want = (int(self.shards[k]["sequences"]), self.seq_len)
+            if a["tokens"].dtype != self.dtype:  # the manifest's dtype sizes get_batch's arrays
+                raise DatasetError(f"{self.path}: {names['tokens']} holds {a['tokens'].dtype} ids, the manifest "
+                                   f"says {self.dtype} (changed manifest or file)")
+            si, segs = a["seq_index"], a["segments"]
+            if segs.ndim != 2 or segs.shape[1] != 3 or (len(si) and int(si[-1]) != len(segs)):
+                raise DatasetError(f"{self.path}: {names['segments']} holds {segs.shape} entries, its seq_index "
+                                   f"says {int(si[-1]) if len(si) else '?'} rows of 3 (changed file)")
             for key in ("tokens", "loss_mask"):
                 if a[key].shape != want:
                     raise DatasetError(f"{self.path}: {names[key]} holds {a[key].shape[0]} sequences of "

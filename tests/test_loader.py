@@ -141,6 +141,18 @@ def _tamper(m: dict, what: str) -> dict | str:
         del m["shards"][2]
     elif what == "not_json":
         return "{not json"
+    elif what == "sequences_text":
+        m["shards"][1]["sequences"] = "many"
+    elif what == "shard_a_string":
+        m["shards"][1] = "data/tokens-00001.npy"
+    elif what == "files_null":
+        m["shards"][0]["files"] = None
+    elif what == "dtype_bogus":
+        m["dtype"] = "uint16x"
+    elif what == "dtype_narrower":
+        m["dtype"] = "uint8"
+    elif what == "shard_twice":
+        m["shards"][1]["shard"] = 0
     return m
 
 
@@ -160,6 +172,13 @@ def test_the_loader_reads_the_format_version_the_writers_write(dataset):
     ("no_array", "shard 1 has no arrays.segments"),
     ("shard_dropped", "shards hold .* sequences, its totals say"),
     ("not_json", "not valid JSON"),
+    # hand edits that were a ValueError, AttributeError or TypeError from inside, or silently wrong ids
+    ("sequences_text", "manifest shard 1 is malformed"),
+    ("shard_a_string", "manifest shard entry 1 is not an object"),
+    ("files_null", "manifest shard 0 is malformed"),
+    ("dtype_bogus", "manifest dtype is 'uint16x'; token arrays are uint16 or int32"),
+    ("dtype_narrower", "manifest dtype is 'uint8'"),
+    ("shard_twice", "manifest lists shard 0 twice"),
 ])
 def test_a_manifest_that_does_not_describe_its_files_is_one_clear_error(dataset, tmp_path, what, message):
     """Found in review: an edited or foreign manifest made the loader yield fewer sequences without a
@@ -281,3 +300,29 @@ def test_a_dataset_rewritten_while_open_is_an_error_not_a_mix(tmp_path):
         ds.get_batch([0, last])
     again = PackedDataset(out)
     assert len(again[last]["input_ids"]) == 128
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("header", "tokens-00001.npy is not a readable array file"),
+    ("segments_short", "segments-00001.npy holds .* entries, its seq_index says"),
+])
+def test_a_damaged_array_file_of_the_same_size_is_one_clear_error(dataset, tmp_path, damage, message):
+    """Damage the size check cannot see: a header overwritten in place was numpy's "pickled data" ValueError;
+    a segments file shorter than its seq_index says was a broadcast error (found in review)."""
+    import shutil
+
+    shutil.copytree(dataset.path, tmp_path / "ds")
+    data = tmp_path / "ds" / "data"
+    if damage == "header":
+        raw = bytearray((data / "tokens-00001.npy").read_bytes())
+        raw[:6] = b"XXXXXX"
+        (data / "tokens-00001.npy").write_bytes(bytes(raw))
+    else:
+        segs = np.load(data / "segments-00001.npy")
+        np.save(data / "segments-00001.npy", segs[:-3])
+        m = json.loads((tmp_path / "ds" / "manifest.json").read_text())
+        m["shards"][1]["bytes"]["data/segments-00001.npy"] = (data / "segments-00001.npy").stat().st_size
+        (tmp_path / "ds" / "manifest.json").write_text(json.dumps(m))
+    ds = PackedDataset(tmp_path / "ds")
+    with pytest.raises(DatasetError, match=message):
+        ds.get_batch(list(range(len(ds))))
