@@ -480,7 +480,7 @@ class Pipeline:
             plan = self._with_forget(lists).compile(input_override=input, output_override=snap_path, history=hist)
             if timer is not None:
                 timer.add("compile", time.perf_counter() - t)
-            snapshots.check_same_tokens(top_path, top, snapshot, plan.sink.format, plan.sink.options or {})
+            snapshots.check_same_tokens(top_path, top, snapshot, _token_layout(plan))
             dedup = history_config(cfg.stages)
             if dedup is not None and cfg.output.format != "parquet":
                 # the state is computed from the snapshot's committed records; token arrays hold no text
@@ -622,6 +622,18 @@ class Pipeline:
 def _unwrapped(fn: object) -> object:
     """A batch function as its author wrote it (a `ByValue` wrapper's function)."""
     return fn.__dict__["fn"] if isinstance(fn, ByValue) else fn
+
+
+def _token_layout(plan: Plan) -> dict[str, Any] | None:
+    """What every snapshot of a token dataset must share (`snapshots.check_same_tokens`); None for records."""
+    from datakit.io.snapshots import token_layout
+    from datakit.stages.tokenize.writers import token_dtype
+
+    o = (plan.sink.options or {}) if plan.sink is not None else {}
+    if "seq_len" not in o:
+        return None
+    return token_layout(plan.sink.format, o["seq_len"], token_dtype(int(o["vocab_size"])), o.get("pad_id"),
+                        o.get("tokenizer_sha256"))
 
 
 def _after_commit(out: str, what: str, write: Any) -> Any:

@@ -160,31 +160,26 @@ def check_order(top: dict[str, Any] | None, snapshot: str) -> None:
 TOKEN_LAYOUT = ("format", "seq_len", "dtype", "pad_id", "tokenizer sha256")
 
 
-def _token_layout(format: str, seq_len: Any, dtype: Any, pad_id: Any, sha256: Any) -> dict[str, Any]:
+def token_layout(format: str, seq_len: Any, dtype: Any, pad_id: Any, sha256: Any) -> dict[str, Any]:
+    """The fields of TOKEN_LAYOUT, as `check_same_tokens` compares them."""
     return dict(zip(TOKEN_LAYOUT, (format, seq_len, str(dtype) if dtype is not None else None, pad_id, sha256)))
 
 
-def check_same_tokens(out: str, top: dict[str, Any] | None, snapshot: str, fmt: str, options: dict[str, Any]) -> None:
-    """A `SnapshotError` before any work when this run's token layout (format, seq_len, token dtype,
-    pad id, tokenizer sha256) differs from the committed snapshots'.
+def check_same_tokens(out: str, top: dict[str, Any] | None, snapshot: str, mine: dict[str, Any] | None) -> None:
+    """A `SnapshotError` before any work when this run's token layout (`token_layout`: format, seq_len,
+    token dtype, pad id, tokenizer sha256) differs from the committed snapshots'.
 
     Why: found in review, a day appended with another tokenizer committed with exit 0, and the union's
     one manifest then named only the new tokenizer: every earlier day's ids decoded to garbage with it;
     a day with another seq_len left the whole dataset unreadable (the loader refused every older shard).
-    Record formats (parquet, jsonl) have no token layout and are not checked."""
-    if "seq_len" not in options:
-        return
+    Record formats (parquet, jsonl) have no token layout (`mine` None) and are not checked."""
     others = [s for s in (top or {}).get("snapshots", []) if s["id"] != snapshot]
-    if not others:
+    if mine is None or not others:
         return
-    from datakit.stages.tokenize.writers import token_dtype
-
-    mine = _token_layout(fmt, options.get("seq_len"), token_dtype(int(options["vocab_size"])),
-                         options.get("pad_id"), options.get("tokenizer_sha256"))
     first = min(others, key=lambda s: s["seq"])
     fs, p = filesystem(f"{out.rstrip('/')}/{first['path']}/manifest.json")
     m = json.loads(fs.cat_file(p))
-    theirs = _token_layout(m.get("format"), m.get("seq_len"), m.get("dtype"), m.get("pad_id"),
+    theirs = token_layout(m.get("format"), m.get("seq_len"), m.get("dtype"), m.get("pad_id"),
                            (m.get("tokenizer") or {}).get("sha256"))
     diff = [f"{k} {theirs[k]!r} there, {mine[k]!r} here" for k in TOKEN_LAYOUT if theirs[k] != mine[k]]
     if diff:
