@@ -414,3 +414,18 @@ def test_jsonl_rows_are_read_by_their_own_text_key_and_segments_shape(tmp_path):
     assert run("--data", str(tmp_path / "split"), "--eval", "humaneval").exit_code == 1
     # a text field named on the command line is read as named: no other key stands in for it
     assert run("--data", str(tmp_path / "mixed.jsonl"), "--eval", "humaneval", "--text-field", "text").exit_code == 0
+
+
+def test_eval_fields_can_be_given_per_eval(data, tmp_path):
+    """The docs' example `--eval humaneval --eval mybench=... --eval-field prompt,solution` always failed:
+    one field list for evals with different fields (found in review). `--eval-field NAME=a,b` scopes it."""
+    (tmp_path / "mybench.jsonl").write_text(json.dumps({"task_id": "mb/1", "prompt": "def quux(a, b):\n",
+                                                        "solution": "    return [x + y * 13 for x in a]\n"}) + "\n")
+    common = ("--data", str(data / "clean.parquet"), "--eval", "humaneval", "--eval", f"mybench={tmp_path / 'mybench.jsonl'}")
+    assert run(*common, "--eval-field", "prompt,solution").exit_code == 2  # humaneval has no `solution`
+    r = run(*common, "--eval-field", "mybench=prompt,solution", "--json", str(tmp_path / "r.json"))
+    assert r.exit_code == 0, r.output
+    evals = {e["name"]: e for e in json.loads((tmp_path / "r.json").read_text())["evals"]}
+    assert set(evals) == {"humaneval", "mybench"}
+    r = run(*common, "--eval-field", "nobench=prompt")
+    assert r.exit_code == 2 and "--eval-field names no eval nobench" in r.output

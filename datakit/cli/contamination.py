@@ -37,7 +37,8 @@ def contamination_check(
     eval: List[str] = typer.Option(..., "--eval", help="Eval set: a registered name (humaneval) or a JSONL/Parquet file "
                                                       "(NAME=PATH to name it). Repeatable."),
     eval_field: Optional[List[str]] = typer.Option(None, "--eval-field", help="Text field(s) of the eval items, e.g. "
-                                                   "prompt,canonical_solution,test (default per eval)."),
+                                                   "prompt,canonical_solution,test (default per eval); NAME=a,b for "
+                                                   "one eval only. Repeatable."),
     text_field: Optional[List[str]] = typer.Option(None, "--text-field", help="Column(s) of the data to scan "
                                                    "(default: training-record segments, or text/content/code)."),
     ngram: Optional[int] = typer.Option(None, "--ngram", help="n-gram size in tokens (default 13, or the index's)."),
@@ -71,7 +72,7 @@ def contamination_check(
         from datakit.stages.decontaminate.check import check
 
         res = check(list(data), list(eval), ngram=ngram, normalizations=norms, min_ngrams=min_ngrams,
-                    min_fraction=min_fraction, threshold=threshold, eval_fields=_split(eval_field),
+                    min_fraction=min_fraction, threshold=threshold, eval_fields=_eval_fields(eval_field),
                     text_fields=_split(text_field), use_index=not no_index, max_examples=max(examples, 5),
                     max_items_per_ngram=max_items_per_ngram, robust=robust, min_ngrams_any=min_ngrams_any,
                     min_fraction_loose=min_fraction_loose, reference=None if reference == "none" else reference)
@@ -98,6 +99,17 @@ def contamination_check(
 
     _COMMAND_DONE.append(True)  # its files and table are complete: `command` may end the process at once
     raise typer.Exit(res.exit_code)
+
+
+def _eval_fields(values: Optional[List[str]]) -> dict[str | None, list[str]] | None:
+    """`--eval-field a,b` (every eval) and `--eval-field NAME=a,b` (that eval) as {name or None: fields}."""
+    if not values:
+        return None
+    out: dict[str | None, list[str]] = {}
+    for v in values:
+        name, _, fields = v.rpartition("=")
+        out.setdefault(name or None, []).extend(f.strip() for f in fields.split(",") if f.strip())
+    return out
 
 
 def _fail_unexpected(e: BaseException) -> None:

@@ -152,7 +152,8 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
     specs = [e for e in evals if not isinstance(e, EvalSet)]
     if specs:
         try:
-            evalsets += load_evals(list(specs), None, list(eval_fields) if eval_fields else None)
+            fields = eval_fields if isinstance(eval_fields, dict) else list(eval_fields) if eval_fields else None
+            evalsets += load_evals(list(specs), None, fields)
         except ValueError as e:
             raise InputError(str(e)) from None
 

@@ -66,21 +66,44 @@ class EvalSpec(BaseModel):
 
 
 def load_evals(specs: list[str | EvalSpec], ctx: CompileContext | None = None,
-               fields: list[str] | None = None) -> list[EvalSet]:
-    """Load every eval of a config; names must be unique (they become drop reasons)."""
+               fields: list[str] | dict[str | None, list[str]] | None = None) -> list[EvalSet]:
+    """Load every eval of a config; names must be unique (they become drop reasons).
+
+    `fields`: the text fields of every eval, or {eval name: fields} with None for the others (the CLI's
+    `--eval-field NAME=a,b`). Why per eval: HumanEval has no `solution` and a private benchmark no
+    `canonical_solution`, so one list for both could not work (the docs' own example failed, found in
+    review). A name is the `NAME=` given, a registered eval's name or an eval file's name."""
+    scoped = fields if isinstance(fields, dict) else {None: fields} if fields else {}
+    used: set[str] = set()
     out: list[EvalSet] = []
     for s in specs:
         if isinstance(s, str):
             named = _NAMED.match(s)
             name, target = (named.group(1), named.group(2)) if named else (None, s)
             is_file = any(c in target for c in "/\\") or target.endswith((".jsonl", ".parquet", ".json", ".gz", ".zst"))
-            s = EvalSpec(name=name, path=target, fields=fields) if is_file else EvalSpec(name=target, fields=fields)
+            keys = [k for k in (name, None if is_file else target, _file_name(target) if is_file else None) if k]
+            key = next((k for k in keys if k in scoped), None)
+            if key is not None:
+                used.add(key)
+            f = scoped.get(key, scoped.get(None))
+            s = EvalSpec(name=name, path=target, fields=f) if is_file else EvalSpec(name=target, fields=f)
         out.append(s.load(ctx))
+    unknown = sorted(k for k in scoped if k is not None and k not in used and k not in {e.name for e in out})
+    if unknown:
+        raise ValueError(f"--eval-field names no eval {', '.join(unknown)} (evals: {', '.join(e.name for e in out)})")
     names = [e.name for e in out]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise ValueError(f"eval names must be unique; repeated: {', '.join(dup)} (use name=path)")
     return out
+
+
+def _file_name(path: str) -> str:
+    """An eval file's name without folders and data suffixes (evals/mybench.jsonl.gz -> mybench)."""
+    base = path.replace("\\", "/").rsplit("/", 1)[-1]
+    for suffix in (".gz", ".zst", ".jsonl", ".json", ".parquet"):
+        base = base.removesuffix(suffix)
+    return base
 
 
 @register_stage
