@@ -429,3 +429,29 @@ def test_eval_fields_can_be_given_per_eval(data, tmp_path):
     assert set(evals) == {"humaneval", "mybench"}
     r = run(*common, "--eval-field", "nobench=prompt")
     assert r.exit_code == 2 and "--eval-field names no eval nobench" in r.output
+
+
+def test_locators_name_the_line_and_the_folder_and_the_evidence_is_the_strongest(tmp_path):
+    """Found in review: `lines.jsonl:2` named a broken line when the leak was on line 4 (the counter skipped
+    blank and unreadable lines); same-named files in two folders were both `part-00000.parquet:2`; a
+    preference record whose `chosen` was a verbatim copy showed only the line its prompt quoted."""
+    he = _he()
+    leak11, leak2 = (he[i]["prompt"] + he[i]["canonical_solution"] for i in (11, 2))
+    (tmp_path / "lines.jsonl").write_text("\n{broken\n" + json.dumps({"text": "x = 1\n"}) + "\n"
+                                          + json.dumps({"text": leak11}) + "\n")
+    r = run("--data", str(tmp_path / "lines.jsonl"), "--eval", "humaneval", "--json", str(tmp_path / "a.json"))
+    assert r.exit_code == 1
+    assert [m["doc_id"] for m in json.loads((tmp_path / "a.json").read_text())["evals"][0]["matches"]] == ["lines.jsonl:4"]
+    for day, leak in (("2026-01-01", leak11), ("2026-01-02", leak2)):
+        (tmp_path / "days" / day).mkdir(parents=True)
+        pq.write_table(pa.table({"text": ["x = 1\n", leak]}), str(tmp_path / "days" / day / "part-00000.parquet"))
+    run("--data", str(tmp_path / "days"), "--eval", "humaneval", "--json", str(tmp_path / "b.json"))
+    got = {m["eval_id"]: m["doc_id"] for m in json.loads((tmp_path / "b.json").read_text())["evals"][0]["matches"]}
+    assert got == {"HumanEval/11": "2026-01-01/part-00000.parquet:2", "HumanEval/2": "2026-01-02/part-00000.parquet:2"}
+    quoted = leak11.splitlines()[-1]
+    rec = {**_rec("pref-1", f"Can you explain this line?\n{quoted}\n"), "kind": "preference", "chosen": leak11,
+           "rejected": "no idea"}
+    pq.write_table(pa.Table.from_pylist([rec], schema=TRAINING_RECORD_V1), str(tmp_path / "pref.parquet"))
+    run("--data", str(tmp_path / "pref.parquet"), "--eval", "humaneval", "--json", str(tmp_path / "c.json"))
+    (m,) = json.loads((tmp_path / "c.json").read_text())["evals"][0]["matches"]
+    assert "def string_xor(a: str, b: str) -> str:" in m["doc_excerpt"]  # the copy, not the quoted line

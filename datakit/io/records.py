@@ -18,6 +18,7 @@ import pyarrow as pa
 from datakit.io.fs import InputError, arrow_filesystem, expand, filesystem
 
 DATA_SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.zstd", ".ndjson")
+LINE_COLUMN = "__line"  # JSON Lines tables: each row's line number in its file (for locators)
 # (column names, file url) -> the columns to read; the caller's rule (the texts of a record are a
 # stage's business: `datakit.stages.texts`), raising InputError when a file has none
 ColumnChoice = Callable[[Sequence[str], str], list[str]]
@@ -63,6 +64,7 @@ def _jsonl_tables(url: str, columns: ColumnChoice, batch_rows: int, stats: dict 
     from datakit.io.readers import iter_raw_lines
 
     rows: list[dict] = []
+    lines: list[int] = []
     first = 0
     for rb in iter_raw_lines(url, batch_rows=batch_rows):
         for raw, err, lineno in zip(rb.column("_raw").to_pylist(), rb.column("_read_error").to_pylist(),
@@ -83,15 +85,16 @@ def _jsonl_tables(url: str, columns: ColumnChoice, batch_rows: int, stats: dict 
                     stats["skipped_lines"] = stats.get("skipped_lines", 0) + 1
                 continue
             rows.append(obj)
+            lines.append(lineno)
             if len(rows) >= batch_rows:
-                yield first, _rows_table(url, rows, columns)
+                yield first, _rows_table(url, rows, columns, lines)
                 first += len(rows)
-                rows = []
+                rows, lines = [], []
     if rows:
-        yield first, _rows_table(url, rows, columns)
+        yield first, _rows_table(url, rows, columns, lines)
 
 
-def _rows_table(url: str, rows: list[dict], columns: ColumnChoice) -> pa.Table:
+def _rows_table(url: str, rows: list[dict], columns: ColumnChoice, lines: list[int] | None = None) -> pa.Table:
     """The batch's chosen columns. Why per row, not per batch, for the text: JSON Lines rows need not
     share keys. A row with `content` in a batch whose first text key was `text` was read as empty, so
     the same rows split over two files got another verdict; `segments` written as a string was read
@@ -106,6 +109,8 @@ def _rows_table(url: str, rows: list[dict], columns: ColumnChoice) -> pa.Table:
         else:
             others = [k for k in (fallbacks(c) if fallbacks else ()) if k != c and k in names]
             data[c] = pa.array([_str(_first(r, c, others)) for r in rows], pa.string())
+    if lines is not None:
+        data[LINE_COLUMN] = pa.array(lines, pa.int64())
     return pa.table(data)
 
 

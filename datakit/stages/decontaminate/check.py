@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from datakit.io.fs import InputError, expand
-from datakit.io.records import DATA_SUFFIXES, data_files, is_packed, iter_tables
+from datakit.io.records import DATA_SUFFIXES, LINE_COLUMN, data_files, is_packed, iter_tables
 from datakit.stages.decontaminate.evals import EvalSet
 from datakit.stages.decontaminate.matcher import (EvalTable, TextSource, default_rule, match_batch, merge_spans,
                                              text_sources)
@@ -54,22 +54,49 @@ class TextBatch:
     doc_col: pa.Array | None    # doc_id/id column when the data has one
     first_row: int
     sources: list[TextSource]
+    lines: pa.Array | None = None  # JSON Lines: each row's line number in its file
+    name: str | None = None        # the file as the report names it (default: its base name)
 
     def doc_id(self, row: int) -> str:
+        """The row's doc_id/id, else `<file>:<line>` (JSON Lines: the line in the file, blank and unreadable
+        lines counted; Parquet: the row number), the file named relative to the --data path it came from.
+
+        Why: the row counter skipped blank and unreadable lines, so `lines.jsonl:2` pointed at `{broken`
+        when the leak was on line 4, and files of the same name in two folders were both `part-00000.parquet`
+        (found in review)."""
         if self.doc_col is not None:
             v = self.doc_col[row].as_py()
             if v is not None:
                 return str(v)
-        return f"{PurePosixPath(self.file.split('://', 1)[-1]).name}:{self.first_row + row + 1}"
+        where = self.lines[row].as_py() if self.lines is not None else self.first_row + row + 1
+        return f"{self.name or PurePosixPath(self.file.split('://', 1)[-1]).name}:{where}"
 
 
 def iter_text_batches(paths: str | Sequence[str], text_fields: Sequence[str] | None = None,
                       batch_rows: int = 8192, stats: dict | None = None) -> Iterator[TextBatch]:
     """Stream the texts of a records dataset, file by file in sorted order (deterministic)."""
     columns = Columns(tuple(text_fields) if text_fields else None)
+    roots = [paths] if isinstance(paths, str) else list(paths)
     for url in data_files(paths):
+        name = _name_under(url, roots)
         for first, table in iter_tables(url, columns, batch_rows, stats):
-            yield to_text_batch(url, table, first, text_fields)
+            tb = to_text_batch(url, table, first, text_fields)
+            tb.name = name
+            yield tb
+
+
+def _name_under(url: str, roots: Sequence[str]) -> str:
+    """`url` relative to the folder of the --data path it came from (a file given itself: its base name)."""
+    import os
+
+    plain = url.split("://", 1)[-1]
+    for root in roots:
+        r = root.split("://", 1)[-1].rstrip("/")
+        if "://" not in root and not os.path.isabs(r):
+            r = os.path.abspath(r)
+        if plain.startswith(r + "/"):
+            return plain[len(r) + 1:]
+    return PurePosixPath(plain).name
 
 
 @dataclass(frozen=True)
@@ -107,7 +134,10 @@ def to_text_batch(url: str, rb: pa.RecordBatch | pa.Table, first_row: int,
         sources = text_sources(rb, text_fields)
     except KeyError as e:
         raise InputError(f"{url}: {e.args[0]}") from None
-    return TextBatch(url, rb.num_rows, doc_col, first_row, sources)
+    lines = rb.column(LINE_COLUMN) if LINE_COLUMN in names else None
+    if isinstance(lines, pa.ChunkedArray):
+        lines = lines.combine_chunks()
+    return TextBatch(url, rb.num_rows, doc_col, first_row, sources, lines)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -333,7 +363,12 @@ def _collect_snippets(table: EvalTable, tb: TextBatch, m, ok: np.ndarray, ords: 
         taken[it] = taken.get(it, 0) + 1
         row = int(rows_ok[j])
         sel = np.nonzero((m.hit_row == row) & (m.hit_item == it))[0]
-        src, s = int(m.hit_source[sel[0]]), int(m.hit_string[sel[0]])
+        # the text with the most shared n-grams is the evidence (the first hit's text was: a preference
+        # record whose `chosen` was a verbatim copy showed the one line its prompt quoted; found in review)
+        keys = m.hit_source[sel].astype(np.int64) * (1 << 32) + m.hit_string[sel].astype(np.int64)
+        uniq, first, counts = np.unique(keys, return_index=True, return_counts=True)
+        best = sel[first[np.lexsort((first, -counts))[0]]]  # most hits; ties: the one hit first
+        src, s = int(m.hit_source[best]), int(m.hit_string[best])
         same = sel[(m.hit_source[sel] == src) & (m.hit_string[sel] == s)]
         spans = merge_spans(list(zip(m.hit_a[same].tolist(), m.hit_b[same].tolist())))
         a, b = max(spans, key=lambda ab: (ab[1] - ab[0], -ab[0]))  # the longest overlapping run
