@@ -455,3 +455,18 @@ def test_locators_name_the_line_and_the_folder_and_the_evidence_is_the_strongest
     run("--data", str(tmp_path / "pref.parquet"), "--eval", "humaneval", "--json", str(tmp_path / "c.json"))
     (m,) = json.loads((tmp_path / "c.json").read_text())["evals"][0]["matches"]
     assert "def string_xor(a: str, b: str) -> str:" in m["doc_excerpt"]  # the copy, not the quoted line
+
+
+def test_overlapping_data_paths_are_read_once_and_an_eval_that_cannot_match_is_no_verdict(data, tmp_path):
+    """Found in review: `--data d --data 'd/*.parquet'` read every file twice (each leak counted twice);
+    an eval none of whose items has an n-gram to look for (--ngram 100000) reported clean, exit 0."""
+    r = run("--data", str(data / "dirty"), "--data", str(data / "dirty" / "*.parquet"), "--eval", "humaneval",
+            "--json", str(tmp_path / "r.json"))
+    assert r.exit_code == 1, r.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert [d["documents"] for d in report["data"]] == [7, 0]
+    assert all(c["documents"] == 1 for c in report["evals"][0]["contaminated"])
+    r = run("--data", str(data / "dirty"), "--eval", "humaneval", "--ngram", "100000")
+    assert r.exit_code == 2 and "none of its 164 items has a 100000-gram to look for" in r.output
+    r = run("--data", str(data / "clean.parquet"), "--eval", "humaneval", "--ngram", "100")
+    assert r.exit_code == 0 and "items have no 100-gram to look for" in r.output

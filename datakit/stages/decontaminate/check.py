@@ -73,11 +73,21 @@ class TextBatch:
 
 
 def iter_text_batches(paths: str | Sequence[str], text_fields: Sequence[str] | None = None,
-                      batch_rows: int = 8192, stats: dict | None = None) -> Iterator[TextBatch]:
-    """Stream the texts of a records dataset, file by file in sorted order (deterministic)."""
+                      batch_rows: int = 8192, stats: dict | None = None,
+                      seen: set[str] | None = None) -> Iterator[TextBatch]:
+    """Stream the texts of a records dataset, file by file in sorted order (deterministic).
+
+    `seen`: files already read (through an earlier --data path): skipped, then added. Why: `--data d1
+    --data 'd1/*.parquet'` read every file twice and counted each leak twice (found in review)."""
     columns = Columns(tuple(text_fields) if text_fields else None)
     roots = [paths] if isinstance(paths, str) else list(paths)
     for url in data_files(paths):
+        if seen is not None:
+            if url in seen:
+                if stats is not None:
+                    stats["repeated_files"] = stats.get("repeated_files", 0) + 1
+                continue
+            seen.add(url)
         name = _name_under(url, roots)
         for first, table in iter_tables(url, columns, batch_rows, stats):
             tb = to_text_batch(url, table, first, text_fields)
@@ -200,6 +210,11 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
     if reference not in (None, "stdlib"):
         raise InputError(f"unknown reference corpus {reference!r}; known: stdlib (or none)")
     table = EvalTable.build(evalsets, n, flags, max_items_per_ngram, robust=robust, reference=reference)
+    for e_no, es in enumerate(evalsets):  # a verdict on an eval none of whose items can match is no verdict
+        mine = table.item_ngrams[table.item_eval == e_no]
+        if len(mine) and not mine.any():
+            raise InputError(f"eval {es.name!r}: none of its {len(mine)} items has a {n}-gram to look for (too short "
+                             f"for n={n}, or every n-gram is common code); nothing was checked: lower --ngram")
 
     index_h: list[np.ndarray] = []      # (item, item position, hidx) found through indexes (union semantics)
     doc_hits: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (item, doc ordinal, shared) passing the rule
@@ -207,6 +222,7 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
     near: dict[int, tuple[int, str]] = {}  # item -> (places shared, document) of its closest non-passing pair
     doc_names: list[str] = []
     data_report: list[dict[str, Any]] = []
+    seen_files: set[str] = set()  # each data file is read once, however many --data paths name it
     for kind, p, idx in plan:
         if kind == "index":
             found = idx.contains(table.hashes)
@@ -221,7 +237,7 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
         if kind == "packed":
             batches = packed_batches(p, batch_rows)
         else:
-            batches = iter_text_batches(p, text_fields, batch_rows, stats)
+            batches = iter_text_batches(p, text_fields, batch_rows, stats, seen_files)
         docs = texts = nbytes = 0
         for tb in batches:
             docs += tb.rows
@@ -246,7 +262,7 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
             ords = base + inv
             doc_hits.append((m.items[ok].astype(np.int64), ords, m.loose[ok]))
             _collect_snippets(table, tb, m, ok, ords, doc_names, p, max_examples, cand)
-        if docs == 0:
+        if docs == 0 and not stats.get("repeated_files"):
             skipped = stats.get("skipped_lines", 0)
             raise InputError(f"{p}: no readable document" + (f" ({skipped} unreadable line{'s' * (skipped != 1)} "
                                                              f"skipped)" if skipped else "") + "; nothing was checked")

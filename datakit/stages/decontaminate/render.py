@@ -48,6 +48,11 @@ def print_table(res: "CheckResult", console=None, examples: int = 3) -> None:
     if near:
         console.print(f"{near} item(s) came near the threshold without matching (listed in the JSON/HTML report)",
                       highlight=False)
+    for e in res.evals:
+        if e.items_without_ngrams:
+            console.print(f"[yellow]warning:[/yellow] {escape(e.name)}: {e.items_without_ngrams} of {e.items} items have "
+                          f"no {res.ngram}-gram to look for (too short, or only common code): they can never match",
+                          highlight=False)
     if res.skipped_lines:
         console.print(f"[yellow]warning:[/yellow] {res.skipped_lines} unreadable line(s) skipped; the verdict covers "
                       f"only the documents that were read", highlight=False)
