@@ -419,8 +419,9 @@ def test_jsonl_rows_are_read_by_their_own_text_key_and_segments_shape(tmp_path):
 def test_eval_fields_can_be_given_per_eval(data, tmp_path):
     """The docs' example `--eval humaneval --eval mybench=... --eval-field prompt,solution` always failed:
     one field list for evals with different fields (found in review). `--eval-field NAME=a,b` scopes it."""
+    body = "".join(f"    acc_{i} = sum(w * {i} for w in weights_{i} if w % {i + 2})\n" for i in range(6))
     (tmp_path / "mybench.jsonl").write_text(json.dumps({"task_id": "mb/1", "prompt": "def quux(a, b):\n",
-                                                        "solution": "    return [x + y * 13 for x in a]\n"}) + "\n")
+                                                        "solution": body + "    return acc_0\n"}) + "\n")
     common = ("--data", str(data / "clean.parquet"), "--eval", "humaneval", "--eval", f"mybench={tmp_path / 'mybench.jsonl'}")
     assert run(*common, "--eval-field", "prompt,solution").exit_code == 2  # humaneval has no `solution`
     r = run(*common, "--eval-field", "mybench=prompt,solution", "--json", str(tmp_path / "r.json"))
