@@ -471,3 +471,15 @@ def test_overlapping_data_paths_are_read_once_and_an_eval_that_cannot_match_is_n
     assert r.exit_code == 2 and "none of its 164 items has a 100000-gram to look for" in r.output
     r = run("--data", str(data / "clean.parquet"), "--eval", "humaneval", "--ngram", "100")
     assert r.exit_code == 0 and "items have no 100-gram to look for" in r.output
+
+
+def test_a_record_longer_than_the_line_limit_is_no_verdict(tmp_path):
+    """A valid 12 MB JSON Lines record was skipped as an unreadable line and the gate said clean, exit 0,
+    while the same record in Parquet was found (found in review): the gate never says clean about data
+    it could not read."""
+    leak = _he()[11]["prompt"] + _he()[11]["canonical_solution"]
+    (tmp_path / "big.jsonl").write_text(json.dumps({"text": leak + "x = 1\n" * 2_000_000}) + "\n")
+    r = subprocess.run([sys.executable, "-m", "datakit.cli", "contamination-check", "-q", "--data",
+                        str(tmp_path / "big.jsonl"), "--eval", "humaneval"], capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    assert "big.jsonl: line 1 is longer than 8 MiB" in r.stderr and len(r.stderr.strip().splitlines()) == 1
