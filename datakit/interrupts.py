@@ -22,8 +22,8 @@ log = logging.getLogger("datakit.interrupts")
 def held_until_done(what: str) -> Iterator[None]:
     """Run the block with a first SIGINT held until it ends (then KeyboardInterrupt); a second one raises
     at once. Outside the main thread (where no signal handler can be set) the block runs as is."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        yield  # (a process started with SIGINT ignored, `cmd &` in a script, keeps ignoring it)
         return
     held: list[int] = []
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
+import stat
 import warnings
 from functools import cached_property
 from pathlib import Path
@@ -55,12 +56,6 @@ def local_folder(path: str | Path) -> Path:
     # absolute: a dataset opened by a relative path kept reading from it after a chdir (its shards are
     # mapped on first use), which then named the wrong folder (found in review)
     return Path(text[len("file://"):] if text.startswith("file://") else text).absolute()
-
-
-def _stamp(path: Path) -> tuple[int, int, int]:
-    """(inode, size, mtime_ns) of a file: what a rewrite (write + rename) changes."""
-    st = path.stat()
-    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def splitmix64(x: np.ndarray) -> np.ndarray:
@@ -147,7 +142,6 @@ class PackedDataset:
         if not mf.is_file():
             raise DatasetError(f"{self.path}: no manifest.json (not a finished packed dataset)")
         try:
-            self._manifest_stamp = _stamp(mf)
             self.manifest: dict[str, Any] = json.loads(mf.read_text())
         except ValueError as e:
             raise DatasetError(f"{self.path}: manifest.json is not valid JSON ({e})") from None
@@ -161,14 +155,20 @@ class PackedDataset:
         self._n = int(self._cum[-1])
         self._arange = np.arange(self.seq_len, dtype=np.int64)
         self._open: dict[int, dict[str, np.ndarray]] = {}
+        self._stamps: dict[str, tuple[int, int, int]] = {}  # each file as it was at open (`_check_unchanged`)
         for s in self.shards:  # always: every file present with its recorded size (one stat each)
             sizes = s.get("bytes") or {}
             for f in s["files"]:
-                if not (self.path / f).is_file():
+                try:
+                    st = (self.path / f).stat()
+                except OSError:
+                    st = None
+                if st is None or not stat.S_ISREG(st.st_mode):
                     raise DatasetError(f"{self.path}: shard file {f} is missing")
-                if f in sizes and (self.path / f).stat().st_size != sizes[f]:
-                    raise DatasetError(f"{self.path}: shard file {f} has {(self.path / f).stat().st_size} bytes, "
+                if f in sizes and st.st_size != sizes[f]:
+                    raise DatasetError(f"{self.path}: shard file {f} has {st.st_size} bytes, "
                                        f"the manifest says {sizes[f]} (interrupted rewrite or changed file)")
+                self._stamps[f] = (st.st_ino, st.st_size, st.st_mtime_ns)
         if verify:
             self.verify()
 
@@ -187,8 +187,8 @@ class PackedDataset:
     def _arrays(self, k: int) -> dict[str, np.ndarray]:
         a = self._open.get(k)
         if a is None:
-            self._check_not_rewritten()
             names = self.shards[k]["arrays"]
+            self._check_unchanged([names[key] for key in ARRAYS])
             # np.asarray drops the np.memmap subclass (same mapped memory): slicing a
             # plain ndarray is several times cheaper, which matters per sample
             a = {}
@@ -217,21 +217,25 @@ class PackedDataset:
             self._open[k] = a
         return a
 
-    def _check_not_rewritten(self) -> None:
-        """A `DatasetError` when the dataset was rewritten (or is being rewritten) since it was opened.
+    def _check_unchanged(self, files: list[str]) -> None:
+        """A `DatasetError` when one of `files` was replaced or changed since the dataset was opened.
 
         Why before a shard is first mapped: shards are mapped when first read, and a rerun into the
-        folder replaces them. A DataLoader's second epoch after a rerun read every row of the new
-        run under the old manifest and fingerprint (a resume state was still accepted), and one batch
-        mixed shards of both runs (found in review). A shard mapped before keeps its old bytes (the
-        mapping holds the replaced file), so only new mappings need the check: one stat each."""
-        try:
-            now = _stamp(self.path / "manifest.json")
-        except OSError:
-            now = None
-        if now != self._manifest_stamp:
-            raise DatasetError(f"{self.path}: the dataset was rewritten since it was opened (its manifest.json "
-                               f"{'is gone' if now is None else 'changed'}); open it again")
+        folder replaces them. A DataLoader's second epoch after a rerun read every row of the new run
+        under the old manifest and fingerprint (a resume state was still accepted), and one batch mixed
+        shards of both runs (found in review). Per file, not the manifest: an append-mode dataset's
+        union manifest is rewritten by every nightly append while the shards a reader opened stay
+        as they were. A shard mapped before keeps its old bytes (the mapping holds the replaced file),
+        so only new mappings need the check: one stat per file."""
+        for f in files:
+            try:
+                st = (self.path / f).stat()
+                now = (st.st_ino, st.st_size, st.st_mtime_ns)
+            except OSError:
+                now = None
+            if f in self._stamps and now != self._stamps[f]:
+                raise DatasetError(f"{self.path}: {f} was {'removed' if now is None else 'replaced'} since the "
+                                   "dataset was opened (a rerun into the folder?); open it again")
 
     @cached_property
     def fingerprint(self) -> str:
@@ -363,7 +367,7 @@ class PackedDataset:
     def _docs(self) -> list[list[str]]:
         import pyarrow.parquet as pq
 
-        self._check_not_rewritten()
+        self._check_unchanged([s["arrays"]["docs"] for s in self.shards])
         return [pq.read_table(self.path / s["arrays"]["docs"], columns=["doc_id"]).column(0).to_pylist()
                 for s in self.shards]
 
@@ -379,7 +383,7 @@ class PackedDataset:
     def _repo_files(self) -> list[dict[int, list[dict[str, Any]]]]:
         import pyarrow.parquet as pq
 
-        self._check_not_rewritten()
+        self._check_unchanged([s["arrays"]["repo_files"] for s in self.shards if s["arrays"].get("repo_files")])
         out: list[dict[int, list[dict[str, Any]]]] = []
         for s in self.shards:
             by_seq: dict[int, list[dict[str, Any]]] = {}

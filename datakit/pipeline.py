@@ -627,13 +627,11 @@ def _unwrapped(fn: object) -> object:
 def _token_layout(plan: Plan) -> dict[str, Any] | None:
     """What every snapshot of a token dataset must share (`snapshots.check_same_tokens`); None for records."""
     from datakit.io.snapshots import token_layout
-    from datakit.stages.tokenize.writers import token_dtype
 
     o = (plan.sink.options or {}) if plan.sink is not None else {}
     if "seq_len" not in o:
         return None
-    return token_layout(plan.sink.format, o["seq_len"], token_dtype(int(o["vocab_size"])), o.get("pad_id"),
-                        o.get("tokenizer_sha256"))
+    return token_layout(plan.sink.format, o["seq_len"], o.get("tokenizer_sha256"))
 
 
 def _after_commit(out: str, what: str, write: Any) -> Any:

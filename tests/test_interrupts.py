@@ -33,3 +33,15 @@ def test_a_second_ctrl_c_stops_the_block_at_once():
 def test_no_ctrl_c_no_interrupt():
     with held_until_done("testing"):
         pass
+
+
+def test_an_ignored_ctrl_c_stays_ignored():
+    """A process started with SIGINT ignored (`cmd &` in a script) got a KeyboardInterrupt after the commit,
+    exit 130 (found in review): the hold only replaces a handler that would have raised."""
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with held_until_done("testing"):
+            os.kill(os.getpid(), signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)

@@ -294,9 +294,9 @@ def test_a_dataset_rewritten_while_open_is_an_error_not_a_mix(tmp_path):
     assert ds.locate(last)[0] == 2
     build_dataset(table(rows), str(out), cfg, shards=3, seed=1)  # a rerun into the same folder
     assert (ds[0]["input_ids"] == first).all()  # shard 0 was mapped before: the old bytes, consistently
-    with pytest.raises(DatasetError, match="rewritten since it was opened"):
+    with pytest.raises(DatasetError, match="replaced since the dataset was opened"):
         ds[last]
-    with pytest.raises(DatasetError, match="rewritten since it was opened"):
+    with pytest.raises(DatasetError, match="replaced since the dataset was opened"):
         ds.get_batch([0, last])
     again = PackedDataset(out)
     assert len(again[last]["input_ids"]) == 128

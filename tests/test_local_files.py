@@ -143,6 +143,15 @@ def test_folders_and_globs_go_through_symbolic_links_to_folders(tmp_path):
     assert expand(logs) == want
     assert expand(f"{logs}/*/*.jsonl") == want
     assert expand(f"{logs}/**/b.jsonl") == want[1:]
+    # a link to a folder of the tree is an alias: its files keep their own names, whatever the walk meets first
+    (tmp_path / "logs" / "a-latest").symlink_to(tmp_path / "logs" / "dt=1")
+    assert expand(logs) == want and expand(f"{logs}/*/*.jsonl") == want
+    # a broken link the input would not read (another suffix, a `_`/`.` folder) is not an error ...
+    (tmp_path / "logs" / "_work").mkdir()
+    (tmp_path / "logs" / "_work" / "stale.jsonl").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "logs" / "notes.txt").symlink_to(tmp_path / "nowhere")
+    assert expand(logs, suffixes=(".jsonl",)) == want
+    # ... one it would read is
     (tmp_path / "logs" / "dt=1" / "gone.jsonl").symlink_to(tmp_path / "unmounted.jsonl")
     with pytest.raises(InputError, match="dt=1/gone.jsonl is a symbolic link to a missing file"):
-        expand(logs)
+        expand(logs, suffixes=(".jsonl",))

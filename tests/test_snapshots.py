@@ -265,6 +265,32 @@ def test_a_snapshot_with_another_token_layout_is_refused_before_any_work(tmp_pat
     assert named.is_file() and load_tokenizer(str(named)).sha256 == top["tokenizer"]["sha256"]
 
 
+@pytest.mark.parametrize("fmt", ["packed", "mds", "megatron"])
+def test_every_token_format_appends_with_the_same_settings_and_a_reader_survives_the_append(tmp_path, fmt):
+    """Found in review of the token-layout check: mds manifests always say int32 and megatron's hold no pad
+    id, so a second day with the same settings was refused; and the loader's rewrite check failed a reader
+    of the union after a nightly append, which rewrites only the top manifest (the shards it read stay)."""
+    from datakit.loader import PackedDataset
+    from tests.stages.test_tokenize import TOKENIZER
+
+    tok = {"kind": "tokenize", "tokenizer": TOKENIZER, "seq_len": 64}
+    union = None
+    for day, rows in (("2026-11-01", DAY1), ("2026-11-02", DAY2), ("2026-11-03", DAY3)):
+        p = day_pipeline(tmp_path, day, rows, stages=(tok,), out="o")
+        p.config.output.format = fmt
+        if fmt == "megatron":
+            p.config.output.allow_unmasked = True
+        p.run(workers=1)
+        if fmt == "packed" and day == "2026-11-02":
+            union = PackedDataset(tmp_path / "o")  # a trainer opens the union of two days
+            union[0]
+    top = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert [s["id"] for s in top["snapshots"]] == ["dt=2026-11-01", "dt=2026-11-02", "dt=2026-11-03"]
+    if union is not None:
+        last = union[len(union) - 1]  # day 2's last sequence, unchanged on disk by day 3's append
+        assert len(last["input_ids"]) == 64
+
+
 def test_crash_inside_the_engine_then_rerun_completes(tmp_path, monkeypatch):
     """Killed while the engine commits the snapshot's shards: the union is day 1; the rerun finishes."""
     import datakit.io.sinks as sinks

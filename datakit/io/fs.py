@@ -78,13 +78,13 @@ def expand(paths: str | Iterable[str], suffixes: tuple[str, ...] = ()) -> list[s
         fs, p = filesystem(raw)
         try:
             if any(c in p for c in _GLOB_CHARS):
-                matched = _local_glob(p) if fs is LOCAL else fs.glob(p)
-                _refuse_broken_links(fs, matched)
+                matched = [f for f in (_local_glob(p) if fs is LOCAL else fs.glob(p)) if _wanted(f, suffixes)]
+                _refuse_broken_links(fs, matched)  # (only among the files the input would read)
                 found = [f for f in matched if fs.isfile(f)]
             elif fs.isdir(p):
-                found = _local_find(p) if fs is LOCAL else fs.find(p)
+                found = [f for f in (_local_find(p) if fs is LOCAL else fs.find(p))
+                         if not _hidden(f, p) and _wanted(f, suffixes)]
                 _refuse_broken_links(fs, found)
-                found = [f for f in found if not _hidden(f, p)]
             elif fs.exists(p):
                 found = [p]
             else:
@@ -106,6 +106,10 @@ def expand(paths: str | Iterable[str], suffixes: tuple[str, ...] = ()) -> list[s
     return sorted(out)
 
 
+def _wanted(path: str, suffixes: tuple[str, ...]) -> bool:
+    return not suffixes or path.endswith(suffixes)
+
+
 def _local_find(root: str, depth: int | None = None) -> list[str]:
     """Every file below the local folder `root` (at most `depth` folders down), through symbolic links to
     folders, each real folder once (a link back up the tree is not followed again).
@@ -116,6 +120,7 @@ def _local_find(root: str, depth: int | None = None) -> list[str]:
     out: list[str] = []
     seen: set[str] = set()
     root = root.rstrip("/") or "/"
+    inside = os.path.realpath(root).rstrip("/") + "/"
     for folder, subfolders, files in os.walk(root, followlinks=True):
         real = os.path.realpath(folder)
         if real in seen:
@@ -125,6 +130,12 @@ def _local_find(root: str, depth: int | None = None) -> list[str]:
         out.extend(f"{folder}/{f}" for f in files)
         if depth is not None and folder[len(root):].count("/") >= depth - 1:
             subfolders[:] = []
+            continue
+        # a link to a folder of this tree (data/latest -> dt=2026-11-02, a loop back up) is an alias: the
+        # folder is listed under its own name only, whichever the walk would meet first (a file's name is
+        # part of the run's identity and its locators); sorted, so the walk is the same on every filesystem
+        subfolders[:] = sorted(d for d in subfolders if not (os.path.islink(f"{folder}/{d}") and
+                                                             (os.path.realpath(f"{folder}/{d}") + "/").startswith(inside)))
     return out
 
 

@@ -157,17 +157,19 @@ def check_order(top: dict[str, Any] | None, snapshot: str) -> None:
 # what a token dataset's readers take from its one manifest for every shard: a snapshot that differs
 # in any of them cannot join the union (its ids would be read with another tokenizer, its rows with
 # another length)
-TOKEN_LAYOUT = ("format", "seq_len", "dtype", "pad_id", "tokenizer sha256")
+# (the token dtype and pad id follow from the tokenizer and the format; each format records them its own way:
+# mds always int32, megatron no pad id)
+TOKEN_LAYOUT = ("format", "seq_len", "tokenizer sha256")
 
 
-def token_layout(format: str, seq_len: Any, dtype: Any, pad_id: Any, sha256: Any) -> dict[str, Any]:
+def token_layout(format: str, seq_len: Any, sha256: Any) -> dict[str, Any]:
     """The fields of TOKEN_LAYOUT, as `check_same_tokens` compares them."""
-    return dict(zip(TOKEN_LAYOUT, (format, seq_len, str(dtype) if dtype is not None else None, pad_id, sha256)))
+    return dict(zip(TOKEN_LAYOUT, (format, seq_len, sha256)))
 
 
 def check_same_tokens(out: str, top: dict[str, Any] | None, snapshot: str, mine: dict[str, Any] | None) -> None:
     """A `SnapshotError` before any work when this run's token layout (`token_layout`: format, seq_len,
-    token dtype, pad id, tokenizer sha256) differs from the committed snapshots'.
+    tokenizer sha256) differs from the committed snapshots'.
 
     Why: found in review, a day appended with another tokenizer committed with exit 0, and the union's
     one manifest then named only the new tokenizer: every earlier day's ids decoded to garbage with it;
@@ -179,8 +181,7 @@ def check_same_tokens(out: str, top: dict[str, Any] | None, snapshot: str, mine:
     first = min(others, key=lambda s: s["seq"])
     fs, p = filesystem(f"{out.rstrip('/')}/{first['path']}/manifest.json")
     m = json.loads(fs.cat_file(p))
-    theirs = token_layout(m.get("format"), m.get("seq_len"), m.get("dtype"), m.get("pad_id"),
-                           (m.get("tokenizer") or {}).get("sha256"))
+    theirs = token_layout(m.get("format"), m.get("seq_len"), (m.get("tokenizer") or {}).get("sha256"))
     diff = [f"{k} {theirs[k]!r} there, {mine[k]!r} here" for k in TOKEN_LAYOUT if theirs[k] != mine[k]]
     if diff:
         raise SnapshotError(
