@@ -226,8 +226,10 @@ def _dead_worker(ex: Any, running: list[tuple[int, str]], items: list, label: Ca
         return None
     i, pid, code = next((e for e in ended if e[2] != -signal.SIGTERM), ended[0])
     if code < 0:
-        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else f"signal {-code}"
-        how = f"was killed by {name}"
+        try:
+            how = f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            how = f"was killed by signal {-code}"
         if -code == signal.SIGKILL:
             how += (" (on Linux most often the kernel's out-of-memory killer: see `dmesg` or the container's "
                     "memory limit; fewer workers or a lower DATAKIT_JOIN_MEMORY_MB lower the peak)")

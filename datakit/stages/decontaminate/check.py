@@ -248,11 +248,13 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
             ok = rule.passes(m.shared, tot, m.loose)
             for j in np.nonzero(~ok & rule.near(m.shared, tot, m.loose))[0].tolist():
                 it, got = int(m.items[j]), int(m.loose[j])
-                doc = tb.doc_id(int(m.rows[j]))
                 was = near.get(it)
+                if got <= 0 or (was is not None and got < was[0]):
+                    continue
+                doc = tb.doc_id(int(m.rows[j]))
                 # ties go to the smallest document name, whatever order the rows came in (the report's
                 # bytes depended on it: found in review)
-                if got > 0 and (was is None or got > was[0] or (got == was[0] and doc < was[1])):
+                if was is None or got > was[0] or doc < was[1]:
                     near[it] = (got, doc)
             if not ok.any():
                 continue

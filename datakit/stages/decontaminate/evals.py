@@ -99,10 +99,16 @@ def load_eval(spec: str, fields: Sequence[str] | None = None, id_field: str | No
     rows: list[dict] = []
     for url in files:
         rows.extend(_read_rows(url))
+    return _from_rows(name or file_name(path), path, rows, list(fields) if fields else None, id_field)
+
+
+def file_name(path: str) -> str:
+    """An eval file's name when none is given: without folders and data suffixes (evals/mybench.jsonl.gz ->
+    mybench)."""
     stem = PurePosixPath(path.split("://", 1)[-1]).name
     for suffix in (".gz", ".zst", ".jsonl", ".json", ".parquet"):
         stem = stem.removesuffix(suffix)
-    return _from_rows(name or stem, path, rows, list(fields) if fields else None, id_field)
+    return stem
 
 
 def _read_rows(url: str) -> list[dict]:

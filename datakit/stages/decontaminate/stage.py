@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from datakit.plan import DROP, DROP_DETAIL, METRICS, Rel, metrics_column
 from datakit.stages.base import CompileContext, StageConfig, register_stage
 from datakit.stages.texts import RECORD_TEXT_COLUMNS, with_texts
-from datakit.stages.decontaminate.evals import _NAMED, EvalSet, load_eval
+from datakit.stages.decontaminate.evals import _NAMED, EvalSet, file_name, load_eval
 from datakit.stages.decontaminate.matcher import (BatchMatches, EvalTable, Rule, default_rule, match_batch, merge_spans,
                                              text_sources)
 from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS, NORMALIZATIONS, flags_of
@@ -81,7 +81,7 @@ def load_evals(specs: list[str | EvalSpec], ctx: CompileContext | None = None,
             named = _NAMED.match(s)
             name, target = (named.group(1), named.group(2)) if named else (None, s)
             is_file = any(c in target for c in "/\\") or target.endswith((".jsonl", ".parquet", ".json", ".gz", ".zst"))
-            keys = [k for k in (name, None if is_file else target, _file_name(target) if is_file else None) if k]
+            keys = [k for k in (name, None if is_file else target, file_name(target) if is_file else None) if k]
             key = next((k for k in keys if k in scoped), None)
             if key is not None:
                 used.add(key)
@@ -96,14 +96,6 @@ def load_evals(specs: list[str | EvalSpec], ctx: CompileContext | None = None,
     if dup:
         raise ValueError(f"eval names must be unique; repeated: {', '.join(dup)} (use name=path)")
     return out
-
-
-def _file_name(path: str) -> str:
-    """An eval file's name without folders and data suffixes (evals/mybench.jsonl.gz -> mybench)."""
-    base = path.replace("\\", "/").rsplit("/", 1)[-1]
-    for suffix in (".gz", ".zst", ".jsonl", ".json", ".parquet"):
-        base = base.removesuffix(suffix)
-    return base
 
 
 @register_stage
