@@ -294,3 +294,30 @@ def test_words_that_are_never_names_open_no_paragraph_and_are_not_kept() -> None
 def test_environment_records_what_ner_reads(fn) -> None:
     """The manifest (and so the config hash) changes when what NER reads changes."""
     assert fn.environment()["ner"]["reads"] == fn.person.READS >= 2
+
+
+def test_a_long_paragraph_run_is_read_in_pieces_cut_between_words() -> None:
+    """spaCy refuses a text over its `max_length`; a run longer than `NER_MAX_CHARS` is cut at the last
+    paragraph break, else line break, sentence end or space of a piece's second half."""
+    from datakit.stages.scrub_pii.ner import ner_pieces
+
+    assert ner_pieces("short text", 100) == [(0, 10)]
+    text = "Anna fixed it. " * 20  # 300 characters, sentence ends every 15
+    pieces = ner_pieces(text, 100)
+    # the last sentence end (with its space) within 100 characters: six sentences a piece
+    assert [text[a:b] for a, b in pieces] == ["Anna fixed it. " * 6] * 3 + ["Anna fixed it. " * 2]
+    assert all(b - a <= 100 for a, b in pieces) and "".join(text[a:b] for a, b in pieces) == text
+    para = "x" * 60 + "\n\n" + "y" * 80
+    assert ner_pieces(para, 100) == [(0, 62), (62, 142)]  # a paragraph break beats a later space or none
+    assert ner_pieces("z" * 250, 100) == [(0, 100), (100, 200), (200, 250)]  # nowhere to cut: at the limit
+
+
+def test_a_chat_turn_longer_than_spacys_limit_is_scrubbed_not_a_failed_run(fn) -> None:
+    """Found in review: one pasted 1 MB chat turn of prose ("Sato fixed the Parser today. " * 35000) made
+    spaCy raise E088 (text over its 1,000,000-character `max_length`) and the whole run exited 3."""
+    nlp = ner_pipeline(MODEL)[0]
+    text = "Yes, Maria Garcia fixed the parser today. " * 25_000  # 1,050,000 characters
+    assert len(text) > nlp.max_length
+    batch = pa.RecordBatch.from_pylist([_rec("long", "sft", [(text, True, "user")])], schema=TRAINING_RECORD_V1)
+    out = fn(batch).to_pylist()[0]["segments"][0]["text"]
+    assert "Maria Garcia" not in out and out.count("<PERSON>") == 25_000

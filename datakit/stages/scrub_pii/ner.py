@@ -238,6 +238,35 @@ def name_paragraphs(text: str) -> list[tuple[int, int]]:
     return runs
 
 
+# the longest text one spaCy call reads. Why: spaCy refuses a text over `nlp.max_length` (1,000,000
+# characters) with a ValueError that failed the whole run (one pasted 1 MB chat turn of prose, found in
+# review), and its memory grows with the text; a longer paragraph run is read in pieces cut at the last
+# paragraph break, line break, sentence end or space before this many characters
+NER_MAX_CHARS = 100_000
+_CUTS = (re.compile(r"\n[ \t\r\f\v]*\n"), re.compile(r"\n"), re.compile(r"[.!?][ \t]"), re.compile(r"\s"))
+
+
+def ner_pieces(text: str, limit: int = NER_MAX_CHARS) -> list[tuple[int, int]]:
+    """(start, end) pieces of `text`, each at most `limit` characters, cut where a name is least likely
+    to be split: the last paragraph break in a piece's second half, else line break, sentence end,
+    whitespace, else at `limit` itself. One piece for a text that fits (the usual case)."""
+    pieces: list[tuple[int, int]] = []
+    pos = 0
+    while len(text) - pos > limit:
+        end = pos + limit
+        for cut in _CUTS:
+            last = None
+            for m in cut.finditer(text, pos + limit // 2, end):
+                last = m
+            if last is not None:
+                end = last.end()
+                break
+        pieces.append((pos, end))
+        pos = end
+    pieces.append((pos, len(text)))
+    return pieces
+
+
 def _blank_code(text: str) -> str:
     """`text` with code spans replaced by spaces (newlines kept), so NER sees only prose, same offsets."""
     if "`" not in text:  # most turns hold no code: no regex pass
@@ -314,7 +343,8 @@ class PersonNameScanner:
         jobs: list[tuple[int, int, str]] = []  # (text index, offset, paragraph run)
         for i, t in enumerate(texts):
             blanked = _blank_code(t)
-            jobs.extend((i, a, blanked[a:b]) for a, b in name_paragraphs(blanked))
+            jobs.extend((i, a + s, blanked[a + s : a + e]) for a, b in name_paragraphs(blanked)
+                        for s, e in ner_pieces(blanked[a:b]))
         out: list[list[Finding]] = [[] for _ in texts]
         if not jobs:
             return out
