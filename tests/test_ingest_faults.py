@@ -119,6 +119,35 @@ def test_parquet_glob_with_foreign_schema_and_corrupt_file(tmp_path):
         ("b.parquet", "missing_field"), ("c.parquet", "unreadable_file"), ("d.parquet", "bad_value")}
 
 
+def test_parquet_damaged_page_keeps_the_rows_read_and_is_one_truncated_file_row(tmp_path):
+    """Found in review: pyarrow reports an undecodable page as a plain OSError ("Corrupt snappy
+    compressed data."), which was taken for a storage failure: the run exited 3."""
+    d = tmp_path / "in"
+    d.mkdir()
+    pq.write_table(_event_columns([make_event(i) for i in range(50)]), tmp_path / "ok.parquet", row_group_size=10)
+    data = bytearray((tmp_path / "ok.parquet").read_bytes())
+    data[len(data) // 3: len(data) // 3 + 200] = b"\xff" * 200
+    (d / "ev.parquet").write_bytes(bytes(data))
+    st, q = _run(tmp_path, d / "ev.parquet", "parquet")
+    assert st["dropped"] == {"truncated_file": 1} and st["rows_out"] < 50
+    assert st["rows_in"] == st["rows_out"] + 1  # the rows of the batches read before the page, plus the reason row
+    assert [r["reason"] for r in q] == ["truncated_file"]
+
+
+def test_only_pyarrows_own_errors_count_as_damaged_parquet():
+    from datakit.io.readers import _parquet_damage
+
+    assert _parquet_damage(OSError("Corrupt snappy compressed data."))
+    assert _parquet_damage(pa.ArrowInvalid("Parquet magic bytes not found"))
+    # what the storage stack raises stays an error: an OS read failure, s3fs's unknown error, its mapped ones
+    assert not _parquet_damage(OSError(5, "Input/output error"))
+    assert not _parquet_damage(PermissionError("Access Denied"))
+    assert not _parquet_damage(TimeoutError())
+    wrapped = OSError("read failed")
+    wrapped.__cause__ = ConnectionResetError(104, "reset")
+    assert not _parquet_damage(wrapped)
+
+
 def test_parquet_typed_timestamps_still_accepted(tmp_path):
     evs = [make_event(i) for i in range(3)]
     t = _event_columns(evs)

@@ -358,5 +358,14 @@ def iter_parquet_rows(url: str, batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterato
 
 def _parquet_damage(e: BaseException) -> bool:
     """pyarrow's own errors mean the bytes are not (valid) Parquet; errors raised by the storage
-    stack under it (botocore, aiohttp, s3fs) mean reading failed and must not pass as bad input."""
-    return (type(e).__module__ or "").startswith("pyarrow")
+    stack under it (botocore, aiohttp, s3fs) mean reading failed and must not pass as bad input.
+
+    pyarrow reports a page it cannot decode ("Corrupt snappy compressed data.", "Invalid
+    BYTE_ARRAY value") as a plain `OSError` with no errno, which is how its IOError status without
+    an OS error code reaches Python; an operating system's read failure carries its errno, s3fs
+    gives an unknown error EIO or a subclass (PermissionError, FileNotFoundError, TimeoutError), and
+    an exception a Python file object raised comes back as itself. Such a page was reported as a
+    storage error and failed the run with exit 3 (found in review)."""
+    if (type(e).__module__ or "").startswith("pyarrow"):
+        return True
+    return type(e) is OSError and e.errno is None and e.__cause__ is None
