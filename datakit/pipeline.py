@@ -27,7 +27,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from datakit import contracts
-from datakit.io.fs import expand
+from datakit.io.fs import expand, from_cwd
 from datakit.plan import ByValue, MapBatches, Plan, Rel, SinkSpec, StageSpan, source
 from datakit.stages.base import CompileContext, StageConfig, spelled_kind, stage_class
 
@@ -272,6 +272,8 @@ class Pipeline:
                 history: list[dict[str, Any]] | None = None) -> Plan:
         """Turn the config into a logical plan (resolving globs now, so errors come early).
 
+        `input_override`/`output_override` replace the file's paths; relative ones are relative to the
+        current folder, as any path a program passes (the file's own paths: to the file's folder).
         `history`: in append mode, the committed snapshots (top-manifest entries) this run's dedup
         stage deduplicates against (see `datakit.io.snapshots.history`)."""
         from datakit.io.identity import base_environment, code_digests
@@ -279,6 +281,7 @@ class Pipeline:
         cfg = self.config
         if cfg.input is None:
             raise PipelineError(f"{cfg.name}: no input (set `input:` or call .input())")
+        input_override, output_override = _from_caller(input_override), _from_caller(output_override)
         ctx = CompileContext(seed=cfg.seed, base_dir=self.base_dir, environment=base_environment())
         ctx.history = history
         if cfg.output is not None and isinstance(cfg.output.quality, str):
@@ -419,8 +422,12 @@ class Pipeline:
         """Compile and execute; returns the engine's `RunResult` (per-stage counts, manifest, output path).
 
         `report=True` also writes OUTPUT/_report.html (plots of counts, lengths, findings; `datakit run`
-        does by default). It is a view of `_run.json`, not data, so it is not part of the config."""
+        does by default). It is a view of `_run.json`, not data, so it is not part of the config.
+        A relative `input`/`output` is relative to the current folder (found in review: the
+        spark-submit example driver's `--output out` was written beside the pipeline file)."""
         from datakit.run_timing import RunTimer
+
+        input, output = _from_caller(input), _from_caller(output)
 
         timer = RunTimer()  # every second of the run, by phase: `timing` in _run.json
         t = time.perf_counter()
@@ -653,3 +660,10 @@ def _after_commit(out: str, what: str, write: Any) -> Any:
         log.warning(
             "the dataset at %s is committed, but its %s could not be written: %s", out, what, storage.short_reason(e))
         return None
+
+
+def _from_caller(paths: str | list[str] | None) -> Any:
+    """Override paths a caller passed (`run`, `compile`), relative ones joined to the current folder."""
+    if paths is None:
+        return None
+    return from_cwd(paths) if isinstance(paths, str) else [from_cwd(p) for p in paths]

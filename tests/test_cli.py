@@ -55,6 +55,22 @@ def test_relative_override_paths_are_relative_to_the_current_folder(pipeline_fil
     assert r.returncode == 0, r.stderr and (tmp_path / "out" / "manifest.json").exists()
 
 
+def test_python_api_overrides_are_relative_to_the_current_folder(pipeline_file, tmp_path, monkeypatch):
+    """Found in review: examples/spark_driver.py passes `--output out` to `Pipeline.run`, which put it
+    beside the pipeline file; a path a program passes means what `open()` would."""
+    from datakit import Pipeline
+
+    here = tmp_path / "elsewhere"
+    here.mkdir()
+    write_jsonl(here / "in" / "b.jsonl", [make_event(i) for i in range(3)])
+    monkeypatch.chdir(here)
+    p = Pipeline.from_yaml(pipeline_file)
+    assert p.compile(input_override="in/*.jsonl").config["input"]["path"] == str(here / "in" / "*.jsonl")
+    res = p.run(input="in/*.jsonl", output="rel-out", workers=1)
+    assert res.output_path == str(here / "rel-out") and res.stages[0]["rows_out"] == 3
+    assert (here / "rel-out" / "manifest.json").exists() and not (tmp_path / "rel-out").exists()
+
+
 @pytest.mark.parametrize("args, needle", [
     (["run", "missing.yaml"], "not found"),
     (["run", "{pf}", "--input", "/nonexistent/*.jsonl"], "no input files match"),

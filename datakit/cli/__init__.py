@@ -15,7 +15,6 @@ if sys.argv[:1] == ["-m"]:  # `python -m datakit.cli` is being started: restart 
 
 import json  # noqa: E402
 import logging  # noqa: E402
-import os  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import List, Optional  # noqa: E402
 
@@ -63,14 +62,6 @@ def _print_stages(stages: list[dict]) -> None:
         t.add_row(s["name"], str(s["rows_in"]), str(s["rows_out"]), str(s.get("emitted", "")), dropped,
                   f"{s['seconds']:.2f}")
     Console(stderr=False, width=max(100, Console().width)).print(t)
-
-
-def _from_cwd(path: str) -> str:
-    """A command-line path as the shell means it: a relative local path joined to the current folder."""
-    if "://" in path:
-        return path
-    path = os.path.expanduser(path)
-    return path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
 
 
 def _conf_pairs(conf: List[str]) -> dict[str, str]:
@@ -159,10 +150,8 @@ def run(
                         conf=_conf_pairs(conf or []))
         else:
             _fail(f"unknown engine {engine!r}; choose local or spark")
-        # paths typed on the command line are the shell's: relative to the current folder (the file's own
-        # paths stay relative to the file); found in review: --output out/x wrote beside the pipeline file
-        output = _from_cwd(output) if output else output
-        input = [_from_cwd(i) for i in input] if input else input
+        # paths typed on the command line are the shell's: relative to the current folder, as `Pipeline.run`
+        # takes them (the file's own paths stay relative to the file)
         result = p.run(engine=engine, input=list(input) if input else None, output=output, report=report,
                        snapshot=snapshot, **opts)
     except (PipelineError, InputError, EngineOptionError) as e:
@@ -243,7 +232,7 @@ def explain(
     from datakit.pipeline import Pipeline, PipelineError
 
     try:
-        override = [_from_cwd(i) for i in input] if input else None
+        override = list(input) if input else None  # relative to the current folder (`Pipeline.compile`)
         typer.echo(Pipeline.from_yaml(pipeline).explain(format, input_override=override))
     except (PipelineError, InputError) as e:
         _fail(str(e))

@@ -182,6 +182,16 @@ def _hidden(path: str, root: str) -> bool:
     return any(part.startswith((".", "_")) for part in rel.split("/"))
 
 
+def from_cwd(path: str) -> str:
+    """A path given by a program or a command line, as its caller means it: a relative local path joined
+    to the current folder (a URL and an absolute path unchanged). Paths inside a pipeline file are
+    resolved against the file's folder instead (`CompileContext.resolve`)."""
+    if "://" in path:
+        return path
+    path = os.path.expanduser(path)
+    return path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
+
+
 def open_file(url: str, mode: str = "rb"):
     """Open a file on any storage (no transparent decompression: readers decide)."""
     if is_plain_local(url):
