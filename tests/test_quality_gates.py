@@ -166,6 +166,12 @@ def test_validate_cli_exit_codes(tmp_path):
         assert r.output.startswith("datakit: error:") and path.name in r.output
         assert len(r.output.strip().splitlines()) == 1
         path.write_bytes(original)
+    # found in review: a data file the manifest lists but the folder lacks printed `datakit: error: 2`
+    missing = Path(good) / "part-00001.parquet"
+    missing.rename(tmp_path / "aside.parquet")
+    r = runner.invoke(app, ["validate", good, "--suite", "training_record.v1", "--workers", "1"])
+    assert r.exit_code == 2 and r.output.strip() == (f"datakit: error: {good}: data file part-00001.parquet is "
+                                                     "missing (the dataset is incomplete; rerun the pipeline)")
 
 
 # --------------------------------------------------------------------------- expect: inside a run

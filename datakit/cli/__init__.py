@@ -292,8 +292,8 @@ def validate(
 
     try:
         res = validate_path(path, list(suite) if suite else None, engine, **opts)
-    except (FileNotFoundError, InputError, ValueError) as e:
-        _fail(str(e.args[0] if e.args else e))
+    except (FileNotFoundError, InputError, ValueError) as e:  # (an OSError's first arg is its errno)
+        _fail(str(e.args[0] if e.args and not isinstance(e, OSError) else e))
     except Exception as e:  # a damaged shard, a failed engine: one line, exit 3 (1 means a check failed)
         _fail_engine_error(e, path)
         raise
