@@ -15,6 +15,7 @@ from typing import Any, Sequence
 from datakit.engines import get_engine
 from datakit.io import tempwork
 from datakit.io.fs import remove_tree
+from datakit.io.verify import verify_if_committed
 from datakit.stages.decontaminate.index import FP_BITS, IndexInfo, index_plan, info_of, publish, source_stamps, write_sources
 from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS
 
@@ -45,6 +46,8 @@ def build_index(data: str | Sequence[str], out_path: str, ngram: int = 13,
     if partition_bits is not None and not 1 <= partition_bits <= 12:
         raise ValueError("partition_bits must be 1..12")
     paths = [data] if isinstance(data, str) else list(data)
+    for p in paths:
+        verify_if_committed(str(p))  # an index of a dataset missing a file would answer for rows it never saw
     if engine == "local":
         # explicit: the plan's Source is a list of tiny unit files, which the small-input rule would run in-process
         workers = max(1, workers or usable_cpus())

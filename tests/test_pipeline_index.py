@@ -144,3 +144,34 @@ def test_retract_takes_the_run_record_and_its_views_with_the_dataset(tmp_path):
     assert sorted(p.name for p in out.rglob("*") if p.is_file()) == ["data.keep"]
     (out / "_report.html").write_text("old")  # a view alone is not a dataset
     assert retract(str(out)) is False and not (out / "_report.html").exists()
+
+
+def test_a_committed_dataset_missing_a_data_file_is_refused_and_the_rebuild_hint_runs(tmp_path):
+    """Found in review: `contamination-check --data` on a copy of a records dataset missing one of its
+    data files checked the rest and gave a verdict without a word (a packed one is refused); and the
+    stale-index warning's `datakit build-index DATA INDEX` was itself a usage error."""
+    clean = "\n".join(f"def helper_{i}(a, b):\n    return a * {i} + b\n" for i in range(40))
+    rows = [_record(f"{i:04d}", clean + f"# {i}\n") for i in range(6)] + [_record("0099", _humaneval_prompt(3))]
+    src = tmp_path / "records.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=TRAINING_RECORD_V1), src)
+    out = tmp_path / "out"
+    Pipeline("idx").input(str(src), format="parquet", schema="training_record.v1").output(
+        str(out), shards=3, index=True).run(workers=1)
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "datakit.cli", *args], capture_output=True, text=True)
+
+    extra = out / "data" / "late.parquet"  # a file the index never saw: the index is stale, the hint is given
+    pq.write_table(pa.Table.from_pylist(rows[:1], schema=TRAINING_RECORD_V1), extra)
+    r = cli("contamination-check", "--data", str(out), "--eval", "humaneval")
+    assert r.returncode == 1 and f"`datakit build-index {out}`" in r.stderr, r.stderr
+    r = cli("build-index", str(out))  # the hint, as printed
+    assert r.returncode == 0, r.stderr
+    extra.unlink()
+    shard = next((out / "data").glob("*.parquet"))
+    shard.rename(tmp_path / "aside.parquet")
+    r = cli("contamination-check", "--data", str(out), "--eval", "humaneval", "--no-index")
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert f"data file data/{shard.name} is missing" in r.stderr
+    r = cli("build-index", str(out))  # nor is an index built from what is left
+    assert r.returncode == 2 and f"data file data/{shard.name} is missing" in r.stderr, r.stderr

@@ -7,6 +7,7 @@ file); on request (`checksums=True`) each file's sha256 is compared too (reads e
 """
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from datakit.io.atomic import sha256_file
@@ -37,3 +38,23 @@ def verify_dataset(path: str, manifest: dict[str, Any], checksums: bool = False)
             if checksums and name in hashes and sha256_file(f"{root}/{name}") != hashes[name]:
                 raise DatasetVerifyError(f"{root}: data file {name} fails its sha256 check (changed since it "
                                          "was committed; rerun the pipeline)")
+
+
+def verify_if_committed(path: str) -> None:
+    """`verify_dataset` for a folder that is a committed datakit dataset (its manifest lists shards);
+    nothing for plain files, folders of someone else's files, or globs.
+
+    Why the contamination check and the index build call it: both read a folder's files as they find
+    them, and found in review, a copy of a records dataset missing one of its four data files was
+    checked (1,726 of 2,255 documents) and given a verdict without a word, where a packed dataset
+    is refused. An index built from such a copy would then answer "clean" for the missing rows."""
+    if any(c in path for c in "*?["):
+        return
+    fs, p = filesystem(path)
+    manifest = f"{p.rstrip('/')}/manifest.json"
+    try:
+        m = json.loads(fs.cat_file(manifest)) if fs.isdir(p) and fs.exists(manifest) else None
+    except (OSError, ValueError):
+        m = None
+    if isinstance(m, dict) and isinstance(m.get("shards"), list):
+        verify_dataset(path, m)

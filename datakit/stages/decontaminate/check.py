@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from datakit.io.fs import InputError, expand
+from datakit.io.verify import verify_if_committed
 from datakit.io.records import DATA_SUFFIXES, LINE_COLUMN, data_files, is_packed, iter_tables
 from datakit.stages.decontaminate.evals import EvalSet
 from datakit.stages.decontaminate.matcher import (EvalTable, TextSource, default_rule, match_batch, merge_spans,
@@ -345,11 +346,12 @@ def _plan_inputs(paths: list[str], ngram: int | None, flags_req: int | None, tex
                     plan.append(("index", p, idx))
                     continue
                 log.warning("not using the n-gram index %s: %s; scanning the data instead (rebuild it with "
-                            "`datakit build-index %s %s`)", side, stale, p, side)
+                            "`datakit build-index %s`)", side, stale, p)
         if is_packed(p):
             plan.append(("packed", p, None))
             continue
         expand(p, suffixes=DATA_SUFFIXES)  # fail fast (exit 2) on a missing input, before any work
+        verify_if_committed(p)  # a datakit dataset missing a file is refused (exit 2), not half-checked
         plan.append(("scan", p, None))
     idx_settings = {(x.ngram, x.flags) for k, _, x in plan if k == "index"}
     if len(idx_settings) > 1:
