@@ -338,7 +338,7 @@ class Pipeline:
             try:
                 last = i == len(cfg.stages) - 1
                 lengths = last or cfg.stages[i + 1].kind == "tokenize"  # the report's length histograms
-                out = self._quality_nodes(out, stage, last, lengths, checks)
+                out = self._quality_nodes(out, stage, last, lengths, checks, [s.kind for s in cfg.stages[:i + 1]])
             except ValueError as e:
                 raise PipelineError(f"{where}: expect: {e.args[0] if e.args else e}") from None
             spans.append(StageSpan(name=name, kind=stage.kind, input=rel.node, output=out.node, emits=stage.emits))
@@ -392,7 +392,7 @@ class Pipeline:
         return plan
 
     def _quality_nodes(self, rel: Rel, stage: StageConfig, last: bool, lengths: bool,
-                       checks: list[dict[str, Any]]) -> Rel:
+                       checks: list[dict[str, Any]], ran: list[str] | None = None) -> Rel:
         """After a stage: its `expect:` checks, the boundary suite (with `output.quality`), the report's profile."""
         from datakit.quality import expect, profile, suites
 
@@ -400,7 +400,7 @@ class Pipeline:
             rel = expect.attach(rel, list(stage.expect), checks)
         o = self.config.output
         if o is not None and o.quality:
-            for suite in suites.boundary_suites(stage.kind, o.quality, last):
+            for suite in suites.boundary_suites(stage.kind, o.quality, last, ran or [stage.kind]):
                 n = len(checks)
                 applies = suites.expectations(suite, rel.schema)
                 if isinstance(o.quality, str) and suite.get("expectations") and not applies:

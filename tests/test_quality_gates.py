@@ -254,6 +254,34 @@ def test_boundary_suites_run_inside_the_pipeline(tmp_path):
         p.run(workers=1)
 
 
+def test_a_suite_that_requires_a_stage_applies_only_where_it_ran(tmp_path):
+    """Found in review: the README's own pipeline (no scrub_pii) failed `datakit validate` on
+    `scrubbed_records`, which names dedup in `after` (scrubbed rows must stay clean through it) and
+    so ran on rows nothing had scrubbed; with `quality: true` it failed the run itself."""
+    from datakit.io.dataset import read_output
+    from datakit.quality.validate import default_suites, validate_path
+
+    key = 'token = "ghp_' + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8" + '"\n'
+    logs = _logs(tmp_path, **{"4": {"suggestion": key}})  # an accepted completion: it reaches the records
+    stages = [{"kind": "ingest"}, {"kind": "extract", "kinds": ["code", "fim", "sft"]}, {"kind": "dedup"}]
+
+    def run(name: str, extra: list[dict]) -> tuple[Path, dict]:
+        p = Pipeline(name).input(logs)
+        for st in stages[:2] + extra + stages[2:]:
+            p = p.add(st)
+        res = p.output(str(tmp_path / name), shards=1, quality=True).run(workers=1)
+        return tmp_path / name, {s["name"]: {r.get("suite") for r in s.get("expectations", [])} for s in res.stages}
+
+    out, suites = run("plain", [])  # the key stays (nothing scrubs), and no suite says otherwise
+    assert "ghp_" in json.dumps(read_output(str(out)).to_pylist())
+    assert "scrubbed_records" not in suites["dedup"] and "deduplicated_records" in suites["dedup"]
+    assert "scrubbed_records" not in default_suites(json.loads((out / "manifest.json").read_text()))
+    assert validate_path(str(out), engine="local", workers=1)["success"]
+    out, suites = run("scrubbed", [{"kind": "scrub_pii", "ner": "off"}])
+    assert "scrubbed_records" in suites["scrub_pii"] and "scrubbed_records" in suites["dedup"]
+    assert "scrubbed_records" in default_suites(json.loads((out / "manifest.json").read_text()))
+
+
 def test_expect_is_left_out_of_the_config_when_unused():
     p = Pipeline("x").add({"kind": "ingest"})
     assert "expect" not in p.to_dict()["stages"][0]

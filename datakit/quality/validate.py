@@ -34,9 +34,12 @@ def _row_files(path: str, manifest: dict[str, Any]) -> list[str]:
 
 def default_suites(manifest: dict[str, Any]) -> list[str]:
     """The suites of the boundary the output was written at (its pipeline's last stage kind)."""
+    from datakit.quality.suites import applies_after
+
     stages = (manifest.get("pipeline") or {}).get("stages") or []
-    last = stages[-1].get("kind") if stages else None
-    return [n for n in list_suites() if last in load_suite(n).get("after", [])]
+    kinds = [s.get("kind") for s in stages]
+    last = kinds[-1] if kinds else None
+    return [n for n in list_suites() if applies_after(load_suite(n), last, kinds)]
 
 
 def _schema(url: str) -> pa.Schema:
