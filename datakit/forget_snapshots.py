@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from datakit.io.fs import InputError, filesystem
 from datakit.io.publish import output_lock
-from datakit.io.snapshots import FORGET_DIR, SNAPSHOTS_DIR, _commit_top, _union, read_top
+from datakit.io.snapshots import FORGET_DIR, LAYOUT, SNAPSHOTS_DIR, _commit_top, _union, read_top
 
 _HIST, _VIA = "_dk_hist", "_dk_via"
 
@@ -84,6 +84,22 @@ def _list_digests(optouts: str | list[str]) -> set[str]:
     return list_digests(lists["user_id"], lists["org_id"], lists["event_id"])
 
 
+def _refuse_overwrite_mode(out: str) -> None:
+    """An overwrite-mode dataset is rewritten by its own pipeline, not by `datakit forget`: say so (found in
+    review: the message was append-mode *run*'s, "needs an empty folder ... use another output path", for
+    a command that takes no output path)."""
+    from datakit.io.dataset import read_manifest
+
+    try:
+        m = read_manifest(out)
+    except (InputError, OSError, ValueError):
+        return  # none, or unreadable: read_top says which
+    if m.get("layout") != LAYOUT:
+        raise InputError(f"{out} is an overwrite-mode dataset; `datakit forget` rewrites the snapshots of an "
+                         "append-mode dataset (output mode: append). For this one, add a forget stage to its "
+                         "pipeline and run it again (docs/lineage.md)")
+
+
 def forget(out: str, optouts: str | list[str], engine: str = "local", **engine_options: Any) -> dict[str, Any]:
     """Apply a deletion list (the `forget` stage's files) to every snapshot of `out`; returns
     {snapshot id: rows removed}. Exit-2 errors (one line) for a folder that is not an append-mode
@@ -93,6 +109,7 @@ def forget(out: str, optouts: str | list[str], engine: str = "local", **engine_o
     from datakit.stages.dedup.history import hist_id
 
     out = out.rstrip("/")
+    _refuse_overwrite_mode(out)
     if not read_top(out):  # before the lock, which would create the folder
         raise InputError(f"no append-mode dataset at {out} (manifest.json missing)")
     with output_lock(out):

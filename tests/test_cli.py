@@ -121,8 +121,15 @@ def test_append_mode_snapshot_and_forget_cli(tmp_path):
     assert r.returncode == 0, r.stderr
     assert [s["id"] for s in json.loads((tmp_path / "ds" / "manifest.json").read_text())["snapshots"]] == [
         "dt=2026-11-02", "manual-1"]
+    plain = tmp_path / "plain.yaml"  # an overwrite-mode dataset: forget says what to do with it (found in review)
+    plain.write_text("name: plain\ninput: {path: logs/dt=2026-11-02/*.jsonl}\nstages: [{kind: ingest}]\n"
+                     "output: {path: plain-out}\n")
+    assert _cli("run", plain, "--workers", "1", cwd=tmp_path).returncode == 0
     for args, needle in ((["run", f, "--snapshot", "a/b"], "invalid snapshot id"),
-                         (["forget", tmp_path / "nothing", "--optouts", tmp_path / "x.parquet"], "no append-mode dataset")):
+                         (["forget", tmp_path / "nothing", "--optouts", tmp_path / "x.parquet"], "no append-mode dataset"),
+                         (["forget", "plain-out", "--optouts", "x.parquet"],
+                          "plain-out is an overwrite-mode dataset; `datakit forget` rewrites the snapshots of an "
+                          "append-mode dataset (output mode: append). For this one, add a forget stage")):
         r = _cli(*args, cwd=tmp_path)
         assert r.returncode == 2 and needle in r.stderr, (r.stdout, r.stderr)
         assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
