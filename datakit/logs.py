@@ -109,3 +109,16 @@ def configure(fmt: Format = "text", quiet: bool = False) -> None:
         progress.configure("bar")
         logging.getLogger("datakit").setLevel(logging.WARNING)
     _current.update(fmt=fmt, root=logging.WARNING, datakit=logging.getLogger("datakit").level)
+
+
+def route_hub_logs() -> None:
+    """Send huggingface_hub's log records through the root logger's handlers only (call after importing it).
+
+    Why: the library installs its own stderr handler and also propagates, so every retry warning of a
+    failed download was printed twice, once bypassing the redacting filter (found in review: 23 s of
+    doubled "Name or service not known" lines from `datakit evals pull` offline)."""
+    hub = logging.getLogger("huggingface_hub")
+    for h in list(hub.handlers):
+        if type(h) is logging.StreamHandler:
+            hub.removeHandler(h)
+    hub.propagate = True

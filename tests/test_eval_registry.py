@@ -157,3 +157,29 @@ def test_alternative_layouts_of_one_split_are_read_once(hub, tmp_path):
     (base / "test.jsonl").write_text(json.dumps(rows[0]) + "\n")
     res = check(_data(tmp_path, [rows[0]["reference_code"]]), ["ds1000"])
     assert res.evals[0].items == 1 and res.evals[0].contaminated_items == 1
+
+
+def test_a_failed_download_says_so_once_and_never_asks_to_run_the_same_pull(tmp_path, monkeypatch, caplog):
+    """Found in review: `datakit evals pull` with no network printed every retry warning twice (the
+    library's own handler and ours) and ended telling the user to run `datakit evals pull` on a machine
+    with network. The Hub here is a closed port on loopback (no network is touched) and the retries'
+    sleeps are skipped."""
+    import logging
+
+    import huggingface_hub.constants as hc
+    import huggingface_hub.utils._http as hub_http
+
+    from datakit.stages.decontaminate.registry import EvalError, pull
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(hc, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(hc, "ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setattr(hub_http.time, "sleep", lambda s: None)
+    logging.getLogger("huggingface_hub").addHandler(logging.StreamHandler())  # as the library installs one
+    with caplog.at_level(logging.WARNING), pytest.raises(EvalError) as err:
+        pull(["mbpp-sanitized"])
+    msg = str(err.value)
+    assert "the download from the Hugging Face Hub failed (" in msg and "evals pull" not in msg, msg
+    assert not [h for h in logging.getLogger("huggingface_hub").handlers if type(h) is logging.StreamHandler]
+    assert any("Retrying" in r.getMessage() for r in caplog.records)  # the retries still reach our handlers

@@ -169,11 +169,22 @@ def snapshot(e: HubEval, offline: bool, revision: str | None = None) -> Path:
         from huggingface_hub.errors import LocalEntryNotFoundError
     except ImportError:  # pragma: no cover - huggingface_hub comes with tokenizers
         raise EvalError(f"eval {e.name!r} needs the huggingface_hub package") from None
+    from datakit.logs import route_hub_logs
+
+    route_hub_logs()
+    local_only = offline or hub_offline()
     try:
         return Path(snapshot_download(repo_id=e.repo, repo_type="dataset", revision=revision or e.revision,
                                       allow_patterns=list(e.files), cache_dir=cache_dir(),
-                                      local_files_only=offline or hub_offline()))
-    except LocalEntryNotFoundError:
+                                      local_files_only=local_only))
+    except LocalEntryNotFoundError as ex:
+        if not local_only:  # the download failed and the cache has nothing to fall back on (found in review:
+            # `evals pull` offline told the user to run `evals pull`)
+            cause = ex.__cause__ or ex.__context__
+            why = f"{type(cause).__name__}: {str(cause).splitlines()[0][:160]}" if cause else "no connection"
+            raise EvalError(f"eval {e.name!r} ({e.repo}): the download from the Hugging Face Hub failed ({why}) "
+                            f"and the cache ({cache_dir() or 'default'}) does not hold it; check the network "
+                            f"(or HF_ENDPOINT), or pull on a machine with network and copy the cache") from None
         raise EvalError(f"eval {e.name!r} ({e.repo}) is not in the Hugging Face cache "
                         f"({cache_dir() or 'default'}); run `datakit evals pull {e.name}` on a machine with network "
                         f"and copy the cache") from None

@@ -278,6 +278,9 @@ def _hub_tokenizer(repo: str, revision: str | None) -> tuple[Path, str]:
         from huggingface_hub.errors import LocalEntryNotFoundError
     except ImportError:  # pragma: no cover - huggingface_hub comes with tokenizers
         raise TokenizerError(f"tokenizer {repo!r}: Hub names need the huggingface_hub package") from None
+    from datakit.logs import route_hub_logs
+
+    route_hub_logs()
     cache = os.environ.get("HF_HUB_CACHE") or None
     kw = {"repo_id": repo, "filename": "tokenizer.json", "revision": revision, "cache_dir": cache}
     try:
