@@ -75,3 +75,10 @@ def test_stage_runs_a_teams_presidio_recognizer_file(tmp_path) -> None:
         ScrubPiiConfig(ner="off", extra_recognizers="recs.yaml", policy={"employe_id": "drop"}).build_fn(str(tmp_path))
     with pytest.raises(ValueError, match="cannot load extra_recognizers"):
         ScrubPiiConfig(ner="off", extra_recognizers="missing.yaml").build_fn(str(tmp_path))
+    # found in review: without `supported_languages` presidio said "argument of type 'NoneType' is not iterable"
+    (tmp_path / "nolang.yaml").write_text(EXTRA_YAML.replace("supported_languages: [en]\n", ""))
+    with pytest.raises(ValueError, match=r"nolang.yaml': needs a top-level `supported_languages: \[en\]`"):
+        ScrubPiiConfig(ner="off", extra_recognizers="nolang.yaml").build_fn(str(tmp_path))
+    (tmp_path / "empty.yaml").write_text("supported_languages: [en]\n")
+    with pytest.raises(ValueError, match="needs a top-level `recognizers:` list"):
+        ScrubPiiConfig(ner="off", extra_recognizers="empty.yaml").build_fn(str(tmp_path))

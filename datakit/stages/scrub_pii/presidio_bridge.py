@@ -129,6 +129,26 @@ def ner_analyzer(model: str) -> AnalyzerEngine:
 
 # ---------------------------------------------------------------- a team's own recognizers
 
+def _check_recognizer_file(conf_file: str) -> None:
+    """The shape presidio's recognizer YAML must have, said in our words before presidio reads it.
+
+    Why: presidio reports a file without `supported_languages` as "argument of type 'NoneType' is not
+    iterable" (found in review); the format is in docs/pii.md."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load(open(conf_file, encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise ValueError(f"scrub_pii: cannot load extra_recognizers {conf_file!r}: not YAML "
+                         f"({type(e).__name__})") from None
+    where = f"scrub_pii: extra_recognizers {conf_file!r}"
+    if not isinstance(doc, dict) or not isinstance(doc.get("recognizers"), list) or not doc["recognizers"]:
+        raise ValueError(f"{where}: needs a top-level `recognizers:` list (presidio's recognizer file; see docs/pii.md)")
+    if not isinstance(doc.get("supported_languages"), list) or "en" not in doc["supported_languages"]:
+        raise ValueError(f"{where}: needs a top-level `supported_languages: [en]` (the stage analyzes in English; "
+                         "see docs/pii.md)")
+
+
 class ExtraRecognizers:
     """Recognizers a team declares in presidio's own YAML format, run beside our detectors.
 
@@ -157,6 +177,7 @@ class ExtraRecognizers:
         # presidio silently loads its *default* recognizers when the file does not exist
         if not Path(self.conf_file).is_file():
             raise ValueError(f"scrub_pii: cannot load extra_recognizers {self.conf_file!r}: no such file")
+        _check_recognizer_file(self.conf_file)
         try:
             registry = RecognizerRegistryProvider(conf_file=self.conf_file).create_recognizer_registry()
         except Exception as e:  # presidio raises many types for a bad file; name the file, not a traceback
