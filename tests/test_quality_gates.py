@@ -53,7 +53,7 @@ def records_dataset(root: Path, rows: list[dict], last_stage: str = "dedup", sha
         pq.write_table(part, root / name)
         entries.append({"shard": s, "files": [name], "rows": part.num_rows, "sha256": {name: "x"}})
     manifest = {"format": "parquet", "shards": entries, "rows": len(rows),
-                "pipeline": {"stages": [{"kind": "extract"}, {"kind": last_stage}]}}
+                "pipeline": {"stages": [{"kind": "extract"}, {"kind": "scrub_pii"}, {"kind": last_stage}]}}
     (root / "manifest.json").write_text(json.dumps(manifest))
     return str(root)
 
