@@ -119,6 +119,9 @@ class LoadedTokenizer:
         (one thread, 32 MB of <= 2,000-character documents: 17.6 vs 11.7 CPU-s). A text's ids do
         not depend on the call it is in, so the chunking never changes output.
 
+        A text over ENCODE_CHUNK_CHARS alone (hf) is encoded window by window (`long_text.encode_long`:
+        the same ids; one 8 MB document peaked at 1.38 GB whole and 0.28 GB so).
+
         Why one text's id list at a time (hf): a list of every text's ids, alive at once, is a
         Python int object per token (~13 MB per chunk of short documents) in fresh pymalloc arenas;
         reading each list as it is made reuses the same few objects. `encode_table` over 32 MB of
@@ -136,6 +139,8 @@ class LoadedTokenizer:
         while i < n:
             j, chars = i, 0
             while j < n and j - i < ENCODE_CHUNK_TEXTS and (chars < ENCODE_CHUNK_CHARS or j == i):
+                if j > i and len(texts[j]) > ENCODE_CHUNK_CHARS:  # a text over the limit is a chunk of its own
+                    break
                 chars += len(texts[j])
                 j += 1
             chunks.append((i, j))
@@ -143,12 +148,21 @@ class LoadedTokenizer:
                 oversized.add((i, j))
             i = j
 
-        def encode(chunk: tuple[int, int]) -> list[Any]:
-            # hf: Encodings, whose len() is their token count; tiktoken: the id lists themselves
+        def encode(chunk: tuple[int, int]) -> Any:
+            # hf: Encodings, whose len() is their token count; tiktoken: the id lists themselves;
+            # one text over the chunk limit (hf): its ids, encoded window by window (`long_text`)
             a, b = chunk
+            if self.backend == "hf" and b - a == 1 and len(texts[a]) > ENCODE_CHUNK_CHARS:
+                from datakit.stages.tokenize.long_text import encode_long
+
+                return encode_long(self.impl, texts[a])
             return self._hf_encodings(texts[a:b]) if self.backend == "hf" else self.encode_batch(texts[a:b])
 
         for (i, j), encoded in _ahead(encode, chunks, alone=oversized.__contains__):
+            if isinstance(encoded, np.ndarray):  # one long text's ids
+                lengths[i] = len(encoded)
+                values.append(encoded)
+                continue
             lens = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
             ids_of = map(operator.attrgetter("ids"), encoded) if self.backend == "hf" else encoded
             lengths[i:j] = lens
