@@ -1,4 +1,4 @@
-"""One very long text is encoded window by window (`tokenize/long_text.py`) to the same ids as whole.
+"""One very long text is encoded piece by piece (`tokenize/long_text.py`) to the same ids as whole.
 
 The reference is the library's own whole-text encoding, on tokenizers of each kind a user brings:
 byte-level BPE (GPT-2, StarCoder: the shipped demo tokenizer; Qwen2's NFC + split regex + byte-level
@@ -20,7 +20,7 @@ from datakit.stages.tokenize import long_text
 from datakit.stages.tokenize.long_text import encode_long
 
 DEMO = str(Path(__file__).resolve().parents[2] / "datakit" / "tokenizers" / "demo-bpe.json")
-SMALL = {"window": 3000, "overlap": 600, "margin": 150}
+SMALL = {"piece": 3000, "probe": 300}
 
 
 def _corpus() -> str:
@@ -87,12 +87,12 @@ def test_windows_give_the_whole_texts_ids(kind, text, monkeypatch) -> None:
     monkeypatch.setattr(long_text, "_encode", lambda t, s: calls.append(len(s)) or real(t, s))
     ids = encode_long(tok, text, **SMALL)
     assert ids.dtype == np.int32 and np.array_equal(ids, whole)
-    assert len(text) not in calls  # cut into windows, never encoded whole
-    assert max(calls) <= SMALL["window"] and len(calls) >= len(text) // SMALL["window"]
+    # cut into pieces (four small probes per cut), never encoded whole
+    assert max(calls) <= 3 * SMALL["probe"] and len(calls) == 4 * len(range(3000, len(text) - 1500, 3000))
 
 
 def test_a_piece_longer_than_the_overlap_falls_back_to_the_whole_text(monkeypatch) -> None:
-    """One pre-token (a 20,000-character word) spans every overlap: no offset where both windows agree,
+    """One pre-token (a 20,000-character word) covers the first cut's probes: no pre-token starts there,
     so the text is encoded whole, as the library would."""
     tok = _tokenizer("byte-level-bpe")
     text = "start = 1\n" + "a" * 20_000 + "\nend = 2\n"
@@ -106,8 +106,7 @@ def test_a_piece_longer_than_the_overlap_falls_back_to_the_whole_text(monkeypatc
 
 def test_encode_flat_encodes_a_text_over_the_chunk_limit_in_windows(monkeypatch) -> None:
     """The tokenize stage's path: a text over ENCODE_CHUNK_CHARS alone goes through `encode_long`, and
-    every text keeps its own ids and count (the found-in-measurement case: one 8 MB document peaked at
-    1.38 GB whole, 0.28 GB in windows)."""
+    every text keeps its own ids and count."""
     from datakit.stages.tokenize import tokenizers as toks
 
     tok = toks.load_tokenizer("datakit:demo-bpe")

@@ -119,8 +119,9 @@ class LoadedTokenizer:
         (one thread, 32 MB of <= 2,000-character documents: 17.6 vs 11.7 CPU-s). A text's ids do
         not depend on the call it is in, so the chunking never changes output.
 
-        A text over ENCODE_CHUNK_CHARS alone (hf) is encoded window by window (`long_text.encode_long`:
-        the same ids; one 8 MB document peaked at 1.38 GB whole and 0.28 GB so).
+        A text over ENCODE_CHUNK_CHARS alone (hf) is encoded piece by piece (`long_text.encode_long`:
+        the same ids; one 8 MB document through `datakit run`: peak 1,011 MB whole, 402-424 MB so, CPU
+        2.93-2.96 vs 2.79-2.87 s).
 
         Why one text's id list at a time (hf): a list of every text's ids, alive at once, is a
         Python int object per token (~13 MB per chunk of short documents) in fresh pymalloc arenas;
