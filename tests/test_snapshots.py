@@ -475,3 +475,28 @@ def test_a_redo_that_changes_a_snapshot_withdraws_the_later_ones_until_rerun_in_
     assert dropped(out, "dt=2026-11-02")["e2"][0] == "exact_duplicate_of_history"
     # an unchanged redo withdraws nothing
     assert "withdrawn" not in run_day(tmp_path, "2026-11-02", DAY2).extra
+
+
+def test_a_resumed_snapshot_reuses_no_work_done_against_another_history(tmp_path, monkeypatch):
+    """Found in review: day 3 killed after its tasks finished, day 2 committed (holding a copy of a day-3
+    document), day 3 rerun: it resumed the tasks that had deduplicated against day 1 only, and the copy
+    entered the union twice. The history's state files are part of the run's identity now."""
+    import datakit.io.sinks as sinks
+
+    out = tmp_path / "ds"
+    run_day(tmp_path, "2026-11-01", DAY1)
+    day3 = [rec("x3", words(2000, 2100)), rec("y3", words(3000, 3100))]
+    real = sinks.commit
+
+    def killed(*a, **kw):
+        raise KeyboardInterrupt  # every task of day 3 finished; the process dies before its commit
+
+    monkeypatch.setattr(sinks, "commit", killed)
+    night3 = day_pipeline(tmp_path, "2026-11-03", day3)  # its input written once: the rerun is the same run
+    with pytest.raises(KeyboardInterrupt):
+        night3.run(workers=1)
+    monkeypatch.setattr(sinks, "commit", real)
+    run_day(tmp_path, "2026-11-02", [rec("x2", words(2000, 2100))])  # day 3's x3, seen first on day 2
+    res = night3.run(workers=1)
+    assert res.stage("dedup")["dropped"] == {"exact_duplicate_of_history": 1}
+    assert ids(out) == ["a1", "b1", "c1", "d1", "x2", "y3"]

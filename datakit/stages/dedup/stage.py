@@ -137,8 +137,10 @@ class DedupConfig(StageConfig):
         """Drop duplicates of the history's kept documents first (datakit.stages.dedup.history)."""
         from datakit.stages.dedup import history as h
 
+        read: dict[str, list[str]] = {}  # the state files this run's decisions depend on, by content
         if self.exact:
             files = h.history_files(ctx.history, "exact", self)
+            read["exact"] = [sha or path for path, sha in files]
             if files:
                 rel = h.compile_exact_history(rel, files, _ExactKeyFn(self.text_column, self.exact_normalize, scope))
         m, check = self.minhash, None
@@ -146,11 +148,17 @@ class DedupConfig(StageConfig):
             verify = "exact" if m.verify == "exact" else "signature"
             bands_f = h.history_files(ctx.history, "bands", self)
             side = h.history_files(ctx.history, "texts" if verify == "exact" else "signatures", self)
+            read["bands"], read["side"] = [sha or p for p, sha in bands_f], [sha or p for p, sha in side]
             if bands_f and side:
                 bands, rows = m.band_rows()
                 sig_fn = _SignatureFn(self.text_column, m, scope)
                 check = h.HistVerify(sig_fn, m.num_perm, side, verify, m.threshold)
                 rel = h.compile_near_history(rel, bands_f, sig_fn, _BandFn(m.num_perm, bands, rows, scope), check)
+        # in the config hash, so the resume of a killed run (its work folder, its finished shards) is refused
+        # once the history changed under it: found in review, a day killed mid-run, then another day
+        # committed, then the first resumed, reused tasks deduplicated against the old history and put 293
+        # duplicate pairs in the union
+        ctx.record("history", read)
         return rel, check
 
 
