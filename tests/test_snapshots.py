@@ -500,3 +500,60 @@ def test_a_resumed_snapshot_reuses_no_work_done_against_another_history(tmp_path
     res = night3.run(workers=1)
     assert res.stage("dedup")["dropped"] == {"exact_duplicate_of_history": 1}
     assert ids(out) == ["a1", "b1", "c1", "d1", "x2", "y3"]
+
+
+def _quarantine(folder, raws: list[bytes]) -> None:
+    """Quarantine rows as ingest writes them (a snapshot of a pipeline that reads events has them)."""
+    from datakit.engines.core import QUARANTINE_SCHEMA
+
+    (folder / "_quarantine").mkdir(parents=True, exist_ok=True)
+    rows = [{"stage": "ingest", "reason": "bad_json", "detail": None, "source_file": "logs/a.jsonl",
+             "source_line": i + 1, "raw": r} for i, r in enumerate(raws)]
+    pq.write_table(pa.Table.from_pylist(rows, schema=QUARANTINE_SCHEMA), folder / "_quarantine" / "part-00000.parquet")
+
+
+def test_forget_keeps_its_list_for_withdrawn_and_future_snapshots_and_cleans_side_outputs(tmp_path):
+    """Found in review: a forget while later snapshots were withdrawn (or before a user's first logs)
+    changed no committed snapshot, so it kept no list: rerunning the withdrawn days brought back 101 rows
+    of the deleted user. A user's quarantined raw lines stayed; a rewritten snapshot lost its quarantine,
+    its run's dropped rows and its n-gram index."""
+    from datakit.forget_snapshots import forget
+    from datakit.stages.decontaminate.check import check
+
+    out = tmp_path / "ds"
+
+    def night(day: str, rows: list[dict]) -> Pipeline:
+        inp = write_records(tmp_path / "logs" / f"dt={day}", rows)
+        return (Pipeline("daily").input(inp, format="parquet", schema="training_record.v1").add(dict(DEDUP))
+                .output(str(out), mode="append", index=True))
+
+    night("2026-11-01", [urec("a1", words(0, 100), "keep"), urec("g1", words(200, 300), "gone")]).run(workers=1)
+    night("2026-11-02", [urec("b2", words(400, 500), "keep")]).run(workers=1)
+    night3 = night("2026-11-03", [urec("c3", words(600, 700), "gone"), urec("d3", words(800, 900), "keep")])
+    night3.run(workers=1)
+    snaps = out / "_snapshots"
+    _quarantine(snaps / "dt=2026-11-02", [b'{"user_id": "gone", "oops"', b'{"user_id": "keep", "oops"'])
+    night("2026-11-02", [urec("b2", words(400, 500), "keep"), urec("e2", words(1000, 1100), "keep")]).run(workers=1)
+    assert [w["id"] for w in json.loads((out / "manifest.json").read_text())["withdrawn"]] == ["dt=2026-11-03"]
+    _quarantine(snaps / "dt=2026-11-02", [b'{"user_id": "gone", "oops"', b'{"user_id": "keep", "oops"'])
+
+    pq.write_table(pa.table({"user_id": ["gone", "later"]}), tmp_path / "deletions.parquet")
+    assert forget(str(out), str(tmp_path / "deletions.parquet"), workers=1) == {"dt=2026-11-01": 1, "dt=2026-11-02": 0}
+    top = json.loads((out / "manifest.json").read_text())
+    assert top["forget_lists"] == ["_forget/0001-000-deletions.parquet"]
+    assert not (snaps / "dt=2026-11-03").exists()  # the withdrawn day's files held c3
+    # an untouched snapshot keeps its files, less the listed user's quarantined line
+    assert [r["raw"] for r in pq.read_table(snaps / "dt=2026-11-02" / "_quarantine").to_pylist()] == [
+        b'{"user_id": "keep", "oops"']
+    # the rewritten one keeps its run's side outputs: dropped rows beside forget's, a fresh index
+    new1 = snaps / "dt=2026-11-01~forget-1"
+    assert {r["reason"] for r in pq.read_table(new1 / "_dropped").to_pylist()} == {"opt_out_user"}
+    assert (new1 / "_ngram_index" / "index.json").exists()
+    leak = tmp_path / "leak.jsonl"  # an eval holding the forgotten g1's text: the new index must not know it
+    leak.write_text(json.dumps({"task_id": "g", "prompt": words(200, 300)}) + "\n")
+    res = check(str(out), [str(leak)])
+    assert {d["mode"] for d in res.data} == {"index"} and res.evals[0].contaminated == []
+    # the withdrawn day rerun, and a later user's first night: the kept list applies to both
+    assert night3.run(workers=1).stage("forget")["dropped"] == {"opt_out_user": 1}
+    night("2026-11-04", [urec("f4", words(1200, 1300), "later"), urec("h4", words(1400, 1500), "keep")]).run(workers=1)
+    assert ids(out) == ["a1", "b2", "e2", "d3", "h4"]
