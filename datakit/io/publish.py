@@ -328,20 +328,27 @@ def retract(path: str) -> bool:
 
 
 def sweep(path: str) -> list[str]:
-    """Remove temp files (`.tmp-*`) that interrupted writes left in the folder; returns what went."""
+    """Remove temp files and folders (`.tmp-*`) that interrupted writes left in the folder; returns what went.
+
+    Folders too: a killed n-gram index build leaves its `.tmp-index-*` work folder (units, partitions, a
+    lock file), which a rerun never reused (found in review: 22 files left after a successful rerun)."""
     out = path.rstrip("/")
     fs, p = filesystem(out)
     try:
         fs.invalidate_cache()
-        found = [f for f in fs.find(p) if f.rsplit("/", 1)[-1].startswith(".tmp-")]
+        found = sorted(f for f in fs.find(p, withdirs=True) if f.rstrip("/").rsplit("/", 1)[-1].startswith(".tmp-"))
     except (OSError, FileNotFoundError):
         return []
+    gone: list[str] = []
     for f in found:
+        if any(f.startswith(g.rstrip("/") + "/") for g in gone):
+            continue  # inside a temp folder already removed
         try:
-            fs.rm(f)
+            fs.rm(f, recursive=True)
+            gone.append(f)
         except FileNotFoundError:
             pass
-    return found
+    return gone
 
 
 def remove_work(path: str) -> None:
