@@ -336,7 +336,9 @@ def sweep(path: str) -> list[str]:
     fs, p = filesystem(out)
     try:
         fs.invalidate_cache()
-        found = sorted(f for f in fs.find(p, withdirs=True) if f.rstrip("/").rsplit("/", 1)[-1].startswith(".tmp-"))
+        inside = p.rstrip("/") + "/"  # never the folder itself: an index build's own work folder is `.tmp-index-*`
+        found = sorted(f for f in fs.find(p, withdirs=True)
+                       if f.startswith(inside) and f[len(inside):].rstrip("/").rsplit("/", 1)[-1].startswith(".tmp-"))
     except (OSError, FileNotFoundError):
         return []
     gone: list[str] = []
