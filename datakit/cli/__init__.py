@@ -39,7 +39,7 @@ def _fail(msg: str, code: int = 2) -> None:
 def _fail_engine_error(e: Exception, where: str) -> None:
     """Exit 3 with one line for an engine, Spark or storage failure (a read error of a damaged file
     included); return for anything else, which the caller re-raises."""
-    if type(e).__name__ == "SparkMasterURLError":  # a mistyped --master: usage, not a job to retry
+    if type(e).__name__ in ("SparkMasterURLError", "SparkConfError"):  # a mistyped --master or setting: usage
         _fail(str(e), 2)
     if type(e).__name__ in ("EngineError", "SparkSetupError", "SparkJobError", "IndexBuildError", "StorageError",
                             "OutputBusyError", "StageOutputError", "StageError"):
@@ -212,8 +212,7 @@ def forget(
     except (PipelineError, InputError) as e:
         _fail(str(e))
     except Exception as e:
-        if type(e).__name__ in ("EngineError", "SparkSetupError", "SparkJobError", "OutputBusyError", "StorageError"):
-            _fail(str(e), 3)
+        _fail_engine_error(e, dataset)
         raise
     for snap, n in removed.items():
         typer.echo(f"{snap}: {n} record(s) removed")

@@ -71,10 +71,28 @@ def one_task_max_edges(value: object = None) -> int:
     return n
 
 
+ARROW_BATCH_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"
+
+
 def check_user_conf(conf: dict[str, Any]) -> None:
-    """ValueError (one line) for a datakit Spark setting that can never work, before any session exists."""
+    """ValueError (one line) for a datakit Spark setting that can never work, before any session exists.
+
+    Found in review: a misspelled `spark.datakit.partitionbytes=1m` was ignored without a word (the run
+    used the default), and `maxRecordsPerBatch=-1` (Spark's "no limit") failed mid-run, after the
+    output was retracted, with a traceback from pyspark's `createDataFrame`."""
+    unknown = sorted(k for k in conf if str(k).startswith("spark.datakit.") and k not in (TARGET_CONF, ONE_TASK_CONF))
+    if unknown:
+        raise ValueError(f"unknown datakit Spark setting {unknown[0]!r}; known: {TARGET_CONF}, {ONE_TASK_CONF}")
     plan_partitions(0, 1, None, conf)
     one_task_max_edges(conf.get(ONE_TASK_CONF))
+    if conf.get(ARROW_BATCH_CONF) not in (None, ""):
+        try:
+            rows = int(str(conf[ARROW_BATCH_CONF]))
+        except ValueError:
+            rows = 0
+        if rows < 1:
+            raise ValueError(f"{ARROW_BATCH_CONF} must be a positive number of rows for datakit "
+                             f"(got {conf[ARROW_BATCH_CONF]!r})")
 
 
 def plan_partitions(input_bytes: int, parallelism: int, explicit: int | None = None,

@@ -46,6 +46,11 @@ class SparkMasterURLError(SparkSetupError, ValueError):
     """A master URL that is not one (a usage error: the CLI exits 2, as for any other bad option)."""
 
 
+class SparkConfError(SparkSetupError, ValueError):
+    """A Spark setting that can never work (a value of the wrong type or range, two settings that
+    contradict): a usage error, exit 2, so a scheduler does not retry it as a failed job."""
+
+
 class SparkJobError(SparkError):
     """A Spark job failed (a task failed too often, an executor kept dying, a stage raised)."""
 
@@ -67,8 +72,11 @@ def log_file() -> Path:
     `DATAKIT_SPARK_LOG_DIR` overrides the folder; one file per driver process.
     """
     base = Path(os.environ.get("DATAKIT_SPARK_LOG_DIR") or Path(tempfile.gettempdir()) / "datakit-spark")
-    base.mkdir(parents=True, exist_ok=True)
-    return base / f"driver-{os.getpid()}.log"
+    base.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = base / f"driver-{os.getpid()}.log"
+    if not path.exists():  # private: a task's error in it may quote a record (found in review: 0644 in /tmp)
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    return path
 
 
 def check_java() -> str:
@@ -509,16 +517,34 @@ def workers_python_differs(session) -> bool:
 
 
 def _apply_runtime_conf(session, conf: dict[str, Any] | None) -> bool:
-    """Set `conf` on a running session; False when a setting can only take effect on a new one."""
+    """Set `conf` on a running session; False when a setting can only take effect on a new one.
+
+    A value Spark refuses (`spark.sql.adaptive.enabled=maybe`) is a `SparkConfError` naming the setting:
+    found in review, it was a 119-line traceback and exit 1 ("a check failed")."""
     for k, v in (conf or {}).items():
         v = str(v).lower() if isinstance(v, bool) else str(v)
-        if session.conf.get(str(k), None) == v:
-            continue
         try:
+            if session.conf.get(str(k), None) == v:
+                continue
             session.conf.set(str(k), v)
-        except Exception:  # a static or core setting (memory, cores): needs a restart
+        except Exception as e:  # a static or core setting (memory, cores): needs a restart
+            cause = _conf_cause(str(e))
+            if cause is not None:  # the message names the setting (it may not be `k`: a get fails on any bad one)
+                raise SparkConfError(f"a Spark setting cannot be used: {cause}") from None
             return False
     return True
+
+
+# what the JVM says of a setting it cannot take: an invalid value, or two settings that contradict
+_CONF_CAUSE = re.compile(r"(?:\[(?:INVALID_CONF_VALUE|INVALID_SPARK_CONFIG)[^\]\n]*\]\s*|"
+                         r"java\.lang\.NumberFormatException:\s*|"
+                         r"java\.lang\.IllegalArgumentException:\s*(?:requirement failed:\s*)?)([^\n]+)")
+
+
+def _conf_cause(text: str) -> str | None:
+    """The JVM's one-line reason when `text` (a Py4J error) is about a setting's value, else None."""
+    m = _CONF_CAUSE.search(text)
+    return m.group(1).strip()[:300] if m else None
 
 
 def stop_session() -> None:
@@ -587,6 +613,10 @@ def translate_errors(what: str) -> Iterator[None]:
             raise
         _append_log(what, e)
         cls = SparkSetupError if what.startswith("starting") else SparkJobError
+        cause = _conf_cause(str(e)) if what.startswith("starting") else None
+        if cause is not None:  # a setting that can never work: fix it, not retry (found in review: exit 3
+            # with "An error occurred while calling None.org.apache.spark.api.java.JavaSparkContext")
+            raise SparkConfError(f"Spark cannot start with these settings: {cause} (full log: {log_file()})") from None
         why = summarize(e)
         if why.startswith("InputError: "):  # the input as listed is gone or changed (identity.check_unchanged)
             from datakit.io.fs import InputError

@@ -60,6 +60,39 @@ def test_a_malformed_master_is_a_usage_error_and_an_unreachable_one_a_job_failur
     assert r.stderr.startswith("datakit: error:") and len(r.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("conf, needle", [
+    ("spark.sql.adaptive.enabled=maybe", "The value 'maybe' in the config \"spark.sql.adaptive.enabled\" is invalid"),
+    ("spark.executor.memory=lots", "Spark cannot start with these settings: Size must be specified as bytes"),
+    ("spark.network.timeout=5s", "spark.network.timeout=5000ms must be greater than the value of "
+                                 "spark.executor.heartbeatInterval"),
+    ("spark.datakit.partitionbytes=1m", "unknown datakit Spark setting 'spark.datakit.partitionbytes'"),
+    ("spark.sql.execution.arrow.maxRecordsPerBatch=-1", "maxRecordsPerBatch must be a positive number of rows"),
+])
+def test_a_setting_that_can_never_work_is_a_usage_error_in_one_line(tmp_path, conf, needle):
+    """Found in review: a bad runtime SQL setting was a 119-line traceback, exit 1 ("a check failed"); a bad
+    core setting exit 3 ("retry") with "An error occurred while calling ...JavaSparkContext"; a misspelled
+    spark.datakit.* key was ignored; maxRecordsPerBatch=-1 failed mid-run. Exit 2, one line saying what."""
+    import subprocess
+
+    f = write_jsonl(tmp_path / "logs" / "a.jsonl", [make_event(i) for i in range(3)])
+    (tmp_path / "p.yaml").write_text(f"name: t\ninput: {{path: {f}}}\nstages: [{{kind: ingest}}]\n"
+                                     f"output: {{path: {tmp_path / 'out'}}}\n")
+    r = subprocess.run([sys.executable, "-m", "datakit.cli", "run", str(tmp_path / "p.yaml"), "--engine", "spark",
+                        "--conf", conf], capture_output=True, text=True, timeout=180)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.startswith("datakit: error:") and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
+    assert needle in r.stderr
+
+
+def test_the_driver_log_is_private(tmp_path, monkeypatch):
+    """A task's error in the driver log may quote a record (found in review: the log was 0644 in /tmp)."""
+    from datakit.engines.spark_session import log_file
+
+    monkeypatch.setenv("DATAKIT_SPARK_LOG_DIR", str(tmp_path / "logs"))
+    path = log_file()
+    assert path.stat().st_mode & 0o777 == 0o600 and (tmp_path / "logs").stat().st_mode & 0o777 == 0o700
+
+
 def test_a_nested_spark_setting_is_refused_at_load():
     from datakit.pipeline import PipelineError
 
