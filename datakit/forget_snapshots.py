@@ -74,13 +74,18 @@ def _filter_state(old_root: str, new_root: str, state: dict[str, Any], old_prefi
             "sha256": {k: sha256_file(f"{new_root}/{v[len(new_prefix) + 1:]}") for k, v in files.items()}}
 
 
-def _list_digests(optouts: str | list[str]) -> set[str]:
+def _read_lists(optouts: str | list[str]) -> dict[str, Any]:
+    """The deletion lists' ids by column (user_id, org_id, event_id), read once per forget."""
     from datakit.io.fs import expand
     from datakit.stages.consent import OPTOUT_SUFFIXES, read_id_lists
-    from datakit.stages.forget import list_digests
 
     paths = [optouts] if isinstance(optouts, str) else list(optouts)
-    lists = read_id_lists(expand(paths, suffixes=OPTOUT_SUFFIXES))
+    return read_id_lists(expand(paths, suffixes=OPTOUT_SUFFIXES))
+
+
+def _list_digests(lists: dict[str, Any]) -> set[str]:
+    from datakit.stages.forget import list_digests
+
     return list_digests(lists["user_id"], lists["org_id"], lists["event_id"])
 
 
@@ -120,7 +125,8 @@ def forget(out: str, optouts: str | list[str], engine: str = "local", **engine_o
             raise InputError(f"{out} is a {top.get('format')!r} dataset: apply forget to its record-level (parquet) "
                              "dataset and tokenize again (docs/lineage.md)")
         gen = int(top.get("forget_generation", 0)) + 1
-        ids = _listed_ids(optouts)
+        lists = _read_lists(optouts)
+        ids = _listed_ids(lists)
         removed: dict[str, int] = {}
         runs = []
         gone_hists: set[str] = set()  # the forgotten kept documents of every snapshot (state `_dk_hist`)
@@ -139,7 +145,7 @@ def forget(out: str, optouts: str | list[str], engine: str = "local", **engine_o
                 after = set(read_output(new_root, ["doc_id"]).column("doc_id").to_pylist())
                 gone_hists |= {hist_id(d, s["id"]) for d in before - after}
             runs.append((s, new_prefix, new_root, gone, res))
-        digests = _list_digests(optouts)
+        digests = _list_digests(lists)
         new_snaps: list[dict[str, Any]] = []
         stale: list[str] = []
         for s, new_prefix, new_root, gone, res in runs:
@@ -164,10 +170,10 @@ def forget(out: str, optouts: str | list[str], engine: str = "local", **engine_o
         # every later run applies them, a rerun of a withdrawn snapshot and the first night of a new user's
         # logs alike (found in review: a forget that changed nothing kept no list, and rerunning the
         # withdrawn days brought back 101 rows of the deleted user)
-        lists = list(top.get("forget_lists", [])) + _keep_lists(out, optouts, gen)
+        kept = list(top.get("forget_lists", [])) + _keep_lists(out, optouts, gen)
         body = _union(top, new_snaps, top.get("withdrawn", []))  # descriptive fields: the runs', unchanged
         body["forget_generation"] = gen
-        body["forget_lists"] = lists
+        body["forget_lists"] = kept
         _commit_top(out, body)
         for folder in stale:
             _rmtree(folder)
@@ -176,13 +182,8 @@ def forget(out: str, optouts: str | list[str], engine: str = "local", **engine_o
         return removed
 
 
-def _listed_ids(optouts: str | list[str]) -> list[str]:
+def _listed_ids(lists: dict[str, Any]) -> list[str]:
     """Every id the deletion lists name (user, org and event ids), for the side outputs that keep raw lines."""
-    from datakit.io.fs import expand
-    from datakit.stages.consent import OPTOUT_SUFFIXES, read_id_lists
-
-    paths = [optouts] if isinstance(optouts, str) else list(optouts)
-    lists = read_id_lists(expand(paths, suffixes=OPTOUT_SUFFIXES))
     return sorted({str(i) for k in ("user_id", "org_id", "event_id") for i in lists[k] if i})
 
 
