@@ -483,3 +483,38 @@ def test_a_record_longer_than_the_line_limit_is_no_verdict(tmp_path):
                         str(tmp_path / "big.jsonl"), "--eval", "humaneval"], capture_output=True, text=True)
     assert r.returncode == 2, r.stderr
     assert "big.jsonl: line 1 is longer than 8 MiB" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_reports_go_through_links_fifos_and_standard_output(data, tmp_path):
+    """A CI job points `--json` at a link, a FIFO or `-`: the report reaches what is behind it (the
+    atomic rename used to replace the link or the FIFO with a regular file, and `/dev/stdout` too)."""
+    import os
+    import threading
+
+    clean = str(data / "clean.parquet")
+    target = tmp_path / "collected" / "report.json"
+    target.parent.mkdir()
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    r = run("--data", clean, "--eval", "humaneval", "--json", str(link), "-q")
+    assert r.exit_code == 0, r.output
+    assert link.is_symlink() and json.loads(target.read_text())["contaminated"] is False
+
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    r = run("--data", clean, "--eval", "humaneval", "--json", str(fifo), "-q")
+    reader.join(timeout=60)
+    assert r.exit_code == 0, r.output
+    assert fifo.is_fifo() and json.loads(got[0])["contaminated"] is False
+
+    r = run("--data", clean, "--eval", "humaneval", "--json", "-")  # the table goes to stderr then
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["contaminated"] is False and "humaneval" in r.stderr
+    assert not (tmp_path / "-").exists()
+
+    r = run("--data", clean, "--eval", "humaneval", "--json", str(tmp_path), "-q")
+    assert r.exit_code == 2 and "is a folder" in r.output and ".tmp-" not in r.output

@@ -36,6 +36,17 @@ def _fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def _write_report(path: str, text: str) -> None:
+    """A report the user asked for (`--json`, `--html`) at `path` (io/atomic.write_user_file: `-` is
+    standard output, links and devices are written through); a path it cannot write is one line, exit 2."""
+    from datakit.io.atomic import write_user_file
+
+    try:
+        write_user_file(path, text.encode())
+    except OSError as e:
+        _fail(f"cannot write {path}: {e.strerror or e}" if e.strerror else str(e))
+
+
 def _fail_engine_error(e: Exception, where: str) -> None:
     """Exit 3 with one line for an engine, Spark or storage failure (a read error of a damaged file
     included); return for anything else, which the caller re-raises."""
@@ -272,7 +283,8 @@ def validate(
     engine: str = typer.Option("local", help="local or spark: where the checks run (per shard/partition)."),
     master: Optional[str] = typer.Option(None, help="Spark master URL."),
     workers: Optional[int] = typer.Option(None, help="Local engine: worker processes."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the results as JSON here."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the results as JSON here "
+                                            "('-': standard output; the lines for people then go to stderr)."),
 ) -> None:
     """Run quality suites on an existing dataset. Exit 0 all pass, 1 a check failed, 2 usage/input error,
     3 engine or storage error (e.g. a damaged shard)."""
@@ -299,20 +311,21 @@ def validate(
     if not res["results"]:
         _fail(f"{path}: no suite applies (name one with --suite; known: {', '.join(known)})")
     if json_out:
-        json_out.write_text(json.dumps(res, indent=2))
+        _write_report(str(json_out), json.dumps(res, indent=2))
+    to_err = str(json_out) == "-"  # the JSON went to standard output: the lines for people go to stderr
     for r in res["results"]:
         status = "ok  " if r["success"] else ("FAIL" if r["severity"] == "error" else "warn")
         cols = ", ".join(str(r[k]) for k in ("column", "column_A", "column_B") if k in r)
-        typer.echo(f"{status} {r.get('suite', '')}: {r['type']}({cols}) {r['unexpected']}/{r['rows']}")
+        typer.echo(f"{status} {r.get('suite', '')}: {r['type']}({cols}) {r['unexpected']}/{r['rows']}", err=to_err)
     for r in res["results"]:
         if not r["success"] and r["severity"] == "error":
             typer.echo(failure_line("validate", r).replace("quality gate failed at stage 'validate'", "datakit: check failed"),
                        err=True)
     for k in res.get("skipped", []):  # a suite's checks this output has no columns for: said, not hidden
-        typer.echo(f"skip {k['suite']}: {k['type']}({', '.join(k['columns'])}): no such column in this output")
+        typer.echo(f"skip {k['suite']}: {k['type']}({', '.join(k['columns'])}): no such column in this output", err=to_err)
     typer.echo(f"{'passed' if res['success'] else 'FAILED'}: {len(res['results'])} checks of "
                f"{', '.join(res['suites'])} on {res['rows']} rows"
-               + (f" ({len(res['skipped'])} skipped)" if res.get("skipped") else ""))
+               + (f" ({len(res['skipped'])} skipped)" if res.get("skipped") else ""), err=to_err)
     raise typer.Exit(0 if res["success"] else 1)
 
 
@@ -320,7 +333,7 @@ def validate(
 def diff(
     a: str = typer.Argument(..., help="First output (the baseline)."),
     b: str = typer.Argument(..., help="Second output."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the full diff as JSON here."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the full diff as JSON here ('-': standard output)."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Write the diff as a self-contained HTML page."),
 ) -> None:
     """Compare two outputs: config, per-stage counts, documents, token mix. Exit 0 same data, 1 differs, 2 error."""
@@ -330,12 +343,12 @@ def diff(
         d = run_diff(a, b)
     except FileNotFoundError as e:
         _fail(e.args[0] if e.args else str(e))
-    for line in summary_lines(d):
-        typer.echo(line)
     if json_out:
-        json_out.write_text(json.dumps(d, indent=2))
+        _write_report(str(json_out), json.dumps(d, indent=2))
     if html_out:
-        html_out.write_text(to_html(d))
+        _write_report(str(html_out), to_html(d))
+    for line in summary_lines(d):  # to stderr when a report went to standard output (`--json -`)
+        typer.echo(line, err="-" in (str(json_out), str(html_out)))
     raise typer.Exit(0 if d["verdict"] == "same data" else 1)
 
 

@@ -58,8 +58,9 @@ def contamination_check(
     reference: str = typer.Option("stdlib", "--reference", help="Ignore eval n-grams common in code at large: "
                                   "'stdlib' (default) or 'none'."),
     threshold: float = typer.Option(0.0, "--threshold", help="Exit 1 if an eval's contaminated-item rate exceeds this."),
-    json_out: Optional[str] = typer.Option(None, "--json", help="Write the JSON report here."),
-    html_out: Optional[str] = typer.Option(None, "--html", help="Write the HTML report here."),
+    json_out: Optional[str] = typer.Option(None, "--json", help="Write the JSON report here ('-': standard output; "
+                                           "the table then goes to stderr)."),
+    html_out: Optional[str] = typer.Option(None, "--html", help="Write the HTML report here ('-': standard output)."),
     no_index: bool = typer.Option(False, "--no-index", help="Scan datasets even if an n-gram index is beside them."),
     examples: int = typer.Option(3, "--examples", help="Examples per eval in the printed table."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing; only the exit code and the files."),
@@ -85,14 +86,14 @@ def contamination_check(
     except (ValueError, KeyError) as e:
         _fail(str(e.args[0]) if e.args else type(e).__name__)
     except OSError as e:
-        _fail(f"{type(e).__name__}: {getattr(e, 'filename', '') or e}")
+        _fail(f"{e.filename}: {e.strerror}" if e.filename and e.strerror else f"{type(e).__name__}: {e}")
     except Exception as e:  # a bug: never exit 1, which says "contaminated"
         _fail_unexpected(e)
     if not quiet:
         from rich.console import Console
 
-        try:
-            res.print_table(Console(), examples=examples)
+        try:  # a report sent to standard output (`--json -`) keeps it to itself: the table goes to stderr
+            res.print_table(Console(stderr="-" in (json_out, html_out)), examples=examples)
         except Exception as e:
             _fail_unexpected(e)
     from datakit.cli import _COMMAND_DONE

@@ -65,3 +65,45 @@ def read_json(url: str) -> Any:
 
 def write_json_atomic(url: str, obj) -> None:
     write_bytes_atomic(url, (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
+
+
+def write_user_file(path: str, data: bytes) -> None:
+    """Write a report to a path the user named on the command line (`--json`, `--html`).
+
+    Why not always `write_bytes_atomic`: its rename replaces whatever is at the path. A CI job
+    that passes `--json /dev/stdout`, a FIFO, or a symbolic link to where reports are collected
+    got the link or device replaced by a regular file (as root, `/dev/stdout` itself) and the
+    report never reached the reader. So: `-` is standard output; a path that is a device, FIFO or
+    socket (after following links) is written through; a symbolic link to a file keeps the link
+    and the file it points to is replaced atomically; a folder is an error naming it; anything
+    else (a new or regular file, an object-store URL) is written atomically as before.
+    """
+    import stat
+    import sys
+
+    if path == "-":
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
+    local = path[len("file://"):] if path.startswith("file://") else None if "://" in path else path
+    if local is None:
+        write_bytes_atomic(path, data)
+        return
+    try:
+        st = os.stat(local)
+    except FileNotFoundError:
+        st = None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(f"{path} is a folder; give a file name for the report")
+    try:
+        if st is not None and not stat.S_ISREG(st.st_mode):  # a device, FIFO or socket: written through
+            with open(local, "wb") as f:
+                f.write(data)
+            return
+        write_bytes_atomic(os.path.realpath(local) if os.path.islink(local) else local, data)
+    except OSError as e:
+        if e.errno is None:
+            raise
+        # the error names the path the user gave, not the temp file beside it
+        raise type(e)(e.errno, e.strerror, path) from None

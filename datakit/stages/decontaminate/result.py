@@ -136,15 +136,15 @@ class CheckResult:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
     def write_json(self, path: str) -> None:
-        from datakit.io.atomic import write_bytes_atomic
+        from datakit.io.atomic import write_user_file
 
-        write_bytes_atomic(path, self.to_json().encode())
+        write_user_file(path, self.to_json().encode())
 
     def write_html(self, path: str) -> None:
-        from datakit.io.atomic import write_bytes_atomic
+        from datakit.io.atomic import write_user_file
         from datakit.stages.decontaminate.render import render_html
 
-        write_bytes_atomic(path, render_html(self).encode())
+        write_user_file(path, render_html(self).encode())
 
     def print_table(self, console=None, examples: int = 3) -> None:
         from datakit.stages.decontaminate.render import print_table
