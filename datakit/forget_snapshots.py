@@ -242,7 +242,8 @@ def _carry_side_outputs(old_root: str, new_root: str, ids: list[str], engine: st
         opts = {k: v for k, v in (engine_options or {}).items() if k in ("master", "conf", "workers")}
         build_index(new_root, f"{new_root}/{INDEX_DIRNAME}", ngram=int(meta["ngram"]),
                     normalization=list(meta["normalizations"]), text_fields=meta.get("text_fields"),
-                    fingerprint_bits=int(meta.get("fingerprint_bits", 32)), engine=engine, **opts)
+                    fingerprint_bits=int(meta.get("fingerprint_bits", 32)), engine=engine, allow_empty=True,
+                    **opts)
 
     _filter_quarantine(old_root, new_root, ids)
     fs, p = filesystem(f"{old_root}/_dropped")

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from datakit.engines import get_engine
 from datakit.io import tempwork
-from datakit.io.fs import remove_tree
+from datakit.io.fs import InputError, remove_tree
 from datakit.io.verify import verify_if_committed
 from datakit.stages.decontaminate.index import FP_BITS, IndexInfo, index_plan, info_of, publish, source_stamps, write_sources
 from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS
@@ -25,7 +25,7 @@ log = logging.getLogger("datakit.decontam.index")
 def build_index(data: str | Sequence[str], out_path: str, ngram: int = 13,
                 normalization: Sequence[str] = DEFAULT_NORMALIZATIONS, text_fields: Sequence[str] | None = None,
                 batch_rows: int = 8192, fingerprint_bits: int = FP_BITS, *, engine: str = "local",
-                workers: int | None = None, partition_bits: int | None = None,
+                workers: int | None = None, partition_bits: int | None = None, allow_empty: bool = False,
                 **engine_options: Any) -> IndexInfo:
     """Index every n-gram of a records dataset (Parquet/JSONL, globs, fsspec URLs) or packed dataset into `out_path`.
 
@@ -37,7 +37,9 @@ def build_index(data: str | Sequence[str], out_path: str, ngram: int = 13,
     `engine` "local" (`workers` processes, default all cores) or "spark" (`master`, `conf`, ...:
     the options of `datakit.engines.get_engine`). The bytes never depend on the engine, the
     worker count or `partition_bits` (2^bits sink partitions; default from the parallelism).
-    Nothing is published unless the whole build succeeds.
+    Nothing is published unless the whole build succeeds. Data with no readable document is an
+    InputError unless `allow_empty` (a pipeline's own output, which may be empty; a check refuses such
+    an index as it refuses to scan such data).
     """
     from datakit.workers import usable_cpus
 
@@ -70,6 +72,11 @@ def build_index(data: str | Sequence[str], out_path: str, ngram: int = 13,
                           partition_bits=partition_bits)
         result = runner.execute(plan)
         meta = {k: v for k, v in (result.manifest or {}).items() if k not in ("rows", "path")}
+        if not meta.get("documents") and not allow_empty:  # an index of nothing would let a check answer "clean" for data it never read
+            skipped = int(meta.get("skipped_lines") or 0)
+            raise InputError(f"{', '.join(map(str, paths))}: no readable document"
+                             + (f" ({skipped} unreadable line{'s' * (skipped != 1)} skipped)" if skipped else "")
+                             + "; nothing was indexed")
         write_sources(f"{work}/index", sources)
         publish(f"{work}/index", out_path)
     finally:

@@ -578,7 +578,7 @@ class Pipeline:
             if engine == "local":
                 opts = {"workers": engine_options.get("workers") or (result.extra or {}).get("workers")}
             out = f"{plan.sink.path.rstrip('/')}/{INDEX_DIRNAME}"
-            info = build_index(plan.sink.path, out, engine=engine, **kw, **opts)
+            info = build_index(plan.sink.path, out, engine=engine, allow_empty=True, **kw, **opts)
             result.extra["index"] = {"path": out, "engine": engine, "ngrams": info.ngrams}
         if report and plan.sink is not None:
             from datakit.quality.report import write_report

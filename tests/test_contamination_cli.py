@@ -176,6 +176,9 @@ def test_build_index_command_then_check_uses_it(data, tmp_path):
     assert "indexed 7 documents" in r.output and (ds / "_ngram_index" / "index.json").exists()
     r = run("--data", str(ds), "--eval", "humaneval", "--json", str(tmp_path / "r.json"), "-q")
     assert r.exit_code == 1 and json.loads((tmp_path / "r.json").read_text())["data"][0]["mode"] == "index"
+    # the index holds the normalized view only: the table says renamed copies need a scan
+    assert "answered from an n-gram index" in run("--data", str(ds), "--eval", "humaneval").output
+    assert "answered from an n-gram index" not in run("--data", str(ds), "--eval", "humaneval", "--no-index").output
     r = runner.invoke(app, [str(tmp_path / "missing")])
     assert r.exit_code == 2 and "input not found" in (r.stderr or r.output)
 
@@ -226,6 +229,45 @@ def test_skipped_lines_are_counted_and_said(tmp_path):
     jsonschema.validate(rep, load_contract("contamination_report.v1"))
     assert rep["skipped_lines"] == 3 and rep["data"][0]["skipped_lines"] == 3 and rep["data"][0]["documents"] == 2
     assert "3 unreadable line(s) skipped" in r.output
+
+
+
+def test_an_index_follows_the_scans_rules_for_unreadable_data(tmp_path):
+    """Found in review: an index built from data with no readable document answered "clean" (exit 0) where
+    a scan of the same data is exit 2, and lines the build could not read were never said."""
+    import typer
+
+    from datakit.cli.contamination import build_index_command
+
+    app = typer.Typer()
+    app.command()(build_index_command)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "e.jsonl").write_text("not json\n")
+    _one_line_error(runner.invoke(app, [str(empty)]), "no readable document", "1 unreadable line skipped",
+                    "nothing was indexed")
+    assert not (empty / "_ngram_index").exists()
+
+    he = _he()
+    some = tmp_path / "some"
+    some.mkdir()
+    (some / "d.jsonl").write_text("{broken\n" + json.dumps({"id": "a", "text": he[3]["prompt"] + he[3]["canonical_solution"]})
+                                  + "\n\xff not utf-8\n")
+    r = runner.invoke(app, [str(some)])
+    assert r.exit_code == 0 and "2 unreadable lines skipped" in r.output, r.output
+    r = run("--data", str(some), "--eval", "humaneval", "--json", str(tmp_path / "r.json"))
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert r.exit_code == 1 and rep["data"][0]["mode"] == "index", r.output
+    assert rep["skipped_lines"] == 2 and "2 unreadable line(s) skipped" in r.output
+
+    # an index with no document (one written before this rule, or by a pipeline whose output was empty)
+    from datakit.indexing import build_index
+
+    empty_out = tmp_path / "empty_out"
+    empty_out.mkdir()
+    pq.write_table(pa.Table.from_pylist([], schema=TRAINING_RECORD_V1), str(empty_out / "part-0.parquet"))
+    build_index(str(empty_out), str(empty_out / "_ngram_index"), workers=1, allow_empty=True)
+    _one_line_error(run("--data", str(empty_out), "--eval", "humaneval"), "holds no readable document")
 
 
 # ---- redaction first, clipping after; a fallback is recorded (#12.6) --------------------------------
@@ -518,3 +560,32 @@ def test_reports_go_through_links_fifos_and_standard_output(data, tmp_path):
 
     r = run("--data", clean, "--eval", "humaneval", "--json", str(tmp_path), "-q")
     assert r.exit_code == 2 and "is a folder" in r.output and ".tmp-" not in r.output
+
+
+def test_an_index_named_directly_is_checked_against_the_data_beside_it(tmp_path, caplog):
+    """Found in review: `--data DATA/_ngram_index` used an index built before a leak was added to DATA,
+    without a word ("clean"), where `--data DATA` warned and scanned. A damaged index.json beside the
+    data was skipped without a word too."""
+    import logging
+
+    import typer
+
+    from datakit.cli.contamination import build_index_command
+
+    app = typer.Typer()
+    app.command()(build_index_command)
+    he = _he()
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    (ds / "a.jsonl").write_text(json.dumps({"id": "a", "text": "def f(x):\n    return x + 1\n"}) + "\n")
+    assert runner.invoke(app, [str(ds)]).exit_code == 0
+    assert run("--data", str(ds / "_ngram_index"), "--eval", "humaneval", "-q").exit_code == 0
+    (ds / "b.jsonl").write_text(json.dumps({"id": "b", "text": he[50]["prompt"] + he[50]["canonical_solution"]}) + "\n")
+    _one_line_error(run("--data", str(ds / "_ngram_index"), "--eval", "humaneval", "-q"),
+                    "does not answer for", "1 added", "datakit build-index")
+    assert run("--data", str(ds), "--eval", "humaneval", "-q").exit_code == 1  # warned, scanned, found
+
+    (ds / "_ngram_index" / "index.json").write_text("{")
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        r = run("--data", str(ds), "--eval", "humaneval", "-q")
+    assert r.exit_code == 1 and "index.json is not readable" in caplog.text

@@ -177,6 +177,10 @@ def build_index_command(
         _fail(f"writing the index to {out} failed: {type(e).__name__}: {e}", 3)
     typer.echo(f"indexed {info.documents} documents, {info.ngrams} distinct {ngram}-grams into {out} "
                f"(false-positive rate {info.fp_rate_per_ngram:.1e} per n-gram)")
+    skipped = int(info.meta.get("skipped_lines") or 0)
+    if skipped:  # a check answering from this index says it too (its verdict covers only what was read)
+        typer.echo(f"warning: {skipped} unreadable line{'s' * (skipped != 1)} skipped; the index covers only the "
+                   "documents read", err=True)
 
 
 evals_app = typer.Typer(add_completion=False, rich_markup_mode=None,

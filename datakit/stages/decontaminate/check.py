@@ -24,7 +24,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from datakit.io.fs import InputError, expand
+from datakit.io.fs import InputError, expand, filesystem
 from datakit.io.verify import verify_if_committed
 from datakit.io.records import DATA_SUFFIXES, LINE_COLUMN, data_files, is_packed, iter_tables
 from datakit.stages.decontaminate.evals import EvalSet
@@ -230,9 +230,17 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
             hidx = np.nonzero(found)[0]
             pos, items, ipos, weak = table.expand(hidx)
             index_h.append(np.stack([items.astype(np.int64), ipos, hidx[pos]], axis=1)[~weak])
-            data_report.append({"path": p, "mode": "index", "index": idx.path, "documents": idx.meta.get("documents"),
-                                "texts": idx.meta.get("texts"), "bytes": idx.meta.get("bytes"),
-                                "index_ngrams": idx.meta.get("ngrams"), "fp_rate_per_ngram": idx.fp_rate})
+            skipped = int(idx.meta.get("skipped_lines") or 0)
+            if not idx.meta.get("documents"):  # the scan's rule: never "clean" about data nobody could read
+                raise InputError(f"{p}: its n-gram index {idx.path} holds no readable document"
+                                 + (f" ({skipped} unreadable line{'s' * (skipped != 1)} skipped)" if skipped else "")
+                                 + "; nothing was checked")
+            entry = {"path": p, "mode": "index", "index": idx.path, "documents": idx.meta.get("documents"),
+                     "texts": idx.meta.get("texts"), "bytes": idx.meta.get("bytes"),
+                     "index_ngrams": idx.meta.get("ngrams"), "fp_rate_per_ngram": idx.fp_rate}
+            if skipped:  # counted when it was built: the verdict covers only what was read, said as a scan says it
+                entry["skipped_lines"] = skipped
+            data_report.append(entry)
             continue
         stats: dict[str, Any] = {}
         if kind == "packed":
@@ -335,9 +343,13 @@ def _plan_inputs(paths: list[str], ngram: int | None, flags_req: int | None, tex
     plan: list[tuple[str, str, Any]] = []  # (kind, path, index-or-None)
     for p in paths:
         if is_index(p):
+            _check_beside_its_data(p)
             plan.append(("index", p, NgramIndex(p)))
             continue
         side = f"{p.rstrip('/')}/{INDEX_DIRNAME}"
+        if use_index and not any(c in p for c in "*?[") and not is_index(side) and _exists(f"{side}/index.json"):
+            log.warning("not using the n-gram index %s: its index.json is not readable; scanning the data instead "
+                        "(rebuild it with `datakit build-index %s`)", side, p)
         if use_index and not any(c in p for c in "*?[") and is_index(side):
             idx = NgramIndex(side)
             if (ngram in (None, idx.ngram)) and (flags_req in (None, idx.flags)) and not text_fields:
@@ -367,6 +379,33 @@ def _plan_inputs(paths: list[str], ngram: int | None, flags_req: int | None, tex
     n = ngram if ngram is not None else DEFAULT_NGRAM
     flags = flags_req if flags_req is not None else flags_of(DEFAULT_NORMALIZATIONS)
     return plan, n, flags
+
+
+def _exists(url: str) -> bool:
+    fs, p = filesystem(url)
+    return fs.exists(p)
+
+
+def _check_beside_its_data(index_path: str) -> None:
+    """An index given directly that sits beside its dataset (`DATA/_ngram_index`) must still answer for
+    DATA as it is now: found in review, `--data DATA/_ngram_index` (the form the docs show) used an
+    index built before a leak was added to DATA, without a word, where `--data DATA` warned and scanned.
+    A stale one is an error (the user named the index, so a scan of something else would surprise); one
+    written before indexes recorded their sources is used, with a warning."""
+    from datakit.stages.decontaminate.index import INDEX_DIRNAME, stale_reason
+
+    path = index_path.rstrip("/")
+    if "/" not in path or path.rsplit("/", 1)[1] != INDEX_DIRNAME:
+        return  # built elsewhere (`build-index --out`): its sources are not beside it to compare
+    data = path.rsplit("/", 1)[0]
+    stale = stale_reason(path, data)
+    if stale is None:
+        return
+    if stale.startswith("it records no source"):
+        log.warning("the n-gram index %s %s: it cannot be checked against %s", path, stale, data)
+        return
+    raise InputError(f"the n-gram index {path} does not answer for {data} as it is now ({stale}); "
+                     f"rebuild it with `datakit build-index {data}`, or check {data} itself")
 
 
 def _collect_snippets(table: EvalTable, tb: TextBatch, m, ok: np.ndarray, ords: np.ndarray, doc_names: list[str],

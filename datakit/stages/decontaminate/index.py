@@ -202,7 +202,7 @@ def _input_bytes(units: Sequence[tuple[str, int, int, bool]]) -> int:
 # -- map: units -> (part, hash) rows ------------------------------------------------------------
 
 def new_stats() -> dict[str, int]:
-    return {"documents": 0, "texts": 0, "bytes": 0, "hashes": 0}
+    return {"documents": 0, "texts": 0, "bytes": 0, "hashes": 0, "skipped_lines": 0}
 
 
 def hash_texts(batches: Iterable, spec: HashSpec, stats: dict[str, int]) -> Iterator[np.ndarray]:
@@ -227,12 +227,15 @@ class HashUnits:
     def __init__(self, spec: HashSpec) -> None:
         self.spec = spec
 
-    def _batches(self, url: str, first: int, end: int, packed: bool) -> Iterator:
+    def _batches(self, url: str, first: int, end: int, packed: bool, stats: dict[str, int]) -> Iterator:
         if packed:
             yield from packed_batches(url, self.spec.batch_rows, (first, end))
             return
         groups = range(first, end) if first >= 0 else None
-        for row, table in iter_tables(url, Columns(self.spec.text_fields), self.spec.batch_rows, row_groups=groups):
+        # unreadable JSON Lines are counted (stats["skipped_lines"]) as the scan counts them: the index
+        # records them and the check warns from it, as it does when it reads the data itself
+        for row, table in iter_tables(url, Columns(self.spec.text_fields), self.spec.batch_rows, stats=stats,
+                                      row_groups=groups):
             yield to_text_batch(url, table, row, self.spec.text_fields)
 
     def __call__(self, batch: pa.RecordBatch) -> pa.Table:
@@ -240,7 +243,7 @@ class HashUnits:
         out: list[np.ndarray] = []
         for url, first, end, packed in zip(*(batch.column(c).to_pylist() for c in UNIT_SCHEMA.names)):
             try:
-                out.extend(hash_texts(self._batches(url, first, end, packed), self.spec, stats))
+                out.extend(hash_texts(self._batches(url, first, end, packed, stats), self.spec, stats))
             except (InputError, IndexBuildError):
                 raise
             except Exception as e:  # name the file: "a task failed" alone sends nobody anywhere
@@ -331,6 +334,7 @@ class NgramIndexWriter:
             "fp_rate_per_ngram": n_unique / float(2 ** (b + fp_bits)),
             "documents": int(metrics.get("documents", 0)), "texts": int(metrics.get("texts", 0)),
             "bytes": int(metrics.get("bytes", 0)), "text_fields": o.get("text_fields"),
+            "skipped_lines": int(metrics.get("skipped_lines", 0)),
         }
         fs.pipe_file(f"{base}/index.json", (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
         for s in shards:  # the sorted hashes are 8 B per n-gram: gone as soon as they are fingerprinted

@@ -53,6 +53,11 @@ def print_table(res: "CheckResult", console=None, examples: int = 3) -> None:
             console.print(f"[yellow]warning:[/yellow] {escape(e.name)}: {e.items_without_ngrams} of {e.items} items have "
                           f"no {res.ngram}-gram to look for (too short, or only common code): they can never match",
                           highlight=False)
+    indexed = sum(d.get("mode") == "index" for d in res.data)
+    if indexed and res.robust:  # found in review: renamed copies a scan finds were "clean" by an index, unsaid
+        console.print(f"[yellow]warning:[/yellow] {indexed} source(s) answered from an n-gram index, which holds "
+                      "the normalized text only: copies with identifiers renamed or comments stripped are found "
+                      "by a scan (--no-index)", highlight=False)
     if res.skipped_lines:
         console.print(f"[yellow]warning:[/yellow] {res.skipped_lines} unreadable line(s) skipped; the verdict covers "
                       f"only the documents that were read", highlight=False)
