@@ -241,3 +241,30 @@ def test_resume_is_refused_after_an_input_was_edited_to_the_same_size_and_mtime(
     extra, rerun, fresh = _crash_then_rerun(tmp_path, monkeypatch, pipe, edit)
     assert extra["reused_tasks"] == 0
     assert rerun == fresh
+
+
+def test_resume_is_refused_after_a_module_the_custom_stage_imports_was_edited(tmp_path, monkeypatch):
+    """Found in review: only the module defining a stage was digested, so after a killed run and an edit
+    of a `helper.py` beside it (imported by the stage), the rerun reused the finished tasks and committed
+    one dataset made by both versions of the helper."""
+    import sys
+
+    module, pipe = _stage_module(tmp_path, monkeypatch, "dk_stage_with_helper", 40)
+    helper = module.parent / "dk_limits_helper.py"
+    helper.write_text("LIMIT = 40\n")
+    sys.modules.pop("dk_limits_helper", None)
+    module.write_text(module.read_text().replace("LIMIT = 40", "from dk_limits_helper import LIMIT"))
+    before = pipe(tmp_path / "x").compile().environment["code"]["modules"]
+    assert list(before) == ["dk_limits_helper", "dk_stage_with_helper"]
+    # installed code (pyarrow, datakit) and modules outside the stage's folder are not digested
+    assert not any(m.startswith(("pyarrow", "datakit", "tests")) for m in before)
+
+    def edit():
+        helper.write_text("LIMIT = 4\n")
+
+    extra, rerun, fresh = _crash_then_rerun(tmp_path, monkeypatch, pipe, edit)
+    after = pipe(tmp_path / "x").compile().environment["code"]["modules"]
+    assert after["dk_limits_helper"] != before["dk_limits_helper"]
+    assert after["dk_stage_with_helper"] == before["dk_stage_with_helper"]
+    assert extra["reused_tasks"] == 0
+    assert rerun == fresh
