@@ -114,8 +114,9 @@ def stage_report(plan: Plan, stats: dict[int, NodeStats], rows: dict[int, int]) 
         entry["setup_seconds"] = round(setup, 3)
         if entry["rows_in"] != entry["rows_out"] + sum(dropped.values()):
             raise AccountingError(
-                f"stage {span.name!r}: rows_in {entry['rows_in']} != rows_out {entry['rows_out']} + dropped {sum(dropped.values())}"
-            )
+                f"stage {span.name!r}: rows_in {entry['rows_in']} != rows_out {entry['rows_out']} + dropped "
+                f"{sum(dropped.values())}; nothing was committed (a stage function must keep every row it is "
+                f"given or mark it with a `{DROP}` reason: see Accounting in docs/architecture.md)")
         out.append(entry)
     if plan.gate:
         quality_expect.enforce(out)  # before anything is committed: a failed `error` expectation stops the run

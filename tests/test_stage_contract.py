@@ -154,3 +154,53 @@ def test_spark_names_the_stage_that_raised_not_the_chains_last(spark, tmp_path, 
     with pytest.raises(SparkJobError, match=r"^Spark failed: stage 'test_raises_in_the_middle' \(raises\) failed: "
                                             r"ValueError"):
         p.run(engine="spark", partitions=1)
+
+
+class _UserFault:
+    """Faults a researcher's own stage makes (found in review): a missing vocab file read in the batch
+    function or in setup(), a ValueError in setup(), rows filtered away without a `_drop` reason."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+
+    def setup(self) -> None:
+        if self.mode == "setup_oserror":
+            open("/nonexistent/datakit-test/model.bin", "rb")
+        if self.mode == "setup_value":
+            raise ValueError("bad threshold in setup")
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        if self.mode == "oserror":
+            open("/nonexistent/datakit-test/vocab.txt")
+        return batch.slice(0, batch.num_rows // 2) if self.mode == "filter" else batch
+
+
+@register_stage
+class UserFault(StageConfig):
+    kind: Literal["test_user_fault"] = "test_user_fault"
+    consumes = "editor_event.v1"
+    produces = "editor_event.v1"
+    mode: str
+
+    def compile(self, rel, ctx: CompileContext):
+        return rel.map_batches(_UserFault(self.mode), EDITOR_EVENT_V1, name="faulty")
+
+
+@pytest.mark.parametrize("mode,message", [
+    ("oserror", r"stage 'test_user_fault' \(faulty\) failed: FileNotFoundError: .*vocab.txt.* \(at test_stage_contract"),
+    ("setup_oserror", r"stage 'test_user_fault' \(faulty\): its setup\(\) failed: FileNotFoundError: .*model.bin"),
+    ("setup_value", r"stage 'test_user_fault' \(faulty\): its setup\(\) failed: ValueError: bad threshold in setup "
+                    r"\(at test_stage_contract.py:\d+ in setup\)"),
+    ("filter", r"stage 'test_user_fault': rows_in \d+ != rows_out \d+ \+ dropped 0; nothing was committed .*_drop"),
+])
+def test_a_user_stages_own_faults_are_one_line_naming_the_stage(tmp_path, logs, mode, message):
+    """Before: the OSErrors were a bare FileNotFoundError (or a storage error blaming a work file), the
+    setup() ValueError bare, and from the command each was a traceback with exit 1 ("a check failed")."""
+    import re
+
+    (tmp_path / "p.yaml").write_text(f"name: c\ninput: {{path: {logs}}}\nstages: [{{kind: ingest}}, "
+                                     f"{{kind: test_user_fault, mode: {mode}}}]\noutput: {{path: out}}\n")
+    r = CliRunner().invoke(app, ["run", str(tmp_path / "p.yaml"), "--workers", "1"])
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("datakit: error")]
+    assert r.exit_code == 3 and len(errors) == 1 and "Traceback" not in r.stderr, r.output
+    assert re.search(message, errors[0]), errors[0]

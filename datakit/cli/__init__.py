@@ -53,7 +53,7 @@ def _fail_engine_error(e: Exception, where: str) -> None:
     if type(e).__name__ in ("SparkMasterURLError", "SparkConfError"):  # a mistyped --master or setting: usage
         _fail(str(e), 2)
     if type(e).__name__ in ("EngineError", "SparkSetupError", "SparkJobError", "IndexBuildError", "StorageError",
-                            "OutputBusyError", "StageOutputError", "StageError"):
+                            "OutputBusyError", "StageOutputError", "StageError", "AccountingError"):
         _fail(str(e), 3)
     from datakit.io import storage
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -102,7 +103,7 @@ class Engine:
         """Wait for a `prestart` that no `execute` will follow (the pipeline failed to compile)."""
 
 
-def worker_fn(token: str, load: Callable[[], Any]) -> Any:
+def worker_fn(token: str, load: Callable[[], Any], label: str = "") -> Any:
     """The batch function named `token` ("<run>:<op>"), ready in this worker process.
 
     Why here: a stage function that needs a model, tokenizer or analyzer defines `setup()` (load
@@ -128,7 +129,16 @@ def worker_fn(token: str, load: Callable[[], Any]) -> Any:
         fn = load()
         setup = getattr(fn, "setup", None)
         if callable(setup):
-            setup()
+            try:
+                setup()
+            except KeyboardInterrupt:
+                raise
+            except Exception as e:  # found in review: a bare ValueError, or an OSError blamed on a work file
+                if (type(e).__module__ or "").startswith("datakit"):
+                    raise
+                first = str(e).splitlines()[0][:300] if str(e) else ""
+                raise StageError(f"{label or type(fn).__name__}: its setup() failed: {type(e).__name__}: "
+                                 f"{first}{_where(e)}") from e
         _freeze()
         _SETUP[token] = time.perf_counter() - t0
         _READY[token] = fn
@@ -206,8 +216,15 @@ def apply_map(fn: Callable, batch: pa.RecordBatch, schema: pa.Schema, stage: str
     stage bug and fails the run naming `stage` and `op`, instead of being filled with nulls."""
     try:
         out = fn(batch)
-    except (OSError, KeyboardInterrupt):  # storage faults keep their own handling (retries, exit 3)
+    except KeyboardInterrupt:
         raise
+    except OSError as e:  # storage faults keep their own handling (retries, exit 3)
+        if not _raised_in_user_code(e):
+            raise
+        # found in review: a stage's own missing vocab file was a bare FileNotFoundError (a traceback,
+        # exit 1, from the command) naming no stage
+        first = str(e).splitlines()[0][:300] if str(e) else ""
+        raise StageError(f"stage {stage!r} ({op}) failed: {type(e).__name__}: {first}{_where(e)}") from e
     except Exception as e:
         if (type(e).__module__ or "").startswith("datakit"):  # our own typed errors already say what happened
             raise
@@ -243,6 +260,22 @@ def apply_map(fn: Callable, batch: pa.RecordBatch, schema: pa.Schema, stage: str
 class StageError(RuntimeError):
     """A stage's batch function raised: one line naming the stage, the op, the error and where it was
     raised (found in review: the local engine named no stage, Spark the last stage of the fused chain)."""
+
+
+_INSTALLED = tuple({os.path.abspath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)})
+_DATAKIT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _raised_in_user_code(e: BaseException) -> bool:
+    """True when the innermost frame of `e` is in a stage's own code: not datakit's, not an installed
+    library's (fsspec, s3fs, pyarrow: a storage fault, retried and reported as one) nor the stdlib's."""
+    tb = e.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    path = os.path.abspath(tb.tb_frame.f_code.co_filename)
+    return not path.startswith(_INSTALLED + (_DATAKIT,)) and not path.startswith("<frozen")
 
 
 def _where(e: BaseException) -> str:

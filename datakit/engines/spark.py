@@ -122,14 +122,14 @@ def _worker_threads() -> None:
     os.environ.setdefault("RAYON_NUM_THREADS", os.environ.get("OMP_NUM_THREADS") or "1")
 
 
-def _load_fn(bc, token: str) -> Any:
+def _load_fn(bc, token: str, label: str = "") -> Any:
     """The stage function of a broadcast, unpickled and set up once per Python worker (not per task).
 
     `token` ("<run>:<random>") is made on the driver: executors do not know a broadcast's id.
     """
     from pyspark import cloudpickle
 
-    return worker_fn(token, lambda: cloudpickle.loads(bc.value))
+    return worker_fn(token, lambda: cloudpickle.loads(bc.value), label)
 
 
 def _cast_in(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
@@ -198,7 +198,7 @@ class _ChainFn:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         _worker_setup(self.logcfg)
-        fns = [_load_fn(op["bc"], op["token"]) for op in self.ops]
+        fns = [_load_fn(op["bc"], op["token"], f"stage {op['stage']!r} ({op['name']})") for op in self.ops]
         # unpickling + setup() in this Python worker (its first task of the run only), in microseconds
         setup_us = [round(take_setup_seconds(op["token"]) * 1e6) for op in self.ops]
         writer = None

@@ -155,7 +155,7 @@ def run_chain(task: ChainTask) -> dict[str, Any]:
     writers: dict[int, pq.ParquetWriter] = {}
     files: dict[int, str] = {}
     out_schema = task.ops[-1].schema if task.ops else task.partition.schema
-    fns = {op.id: worker_fn(f"{task.run_token}:{op.id}", lambda op=op: op.fn)
+    fns = {op.id: worker_fn(f"{task.run_token}:{op.id}", lambda op=op: op.fn, f"stage {op.stage!r} ({op.name})")
            for op in task.ops if not isinstance(op, Join)}
     for op_id in fns:  # paid by this process's first task of the run: apart from the batch time
         stats[op_id].setup_seconds += take_setup_seconds(f"{task.run_token}:{op_id}")
