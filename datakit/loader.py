@@ -183,6 +183,12 @@ class PackedDataset:
                         h.update(chunk)
                 if h.hexdigest() != want:
                     raise DatasetError(f"{self.path}: checksum mismatch in {f}")
+        from datakit.io.verify import DatasetVerifyError, verify_tokenizer_file
+
+        try:
+            verify_tokenizer_file(str(self.path), self.manifest)
+        except DatasetVerifyError as e:
+            raise DatasetError(str(e)) from None
 
     def _arrays(self, k: int) -> dict[str, np.ndarray]:
         a = self._open.get(k)

@@ -326,3 +326,30 @@ def test_a_damaged_array_file_of_the_same_size_is_one_clear_error(dataset, tmp_p
     ds = PackedDataset(tmp_path / "ds")
     with pytest.raises(DatasetError, match=message):
         ds.get_batch(list(range(len(ds))))
+
+
+def test_verify_checks_the_tokenizer_the_tokens_were_made_with(dataset, tmp_path):
+    """Found in review: a copy whose tokenizer.json was replaced by another tokenizer passed verify=True
+    and `inspect --verify`, and inspect decoded its tokens with the foreign tokenizer; without the file,
+    inspect printed raw ids without saying why."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from datakit.cli import app
+
+    copy = tmp_path / "ds"
+    shutil.copytree(dataset.path, copy)
+    PackedDataset(copy, verify=True)  # the copy as written passes
+    tok = json.loads((copy / "tokenizer.json").read_text())
+    tok.setdefault("added_tokens", []).append({**tok["added_tokens"][0], "id": 99999, "content": "<|other|>"})
+    (copy / "tokenizer.json").write_text(json.dumps(tok))
+    with pytest.raises(DatasetError, match="is not the tokenizer the tokens were made with"):
+        PackedDataset(copy, verify=True)
+    res = CliRunner().invoke(app, ["inspect", str(copy), "--verify"])
+    assert res.exit_code == 2 and "is not the tokenizer" in res.output and "Traceback" not in res.output
+    (copy / "tokenizer.json").unlink()
+    with pytest.raises(DatasetError, match="tokenizer file tokenizer.json is missing"):
+        PackedDataset(copy, verify=True)
+    res = CliRunner().invoke(app, ["inspect", str(copy), "-n", "1"])
+    assert res.exit_code == 0 and "token ids shown instead of text" in res.output, res.output

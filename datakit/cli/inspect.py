@@ -114,6 +114,9 @@ def inspect_dataset(path: str | Path, sequences: int = 2, max_chars: int = 1500,
         raise ValueError(f"{path}: format {m.get('format')!r} is not a tokenized dataset (packed, megatron or mds)")
     lines = _summary(m, path)
     tok = _load_tok(path, m)
+    if tok is None and sequences > 0:
+        lines.append(f"(no {m.get('tokenizer', {}).get('file', 'tokenizer.json')} in the dataset: token ids shown "
+                     "instead of text)")
     if m.get("format") == "packed" and sequences > 0:
         from datakit.loader import PackedDataset
 

@@ -40,6 +40,26 @@ def verify_dataset(path: str, manifest: dict[str, Any], checksums: bool = False,
             if checksums and name in hashes and sha256_file(f"{root}/{name}") != hashes[name]:
                 raise DatasetVerifyError(f"{root}: data file {name} fails its sha256 check (changed since it "
                                          "was committed; rerun the pipeline)")
+    if checksums:
+        verify_tokenizer_file(root, manifest)
+
+
+def verify_tokenizer_file(root: str, manifest: dict[str, Any]) -> None:
+    """The tokenizer file a tokenized dataset ships (`manifest.tokenizer.file`) is there and is the one
+    its tokens were made with (`manifest.tokenizer.sha256`). Found in review: a dataset whose
+    tokenizer.json was replaced by another tokenizer passed `verify=True` and `inspect --verify`, and
+    `inspect` decoded its tokens with the foreign one."""
+    tok = manifest.get("tokenizer") if isinstance(manifest.get("tokenizer"), dict) else None
+    if not tok or not tok.get("file") or not tok.get("sha256"):
+        return
+    url = f"{root.rstrip('/')}/{tok['file']}"
+    try:
+        got = sha256_file(url)
+    except FileNotFoundError:
+        raise DatasetVerifyError(f"{root}: its tokenizer file {tok['file']} is missing") from None
+    if got != tok["sha256"]:
+        raise DatasetVerifyError(f"{root}: {tok['file']} is not the tokenizer the tokens were made with (sha256 "
+                                 f"{got[:12]}..., the manifest says {str(tok['sha256'])[:12]}...)")
 
 
 def verify_if_committed(path: str) -> None:

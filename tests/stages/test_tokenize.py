@@ -133,6 +133,10 @@ def test_config_validation():
         TokenizeConfig(tokenizer=TOKENIZER, fim_rate=1.5)
     with pytest.raises(ValueError):
         TokenizeConfig(tokenizer=TOKENIZER, packing="greedy")
+    # found in review: add_bos on a tokenizer with no BOS token was ignored without a word
+    with pytest.raises(ValueError, match="add_bos: the tokenizer .* has no BOS token"):
+        TokenizeConfig(tokenizer=TOKENIZER, add_bos=True).load()
+    assert "bos" in TokenizeConfig(tokenizer=TOKENIZER, add_bos=True, special_tokens={"bos": "<s>"}).load().special
 
 
 # -- code and FIM --------------------------------------------------------------------------------

@@ -82,7 +82,11 @@ class TokenizeConfig(StageConfig):
         path = ctx.resolve(self.tokenizer) if ctx is not None and not named else self.tokenizer
         if path != self.tokenizer and hub_id(self.tokenizer) is not None and not Path(path).exists():
             path = self.tokenizer  # `Org/Name` is a Hub model id, not a path below the pipeline's folder
-        return load_tokenizer(path, self.overrides(path), roles=self.chat_roles)
+        tok = load_tokenizer(path, self.overrides(path), roles=self.chat_roles)
+        if self.add_bos and "bos" not in tok.special:  # found in review: ignored without a word
+            raise ValueError(f"add_bos: the tokenizer {self.tokenizer} has no BOS token; name one with "
+                             "special_tokens: {bos: '<s>'} (added to its vocabulary if it has no such token), or set add_bos: false")
+        return tok
 
     def overrides(self, path: str) -> dict[str, str]:
         """Pinned special-token texts; repository packing adds the file separator (the tokenizer's own if any)."""
