@@ -429,6 +429,11 @@ class PackedIterator:
                  shuffle: bool = True, drop_last: bool = False) -> None:
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
+        for name, value in (("seed", seed), ("epoch", epoch)):
+            # the order mixes seed and epoch as 32-bit halves of one word (`epoch_order`): found in review,
+            # seed 2**32 gave seed 0's order and -1 that of 2**32 - 1, without a word
+            if not 0 <= int(value) < 1 << 32:
+                raise ValueError(f"{name} {value} is not in [0, 2**32): reduce it first (e.g. {name} % 2**32)")
         self.ds, self.rank, self.world_size = ds, rank, world_size
         self.seed, self.epoch, self.shuffle, self.drop_last = seed, epoch, shuffle, drop_last
         self.position = 0  # samples of this rank already yielded
@@ -568,6 +573,35 @@ def torch_loader(ds: PackedDataset, batch_size: int, num_workers: int = 0, rank:
                             collate_fn=kwargs.pop("collate_fn", collate), **kwargs)
 
 
+class _SharedEpoch:
+    """An epoch number shared with the worker processes a DataLoader starts from this object (shared
+    memory, inherited by fork or passed while spawning); pickled any other way it becomes a plain copy."""
+
+    def __init__(self, epoch: int) -> None:
+        import multiprocessing
+
+        self._value: Any = multiprocessing.RawValue("q", int(epoch))
+
+    def get(self) -> int:
+        return int(self._value.value)
+
+    def set(self, epoch: int) -> None:
+        self._value.value = int(epoch)
+
+    def __getstate__(self) -> dict[str, Any]:
+        from multiprocessing import context
+
+        if context.get_spawning_popen() is not None:  # a worker process being started: share the memory
+            return {"_value": self._value}
+        return {"_value": None, "_copy": self.get()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if state.get("_value") is not None:
+            self._value = state["_value"]
+        else:
+            self.__init__(state["_copy"])  # type: ignore[misc]
+
+
 def torch_iterable(ds: PackedDataset, rank: int = 0, world_size: int = 1, seed: int = 0, epoch: int = 0,
                    shuffle: bool = True, drop_last: bool = False):
     """A `torch.utils.data.IterableDataset` over one rank's slice (needs torch; not a dependency).
@@ -579,8 +613,24 @@ def torch_iterable(ds: PackedDataset, rank: int = 0, world_size: int = 1, seed: 
     torchdata's `StatefulDataLoader` (the dataset is `Stateful`: each worker's
     copy saves and restores its own position), or batch with `torch_loader`.
     Every pass over the DataLoader visits the rank's whole slice; `set_epoch(e)` before a pass
-    gives it epoch e's order (the same order every pass otherwise).
+    gives it epoch e's order (the same order every pass otherwise), persistent workers included.
+    Works with every start method of the workers (fork, spawn, forkserver).
     """
+    return _torch_packed_class()(ds, rank, world_size, seed, epoch, shuffle, drop_last)
+
+
+_TORCH_PACKED: Any = None
+
+
+def _torch_packed_class() -> Any:
+    """The IterableDataset class behind `torch_iterable`, made once torch is imported.
+
+    Why a module attribute (see `__getattr__`), not a class local to `torch_iterable`: DataLoader
+    workers started with spawn or forkserver (Python 3.14's default on Linux) unpickle the dataset,
+    and a local class cannot be pickled (found in review: "Can't pickle local object")."""
+    global _TORCH_PACKED
+    if _TORCH_PACKED is not None:
+        return _TORCH_PACKED
     try:
         import torch
         from torch.utils.data import IterableDataset, get_worker_info
@@ -589,8 +639,18 @@ def torch_iterable(ds: PackedDataset, rank: int = 0, world_size: int = 1, seed: 
                           "PackedDataset itself works with numpy only") from None
 
     class _TorchPacked(IterableDataset):  # type: ignore[misc, valid-type]
-        def __init__(self) -> None:
+        def __init__(self, ds: PackedDataset, rank: int, world_size: int, seed: int, epoch: int, shuffle: bool,
+                     drop_last: bool) -> None:
+            self.ds, self.rank, self.world_size, self.seed = ds, rank, world_size, seed
+            self.shuffle, self.drop_last = shuffle, drop_last
             self.iterator = ds.iterator(rank, world_size, seed, epoch, shuffle, drop_last)
+            # the epoch the next pass visits, in memory shared with the DataLoader's worker processes:
+            # found in review, with persistent_workers=True each worker kept the copy it started with,
+            # so set_epoch(1) in the trainer was never seen and epoch 1 repeated epoch 0's order
+            self._epoch = _SharedEpoch(epoch)
+
+        def _iterator(self, epoch: int) -> "PackedIterator":
+            return self.ds.iterator(self.rank, self.world_size, self.seed, epoch, self.shuffle, self.drop_last)
 
         # torchdata's Stateful protocol: StatefulDataLoader calls these in every worker on that
         # worker's copy, so resume is exact with workers too (each copy knows its own position)
@@ -598,15 +658,20 @@ def torch_iterable(ds: PackedDataset, rank: int = 0, world_size: int = 1, seed: 
             return self.iterator.state_dict()
 
         def load_state_dict(self, state: dict[str, Any]) -> None:
-            self.iterator = ds.iterator_from_state(state)
+            self.iterator = self.ds.iterator_from_state(state)
+            self._epoch.set(self.iterator.epoch)
 
         def set_epoch(self, e: int) -> None:
-            """The next pass visits epoch `e`'s order (as `PackedSampler.set_epoch`)."""
-            self.iterator = ds.iterator(rank, world_size, seed, e, shuffle, drop_last)
+            """The next pass visits epoch `e`'s order (as `PackedSampler.set_epoch`), in persistent
+            workers too."""
+            self.iterator = self._iterator(e)
+            self._epoch.set(e)
 
         def __iter__(self):
             info = get_worker_info()
             wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
+            if self._epoch.get() != self.iterator.epoch:  # set_epoch was called in the trainer's process
+                self.iterator = self._iterator(self._epoch.get())
             it = self.iterator
             if it.position >= len(it.indices):
                 # a finished pass: the next one visits the rank's slice again, as with workers (each of
@@ -621,4 +686,12 @@ def torch_iterable(ds: PackedDataset, rank: int = 0, world_size: int = 1, seed: 
                 else:
                     it.position += 1
 
-    return _TorchPacked()
+    _TorchPacked.__module__, _TorchPacked.__qualname__ = __name__, "_TorchPacked"
+    _TORCH_PACKED = _TorchPacked
+    return _TORCH_PACKED
+
+
+def __getattr__(name: str) -> Any:
+    if name == "_TorchPacked":  # how a worker process unpickles a torch_iterable (see _torch_packed_class)
+        return _torch_packed_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

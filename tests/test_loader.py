@@ -353,3 +353,11 @@ def test_verify_checks_the_tokenizer_the_tokens_were_made_with(dataset, tmp_path
         PackedDataset(copy, verify=True)
     res = CliRunner().invoke(app, ["inspect", str(copy), "-n", "1"])
     assert res.exit_code == 0 and "token ids shown instead of text" in res.output, res.output
+
+
+@pytest.mark.parametrize("kw", [{"seed": 1 << 32}, {"seed": -1}, {"epoch": 1 << 32}])
+def test_seeds_and_epochs_beyond_32_bits_are_refused_not_aliased(dataset, kw):
+    """Found in review: seed 2**32 gave seed 0's order (the two are mixed as 32-bit halves)."""
+    with pytest.raises(ValueError, match=r"is not in \[0, 2\*\*32\)"):
+        dataset.iterator(**kw)
+    dataset.iterator(seed=(1 << 32) - 1, epoch=(1 << 32) - 1)

@@ -145,3 +145,25 @@ def test_every_pass_over_torch_iterable_visits_the_slice(dataset, workers):  # n
     tds.set_epoch(1)
     third = [int(s["index"]) for s in loader]
     assert sorted(third) == sorted(_expected(dataset, 0, 2, 3, 1)) and third != first
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_set_epoch_reaches_persistent_workers(dataset, context):  # noqa: F811
+    """Found in review: with persistent_workers=True each worker kept the copy it started with, so
+    set_epoch(1) was never seen there and epoch 1 repeated epoch 0's order without a word."""
+    from torch.utils.data import DataLoader
+
+    def order(tds, persistent):
+        return DataLoader(tds, batch_size=None, num_workers=2, multiprocessing_context=context,
+                          persistent_workers=persistent)
+
+    fresh1 = torch_iterable(dataset, rank=0, world_size=2, seed=3, epoch=1)
+    want1 = [int(s["index"]) for s in order(fresh1, False)]
+    tds = torch_iterable(dataset, rank=0, world_size=2, seed=3, epoch=0)
+    loader = order(tds, True)
+    first = [int(s["index"]) for s in loader]
+    tds.set_epoch(1)
+    second = [int(s["index"]) for s in loader]
+    assert second == want1 and second != first
+    tds.set_epoch(0)
+    assert [int(s["index"]) for s in loader] == first
