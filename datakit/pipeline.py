@@ -17,6 +17,7 @@ must mean exactly the same thing, be validated the same way, and round-trip
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import logging
 import time
@@ -389,6 +390,7 @@ class Pipeline:
         custom = code_digests([*cfg.stages, *(_unwrapped(n.fn) for n in plan.nodes() if isinstance(n, MapBatches))])
         if custom:  # custom stages' code: an edit of it is another run (io/identity.py)
             plan.environment.setdefault("code", {})["modules"] = custom
+            _check_picklable(cfg.name, plan)
         return plan
 
     def _quality_nodes(self, rel: Rel, stage: StageConfig, last: bool, lengths: bool,
@@ -624,6 +626,32 @@ class Pipeline:
         bad = next((r for r in checks if not r["success"] and r["severity"] == "error"), None)
         if bad is not None:
             raise QualityGateError(failure_line("output", bad) + " (the output was written; do not use it)")
+
+
+def _check_picklable(name: str, plan: Plan) -> None:
+    """Every custom batch function can be sent to a worker process or a Spark executor (pickled).
+
+    Why at compile: found in review, a function holding a `threading.Lock` ran on a sample (a small
+    input runs in this process) and failed on the full input (pool workers, Spark) with a bare
+    `TypeError: cannot pickle '_thread.lock' object`, naming no stage. datakit's own functions are
+    tested to pickle; only the user's are tried here."""
+    import cloudpickle
+
+    for node in plan.nodes():
+        if not isinstance(node, MapBatches):
+            continue
+        fn = _unwrapped(node.fn)
+        module = getattr(fn if inspect.isroutine(fn) else type(fn), "__module__", "") or ""
+        if module == "datakit" or module.startswith("datakit."):
+            continue
+        try:
+            cloudpickle.dumps(node.fn)
+        except Exception as e:  # noqa: BLE001 - whatever pickling raises, said with the stage's name
+            first = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+            raise PipelineError(f"{name}: stage {node.stage!r} ({node.name}): its batch function cannot be pickled "
+                                f"({type(e).__name__}: {first}); worker processes and Spark executors receive it "
+                                "pickled: create locks, open files, clients and models in its setup() "
+                                "instead") from None
 
 
 def _unwrapped(fn: object) -> object:

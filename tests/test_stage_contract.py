@@ -204,3 +204,35 @@ def test_a_user_stages_own_faults_are_one_line_naming_the_stage(tmp_path, logs, 
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("datakit: error")]
     assert r.exit_code == 3 and len(errors) == 1 and "Traceback" not in r.stderr, r.output
     assert re.search(message, errors[0]), errors[0]
+
+
+class _HoldsALock:
+    def __init__(self) -> None:
+        import threading
+
+        self.lock = threading.Lock()
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        return batch
+
+
+@register_stage
+class HoldsALock(StageConfig):
+    kind: Literal["test_holds_a_lock"] = "test_holds_a_lock"
+    consumes = "editor_event.v1"
+    produces = "editor_event.v1"
+
+    def compile(self, rel, ctx: CompileContext):
+        return rel.map_batches(_HoldsALock(), EDITOR_EVENT_V1, name="locked")
+
+
+def test_a_batch_function_that_cannot_be_pickled_fails_at_compile_naming_the_stage(tmp_path, logs):
+    """Found in review: it ran on a sample (in-process) and failed on the full input (pool workers, Spark)
+    with a bare TypeError naming no stage."""
+    from datakit.pipeline import PipelineError
+
+    p = (Pipeline("r").input(str(logs)).add({"kind": "ingest"}).add({"kind": "test_holds_a_lock"})
+         .output(str(tmp_path / "out")))
+    with pytest.raises(PipelineError, match=r"stage 'test_holds_a_lock' \(locked\): its batch function cannot be "
+                                            r"pickled \(TypeError: cannot pickle '_thread.lock' object\).*setup\(\)"):
+        p.compile()
