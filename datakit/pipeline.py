@@ -20,6 +20,7 @@ import copy
 import inspect
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -262,8 +263,29 @@ class Pipeline:
             d["output"].pop("mode")  # the default is absent, so pipelines written before append mode keep their hash
         return d
 
-    def to_yaml(self) -> str:
-        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+    def to_yaml(self, path: str | Path | None = None) -> str:
+        """The pipeline as YAML; with `path`, also written to that file.
+
+        Relative paths in a pipeline file are relative to the file's folder, and a built pipeline's to
+        the folder it was built in (its `base_dir`). So when the file goes to another folder its
+        relative paths (input, output, each stage's `path_fields`) are rebased there, and
+        `Pipeline.from_yaml(path)` is the same pipeline: found in review, a pipeline built in `s/` and
+        written to `s/sub/p.yaml` wrote its output to `s/sub/out` once loaded again, without a word."""
+        d = self.to_dict()
+        for cfg in self.config.stages:
+            if type(cfg).__module__ == "__main__":  # found in review: saved as a kind nothing else can load
+                log.warning("stage %r is defined in the script itself (__main__): a pipeline file names it %r, which "
+                            "`datakit run` and other processes cannot load; define it in a module and name it as "
+                            "module:Class", cfg.kind, cfg.kind)
+        if path is not None:
+            dest = Path(path).absolute().parent
+            d = _rebased(d, self.base_dir.absolute(), dest, self.config.stages)
+        text = yaml.safe_dump(d, sort_keys=False)
+        if path is not None:
+            from datakit.io.atomic import write_bytes_atomic
+
+            write_bytes_atomic(str(Path(path).absolute()), text.encode())
+        return text
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Pipeline) and self.to_dict() == other.to_dict()
@@ -626,6 +648,39 @@ class Pipeline:
         bad = next((r for r in checks if not r["success"] and r["severity"] == "error"), None)
         if bad is not None:
             raise QualityGateError(failure_line("output", bad) + " (the output was written; do not use it)")
+
+
+def _rebased(d: dict[str, Any], base: Path, dest: Path, stages: list[StageConfig]) -> dict[str, Any]:
+    """`d` (a `to_dict`) with its relative local paths made relative to `dest` instead of `base`."""
+    if base.resolve() == dest.resolve():
+        return d
+
+    def one(p: Any, must_exist: bool = False) -> Any:
+        if not isinstance(p, str) or not p or "://" in p or os.path.isabs(p):
+            return p
+        full = os.path.join(base, p)
+        if must_exist and not os.path.exists(full):
+            return p  # a name, not a file (a registry eval, a Hub tokenizer id, `datakit:NAME`)
+        return os.path.relpath(full, dest)
+
+    def many(v: Any, must_exist: bool = False) -> Any:
+        return [one(x, must_exist) for x in v] if isinstance(v, list) else one(v, must_exist)
+
+    d = copy.deepcopy(d)
+    if d.get("input"):
+        d["input"]["path"] = many(d["input"]["path"])
+    if d.get("output"):
+        d["output"]["path"] = one(d["output"]["path"])
+    for st, cfg in zip(d.get("stages", []), stages):
+        for name in type(cfg).path_fields:
+            v = st.get(name)
+            if name == "evals" and isinstance(v, list):  # names, files, NAME=FILE, or {name, path, ...}
+                st[name] = [dict(e, path=one(e.get("path"))) if isinstance(e, dict)
+                            else (e.split("=", 1)[0] + "=" + one(e.split("=", 1)[1], True)) if isinstance(e, str)
+                            and "=" in e else one(e, True) for e in v]
+            elif v is not None:
+                st[name] = many(v, must_exist=name == "tokenizer")
+    return d
 
 
 def _check_picklable(name: str, plan: Plan) -> None:

@@ -158,3 +158,61 @@ def test_the_builder_says_what_is_wrong_as_one_pipeline_error(build, needle):
 def test_an_unset_mds_size_limit_leaves_the_config_and_its_hash_as_before():
     p = Pipeline("x").input("logs/*.jsonl").add({"kind": "ingest"}).output("out")
     assert "mds_size_limit" not in p.to_yaml()
+
+
+def test_to_yaml_into_another_folder_is_the_same_pipeline(tmp_path, monkeypatch):
+    """Found in review: a pipeline built in `s/` and written to `s/sub/p.yaml` wrote its output to
+    `s/sub/out_rel` once loaded again (paths in a file are relative to the file's folder)."""
+    import yaml
+
+    from datakit.pipeline import Pipeline
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "optouts.parquet").write_bytes(b"")
+    (tmp_path / "my_eval.jsonl").write_text("")
+    p = (Pipeline("r").input("logs/*.jsonl").add({"kind": "ingest"})
+         .add({"kind": "consent", "optouts": "optouts.parquet"}).add({"kind": "extract"})
+         .add({"kind": "decontaminate", "evals": ["humaneval", "mine=my_eval.jsonl", {"name": "x", "path": "my_eval.jsonl"}]})
+         .add({"kind": "tokenize", "tokenizer": "datakit:demo-bpe"})
+         .output("out_rel", format="packed"))
+    (tmp_path / "sub").mkdir()
+    p.to_yaml(tmp_path / "sub" / "p.yaml")
+    saved = yaml.safe_load((tmp_path / "sub" / "p.yaml").read_text())
+    assert saved["input"]["path"] == "../logs/*.jsonl" and saved["output"]["path"] == "../out_rel"
+    assert saved["stages"][1]["optouts"] == "../optouts.parquet"
+    assert saved["stages"][3]["evals"] == ["humaneval", "mine=../my_eval.jsonl", {"name": "x", "path": "../my_eval.jsonl",
+                                                                                    "fields": None, "id_field": None}]
+    assert saved["stages"][4]["tokenizer"] == "datakit:demo-bpe"  # a name, not a file
+    q = Pipeline.from_yaml(tmp_path / "sub" / "p.yaml")
+    from datakit.stages.base import CompileContext
+
+    for ctx_base, cfg in ((p.base_dir, p.config), (q.base_dir, q.config)):
+        ctx = CompileContext(base_dir=ctx_base)
+        assert ctx.resolve(cfg.output.path) == str(tmp_path / "out_rel")
+    # written into its own folder, nothing moves; without a path it is the text as before
+    p.to_yaml(tmp_path / "same.yaml")
+    assert yaml.safe_load((tmp_path / "same.yaml").read_text())["output"]["path"] == "out_rel"
+    assert p.to_yaml() == (tmp_path / "same.yaml").read_text()
+
+
+def test_a_stage_defined_in_the_script_warns_when_the_pipeline_is_saved(caplog):
+    """Found in review: saved as `kind: ident` without a word, which `datakit run` cannot load."""
+    import logging
+    from typing import Literal
+
+    from datakit import StageConfig, register_stage
+    from datakit.pipeline import Pipeline
+
+    class ScriptStage(StageConfig):
+        kind: Literal["test_script_stage"] = "test_script_stage"
+
+        def compile(self, rel, ctx):
+            return rel
+
+    ScriptStage.__module__ = "__main__"
+    register_stage(ScriptStage)
+    p = Pipeline("r").add(ScriptStage())
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        text = p.to_yaml()
+    assert "kind: test_script_stage" in text and "defined in the script itself (__main__)" in caplog.text

@@ -89,6 +89,9 @@ class StageConfig(BaseModel):
     # column written is in its output, so a pipeline that reads what nobody writes fails at compile
     reads: ClassVar[tuple[str, ...]] = ()
     writes: ClassVar[tuple[str, ...]] = ()
+    # fields holding local paths, which a pipeline file resolves against its own folder: rebased when
+    # the pipeline is saved into another folder (`Pipeline.to_yaml(path)`), so the file means the same
+    path_fields: ClassVar[tuple[str, ...]] = ()
 
     def columns_read(self) -> tuple[str, ...]:
         """The columns this config reads: `reads`, plus any a field names (override then)."""

@@ -204,6 +204,7 @@ class ConsentConfig(StageConfig):
 
     kind: Literal["consent"] = "consent"
     optouts: str | list[str] | None = Field(None, description="opt-out list path(s)/glob(s): Parquet or JSON Lines with user_id and/or org_id")
+    path_fields = ("optouts",)
     mode: Literal["auto", "broadcast", "join"] = "auto"
     broadcast_max_bytes: int = Field(
         8 * 1024 * 1024, gt=0,

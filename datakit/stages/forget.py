@@ -91,6 +91,7 @@ class ForgetConfig(StageConfig):
 
     kind: Literal["forget"] = "forget"
     optouts: str | list[str] = Field(..., description="deletion list path(s)/glob(s): user_id, org_id and/or event_id columns")
+    path_fields = ("optouts",)
 
     consumes = "training_record.v1"
     produces = "training_record.v1"

@@ -106,6 +106,7 @@ class DecontaminateConfig(StageConfig):
     reads = RECORD_TEXT_COLUMNS
     writes = RECORD_TEXT_COLUMNS  # mode: mask rewrites every text of a record (segments, chosen, rejected)
     evals: list[str | EvalSpec] = Field(min_length=1, description="eval names or files")
+    path_fields = ("evals",)
     ngram: int = Field(13, ge=1, le=256)
     mode: Literal["drop", "mask"] = "drop"
     normalizations: list[str] = Field(default_factory=lambda: list(DEFAULT_NORMALIZATIONS))

@@ -73,6 +73,7 @@ class ScrubPiiConfig(StageConfig):
     extra_recognizers: str | None = Field(
         default=None, description="a presidio recognizer YAML; its recognizers run beside ours (presidio speed)")
     strategy: Strategy = "auto"
+    path_fields = ("extra_recognizers",)
 
     @field_validator("strategy")
     @classmethod

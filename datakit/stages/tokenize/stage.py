@@ -64,6 +64,7 @@ class TokenizeConfig(StageConfig):
     chat_roles: bool = Field(True, description="add chat role markers (<|user|>...) when the tokenizer lacks them")
 
     produces = "tokenized_record.v1"
+    path_fields = ("tokenizer",)
     reads = ("doc_id", "kind", "segments", "chosen", "rejected", "source")
     writes = ("input_ids", "loss_mask")
 
