@@ -69,6 +69,7 @@ def test_contaminated_exits_1_and_threshold_lets_it_pass(data, tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["--data", "/nonexistent/x.parquet", "--eval", "humaneval"], "input not found"),
+    (["--data", "EXTRA_JSON", "--eval", "humaneval"], "not a file type read here (expected"),
     (["--data", "DATA", "--eval", "nosuch_eval"], "unknown eval 'nosuch_eval'"),
     (["--data", "DATA", "--eval", "/nonexistent/e.jsonl"], "eval file not found"),
     (["--data", "DATA", "--eval", "humaneval", "--normalize", "spaces"], "unknown normalization"),
@@ -76,7 +77,9 @@ def test_contaminated_exits_1_and_threshold_lets_it_pass(data, tmp_path):
     (["--data", "DATA", "--eval", "humaneval", "--eval-field", "nope"], "field(s) nope not in"),
 ])
 def test_input_errors_exit_2_with_one_line(data, args, message):
-    args = [str(data / "clean.parquet") if a == "DATA" else a for a in args]
+    (data / "extra.json").write_text("[]")  # exists, but no kind of file the check reads (it said "no match")
+    args = [str(data / "clean.parquet") if a == "DATA" else str(data / "extra.json") if a == "EXTRA_JSON" else a
+            for a in args]
     r = run(*args)
     assert r.exit_code == 2, r.output
     err = r.stderr.strip() if r.stderr else r.output.strip()
@@ -589,3 +592,24 @@ def test_an_index_named_directly_is_checked_against_the_data_beside_it(tmp_path,
     with caplog.at_level(logging.WARNING, logger="datakit"):
         r = run("--data", str(ds), "--eval", "humaneval", "-q")
     assert r.exit_code == 1 and "index.json is not readable" in caplog.text
+
+
+def test_an_index_built_with_text_fields_answers_a_check_with_the_same_fields(tmp_path):
+    import typer
+
+    from datakit.cli.contamination import build_index_command
+
+    app = typer.Typer()
+    app.command()(build_index_command)
+    he = _he()
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    (ds / "a.jsonl").write_text(json.dumps({"id": "a", "src": he[7]["prompt"] + he[7]["canonical_solution"],
+                                            "text": "x = 1"}) + "\n")
+    assert runner.invoke(app, [str(ds), "--text-field", "src"]).exit_code == 0
+    out = tmp_path / "r.json"
+    r = run("--data", str(ds), "--eval", "humaneval", "--text-field", "src", "--json", str(out), "-q")
+    assert r.exit_code == 1 and json.loads(out.read_text())["data"][0]["mode"] == "index"
+    # other fields than the index read: the data is scanned, not answered for by the index
+    r = run("--data", str(ds), "--eval", "humaneval", "--json", str(out), "-q")
+    assert r.exit_code == 0 and json.loads(out.read_text())["data"][0]["mode"] != "index"

@@ -87,6 +87,9 @@ def expand(paths: str | Iterable[str], suffixes: tuple[str, ...] = ()) -> list[s
                 _refuse_broken_links(fs, found)
             elif fs.exists(p):
                 found = [p]
+                if suffixes and not p.endswith(suffixes):  # named, but not a kind of file read here
+                    raise InputError(f"{raw}: not a file type read here (expected "
+                                     f"{', '.join(sorted(set(suffixes)))})")
             else:
                 raise InputError(f"input not found: {raw}")
         except InputError:

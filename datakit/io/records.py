@@ -71,14 +71,15 @@ def _jsonl_tables(url: str, columns: ColumnChoice, batch_rows: int, stats: dict 
                                     rb.column("_source_line").to_pylist()):
             if err is not None and err.startswith("truncated_file"):
                 raise InputError(f"{url}: truncated or corrupt compressed file (unreadable from line {lineno}); "
-                                 f"nothing was checked")
+                                 "the file is refused (a verdict or an index of part of it would answer for lines "
+                                 "never read)")
             if err == "blank_line":  # not data: never counted as a skipped line
                 continue
             if err == "line_too_long":  # data this reader does not read: never a shorter dataset
                 from datakit.io.readers import MAX_LINE_BYTES
 
                 raise InputError(f"{url}: line {lineno} is longer than {MAX_LINE_BYTES >> 20} MiB, more than this "
-                                 "reader reads; nothing was checked (store records that large as Parquet)")
+                                 "reader reads; the file is refused (store records that large as Parquet)")
             try:
                 if err is not None or raw is None:
                     raise ValueError

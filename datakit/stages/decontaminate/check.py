@@ -352,7 +352,10 @@ def _plan_inputs(paths: list[str], ngram: int | None, flags_req: int | None, tex
                         "(rebuild it with `datakit build-index %s`)", side, p)
         if use_index and not any(c in p for c in "*?[") and is_index(side):
             idx = NgramIndex(side)
-            if (ngram in (None, idx.ngram)) and (flags_req in (None, idx.flags)) and not text_fields:
+            # an index answers for the texts it read: the same text fields (found in review: one built with
+            # --text-field src was never used by a check with --text-field src)
+            same_texts = list(text_fields or []) == list(idx.meta.get("text_fields") or [])
+            if (ngram in (None, idx.ngram)) and (flags_req in (None, idx.flags)) and same_texts:
                 stale = stale_reason(side, p)
                 if stale is None:
                     plan.append(("index", p, idx))
