@@ -194,7 +194,8 @@ def _map_watched(fn: Callable, items: list, workers: int, beat_dir: str, what: s
         stalls[i] = stalls.get(i, 0) + 1
         if stalls[i] > 1:
             raise TaskStalled(f"task {label(items[i])} of '{what}' made no progress for {threshold:.0f} s, "
-                              "twice (its worker was stalled and killed each time); rerun to resume finished work")
+                              "twice (its worker was stalled and killed each time); rerun to resume finished work (a stage whose "
+                              "batches take longer than that sets DATAKIT_STALL_SECONDS higher)")
         log.warning("task %s of '%s' made no progress for %.0f s: its worker was killed, unfinished tasks "
                     "are dispatched again", label(items[i]), what, threshold)
     return results

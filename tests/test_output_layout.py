@@ -78,6 +78,8 @@ def test_rerun_with_fewer_shards_leaves_no_stale_data_file(tmp_path):
     p.output(str(tmp_path / "o"), shards=2).run(engine="local", workers=1)
     m = json.loads((tmp_path / "o" / "manifest.json").read_text())
     assert sorted(x.name for x in (tmp_path / "o" / "data").iterdir()) == ["part-00000.parquet", "part-00001.parquet"]
+    # and no reuse record of the shard that is gone (found in review: _shards/shard-00002.json stayed)
+    assert sorted(x.name for x in (tmp_path / "o" / "_shards").iterdir()) == ["shard-00000.json", "shard-00001.json"]
     card = (tmp_path / "o" / "README.md").read_text()
     assert card == card_text(m) and "data/part-00002.parquet" not in card and "data/part-00001.parquet" in card
 

@@ -62,7 +62,7 @@ def _pipe(logs, out, how) -> Pipeline:
                                          ("number_as_string", "column 'user_id' is int64, declared string"),
                                          # found in review: committed with one shard, failed in the sink's key
                                          # hash with two; None: an AttributeError; ints: reasons named "1"
-                                         ("null_event_id", "kept 6 row\\(s\\) with no event_id"),
+                                         ("null_event_id", "kept 6 row\\(s\\) of a batch with no event_id"),
                                          ("return_none", "returned NoneType, not a pyarrow RecordBatch"),
                                          ("int_drop_reason", "_drop column of int64")])
 def test_local_engine_fails_and_commits_nothing(tmp_path, logs, how, needle):

@@ -252,7 +252,7 @@ def apply_map(fn: Callable, batch: pa.RecordBatch, schema: pa.Schema, stage: str
     for key, contract in IDENTITY_COLUMNS:
         if contract <= declared and key in out.schema.names and out.column(key).null_count:
             raise StageOutputError(
-                f"stage {stage!r} ({op}) kept {out.column(key).null_count} row(s) with no {key} (every row needs "
+                f"stage {stage!r} ({op}) kept {out.column(key).null_count} row(s) of a batch with no {key} (every row needs "
                 f"its identity: drop such a row with a {DROP} reason instead); nothing was committed")
     return MapOutput(conform_output(out, schema, stage, op), dropped, drops, metrics)
 

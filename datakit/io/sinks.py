@@ -328,6 +328,21 @@ def _sizes(out: str, files: list[str]) -> dict[str, int]:
     return {f: int(fs.size(filesystem(f"{out}/{f}")[1])) for f in files}
 
 
+def _prune_sidecars(out: str, shards: set[int]) -> None:
+    """Remove `_shards/shard-N.json` of shards the committed manifest does not have (a rerun with fewer
+    shards left them: found in review), as `prune_data` removes their data files."""
+    fs, root = filesystem(f"{out}/_shards")
+    try:
+        names = fs.ls(root, detail=False) if fs.exists(root) else []
+    except FileNotFoundError:
+        return
+    for f in names:
+        name = f.rstrip("/").rsplit("/", 1)[-1]
+        if name.startswith("shard-") and name.endswith(".json") and name[6:-5].isdigit() \
+                and int(name[6:-5]) not in shards:
+            fs.rm(f)
+
+
 def commit(spec: SinkSpec, shards: list[dict[str, Any]], manifest: dict[str, Any],
            metrics: dict[str, int] | None = None) -> dict[str, Any]:
     """Write the dataset card, manifest.json (atomically, after every data file), then drop data files
@@ -355,6 +370,7 @@ def commit(spec: SinkSpec, shards: list[dict[str, Any]], manifest: dict[str, Any
     write_card(out, body)
     write_json_atomic(f"{out}/manifest.json", body)
     prune_data(out, manifest_files(body))
+    _prune_sidecars(out, {int(s["shard"]) for s in shards})
     fs, p = filesystem(f"{out}/_SUCCESS")
     with fs.open(p, "wb") as f:
         f.write(b"")
