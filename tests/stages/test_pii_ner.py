@@ -321,3 +321,23 @@ def test_a_chat_turn_longer_than_spacys_limit_is_scrubbed_not_a_failed_run(fn) -
     batch = pa.RecordBatch.from_pylist([_rec("long", "sft", [(text, True, "user")])], schema=TRAINING_RECORD_V1)
     out = fn(batch).to_pylist()[0]["segments"][0]["text"]
     assert "Maria Garcia" not in out and out.count("<PERSON>") == 25_000
+
+
+def test_a_name_found_once_is_replaced_everywhere_in_its_record(fn) -> None:
+    """Found in review: NER read a name in one turn and not in another (or in a tool's output, which it
+    does not read), so one record held `<PERSON_...>` and the name in clear: with pseudonyms, a key to
+    that pseudonym in the whole dataset. Other records keep their text (the name is whole words only)."""
+    batch = pa.RecordBatch.from_pylist([
+        _rec("chat", "sft", [("Thanks Olivia Martinez, I will ask Rajesh Kumar about the crash.", True, "assistant"),
+                             ("$ git log -1\nAuthor: olivia\n    fix: retry, as Olivia Martinez and Rajesh Kumar asked\n",
+                              False, "tool")]),
+        _rec("other", "code", [("# Rajesh Kumar\nx = 1\n", True, "code")]),
+        _rec("word", "sft", [("Ask Anna Schmidt; MartinezFactory stays.", True, "assistant")]),
+    ], schema=TRAINING_RECORD_V1)
+    out = fn(batch).to_pylist()
+    texts = [s["text"] for s in out[0]["segments"]]
+    assert all("Olivia Martinez" not in t and "Rajesh Kumar" not in t for t in texts), texts
+    assert texts[1].count("<PERSON>") == 2 and "Author: olivia" in texts[1]
+    assert out[1]["segments"][0]["text"] == "# Rajesh Kumar\nx = 1\n"  # another record: NER found nothing there
+    assert "MartinezFactory" in out[2]["segments"][0]["text"]
+    assert json.loads(out[0]["_metrics"])["pii.person"] >= 4  # every replacement is counted

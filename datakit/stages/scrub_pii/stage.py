@@ -25,7 +25,7 @@ from __future__ import annotations
 import hmac
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -456,6 +456,19 @@ class ScrubFn:
             elif new_u[0] != old_u[0]:
                 new["chosen" if u < 2 * n else "rejected"][u % n] = new_u[0]
 
+        # a name found in one place of a record is replaced everywhere in that record
+        names_of: dict[int, set[str]] = {}
+        for c in hit_c:
+            person = [f for f in found_c[c] if f.entity == "person"]
+            if person:
+                text = _strings(column, [c], strings)[0] or ""
+                names_of.setdefault(unit_of(c) % n, set()).update(
+                    v for f in person if len(v := text[f.start:f.end].strip()) >= 3)
+        if names_of:
+            for r, k in self._spread_names(names_of, docs, seg_text, chosen, rejected, new).items():
+                found.setdefault(r, []).extend([Finding(0, 0, "person")] * k)
+                hits.append(r)
+
         # lineage: the file path (in `source.path` and `meta`'s "path") is a text too
         new_lineage, path_found = self._scrub_paths(batch) if "source" in names else ({}, {})
 
@@ -484,6 +497,35 @@ class ScrubFn:
                                      pa.field(METRICS, pa.string())]
         return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
 
+
+    def _spread_names(self, names_of: dict[int, set[str]], docs: Any, seg_text: pa.Array, chosen: pa.Array,
+                      rejected: pa.Array, new: dict[str, dict[int, str | None]]) -> dict[int, int]:
+        """Replace, in every text of record r, each person name `names_of[r]` that was found somewhere in
+        it; returns {record: replacements made}.
+
+        Why: found in review, NER read "Rajesh Kumar" as a name in the assistant's turn but not in the
+        user's, so one record held both `<PERSON_be06db25c3c3>` and the name in clear: a key to that
+        pseudonym everywhere in the dataset (and the name in training text). A name is whole words."""
+        import re
+
+        made: dict[int, int] = {}
+        token = lambda m: self.replacer.token("person", m.group(0))  # noqa: E731
+        for r, found_names in names_of.items():
+            pattern = re.compile(r"(?<!\w)(?:" + "|".join(re.escape(x) for x in sorted(found_names, key=lambda x: (-len(x), x)))
+                                 + r")(?!\w)")
+            places: list[tuple[str, int, str | None]] = [("segments", i, seg_text[i].as_py()) for i in docs.parts(r)]
+            places += [(name, r, col[r].as_py()) for name, col in (("chosen", chosen), ("rejected", rejected))]
+            for column, i, original in places:
+                if column not in new:
+                    continue
+                text = new[column].get(i, original)
+                if not text:
+                    continue
+                text, k = pattern.subn(token, text)
+                if k:
+                    new[column][i] = text
+                    made[r] = made.get(r, 0) + k
+        return made
 
     def _scrub_paths(self, batch: pa.RecordBatch) -> tuple[dict[str, pa.Array], dict[int, list[Finding]]]:
         """The records' file paths scrubbed: ({column: new array} of `source` and `meta` where a path
