@@ -154,6 +154,12 @@ def test_spark_names_the_stage_that_raised_not_the_chains_last(spark, tmp_path, 
     with pytest.raises(SparkJobError, match=r"^Spark failed: stage 'test_raises_in_the_middle' \(raises\) failed: "
                                             r"ValueError"):
         p.run(engine="spark", partitions=1)
+    # the log the error points to is redacted too (found in review: Spark's task-failure lines in it
+    # quoted the exception, 4 copies of an email that stderr showed as <EMAIL>)
+    from datakit.engines.spark_session import log_file
+
+    text = log_file().read_text(errors="replace")
+    assert "boom on" in text and "jane.doe@example.com" not in text
 
 
 class _UserFault:

@@ -136,7 +136,7 @@ def worker_fn(token: str, load: Callable[[], Any], label: str = "") -> Any:
             except Exception as e:  # found in review: a bare ValueError, or an OSError blamed on a work file
                 if (type(e).__module__ or "").startswith("datakit"):
                     raise
-                first = str(e).splitlines()[0][:300] if str(e) else ""
+                first = _first_line(e)
                 raise StageError(f"{label or type(fn).__name__}: its setup() failed: {type(e).__name__}: "
                                  f"{first}{_where(e)}") from e
         _freeze()
@@ -223,12 +223,12 @@ def apply_map(fn: Callable, batch: pa.RecordBatch, schema: pa.Schema, stage: str
             raise
         # found in review: a stage's own missing vocab file was a bare FileNotFoundError (a traceback,
         # exit 1, from the command) naming no stage
-        first = str(e).splitlines()[0][:300] if str(e) else ""
+        first = _first_line(e)
         raise StageError(f"stage {stage!r} ({op}) failed: {type(e).__name__}: {first}{_where(e)}") from e
     except Exception as e:
         if (type(e).__module__ or "").startswith("datakit"):  # our own typed errors already say what happened
             raise
-        first = str(e).splitlines()[0][:300] if str(e) else ""
+        first = _first_line(e)
         raise StageError(f"stage {stage!r} ({op}) failed: {type(e).__name__}: {first}{_where(e)}") from e
     if isinstance(out, pa.Table):
         out = out.combine_chunks().to_batches()[0] if out.num_rows else pa.RecordBatch.from_pylist([], schema=out.schema)
@@ -276,6 +276,15 @@ def _raised_in_user_code(e: BaseException) -> bool:
         tb = tb.tb_next
     path = os.path.abspath(tb.tb_frame.f_code.co_filename)
     return not path.startswith(_INSTALLED + (_DATAKIT,)) and not path.startswith("<frozen")
+
+
+def _first_line(e: BaseException) -> str:
+    """The first line of `e`'s message, redacted and then clipped to 300 characters (clipped first, a
+    secret cut in two escaped the patterns that know its whole shape: found in review)."""
+    from datakit.logs import _redact
+
+    text = str(e).splitlines()[0] if str(e) else ""
+    return _redact(text)[:300]
 
 
 def _where(e: BaseException) -> str:

@@ -58,7 +58,7 @@ from datakit.engines.spark_partitions import (ONE_TASK_CONF, SHUFFLE_CONF, TARGE
                                               check_user_conf, one_task_max_edges, plan_partitions)
 from datakit.engines.spark_session import (SparkError, SparkJobError, SparkSetupError, await_prestart,
                                            executor_environment, get_session, log_file, prestart_session,
-                                           straggler_conf, translate_errors, workers_python_differs)
+                                           redact_log, straggler_conf, translate_errors, workers_python_differs)
 from datakit.io import identity, publish, sinks
 from datakit.io.fs import remove_tree
 from datakit.io.readers import iter_source
@@ -397,6 +397,7 @@ class SparkEngine(Engine):
                 stages, manifest, out = run.go()
         finally:
             run.cleanup()
+            redact_log()  # a retried task's warning may quote a record too (see there)
         seconds = time.perf_counter() - t0
         if plan.sink is not None:
             with held_until_done("committing the output and removing its work folder"):

@@ -565,6 +565,7 @@ def _stop_locked() -> None:
             sess.stop()
         elif SparkContext._active_spark_context is not None:
             SparkContext._active_spark_context.stop()
+    redact_log()
 
 
 _PY_ERR = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit))(?::\s?(.*))?$")
@@ -595,6 +596,38 @@ def _append_log(what: str, exc: BaseException) -> None:
             f.write(f"\n===== datakit: {what} failed: {type(exc).__name__}\n{exc}\n")
     except OSError:
         pass
+    redact_log()
+
+
+def redact_log() -> None:
+    """Rewrite the driver log with personal data and secrets replaced, as every log line is.
+
+    Why: found in review, a stage that failed on a chat record left 4 copies of the customer's email in
+    the log the error line points to (Spark's task-failure lines quote the Python exception, which may
+    quote a record), where stderr showed `<EMAIL>`. The JVM writes the file through our stdout/stderr
+    redirect, which datakit cannot filter line by line, so the file is redacted after a failure (the
+    moment a person is sent to read it) and when the session stops. In place: the JVM appends to it
+    (O_APPEND), so its next line lands after the redacted text."""
+    from datakit.quality.expect import redact_text
+
+    path = log_file()
+    try:
+        with open(path, "r+b") as f:
+            start = _redacted_upto.get(str(path), 0)  # what an earlier call already rewrote
+            f.seek(start)
+            raw = f.read()
+            text = raw.decode("utf-8", errors="replace")
+            clean = redact_text(text) if text else text
+            if clean != text:
+                f.seek(start)
+                f.write(clean.encode("utf-8"))
+                f.truncate()
+            _redacted_upto[str(path)] = f.tell()
+    except OSError:
+        pass
+
+
+_redacted_upto: dict[str, int] = {}  # log file -> bytes from its start already redacted
 
 
 @contextmanager

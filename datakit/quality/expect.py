@@ -155,6 +155,16 @@ def redact(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def redact_text(text: str) -> str:
+    """`text` with PII/secret spans replaced, lines and length kept (`redact`'s rules, for a log file)."""
+    redact("")  # loads the scrubber (or leaves the regex fallback)
+    if _SCRUB is None:
+        from datakit.stages.decontaminate.redact import regex_redact
+
+        return regex_redact(text)
+    return _SCRUB.scrub([text])[0][0] or ""
+
+
 def _sample_key(i: int, values: list[Any]) -> dict[str, int]:
     """The unexpected value with the smallest hash (batching-independent), redacted."""
     if not values:
