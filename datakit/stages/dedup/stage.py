@@ -48,6 +48,7 @@ from datakit.stages.dedup.verify import exact_jaccard, signature_jaccard
 _KEY, _KEEP, _SIG, _BAND, _BUCKET, _MIN = "_dk_key", "_dk_keep", "_dk_sig", "_dk_band", "_dk_bucket", "_dk_min"
 _XKEEP = "_dk_xkeep"  # the exact duplicate group's kept doc_id, when exact and near are marked in one pass
 _SRC, _DST = "_dk_src__", "_dk_dst__"  # prefixes of a verified pair's two ends (Join.right_prefix)
+_XK = "_dk_xk__"  # prefix of the exact keeper's own near-duplicate decision (Join.right_prefix)
 _SIZE = "_dk_size"
 
 
@@ -204,6 +205,9 @@ class _MarkFn:
     state: object | None = None  # append mode: history.DropState, the dropped rows' `_drop_state`
     history: object | None = None  # append mode with history: history.HistVerify (history first)
     exact_col: str | None = None  # exact duplicates' kept doc: they are dropped first, as exact_duplicate
+    # the exact keeper's own near decision: an exact duplicate names the document that stays (found in
+    # review: c named its group's keeper b, which was itself dropped as a near duplicate of a)
+    exact_keep_col: str | None = None
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         doc = batch.column("doc_id")
@@ -215,6 +219,9 @@ class _MarkFn:
             loser = pc.is_valid(drop)
         if self.exact_col is not None:  # an exact duplicate was never clustered: its exact verdict stands
             x_drop, x_detail, x_loser = _loser_marks(doc, batch.column(self.exact_col), "exact_duplicate")
+            if self.exact_keep_col is not None:  # named: what its keeper stays as (itself, or the doc it went to)
+                final = pc.coalesce(batch.column(self.exact_keep_col), batch.column(self.exact_col)).cast(pa.string())
+                x_detail = pc.if_else(x_loser, final, pa.scalar(None, pa.string()))
             drop, detail = pc.if_else(x_loser, x_drop, drop), pc.if_else(x_loser, x_detail, detail)
             loser = pc.and_(pc.invert(x_loser), pc.fill_null(loser, False))
         names, cols = [DROP, DROP_DETAIL], [drop, detail]
@@ -565,6 +572,10 @@ def _mark_clusters(rel: Rel, comps: Rel, verdict: Rel | None, state: object | No
     if exact is None:
         marked = rel.join(decided, "doc_id", "src", how="left")
     else:  # both verdicts joined to each other first (narrow), so the records are joined once
-        marked = rel.join(exact.join(decided, "doc_id", "src", how="left"), "doc_id", how="left")
-    fn = _MarkFn(_KEEP, "near_duplicate", _SIZE, state, history, _XKEEP if exact is not None else None)
+        verdicts = exact.join(decided, "doc_id", "src", how="left")
+        if history is None:  # (with history, a keeper's verdict against the history is made in the final pass)
+            verdicts = verdicts.join(decided, _XKEEP, "src", how="left", right_prefix=_XK)
+        marked = rel.join(verdicts, "doc_id", how="left")
+    fn = _MarkFn(_KEEP, "near_duplicate", _SIZE, state, history, _XKEEP if exact is not None else None,
+                 _XK + _KEEP if exact is not None and history is None else None)
     return marked.map_batches(fn, out_schema, name="dedup_near", drop_log_key="doc_id", drop_state=state is not None)
