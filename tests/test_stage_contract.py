@@ -210,6 +210,12 @@ def test_a_user_stages_own_faults_are_one_line_naming_the_stage(tmp_path, logs, 
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("datakit: error")]
     assert r.exit_code == 3 and len(errors) == 1 and "Traceback" not in r.stderr, r.output
     assert re.search(message, errors[0]), errors[0]
+    work = tmp_path / "out" / "_work"  # kept for the resume; its spills before scrub_pii hold raw text
+    if work.exists():
+        import stat
+
+        assert stat.S_IMODE(work.stat().st_mode) == 0o700
+        assert all(stat.S_IMODE(d.stat().st_mode) == 0o700 for d in work.iterdir() if d.is_dir())
 
 
 class _HoldsALock:

@@ -56,7 +56,7 @@ def claim(run_id: str) -> str:
     """The scratch folder of run `run_id` (created, or a killed attempt's on this host found again)."""
     sweep(keep=run_id[:16])
     path = os.path.join(base(), run_id[:16])
-    os.makedirs(path, exist_ok=True)
+    os.makedirs(path, exist_ok=True, mode=0o700)  # raw text before scrubbing: this user's only
     with open(os.path.join(path, _OWNER), "w") as f:
         json.dump({"pid": os.getpid(), "host": socket.gethostname(), "run_id": run_id}, f)
     return path

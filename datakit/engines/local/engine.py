@@ -188,6 +188,13 @@ class LocalEngine(Engine):
             return path
         path = f"{root}/{rid[:16]}"
         os.makedirs(path, exist_ok=True)
+        # private: a task's spill before scrub_pii holds raw text, kept after a failure for the resume
+        # (found in review: a failed run left every planted secret readable in _work/)
+        for folder in (root, path):
+            try:
+                os.chmod(folder, 0o700)
+            except OSError:
+                pass
         return path
 
     # -- scheduling
