@@ -77,3 +77,19 @@ def test_drop_reason_is_stable_and_policy_driven() -> None:
 def test_unknown_entity_in_policy_is_rejected() -> None:
     with pytest.raises(Exception, match="unknown entities"):
         ScrubPiiConfig(policy={"emial": "drop"})
+
+
+def test_one_address_or_number_written_differently_gets_one_pseudonym() -> None:
+    """Found in review: `jane.doe@x`, `JANE.DOE@x` and `Jane.Doe@x` got three pseudonyms, as did one phone
+    number or card written with spaces, dashes or neither."""
+    r = Replacer({e: "pseudonym" for e in ("email", "phone", "credit_card", "person")}, b"k" * 32)
+    assert len({r.token("email", v) for v in ("jane.doe@acme.io", "JANE.DOE@acme.io", "Jane.Doe@ACME.io")}) == 1
+    assert r.token("phone", "+1 415-867-5309") == r.token("phone", "+14158675309") == r.token("phone", "+1 (415) 867 5309")
+    assert r.token("phone", "(415) 867-5309") != r.token("phone", "+14158675309")  # no country code: another value
+    assert r.token("credit_card", "4111 1111 1111 1111") == r.token("credit_card", "4111-1111-1111-1111")
+    assert r.token("person", "Olivia  Martinez") == r.token("person", "OLIVIA MARTINEZ")
+    assert r.token("email", "jane.doe@acme.io") != r.token("email", "john.doe@acme.io")
+    # the pickled replacer (what pool workers and Spark executors get) makes the same tokens
+    import pickle
+
+    assert pickle.loads(pickle.dumps(r)).token("email", "Jane.Doe@acme.io") == r.token("email", "jane.doe@acme.io")

@@ -283,6 +283,18 @@ def param_ok(v: str, code: bool = False) -> bool:
     return not (_IDENT.fullmatch(v) and not _DIGIT.search(v))  # `token=next_token`: a name, not a value
 
 
+def credential_param_ok(m: re.Match[str], text: str) -> bool:
+    return param_ok(m.group("v"), code=text[m.start()] not in "?&;")
+
+
+def auth_header_ok(m: re.Match[str], text: str) -> bool:
+    return token_ok(m.group("v"))
+
+
+def cli_password_ok(m: re.Match[str], text: str) -> bool:
+    return param_ok(m.group("v") or m.group("v2") or m.group("v3"))
+
+
 def token_ok(v: str) -> bool:
     """A header's credential: letters and digits (or base64 padding), not a word of prose or a name."""
     return bool(_DIGIT.search(v)) and bool(re.search(r"[A-Za-z]", v)) and not _PLACEHOLDER_VALUE.match(v)
@@ -759,13 +771,13 @@ DETECTORS: tuple[Detector, ...] = (
         r"(?:[?&;]|(?<=[\s\"']))(?i:access_token|auth_token|api[_-]?key|client_secret|password|passwd|pwd|secret|token)"
         r"=(?P<v>[^&\s#\"'<>;(),\[\]]{6,200}+)(?![(),\[\]])",
         r"(?i)(?:access_token|auth_token|api_key|api-key|apikey|client_secret|password|passwd|pwd|secret|token)=[^&\s]",
-        "<SECRET>", validate=lambda m, t: param_ok(m.group("v"), code=t[m.start()] not in "?&;"), priority=58,
+        "<SECRET>", validate=credential_param_ok, priority=58,
     ),
     Detector(
         "auth_header", "AUTH_HEADER", "secret",
         r"(?<![\w-])(?:Basic|Bearer|Token|token|bearer)[ \t]+(?P<v>[A-Za-z0-9+/._~-]{16,}=*)(?![\w+/=-])",
         r"(?:Basic|Bearer|Token|token|bearer)[ \t]+[A-Za-z0-9+/._~-]{16}", "<SECRET>",
-        validate=lambda m, t: token_ok(m.group("v")), priority=57,
+        validate=auth_header_ok, priority=57,
     ),
     Detector(
         "cli_password", "CLI_PASSWORD", "secret",
@@ -773,7 +785,7 @@ DETECTORS: tuple[Detector, ...] = (
         r"|\bmysql(?:dump|admin)?\b[^\n]*?[ \t]-p(?P<v2>[^\s\"'$-][^\s\"']{3,})"
         r"|(?<![\w$])[A-Z][A-Z0-9_]*(?:PASSWORD|PASSWD|SECRET|TOKEN|API_KEY)=(?P<v3>[^\s\"'$`]{6,200})(?=[ \t]+\w)",
         r"curl[^\n]*(?:-u|--user)[ \t]|mysql[^\n]*[ \t]-p[^\s]|(?:PASSWORD|PASSWD|SECRET|TOKEN|API_KEY)=[^\s]",
-        "<SECRET>", validate=lambda m, t: param_ok(m.group("v") or m.group("v2") or m.group("v3")), priority=58,
+        "<SECRET>", validate=cli_password_ok, priority=58,
     ),
     Detector(
         "high_entropy", "HIGH_ENTROPY_SECRET", "secret",
