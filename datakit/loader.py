@@ -271,7 +271,21 @@ class PackedDataset:
         k, r = self.locate(i)
         a = self._open.get(k) or self._arrays(k)
         lo, hi = a["seq_index"][r : r + 2].tolist()
-        return a["tokens"][r], a["loss_mask"][r], a["segments"][lo:hi]
+        segs = a["segments"][lo:hi]
+        self._check_segments(k, r, lo, hi, len(a["segments"]), segs[:, 0] if len(segs) else segs)
+        return a["tokens"][r], a["loss_mask"][r], segs
+
+    def _check_segments(self, k: int, r: int, lo: int, hi: int, total: int, starts: np.ndarray) -> None:
+        """One sequence's segment index is possible: its rows exist, its starts lie in the sequence and
+        increase. Found in review: same-size edits of `segments`/`seq_index` gave raw numpy errors
+        ("negative dimensions are not allowed") and `datakit inspect` printed a segment `[100000:512)`;
+        `verify=True` catches them too, but reads every byte."""
+        ok = 0 <= lo < hi <= total
+        if ok and len(starts):
+            ok = bool(starts[0] == 0 and (starts < self.seq_len).all() and (len(starts) == 1 or (np.diff(starts) > 0).all()))
+        if not ok:
+            raise DatasetError(f"{self.path}: shard {k}, sequence {r}: its segment index is damaged (rows {lo}:{hi} "
+                               f"of {total}); the files changed after they were written (`datakit inspect --verify`)")
 
     @cached_property
     def max_segments(self) -> int:
@@ -359,7 +373,9 @@ class PackedDataset:
             a = self._arrays(k)
             r = i - self._cum_list[k]
             lo, hi = a["seq_index"][r : r + 2].tolist()
-            starts.append(a["segments"][lo:hi, 0] + j * L)
+            seg_starts = a["segments"][lo:hi, 0]
+            self._check_segments(k, r, lo, hi, len(a["segments"]), seg_starts)
+            starts.append(seg_starts + j * L)
         flat_starts = np.concatenate(starts) if starts else np.zeros(0, np.int64)
         cu = np.append(flat_starts, b * L).astype(np.int32)
         input_ids = tokens.astype(np.int64)

@@ -305,6 +305,8 @@ def test_a_dataset_rewritten_while_open_is_an_error_not_a_mix(tmp_path):
 @pytest.mark.parametrize("damage, message", [
     ("header", "tokens-00001.npy is not a readable array file"),
     ("segments_short", "segments-00001.npy holds .* entries, its seq_index says"),
+    ("segment_start", "shard 1, sequence 0: its segment index is damaged"),
+    ("seq_index_order", "shard 1, sequence 0: its segment index is damaged"),
 ])
 def test_a_damaged_array_file_of_the_same_size_is_one_clear_error(dataset, tmp_path, damage, message):
     """Damage the size check cannot see: a header overwritten in place was numpy's "pickled data" ValueError;
@@ -317,15 +319,29 @@ def test_a_damaged_array_file_of_the_same_size_is_one_clear_error(dataset, tmp_p
         raw = bytearray((data / "tokens-00001.npy").read_bytes())
         raw[:6] = b"XXXXXX"
         (data / "tokens-00001.npy").write_bytes(bytes(raw))
-    else:
+    elif damage == "segments_short":
         segs = np.load(data / "segments-00001.npy")
         np.save(data / "segments-00001.npy", segs[:-3])
         m = json.loads((tmp_path / "ds" / "manifest.json").read_text())
         m["shards"][1]["bytes"]["data/segments-00001.npy"] = (data / "segments-00001.npy").stat().st_size
         (tmp_path / "ds" / "manifest.json").write_text(json.dumps(m))
+    else:  # a value edited in place, same size (found in review: raw numpy errors, impossible boundaries)
+        name = "segments-00001.npy" if damage == "segment_start" else "seq_index-00001.npy"
+        arr = np.load(data / name)
+        if damage == "segment_start":
+            arr[0, 0] = 100000
+        else:
+            arr[1] = arr[2] + 5
+        np.save(data / name, arr)
     ds = PackedDataset(tmp_path / "ds")
     with pytest.raises(DatasetError, match=message):
         ds.get_batch(list(range(len(ds))))
+    if damage in ("segment_start", "seq_index_order"):
+        first = int(ds._cum[1])  # the damaged shard's first sequence
+        with pytest.raises(DatasetError, match=message):
+            ds[first]
+        with pytest.raises(DatasetError, match=message):
+            ds.segments(first)
 
 
 def test_verify_checks_the_tokenizer_the_tokens_were_made_with(dataset, tmp_path):
