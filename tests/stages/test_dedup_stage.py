@@ -220,3 +220,9 @@ def test_an_exact_duplicate_names_the_document_that_stays(tmp_path):
     assert kept == ["a"]
     assert dropped == {"b": ("near_duplicate", "a"), "c": ("exact_duplicate", "a")}
     assert st["dropped"] == {"exact_duplicate": 1, "near_duplicate": 1}
+
+
+def test_a_dedup_stage_that_would_remove_nothing_is_a_config_error():
+    """Found in review: `exact: false` without `minhash` ran as a silent no-op (exit 0, nothing dropped)."""
+    with pytest.raises(PipelineError, match="exact: false and no minhash block: this stage would remove nothing"):
+        Pipeline("t").add({"kind": "dedup", "exact": False})

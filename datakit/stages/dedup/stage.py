@@ -116,6 +116,14 @@ class DedupConfig(StageConfig):
 
     reads = ("segments", "doc_id")  # the text and the kept record's key
 
+    @model_validator(mode="after")
+    def _does_something(self) -> "DedupConfig":
+        """`exact: false` and no `minhash` removed nothing without a word (found in review)."""
+        if not self.exact and self.minhash is None:
+            raise ValueError("exact: false and no minhash block: this stage would remove nothing; set exact: true "
+                             "or add minhash: {threshold: 0.8}")
+        return self
+
     def columns_read(self) -> tuple[str, ...]:
         """A named `text_column` is read instead of the record's segments."""
         return (self.text_column or "segments", "doc_id")
