@@ -564,6 +564,11 @@ class Pipeline:
             timer.add("engine_start", time.perf_counter() - t)
             t = time.perf_counter()
         result = runner.execute(plan)
+        for st in result.stages or []:
+            shared = (st.get("metrics") or {}).get("records_sharing_a_doc_id")
+            if shared:  # the contracts say one record per doc_id; dedup cannot tell such records apart
+                log.warning("stage %r: %d records share a doc_id with another record (a file read twice?); "
+                            "dedup judges them together, so identical copies all stay", st["name"], shared)
         worker_tasks = result.extra.pop("worker_tasks", None) or []  # the local pool's costs (run_timing)
         if timer is not None:
             timer.worker_tasks = worker_tasks

@@ -226,3 +226,17 @@ def test_a_dedup_stage_that_would_remove_nothing_is_a_config_error():
     """Found in review: `exact: false` without `minhash` ran as a silent no-op (exit 0, nothing dropped)."""
     with pytest.raises(PipelineError, match="exact: false and no minhash block: this stage would remove nothing"):
         Pipeline("t").add({"kind": "dedup", "exact": False})
+
+
+def test_records_sharing_a_doc_id_are_counted_and_said(tmp_path, caplog):
+    """Found in review: a Parquet file delivered twice gave every kept document twice, without a word."""
+    import logging
+
+    rows = [rec("a", words(0, 100)), rec("b", words(200, 300)), rec("c", words(0, 100))]
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        st, kept, dropped = run(tmp_path, rows + rows[:2], {"exact": True, "minhash": NEAR}, files=2)
+    assert kept == ["a", "a", "b", "b"] and dropped == {"c": ("exact_duplicate", "a")}
+    assert st["metrics"]["records_sharing_a_doc_id"] == 4
+    assert "4 records share a doc_id with another record" in caplog.text
+    st, _, _ = run(tmp_path, rows, {"exact": True}, name="unique")
+    assert "records_sharing_a_doc_id" not in st.get("metrics", {})

@@ -50,6 +50,7 @@ _XKEEP = "_dk_xkeep"  # the exact duplicate group's kept doc_id, when exact and 
 _SRC, _DST = "_dk_src__", "_dk_dst__"  # prefixes of a verified pair's two ends (Join.right_prefix)
 _XK = "_dk_xk__"  # prefix of the exact keeper's own near-duplicate decision (Join.right_prefix)
 _SIZE = "_dk_size"
+_ROWS = "_dk_rows"  # records carrying a doc_id (the contracts say one)
 
 
 class MinHashConfig(BaseModel):
@@ -233,9 +234,14 @@ class _MarkFn:
             drop, detail = pc.if_else(x_loser, x_drop, drop), pc.if_else(x_loser, x_detail, detail)
             loser = pc.and_(pc.invert(x_loser), pc.fill_null(loser, False))
         names, cols = [DROP, DROP_DETAIL], [drop, detail]
-        if self.size_col is not None:
+        counts = _size_counts(batch.column(self.size_col)) if self.size_col is not None else {}
+        if _ROWS in batch.schema.names:  # found in review: a re-delivered file's identical rows both stayed
+            shared = pc.sum(pc.cast(pc.greater(pc.fill_null(batch.column(_ROWS), 1), 1), pa.int64())).as_py() or 0
+            if shared:
+                counts["records_sharing_a_doc_id"] = int(shared)
+        if self.size_col is not None or _ROWS in batch.schema.names:
             names.append(METRICS)
-            cols.append(_size_histogram(batch.column(self.size_col)))
+            cols.append(metrics_column(batch.num_rows, counts))
         if self.state is not None:
             names.append(DROP_STATE)
             cols.append(self.state(batch, loser))
@@ -258,8 +264,8 @@ def _loser_marks(doc: pa.Array, keep: pa.Array, reason: str) -> tuple[pa.Array, 
 _SIZE_BUCKETS = ((2, 2, "2"), (3, 9, "3_9"), (10, 99, "10_99"), (100, 999, "100_999"), (1000, 2**62, "1000_plus"))
 
 
-def _size_histogram(sizes: pa.Array) -> pa.Array:
-    """A `_metrics` column: counts of clusters by size bucket (sums stay right across batches/engines).
+def _size_counts(sizes: pa.Array) -> dict[str, int]:
+    """Counts of clusters by size bucket (sums stay right across batches/engines).
 
     Why buckets and not the largest size: engine metrics are summed counters; a
     count in `near_cluster_size_1000_plus` is the alarm for a runaway cluster, and
@@ -270,7 +276,7 @@ def _size_histogram(sizes: pa.Array) -> pa.Array:
     counts = {k: n for k, n in counts.items() if n}
     if counts:
         counts["near_clusters"] = sum(counts.values())
-    return metrics_column(len(v), counts)
+    return counts
 
 
 @dataclass(frozen=True)
@@ -464,7 +470,9 @@ def _text_reads(schema: pa.Schema, text_column: str | None, scope: str | None) -
 def _kept_of_keys(keys: Rel) -> Rel:
     """(doc_id, _XKEEP): the smallest doc_id of each record's exact key (the max over a doc_id's twins)."""
     groups = keys.aggregate([_KEY], {_XKEEP: ("min", "doc_id")})
-    return keys.join(groups, _KEY, how="inner").aggregate(["doc_id"], {_XKEEP: ("max", _XKEEP)})
+    # and how many records carry each doc_id: more than one is counted (`records_sharing_a_doc_id`)
+    return keys.join(groups, _KEY, how="inner").aggregate(["doc_id"], {_XKEEP: ("max", _XKEEP),
+                                                                      _ROWS: ("count", "doc_id")})
 
 
 @dataclass(frozen=True)
