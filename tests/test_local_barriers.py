@@ -218,7 +218,7 @@ def test_the_engine_filters_the_larger_right_side_of_a_join(tmp_path, monkeypatc
     def spy(node, lazy, right_larger=False, columns=None):
         from datakit.plan import Join
 
-        if isinstance(node, Join) and node.right_prefix:
+        if isinstance(node, Join) and node.right_prefix in ("_dk_src__", "_dk_dst__"):  # pairs to records
             seen.append(right_larger)
         return real(node, lazy, right_larger, columns)
 

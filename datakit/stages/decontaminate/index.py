@@ -334,8 +334,9 @@ class NgramIndexWriter:
             "fp_rate_per_ngram": n_unique / float(2 ** (b + fp_bits)),
             "documents": int(metrics.get("documents", 0)), "texts": int(metrics.get("texts", 0)),
             "bytes": int(metrics.get("bytes", 0)), "text_fields": o.get("text_fields"),
-            "skipped_lines": int(metrics.get("skipped_lines", 0)),
         }
+        if metrics.get("skipped_lines"):  # only when there are some: an index of clean data keeps its bytes
+            meta["skipped_lines"] = int(metrics["skipped_lines"])
         fs.pipe_file(f"{base}/index.json", (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
         for s in shards:  # the sorted hashes are 8 B per n-gram: gone as soon as they are fingerprinted
             pfs, pp = filesystem(f"{spec.path.rstrip('/')}/{s['files'][0]}")
