@@ -671,6 +671,15 @@ def _rebased(d: dict[str, Any], base: Path, dest: Path, stages: list[StageConfig
     def many(v: Any, must_exist: bool = False) -> Any:
         return [one(x, must_exist) for x in v] if isinstance(v, list) else one(v, must_exist)
 
+    def eval_spec(e: Any) -> Any:
+        """An eval: a registry name or file, `NAME=FILE`, or `{name, path, ...}`."""
+        if isinstance(e, dict):
+            return dict(e, path=one(e.get("path")))
+        if isinstance(e, str) and "=" in e:
+            name, file = e.split("=", 1)
+            return f"{name}={one(file, True)}"
+        return one(e, True)
+
     d = copy.deepcopy(d)
     if d.get("input"):
         d["input"]["path"] = many(d["input"]["path"])
@@ -679,10 +688,8 @@ def _rebased(d: dict[str, Any], base: Path, dest: Path, stages: list[StageConfig
     for st, cfg in zip(d.get("stages", []), stages):
         for name in type(cfg).path_fields:
             v = st.get(name)
-            if name == "evals" and isinstance(v, list):  # names, files, NAME=FILE, or {name, path, ...}
-                st[name] = [dict(e, path=one(e.get("path"))) if isinstance(e, dict)
-                            else (e.split("=", 1)[0] + "=" + one(e.split("=", 1)[1], True)) if isinstance(e, str)
-                            and "=" in e else one(e, True) for e in v]
+            if name == "evals" and isinstance(v, list):
+                st[name] = [eval_spec(e) for e in v]
             elif v is not None:
                 st[name] = many(v, must_exist=name == "tokenizer")
     return d

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gc
 import os
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -262,7 +261,6 @@ class StageError(RuntimeError):
     raised (found in review: the local engine named no stage, Spark the last stage of the fused chain)."""
 
 
-_INSTALLED = tuple({os.path.abspath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)})
 _DATAKIT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
@@ -275,7 +273,7 @@ def _raised_in_user_code(e: BaseException) -> bool:
     while tb.tb_next is not None:
         tb = tb.tb_next
     path = os.path.abspath(tb.tb_frame.f_code.co_filename)
-    return not path.startswith(_INSTALLED + (_DATAKIT,)) and not path.startswith("<frozen")
+    return not path.startswith(identity.INSTALLED_PREFIXES + (_DATAKIT,)) and not path.startswith("<frozen")
 
 
 def _first_line(e: BaseException) -> str:

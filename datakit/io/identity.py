@@ -104,6 +104,10 @@ def code_digests(objects: Iterable[Any]) -> dict[str, str | None]:
     return dict(sorted(out.items()))
 
 
+# the interpreter's own folders (stdlib, site-packages): code found there is installed, not a project's
+INSTALLED_PREFIXES = tuple({os.path.abspath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)})
+
+
 def _project_modules(defining: Iterable[str]) -> dict[str, str]:
     """{module: file} of the project modules the `defining` modules use: the modules their source
     imports and their globals lead to (a function or class imported from one), transitively, when the module's
@@ -128,7 +132,7 @@ def _project_modules(defining: Iterable[str]) -> dict[str, str]:
         roots.add(top + os.sep)
     if not roots:
         return {}
-    installed = tuple({os.path.abspath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)})
+    installed = INSTALLED_PREFIXES
 
     def project_file(name: str) -> str | None:
         path = getattr(sys.modules.get(name), "__file__", None)
