@@ -41,7 +41,7 @@ import xxhash
 from datakit.stages.dedup import minhash_signatures, shingles
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import comparison, timed, write  # noqa: E402
+from _report import comparison, timed, timed_alternated, write  # noqa: E402
 
 PYLIB = f"python{sys.version_info.major}.{sys.version_info.minor}"
 STDLIB = Path(sys.base_prefix) / "lib" / PYLIB
@@ -65,22 +65,25 @@ def windows(n: int, size: int = 1000) -> list[str]:
 
 
 def rate(n: int, fn, runs: int) -> float:
-    """docs/s from the median of `runs` timed calls after one untimed warm-up (the same for every row)."""
-    return n / timed(fn, runs=runs, warmup=1)
+    """docs per CPU-second from the median of `runs` timed calls after one untimed warm-up."""
+    return n / timed(fn, runs=runs, warmup=1, clock=time.process_time)
 
 
 def signatures(args) -> dict:
-    """Every row: one warm-up run, then the median of --runs timed runs, one thread."""
+    """Every row: one warm-up round, then the median of --runs rounds, one thread, CPU seconds.
+
+    The compared rows (ours and the references on the same `base` documents, from the same shingle
+    lists where a row says so) run alternated within each round (`timed_alternated`); ours on all
+    --docs windows is a row of its own, for the throughput at size only."""
+    os.environ["RAYON_NUM_THREADS"] = "1"  # rensa's bulk call runs on a rayon pool: one thread, like every side
     from datasketch import MinHash
+
+    from datakit.stages.dedup import minhash_signatures_from_shingles
 
     texts = windows(args.docs)
     base = texts[: args.baseline_docs]
     P, S, R = 128, 1, args.runs
-    res: dict[str, float] = {}
-    res["ours (texts -> signatures, shingling included)"] = rate(len(texts), lambda: minhash_signatures(texts, P, S, 5, "word"), R)
-    res["ours, token shingles (stage default)"] = rate(len(texts), lambda: minhash_signatures(texts, P, S, 5, "token"), R)
     sh = [shingles(t, 5, "word") for t in base]
-    res["python reference shingling alone"] = rate(len(base), lambda: [shingles(t, 5, "word") for t in base], R)
 
     def ds(hashfunc):
         def go():
@@ -89,19 +92,17 @@ def signatures(args) -> dict:
                 m.update_batch(s)
         return go
 
-    res["datasketch MinHash+update_batch (sha1, default)"] = rate(len(base), ds(None), R)
-    res["datasketch MinHash+update_batch (xxh32)"] = rate(len(base), ds(xxhash.xxh32_intdigest), R)
-    res["datasketch MinHash.bulk (sha1)"] = rate(len(base), lambda: MinHash.bulk(sh, num_perm=P, seed=S), R)
-    res["datasketch MinHash.bulk (xxh32)"] = rate(len(base), lambda: MinHash.bulk(sh, num_perm=P, seed=S, hashfunc=xxhash.xxh32_intdigest), R)
-    # bit identity on the compared documents
-    ours = minhash_signatures(base, P, S, 5, "word")
-    ref = MinHash.bulk(sh, num_perm=P, seed=S, hashfunc=xxhash.xxh32_intdigest)
-    identical = all(np.array_equal(o, m.hashvalues) for o, m in zip(ours, ref))
-    from datakit.stages.dedup import minhash_signatures_from_shingles
-
-    res["ours from ready shingles (list -> Arrow included)"] = rate(
-        len(base), lambda: minhash_signatures_from_shingles(sh, P, S), R)
-    rensa_rows = {}
+    fns = {
+        "ours (texts -> signatures, shingling included)": lambda: minhash_signatures(base, P, S, 5, "word"),
+        "ours from ready shingles (list -> Arrow included)": lambda: minhash_signatures_from_shingles(sh, P, S),
+        "ours, token shingles (stage default)": lambda: minhash_signatures(base, P, S, 5, "token"),
+        "python reference shingling alone": lambda: [shingles(t, 5, "word") for t in base],
+        "datasketch MinHash+update_batch (sha1, default)": ds(None),
+        "datasketch MinHash+update_batch (xxh32)": ds(xxhash.xxh32_intdigest),
+        "datasketch MinHash.bulk (sha1)": lambda: MinHash.bulk(sh, num_perm=P, seed=S),
+        "datasketch MinHash.bulk (xxh32)": lambda: MinHash.bulk(sh, num_perm=P, seed=S, hashfunc=xxhash.xxh32_intdigest),
+    }
+    rensa_key = "rensa RMinHash.digest_matrix_from_token_sets (bulk)"
     try:
         import rensa
 
@@ -113,33 +114,43 @@ def signatures(args) -> dict:
                 r.update(t)
                 r.digest()
 
-        res["rensa RMinHash per doc"] = rate(len(base), rensa_each, R)
-        res["rensa RMinHash.digest_matrix_from_token_sets (bulk)"] = rate(
-            len(base), lambda: rensa.RMinHash.digest_matrix_from_token_sets(tok, P, S), R)
-        rensa_rows = {"rensa": res["rensa RMinHash.digest_matrix_from_token_sets (bulk)"]}
+        fns["rensa RMinHash per doc"] = rensa_each
+        fns[rensa_key] = lambda: rensa.RMinHash.digest_matrix_from_token_sets(tok, P, S)
     except ImportError:
         print("rensa not installed: skipped")
+    res = {k: len(base) / v for k, v in timed_alternated(fns, runs=R).items()}
+    res[f"ours on all {len(texts)} windows (throughput at size)"] = rate(
+        len(texts), lambda: minhash_signatures(texts, P, S, 5, "word"), R)
+    # bit identity on the compared documents, for both of our functions the rows time
+    ref = MinHash.bulk(sh, num_perm=P, seed=S, hashfunc=xxhash.xxh32_intdigest)
+    identical = all(np.array_equal(o, m.hashvalues) for o, m in zip(minhash_signatures(base, P, S, 5, "word"), ref))
+    from_sh = minhash_signatures_from_shingles(sh, P, S)
+    identical_sh = len(from_sh) == len(ref) and all(np.array_equal(np.asarray(o), m.hashvalues) for o, m in zip(from_sh, ref))
     ours_rate = res["ours (texts -> signatures, shingling included)"]
-    print(f"\n== signatures: {len(texts)} docs ({np.mean([len(t.encode()) for t in texts]):.0f} B avg) for ours, "
-          f"{len(base)} for baselines; 128 perms, word 5-grams, 1 core, median of {R} runs after a warm-up each; "
-          f"bit-identical to datasketch(xxh32): {identical}")
-    print(f"{'implementation':58s} {'docs/s':>10s} {'ours / it':>10s}")
+    print(f"\n== signatures: the same {len(base)} docs ({np.mean([len(t.encode()) for t in base]):.0f} B avg) on every "
+          f"side; 128 perms, word 5-grams, 1 thread, CPU time, median of {R} alternated rounds after a warm-up round; "
+          f"bit-identical to datasketch(xxh32): texts -> signatures {identical}, from shingles {identical_sh}")
+    print(f"{'implementation':58s} {'docs/CPU-s':>10s} {'ours / it':>10s}")
     for k, v in res.items():
         print(f"{k:58s} {v:10.0f} {ours_rate / v:9.1f}x")
-    cond = f"128 perms, word 5-grams, 1 thread, median of {R} runs after 1 warm-up each"
+    cond = (f"{len(base)} documents (the same on both sides), 128 perms, word 5-grams, 1 thread each (RAYON_NUM_THREADS=1), "
+            f"CPU time, median of {R} alternated rounds after 1 warm-up round")
+    from importlib import metadata
+
+    ds_name = f"datasketch {metadata.version('datasketch')} MinHash.bulk(hashfunc=xxh32)"
     comps = [
         comparison("MinHash signatures vs datasketch (same hash: xxh32)", ours_rate,
-                   res["datasketch MinHash.bulk (xxh32)"], "docs/s", "datasketch 2.0 MinHash.bulk(hashfunc=xxh32)",
+                   res["datasketch MinHash.bulk (xxh32)"], "docs/CPU-s", ds_name,
                    f"bit-identical signatures: {identical}", cond + "; ours includes shingling, theirs does not"),
         comparison("MinHash from ready shingles vs datasketch (xxh32)", res["ours from ready shingles (list -> Arrow included)"],
-                   res["datasketch MinHash.bulk (xxh32)"], "docs/s", "datasketch 2.0 MinHash.bulk(hashfunc=xxh32)",
-                   f"bit-identical signatures: {identical}", cond + "; both from the same shingle lists"),
+                   res["datasketch MinHash.bulk (xxh32)"], "docs/CPU-s", ds_name,
+                   f"bit-identical signatures: {identical_sh}", cond + "; both from the same shingle lists"),
     ]
-    if rensa_rows:
+    if rensa_key in res:
         comps.append(comparison("MinHash from ready shingles vs rensa (bulk)", res["ours from ready shingles (list -> Arrow included)"],
-                                rensa_rows["rensa"], "docs/s", "rensa RMinHash.digest_matrix_from_token_sets",
+                                res[rensa_key], "docs/CPU-s", f"rensa {metadata.version('rensa')} RMinHash.digest_matrix_from_token_sets",
                                 "same shingles; rensa hashes with its own function (not comparable bit for bit)", cond))
-    return {"docs_per_s": res, "bit_identical": identical, "comparisons": comps}
+    return {"docs_per_s": res, "bit_identical": identical and identical_sh, "comparisons": comps}
 
 
 def records(n: int, dup_rate: float = 0.2) -> list[dict]:

@@ -39,6 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _report import write  # noqa: E402
+
 # the real person names in the docstrings of pii.py's chat corpus (seed 0, 0.3 MB), found by any
 # version of the stage and reviewed by hand (2026-12-01); "J. Reynolds" is one no version finds
 REVIEWED_NAMES = ("Armin Ronacher", "J. Postel", "Ratcliff", "Obershelp")
@@ -160,11 +162,9 @@ def main() -> int:
                          f"{args.runs} runs alternated with ner: off after 1 warm-up each",
            "detail": f"ner: off {mb / off:.1f} MB per CPU-s on the same batches; planted-name recall "
                      f"{q['replaced']}/{q['planted']} and precision {q['precision']} on pii.py's docstring chats"}
-    doc = {"benchmark": "pii_ner", "cpus": len(os.sched_getaffinity(0)), "comparisons": [], "measurements": [row],
-           "detail": {"mb": mb, "records": table.num_rows, "cpu_s": t, "quality": q, "model": model}}
-    out = Path(args.json) if args.json else ROOT / "benchmarks" / "results" / "pii_ner.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    row["numbers"] = {"mb_per_cpu_s": round(mb / on, 2), "names_replaced": q["replaced"], "names_planted": q["planted"]}
+    write("pii_ner", [], {"mb": mb, "records": table.num_rows, "cpu_s": t, "quality": q, "model": model},
+          path=args.json, measurements=[row])
     return 0
 
 

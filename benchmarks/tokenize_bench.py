@@ -386,12 +386,19 @@ def bare_row(a: argparse.Namespace, r: dict, label: str, side: str, title: str, 
     from benchmarks import _report
 
     ours, bare = r["ours"], r[side]
+    text_tokens = ours["tokens"] - r["docs"]  # ours appends one EOS per document, which bare does not make
+    if text_tokens != bare["tokens"]:
+        raise SystemExit(f"not the same work ({label}): ours encoded {text_tokens} tokens of text, bare {bare['tokens']}")
+    pool = "pool" in r["ours_layout"]
     return _report.comparison(
         f"tokenize stage via `datakit run` vs bare encode_batch_fast{title} ({label})",
-        ours["tokens"] / ours["cpu_seconds"], bare["tokens"] / bare["cpu_seconds"], "tokens/CPU-s", reference,
-        f"same Parquet input; ours {ours['tokens'] - r['docs']} tokens + {r['docs']} EOS vs {bare['tokens']}; {allocators}",
-        f"{mb or a.mb} MB, {r['docs']} docs, whole fresh processes, same threads ({r['threads']}), CPU time of the "
-        f"process tree, median of {runs or a.runs}{note}")
+        text_tokens / ours["cpu_seconds"], bare["tokens"] / bare["cpu_seconds"], "tokens/CPU-s", reference,
+        f"same Parquet input, the same {bare['tokens']} tokens of text on both sides (checked; ours also appends "
+        f"{r['docs']} EOS, not counted); {allocators}",
+        f"{mb or a.mb} MB, {r['docs']} docs, whole fresh processes, same threads ({r['threads']}; ours "
+        f"{r['ours_layout']}" + (", each with its share of the cores as tokenizer threads" if pool else "")
+        + ", bare one process), CPU time of the process tree, "
+        f"median of {runs or a.runs}{note}")
 
 
 def steady_state_row(a: argparse.Namespace, by_size: dict[float, dict]) -> dict:
