@@ -43,6 +43,8 @@ def build_index(data: str | Sequence[str], out_path: str, ngram: int = 13,
     """
     from datakit.workers import usable_cpus
 
+    if not isinstance(ngram, int) or ngram < 1:  # found in review: n=0 failed in the workers, blaming a data file
+        raise InputError(f"ngram must be >= 1, got {ngram}")
     if fingerprint_bits not in (16, 32):
         raise ValueError("fingerprint_bits must be 16 or 32")
     if partition_bits is not None and not 1 <= partition_bits <= 12:

@@ -79,6 +79,12 @@ def test_python_api_overrides_are_relative_to_the_current_folder(pipeline_file, 
     (["run", "{tok}", "--workers", "1"], "tokenizer not found"),  # found in review: was a traceback, exit 1
     (["synth", "{pf}", "--events", "100"], "is a file"),  # found in review: was a traceback, exit 1
     (["run", "{pf}", "--engine", "spark", "--conf", "spark.executor.memory"], "expected KEY=VALUE"),  # (review)
+    # found in review: tracebacks with exit 1 ("a check failed"), a data file blamed, options dropped silently
+    (["synth", "{tmp}/s1", "--days", "0"], "days must be >= 1"),
+    (["synth", "{tmp}/s2", "--start-date", "2026-13-01"], "'2026-13-01' is not a date"),
+    (["build-index", "{tmp}", "--out", "{tmp}/ix", "--ngram", "0"], "ngram must be >= 1"),
+    (["run", "{pf}", "--partitions", "4", "--conf", "a=b"], "--partitions, --conf apply to --engine spark only"),
+    (["run", "{pf}", "--engine", "spark", "--workers", "2"], "--workers applies to --engine local only"),
 ])
 def test_usage_and_input_errors_exit_2_with_one_line(pipeline_file, tmp_path, args, needle):
     bad = tmp_path / "bad.yaml"
@@ -86,7 +92,7 @@ def test_usage_and_input_errors_exit_2_with_one_line(pipeline_file, tmp_path, ar
     tok = tmp_path / "tok.yaml"
     tok.write_text("name: x\ninput: {path: logs/*.jsonl}\nstages: [{kind: ingest}, {kind: extract}, "
                    "{kind: tokenize, tokenizer: ./missing/tokenizer.json}]\noutput: {path: out-tok, format: packed}\n")
-    args = [a.format(pf=pipeline_file, bad=bad, tok=tok) for a in args]
+    args = [a.format(pf=pipeline_file, bad=bad, tok=tok, tmp=tmp_path) for a in args]
     r = _cli(*args, cwd=tmp_path)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert needle in r.stderr

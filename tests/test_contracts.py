@@ -35,3 +35,42 @@ def test_run_report_schema_accepts_a_real_report(tmp_path):
     Pipeline("r").input(str(tmp_path / "l")).add({"kind": "ingest"}).output(str(tmp_path / "o")).run(workers=1)
     report = json.loads((tmp_path / "o" / "_run.json").read_text())
     jsonschema.validate(report, json.loads((SCHEMAS / "run_report.v1.json").read_text()))
+
+
+def _pipeline_files() -> list[Path]:
+    root = Path(__file__).resolve().parents[1]
+    return sorted(root.glob("pipelines/*.yaml")) + sorted(root.glob("examples/*.yaml"))
+
+
+def test_pipeline_schema_accepts_every_shipped_pipeline_and_what_to_yaml_writes(tmp_path, monkeypatch):
+    """`schemas/pipeline.v1.json` is the contract `datakit run --help` points to; it refused the shipped
+    feedback pipeline (`kto`), the custom-stage example (`module:Class`) and every file `to_yaml`
+    writes (`key: null`) -- found in review."""
+    import yaml
+
+    from datakit.pipeline import Pipeline
+
+    schema = json.loads((SCHEMAS / "pipeline.v1.json").read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    files = _pipeline_files()
+    assert any(f.name == "feedback.yaml" for f in files) and any(f.name == "custom_stage.yaml" for f in files)
+    monkeypatch.syspath_prepend(str(files[-1].parent))  # examples/: the custom stage's module
+    for f in files:
+        assert not [e.message for e in validator.iter_errors(yaml.safe_load(f.read_text()))], f
+        saved = tmp_path / f.name
+        Pipeline.from_yaml(f).to_yaml(saved)
+        assert not [e.message for e in validator.iter_errors(yaml.safe_load(saved.read_text()))], saved
+
+
+def test_pipeline_schema_names_every_built_in_stage_kind():
+    from datakit.stages.base import BUILTIN_STAGE_MODULES
+
+    schema = json.loads((SCHEMAS / "pipeline.v1.json").read_text())
+    kind = schema["properties"]["stages"]["items"]["properties"]["kind"]
+    assert sorted(kind["anyOf"][0]["enum"]) == sorted(BUILTIN_STAGE_MODULES)
+    validator = jsonschema.Draft202012Validator(schema)
+    base = {"input": {"path": "x"}}
+    for ok in ("dedup", "my_pkg.stages:DropLong", "registered_kind"):
+        assert validator.is_valid({**base, "stages": [{"kind": ok}]}), ok
+    for bad in ("", "two words", "mod:Class:extra", 3):
+        assert not validator.is_valid({**base, "stages": [{"kind": bad}]}), bad

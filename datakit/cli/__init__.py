@@ -75,6 +75,22 @@ def _print_stages(stages: list[dict]) -> None:
     Console(stderr=False, width=max(100, Console().width)).print(t)
 
 
+_ENGINE_ONLY = {"master": "spark", "partitions": "spark", "conf": "spark", "workers": "local"}
+
+
+def _refuse_other_engine_options(engine: str, **given: object) -> None:
+    """Exit 2 when an option of the other engine was given (`--partitions 4` on the local engine).
+
+    Why: each command passed only its engine's options on, so the others were dropped without a
+    word (found in review: `datakit run p.yaml --master local[2] --conf a=b` ran on the local engine,
+    exit 0), while a user who typed them meant a Spark run."""
+    wrong = [f"--{k}" for k, v in given.items() if v not in (None, [], ()) and _ENGINE_ONLY.get(k, engine) != engine]
+    if wrong and engine in ("local", "spark"):
+        other = "spark" if engine == "local" else "local"
+        _fail(f"{', '.join(wrong)} {'applies' if len(wrong) == 1 else 'apply'} to --engine {other} only "
+              f"(this command runs on --engine {engine})")
+
+
 def _conf_pairs(conf: List[str]) -> dict[str, str]:
     """`--conf KEY=VALUE` options as a dict (a value may itself contain `=`); anything else is a usage
     error (found in review: `--conf KEY` was a ValueError traceback, exit 1)."""
@@ -127,7 +143,8 @@ def run(
                                           "a small input runs in this process)."),
     partitions: Optional[int] = typer.Option(None, help="Spark engine: number of partitions."),
     conf: Optional[List[str]] = typer.Option(None, "--conf", help="Spark setting KEY=VALUE (repeatable)."),
-    json_out: bool = typer.Option(False, "--json", help="Print the run report as JSON instead of a table."),
+    json_out: bool = typer.Option(False, "--json", help="Print the output path and per-stage counts as JSON "
+                                  "instead of a table (the whole run report is OUTPUT/_run.json)."),
     report: bool = typer.Option(True, "--report/--no-report", help="Write OUTPUT/_report.html (plots of the run)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress and no table; warnings and errors only."),
     log_format: str = typer.Option("text", "--log-format", help="text, or json: one JSON object per line "
@@ -139,6 +156,7 @@ def run(
     from datakit.logs import configure
 
     configure(log_format, quiet)  # type: ignore[arg-type]
+    _refuse_other_engine_options(engine, master=master, partitions=partitions, conf=conf, workers=workers)
     if _COMMAND_PROCESS:  # this process exists for this run: its start-up and its workers' exit are timed too
         from datakit.run_timing import one_run_process
 
@@ -272,6 +290,8 @@ def synth(
                                      rows_per_part=rows_per_part, repositories=repositories)
     except OSError as e:  # an unwritable folder, a full disk: one line, as every other command
         _fail(f"{out_dir}: cannot write the logs ({e.strerror or type(e).__name__})")
+    except synth_mod.SynthArgumentError as e:  # --days 0, --start-date 2026-13-01: usage, one line
+        _fail(f"synth: {e}")
     typer.echo(json.dumps(summary, indent=2, default=str))
 
 
@@ -298,6 +318,7 @@ def validate(
             _fail(f"no quality suite {name!r}; known: {', '.join(known)}")
     if engine not in ("local", "spark"):
         _fail(f"unknown engine {engine!r}; choose local or spark")
+    _refuse_other_engine_options(engine, master=master, workers=workers)
     opts = {"workers": workers} if engine == "local" else {"master": master}
     from datakit.io.fs import InputError
 

@@ -15,7 +15,7 @@ from typing import List, Optional
 
 import typer
 
-from datakit.cli import _fail
+from datakit.cli import _fail, _refuse_other_engine_options
 
 
 def _split(values: Optional[List[str]]) -> list[str] | None:
@@ -160,6 +160,7 @@ def build_index_command(
 
         if engine not in ("local", "spark"):
             _fail(f"unknown engine {engine!r}; choose local or spark")
+        _refuse_other_engine_options(engine, master=master)
         info = build_index(list(data) if len(data) > 1 else data[0], out, ngram,
                            DEFAULT_NORMALIZATIONS if norms is None else norms, text_fields=_split(text_field),
                            fingerprint_bits=fingerprint_bits, engine=engine, workers=workers,

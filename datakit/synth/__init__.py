@@ -10,11 +10,11 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from datakit.synth.generator import GROUND_TRUTH_FILE, OPTOUTS_FILE, SUMMARY_FILE, generate
+from datakit.synth.generator import GROUND_TRUTH_FILE, OPTOUTS_FILE, SUMMARY_FILE, SynthArgumentError, generate
 from datakit.synth.plants import jaccard
 
 __all__ = ["generate", "read_ground_truth", "iter_events", "record_doc_id", "jaccard", "GROUND_TRUTH_FILE",
-           "OPTOUTS_FILE", "SUMMARY_FILE"]
+           "OPTOUTS_FILE", "SUMMARY_FILE", "SynthArgumentError"]
 
 
 def record_doc_id(event_id: str, kind: str = "code") -> str:

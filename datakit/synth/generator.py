@@ -120,6 +120,11 @@ def _dumps(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
+class SynthArgumentError(ValueError):
+    """An argument of `generate` out of its range: `datakit synth` shows it as one line, exit 2 (it was a
+    traceback, exit 1, which the CLI documents as "a check failed")."""
+
+
 class Generator:
     """Holds the population, corpus cursors and plant schedule; `run()` streams the files."""
 
@@ -128,15 +133,19 @@ class Generator:
                  malformed_rate: float, other_languages: float, zstd_level: int,
                  code_roots: tuple[str, ...] = (), repositories: int = 0) -> None:
         if events < 1:
-            raise ValueError("events must be >= 1")
+            raise SynthArgumentError("events must be >= 1")
         if days < 1:
-            raise ValueError("days must be >= 1")
+            raise SynthArgumentError("days must be >= 1")
         if rows_per_part < 1:
-            raise ValueError("rows_per_part must be >= 1")
+            raise SynthArgumentError("rows_per_part must be >= 1")
         if not 0.0 <= other_languages <= 1.0:
-            raise ValueError("other_languages is a share: between 0 and 1")
+            raise SynthArgumentError("other_languages is a share: between 0 and 1")
         if repositories < 0:
-            raise ValueError("repositories must be >= 0")
+            raise SynthArgumentError("repositories must be >= 0")
+        try:
+            dt.date.fromisoformat(start_date)
+        except (TypeError, ValueError):
+            raise SynthArgumentError(f"start_date {start_date!r} is not a date (YYYY-MM-DD)") from None
         self.repositories = repositories
         self.out = Path(out_dir)
         self.events, self.seed, self.days = events, seed, days

@@ -203,3 +203,16 @@ def test_entropy_is_stable_at_thresholds() -> None:
     from datakit.stages.scrub_pii.detectors import shannon_entropy
 
     assert shannon_entropy("0123456789abcdef" * 6) == 4.0  # the table form gave 3.9999999999999996
+
+
+def test_ner_off_unquoted_in_yaml_is_off() -> None:
+    """`ner: off`, as the docs write it, is YAML's boolean false: it means off (it was a config error)."""
+    from datakit.pipeline import Pipeline
+
+    text = ("name: t\ninput: {path: in.jsonl, format: jsonl, schema: editor_event.v1}\n"
+            "stages: [{kind: ingest}, {kind: extract}, {kind: scrub_pii, ner: off}]\n"
+            "output: {path: out, format: parquet}\n")
+    stage = Pipeline.from_yaml_string(text, base_dir=".").config.stages[2]
+    assert stage.ner == "off"
+    with pytest.raises(ValueError, match="ner"):  # "on" does not say which NER was meant
+        Pipeline.from_yaml_string(text.replace("ner: off", "ner: on"), base_dir=".")

@@ -75,6 +75,14 @@ class ScrubPiiConfig(StageConfig):
     strategy: Strategy = "auto"
     path_fields = ("extra_recognizers",)
 
+    @field_validator("ner", mode="before")
+    @classmethod
+    def _yaml_off_is_off(cls, v: object) -> object:
+        """`ner: off` in a pipeline file is the boolean false to YAML (1.1: off/no/false), so the
+        documented spelling was refused (found in review); false means `off`. True stays an error:
+        "on" does not say which of `spacy` and `auto` was meant."""
+        return "off" if v is False else v
+
     @field_validator("strategy")
     @classmethod
     def _strategy_runs_here(cls, v: Strategy) -> Strategy:
