@@ -10,11 +10,12 @@ documents of earlier snapshots) and dropped duplicates whose lineage the list ma
 Commit: every new version is written under `_snapshots/<ID>~forget-<N>/` (N: the dataset's
 forget generation), then one atomic write of the top manifest points at them, then the old
 folders are deleted (the forgotten records physically go). A crash before the commit leaves the
-dataset as it was (rerun the same `forget`); after it, only stale folders are left, which the
-next commit removes. Snapshots the deletion does not touch keep their files and bytes.
+dataset as it was (rerun the same `forget`); after it, only stale folders are left, which the next
+forget (at its start) or the next run's commit removes (`snapshots.remove_superseded`). Snapshots the deletion does not touch keep their files and bytes.
 """
 from __future__ import annotations
 
+import logging
 import shutil
 from typing import Any
 
@@ -22,11 +23,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from datakit.io.fs import InputError, filesystem
+from datakit.io.fs import InputError, filesystem, from_cwd
 from datakit.io.publish import output_lock
-from datakit.io.snapshots import FORGET_DIR, LAYOUT, SNAPSHOTS_DIR, _commit_top, _union, read_top
+from datakit.io.snapshots import FORGET_DIR, LAYOUT, SNAPSHOTS_DIR, _commit_top, _union, read_top, remove_superseded
 
 _HIST, _VIA = "_dk_hist", "_dk_via"
+log = logging.getLogger(__name__)
 
 
 def _rmtree(url: str) -> None:
@@ -113,7 +115,10 @@ def forget(out: str, optouts: str | list[str], engine: str = "local", **engine_o
     from datakit.pipeline import Pipeline
     from datakit.stages.dedup.history import hist_id
 
-    out = out.rstrip("/")
+    # absolute, so that every path built from it matches the absolute ones listing returns (found in
+    # review: a relative `datakit forget dsf` wrote the filtered quarantine to stray folders and kept
+    # the deleted event's raw line)
+    out = from_cwd(out).rstrip("/")
     _refuse_overwrite_mode(out)
     if not read_top(out):  # before the lock, which would create the folder
         raise InputError(f"no append-mode dataset at {out} (manifest.json missing)")
@@ -124,6 +129,10 @@ def forget(out: str, optouts: str | list[str], engine: str = "local", **engine_o
         if top.get("format") != "parquet":
             raise InputError(f"{out} is a {top.get('format')!r} dataset: apply forget to its record-level (parquet) "
                              "dataset and tokenize again (docs/lineage.md)")
+        swept = remove_superseded(out, top)  # an earlier forget killed after its commit left these
+        if swept:
+            log.warning("removed %d snapshot version(s) an earlier forget replaced but did not delete: %s",
+                        len(swept), ", ".join(swept))
         gen = int(top.get("forget_generation", 0)) + 1
         lists = _read_lists(optouts)
         ids = _listed_ids(lists)
@@ -177,6 +186,7 @@ def forget(out: str, optouts: str | list[str], engine: str = "local", **engine_o
         _commit_top(out, body)
         for folder in stale:
             _rmtree(folder)
+        remove_superseded(out, body)
         for w in top.get("withdrawn", []):  # out of the union until rerun, but their files hold the rows
             _remove_withdrawn(out, w["id"])
         return removed

@@ -65,6 +65,28 @@ def test_truncated_zstd_keeps_lines_before_the_cut(tmp_path):
     assert [r["reason"] for r in q if r["reason"] == "truncated_file"] == ["truncated_file"]
 
 
+@pytest.mark.parametrize("name", ["empty.jsonl.zst", "empty.jsonl.gz"])
+def test_a_zero_byte_compressed_file_is_a_truncated_file_not_an_empty_day(tmp_path, name):
+    """Found in review: a 0-byte .zst/.gz (what a failed upload leaves) read as a day without events,
+    exit 0. A compressed empty text has a header; no bytes at all is a truncated file. An empty plain
+    .jsonl, and a compressed file holding no lines, are still empty inputs."""
+    import gzip
+
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / name).write_bytes(b"")
+    res, _out, q = _run(tmp_path, tmp_path / "logs" / name)
+    assert res.stage("ingest")["dropped"] == {"truncated_file": 1} and res.stage("ingest")["rows_out"] == 0
+    assert [(r["reason"], r["source_line"]) for r in q] == [("truncated_file", 1)]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "plain.jsonl").write_bytes(b"")
+    (empty / "no-lines.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(b""))
+    with gzip.open(empty / "no-lines.jsonl.gz", "wb"):
+        pass
+    res, _out, q = _run(tmp_path, empty / "*")
+    assert res.stage("ingest")["rows_in"] == 0 and q == []
+
+
 def test_gz_and_zst_and_plain_read_alike(tmp_path):
     rows = [make_event(i) for i in range(30)]
     for suffix in ("a.jsonl", "b.jsonl.gz", "c.jsonl.zst"):

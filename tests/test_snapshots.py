@@ -557,3 +557,59 @@ def test_forget_keeps_its_list_for_withdrawn_and_future_snapshots_and_cleans_sid
     assert night3.run(workers=1).stage("forget")["dropped"] == {"opt_out_user": 1}
     night("2026-11-04", [urec("f4", words(1200, 1300), "later"), urec("h4", words(1400, 1500), "keep")]).run(workers=1)
     assert ids(out) == ["a1", "b2", "e2", "d3", "h4"]
+
+
+def test_a_forget_killed_after_its_commit_leaves_no_forgotten_rows_behind_its_retry(tmp_path, monkeypatch, caplog):
+    """Found in review: a forget killed between its commit and the deletion of the replaced folders
+    left them (with the deleted user's rows, which the documented glob read), and its retry found
+    nothing to do, exit 0; a relative dataset path put the filtered quarantine in stray folders and
+    kept the deleted user's raw line."""
+    import logging
+
+    from datakit import forget_snapshots
+
+    out = tmp_path / "ds"
+    run_day(tmp_path, "2026-11-01", [urec("a1", words(0, 100), "gone"), urec("b1", words(200, 300), "keep")])
+    run_day(tmp_path, "2026-11-02", [urec("c2", words(400, 500), "gone"), urec("d2", words(600, 700), "keep")])
+    snaps = out / "_snapshots"
+    _quarantine(snaps / "dt=2026-11-01", [b'{"user_id": "gone", "oops"', b'{"user_id": "keep", "oops"'])
+    pq.write_table(pa.table({"user_id": ["gone"]}), tmp_path / "deletions.parquet")
+
+    real_commit = forget_snapshots._commit_top
+
+    def commit_then_die(*a, **kw):
+        real_commit(*a, **kw)
+        raise KeyboardInterrupt  # the process ends here: nothing after the commit runs
+
+    monkeypatch.setattr(forget_snapshots, "_commit_top", commit_then_die)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        forget_snapshots.forget("ds", "deletions.parquet", workers=1)  # relative paths, as typed in a shell
+    assert ids(out) == ["b1", "d2"]  # committed
+    assert (snaps / "dt=2026-11-01").exists() and (snaps / "dt=2026-11-02").exists()  # the kill left them
+    new1 = snaps / "dt=2026-11-01~forget-1"
+    assert [r["raw"] for r in pq.read_table(new1 / "_quarantine").to_pylist()] == [b'{"user_id": "keep", "oops"']
+    assert not [p for p in new1.rglob("*") if "t=2026" in p.relative_to(new1).as_posix()]  # no stray copies
+
+    monkeypatch.setattr(forget_snapshots, "_commit_top", real_commit)
+    with caplog.at_level(logging.WARNING, logger="datakit.forget_snapshots"):
+        assert forget_snapshots.forget("ds", "deletions.parquet", workers=1) == {"dt=2026-11-01": 0, "dt=2026-11-02": 0}
+    assert sorted(p.name for p in snaps.iterdir()) == ["dt=2026-11-01~forget-1", "dt=2026-11-02~forget-1"]
+    assert "removed 2 snapshot version(s) an earlier forget replaced" in caplog.text
+    everything = pa.concat_tables([pq.read_table(f) for f in sorted(snaps.glob("*/data/*.parquet"))])
+    assert "gone" not in {s["user_id"] for s in everything.column("source").to_pylist()}
+
+
+def test_the_next_commit_removes_every_replaced_version(tmp_path, monkeypatch):
+    """A night's commit sweeps the versions a forget replaced in every snapshot, not only its own."""
+    from datakit import forget_snapshots
+
+    out = tmp_path / "ds"
+    run_day(tmp_path, "2026-11-01", [urec("a1", words(0, 100), "gone"), urec("b1", words(200, 300), "keep")])
+    pq.write_table(pa.table({"user_id": ["gone"]}), tmp_path / "deletions.parquet")
+    monkeypatch.setattr(forget_snapshots, "remove_superseded", lambda *a: [])
+    monkeypatch.setattr(forget_snapshots, "_rmtree", lambda url: None)  # as if killed after the commit
+    forget_snapshots.forget(str(out), str(tmp_path / "deletions.parquet"), workers=1)
+    assert (out / "_snapshots" / "dt=2026-11-01").exists()
+    run_day(tmp_path, "2026-11-02", [urec("c2", words(400, 500), "keep")])
+    assert sorted(p.name for p in (out / "_snapshots").iterdir()) == ["dt=2026-11-01~forget-1", "dt=2026-11-02"]

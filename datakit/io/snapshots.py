@@ -277,21 +277,33 @@ def commit(out: str, top: dict[str, Any] | None, snapshot: str, manifest: dict[s
     if manifest.get("data_prefixes") is not None:  # megatron: every snapshot's prefixes, in order
         body["data_prefixes"] = [p for s in body["snapshots"] for p in s.get("data_prefixes", [])]
     _commit_top(out, body)
-    _remove_stale_versions(out, snapshot, prefix)
+    remove_superseded(out, body)
     return body
 
 
-def _remove_stale_versions(out: str, snapshot: str, current: str) -> None:
-    """After a commit: earlier versions of this snapshot (`<ID>~forget-N` folders) hold data no manifest
-    lists any more (possibly forgotten records): delete them."""
+def remove_superseded(out: str, top: dict[str, Any] | None) -> list[str]:
+    """Delete every version of a committed snapshot that the manifest `top` does not point at: the
+    `<ID>` folder a forget replaced by `<ID>~forget-N`, or an older `~forget-M`. Returns their names.
+
+    Why every snapshot's, at every commit and at the start of a forget: such a folder holds records no
+    manifest lists, possibly the very rows a deletion request removed. A forget killed after its commit
+    left them all (found in review: 120 rows of a deleted user, which the documented glob read), and
+    its retry found nothing to do, exit 0; the next night's commit swept only its own snapshot's.
+    Called with the writer lock held. Folders of ids the manifest does not list (a killed run's
+    snapshot, kept for its resume; a withdrawn one, its own rule) are left alone."""
     fs, p = filesystem(f"{out.rstrip('/')}/{SNAPSHOTS_DIR}")
     try:
         names = [f.rstrip("/").rsplit("/", 1)[-1] for f in fs.ls(p, detail=False)]
     except FileNotFoundError:
-        return
+        return []
+    current = {s["id"]: s["path"] for s in (top or {}).get("snapshots", [])}
+    gone = []
     for n in names:
-        if n.startswith(f"{snapshot}~") and f"{SNAPSHOTS_DIR}/{n}" != current:
+        sid = n.split("~", 1)[0]
+        if sid in current and f"{SNAPSHOTS_DIR}/{n}" != current[sid]:
             fs.rm(f"{p.rstrip('/')}/{n}", recursive=True)
+            gone.append(n)
+    return gone
 
 
 def forget_lists(out: str, top: dict[str, Any] | None) -> list[str]:
