@@ -171,3 +171,31 @@ def test_a_broken_symbolic_link_among_the_inputs_is_an_input_error(pipeline_file
     r = _cli("run", str(pipeline_file), "--output", str(tmp_path / "o"), cwd=tmp_path)
     assert r.returncode == 2, r.stderr[-2000:]
     assert "logs/b.jsonl is a symbolic link to a missing file" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_damaged_datasets_are_one_line_errors_never_a_verdict(pipeline_file, tmp_path):
+    """Found in review: `datakit diff` with a damaged shard printed a traceback and exited 1 ("data
+    differs"), and a truncated manifest of an append-mode dataset made the next run a traceback, exit 1
+    ("a check failed"). Both are "cannot do it" errors: one line, exit 2, naming what is damaged."""
+    import shutil
+
+    assert _cli("run", pipeline_file, "--workers", "1").returncode == 0
+    shutil.copytree(tmp_path / "out", tmp_path / "copy")
+    shard = sorted((tmp_path / "copy" / "data").glob("*.parquet"))[0]
+    blob = bytearray(shard.read_bytes())
+    blob[len(blob) // 2: len(blob) // 2 + 64] = bytes(64)  # a damaged page, same size
+    shard.write_bytes(bytes(blob))
+    r = _cli("diff", tmp_path / "out", tmp_path / "copy")
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    assert "cannot compare" in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+    daily = tmp_path / "daily.yaml"
+    daily.write_text("name: daily\ninput: {path: logs/*.jsonl}\nstages: [{kind: ingest}]\n"
+                     "output: {path: ds, mode: append}\n")
+    assert _cli("run", daily, "--workers", "1", "--snapshot", "d1", cwd=tmp_path).returncode == 0
+    top = tmp_path / "ds" / "manifest.json"
+    top.write_bytes(top.read_bytes()[:100])  # truncated
+    for args in (["run", daily, "--workers", "1", "--snapshot", "d2"], ["forget", "ds", "--optouts", "x.parquet"]):
+        r = _cli(*args, cwd=tmp_path)
+        assert r.returncode == 2, (args, r.stderr[-2000:])
+        assert "manifest.json is damaged: not valid JSON" in r.stderr and "Traceback" not in r.stderr, r.stderr

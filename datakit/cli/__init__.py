@@ -360,10 +360,16 @@ def diff(
     """Compare two outputs: config, per-stage counts, documents, token mix. Exit 0 same data, 1 differs, 2 error."""
     from datakit.quality.diff import diff as run_diff, summary_lines, to_html
 
+    from datakit.io.fs import InputError
+
     try:
         d = run_diff(a, b)
     except FileNotFoundError as e:
         _fail(e.args[0] if e.args else str(e))
+    except (InputError, OSError, ValueError, KeyError) as e:
+        # a damaged shard or manifest: "cannot compare" (2), never "differs" (1), which a regression gate
+        # would read as a changed dataset (found in review: a traceback and exit 1)
+        _fail(f"cannot compare {a} and {b}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
     if json_out:
         _write_report(str(json_out), json.dumps(d, indent=2))
     if html_out:

@@ -12,7 +12,7 @@ import uuid
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from datakit.io.fs import filesystem
+from datakit.io.fs import InputError, filesystem
 
 
 def sha256_file(url: str, chunk: int = 1 << 22) -> str:
@@ -57,10 +57,26 @@ def write_bytes_atomic(url: str, data: bytes) -> None:
             f.write(data)
 
 
+class DamagedJSONError(InputError, ValueError):
+    """A datakit JSON file (a manifest, a run report) that is not JSON any more: one line naming it.
+
+    Why: a truncated top-level manifest made `datakit run` (append mode) and `datakit forget` print an
+    84-line traceback and exit 1, which the CLI documents as "a check failed" (found in review). An
+    InputError is one line and exit 2 on every command; a ValueError still, for callers that treat a
+    damaged file as a missing one (`is_index`)."""
+
+
 def read_json(url: str) -> Any:
-    """The JSON document at `url`; None when there is no such file."""
+    """The JSON document at `url`; None when there is no such file; `DamagedJSONError` when it is not JSON."""
     fs, p = filesystem(url)
-    return json.loads(fs.cat_file(p)) if fs.exists(p) else None
+    if not fs.exists(p):
+        return None
+    try:
+        return json.loads(fs.cat_file(p))
+    except ValueError as e:  # JSONDecodeError, or bytes that are not UTF-8
+        where = f" ({e.msg} at line {e.lineno} column {e.colno})" if isinstance(e, json.JSONDecodeError) else ""
+        raise DamagedJSONError(f"{url} is damaged: not valid JSON{where}; restore it, or write the dataset "
+                               "again into a new folder") from None
 
 
 def write_json_atomic(url: str, obj) -> None:

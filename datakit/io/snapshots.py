@@ -26,7 +26,7 @@ import json
 import re
 from typing import Any
 
-from datakit.io.atomic import write_json_atomic
+from datakit.io.atomic import read_json, write_json_atomic
 from datakit.io.fs import InputError, filesystem
 from datakit.io.layout import write_card
 
@@ -75,10 +75,9 @@ def snapshot_path(out: str, snapshot: str) -> str:
 
 def read_top(out: str) -> dict[str, Any] | None:
     """The top-level manifest of an append-mode dataset (None when there is none yet)."""
-    fs, p = filesystem(f"{out.rstrip('/')}/manifest.json")
-    if not fs.exists(p):
+    m = read_json(f"{out.rstrip('/')}/manifest.json")  # a damaged one is one line, exit 2
+    if m is None:
         return None
-    m = json.loads(fs.cat_file(p))
     if m.get("layout") != LAYOUT:
         raise InputError(f"{out} holds an overwrite-mode dataset; an append-mode run needs an empty folder or "
                          "an append-mode dataset (use another output path)")
