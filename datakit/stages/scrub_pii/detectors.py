@@ -668,7 +668,9 @@ DETECTORS: tuple[Detector, ...] = (
     # ---- secrets (specific formats first; they win overlaps)
     Detector(
         "private_key", "PRIVATE_KEY", "secret",
-        r"-----BEGIN[A-Z ]{0,40}PRIVATE KEY(?: BLOCK)?-----(?:.*?-----END[A-Z ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
+        # the body up to its END never crosses another BEGIN: every BEGIN without an END scanned to the end
+        # of the text, so a line of 14,000 BEGINs took 40 s and grew with the square (found in review)
+        r"-----BEGIN[A-Z ]{0,40}PRIVATE KEY(?: BLOCK)?-----(?:(?:(?!-----BEGIN).)*?-----END[A-Z ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
         r"|(?:\\n|[A-Za-z0-9+/=\s\\\"'])*)",
         r"-----BEGIN[A-Z ]{0,40}PRIVATE KEY", "<PRIVATE_KEY>", flags=re.DOTALL, priority=100,
         default_policy="drop", multiline=True,
