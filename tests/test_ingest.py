@@ -160,3 +160,27 @@ def test_repeated_event_ids_keep_the_first_copy(tmp_path):
     assert sorted(t.column("event_id").to_pylist()) == sorted({e["event_id"] for e in a + b})
     kept = {r["event_id"]: r["_source_file"] for r in t.select(["event_id", "_source_file"]).to_pylist()}
     assert kept["ev-000003"].endswith("a.jsonl") and kept["ev-000011"].endswith("b.jsonl")
+
+
+def test_a_zstd_bomb_is_read_in_bounded_pieces(tmp_path, monkeypatch):
+    """Found in review: 16 KB of zstd (512 MB of one letter, no newline) took 27 s and 1.5 GB: each
+    decompress call returned all it could make of 256 KB of input, and every read copied the rest of
+    that buffer. The input is now fed in steps sized from the ratio seen, so no call's output is more
+    than ~43 MB (zstd's most per KB of input), and the line is one `line_too_long` row."""
+    from datakit.io import readers
+
+    path = tmp_path / "bomb.jsonl.zst"
+    path.write_bytes(zstandard.ZstdCompressor(level=3).compress(b"a" * (128 << 20)))
+    assert path.stat().st_size < 16 << 10
+    largest = [0]
+    more = readers._ZstdFrames._more
+
+    def watched(self):
+        went = more(self)
+        largest[0] = max(largest[0], len(self._buf))
+        return went
+
+    monkeypatch.setattr(readers._ZstdFrames, "_more", watched)
+    rows = [r for b in readers.iter_raw_lines(str(path)) for r in b.to_pylist()]
+    assert [r["_read_error"] for r in rows] == ["line_too_long"]
+    assert 0 < largest[0] <= 48 << 20

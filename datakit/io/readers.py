@@ -109,50 +109,69 @@ class _NotEmpty(io.RawIOBase):
 
 
 class _ZstdFrames(io.RawIOBase):
-    """Decompress concatenated zstd frames and *notice truncation*.
+    """Decompress concatenated zstd frames, *notice truncation*, in bounded memory.
 
     `zstandard`'s stream_reader returns a clean EOF when the input stops in the
     middle of a frame; a truncated log would then lose its tail silently. Here
     input that ends inside a frame raises `EOFError`, which the line reader turns
     into a `truncated_file` quarantine row.
+
+    Bounded: a decompress call returns all it can make of its input, and zstd can make ~43,000
+    bytes of one (a 16 KB file of 512 MB of one letter: found in review, 1.5 GB peak and time
+    growing with the square of the size, as every read also copied the rest of the buffer). So the
+    compressed input is fed in steps sized from the ratio seen so far, aiming at OUT_STEP bytes of
+    output per call (1 KB to 256 KB of input), and reads hand out slices of the last output by offset.
     """
+
+    IN_MIN, IN_MAX, OUT_STEP = 1 << 10, 1 << 18, 4 << 20
 
     def __init__(self, raw) -> None:
         self._raw = _NotEmpty(raw)
         self._d = zstandard.ZstdDecompressor().decompressobj()
         self._buf = b""
+        self._pos = 0
+        self._pending = b""  # compressed bytes read but not yet fed
+        self._step = self.IN_MIN  # compressed bytes per decompress call, from the ratio seen so far
         self._in_frame = False
         self._error: Exception | None = None
 
     def readable(self) -> bool:
         return True
 
-    def readinto(self, b) -> int:
-        while not self._buf:
-            if self._error is not None:
-                raise self._error
-            chunk = self._raw.read(1 << 18)
-            if not chunk:
+    def _more(self) -> bool:
+        """Decompress the next step of input into `_buf`; False at the end of the input."""
+        if not self._pending:
+            self._pending = self._raw.read(self.IN_MAX)
+            if not self._pending:
                 if self._in_frame:
                     raise EOFError("zstd stream ends inside a frame")
+                return False
+        piece, self._pending = self._pending[:self._step], self._pending[self._step:]
+        self._in_frame = True
+        try:
+            out = self._d.decompress(piece)
+        except zstandard.ZstdError as e:
+            # garbage after a good frame: hand out what was decoded first, then fail
+            self._error = e
+            return True
+        if self._d.eof:  # a frame ended inside this piece: the rest starts the next frame
+            self._pending = self._d.unused_data + self._pending
+            self._d = zstandard.ZstdDecompressor().decompressobj()
+            self._in_frame = False
+        ratio = len(out) / max(1, len(piece))
+        self._step = int(min(self.IN_MAX, max(self.IN_MIN, self.OUT_STEP / max(ratio, 1.0))))
+        self._buf, self._pos = out, 0
+        return True
+
+    def readinto(self, b) -> int:
+        while self._pos >= len(self._buf):
+            if self._error is not None:
+                raise self._error
+            if not self._more():
                 return 0
-            while chunk:
-                self._in_frame = True
-                try:
-                    self._buf += self._d.decompress(chunk)
-                except zstandard.ZstdError as e:
-                    # garbage after a good frame: hand out what was decoded first, then fail
-                    self._error = e
-                    break
-                if self._d.eof:
-                    chunk = self._d.unused_data
-                    self._d = zstandard.ZstdDecompressor().decompressobj()
-                    self._in_frame = False
-                else:
-                    chunk = b""
-        n = min(len(b), len(self._buf))
-        b[:n] = self._buf[:n]
-        self._buf = self._buf[n:]
+        n = min(len(b), len(self._buf) - self._pos)
+        b[:n] = memoryview(self._buf)[self._pos:self._pos + n]
+        self._pos += n
         return n
 
 
