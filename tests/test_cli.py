@@ -199,3 +199,27 @@ def test_damaged_datasets_are_one_line_errors_never_a_verdict(pipeline_file, tmp
         r = _cli(*args, cwd=tmp_path)
         assert r.returncode == 2, (args, r.stderr[-2000:])
         assert "manifest.json is damaged: not valid JSON" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_nanosecond_parquet_timestamp_is_the_same_event_in_every_process(tmp_path):
+    """Found in review: Arrow gives a nanosecond timestamp out only as a pandas Timestamp, so the event
+    was kept by a script that had imported pandas and quarantined (`bad_value`) by the `datakit`
+    command, which keeps pandas out. Both now read it truncated to microseconds; ingest keeps ms."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from datakit import Pipeline
+
+    event = make_event(1)
+    table = pa.Table.from_pylist([{k: v for k, v in event.items() if k != "timestamp"}])
+    table = table.append_column("timestamp", pa.array([1_700_000_000_123_456_789], pa.timestamp("ns", tz="UTC")))
+    pq.write_table(table, tmp_path / "ev.parquet")
+    (tmp_path / "p.yaml").write_text("name: ns\ninput: {path: ev.parquet, format: parquet}\nstages: [{kind: ingest}]\n"
+                                     "output: {path: cli, format: parquet}\n")
+    r = _cli("run", tmp_path / "p.yaml", "--json", "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["stages"][0]["rows_out"] == 1
+    Pipeline.from_yaml(tmp_path / "p.yaml").run(output=str(tmp_path / "lib"), workers=1)
+    stamps = [pq.read_table(sorted((tmp_path / o / "data").glob("*.parquet"))[0]).column("timestamp").to_pylist()
+              for o in ("cli", "lib")]
+    assert stamps == [["2023-11-14T22:13:20.123Z"]] * 2

@@ -314,7 +314,14 @@ def _json_default(v):
 
 def _column_values(col: pa.Array) -> tuple[list, list[bool]]:
     """Python values of one column; values Arrow cannot convert (a timestamp beyond year 9999,
-    say) are None with a flag, so one bad cell costs its row, never the batch."""
+    say) are None with a flag, so one bad cell costs its row, never the batch.
+
+    A nanosecond timestamp is truncated to microseconds first: Arrow hands one out as a pandas
+    Timestamp when pandas is loaded and refuses it otherwise, so the same file was a kept event in a
+    script that had imported pandas and `bad_value` through the `datakit` command, which keeps pandas
+    out (found in review). Ingest keeps milliseconds, so the truncation changes no output."""
+    if pa.types.is_timestamp(col.type) and col.type.unit == "ns":
+        col = col.cast(pa.timestamp("us", col.type.tz), safe=False)
     try:
         return col.to_pylist(), [False] * len(col)
     except Exception:  # noqa: BLE001 - any conversion error is that cell's problem
