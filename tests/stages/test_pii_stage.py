@@ -216,3 +216,20 @@ def test_ner_off_unquoted_in_yaml_is_off() -> None:
     assert stage.ner == "off"
     with pytest.raises(ValueError, match="ner"):  # "on" does not say which NER was meant
         Pipeline.from_yaml_string(text.replace("ner: off", "ner: on"), base_dir=".")
+
+
+def test_the_language_in_the_lineage_is_scrubbed_like_a_text() -> None:
+    """Found in review: `file.language` is whatever the editor sent; an e-mail there reached
+    `source.language`, `meta`'s "language", the profile keys of `_run.json` and the report's charts."""
+    rows = [_rec("a", "code", [("x = 1", True, "code")]), _rec("b", "code", [("y = 2", True, "code")])]
+    rows[0]["source"] = {"event_id": "e1", "user_id": "u1", "language": "jane.roe@example-corp.com", "path": "a.py"}
+    rows[0]["meta"] = _meta(language="jane.roe@example-corp.com", path="a.py")
+    rows[1]["source"] = {"event_id": "e2", "user_id": "u2", "language": "python", "path": "b.py"}
+    rows[1]["meta"] = _meta(language="python", path="b.py")
+    batch = pa.RecordBatch.from_pylist(rows, schema=TRAINING_RECORD_V1)
+    out = stage_class("scrub_pii")(ner="off").build_fn()(batch).to_pylist()
+    assert "jane.roe" not in json.dumps(out[0]["source"]) + out[0]["meta"]
+    assert out[0]["source"]["language"] == "<EMAIL>" and json.loads(out[0]["meta"]) == {"language": "<EMAIL>",
+                                                                                      "path": "a.py"}
+    assert out[1]["source"]["language"] == "python" and out[1]["meta"] == rows[1]["meta"]  # untouched bytes
+    assert [json.loads(m) for m in (r["_metrics"] for r in out) if m] == [{"pii.email": 1}]

@@ -477,7 +477,7 @@ class ScrubFn:
                 found.setdefault(r, []).extend([Finding(0, 0, "person")] * k)
                 hits.append(r)
 
-        # lineage: the file path (in `source.path` and `meta`'s "path") is a text too
+        # lineage: the file path and language (in `source` and `meta`) are texts too
         new_lineage, path_found = self._scrub_paths(batch) if "source" in names else ({}, {})
 
         # accounting only over rows with findings
@@ -536,47 +536,61 @@ class ScrubFn:
         return made
 
     def _scrub_paths(self, batch: pa.RecordBatch) -> tuple[dict[str, pa.Array], dict[int, list[Finding]]]:
-        """The records' file paths scrubbed: ({column: new array} of `source` and `meta` where a path
-        changed, {row: findings}).
+        """The records' free-text lineage (`LINEAGE_TEXTS` of `source`, and the same keys of `meta`)
+        scrubbed: ({column: new array} of `source` and `meta` where a value changed, {row: findings}).
 
         Why: editor logs carry absolute paths, and `/Users/jane.doe/project/app.py` went to the output
         in `source.path` and in `meta`'s "path" while the same text in a segment was scrubbed (found in
-        a privacy review). The path is scanned by every detector but NER (a path is not prose) and
-        replaced as a segment's text would be, so a pseudonym is the same in both; findings count and
-        drop like any other. `meta` is rewritten only where its "path" is the old path, with extract's
-        own JSON settings (sorted keys, compact, non-ASCII kept), so other rows keep their bytes.
+        a privacy review); `file.language` is whatever the editor sent, and an e-mail or an AWS key there
+        reached the records, `_run.json`'s profile keys and the report's charts (found in a later
+        review). A value is scanned by every detector but NER (a path is not prose) and replaced as a
+        segment's text would be, so a pseudonym is the same in both; findings count and drop like any
+        other. `meta` is rewritten only where its key holds the old value, with extract's own JSON
+        settings (sorted keys, compact, non-ASCII kept), so other rows keep their bytes.
         """
         source = batch.column("source")
         if isinstance(source, pa.ChunkedArray):
             source = source.combine_chunks()
-        paths = source.field("path")
-        found = self.scan(paths)  # one Arrow pass; only rows with findings become Python strings
-        rows = [i for i, fs in enumerate(found) if fs]
-        if not rows:
-            return {}, {}
-        old = [paths[i].as_py() for i in rows]
-        scrubbed, fs_rows = self.scrub(old)
-        new_paths = paths.to_pylist()
-        changed: dict[int, tuple[str, str]] = {}
-        for i, was, now in zip(rows, old, scrubbed):
-            new_paths[i] = now
-            if now != was:
-                changed[i] = (was, now)
+        t = source.type
+        fields = [f for f in LINEAGE_TEXTS if t.get_field_index(f) >= 0]
+        children = {f: source.field(f) for f in fields}
+        findings: dict[int, list[Finding]] = {}
+        changed: dict[str, dict[int, tuple[str, str]]] = {}
+        for f in fields:
+            values = children[f]
+            found = self.scan(values)  # one Arrow pass; only rows with findings become Python strings
+            rows = [i for i, fs in enumerate(found) if fs]
+            if not rows:
+                continue
+            old = [values[i].as_py() for i in rows]
+            scrubbed, fs_rows = self.scrub(old)
+            new_values = values.to_pylist()
+            for i, was, now, fs in zip(rows, old, scrubbed, fs_rows):
+                new_values[i] = now
+                findings.setdefault(i, []).extend(fs)
+                if now != was:
+                    changed.setdefault(f, {})[i] = (was, now)
+            children[f] = pa.array(new_values, pa.string())
         out: dict[str, pa.Array] = {}
         if changed:
-            t = source.type
-            children = [pa.array(new_paths, pa.string()) if t.field(k).name == "path" else source.field(k)
-                        for k in range(t.num_fields)]
-            out["source"] = pa.StructArray.from_arrays(children, fields=list(t), mask=source.is_null())
+            arrays = [children.get(t.field(k).name, source.field(k)) for k in range(t.num_fields)]
+            out["source"] = pa.StructArray.from_arrays(arrays, fields=list(t), mask=source.is_null())
             if "meta" in batch.schema.names:
                 meta = batch.column("meta").to_pylist()
-                for i, (was, now) in changed.items():
+                for i in sorted({i for rows in changed.values() for i in rows}):
                     m = json.loads(meta[i]) if meta[i] else None
-                    if isinstance(m, dict) and m.get("path") == was:
-                        m["path"] = now
-                        meta[i] = json.dumps(m, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+                    if not isinstance(m, dict):
+                        continue
+                    for f, rows in changed.items():
+                        if i in rows and m.get(f) == rows[i][0]:
+                            m[f] = rows[i][1]
+                    meta[i] = json.dumps(m, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
                 out["meta"] = pa.array(meta, pa.string())
-        return out, dict(zip(rows, fs_rows))
+        return out, findings
+
+
+# the record's lineage fields that hold free text from the editor (scrubbed like a segment's text)
+LINEAGE_TEXTS = ("path", "language")
 
 
 def _prose_segments(roles: pa.Array, texts: pa.Array) -> np.ndarray:
