@@ -153,6 +153,19 @@ def _check_columns(where: str, verb: str, columns: tuple[str, ...], schema: Any,
             raise PipelineError(f"{where}: {verb} column {c!r}, but {why} (columns: {', '.join(schema.names)})")
 
 
+def _input_inside(files: list[str], out: str) -> str | None:
+    """The first input file that lies inside the output folder `out` (links resolved), else None.
+
+    Why: an input glob that also matches the output (`--input 'in/**' --output in/o3`) read the
+    previous run's files; the second run first withdrew the published dataset and then failed on a
+    file it had listed ("disappeared"), so the earlier output was lost (found in review)."""
+    if "://" in out:
+        prefix = out.rstrip("/") + "/"
+        return next((f for f in files if f.startswith(prefix)), None)
+    root = os.path.realpath(out).rstrip("/") + "/"
+    return next((f for f in files if "://" not in f and os.path.realpath(f).startswith(root)), None)
+
+
 def parse_stage(spec: dict[str, Any] | StageConfig, where: str = "") -> StageConfig:
     """A stage config from a dict (YAML) or an existing config, with a precise error."""
     if isinstance(spec, StageConfig):
@@ -337,6 +350,11 @@ class Pipeline:
         out_path = output_override or (cfg.output.path if cfg.output else None)
         if out_path:
             out_path = ctx.resolve(out_path)
+            inside = _input_inside(resolved, out_path)
+            if inside is not None:
+                raise PipelineError(f"{cfg.name}: input {inside} is inside the output folder {out_path}: a run "
+                                    "withdraws and replaces what that folder holds, so read from elsewhere or "
+                                    "write to another folder")
         ctx.output_path = out_path
         spans: list[StageSpan] = []
         checks: list[dict[str, Any]] = []

@@ -223,3 +223,14 @@ def test_a_nanosecond_parquet_timestamp_is_the_same_event_in_every_process(tmp_p
     stamps = [pq.read_table(sorted((tmp_path / o / "data").glob("*.parquet"))[0]).column("timestamp").to_pylist()
               for o in ("cli", "lib")]
     assert stamps == [["2023-11-14T22:13:20.123Z"]] * 2
+
+
+def test_an_input_inside_the_output_folder_is_refused_before_the_output_is_touched(pipeline_file, tmp_path):
+    """Found in review: `--input 'in/**' --output in/o3` run twice read the first run's files, withdrew
+    the published dataset, then failed ("input file ... disappeared"): the earlier output was lost."""
+    assert _cli("run", pipeline_file, "--workers", "1").returncode == 0
+    before = (tmp_path / "out" / "manifest.json").read_bytes()
+    r = _cli("run", pipeline_file, "--workers", "1", "--input", "**/*.jsonl", "--input", "out/**/*.parquet",
+             cwd=tmp_path)
+    assert r.returncode == 2 and "is inside the output folder" in r.stderr, r.stderr
+    assert (tmp_path / "out" / "manifest.json").read_bytes() == before and (tmp_path / "out" / "_SUCCESS").exists()

@@ -155,3 +155,23 @@ def test_folders_and_globs_go_through_symbolic_links_to_folders(tmp_path):
     (tmp_path / "logs" / "dt=1" / "gone.jsonl").symlink_to(tmp_path / "unmounted.jsonl")
     with pytest.raises(InputError, match="dt=1/gone.jsonl is a symbolic link to a missing file"):
         expand(logs, suffixes=(".jsonl",))
+
+
+def test_a_device_or_fifo_among_the_inputs_is_refused(tmp_path):
+    """Found in review: a link to /dev/zero in an input folder was read forever (one endless line), and a
+    FIFO matched by a glob was left out without a word."""
+    from datakit.io.fs import InputError, expand
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text("{}\n")
+    (tmp_path / "in" / "z.jsonl").symlink_to("/dev/zero")
+    for pattern in (tmp_path / "in", tmp_path / "in" / "*.jsonl"):
+        with pytest.raises(InputError, match="z.jsonl is not a regular file"):
+            expand(str(pattern), suffixes=(".jsonl",))
+    (tmp_path / "in" / "z.jsonl").unlink()
+    os.mkfifo(tmp_path / "in" / "f.jsonl")
+    with pytest.raises(InputError, match="f.jsonl is not a regular file"):
+        expand(str(tmp_path / "in" / "*.jsonl"))
+    (tmp_path / "in" / "f.jsonl").unlink()
+    (tmp_path / "in" / "sub.jsonl").mkdir()  # a folder a glob matches is still not an input, and no error
+    assert expand(str(tmp_path / "in" / "*.jsonl")) == [str(tmp_path / "in" / "a.jsonl")]

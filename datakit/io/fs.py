@@ -167,7 +167,8 @@ def _local_glob(pattern: str) -> list[str]:
 
 
 def _refuse_broken_links(fs: Any, matched: list[str]) -> None:
-    """A matched local symbolic link whose target is gone is an `InputError` naming it.
+    """A matched local symbolic link whose target is gone, or a matched device, FIFO or socket, is an
+    `InputError` naming it.
 
     Why: the glob's file filter dropped it like a folder, so a day of logs linked from another disk
     that was not mounted went missing from the run without a word (found in review).
@@ -178,6 +179,12 @@ def _refuse_broken_links(fs: Any, matched: list[str]) -> None:
     if broken:
         more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
         raise InputError(f"input {broken[0]} is a symbolic link to a missing file ({os.readlink(broken[0])}){more}")
+    # a device, FIFO or socket (or a link to one): found in review, a link to /dev/zero in an input folder
+    # read forever (one endless line), and a FIFO in a glob was left out without a word
+    special = [f for f in matched if os.path.exists(f) and not os.path.isfile(f) and not os.path.isdir(f)]
+    if special:
+        more = f" (and {len(special) - 1} more)" if len(special) > 1 else ""
+        raise InputError(f"input {special[0]} is not a regular file (a device, FIFO or socket){more}")
 
 
 def _hidden(path: str, root: str) -> bool:
