@@ -162,6 +162,25 @@ def test_repeated_event_ids_keep_the_first_copy(tmp_path):
     assert kept["ev-000003"].endswith("a.jsonl") and kept["ev-000011"].endswith("b.jsonl")
 
 
+def test_of_copies_that_disagree_on_privacy_mode_the_private_one_stays(tmp_path):
+    """Found in review: two copies of one event, the later one (by file name) with `privacy_mode: true`,
+    kept the first read, so the event was trained on. A conflicting privacy flag never means off: the
+    private copy stays, and consent drops it."""
+    from datakit import Pipeline
+
+    write_jsonl(tmp_path / "logs" / "a.jsonl", [make_event(i) for i in range(4)])
+    write_jsonl(tmp_path / "logs" / "b.jsonl", [make_event(1, privacy_mode=True), make_event(2)])
+    res, out, _q = _run(tmp_path, tmp_path / "logs")
+    assert res.stage("ingest")["dropped"] == {"duplicate_event_id": 2}
+    kept = {r["event_id"]: (r["_source_file"].rsplit("/", 1)[-1], r["privacy_mode"])
+            for r in read_output(str(out)).to_pylist()}
+    assert kept["ev-000001"] == ("b.jsonl", True) and kept["ev-000002"] == ("a.jsonl", False)
+    res = (Pipeline("t").input(str(tmp_path / "logs")).add({"kind": "ingest"}).add({"kind": "consent"})
+           .output(str(tmp_path / "c"), shards=1).run(workers=1))
+    assert sorted(read_output(str(tmp_path / "c")).column("event_id").to_pylist()) == ["ev-000000", "ev-000002",
+                                                                                       "ev-000003"]
+
+
 def test_a_zstd_bomb_is_read_in_bounded_pieces(tmp_path, monkeypatch):
     """Found in review: 16 KB of zstd (512 MB of one letter, no newline) took 27 s and 1.5 GB: each
     decompress call returned all it could make of 256 KB of input, and every read copied the rest of

@@ -45,3 +45,56 @@ def test_an_ignored_ctrl_c_stays_ignored():
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def test_sigterm_in_the_command_is_held_like_a_ctrl_c_and_raised_as_terminated():
+    """Found in an operations review: SIGTERM (what schedulers send) ended the command at once, even
+    between a snapshot's commit and the union's. The command makes it a Ctrl-C that says so."""
+    from datakit.interrupts import Terminated, terminate_like_interrupt
+
+    before = signal.getsignal(signal.SIGTERM)
+    assert before is signal.SIG_DFL  # the test process has no handler of its own
+    try:
+        terminate_like_interrupt()
+        done = []
+        with pytest.raises(Terminated):
+            with held_until_done("testing"):
+                os.kill(os.getpid(), signal.SIGTERM)
+                done.append("rest of the block")
+        assert done == ["rest of the block"]
+        with pytest.raises(Terminated):  # outside a held block it raises at once
+            os.kill(os.getpid(), signal.SIGTERM)
+            signal.pthread_sigmask(signal.SIG_SETMASK, [])  # (a bytecode boundary for the handler)
+            done.append("never")
+        assert done == ["rest of the block"]
+    finally:
+        from datakit import interrupts
+
+        signal.signal(signal.SIGTERM, before)
+        interrupts._TERMINATED.clear()
+
+
+def test_a_sigterm_stops_a_run_like_a_ctrl_c_and_ends_with_sigterm(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from datakit.synth.generator import generate
+
+    generate(tmp_path / "logs", events=3000, seed=3, days=1)
+    quickstart = (Path(__file__).resolve().parents[1] / "pipelines" / "quickstart.yaml").read_text()
+    (tmp_path / "q.yaml").write_text(quickstart.replace("../demo/logs", "logs").replace("../demo/out/quickstart", "out"))
+    exe = Path(sys.executable).with_name("datakit")
+    proc = subprocess.Popen([str(exe), "run", str(tmp_path / "q.yaml"), "--workers", "1"], cwd=tmp_path,
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    lines = []
+    for line in proc.stderr:  # the first stage done: the run is under way
+        lines.append(line)
+        if "ingest: done" in line:
+            proc.send_signal(signal.SIGTERM)
+            break
+    lines += proc.stderr.readlines()
+    assert proc.wait(timeout=120) == -signal.SIGTERM, "".join(lines)[-3000:]
+    err = "".join(lines)
+    assert "datakit: stopped (SIGTERM)" in err and "Traceback" not in err
+    assert not (tmp_path / "out" / "_SUCCESS").exists()

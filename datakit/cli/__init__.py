@@ -441,16 +441,31 @@ def command() -> None:
     (`_exit_after_command`), with the command's own exit status (a check's 1 = contaminated included).
     Scripts that call `main` themselves (benchmarks, the spark-submit wrapper) get its `SystemExit`
     back as before."""
+    from datakit.interrupts import terminate_like_interrupt, was_terminated
     from datakit.workers import one_blas_thread_here
 
     _skip_entry_script_in_workers()
     one_blas_thread_here()  # before anything imports numpy (importing this module does not)
+    terminate_like_interrupt()
     try:
         main()
-    except SystemExit as e:
-        if _COMMAND_DONE and (e.code is None or isinstance(e.code, int)):
+    except (SystemExit, KeyboardInterrupt) as e:
+        if was_terminated():  # stopped as a Ctrl-C stops it (typer: exit 130); ends by SIGTERM (143)
+            _end_by_sigterm()
+        if isinstance(e, SystemExit) and _COMMAND_DONE and (e.code is None or isinstance(e.code, int)):
             _exit_after_command(e.code or 0)
         raise
+
+
+def _end_by_sigterm() -> None:
+    """One line, then this process ends by SIGTERM, the status a scheduler that sent it expects."""
+    import os
+    import signal
+
+    typer.echo("datakit: stopped (SIGTERM)", err=True)
+    sys.stderr.flush()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _skip_entry_script_in_workers() -> None:

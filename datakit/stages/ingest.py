@@ -367,13 +367,22 @@ _REPEAT_SCHEMA = pa.schema([("_source_file", pa.string()), ("_source_line", pa.i
 
 
 def _location(batch: pa.RecordBatch) -> pa.Array:
-    """`file\0line` with the line zero-padded, so string order is (file, line) order."""
+    """`P file\0line`: P is "0" for a copy in privacy mode, else "1", and the line is zero-padded, so
+    the smallest is the first copy read among the most private ones (see `EventLocations`)."""
     lines = pc.utf8_lpad(pc.cast(batch.column("_source_line"), pa.string()), 12, "0")
-    return pc.binary_join_element_wise(batch.column("_source_file"), lines, "\x00")
+    private = pc.if_else(pc.fill_null(batch.column("privacy_mode"), False), "0", "1")
+    where = pc.binary_join_element_wise(batch.column("_source_file"), lines, "\x00")
+    return pc.binary_join_element_wise(private, where, "")
 
 
 class EventLocations:
-    """event_id -> where this copy of it was read (for choosing the first copy of a duplicated id)."""
+    """event_id -> where this copy of it was read (for choosing the copy of a duplicated id that stays).
+
+    The copy kept is the first one read, unless another copy is in privacy mode: then the first of
+    those. Found in review: two copies of one event, one with `privacy_mode: true`, kept whichever file
+    sorted first, so the event was trained on when the private copy came second; a conflicting
+    privacy flag never means off (the rule `duplicate_key` follows inside one line), so the kept copy
+    is the private one, which consent then drops."""
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         return pa.RecordBatch.from_arrays([batch.column("event_id"), batch.column("_source_file"),
@@ -383,8 +392,9 @@ class EventLocations:
         """The same in Spark SQL (`MapBatches`), so the JVM feeds the id count with no Python pass.
         (Spark's lpad would cut a longer number to 12 characters; a line number has fewer digits.)"""
         line = F.lpad(F.col("_source_line").cast("string"), 12, "0")
+        private = F.when(F.coalesce(F.col("privacy_mode"), F.lit(False)), F.lit("0")).otherwise(F.lit("1"))
         return df.select("event_id", "_source_file", "_source_line",
-                         F.concat(F.col("_source_file"), F.lit("\x00"), line).alias("_loc"))
+                         F.concat(private, F.col("_source_file"), F.lit("\x00"), line).alias("_loc"))
 
 
 _REPEATED_IDS_SCHEMA = pa.schema([("event_id", pa.string()), ("_first", pa.string())])
@@ -438,7 +448,7 @@ class IngestConfig(StageConfig):
 
     `drop_duplicate_events` (default on): log shippers retry, so the same event can
     arrive twice; later copies of an `event_id` are dropped (`duplicate_event_id`),
-    keeping the first one read. Without this, every record derived from the event
+    keeping the first one read (the first one in privacy mode, if any copy is). Without this, every record derived from the event
     would be duplicated downstream under the same `doc_id`.
     """
 
@@ -460,7 +470,7 @@ class IngestConfig(StageConfig):
         # than once (small) are joined back -- broadcast -- to their locations (docs/scaling.md).
         side = Rel(events.node, f"{rel.stage}:side")
         locs = side.map_batches(EventLocations(), _LOC_SCHEMA, name="event_locations",
-                                reads=("event_id", "_source_file", "_source_line"))
+                                reads=("event_id", "_source_file", "_source_line", "privacy_mode"))
         firsts = locs.aggregate(["event_id"], {"_first": ("min", "_loc"), "_copies": ("count", "_loc")})
         repeated = firsts.map_batches(RepeatedIds(), _REPEATED_IDS_SCHEMA, name="repeated_ids")
         repeats = (locs.join(repeated, "event_id", broadcast=True)
