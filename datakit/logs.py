@@ -92,6 +92,17 @@ def init_worker(fmt: str, root_level: int, datakit_level: int) -> None:
             h.setLevel(logging.WARNING)
 
 
+def error_line(message: str) -> str:
+    """A command's one-line error as the configured format writes it: `datakit: error: ...` for people,
+    one JSON object (level ERROR, logger datakit.cli) under `--log-format json`, so a scheduler that
+    parses every line of stderr also parses the failure (found in review: it got plain text)."""
+    if _current.get("fmt") == "json":
+        now = time.time()
+        return json.dumps({"ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z",
+                           "level": "error", "logger": "datakit.cli", "msg": message}, sort_keys=True)
+    return f"datakit: error: {message}"
+
+
 def configure(fmt: Format = "text", quiet: bool = False) -> None:
     """Root handler on stderr; progress mode follows: bars on a terminal, log lines otherwise, off when quiet."""
     from datakit import progress

@@ -234,3 +234,13 @@ def test_an_input_inside_the_output_folder_is_refused_before_the_output_is_touch
              cwd=tmp_path)
     assert r.returncode == 2 and "is inside the output folder" in r.stderr, r.stderr
     assert (tmp_path / "out" / "manifest.json").read_bytes() == before and (tmp_path / "out" / "_SUCCESS").exists()
+
+
+def test_with_log_format_json_the_error_line_is_json_too(pipeline_file, tmp_path):
+    """Found in an operations review: a scheduler parsing `--log-format json` got plain text for every
+    failure (`datakit: error: no input files match: ...`)."""
+    r = _cli("run", pipeline_file, "--log-format", "json", "--input", "nowhere/*.jsonl", cwd=tmp_path)
+    assert r.returncode == 2
+    lines = [json.loads(line) for line in r.stderr.strip().splitlines()]  # every line parses
+    assert lines[-1]["level"] == "error" and lines[-1]["msg"].startswith("no input files match")
+    assert _cli("run", pipeline_file, "--input", "nowhere/*.jsonl", cwd=tmp_path).stderr.startswith("datakit: error: ")

@@ -30,9 +30,9 @@ log = logging.getLogger("datakit")
 def _fail(msg: str, code: int = 2) -> None:
     """One line on stderr, redacted like every log line (an error may quote data: a stage's exception
     message, a value a check rejected), then exit with `code`."""
-    from datakit.logs import _redact
+    from datakit.logs import _redact, error_line
 
-    typer.echo(f"datakit: error: {_redact(msg)}", err=True)
+    typer.echo(error_line(_redact(msg)), err=True)
     raise typer.Exit(code)
 
 
