@@ -377,3 +377,18 @@ def test_seeds_and_epochs_beyond_32_bits_are_refused_not_aliased(dataset, kw):
     with pytest.raises(ValueError, match=r"is not in \[0, 2\*\*32\)"):
         dataset.iterator(**kw)
     dataset.iterator(seed=(1 << 32) - 1, epoch=(1 << 32) - 1)
+
+
+def test_inspect_shows_control_characters_of_the_data_instead_of_sending_them_to_the_terminal(monkeypatch):
+    """Found in review: an OSC sequence in training text (`ESC ] 0;PWNED BEL`) reached the terminal raw
+    and retitled it; OSC 52 can write the clipboard."""
+    from typer.testing import CliRunner
+
+    from datakit.cli import app
+    from datakit.cli import inspect as inspect_cli
+
+    monkeypatch.setattr(inspect_cli, "inspect_dataset", lambda *a, **k: "x = 1\x1b]0;PWNED\x07\n\tdef f(): pass\x9b2J")
+    res = CliRunner().invoke(app, ["inspect", "anywhere"])
+    assert res.exit_code == 0, res.output
+    assert "\x1b" not in res.output and "\x07" not in res.output and "\x9b" not in res.output
+    assert "x = 1\\x1b]0;PWNED\\x07\n\tdef f(): pass\\x9b2J" in res.output

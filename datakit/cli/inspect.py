@@ -182,4 +182,16 @@ def inspect_command(
     except (FileNotFoundError, ValueError, KeyError, InputError, DatasetError) as e:
         typer.echo(f"datakit: error: {e}", err=True)
         raise typer.Exit(2) from None
-    typer.echo(text)
+    typer.echo(visible_controls(text))
+
+
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F, *range(0x80, 0xA0))}
+
+
+def visible_controls(text: str) -> str:
+    """`text` with every control character but newline, tab and carriage return shown as `\\xNN`.
+
+    Why: decoded training text goes to the operator's terminal, and an escape sequence in it is a
+    command to the terminal (found in review: an OSC title sequence from the data retitled the window;
+    OSC 52 can write the clipboard). click strips colour codes only, and only off a terminal."""
+    return text.translate(_CONTROLS)
