@@ -244,3 +244,12 @@ def test_with_log_format_json_the_error_line_is_json_too(pipeline_file, tmp_path
     lines = [json.loads(line) for line in r.stderr.strip().splitlines()]  # every line parses
     assert lines[-1]["level"] == "error" and lines[-1]["msg"].startswith("no input files match")
     assert _cli("run", pipeline_file, "--input", "nowhere/*.jsonl", cwd=tmp_path).stderr.startswith("datakit: error: ")
+
+
+def test_the_write_shards_step_reports_the_rows_it_wrote(pipeline_file, tmp_path):
+    """Found in review: every run logged `write shards: done, 0 rows`, which a scheduler collecting
+    throughput recorded as zero."""
+    r = _cli("run", pipeline_file, "--workers", "1", "--log-format", "json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    steps = [json.loads(line) for line in r.stderr.splitlines() if '"write shards: done' in line]
+    assert steps and steps[-1]["msg"].startswith("write shards: done, 12 rows")

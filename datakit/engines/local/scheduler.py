@@ -131,8 +131,11 @@ def run_tasks(fn: Callable, items: list, what: str, workers: int, progress_enabl
 
 
 def _task_rows(result: Any) -> int:
-    """Rows a finished task read (chain tasks report `base_rows`)."""
-    return int(result.get("base_rows", 0)) if isinstance(result, dict) else 0
+    """Rows a finished task read (chain tasks report `base_rows`) or wrote (a shard writer's `rows`:
+    "write shards: done, 0 rows" was logged for every run, found in review)."""
+    if not isinstance(result, dict):
+        return 0
+    return int(result.get("base_rows", result.get("rows", 0)) or 0)
 
 
 class _Guarded:
