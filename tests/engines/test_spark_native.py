@@ -48,9 +48,13 @@ def test_project_and_event_locations(spark):
     b = pa.record_batch({"event_id": pa.array(["e1", "e2", None], _STR),
                          "_source_file": pa.array(["s3://b/x.jsonl", None, "f"], _STR),
                          "_source_line": pa.array([7, 3, 123456789012], pa.int64()),
-                         "_dk_hrep": pa.array([None, "h", "h"], _STR)})
+                         "_dk_hrep": pa.array([None, "h", "h"], _STR),
+                         "privacy_mode": pa.array([True, None, False], pa.bool_())})
     _same_rows(spark, Project(("event_id", "_dk_hrep")), b)
     _same_rows(spark, EventLocations(), b)
+    # a copy in privacy mode sorts first ("0..."), whatever its file and line
+    assert EventLocations()(b).column("_loc").to_pylist() == ["0s3://b/x.jsonl\x00000000000007", None,
+                                                             "1f\x00123456789012"]
 
 
 def test_the_ingests_repeated_id_filters(spark):
