@@ -117,6 +117,8 @@ def test_parquet_glob_with_foreign_schema_and_corrupt_file(tmp_path):
     assert st["dropped"] == {"missing_field": 2, "unreadable_file": 1, "bad_value": 1}
     assert {(r["source_file"].rsplit("/", 1)[1], r["reason"]) for r in q} == {
         ("b.parquet", "missing_field"), ("c.parquet", "unreadable_file"), ("d.parquet", "bad_value")}
+    # pyarrow's reason is kept (the row said only `OSError`, found in review)
+    assert [r["detail"] for r in q if r["reason"] == "unreadable_file"][0].startswith("ArrowInvalid: Parquet magic bytes")
 
 
 def test_parquet_damaged_page_keeps_the_rows_read_and_is_one_truncated_file_row(tmp_path):

@@ -394,7 +394,10 @@ def iter_parquet_rows(url: str, batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterato
     except Exception as e:  # noqa: BLE001 - pyarrow raises ArrowInvalid/OSError for non-Parquet bytes
         if not _parquet_damage(e):
             raise
-        yield batch_of([None], [f"unreadable_file: {type(e).__name__}"], 0)
+        # pyarrow's reason, which names no data ("Parquet magic bytes not found", "schema too deeply
+        # nested"): the row said only `OSError` (found in review)
+        why = (str(e).strip().splitlines() or [""])[0][:200]
+        yield batch_of([None], [f"unreadable_file: {type(e).__name__}" + (f": {why}" if why else "")], 0)
         return
     try:
         for batch in pf.iter_batches(batch_size=batch_rows):
