@@ -127,6 +127,7 @@ def test_append_mode_snapshot_and_forget_cli(tmp_path):
     assert r.returncode == 0, r.stderr
     assert [s["id"] for s in json.loads((tmp_path / "ds" / "manifest.json").read_text())["snapshots"]] == [
         "dt=2026-11-02", "manual-1"]
+    assert json.loads(r.stdout)["withdrawn"] == []
     plain = tmp_path / "plain.yaml"  # an overwrite-mode dataset: forget says what to do with it (found in review)
     plain.write_text("name: plain\ninput: {path: logs/dt=2026-11-02/*.jsonl}\nstages: [{kind: ingest}]\n"
                      "output: {path: plain-out}\n")
@@ -253,3 +254,20 @@ def test_the_write_shards_step_reports_the_rows_it_wrote(pipeline_file, tmp_path
     assert r.returncode == 0, r.stderr
     steps = [json.loads(line) for line in r.stderr.splitlines() if '"write shards: done' in line]
     assert steps and steps[-1]["msg"].startswith("write shards: done, 12 rows")
+
+
+def test_run_json_names_the_snapshots_a_redo_withdrew(tmp_path):
+    """Found in an operations review: a redo of an earlier day that withdrew the later ones exited 0 with
+    a plain --json result; the withdrawal was only a warning line."""
+    from tests.stages.test_dedup_stage import rec, words, write_records
+
+    f = tmp_path / "daily.yaml"
+    f.write_text("name: daily\ninput: {path: in/*.parquet, format: parquet, schema: training_record.v1}\n"
+                 "stages: [{kind: dedup, exact: true}]\noutput: {path: ds, mode: append}\n")
+    write_records(tmp_path / "in", [rec("a", words(0, 100))])
+    assert _cli("run", f, "--workers", "1", "--snapshot", "d1", cwd=tmp_path).returncode == 0
+    assert _cli("run", f, "--workers", "1", "--snapshot", "d2", cwd=tmp_path).returncode == 0
+    write_records(tmp_path / "in", [rec("a", words(0, 100)), rec("b", words(200, 300))])  # d1 redone, changed
+    r = _cli("run", f, "--workers", "1", "--snapshot", "d1", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["withdrawn"] == ["d2"]

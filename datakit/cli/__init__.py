@@ -195,7 +195,15 @@ def run(
         _fail_engine_error(e, output or out_path or ", ".join(input or []) or str(pipeline))
         raise
     if json_out:
-        typer.echo(json.dumps({"output": result.output_path, "stages": result.stages}, indent=2))
+        doc: dict = {"output": result.output_path, "stages": result.stages}
+        if p.config.output is not None and p.config.output.mode == "append":
+            # the snapshots this dataset holds out until they are rerun (a redo of an earlier day withdraws the
+            # later ones): a scheduler reading --json saw a plain success (found in an operations review)
+            from datakit.io.snapshots import SNAPSHOTS_DIR, read_top
+
+            top = str(result.output_path).split(f"/{SNAPSHOTS_DIR}/")[0]  # the run reports its snapshot's folder
+            doc["withdrawn"] = [w["id"] for w in (read_top(top) or {}).get("withdrawn", [])]
+        typer.echo(json.dumps(doc, indent=2))
     elif quiet:
         pass
     elif log_format == "json":
