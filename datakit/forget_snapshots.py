@@ -156,7 +156,6 @@ def forget(out: str, optouts: str | list[str], engine: str = "local", **engine_o
             runs.append((s, new_prefix, new_root, gone, res))
         digests = _list_digests(lists)
         new_snaps: list[dict[str, Any]] = []
-        stale: list[str] = []
         for s, new_prefix, new_root, gone, res in runs:
             st = s.get("dedup_state")
             touched = bool(st) and _state_touched(f"{out}/{s['path']}", st, s["path"], gone_hists, digests)
@@ -171,7 +170,6 @@ def forget(out: str, optouts: str | list[str], engine: str = "local", **engine_o
                                                      gone_hists, digests)
             _carry_side_outputs(f"{out}/{s['path']}", new_root, ids, engine, engine_options)
             new_snaps.append(entry)
-            stale.append(f"{out}/{s['path']}")
         for s in new_snaps:  # the untouched ones: their quarantined raw lines of the listed ids
             if s["path"] == next(x for x in top["snapshots"] if x["id"] == s["id"])["path"]:
                 _filter_quarantine(f"{out}/{s['path']}", f"{out}/{s['path']}", ids)
@@ -184,9 +182,7 @@ def forget(out: str, optouts: str | list[str], engine: str = "local", **engine_o
         body["forget_generation"] = gen
         body["forget_lists"] = kept
         _commit_top(out, body)
-        for folder in stale:
-            _rmtree(folder)
-        remove_superseded(out, body)
+        remove_superseded(out, body)  # the replaced versions: the forgotten records physically go
         for w in top.get("withdrawn", []):  # out of the union until rerun, but their files hold the rows
             _remove_withdrawn(out, w["id"])
         return removed

@@ -478,14 +478,14 @@ class ScrubFn:
                 hits.append(r)
 
         # lineage: the file path and language (in `source` and `meta`) are texts too
-        new_lineage, path_found = self._scrub_paths(batch) if "source" in names else ({}, {})
+        new_lineage, lineage_found = self._scrub_lineage(batch) if "source" in names else ({}, {})
 
         # accounting only over rows with findings
         counts: dict[str, int] = {}
         drop: list[str | None] = [None] * n
         detail: list[str | None] = [None] * n
-        for r in sorted({u % n for u in hits} | set(path_found)):
-            fs = found.get(r, []) + found.get(n + r, []) + found.get(2 * n + r, []) + path_found.get(r, [])
+        for r in sorted({u % n for u in hits} | set(lineage_found)):
+            fs = found.get(r, []) + found.get(n + r, []) + found.get(2 * n + r, []) + lineage_found.get(r, [])
             per: dict[str, int] = {}
             for f in fs:
                 per[f.entity] = per.get(f.entity, 0) + 1
@@ -535,7 +535,7 @@ class ScrubFn:
                     made[r] = made.get(r, 0) + k
         return made
 
-    def _scrub_paths(self, batch: pa.RecordBatch) -> tuple[dict[str, pa.Array], dict[int, list[Finding]]]:
+    def _scrub_lineage(self, batch: pa.RecordBatch) -> tuple[dict[str, pa.Array], dict[int, list[Finding]]]:
         """The records' free-text lineage (`LINEAGE_TEXTS` of `source`, and the same keys of `meta`)
         scrubbed: ({column: new array} of `source` and `meta` where a value changed, {row: findings}).
 
