@@ -37,6 +37,9 @@ def _scrub(text: str, fn: ScrubFn) -> str:
 @example("Authorization: Bearer eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.abc"
          "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\n")
 @example("export GH_TOKEN=ghp_Zx9Kq2Lm4Np6Rs8Tv0Wy1Ab3Cd5Ef7Gh9Ij2K/Users/Fix parser")
+# and a second `curl -u` glued to the first one's URL, found only once the first was `<SECRET>`
+@example("curl -s -u admin:Sup3rSecretCurl https://internal.example.com/apicurl -s -u admin:Sup3rSecretCurl "
+         "https://internal.example.com/api")
 def test_scrub_is_idempotent_and_never_adds_detections(text: str) -> None:
     for r in (PLACEHOLDER, PSEUDONYM):
         once = _scrub(text, r)

@@ -291,8 +291,23 @@ def auth_header_ok(m: re.Match[str], text: str) -> bool:
     return token_ok(m.group("v"))
 
 
+_CURL = re.compile(r"\bcurl\b", re.ASCII)
+_MYSQL = re.compile(r"\bmysql(?:dump|admin)?\b", re.ASCII)
+
+
 def cli_password_ok(m: re.Match[str], text: str) -> bool:
-    return param_ok(m.group("v") or m.group("v2") or m.group("v3"))
+    """A `-u user:pass` needs `curl` and a `-pPASS` needs `mysql` earlier on its line.
+
+    Why a look back instead of `curl.*?-u` in the pattern: a pattern that starts at the command
+    consumes the line up to the first credential, so a second `curl -u` glued to the first
+    (`.../apicurl -u a:b`, no word boundary before it) was found only once the first had become
+    `<SECRET>`: the scrub was not idempotent (found by hypothesis).
+    """
+    if m.group("v3") is not None:
+        return param_ok(m.group("v3"))
+    line = text[text.rfind("\n", 0, m.start()) + 1:m.start()]
+    command = _CURL if m.group("v") is not None else _MYSQL
+    return command.search(line) is not None and param_ok(m.group("v") or m.group("v2"))
 
 
 def token_ok(v: str) -> bool:
@@ -783,8 +798,8 @@ DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(
         "cli_password", "CLI_PASSWORD", "secret",
-        r"\bcurl\b[^\n]*?[ \t](?:-u|--user)[ \t]+[\"']?(?P<v>[^\s:\"'$]+:[^\s\"']{4,})"
-        r"|\bmysql(?:dump|admin)?\b[^\n]*?[ \t]-p(?P<v2>[^\s\"'$-][^\s\"']{3,})"
+        r"(?<=[ \t])(?:-u|--user)[ \t]+[\"']?(?P<v>[^\s:\"'$]+:[^\s\"']{4,})"
+        r"|(?<=[ \t])-p(?P<v2>[^\s\"'$-][^\s\"']{3,})"
         r"|(?<![\w$])[A-Z][A-Z0-9_]*(?:PASSWORD|PASSWD|SECRET|TOKEN|API_KEY)=(?P<v3>[^\s\"'$`]{6,200})(?=[ \t]+\w)",
         r"curl[^\n]*(?:-u|--user)[ \t]|mysql[^\n]*[ \t]-p[^\s]|(?:PASSWORD|PASSWD|SECRET|TOKEN|API_KEY)=[^\s]",
         "<SECRET>", validate=cli_password_ok, priority=58,
