@@ -484,3 +484,36 @@ def test_a_unit_separator_in_a_path_or_text_does_not_make_two_cursors_one():
     assert context_key("sA", "p.py\x1fq", "x", "") != context_key("sA\x1fp.py", "q", "x", "")
     assert context_key("s", "y.py", "s = 'a\x1fb'\nx = ", "") != context_key("s", "y.py\x1fs = 'a", "b'\nx = ", "")
     assert context_key("s", "y.py", "a", "b") == context_key("s", "y.py", "a", "b")
+
+
+def _crlf(text: str) -> str:
+    return text.replace("\n", "\r\n")
+
+
+@pytest.mark.parametrize("before,after", [
+    ("def f():\n    return 1\n\nx = 2\n", "def f():\n    return 2\n\nx = 2\n"),  # a changed line
+    ("a\nb\n", "top\na\nb\n"),                                             # a pure insertion
+    ("a\nb\nc", "a\nB\nc"),                                                # no line end at the end
+])
+def test_an_editor_diff_without_cr_applies_to_a_crlf_file_and_keeps_crlf(before, after):
+    """Found in a hostile-input review: an editor joins a diff's lines with "\\n" while the file on a
+    Windows checkout ends each line in CRLF; every such edit was `diff_does_not_apply`."""
+    d = unified_diff("f.py", before, after)
+    assert "\r" not in d
+    assert apply_unified_diff(_crlf(before), d) == _crlf(after)
+    # a diff taken of the CRLF file itself (CRs inside its lines) applies as before
+    assert apply_unified_diff(_crlf(before), unified_diff("f.py", _crlf(before), _crlf(after))) == _crlf(after)
+
+
+def test_a_file_of_mixed_line_ends_must_match_the_diff_byte_for_byte():
+    with pytest.raises(DiffError):
+        apply_unified_diff("a\r\nb\nc\r\n", unified_diff("f.py", "a\nb\nc\n", "a\nB\nc\n"))
+
+
+@pytest.mark.parametrize("diff", ["", "--- a/f.py\n+++ b/f.py\n@@ -1,1 +1,1 @@\n a\n"])
+def test_an_accepted_edit_that_changes_nothing_gives_no_code_record(diff):
+    """An empty diff was called `no_file_context`, and a hunk of context only gave the file before the
+    edit as if it were the edited file (found in a hostile-input review)."""
+    e = _agent(41)
+    e.update(context={"prefix": "a\n", "suffix": "b\n"}, diff=diff)
+    assert extract_event(e, ("code",)) == ([], "no_example:diff_changes_nothing")

@@ -72,9 +72,27 @@ _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 def apply_unified_diff(base: str, diff: str) -> str:
     """Apply a single-file unified diff to `base`, strictly (every context and removed line must match).
 
+    One tolerance: a file whose every line ends in CRLF, with a diff that has no CR at all (an
+    editor's text model keeps lines without their ends and joins a diff with "\n"), is patched
+    line for line, and the added lines get the file's CRLF (a pure insertion too, which would
+    otherwise apply and leave the file with mixed line ends). Every such edit from a Windows
+    checkout was dropped as `diff_does_not_apply` (found in a hostile-input review). A file of
+    mixed line ends is not guessed at: it must match byte for byte.
+
     Why hand-written: the patch libraries on PyPI are unmaintained or work on
     files; this is 50 lines, checked against `difflib` round trips in the tests.
     """
+    return _apply(base, diff, "\r\n" if "\r" not in diff and _all_crlf(base) else "\n")
+
+
+def _all_crlf(text: str) -> bool:
+    """Every line end of `text` is CRLF (and there is at least one)."""
+    n = text.count("\n")
+    return n > 0 and text.count("\r\n") == n
+
+
+def _apply(base: str, diff: str, eol: str) -> str:
+    """`apply_unified_diff` with the diff's lines ending in `eol` (where a line has an end)."""
     src = lines_keepends(base)
     out: list[str] = []
     pos = 0  # next unread index in src
@@ -108,7 +126,7 @@ def apply_unified_diff(base: str, diff: str) -> str:
             body = lines[i]
             op, text = (body[:1], body[1:]) if body else (" ", "")
             no_newline = i + 1 < len(lines) and lines[i + 1].startswith("\\ ")
-            full = text if no_newline else text + "\n"
+            full = text if no_newline else text + eol
             if op in (" ", "-"):
                 if pos >= len(src) or src[pos] != full:
                     raise DiffError(f"hunk {hunks} does not match the text at line {pos + 1}")
@@ -178,13 +196,15 @@ def code_records(e: dict) -> tuple[list[dict], str | None]:
     elif et in ("inline_edit", "agent_step"):
         if outcome != "accepted":
             return [], f"no_example:{outcome or 'no_outcome'}"
-        if e.get("context") is None or not e.get("diff"):
+        if e.get("context") is None:
             return [], "no_example:no_file_context"
         prefix, suffix = _ctx(e)
         try:
-            text = apply_unified_diff(prefix + suffix, e["diff"])
+            text = apply_unified_diff(prefix + suffix, e.get("diff") or "")
         except DiffError:
             return [], "no_example:diff_does_not_apply"
+        if text == prefix + suffix:  # no diff, or hunks that change nothing: the file before, not an edit
+            return [], "no_example:diff_changes_nothing"
     else:
         return [], "no_example:not_code"
     if not text.strip():
