@@ -169,6 +169,7 @@ def forget(out: str, optouts: str | list[str], engine: str = "local", **engine_o
                 entry["dedup_state"] = _filter_state(f"{out}/{s['path']}", new_root, st, s["path"], new_prefix,
                                                      gone_hists, digests)
             _carry_side_outputs(f"{out}/{s['path']}", new_root, ids, engine, engine_options)
+            _carry_run_history(f"{out}/{s['path']}", new_root, gen)
             new_snaps.append(entry)
         for s in new_snaps:  # the untouched ones: their quarantined raw lines of the listed ids
             if s["path"] == next(x for x in top["snapshots"] if x["id"] == s["id"])["path"]:
@@ -186,6 +187,39 @@ def forget(out: str, optouts: str | list[str], engine: str = "local", **engine_o
         for w in top.get("withdrawn", []):  # out of the union until rerun, but their files hold the rows
             _remove_withdrawn(out, w["id"])
         return removed
+
+
+def _carry_run_history(old_root: str, new_root: str, gen: int) -> None:
+    """Describe the new version as what it is: the snapshot's own run, then the forget stage.
+
+    The version's `manifest.json` and `_run.json` were the forget run's alone: its pipeline named
+    one `forget` stage over the old version's files, which this forget deletes. So `datakit validate`
+    of the snapshot chose its suites for a forget-only pipeline (it dropped `deduplicated_records`),
+    and the snapshot's own run report, the counts of its day, was gone (found in an operations
+    review). Now the manifest keeps the snapshot's pipeline with the forget stage appended, its raw
+    inputs and their digest, and `_run.json` keeps the day's stages followed by the forget stage's
+    entry; the forget run's own facts (generation, engine, seconds, its pipeline hash) sit under
+    `forget`, one entry per generation. Files and rows are the new version's (the forget run's)."""
+    from datakit.io.atomic import read_json, write_json_atomic
+    from datakit.io.layout import write_card
+
+    old_m, new_m = read_json(f"{old_root}/manifest.json"), read_json(f"{new_root}/manifest.json")
+    old_run, new_run = read_json(f"{old_root}/_run.json"), read_json(f"{new_root}/_run.json")
+    mine = {"generation": gen, "pipeline_hash": new_m.get("pipeline_hash")}
+    if old_m and old_m.get("pipeline"):
+        forget_stages = (new_m.get("pipeline") or {}).get("stages", [])
+        old_p = old_m["pipeline"]
+        new_m.update({k: old_m[k] for k in ("inputs", "input_digest", "pipeline_hash", "seed") if k in old_m})
+        new_m["pipeline"] = {**old_p, "stages": list(old_p.get("stages", [])) + forget_stages}
+        new_m["forgets"] = list(old_m.get("forgets", [])) + [mine]
+        write_card(new_root, new_m)
+        write_json_atomic(f"{new_root}/manifest.json", new_m)
+    if old_run and new_run:
+        run = {**old_run, "stages": list(old_run.get("stages", [])) + list(new_run.get("stages", [])),
+               "output": new_run.get("output"), "pipeline": new_m.get("pipeline", old_run.get("pipeline"))}
+        run["forgets"] = list(old_run.get("forgets", [])) + [
+            {**mine, **{k: new_run[k] for k in ("engine", "seconds", "runtime", "timing") if k in new_run}}]
+        write_json_atomic(f"{new_root}/_run.json", run)
 
 
 def _listed_ids(lists: dict[str, Any]) -> list[str]:

@@ -613,3 +613,40 @@ def test_the_next_commit_removes_every_replaced_version(tmp_path, monkeypatch):
     assert (out / "_snapshots" / "dt=2026-11-01").exists()
     run_day(tmp_path, "2026-11-02", [urec("c2", words(400, 500), "keep")])
     assert sorted(p.name for p in (out / "_snapshots").iterdir()) == ["dt=2026-11-01~forget-1", "dt=2026-11-02"]
+
+
+def test_a_forgotten_snapshot_keeps_its_run_history_and_its_suites(tmp_path):
+    """Found in an operations review: the rewritten version's manifest and `_run.json` were the forget
+    run's alone (one `forget` stage over files it deletes), so `datakit validate` of the snapshot
+    dropped `deduplicated_records` and the day's own counts were gone."""
+    from datakit.forget_snapshots import forget
+    from datakit.quality.validate import default_suites, validate_path
+
+    out = tmp_path / "ds"
+    run_day(tmp_path, "2026-11-01", [urec("a1", "x = 1\n", "gone"), urec("b1", "y = 2\n", "u2"),
+                                     urec("c1", "y = 2\n", "u3"), urec("d1", "z = 3\n", "u3")])
+    day = out / "_snapshots" / "dt=2026-11-01"
+    before_m = json.loads((day / "manifest.json").read_text())
+    before_run = json.loads((day / "_run.json").read_text())
+    suites = default_suites(before_m)
+    assert "deduplicated_records" in suites
+    pq.write_table(pa.table({"user_id": ["gone"]}), tmp_path / "deletions.parquet")
+    forget(str(out), str(tmp_path / "deletions.parquet"), workers=1)
+    pq.write_table(pa.table({"user_id": ["u2"]}), tmp_path / "deletions2.parquet")
+    forget(str(out), str(tmp_path / "deletions2.parquet"), workers=1)
+    new = out / "_snapshots" / "dt=2026-11-01~forget-2"
+    m = json.loads((new / "manifest.json").read_text())
+    run = json.loads((new / "_run.json").read_text())
+    assert [s["kind"] for s in m["pipeline"]["stages"]] == ["dedup", "forget", "forget"]
+    assert m["inputs"] == before_m["inputs"] and m["input_digest"] == before_m["input_digest"]
+    assert [f["generation"] for f in m["forgets"]] == [1, 2] and m["rows"] == 1
+    assert default_suites(m) == suites
+    # the day's stage counts, then each forget's: a chain that reconciles (rows out of one = rows in of the next)
+    assert run["stages"][0] == before_run["stages"][0]
+    assert [(s["kind"], s["rows_in"], s["rows_out"]) for s in run["stages"]] == [
+        ("dedup", 4, 3), ("forget", 3, 2), ("forget", 2, 1)]
+    assert [f["generation"] for f in run["forgets"]] == [1, 2] and run["output"]["rows"] == 1
+    assert before_m["pipeline_hash"] in (new / "README.md").read_text()  # the card is the new manifest's
+    res = validate_path(str(new))  # (these hand-made records' ids are not hex: training_record.v1 fails)
+    assert res["suites"] == suites
+    assert [r["success"] for r in res["results"] if r["suite"] == "deduplicated_records"] == [True]
