@@ -143,6 +143,39 @@ def test_append_mode_snapshot_and_forget_cli(tmp_path):
     assert not (tmp_path / "nothing").exists()
 
 
+def test_forget_cli_speaks_to_schedulers(tmp_path):
+    """Found in an operations review: `datakit forget` had no --log-format, --json or --quiet, and a
+    deletion job on a cluster could not name its Spark master."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    events = [make_event(i) for i in range(6)]
+    write_jsonl(tmp_path / "logs" / "dt=2026-11-02" / "a.jsonl", events)
+    f = tmp_path / "daily.yaml"
+    f.write_text("name: daily\ninput: {path: logs/dt=2026-11-02/*.jsonl}\n"
+                 "stages: [{kind: ingest}, {kind: extract, kinds: [sft, fim, code]}]\noutput: {path: ds, mode: append}\n")
+    assert _cli("run", f, "--workers", "1", cwd=tmp_path).returncode == 0
+    from datakit.io.dataset import read_output
+
+    rows = json.loads((tmp_path / "ds" / "manifest.json").read_text())["rows"]
+    ids = sorted({s["event_id"] for s in read_output(str(tmp_path / "ds"), ["source"]).column("source").to_pylist()})
+    assert len(ids) >= 2
+    pq.write_table(pa.table({"event_id": [ids[0]]}), tmp_path / "del.parquet")
+    r = _cli("forget", "ds", "--optouts", "del.parquet", "--json", "--workers", "1", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    removed = json.loads(r.stdout)["removed"]
+    assert list(removed) == ["dt=2026-11-02"] and removed["dt=2026-11-02"] >= 1
+    assert json.loads((tmp_path / "ds" / "manifest.json").read_text())["rows"] == rows - removed["dt=2026-11-02"]
+    pq.write_table(pa.table({"event_id": [ids[1]]}), tmp_path / "del2.parquet")
+    r = _cli("forget", "ds", "--optouts", "del2.parquet", "--log-format", "json", "--workers", "1", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = [json.loads(ln) for ln in r.stderr.strip().splitlines()]  # every log line is JSON
+    assert [ln["progress"]["removed"] for ln in lines if ln["msg"].startswith("forget finished")] == [{"dt=2026-11-02": 1}]
+    assert _cli("forget", "ds", "--optouts", "del2.parquet", "--quiet", cwd=tmp_path).stdout == ""
+    r = _cli("forget", "ds", "--optouts", "del2.parquet", "--master", "local[2]", cwd=tmp_path)
+    assert r.returncode == 2 and "--master applies to --engine spark only" in r.stderr
+
+
 def test_a_folder_holding_files_no_run_wrote_is_refused_as_output(pipeline_file, tmp_path):
     """`--output .` from a project's root deleted the project's data/raw/events.csv and a notes/.tmp-*
     file and overwrote its README, exit 0 (found in review): a run owns its output folder, so a

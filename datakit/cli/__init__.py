@@ -236,23 +236,48 @@ def forget(
     optouts: List[str] = typer.Option(..., "--optouts", help="Deletion list file(s)/glob(s): user_id, org_id "
                                       "and/or event_id columns (as for the forget stage; repeatable)."),
     engine: str = typer.Option("local", help="local or spark."),
+    master: Optional[str] = typer.Option(None, help="Spark engine: master URL, e.g. spark://host:7077."),
+    conf: Optional[List[str]] = typer.Option(None, "--conf", help="Spark setting KEY=VALUE (repeatable)."),
     workers: Optional[int] = typer.Option(None, help="Local engine: worker processes."),
+    json_out: bool = typer.Option(False, "--json", help="Print {dataset, removed: {snapshot: rows}} as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress and no per-snapshot lines."),
+    log_format: str = typer.Option("text", "--log-format", help="text, or json: one JSON object per line "
+                                   "for schedulers (as `datakit run`)."),
 ) -> None:
     """Apply a deletion list to every snapshot of a dataset and to its dedup state (docs/scheduling.md)."""
+    # the options a scheduled job passes to `run` (found in an operations review: a deletion job on a
+    # cluster could not name its master, and its log lines were text among a scheduler's JSON)
+    if log_format not in ("text", "json"):
+        _fail(f"unknown --log-format {log_format!r}; choose text or json")
+    from datakit.logs import configure
+
+    configure(log_format, quiet)  # type: ignore[arg-type]
+    if engine not in ("local", "spark"):
+        _fail(f"unknown engine {engine!r}; choose local or spark")
+    _refuse_other_engine_options(engine, master=master, conf=conf, workers=workers)
     from datakit.io.fs import InputError
     from datakit.forget_snapshots import forget as forget_snapshots
     from datakit.pipeline import PipelineError
 
+    opts = {"workers": workers} if engine == "local" else {"master": master, "conf": _conf_pairs(conf or [])}
     try:
-        removed = forget_snapshots(dataset, list(optouts), engine=engine,
-                                   **({"workers": workers} if engine == "local" else {}))
+        removed = forget_snapshots(dataset, list(optouts), engine=engine, **opts)
     except (PipelineError, InputError) as e:
         _fail(str(e))
     except Exception as e:
         _fail_engine_error(e, dataset)
         raise
-    for snap, n in removed.items():
-        typer.echo(f"{snap}: {n} record(s) removed")
+    if json_out:
+        typer.echo(json.dumps({"dataset": dataset, "removed": removed}, indent=2))
+    elif quiet:
+        pass
+    elif log_format == "json":
+        log.info("forget finished: %d record(s) removed", sum(removed.values()),
+                 extra={"progress": {"step": "forget", "done": True, "removed": removed}})
+    else:
+        for snap, n in removed.items():
+            typer.echo(f"{snap}: {n} record(s) removed")
+    _COMMAND_DONE.append(True)
 
 
 @app.command()
@@ -430,7 +455,7 @@ _register_optional_commands()
 
 
 _COMMAND_PROCESS: list[bool] = []  # set by `main`: the `datakit` command's own process (not a CliRunner in a test)
-_COMMAND_DONE: list[bool] = []  # set by `run` and `contamination-check` once their output is complete
+_COMMAND_DONE: list[bool] = []  # set by `run`, `forget` and `contamination-check` once their output is complete
 
 
 def main() -> None:
