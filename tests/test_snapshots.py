@@ -650,3 +650,27 @@ def test_a_forgotten_snapshot_keeps_its_run_history_and_its_suites(tmp_path):
     res = validate_path(str(new))  # (these hand-made records' ids are not hex: training_record.v1 fails)
     assert res["suites"] == suites
     assert [r["success"] for r in res["results"] if r["suite"] == "deduplicated_records"] == [True]
+
+
+@pytest.mark.parametrize("damage", ["page", "truncated", "missing"])
+def test_a_damaged_dedup_state_file_is_named(tmp_path, damage):
+    """Found in an operations review: a damaged state file failed the night with pyarrow's "Couldn't
+    deserialize thrift" under the stage's name and no path. Now one input error names the file, its
+    snapshot and the way out."""
+    from datakit.stages.dedup.history import DamagedStateError
+
+    run_day(tmp_path, "2026-11-01", DAY1)
+    f = tmp_path / "ds" / "_snapshots" / "dt=2026-11-01" / "_dedup_state" / "bands.parquet"
+    blob = bytearray(f.read_bytes())
+    if damage == "page":
+        blob[len(blob) // 2: len(blob) // 2 + 64] = bytes(64)
+        f.write_bytes(bytes(blob))
+    elif damage == "truncated":
+        f.write_bytes(bytes(blob[:100]))
+    else:
+        f.unlink()
+    with pytest.raises(DamagedStateError) as e:
+        run_day(tmp_path, "2026-11-02", DAY2)
+    msg = str(e.value)
+    assert f"dedup state file {f} of snapshot dt=2026-11-01" in msg and "rerun snapshot dt=2026-11-01" in msg
+    assert ("is missing" if damage == "missing" else "bytes differ from the sha256") in msg

@@ -214,6 +214,35 @@ def history_files(history: list[dict[str, Any]], kind: str, cfg: Any) -> tuple[t
 _FILES: dict[tuple[str, str], pq.ParquetFile] = {}
 
 
+class DamagedStateError(InputError):
+    """A dedup state file of the history is missing or no longer the file its snapshot's commit recorded."""
+
+
+def _damaged(path: str, sha: str, e: BaseException) -> BaseException:
+    """The error to raise for a failed read of state file `path`: a `DamagedStateError` naming the file,
+    its snapshot and the way out when the file is gone or its bytes differ from the recorded sha256;
+    otherwise `e` itself (a storage fault on an intact file stays a storage fault).
+
+    Why: a damaged state file failed the night with only pyarrow's "Couldn't deserialize thrift" or
+    "Parquet magic bytes not found" under the stage's name, no path (found in an operations review)."""
+    from datakit.io.atomic import sha256_file
+
+    snapshot = path.split("/_snapshots/", 1)[-1].split("/", 1)[0] if "/_snapshots/" in path else "?"
+    how = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    if isinstance(e, FileNotFoundError):
+        state = "is missing"
+    else:
+        try:
+            if not sha or sha256_file(path) == sha:
+                return e
+        except OSError:
+            return e
+        state = "is damaged: its bytes differ from the sha256 its snapshot's commit recorded"
+    return DamagedStateError(
+        f"dedup state file {path} of snapshot {snapshot} {state} ({how[:200]}); restore it, or rerun snapshot "
+        f"{snapshot} from its logs to write it again (docs/scheduling.md)")
+
+
 def _parquet_file(path: str, sha: str) -> pq.ParquetFile:
     """An open state file, its footer parsed once per process. Keyed by the manifest's sha256 too:
     a rerun that rewrote the file under the same path is never served the old footer."""
@@ -222,7 +251,10 @@ def _parquet_file(path: str, sha: str) -> pq.ParquetFile:
         from datakit.io.fs import filesystem
 
         fs, p = filesystem(path)
-        f = pq.ParquetFile(fs.open(p, "rb"))
+        try:
+            f = pq.ParquetFile(fs.open(p, "rb"))
+        except (OSError, pa.ArrowException) as e:
+            raise _damaged(path, sha, e) from None
         if len(_FILES) > 4096:
             _FILES.clear()
         _FILES[(path, sha)] = f
@@ -258,7 +290,10 @@ def lookup(files: tuple[tuple[str, str], ...], key: str, keys: pa.Array, columns
                                 ("rows_total", md.num_rows), ("rows_read", sum(md.row_group(g).num_rows for g in groups))):
                     stats[name] = stats.get(name, 0) + n
             if groups:
-                t = pf.read_row_groups(groups, columns=columns, use_threads=False)
+                try:
+                    t = pf.read_row_groups(groups, columns=columns, use_threads=False)
+                except (OSError, pa.ArrowException) as e:  # a page damaged behind an intact footer
+                    raise _damaged(path, sha, e) from None
                 parts.append(t.filter(pc.is_in(t.column(key), value_set=uniq)))
     if not parts:
         return pa.schema([pa.field(c, _TYPES[c]) for c in columns]).empty_table()
