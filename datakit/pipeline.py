@@ -547,6 +547,7 @@ class Pipeline:
                 top, stale = snapshots.withdraw_later(top_path, top, int(previous["seq"]))
                 if stale:
                     result.extra["withdrawn"] = stale
+                    _note_in_run_report(snap_path, "withdrew", stale)
                     log.warning(
                         "snapshot %s changed, and %s were deduplicated against its earlier version: they are "
                         "withdrawn from the dataset until rerun (rerun them, in this order, with the same "
@@ -752,6 +753,19 @@ def _token_layout(plan: Plan) -> dict[str, Any] | None:
     if "seq_len" not in o:
         return None
     return token_layout(plan.sink.format, o["seq_len"], o.get("tokenizer_sha256"))
+
+
+def _note_in_run_report(out: str, key: str, value: Any) -> None:
+    """Add `key` to OUT/_run.json (before the snapshot's commit: the report a scheduler archives says what
+    this run did to the dataset; found in an operations review: a redo that withdrew later snapshots
+    said so only in a warning line and in `run --json`)."""
+    from datakit.io.atomic import read_json, write_json_atomic
+
+    path = f"{out.rstrip('/')}/_run.json"
+    run = read_json(path)
+    if run is not None:
+        run[key] = value
+        write_json_atomic(path, run)
 
 
 def _after_commit(out: str, what: str, write: Any) -> Any:

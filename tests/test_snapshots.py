@@ -460,6 +460,9 @@ def test_a_redo_that_changes_a_snapshot_withdraws_the_later_ones_until_rerun_in_
     assert "e2" in ids(out)
     redo = run_day(tmp_path, "2026-11-01", DAY1 + [rec("z1", words(1000, 1100))])
     assert redo.extra["withdrawn"] == ["dt=2026-11-02", "dt=2026-11-03"]
+    # and the run report a scheduler archives says so (found in an operations review: only a warning did)
+    run_report = json.loads((out / "_snapshots" / "dt=2026-11-01" / "_run.json").read_text())
+    assert run_report["withdrew"] == ["dt=2026-11-02", "dt=2026-11-03"] and "timing" in run_report
     top = json.loads((out / "manifest.json").read_text())
     assert [s["id"] for s in top["snapshots"]] == ["dt=2026-11-01"]
     assert ids(out) == ["a1", "b1", "c1", "d1", "z1"]  # no stale later snapshot next to z1
@@ -475,6 +478,7 @@ def test_a_redo_that_changes_a_snapshot_withdraws_the_later_ones_until_rerun_in_
     assert dropped(out, "dt=2026-11-02")["e2"][0] == "exact_duplicate_of_history"
     # an unchanged redo withdraws nothing
     assert "withdrawn" not in run_day(tmp_path, "2026-11-02", DAY2).extra
+    assert "withdrew" not in json.loads((out / "_snapshots" / "dt=2026-11-02" / "_run.json").read_text())
 
 
 def test_a_resumed_snapshot_reuses_no_work_done_against_another_history(tmp_path, monkeypatch):
