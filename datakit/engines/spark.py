@@ -54,8 +54,10 @@ from datakit.accounting import NodeStats, stage_report
 from datakit.engines.core import (Engine, RunResult, apply_map, commit_run, conform, remove_if_empty, resolve_sink,
                                   reused_shards, take_setup_seconds, worker_fn, write_side_output)
 from datakit.engines.spark_parts import MAX_PART_SHARDS, PartsTarget, ShardPartWriter, WriteShardParts, parts_by_shard
+from datakit.engines import spark_stall
 from datakit.engines.spark_partitions import (ONE_TASK_CONF, SHUFFLE_CONF, TARGET_CONF, PartitionPlan,
                                               check_user_conf, one_task_max_edges, plan_partitions)
+from datakit.engines.spark_stall import STALL_CONF, stall_seconds
 from datakit.engines.spark_session import (SparkError, SparkJobError, SparkSetupError, await_prestart,
                                            executor_environment, get_session, log_file, prestart_session,
                                            redact_log, straggler_conf, translate_errors, workers_python_differs)
@@ -86,6 +88,14 @@ BROADCAST_DEFAULTS = {"spark.sql.autoBroadcastJoinThreshold": "-1",
 # Module-level classes: cloudpickle ships them by reference, executors import this module.
 
 _WORKER_SETUP: list[tuple[str, int, int]] = []  # the log set-up this Python worker installed (once)
+
+
+def _partition_id() -> int | str:
+    """The partition this Python worker's task reads (for error lines), or "?" outside a task."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return ctx.partitionId() if ctx is not None else "?"
 
 
 def _worker_setup(logcfg: tuple[str, int, int]) -> None:
@@ -171,8 +181,10 @@ class _ChainFn:
 
     def __init__(self, source_format: str | None, source_schema: pa.Schema | None, in_schema: pa.Schema | None,
                  ops: list[dict[str, Any]], data_schema: pa.Schema,
-                 out_schema: pa.Schema, hash_key: str | None = None, parts: PartsTarget | None = None) -> None:
+                 out_schema: pa.Schema, hash_key: str | None = None, parts: PartsTarget | None = None,
+                 stall_seconds: float = 0.0) -> None:
         self.source_format, self.source_schema = source_format, source_schema
+        self.stall_seconds = stall_seconds  # spark_stall.py: a batch stuck this long fails its task
         self.in_schema = in_schema
         self.ops, self.data_schema, self.out_schema = ops, data_schema, out_schema
         self.hash_key = hash_key  # the sink's key, when this chain is the root: DATA rows carry its hash
@@ -188,7 +200,8 @@ class _ChainFn:
                 continue
             for url, listed in zip(b.column("path").to_pylist(), b.column("stamp").to_pylist()):
                 identity.check_unchanged(url, listed)  # the file as the run listed it, or one line, exit 2
-                for rb in iter_source(url, self.source_format, self.source_schema):
+                for rb in spark_stall.watched(iter_source(url, self.source_format, self.source_schema),
+                                              f"reading {url}"):
                     yield rb if self.source_format == "jsonl" else conform(rb, self.source_schema)
 
     def _emit(self, cols: dict[str, pa.Array | None]) -> pa.RecordBatch:
@@ -198,6 +211,7 @@ class _ChainFn:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         _worker_setup(self.logcfg)
+        spark_stall.start(self.stall_seconds)
         fns = [_load_fn(op["bc"], op["token"], f"stage {op['stage']!r} ({op['name']})") for op in self.ops]
         # unpickling + setup() in this Python worker (its first task of the run only), in microseconds
         setup_us = [round(take_setup_seconds(op["token"]) * 1e6) for op in self.ops]
@@ -223,7 +237,8 @@ class _ChainFn:
         for batch in self._base(batches):
             base += batch.num_rows
             for i, (op, fn) in enumerate(zip(self.ops, fns)):
-                r = apply_map(fn, batch, op["schema"], op["stage"], op["name"])
+                with spark_stall.watching(f"stage {op['stage']!r} ({op['name']}) of partition {_partition_id()}"):
+                    r = apply_map(fn, batch, op["schema"], op["stage"], op["name"])
                 metrics[i].update(r.metrics)
                 if r.dropped is not None:
                     drops[i].update(r.drops)
@@ -386,9 +401,11 @@ class SparkEngine(Engine):
             parts = plan_partitions(sum(int(f.get("size") or 0) for f in inputs), spark.sparkContext.defaultParallelism,
                                     self.partitions, user_conf)
             cc_edges = one_task_max_edges(user_conf.get(ONE_TASK_CONF))
+            stall = stall_seconds(user_conf.get(STALL_CONF))
         except ValueError as e:
             raise SparkSetupError(str(e)) from None
         run = _Run(self, spark, plan, parts, cc_edges)
+        run.stall_seconds = stall
         run.inputs = inputs
         if plan.sink is not None:
             publish.retract(plan.sink.path)  # readers see no dataset until the new one is committed
@@ -417,7 +434,7 @@ class SparkEngine(Engine):
         operator's spark-submit settings when the session is not one datakit started with its defaults."""
         from datakit.engines.spark_session import _active
 
-        keys = (SHUFFLE_CONF, TARGET_CONF, ONE_TASK_CONF, *BROADCAST_CONF)
+        keys = (SHUFFLE_CONF, TARGET_CONF, ONE_TASK_CONF, STALL_CONF, *BROADCAST_CONF)
         out: dict[str, str] = {}
         if _active.get("session") is not spark:  # spark-submit / a notebook's session: its conf is the user's
             given = spark.sparkContext.getConf()
@@ -473,6 +490,7 @@ class _Run:
         self.inputs: list[dict[str, Any]] = []
         self.join_keys: dict[int, str] = {}  # materialized node -> the key its joins read it by (see _join_key)
         self.cc_one_task_edges = cc_one_task_edges  # graphs up to this many edges: components in one task (spark_cc)
+        self.stall_seconds = 0.0  # a Python batch stuck this long fails its task (spark_stall.py; 0: off)
 
     def runtime_conf(self, user_conf: dict[str, str] | None = None) -> dict[str, str]:
         conf = {"spark.sql.shuffle.partitions": str(self.n), LEAF_PARALLELISM: str(self.n),
@@ -698,7 +716,7 @@ class _Run:
             op_specs.append({"bc": bc, "token": f"{self.token}:{uuid.uuid4().hex}", "schema": op.schema,
                              "stage": op.stage, "name": op.name, "quarantine": op.quarantine, "drop_log_key": op.drop_log_key})
         fn = _ChainFn(base.format if read_files else None, base.schema if read_files else None,
-                      in_schema, op_specs, data_schema, out_schema, hash_key, parts)
+                      in_schema, op_specs, data_schema, out_schema, hash_key, parts, self.stall_seconds)
         # stats rows are data, a few per task: the job that materializes the chain collects them (no
         # shuffle) and they are summed here; exact whatever the task retries were (see _materialize).
         # So are the part files of a root chain: one successful job lists exactly one attempt per partition

@@ -13,8 +13,9 @@ What the user says wins, in this order: `--partitions N` (the engine option), th
 spark-submit; `spark.datakit.partitionBytes` changes the target. Output bytes never
 depend on the count (shards are assigned by key hash and sorted before writing).
 
-The other `spark.datakit.*` setting is parsed and checked here too, so every user setting fails
-before a session starts: `spark.datakit.componentsOneTaskMaxEdges` (spark_cc.py).
+The other `spark.datakit.*` settings are parsed and checked here too, so every user setting fails
+before a session starts: `spark.datakit.componentsOneTaskMaxEdges` (spark_cc.py),
+`spark.datakit.stallSeconds` (spark_stall.py).
 """
 from __future__ import annotations
 
@@ -80,11 +81,15 @@ def check_user_conf(conf: dict[str, Any]) -> None:
     Found in review: a misspelled `spark.datakit.partitionbytes=1m` was ignored without a word (the run
     used the default), and `maxRecordsPerBatch=-1` (Spark's "no limit") failed mid-run, after the
     output was retracted, with a traceback from pyspark's `createDataFrame`."""
-    unknown = sorted(k for k in conf if str(k).startswith("spark.datakit.") and k not in (TARGET_CONF, ONE_TASK_CONF))
+    from datakit.engines.spark_stall import STALL_CONF, stall_seconds
+
+    known = (TARGET_CONF, ONE_TASK_CONF, STALL_CONF)
+    unknown = sorted(k for k in conf if str(k).startswith("spark.datakit.") and k not in known)
     if unknown:
-        raise ValueError(f"unknown datakit Spark setting {unknown[0]!r}; known: {TARGET_CONF}, {ONE_TASK_CONF}")
+        raise ValueError(f"unknown datakit Spark setting {unknown[0]!r}; known: {', '.join(known)}")
     plan_partitions(0, 1, None, conf)
     one_task_max_edges(conf.get(ONE_TASK_CONF))
+    stall_seconds(conf.get(STALL_CONF))
     if conf.get(ARROW_BATCH_CONF) not in (None, ""):
         try:
             rows = int(str(conf[ARROW_BATCH_CONF]))

@@ -218,6 +218,9 @@ def _base_conf(master: str, conf: dict[str, Any] | None) -> dict[str, str]:
         "spark.sql.adaptive.enabled": "true",
         "spark.sql.session.timeZone": "UTC",
         "spark.python.worker.reuse": "true",
+        # a Python worker that dies (a crash, or the stall guard ending it: spark_stall.py) leaves its last
+        # words in the task's error instead of only "Python worker exited unexpectedly (crashed)"
+        "spark.python.worker.faulthandler.enabled": "true",
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{_log4j_config('WARN')}",
         "spark.executor.extraJavaOptions": "-Dlog4j2.level=warn",
     }
@@ -258,6 +261,7 @@ def submit_defaults() -> dict[str, str]:
     given = SparkConf()  # that sees none of spark-submit's settings (they are the JVM's system properties)
     master = given.get("spark.master", DEFAULT_LOCAL_MASTER)
     wanted = {"spark.sql.execution.arrow.pyspark.enabled": "true",
+              "spark.python.worker.faulthandler.enabled": "true",
               "spark.sql.execution.arrow.useLargeVarTypes": "false",
               "spark.sql.session.timeZone": "UTC",
               **({} if master.startswith("local") else STRAGGLER_DEFAULTS), **TIMEOUT_DEFAULTS}
@@ -571,6 +575,12 @@ def _stop_locked() -> None:
 _PY_ERR = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit))(?::\s?(.*))?$")
 
 
+def _python_error(m: re.Match[str]) -> str:
+    """"Name: message" of a `_PY_ERR` match (the class without its module), the message clipped."""
+    name, msg = m.group(1).rsplit(".", 1)[-1], (m.group(2) or "").strip()
+    return f"{name}: {msg[:300]}" if msg else name
+
+
 def summarize(exc: BaseException) -> str:
     """One line for a Spark failure: the innermost Python error if a task raised, else the JVM cause."""
     text = str(exc)
@@ -579,8 +589,12 @@ def summarize(exc: BaseException) -> str:
     for line in reversed(lines):
         m = _PY_ERR.match(line)
         if m and not m.group(1).startswith(("org.", "java.", "py4j.", "scala.")):
-            msg = (m.group(2) or "").strip()
-            return f"{m.group(1).rsplit('.', 1)[-1]}: {msg[:300]}" if msg else m.group(1).rsplit(".", 1)[-1]
+            return _python_error(m)
+    # a Python worker that died with last words in its fault-handler file (spark_stall.py ends a stuck
+    # one so): Spark puts them after "(crashed):" on the line of the job's failure
+    crashed = re.search(r"Python worker exited unexpectedly \(crashed\):\s*([^\n]+)", text)
+    if crashed and _PY_ERR.match(crashed.group(1)):
+        return _python_error(_PY_ERR.match(crashed.group(1)))
     for pat in (r"Job aborted due to stage failure: ([^\n]*)", r"(Could not parse Master URL[^\n]*)",
                 r"(All masters are unresponsive[^\n]*)", r"(Lost executor[^\n]*)"):
         m = re.search(pat, text)

@@ -67,6 +67,7 @@ def test_a_malformed_master_is_a_usage_error_and_an_unreachable_one_a_job_failur
                                  "spark.executor.heartbeatInterval"),
     ("spark.datakit.partitionbytes=1m", "unknown datakit Spark setting 'spark.datakit.partitionbytes'"),
     ("spark.sql.execution.arrow.maxRecordsPerBatch=-1", "maxRecordsPerBatch must be a positive number of rows"),
+    ("spark.datakit.stallSeconds=soon", "spark.datakit.stallSeconds must be a number of seconds, 0 (off) or more"),
 ])
 def test_a_setting_that_can_never_work_is_a_usage_error_in_one_line(tmp_path, conf, needle):
     """Found in review: a bad runtime SQL setting was a 119-line traceback, exit 1 ("a check failed"); a bad
@@ -257,3 +258,68 @@ def test_the_executor_probe_reports_the_workers_libraries(spark):
     found = executor_environment(spark)
     assert found and all(f["versions"] == runtime_versions() for f in found)
     assert not workers_python_differs(spark)  # the tests' workers run this interpreter: no probe per run
+
+
+class HangFn:
+    """Loops on the batch holding event 3: in Python (`spin`, the interpreter sees the guard's exception)
+    or in C (`sleep`: only ending the worker stops it)."""
+
+    def __init__(self, how: str) -> None:
+        self.how = how
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        import time
+
+        if "ev-000003" in str(batch.column("event_id").to_pylist()):
+            while True:
+                if self.how == "spin":
+                    try:
+                        sum(range(1000))
+                    except ZeroDivisionError:
+                        pass
+                elif self.how == "swallow":  # a stage that catches everything keeps looping
+                    try:
+                        sum(range(1000))
+                    except Exception:  # noqa: BLE001
+                        pass
+                else:
+                    time.sleep(3600)
+        return batch
+
+
+@register_stage
+class HangConfig(StageConfig):
+    kind: Literal["test_hang"] = "test_hang"
+    consumes = "editor_event.v1"
+    produces = "editor_event.v1"
+    how: str = "spin"
+
+    def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
+        return rel.map_batches(HangFn(self.how), rel.schema, name="hang")
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("how", ["spin", "swallow", "sleep"])
+def test_a_stage_that_hangs_on_a_record_fails_its_task_on_spark(spark, tmp_path, how):
+    """Found in review: a stage function that looped on one record kept its healthy executor heartbeating,
+    so the Spark job ran until the scheduler's timeout (the local engine has its watchdog). Now a batch
+    stuck for spark.datakit.stallSeconds fails its task with one line naming the stage; code that never
+    returns to the interpreter, or swallows the exception, has its Python worker ended after a grace."""
+    import time
+
+    events = [make_event(i) for i in range(6)]
+    assert "ev-000003" in str([e["event_id"] for e in events]), [e["event_id"] for e in events]
+    f = write_jsonl(tmp_path / "logs" / "a.jsonl", events)
+    p = Pipeline("t").input(str(f)).add({"kind": "ingest"}).add(HangConfig(how=how)).output(str(tmp_path / "out"))
+    t = time.monotonic()
+    with pytest.raises(SparkJobError) as e:
+        p.run(engine="spark", partitions=1, conf={"spark.datakit.stallSeconds": "2"})
+    took = time.monotonic() - t
+    msg = str(e.value)
+    assert "\n" not in msg, msg
+    assert "StalledBatchError: stage 'test_hang' (hang) of partition 0 made no progress for" in msg, msg
+    assert "spark.datakit.stallSeconds / DATAKIT_STALL_SECONDS = 2 s" in msg
+    if how != "spin":  # the worker was ended: Spark's crash report carried the guard's line
+        assert "the exception did not surface, so this Python worker was ended" in msg
+    assert took < 120, took  # not a hang (the limit is 2 s, the grace 5 s)
+    assert not (tmp_path / "out" / "manifest.json").exists()

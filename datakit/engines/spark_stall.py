@@ -1,0 +1,176 @@
+"""The stall guard of Spark's Python workers: a batch that makes no progress fails its task.
+
+Why: a stage function that loops on one record (a pathological regex, a custom stage's bug), or a
+read blocked on a dead mount, leaves a healthy executor that keeps heartbeating: no Spark timeout
+fires, a speculative copy hangs the same way, and the job ran until the scheduler's own timeout
+(docs/spark.md, found in review). The local engine has its heartbeat watchdog (`watchdog.py`);
+this is the same promise inside a Spark task, where the driver cannot see Python's progress.
+
+How: each Python worker process runs one daemon thread. The chain marks the span of work it owns
+-- one stage function on one batch, one batch read from an input file (never the time the JVM
+takes to hand a batch over or to take one) -- with `watching(what)`. When one span lasts longer
+than the limit (`spark.datakit.stallSeconds`, else `DATAKIT_STALL_SECONDS`, default 300 s, as the
+local engine's floor; 0 turns it off):
+
+1. the thread raises `StalledBatchError` in the worker's thread (CPython's asynchronous exception),
+   which fails the task with one line naming the stage, the op, the partition and the limit;
+   Spark retries it as any failed task, and a record that hangs every attempt fails the job;
+2. code that never returns to the interpreter (a C loop) or that swallows the exception keeps the
+   span open: after a grace period the thread writes the same line and the worker's stack to
+   stderr (the executor's log) and to pyspark's fault-handler file (the session turns Spark's
+   `spark.python.worker.faulthandler.enabled` on), which Spark appends to its "Python worker exited
+   unexpectedly" error, and ends the worker process.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import faulthandler
+import logging
+import os
+import sys
+import threading
+import time
+from typing import Iterator
+
+log = logging.getLogger("datakit.spark")
+
+STALL_CONF = "spark.datakit.stallSeconds"
+DEFAULT_SECONDS = 300.0
+EXIT_CODE = 75  # the worker ended by this guard (EX_TEMPFAIL)
+
+
+class StalledBatchError(RuntimeError):
+    """A stage function (or an input read) made no progress on one batch for the limit.
+
+    Raised asynchronously with no arguments, so the message is the one the guard set just before."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(args or (_GUARD.message,)))
+
+
+def stall_seconds(value: object = None) -> float:
+    """The limit in seconds: the Spark setting `value` if given, else `DATAKIT_STALL_SECONDS`, else 300.
+    0 turns the guard off. ValueError (one line) for anything else that is not a number >= 0."""
+    where = STALL_CONF
+    if value is None or value == "":
+        value, where = os.environ.get("DATAKIT_STALL_SECONDS"), "DATAKIT_STALL_SECONDS"
+        if value is None or value == "":
+            return DEFAULT_SECONDS
+    try:
+        s = float(str(value))
+    except ValueError:
+        s = -1.0
+    if not s >= 0:
+        raise ValueError(f"{where} must be a number of seconds, 0 (off) or more (got {value!r})")
+    return s
+
+
+class _Guard:
+    """This process's watcher: one open span at a time (a Python worker runs one task at a time)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.limit = 0.0
+        self.span: tuple[int, float, str, int] | None = None  # (token, started, what, thread id)
+        self.token = 0
+        self.message = "a batch made no progress"
+        self.thread: threading.Thread | None = None
+
+    def start(self, limit: float) -> None:
+        self.limit = limit
+        if limit > 0 and (self.thread is None or not self.thread.is_alive()):
+            self.thread = threading.Thread(target=self._watch, name="datakit-stall-guard", daemon=True)
+            self.thread.start()
+
+    @contextlib.contextmanager
+    def watching(self, what: str) -> Iterator[None]:
+        if self.limit <= 0:
+            yield
+            return
+        with self.lock:
+            self.token += 1
+            token = self.token
+            self.span = (token, time.monotonic(), what, threading.get_ident())
+        try:
+            yield
+        finally:
+            with self.lock:  # after this, no exception is delivered for this span
+                if self.span is not None and self.span[0] == token:
+                    self.span = None
+
+    def _watch(self) -> None:
+        raised: int | None = None  # the span the exception was raised in
+        raised_at = 0.0
+        while True:
+            time.sleep(min(1.0, max(0.05, self.limit / 20)))
+            delivered = False
+            with self.lock:  # delivered only while the span is still open (its end takes this lock)
+                span = self.span
+                if span is None:
+                    continue
+                token, started, what, ident = span
+                now = time.monotonic()
+                if raised != token and now - started > self.limit:
+                    self.message = (f"{what} made no progress for {now - started:.0f} s on one batch "
+                                    f"({STALL_CONF} / DATAKIT_STALL_SECONDS = {self.limit:g} s): a record that makes "
+                                    "the function loop, or a read that never returns")
+                    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(StalledBatchError))
+                    raised, raised_at, delivered = token, now, True
+                elif raised == token and now - raised_at > _grace(self.limit):
+                    _end_worker(self.message)
+            if delivered:
+                log.error("%s; failing the task", self.message)
+
+
+def _grace(limit: float) -> float:
+    """How long the exception may take to surface before the worker is ended: code in C does not see it."""
+    return max(5.0, min(60.0, limit))
+
+
+def _end_worker(message: str) -> None:
+    """Say why and show where the worker is stuck, then end it (the task fails; Spark retries it)."""
+    # shaped as a Python error line: the driver's one-line summary picks it out of Spark's crash report
+    line = (f"{StalledBatchError.__module__}.StalledBatchError: {message}; the exception did not surface, so "
+            "this Python worker was ended\n")
+    targets = [sys.stderr]
+    fh_dir = os.environ.get("PYTHON_FAULTHANDLER_DIR")
+    if fh_dir:  # pyspark's fault-handler file: the JVM appends it to the task's error when the worker dies
+        try:
+            targets.append(open(os.path.join(fh_dir, str(os.getpid())), "a", encoding="utf-8"))
+        except OSError:
+            pass
+    for f in targets:
+        try:
+            f.write(line)
+            f.flush()
+            faulthandler.dump_traceback(file=f, all_threads=True)
+            f.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(EXIT_CODE)
+
+
+_GUARD = _Guard()
+
+
+def start(limit: float) -> None:
+    """Watch this Python worker's spans with `limit` seconds (0: off). Idempotent."""
+    _GUARD.start(limit)
+
+
+def watching(what: str) -> contextlib.AbstractContextManager[None]:
+    """The span of one unit of work this worker owns (`what` names it in the error)."""
+    return _GUARD.watching(what)
+
+
+def watched(items: Iterator, what: str) -> Iterator:
+    """`items`, with the wait for each next item watched as one span."""
+    it = iter(items)
+    while True:
+        with watching(what):
+            try:
+                item = next(it)
+            except StopIteration:
+                return
+        yield item

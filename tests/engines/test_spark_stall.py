@@ -1,0 +1,57 @@
+"""The Spark Python workers' stall guard (engines/spark_stall.py), in this process: no Spark needed.
+
+The end-to-end cases (a stage hanging in Python, in C, or swallowing the exception, on local[2]) are in
+test_spark_errors.py; this checks the guard's own rules."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from datakit.engines import spark_stall
+from datakit.engines.spark_stall import StalledBatchError, stall_seconds
+
+
+def test_the_limit_comes_from_the_setting_then_the_environment(monkeypatch):
+    monkeypatch.delenv("DATAKIT_STALL_SECONDS", raising=False)
+    assert stall_seconds() == 300.0 and stall_seconds("") == 300.0
+    monkeypatch.setenv("DATAKIT_STALL_SECONDS", "42")
+    assert stall_seconds() == 42.0 and stall_seconds("7.5") == 7.5 and stall_seconds("0") == 0.0
+    for bad in ("-1", "soon", "nan"):
+        with pytest.raises(ValueError, match="must be a number of seconds"):
+            stall_seconds(bad)
+    monkeypatch.setenv("DATAKIT_STALL_SECONDS", "later")
+    with pytest.raises(ValueError, match="DATAKIT_STALL_SECONDS must be a number of seconds"):
+        stall_seconds()
+
+
+def test_a_span_over_the_limit_raises_in_its_thread_and_one_within_it_does_not():
+    spark_stall.start(0.5)
+    with spark_stall.watching("quick work"):
+        time.sleep(0.1)
+    t = time.monotonic()
+    with pytest.raises(StalledBatchError, match=r"stuck work made no progress for \d+ s on one batch"):
+        with spark_stall.watching("stuck work"):
+            while time.monotonic() - t < 30:
+                sum(range(100))
+    assert time.monotonic() - t < 10
+    with spark_stall.watching("after a stall, the guard still lets quick work through"):
+        time.sleep(0.1)
+
+
+def test_watched_times_each_wait_for_the_next_item():
+    spark_stall.start(0.5)
+
+    def slow():
+        yield 1
+        t = time.monotonic()
+        while time.monotonic() - t < 30:  # a read that never returns
+            sum(range(100))
+        yield 2
+
+    got = []
+    with pytest.raises(StalledBatchError, match="reading f.jsonl made no progress"):
+        for x in spark_stall.watched(slow(), "reading f.jsonl"):
+            got.append(x)
+            time.sleep(0.8)  # the consumer's own time between items is not the reader's
+    assert got == [1]
