@@ -233,3 +233,56 @@ def test_the_language_in_the_lineage_is_scrubbed_like_a_text() -> None:
                                                                                       "path": "a.py"}
     assert out[1]["source"]["language"] == "python" and out[1]["meta"] == rows[1]["meta"]  # untouched bytes
     assert [json.loads(m) for m in (r["_metrics"] for r in out) if m] == [{"pii.email": 1}]
+
+
+class _AddColumnsFn:
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        n = batch.num_rows
+        batch = batch.append_column("quality_score", pa.array([0.25] * n, pa.float64()))
+        notes = ["reviewed by jane@acme-corp.com" if i == 0 else None for i in range(n)]
+        return batch.append_column("note", pa.array(notes, pa.string()))
+
+
+def _add_columns_stage(extra: pa.Field | None = None):
+    from typing import Literal
+
+    from datakit.stages.base import StageConfig
+
+    class AddColumns(StageConfig):
+        kind: Literal["test_add_columns"] = "test_add_columns"
+        consumes = "training_record.v1"
+        produces = "training_record.v1"
+
+        def compile(self, rel, ctx):
+            schema = rel.schema.append(pa.field("quality_score", pa.float64())).append(pa.field("note", pa.string()))
+            return rel.map_batches(_AddColumnsFn(), schema if extra is None else schema.append(extra), name="add")
+
+    return AddColumns()
+
+
+def test_columns_a_custom_stage_added_are_kept_and_their_strings_scrubbed(tmp_path) -> None:
+    """Found in review: scrub_pii dropped every column a custom stage had added (docs: "the schema is
+    unchanged"), silently, while dedup and the others kept them. They are kept now; a string column is
+    scanned like the lineage (an e-mail there would otherwise be published), and a column the scrub
+    cannot scan (nested, binary) is refused at compile."""
+    from datakit import Pipeline
+    from datakit.io.dataset import read_output
+    from datakit.pipeline import PipelineError
+
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.Table.from_batches([_batch()]), tmp_path / "in" / "part-0.parquet")
+
+    def pipeline(stage, out):
+        return (Pipeline(name="pii", seed=0)
+                .input(str(tmp_path / "in" / "*.parquet"), format="parquet", schema="training_record.v1")
+                .add(stage).add({"kind": "scrub_pii", "ner": "off"}).output(str(out)))
+
+    res = pipeline(_add_columns_stage(), tmp_path / "out").run(workers=1)
+    table = read_output(str(tmp_path / "out"))
+    assert table.column_names[-2:] == ["quality_score", "note"]
+    assert set(table.column("quality_score").to_pylist()) == {0.25}
+    notes = [x for x in table.column("note").to_pylist() if x]
+    assert notes == ["reviewed by <EMAIL>"]
+    assert res.stage("scrub_pii")["metrics"]["pii.email"] == 2  # the segment's and the note's
+    with pytest.raises(PipelineError, match=r"scrub_pii cannot scan column 'tags' \(list<item: string>\)"):
+        pipeline(_add_columns_stage(pa.field("tags", pa.list_(pa.string()))), tmp_path / "out2").compile()

@@ -149,9 +149,29 @@ class ScrubPiiConfig(StageConfig):
 
     def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
         fn = self.build_fn(str(ctx.base_dir))
+        fn.extra_texts = _extra_text_columns(rel.schema)
         for k, v in fn.environment().items():  # what the output depends on beyond this config
             ctx.record(k, v)
-        return rel.map_batches(fn, TRAINING_RECORD_V1, name="scrub_pii", drop_log_key="doc_id")
+        # the records' own schema, so a column an earlier custom stage added is kept (found in review: it was
+        # dropped here, silently, while every other stage kept it); its strings are scrubbed (`extra_texts`)
+        return rel.map_batches(fn, rel.schema, name="scrub_pii", drop_log_key="doc_id")
+
+
+def _extra_text_columns(schema: pa.Schema) -> tuple[str, ...]:
+    """The string columns of `schema` beyond the record contract's (a custom stage's), which the scrub
+    scans like lineage text. A column it cannot scan (nested, binary) is refused: it may hold personal
+    data, and passing it through unscanned would publish it."""
+    known = set(TRAINING_RECORD_V1.names)
+    out = []
+    for f in schema:
+        if f.name in known or f.name.startswith("_"):
+            continue
+        if pa.types.is_string(f.type) or pa.types.is_large_string(f.type):
+            out.append(f.name)
+        elif pa.types.is_nested(f.type) or pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type):
+            raise ValueError(f"scrub_pii cannot scan column {f.name!r} ({f.type}) that an earlier stage added: it may "
+                             "hold personal data. Make it a string column, or add it after scrub_pii")
+    return tuple(out)
 
 
 class ScrubFn:
@@ -166,6 +186,7 @@ class ScrubFn:
         self.strategy = strategy
         self.person = person  # the NER scanner of person names (ner.PersonNameScanner) or None
         self.extra = extra  # a team's presidio recognizers (ExtraRecognizers) or None
+        self.extra_texts: tuple[str, ...] = ()  # string columns a custom stage added: scanned like lineage
 
     def setup(self) -> None:
         """Load what the scan needs beyond its config, once per worker process (the engines call this):
@@ -479,6 +500,13 @@ class ScrubFn:
 
         # lineage: the file path and language (in `source` and `meta`) are texts too
         new_lineage, lineage_found = self._scrub_lineage(batch) if "source" in names else ({}, {})
+        for name in self.extra_texts:  # and a custom stage's string columns
+            if name in names:
+                col, fs = self._scrub_strings(batch.column(name))
+                if col is not None:
+                    new_lineage[name] = col.cast(batch.schema.field(name).type)
+                for r, f in fs.items():
+                    lineage_found.setdefault(r, []).extend(f)
 
         # accounting only over rows with findings
         counts: dict[str, int] = {}
@@ -535,6 +563,28 @@ class ScrubFn:
                     made[r] = made.get(r, 0) + k
         return made
 
+    def _scrub_strings(self, values: pa.Array | pa.ChunkedArray, changed: dict[int, tuple[str, str]] | None = None
+                       ) -> tuple[pa.Array | None, dict[int, list[Finding]]]:
+        """A string column scrubbed by every detector but NER: (the new column, or None when nothing
+        changed; {row: findings}). `changed` (optional) gets {row: (old, new)} of the values replaced."""
+        if isinstance(values, pa.ChunkedArray):
+            values = values.combine_chunks()
+        values = values.cast(pa.string())
+        found = self.scan(values)  # one Arrow pass; only rows with findings become Python strings
+        rows = [i for i, fs in enumerate(found) if fs]
+        if not rows:
+            return None, {}
+        old = [values[i].as_py() for i in rows]
+        scrubbed, fs_rows = self.scrub(old)
+        new_values = values.to_pylist()
+        findings: dict[int, list[Finding]] = {}
+        for i, was, now, fs in zip(rows, old, scrubbed, fs_rows):
+            new_values[i] = now
+            findings.setdefault(i, []).extend(fs)
+            if now != was and changed is not None:
+                changed[i] = (was, now)
+        return pa.array(new_values, pa.string()), findings
+
     def _scrub_lineage(self, batch: pa.RecordBatch) -> tuple[dict[str, pa.Array], dict[int, list[Finding]]]:
         """The records' free-text lineage (`LINEAGE_TEXTS` of `source`, and the same keys of `meta`)
         scrubbed: ({column: new array} of `source` and `meta` where a value changed, {row: findings}).
@@ -557,20 +607,12 @@ class ScrubFn:
         findings: dict[int, list[Finding]] = {}
         changed: dict[str, dict[int, tuple[str, str]]] = {}
         for f in fields:
-            values = children[f]
-            found = self.scan(values)  # one Arrow pass; only rows with findings become Python strings
-            rows = [i for i, fs in enumerate(found) if fs]
-            if not rows:
-                continue
-            old = [values[i].as_py() for i in rows]
-            scrubbed, fs_rows = self.scrub(old)
-            new_values = values.to_pylist()
-            for i, was, now, fs in zip(rows, old, scrubbed, fs_rows):
-                new_values[i] = now
+            new_values, found = self._scrub_strings(children[f], changed.setdefault(f, {}))
+            for i, fs in found.items():
                 findings.setdefault(i, []).extend(fs)
-                if now != was:
-                    changed.setdefault(f, {})[i] = (was, now)
-            children[f] = pa.array(new_values, pa.string())
+            if new_values is not None:
+                children[f] = new_values
+        changed = {f: rows for f, rows in changed.items() if rows}
         out: dict[str, pa.Array] = {}
         if changed:
             arrays = [children.get(t.field(k).name, source.field(k)) for k in range(t.num_fields)]
