@@ -680,7 +680,7 @@ def _rebased(d: dict[str, Any], base: Path, dest: Path, stages: list[StageConfig
         return d
 
     def one(p: Any, must_exist: bool = False) -> Any:
-        if not isinstance(p, str) or not p or "://" in p or os.path.isabs(p):
+        if not isinstance(p, str) or not p or "://" in p or os.path.isabs(p) or p.startswith("~"):
             return p
         full = os.path.join(base, p)
         if must_exist and not os.path.exists(full):

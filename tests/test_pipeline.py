@@ -173,6 +173,7 @@ def test_to_yaml_into_another_folder_is_the_same_pipeline(tmp_path, monkeypatch)
     (tmp_path / "my_eval.jsonl").write_text("")
     p = (Pipeline("r").input("logs/*.jsonl").add({"kind": "ingest"})
          .add({"kind": "consent", "optouts": "optouts.parquet"}).add({"kind": "extract"})
+         .add({"kind": "scrub_pii", "ner": "off", "key_file": "pii.key"})  # found in review: not rebased
          .add({"kind": "decontaminate", "evals": ["humaneval", "mine=my_eval.jsonl", {"name": "x", "path": "my_eval.jsonl"}]})
          .add({"kind": "tokenize", "tokenizer": "datakit:demo-bpe"})
          .output("out_rel", format="packed"))
@@ -181,9 +182,13 @@ def test_to_yaml_into_another_folder_is_the_same_pipeline(tmp_path, monkeypatch)
     saved = yaml.safe_load((tmp_path / "sub" / "p.yaml").read_text())
     assert saved["input"]["path"] == "../logs/*.jsonl" and saved["output"]["path"] == "../out_rel"
     assert saved["stages"][1]["optouts"] == "../optouts.parquet"
-    assert saved["stages"][3]["evals"] == ["humaneval", "mine=../my_eval.jsonl", {"name": "x", "path": "../my_eval.jsonl",
+    assert saved["stages"][3]["key_file"] == "../pii.key"
+    assert saved["stages"][4]["evals"] == ["humaneval", "mine=../my_eval.jsonl", {"name": "x", "path": "../my_eval.jsonl",
                                                                                     "fields": None, "id_field": None}]
-    assert saved["stages"][4]["tokenizer"] == "datakit:demo-bpe"  # a name, not a file
+    assert saved["stages"][5]["tokenizer"] == "datakit:demo-bpe"  # a name, not a file
+    home = Pipeline("h").input("logs/*.jsonl").add({"kind": "scrub_pii", "ner": "off", "key_file": "~/keys/pii.key"})
+    home.to_yaml(tmp_path / "sub" / "h.yaml")  # a home-relative path is not the folder's: kept as written
+    assert yaml.safe_load((tmp_path / "sub" / "h.yaml").read_text())["stages"][0]["key_file"] == "~/keys/pii.key"
     q = Pipeline.from_yaml(tmp_path / "sub" / "p.yaml")
     from datakit.stages.base import CompileContext
 

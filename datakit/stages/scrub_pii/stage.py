@@ -73,7 +73,7 @@ class ScrubPiiConfig(StageConfig):
     extra_recognizers: str | None = Field(
         default=None, description="a presidio recognizer YAML; its recognizers run beside ours (presidio speed)")
     strategy: Strategy = "auto"
-    path_fields = ("extra_recognizers",)
+    path_fields = ("extra_recognizers", "key_file")
 
     @field_validator("ner", mode="before")
     @classmethod
