@@ -209,16 +209,17 @@ class Pipeline:
         self.base_dir = Path(base_dir) if base_dir else Path.cwd()
 
     # -- builder
-    def input(self, path: str | list[str], format: str = "jsonl", schema: str = "editor_event.v1") -> "Pipeline":
-        self.config.input = _built(InputConfig, "input", path=path, format=format, schema=schema)
+    def input(self, path: str | os.PathLike | list[str | os.PathLike], format: str = "jsonl",
+              schema: str = "editor_event.v1") -> "Pipeline":
+        self.config.input = _built(InputConfig, "input", path=_path_text(path), format=format, schema=schema)
         return self
 
     def add(self, stage: dict[str, Any] | StageConfig) -> "Pipeline":
         self.config.stages.append(parse_stage(stage, f"stage {len(self.config.stages) + 1}"))
         return self
 
-    def output(self, path: str, format: str = "parquet", shards: int | str = 1, **kw: Any) -> "Pipeline":
-        self.config.output = _built(OutputConfig, "output", path=path, format=format, shards=shards, **kw)
+    def output(self, path: str | os.PathLike, format: str = "parquet", shards: int | str = 1, **kw: Any) -> "Pipeline":
+        self.config.output = _built(OutputConfig, "output", path=_path_text(path), format=format, shards=shards, **kw)
         return self
 
     # -- YAML
@@ -789,8 +790,21 @@ def _after_commit(out: str, what: str, write: Any) -> Any:
         return None
 
 
-def _from_caller(paths: str | list[str] | None) -> Any:
+def _path_text(paths: Any) -> Any:
+    """A `pathlib.Path` (or a list holding some) as the text the config stores; anything else as given.
+
+    Why: `Pipeline.run(output=Path("o"))` was a bare `TypeError: 'PosixPath' object is not iterable`,
+    and `.input(Path(...))` a pydantic type error, while the loaders take a `Path` (found in review)."""
+    if isinstance(paths, os.PathLike):
+        return os.fspath(paths)
+    if isinstance(paths, (list, tuple)):
+        return [os.fspath(p) if isinstance(p, os.PathLike) else p for p in paths]
+    return paths
+
+
+def _from_caller(paths: str | os.PathLike | list[str | os.PathLike] | None) -> Any:
     """Override paths a caller passed (`run`, `compile`), relative ones joined to the current folder."""
+    paths = _path_text(paths)
     if paths is None:
         return None
     return from_cwd(paths) if isinstance(paths, str) else [from_cwd(p) for p in paths]

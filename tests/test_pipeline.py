@@ -221,3 +221,22 @@ def test_a_stage_defined_in_the_script_warns_when_the_pipeline_is_saved(caplog):
     with caplog.at_level(logging.WARNING, logger="datakit"):
         text = p.to_yaml()
     assert "kind: test_script_stage" in text and "defined in the script itself (__main__)" in caplog.text
+
+
+def test_paths_may_be_pathlib_paths_everywhere_a_path_is_taken(tmp_path, monkeypatch):
+    """Found in review: `run(output=Path("o"))` was a bare `TypeError: 'PosixPath' object is not iterable`
+    and `.input(Path(...))` a pydantic type error, while the loaders take a `Path`."""
+    from pathlib import Path
+
+    from datakit.io.dataset import read_output
+    from datakit.pipeline import Pipeline
+    from tests.eventgen import make_event, write_jsonl
+
+    monkeypatch.chdir(tmp_path)
+    f = write_jsonl(tmp_path / "logs" / "a.jsonl", [make_event(i) for i in range(4)])
+    p = Pipeline("paths").input(Path("logs") / "a.jsonl").add({"kind": "ingest"}).output(Path("o1"))
+    assert p.config.input.path == "logs/a.jsonl" and p.config.output.path == "o1"
+    assert p.run(workers=1).manifest["rows"] == 4
+    r = p.run(workers=1, input=[Path(f)], output=Path("o2"))
+    assert r.output_path == str(tmp_path / "o2") and read_output(tmp_path / "o2").num_rows == 4
+    assert p.compile(input_override=Path("logs/a.jsonl"), output_override=Path("o3")).sink.path == str(tmp_path / "o3")
