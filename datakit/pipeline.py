@@ -418,12 +418,14 @@ class Pipeline:
                                     f"({', '.join(rel.schema.names)})")
             sink = SinkSpec(path=out_path, format=o.format, shards=shards, key=key, sort_key=sort_key, options=options)
         config = self.to_dict()
-        # the run's real input and output (a `--input`/`--output` override replaces the file's paths):
-        # the config hash and the manifest describe what was run, not what the file said
-        if input_override is not None:
-            config["input"]["path"] = input_override
+        # the run's real input and output, resolved (a `--input`/`--output` override replaces the file's
+        # paths): the config hash and the manifest describe what was run, not how a path was spelled
+        # (found in review: `run()` and `run(output="o")` into the same folder hashed differently, so the
+        # second reused none of the first's shards; so did the same pipeline saved with `to_yaml`)
+        used = [ctx.resolve(p) for p in paths]
+        config["input"]["path"] = used[0] if len(used) == 1 else used
         if out_path and config.get("output") is not None:
-            config["output"]["path"] = output_override or config["output"]["path"]
+            config["output"]["path"] = out_path
         elif out_path:
             config["output"] = {"path": out_path}
         plan = Plan(root=rel.node, sink=sink, spans=spans, config=config, seed=cfg.seed,

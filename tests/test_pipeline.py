@@ -240,3 +240,24 @@ def test_paths_may_be_pathlib_paths_everywhere_a_path_is_taken(tmp_path, monkeyp
     r = p.run(workers=1, input=[Path(f)], output=Path("o2"))
     assert r.output_path == str(tmp_path / "o2") and read_output(tmp_path / "o2").num_rows == 4
     assert p.compile(input_override=Path("logs/a.jsonl"), output_override=Path("o3")).sink.path == str(tmp_path / "o3")
+
+
+def test_the_config_hash_is_of_the_paths_used_not_of_their_spelling(tmp_path, monkeypatch):
+    """Found in review: `run()` and `run(output="o")` into the same folder gave two config hashes (the
+    second reused no shard of the first), and so did the same pipeline saved with `to_yaml` and loaded."""
+    from datakit.pipeline import Pipeline
+    from tests.eventgen import make_event, write_jsonl
+
+    monkeypatch.chdir(tmp_path)
+    write_jsonl(tmp_path / "logs" / "a.jsonl", [make_event(i) for i in range(4)])
+    p = Pipeline("h").input("logs/*.jsonl").add({"kind": "ingest"}).output("o", shards=2)
+    a = p.compile()
+    assert a.config["output"]["path"] == str(tmp_path / "o") and a.config["input"]["path"] == str(tmp_path / "logs/*.jsonl")
+    assert p.compile(output_override="o").config_hash == a.config_hash
+    assert p.compile(output_override=str(tmp_path / "o"), input_override="logs/*.jsonl").config_hash == a.config_hash
+    p.to_yaml(tmp_path / "sub" / "h.yaml")
+    assert Pipeline.from_yaml(tmp_path / "sub" / "h.yaml").compile().config_hash == a.config_hash
+    assert p.compile(output_override="elsewhere").config_hash != a.config_hash
+    first = p.run(workers=1)
+    again = p.run(workers=1, output="o")
+    assert again.extra["reused_shards"] == len(first.manifest["shards"]) == 2
