@@ -28,6 +28,7 @@ from __future__ import annotations
 import atexit
 import os
 import signal
+import sys
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
@@ -51,17 +52,35 @@ def usable_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+# the code a run expects its workers to have imported: its custom stages' module digests (`expect_code`)
+_CODE: list[tuple[tuple[str, str | None], ...]] = [()]
+
+
+def expect_code(modules: dict[str, str | None] | None) -> None:
+    """The run about to use the pool has these custom modules ({module: source digest}, the plan's
+    `environment.code.modules`): a pool whose workers imported other versions is replaced.
+
+    Why: the pool outlives a run, and its spawned workers keep the modules they imported. Found in
+    review: a notebook that edited its stage module and reloaded it ran the new code on one worker
+    (in-process) and the old code on two, under the new code's digest."""
+    _CODE[0] = tuple(sorted((modules or {}).items()))
+
+
 def pool(workers: int) -> ProcessPoolExecutor:
     """A spawn pool of `workers` processes, kept alive across calls (and runs) in this process.
 
     One pool at a time: asking for another size shuts the other down, so idle
-    workers (each holding imported models) do not pile up.
+    workers (each holding imported models) do not pile up. The pool is replaced when what its workers
+    started from changed: the environment, the log set-up, `sys.path` (a spawned worker copies it when
+    it starts: found in review, a folder a notebook added after the first run was missing in the workers,
+    which died on the import) or the custom code the run expects (`expect_code`).
     """
     from datakit.logs import worker_config
 
     logcfg = worker_config()
     with _ENV_LOCK:  # not while a worker start has the allocator's variables in os.environ
-        env = hash((frozenset((k, v) for k, v in os.environ.items() if k not in _LIBRARY_ENV), logcfg))
+        env = hash((frozenset((k, v) for k, v in os.environ.items() if k not in _LIBRARY_ENV), logcfg,
+                    tuple(sys.path), _CODE[0]))
     for other in [w for w in _POOLS if w != workers]:
         drop_pool(other)
     existing, born = _POOLS.get(workers, (None, None))

@@ -452,3 +452,68 @@ def test_an_input_file_changed_during_the_run_is_one_input_error(tmp_path, monke
         p.run(workers=1)
     assert "part-3.jsonl.zst" in str(e.value) and "\n" not in str(e.value)
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+_STAGE_MODULE = textwrap.dedent('''
+    from typing import Literal
+    import pyarrow as pa
+    from datakit import StageConfig, register_stage
+    from datakit.plan import DROP
+
+    LIMIT = {limit}
+
+    class KeepFirstFn:
+        def __call__(self, batch):
+            drop = [None if i < LIMIT else "over_limit" for i in range(batch.num_rows)]
+            return batch.append_column(DROP, pa.array(drop, pa.string()))
+
+    @register_stage
+    class KeepFirst(StageConfig):
+        kind: Literal["keep_first_test"] = "keep_first_test"
+        consumes = "editor_event.v1"
+        produces = "editor_event.v1"
+
+        def compile(self, rel, ctx):
+            return rel.map_batches(KeepFirstFn(), rel.schema, name="keep_first")
+''')
+
+# a notebook's session: a first run starts the kept pool; then a folder joins sys.path, a stage module is
+# imported from it, run, edited, reloaded and run again, each time with the kept pool of 2 workers
+_NOTEBOOK = textwrap.dedent('''
+    import importlib, json, sys
+    from datakit import Pipeline
+
+    logs, proj, out = sys.argv[1:4]
+    def run(stage, name):
+        p = Pipeline("nb").input(logs + "/*.jsonl.zst").add({{"kind": "ingest"}})
+        if stage is not None:
+            p.add(stage)
+        return p.output(out + "/" + name).run(workers=2).manifest["rows"]
+
+    rows = [run(None, "a")]
+    sys.path.append(proj)
+    import mystage
+    rows.append(run(mystage.KeepFirst(), "b"))
+    with open(proj + "/mystage.py") as f:
+        text = f.read()
+    with open(proj + "/mystage.py", "w") as f:
+        f.write(text.replace("LIMIT = {limit}", "LIMIT = 5"))
+    importlib.reload(mystage)
+    rows.append(run(mystage.KeepFirst(), "c"))
+    print(json.dumps(rows))
+''')
+
+
+def test_the_kept_pool_follows_a_notebooks_sys_path_and_reloaded_code(tmp_path):
+    """Found in review: the pool kept across runs did not see a folder added to sys.path after it started
+    (its workers died importing the stage: 'a worker process died'), and after an edited stage module was
+    reloaded its workers ran the old code under the new code's digest."""
+    logs = _logs(tmp_path, files=2, per=30)
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "mystage.py").write_text(_STAGE_MODULE.format(limit=20))
+    r = subprocess.run([sys.executable, "-c", _NOTEBOOK.format(limit=20), str(logs), str(tmp_path / "proj"),
+                        str(tmp_path / "out")], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = json.loads(r.stdout.strip().splitlines()[-1])
+    # 2 files of 30 valid events (one batch each): all, then the first 20 of each, then the first 5 of each
+    assert rows == [60, 40, 10], rows

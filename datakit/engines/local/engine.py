@@ -46,7 +46,7 @@ from datakit.engines.local.spill import SPILL_COMPRESSION, SPILL_ROW_GROUP, Part
 from datakit.io import identity, publish, storage, tempwork
 from datakit.io.atomic import sha256_file
 from datakit.plan import Aggregate, ConnectedComponents, Join, MapBatches, Node, Plan, Source
-from datakit.workers import drop_pool, usable_cpus
+from datakit.workers import drop_pool, expect_code, usable_cpus
 
 if TYPE_CHECKING:  # polars is imported by the first barrier: a plan of row-local stages never needs it
     import polars as pl
@@ -91,6 +91,7 @@ class LocalEngine(Engine):
 
     def _execute(self, plan: Plan) -> RunResult:
         t0 = time.perf_counter()
+        expect_code((plan.environment.get("code") or {}).get("modules"))  # a kept pool with other code is replaced
         self.workers = self._all_workers
         clear_broadcast_cache()
         if self._auto_workers:
