@@ -183,3 +183,29 @@ def test_a_failed_download_says_so_once_and_never_asks_to_run_the_same_pull(tmp_
     assert "the download from the Hugging Face Hub failed (" in msg and "evals pull" not in msg, msg
     assert not [h for h in logging.getLogger("huggingface_hub").handlers if type(h) is logging.StreamHandler]
     assert any("Retrying" in r.getMessage() for r in caplog.records)  # the retries still reach our handlers
+
+
+_SOLUTION = ("import sys\n\ndef main():\n    n = int(sys.stdin.readline())\n    values = list(map(int, sys.stdin.readline()"
+             ".split()))\n    best = current = values[0]\n    for v in values[1:]:\n        current = max(v, current + v)\n"
+             "        best = max(best, current)\n    print(best)\n\nmain()\n")
+
+
+def test_solutions_stored_as_json_text_or_a_struct_are_matched_as_code(hub, tmp_path):
+    """Found in review: APPS stores `solutions` as a JSON string and CodeContests as a struct of `language`
+    and `solution` lists; both were matched as one escaped string literal, which has no n-gram of the code,
+    so a verbatim leak of a solution checked clean."""
+    statement = "Given a sequence of integers, print the largest sum of a contiguous non-empty subsequence of it."
+    apps = ENTRIES["apps"]
+    base = hub / "datasets--codeparrot--apps" / "snapshots" / apps.revision
+    base.mkdir(parents=True)
+    (hub / "datasets--codeparrot--apps" / "refs").mkdir()
+    (hub / "datasets--codeparrot--apps" / "refs" / "main").write_text(apps.revision)
+    (base / "test.jsonl").write_text(json.dumps({"problem_id": 4000, "question": statement,
+                                                 "solutions": json.dumps([_SOLUTION]), "starter_code": ""}) + "\n")
+    cc = ENTRIES["codecontests"]
+    _hub_cache(hub, "deepmind/code_contests", "data/test-00000-of-00001.parquet",
+               [{"name": "1575_A. Maximum subarray", "description": statement,
+                 "solutions": {"language": [3], "solution": [_SOLUTION]}}], cc.revision)
+    data = _data(tmp_path, ["# an unrelated file\nx = 1\n", _SOLUTION])
+    res = check(data, ["apps", "codecontests"])
+    assert [(e.name, e.items, e.contaminated_items) for e in res.evals] == [("apps", 1, 1), ("codecontests", 1, 1)]

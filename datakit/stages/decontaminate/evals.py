@@ -194,13 +194,30 @@ def _from_rows(name: str, source: str, rows: list[dict], fields: list[str] | Non
 
 
 def _as_text(v) -> str:
+    """An eval field's value as the text its n-grams are taken from: code stays code.
+
+    A list is its items, one per line; a mapping its values in key order; a string that holds a JSON
+    list or object (APPS stores `solutions` so) is that list or object. Why not JSON text: found in
+    review, APPS' solutions (a JSON string) and CodeContests' (a struct of `language` and `solution`
+    lists) were matched as one escaped string literal, which gives no n-gram of the code, so a verbatim
+    leak of a solution checked clean."""
     if v is None:
         return ""
     if isinstance(v, str):
+        t = v.strip()
+        if len(t) > 1 and (t[0], t[-1]) in (("[", "]"), ("{", "}")):
+            try:
+                parsed = json.loads(t)
+            except ValueError:
+                return v
+            if isinstance(parsed, (list, dict)):
+                return _as_text(parsed)
         return v
     if isinstance(v, (list, tuple)):
         return "\n".join(_as_text(x) for x in v)
-    return json.dumps(v, sort_keys=True, ensure_ascii=False)
+    if isinstance(v, dict):
+        return "\n".join(_as_text(v[k]) for k in sorted(v, key=str))
+    return json.dumps(v, ensure_ascii=False, default=str)  # a number, a boolean
 
 
 # the Hub registry (`registry.py`) registers its names on import; it needs the helpers above
