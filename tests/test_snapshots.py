@@ -678,3 +678,29 @@ def test_a_damaged_dedup_state_file_is_named(tmp_path, damage):
     msg = str(e.value)
     assert f"dedup state file {f} of snapshot dt=2026-11-01" in msg and "rerun snapshot dt=2026-11-01" in msg
     assert ("is missing" if damage == "missing" else "bytes differ from the sha256") in msg
+
+
+@pytest.mark.parametrize("indexed", [False, True])
+def test_an_empty_snapshot_does_not_stop_the_check_of_the_dataset(tmp_path, indexed):
+    """Found in review: a night whose documents were all dropped (every event private, or all seen before)
+    left an empty snapshot, and from then on every contamination check of the dataset exited 2 ("no
+    readable document") although the other snapshots held the leak. The rule holds per --data path, and
+    the same path given twice is read once."""
+    from datakit.stages.decontaminate.check import check
+
+    solution = "def leaked(values):\n    " + " + ".join(f"values[{i}] * {i + 3}" for i in range(20)) + "\n"
+    ev = tmp_path / "ev.jsonl"
+    ev.write_text(json.dumps({"task_id": "E/0", "prompt": "def leaked(values):\n", "canonical_solution": solution}) + "\n")
+    stages = (DEDUP,)
+
+    def night(day, rows):
+        p = day_pipeline(tmp_path, day, rows, stages=stages)
+        p.config.output.index = indexed
+        return p.run(workers=1)
+
+    night("2026-11-01", [rec("a1", solution), rec("b1", "print('x')\n")])
+    assert night("2026-11-02", [rec("a2", solution)]).manifest["rows"] == 0  # all seen before: empty night
+    res = check([str(tmp_path / "ds")], [f"e={ev}"])
+    assert res.evals[0].contaminated_items == 1
+    twice = check([str(tmp_path / "ds"), str(tmp_path / "ds") + "/"], [f"e={ev}"])
+    assert sum(d["documents"] for d in twice.data) == sum(d["documents"] for d in res.data) == 2

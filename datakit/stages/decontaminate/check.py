@@ -16,6 +16,7 @@ is checked through the index when the settings agree.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -224,17 +225,24 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
     doc_names: list[str] = []
     data_report: list[dict[str, Any]] = []
     seen_files: set[str] = set()  # each data file is read once, however many --data paths name it
-    for kind, p, idx in plan:
+    # per --data path: documents read and lines skipped; a path with no readable document is an error (the
+    # scan's rule: never "clean" about data nobody could read), judged for the path, not for each snapshot
+    # of an append-mode dataset (found in review: one empty night made every check of the dataset exit 2)
+    read_docs: dict[str, int] = {}
+    read_skipped: dict[str, int] = {}
+    via_index: dict[str, str] = {}
+    repeated: set[str] = set()
+    for kind, p, idx, group in plan:
+        read_docs.setdefault(group, 0)
         if kind == "index":
             found = idx.contains(table.hashes)
             hidx = np.nonzero(found)[0]
             pos, items, ipos, weak = table.expand(hidx)
             index_h.append(np.stack([items.astype(np.int64), ipos, hidx[pos]], axis=1)[~weak])
             skipped = int(idx.meta.get("skipped_lines") or 0)
-            if not idx.meta.get("documents"):  # the scan's rule: never "clean" about data nobody could read
-                raise InputError(f"{p}: its n-gram index {idx.path} holds no readable document"
-                                 + (f" ({skipped} unreadable line{'s' * (skipped != 1)} skipped)" if skipped else "")
-                                 + "; nothing was checked")
+            read_docs[group] += int(idx.meta.get("documents") or 0)
+            read_skipped[group] = read_skipped.get(group, 0) + skipped
+            via_index.setdefault(group, idx.path)
             entry = {"path": p, "mode": "index", "index": idx.path, "documents": idx.meta.get("documents"),
                      "texts": idx.meta.get("texts"), "bytes": idx.meta.get("bytes"),
                      "index_ngrams": idx.meta.get("ngrams"), "fp_rate_per_ngram": idx.fp_rate}
@@ -273,14 +281,21 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
             ords = base + inv
             doc_hits.append((m.items[ok].astype(np.int64), ords, m.loose[ok]))
             _collect_snippets(table, tb, m, ok, ords, doc_names, p, max_examples, cand)
-        if docs == 0 and not stats.get("repeated_files"):
-            skipped = stats.get("skipped_lines", 0)
-            raise InputError(f"{p}: no readable document" + (f" ({skipped} unreadable line{'s' * (skipped != 1)} "
-                                                             f"skipped)" if skipped else "") + "; nothing was checked")
+        read_docs[group] += docs
+        read_skipped[group] = read_skipped.get(group, 0) + int(stats.get("skipped_lines", 0))
+        if stats.get("repeated_files"):
+            repeated.add(group)
         entry: dict[str, Any] = {"path": p, "mode": kind, "documents": docs, "texts": texts, "bytes": nbytes}
         if stats.get("skipped_lines"):
             entry["skipped_lines"] = stats["skipped_lines"]
         data_report.append(entry)
+
+    for group, docs in read_docs.items():
+        if docs == 0 and group not in repeated:
+            skipped = read_skipped.get(group, 0)
+            where = f"{group}: its n-gram index {via_index[group]} holds" if group in via_index else f"{group}:"
+            raise InputError(f"{where} no readable document" + (f" ({skipped} unreadable line{'s' * (skipped != 1)} "
+                                                                f"skipped)" if skipped else "") + "; nothing was checked")
 
     # scans decide per document (some document passes the rule with the item); indexes have no
     # documents, so they decide on the union of the data: an upper bound of the scan's answer
@@ -302,7 +317,7 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
         union = np.bincount(places[:, 0], minlength=table.n_items).astype(np.int64)
         bad |= rule.passes(union, table.item_ngrams) & (union > 0)
     bad &= table.item_ngrams > 0
-    any_scan = any(k != "index" for k, _, _ in plan)
+    any_scan = any(k != "index" for k, _, _, _ in plan)
     results: list[EvalResult] = []
     for e_no, es in enumerate(evalsets):
         mine = np.nonzero(table.item_eval == e_no)[0]
@@ -329,7 +344,7 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
 
 
 def _plan_inputs(paths: list[str], ngram: int | None, flags_req: int | None, text_fields, use_index: bool
-                 ) -> tuple[list[tuple[str, str, Any]], int, int]:
+                 ) -> tuple[list[tuple[str, str, Any, str]], int, int]:
     """Classify every data path (index / packed / scan) and settle n and normalizations.
 
     An index fixes its own settings: explicit settings that differ are an error
@@ -339,12 +354,18 @@ def _plan_inputs(paths: list[str], ngram: int | None, flags_req: int | None, tex
     from datakit.io.snapshots import member_paths
     from datakit.stages.decontaminate.index import INDEX_DIRNAME, NgramIndex, is_index, stale_reason
 
-    paths = [q for p in paths for q in member_paths(p)]  # an append-mode dataset: each snapshot (and its index)
-    plan: list[tuple[str, str, Any]] = []  # (kind, path, index-or-None)
-    for p in paths:
+    # an append-mode dataset: each snapshot (and its index), under the --data path it came from; a path
+    # named twice is read once (found in review: `--data X --data X` counted X's documents twice through
+    # its index, while a scan reads each file once)
+    members: dict[str, str] = {}
+    for given in paths:
+        for q in member_paths(given):
+            members.setdefault(_same_path(q), given)
+    plan: list[tuple[str, str, Any, str]] = []  # (kind, path, index-or-None, the --data path it came from)
+    for p, group in members.items():
         if is_index(p):
             _check_beside_its_data(p)
-            plan.append(("index", p, NgramIndex(p)))
+            plan.append(("index", p, NgramIndex(p), group))
             continue
         side = f"{p.rstrip('/')}/{INDEX_DIRNAME}"
         if use_index and not any(c in p for c in "*?[") and not is_index(side) and _exists(f"{side}/index.json"):
@@ -358,17 +379,17 @@ def _plan_inputs(paths: list[str], ngram: int | None, flags_req: int | None, tex
             if (ngram in (None, idx.ngram)) and (flags_req in (None, idx.flags)) and same_texts:
                 stale = stale_reason(side, p)
                 if stale is None:
-                    plan.append(("index", p, idx))
+                    plan.append(("index", p, idx, group))
                     continue
                 log.warning("not using the n-gram index %s: %s; scanning the data instead (rebuild it with "
                             "`datakit build-index %s`)", side, stale, p)
         if is_packed(p):
-            plan.append(("packed", p, None))
+            plan.append(("packed", p, None, group))
             continue
         expand(p, suffixes=DATA_SUFFIXES)  # fail fast (exit 2) on a missing input, before any work
         verify_if_committed(p)  # a datakit dataset missing a file is refused (exit 2), not half-checked
-        plan.append(("scan", p, None))
-    idx_settings = {(x.ngram, x.flags) for k, _, x in plan if k == "index"}
+        plan.append(("scan", p, None, group))
+    idx_settings = {(x.ngram, x.flags) for k, _, x, _ in plan if k == "index"}
     if len(idx_settings) > 1:
         raise InputError("the indexes given were built with different n-gram settings; check them separately")
     if idx_settings:
@@ -382,6 +403,12 @@ def _plan_inputs(paths: list[str], ngram: int | None, flags_req: int | None, tex
     n = ngram if ngram is not None else DEFAULT_NGRAM
     flags = flags_req if flags_req is not None else flags_of(DEFAULT_NORMALIZATIONS)
     return plan, n, flags
+
+
+def _same_path(p: str) -> str:
+    """`p` as one spelling: without a trailing slash, a local path absolute (a URL as it is)."""
+    p = str(p).rstrip("/") or "/"
+    return p if "://" in p else os.path.abspath(p)
 
 
 def _exists(url: str) -> bool:
@@ -466,7 +493,7 @@ def _index_match(it: int, table: EvalTable, pairs: np.ndarray, plan) -> Match:
     f, eline, etext = eval_excerpt(table, it, hashes)
     tot = int(table.item_ngrams[it])
     shared = len(np.unique(mine[:, 1]))
-    src = next((p for k, p, _ in plan if k == "index"), "")
+    src = next((p for k, p, _, _ in plan if k == "index"), "")
     mt = Match(table.item_ids[it], None, src, round(shared / max(tot, 1), 6), shared, etext or "",
                eval_field=f, eval_line=eline, eval_excerpt=etext)
     mt._hashes = hashes  # type: ignore[attr-defined]
