@@ -67,7 +67,8 @@ def build_index(data: str | Sequence[str], out_path: str, ngram: int = 13,
     t0 = time.perf_counter()
     # the files it answers for, as they are before the build reads them (a check beside the data compares
     # them with the folder then: stale_reason)
-    sources = source_stamps(data, out_path.rstrip("/").rsplit("/", 1)[0] if "/" in out_path.rstrip("/") else ".")
+    root = out_path.rstrip("/").rsplit("/", 1)[0] if "/" in out_path.rstrip("/") else "."
+    sources = source_stamps(data, root)
     try:
         plan = index_plan(data, work, ngram=ngram, normalization=normalization, text_fields=text_fields,
                           batch_rows=batch_rows, fingerprint_bits=fingerprint_bits, parallelism=parallelism,
@@ -79,7 +80,7 @@ def build_index(data: str | Sequence[str], out_path: str, ngram: int = 13,
             raise InputError(f"{', '.join(map(str, paths))}: no readable document"
                              + (f" ({skipped} unreadable line{'s' * (skipped != 1)} skipped)" if skipped else "")
                              + "; nothing was indexed")
-        write_sources(f"{work}/index", sources)
+        write_sources(f"{work}/index", sources, [str(p) for p in paths], root)
         publish(f"{work}/index", out_path)
     finally:
         remove_tree(work)

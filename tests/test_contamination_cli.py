@@ -569,6 +569,37 @@ def test_reports_go_through_links_fifos_and_standard_output(data, tmp_path):
     assert r.exit_code == 2 and "is a folder" in r.output and ".tmp-" not in r.output
 
 
+def test_an_index_built_elsewhere_is_checked_against_the_data_it_recorded(tmp_path, caplog, monkeypatch):
+    """Found in review: `build-index DATA --out IDX`, then a leak added to DATA: `--data IDX` said clean,
+    exit 0 (its sources were not beside it to compare, and were named relative to the build's folder).
+    The index records DATA absolute; a changed DATA is an error, a DATA not found here a warning."""
+    import logging
+    import shutil
+
+    import typer
+
+    from datakit.cli.contamination import build_index_command
+
+    app = typer.Typer()
+    app.command()(build_index_command)
+    he = _he()
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.jsonl").write_text(json.dumps({"id": "a", "text": "def f(x):\n    return x + 1\n"}) + "\n")
+    monkeypatch.chdir(tmp_path)
+    assert runner.invoke(app, ["data", "--out", "idx"]).exit_code == 0
+    monkeypatch.chdir(tmp_path / "data")  # the check runs from another folder
+    assert run("--data", str(tmp_path / "idx"), "--eval", "humaneval", "-q").exit_code == 0
+    (tmp_path / "data" / "b.jsonl").write_text(json.dumps({"id": "b", "text": he[50]["prompt"]
+                                                          + he[50]["canonical_solution"]}) + "\n")
+    _one_line_error(run("--data", str(tmp_path / "idx"), "--eval", "humaneval", "-q"),
+                    f"does not answer for {tmp_path / 'data'}", "1 added", "datakit build-index")
+    (tmp_path / "data" / "b.jsonl").unlink()
+    shutil.move(str(tmp_path / "data"), str(tmp_path / "elsewhere"))  # the index shipped without its data
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        assert run("--data", str(tmp_path / "idx"), "--eval", "humaneval", "-q").exit_code == 0
+    assert "which is not here: it answers for that data as it was when built" in caplog.text
+
+
 def test_an_index_named_directly_is_checked_against_the_data_beside_it(tmp_path, caplog):
     """Found in review: `--data DATA/_ngram_index` used an index built before a leak was added to DATA,
     without a word ("clean"), where `--data DATA` warned and scanned. A damaged index.json beside the

@@ -107,7 +107,7 @@ def test_append_mode_index_is_extended_per_snapshot(tmp_path):
         assert idx["documents"] == 1  # this snapshot only, not the history again
     day1_index = (out / "_snapshots" / "dt=2026-11-01" / "_ngram_index" / "index.json").read_bytes()
     plan, _, _ = _plan_inputs([str(out)], None, None, None, True)
-    assert [k for k, _, _ in plan] == ["index", "index"]
+    assert [k for k, _, _, _ in plan] == ["index", "index"]
     assert (out / "_snapshots" / "dt=2026-11-01" / "_ngram_index" / "index.json").read_bytes() == day1_index
     r = subprocess.run([sys.executable, "-m", "datakit.cli", "contamination-check", "--data", str(out),
                         "--eval", "humaneval", "--json", str(tmp_path / "r.json")], capture_output=True, text=True)

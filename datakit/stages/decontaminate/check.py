@@ -422,11 +422,12 @@ def _check_beside_its_data(index_path: str) -> None:
     index built before a leak was added to DATA, without a word, where `--data DATA` warned and scanned.
     A stale one is an error (the user named the index, so a scan of something else would surprise); one
     written before indexes recorded their sources is used, with a warning."""
-    from datakit.stages.decontaminate.index import INDEX_DIRNAME, stale_reason
+    from datakit.stages.decontaminate.index import INDEX_DIRNAME, recorded_data, stale_reason
 
     path = index_path.rstrip("/")
     if "/" not in path or path.rsplit("/", 1)[1] != INDEX_DIRNAME:
-        return  # built elsewhere (`build-index --out`): its sources are not beside it to compare
+        _check_against_recorded_data(path)
+        return
     data = path.rsplit("/", 1)[0]
     stale = stale_reason(path, data)
     if stale is None:
@@ -436,6 +437,28 @@ def _check_beside_its_data(index_path: str) -> None:
         return
     raise InputError(f"the n-gram index {path} does not answer for {data} as it is now ({stale}); "
                      f"rebuild it with `datakit build-index {data}`, or check {data} itself")
+
+
+def _check_against_recorded_data(path: str) -> None:
+    """An index built elsewhere (`build-index DATA --out IDX`) against the DATA it recorded, when DATA is
+    here: found in review, a file added to DATA after the build held a HumanEval item and `--data IDX`
+    said clean, exit 0. A changed DATA is an error; a DATA not found here (the index was copied to
+    another machine) is a warning, and the index answers as built."""
+    from datakit.stages.decontaminate.index import recorded_data, stale_reason
+
+    rec = recorded_data(path)
+    if rec is None:
+        return  # an index from before indexes recorded their data: nothing to compare
+    data, root = rec
+    if not any(_exists(d) or any(c in d for c in "*?[") for d in data):
+        log.warning("the n-gram index %s was built from %s, which is not here: it answers for that data as it "
+                    "was when built", path, ", ".join(data))
+        return
+    stale = stale_reason(path, data[0] if len(data) == 1 else data, root)
+    if stale is not None:
+        where = ", ".join(data)
+        raise InputError(f"the n-gram index {path} does not answer for {where} as it is now ({stale}); rebuild it "
+                         f"with `datakit build-index {where} --out {path}`, or check {where} itself")
 
 
 def _collect_snippets(table: EvalTable, tb: TextBatch, m, ok: np.ndarray, ords: np.ndarray, doc_names: list[str],

@@ -489,22 +489,44 @@ def source_stamps(data: str | Sequence[str], root: str) -> list[list[str]]:
     return sorted(out)
 
 
-def write_sources(built: str, stamps: list[list[str]]) -> None:
-    """`sources.json` (`source_stamps`) of a built index folder, before it is published."""
+def _absolute(path: str) -> str:
+    return path if "://" in path else os.path.abspath(path)
+
+
+def write_sources(built: str, stamps: list[list[str]], data: Sequence[str] = (), root: str | None = None) -> None:
+    """`sources.json` of a built index folder, before it is published: the stamps (`source_stamps`), and
+    the data paths and the root the names are relative to, absolute, so an index built elsewhere
+    (`build-index DATA --out IDX`) can be compared with DATA later (`recorded_data`)."""
+    body: dict[str, Any] = {"files": stamps}
+    if data:
+        body["data"] = [_absolute(str(d)) for d in data]
+        body["root"] = _absolute(root or ".")
     fs, p = filesystem(f"{built.rstrip('/')}/{SOURCES}")
-    fs.pipe_file(p, (json.dumps({"files": stamps}, indent=1) + "\n").encode())
+    fs.pipe_file(p, (json.dumps(body, indent=1) + "\n").encode())
 
 
-def stale_reason(index_path: str, data: str) -> str | None:
+def recorded_data(index_path: str) -> tuple[list[str], str] | None:
+    """(data paths, root) an index recorded when it was built, or None (an older index)."""
+    try:
+        body = read_json(f"{index_path.rstrip('/')}/{SOURCES}")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(body, dict) or not body.get("data") or not body.get("root"):
+        return None
+    return list(body["data"]), str(body["root"])
+
+
+def stale_reason(index_path: str, data: str | Sequence[str], root: str | None = None) -> str | None:
     """Why the index at `index_path` does not answer for `data` as it is now (files added, removed or
-    changed since it was built; an index that records no sources), else None."""
+    changed since it was built; an index that records no sources), else None. `root`: the folder the
+    recorded names are relative to (default: `data`, the folder an index beside its data sits in)."""
     fs, p = filesystem(f"{index_path.rstrip('/')}/{SOURCES}")
     try:
         built = json.loads(fs.cat_file(p))["files"]
     except (FileNotFoundError, ValueError, KeyError, TypeError):
         return "it records no source files (built by an older datakit)"
     try:
-        now = source_stamps(data, data)
+        now = source_stamps(data if isinstance(data, str) else list(data), root if root is not None else data)
     except InputError:
         now = []
     then, cur = {n: st for n, st in built}, {n: st for n, st in now}
