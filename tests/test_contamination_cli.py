@@ -648,3 +648,22 @@ def test_an_index_built_with_text_fields_answers_a_check_with_the_same_fields(tm
     # other fields than the index read: the data is scanned, not answered for by the index
     r = run("--data", str(ds), "--eval", "humaneval", "--json", str(out), "-q")
     assert r.exit_code == 0 and json.loads(out.read_text())["data"][0]["mode"] != "index"
+
+
+def test_a_row_with_no_text_field_is_skipped_and_said_not_scanned_as_empty(tmp_path):
+    """Found in review: a chat row (`{"messages": [...]}`) among `{"text": ...}` rows was read as an empty
+    document: "2 documents", clean, no warning. It is a skipped line now, said as such (and a file of
+    such rows only is "no readable document", exit 2)."""
+    he = _he()
+    mix = tmp_path / "mix"
+    mix.mkdir()
+    chat = {"messages": [{"role": "assistant", "content": he[20]["prompt"] + he[20]["canonical_solution"]}]}
+    (mix / "x.jsonl").write_text(json.dumps({"text": "x = 1"}) + "\n" + json.dumps(chat) + "\n")
+    r = run("--data", str(mix), "--eval", "humaneval", "--json", str(tmp_path / "r.json"))
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert rep["data"][0]["documents"] == 1 and rep["skipped_lines"] == 1 and rep["data"][0]["rows_without_text"] == 1
+    assert "1 unreadable line(s) skipped (1 of them rows with no text field: pass --text-field)" in " ".join(r.output.split())
+    only = tmp_path / "only"
+    only.mkdir()
+    (only / "x.jsonl").write_text(json.dumps(chat) + "\n" + json.dumps({"text": None}) + "\n")
+    _one_line_error(run("--data", str(only), "--eval", "humaneval"), "no readable document (2 unreadable lines skipped)")

@@ -93,23 +93,41 @@ def _jsonl_tables(url: str, columns: ColumnChoice, batch_rows: int, stats: dict 
             rows.append(obj)
             lines.append(lineno)
             if len(rows) >= batch_rows:
-                yield first, _rows_table(url, rows, columns, lines)
+                yield first, _rows_table(url, rows, columns, lines, stats)
                 first += len(rows)
                 rows, lines = [], []
     if rows:
-        yield first, _rows_table(url, rows, columns, lines)
+        yield first, _rows_table(url, rows, columns, lines, stats)
 
 
-def _rows_table(url: str, rows: list[dict], columns: ColumnChoice, lines: list[int] | None = None) -> pa.Table:
+def _rows_table(url: str, rows: list[dict], columns: ColumnChoice, lines: list[int] | None = None,
+                stats: dict | None = None) -> pa.Table:
     """The batch's chosen columns. Why per row, not per batch, for the text: JSON Lines rows need not
     share keys. A row with `content` in a batch whose first text key was `text` was read as empty, so
     the same rows split over two files got another verdict; `segments` written as a string was read
     one character per segment (found in review). A `ColumnChoice` with a `fallbacks(column)` method
-    names the other keys a row may hold that column's text under (the first one present is read)."""
+    names the other keys a row may hold that column's text under (the first one present is read).
+
+    A row that holds none of the text keys is not a document of empty text: it is skipped and counted
+    with the unreadable lines (`skipped_lines`, and `rows_without_text`), so a verdict never covers text
+    it did not read (found in review: a chat row, `{"messages": [...]}`, among `{"text": ...}` rows was
+    scanned as empty and the file checked clean)."""
     names = set().union(*(r.keys() for r in rows))
     fallbacks = getattr(columns, "fallbacks", None)
+    chosen = columns(sorted(names), url)
+    texts = [c for c in chosen if c not in ("doc_id", "id")] or chosen
+    keys = {k for c in texts for k in (c, *(fallbacks(c) if fallbacks else ()))}
+    has_text = [any(r.get(k) is not None for k in keys) for r in rows]
+    if not all(has_text):
+        if stats is not None:
+            n = has_text.count(False)
+            stats["skipped_lines"] = stats.get("skipped_lines", 0) + n
+            stats["rows_without_text"] = stats.get("rows_without_text", 0) + n
+        rows = [r for r, ok in zip(rows, has_text) if ok]
+        if lines is not None:
+            lines = [ln for ln, ok in zip(lines, has_text) if ok]
     data: dict[str, Any] = {}
-    for c in columns(sorted(names), url):
+    for c in chosen:
         if c == "segments":
             data[c] = pa.array([_segments(r.get(c)) for r in rows], pa.list_(pa.struct([("text", pa.string())])))
         else:

@@ -288,6 +288,8 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
         entry: dict[str, Any] = {"path": p, "mode": kind, "documents": docs, "texts": texts, "bytes": nbytes}
         if stats.get("skipped_lines"):
             entry["skipped_lines"] = stats["skipped_lines"]
+        if stats.get("rows_without_text"):  # counted in skipped_lines too: rows with none of the text keys
+            entry["rows_without_text"] = stats["rows_without_text"]
         data_report.append(entry)
 
     for group, docs in read_docs.items():

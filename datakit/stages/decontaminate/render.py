@@ -59,8 +59,10 @@ def print_table(res: "CheckResult", console=None, examples: int = 3) -> None:
                       "the normalized text only: copies with identifiers renamed or comments stripped are found "
                       "by a scan (--no-index)", highlight=False)
     if res.skipped_lines:
-        console.print(f"[yellow]warning:[/yellow] {res.skipped_lines} unreadable line(s) skipped; the verdict covers "
-                      f"only the documents that were read", highlight=False)
+        no_text = sum(int(d.get("rows_without_text") or 0) for d in res.data)
+        why = f" ({no_text} of them rows with no text field: pass --text-field)" if no_text else ""
+        console.print(f"[yellow]warning:[/yellow] {res.skipped_lines} unreadable line(s) skipped{why}; the verdict "
+                      f"covers only the documents that were read", highlight=False)
     if res.redaction.method != "scrub_pii":
         console.print(f"[yellow]warning:[/yellow] snippets redacted by the regex fallback ({res.redaction.reason})",
                       highlight=False, markup=False)
