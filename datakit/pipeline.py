@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from datakit import contracts
 from datakit.io.fs import expand, from_cwd
@@ -78,6 +78,16 @@ class OutputConfig(BaseModel):
         if isinstance(v, int) and v < 1:
             raise ValueError(f"shards must be a positive number or 'auto' (got {v})")
         return v
+
+    @model_validator(mode="after")
+    def _index_of_a_readable_format(self) -> "OutputConfig":
+        # found in review: `format: megatron, index: true` wrote and committed the whole dataset, then failed
+        # (exit 2) telling the user to pass a --text-field `run` does not have; the index reads records or
+        # packed sequences only
+        if self.index and self.format not in ("parquet", "packed"):
+            raise ValueError(f"index: true needs format parquet or packed (the n-gram index reads records or "
+                             f"packed sequences; {self.format!r} is neither): index the record-level dataset instead")
+        return self
     mds_size_limit: int | None = Field(None, gt=0, lt=4 << 30,
                                        description="format mds: the largest MDS file in bytes (default 64 MiB, "
                                                    "MDSWriter's size_limit); below 4 GiB (u32 offsets)")

@@ -667,3 +667,24 @@ def test_a_row_with_no_text_field_is_skipped_and_said_not_scanned_as_empty(tmp_p
     only.mkdir()
     (only / "x.jsonl").write_text(json.dumps(chat) + "\n" + json.dumps({"text": None}) + "\n")
     _one_line_error(run("--data", str(only), "--eval", "humaneval"), "no readable document (2 unreadable lines skipped)")
+
+
+@pytest.mark.parametrize("fmt", ["megatron", "mds"])
+def test_a_token_only_dataset_is_refused_with_what_to_check_instead(tmp_path, fmt):
+    """Found in review: `output: {format: megatron, index: true}` committed the whole dataset, then failed
+    telling the user to pass a `--text-field` `run` does not have; a check or build-index of such a dataset
+    said the same. The pipeline is refused when loaded; the commands say what to check instead."""
+    import typer
+
+    from datakit.cli.contamination import build_index_command
+    from datakit.pipeline import Pipeline, PipelineError
+
+    with pytest.raises(PipelineError, match="index: true needs format parquet or packed"):
+        Pipeline.from_yaml_string(f"name: t\ninput: {{path: x}}\nstages: []\noutput: {{path: o, format: {fmt}, index: true}}\n")
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    (ds / "manifest.json").write_text(json.dumps({"format": fmt, "shards": []}))
+    _one_line_error(run("--data", str(ds), "--eval", "humaneval"), f"is a {fmt} dataset", "record-level")
+    app = typer.Typer()
+    app.command()(build_index_command)
+    _one_line_error(runner.invoke(app, [str(ds)]), f"is a {fmt} dataset")

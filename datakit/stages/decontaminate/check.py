@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from datakit.io.fs import InputError, expand, filesystem
 from datakit.io.verify import verify_if_committed
-from datakit.io.records import DATA_SUFFIXES, LINE_COLUMN, data_files, is_packed, iter_tables
+from datakit.io.records import DATA_SUFFIXES, LINE_COLUMN, data_files, is_packed, iter_tables, refuse_token_only_formats
 from datakit.stages.decontaminate.evals import EvalSet
 from datakit.stages.decontaminate.matcher import (EvalTable, TextSource, default_rule, match_batch, merge_spans,
                                              text_sources)
@@ -385,6 +385,7 @@ def _plan_inputs(paths: list[str], ngram: int | None, flags_req: int | None, tex
                     continue
                 log.warning("not using the n-gram index %s: %s; scanning the data instead (rebuild it with "
                             "`datakit build-index %s`)", side, stale, p)
+        refuse_token_only_formats(p)
         if is_packed(p):
             plan.append(("packed", p, None, group))
             continue
