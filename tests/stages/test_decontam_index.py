@@ -185,3 +185,35 @@ def test_fsspec_urls_for_data_and_index(dataset, humaneval):  # noqa: F811
     via = check("memory://dk-decontam/idx", [humaneval], min_fraction=0.0)
     assert [i.eval_id for i in via.evals[0].contaminated] == [i.eval_id for i in scan.evals[0].contaminated]
     fs.rm("/dk-decontam", recursive=True)
+
+
+def test_a_packed_dataset_without_its_tokenizer_file(tmp_path, he_rows, humaneval, caplog):  # noqa: F811
+    """Found in review: a packed dataset copied without its tokenizer.json said only "cannot load tokenizer
+    'datakit:demo-bpe': Exception". The tokenizer the manifest names is loaded instead when it is the same
+    one (its sha256), with a warning; else one line says the file is missing."""
+    import json
+    import logging
+
+    from datakit.io.fs import InputError
+    from datakit.stages.tokenize.direct import build_dataset
+    from datakit.stages.tokenize.stage import TokenizeConfig
+
+    rows = [record("leak", he_rows[21]["prompt"] + he_rows[21]["canonical_solution"]), record("x", "x = 1\n")]
+    cfg = TokenizeConfig(tokenizer="datakit:demo-bpe", seq_len=256, packing="concat")
+    build_dataset(pa.Table.from_pylist(rows, schema=TRAINING_RECORD_V1), str(tmp_path / "pk"), cfg, shards=1)
+    (tmp_path / "pk" / "tokenizer.json").unlink()
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        res = check(str(tmp_path / "pk"), [humaneval])
+    assert [i.eval_id for i in res.evals[0].contaminated] == ["HumanEval/21"]
+    assert "tokenizer.json is missing; decoding with 'datakit:demo-bpe', the same tokenizer" in caplog.text
+    mf = tmp_path / "pk" / "manifest.json"
+    m = json.loads(mf.read_text())
+    m["tokenizer"]["sha256"] = "0" * 64
+    mf.write_text(json.dumps(m))
+    with pytest.raises(InputError, match="tokenizer.json is missing, and 'datakit:demo-bpe' as loaded here is another "
+                                         "tokenizer"):
+        check(str(tmp_path / "pk"), [humaneval])
+    m["tokenizer"]["name"] = str(tmp_path / "gone" / "tokenizer.json")
+    mf.write_text(json.dumps(m))
+    with pytest.raises(InputError, match=r"tokenizer.json is missing, and '.*gone/tokenizer.json' could not be loaded"):
+        check(str(tmp_path / "pk"), [humaneval])

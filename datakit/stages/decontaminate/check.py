@@ -607,17 +607,33 @@ def _decoder(manifest: dict, path: str):
     """Token ids -> text with the dataset's own tokenizer (the tokenizer.json beside it when present)."""
     spec = manifest.get("tokenizer") or {}
     name = spec.get("name") if isinstance(spec, dict) else spec
+    missing = None  # the dataset's own tokenizer file, when the manifest names one that is not there
     try:
         if isinstance(spec, dict) and spec.get("file") and "://" not in path:
             from tokenizers import Tokenizer
 
-            tok = Tokenizer.from_file(f"{path.rstrip('/')}/{spec['file']}")
-            return lambda ids: tok.decode(ids, skip_special_tokens=True)
+            own = f"{path.rstrip('/')}/{spec['file']}"
+            if os.path.exists(own):
+                tok = Tokenizer.from_file(own)
+                return lambda ids: tok.decode(ids, skip_special_tokens=True)
+            missing = own
         from datakit.stages.tokenize.tokenizers import load_tokenizer
 
         lt = load_tokenizer(name)
-        return lt.decode
     except ImportError:
         raise InputError(f"{path}: cannot decode packed tokens (no tokenizer library available)") from None
     except Exception as e:
-        raise InputError(f"{path}: cannot load tokenizer {name!r}: {type(e).__name__}") from None
+        # found in review: a dataset copied without its tokenizer.json said only "cannot load tokenizer
+        # 'datakit:demo-bpe': Exception"
+        why = f"{missing} is missing, and {name!r} could not be loaded instead" if missing else \
+            f"cannot load tokenizer {name!r}"
+        raise InputError(f"{path}: {why} ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})"
+                         ) from None
+    if missing is not None:
+        want = spec.get("sha256") if isinstance(spec, dict) else None
+        if want and lt.sha256 != want:
+            raise InputError(f"{path}: {missing} is missing, and {name!r} as loaded here is another tokenizer "
+                             f"(sha256 {lt.sha256[:12]} against the dataset's {want[:12]}): restore the file")
+        log.warning("%s is missing; decoding with %r, the same tokenizer (sha256 %s)", missing, name,
+                    (want or lt.sha256)[:12])
+    return lt.decode
