@@ -25,6 +25,37 @@ except ImportError:  # pragma: no cover - before the Spark engine lands
     pass
 
 from tests.eventgen import make_event, write_jsonl  # noqa: E402,F401
+from tests.packaging_env import user_venv, wheel_dists  # noqa: E402,F401  (session: one wheel build per run)
+
+
+@pytest.fixture
+def events_file(tmp_path):
+    """A small valid JSON Lines file of mixed events."""
+    path = tmp_path / "logs" / "part-00000.jsonl"
+    write_jsonl(path, [make_event(i) for i in range(20)])
+    return path
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items) -> None:
+    """Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), keep the tests that share a JVM together.
+
+    Why: every Spark test shares one local[2] session per process (tests/spark_fixtures.py), and the
+    standalone-cluster tests share one cluster (tests/engines/conftest.py). Grouping sends each set to one
+    worker, so each JVM starts once, while the other worker runs the tests that need no JVM. Without xdist
+    the mark does nothing. tryfirst: xdist reads the marks in its own collection hook (it renames each
+    marked test `<nodeid>@<group>`), which would otherwise run before this one and see none
+    (tests/test_xdist_groups.py checks that the groups group).
+    """
+    for item in items:
+        if item.get_closest_marker("cluster"):
+            item.add_marker(pytest.mark.xdist_group("cluster"))
+        elif (item.get_closest_marker("spark") or "spark" in getattr(item, "fixturenames", ())
+              or "spark" in item.name.lower() or "spark" in item.path.name):
+            item.add_marker(pytest.mark.xdist_group("spark"))
+    # A test about what a *fresh* pyspark Python worker imports goes first: the session's workers are
+    # reused, and once the group shares one session every earlier Spark test's job would have set them up
+    items.sort(key=lambda item: item.get_closest_marker("fresh_spark_workers") is None)  # stable
 
 
 @pytest.fixture(autouse=True)
