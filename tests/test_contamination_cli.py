@@ -688,3 +688,19 @@ def test_a_token_only_dataset_is_refused_with_what_to_check_instead(tmp_path, fm
     app = typer.Typer()
     app.command()(build_index_command)
     _one_line_error(runner.invoke(app, [str(ds)]), f"is a {fmt} dataset")
+
+
+def test_a_document_id_holding_an_email_is_redacted_in_every_report(tmp_path):
+    """Found in review: a JSON Lines `id` holding an e-mail appeared in clear as the match's doc_id in the
+    JSON, the HTML and the terminal, while every snippet was redacted."""
+    he = _he()
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "x.jsonl").write_text(json.dumps({"id": "jane.doe@example.com/42", "text": he[20]["prompt"]
+                                           + he[20]["canonical_solution"]}) + "\n")
+    r = run("--data", str(d), "--eval", "humaneval", "--json", str(tmp_path / "r.json"), "--html", str(tmp_path / "r.html"))
+    assert r.exit_code == 1, r.output
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert [m["doc_id"] for e in rep["evals"] for m in e["matches"]] == ["<EMAIL>/42"]
+    for where in (r.output, (tmp_path / "r.json").read_text(), (tmp_path / "r.html").read_text()):
+        assert "jane.doe@example.com" not in where

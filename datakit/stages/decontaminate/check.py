@@ -531,8 +531,16 @@ def _redact_matches(results: list[EvalResult], table: EvalTable) -> Redaction:
     mark the shared spans on what is shown."""
     info = Redaction()
     ms = [m for e in results for m in e.matches]
-    texts = [m.snippet for m in ms] + [m.eval_excerpt or "" for m in ms]
-    red = redact(texts, info, prose=[True] * len(ms) + [False] * len(ms))  # names in the data, not the evals
+    near = [n for e in results for n in e.near_threshold]
+    # the documents' ids too: a user's `id` may hold an e-mail (found in review: it reached the JSON, the
+    # HTML and the terminal in clear while every snippet was redacted)
+    ids = [m.doc_id or "" for m in ms] + [n.doc_id or "" for n in near]
+    texts = [m.snippet for m in ms] + [m.eval_excerpt or "" for m in ms] + ids
+    red = redact(texts, info, prose=[True] * len(ms) + [False] * (len(ms) + len(ids)))  # names in the data
+    for obj, new_id in zip(ms + near, red[2 * len(ms):]):
+        if obj.doc_id:
+            obj.doc_id = new_id
+    red = red[:2 * len(ms)]
     for m, doc, ev in zip(ms, red[:len(ms)], red[len(ms):]):
         hashes = getattr(m, "_hashes", np.zeros(0, np.uint64))
         m.snippet = clip(doc)
