@@ -704,3 +704,22 @@ def test_a_document_id_holding_an_email_is_redacted_in_every_report(tmp_path):
     assert [m["doc_id"] for e in rep["evals"] for m in e["matches"]] == ["<EMAIL>/42"]
     for where in (r.output, (tmp_path / "r.json").read_text(), (tmp_path / "r.html").read_text()):
         assert "jane.doe@example.com" not in where
+
+
+def test_usage_mistakes_of_the_check_commands_are_one_line_each(tmp_path):
+    """Found in review: `--json - --html -` wrote JSON then HTML into one stream (exit 1); `build-index
+    FILE.parquet` was a NotADirectoryError (exit 3); `evals pull humaneval` said "unknown eval"."""
+    import typer
+
+    from datakit.cli.contamination import build_index_command, evals_app
+
+    d = tmp_path / "d"
+    d.mkdir()
+    pq.write_table(pa.table({"text": ["x = 1"]}), str(d / "f.parquet"))
+    _one_line_error(run("--data", str(d), "--eval", "humaneval", "--json", "-", "--html", "-"),
+                    "both write to standard output")
+    app = typer.Typer()
+    app.command()(build_index_command)
+    _one_line_error(runner.invoke(app, [str(d / "f.parquet")]), "is a file", "give --out IDX")
+    assert not (d / "f.parquet" / "_ngram_index").exists()
+    _one_line_error(runner.invoke(evals_app, ["pull", "humaneval"]), "'humaneval' needs no pull")

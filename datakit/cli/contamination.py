@@ -11,6 +11,7 @@ Also runnable as `python -m datakit.cli contamination-check --data ... --eval ..
 """
 from __future__ import annotations
 
+import os
 from typing import List, Optional
 
 import typer
@@ -68,6 +69,8 @@ def contamination_check(
     """Check eval sets against training data by n-gram overlap; exit 1 if any is contaminated."""
     from datakit.io.fs import InputError
 
+    if json_out == "-" and html_out == "-":  # found in review: JSON then HTML on one stream, exit 1
+        _fail("--json - and --html - both write to standard output; give one of them a file")
     norms = _normalizations(normalize)
     try:
         from datakit.stages.decontaminate.check import check
@@ -153,6 +156,9 @@ def build_index_command(
     if out is None:
         if len(data) != 1 or any(c in data[0] for c in "*?["):
             _fail("--out is required for several paths or a glob")
+        if "://" not in data[0] and os.path.isfile(data[0]):  # found in review: NotADirectoryError, exit 3
+            _fail(f"{data[0]} is a file, and the index goes inside DATA by default: give --out IDX (an index of "
+                  "this file only), or its folder as DATA")
         out = f"{data[0].rstrip('/')}/_ngram_index"
     try:
         from datakit.indexing import build_index
