@@ -82,6 +82,24 @@ def test_mask_mode_rewrites_preference_answers_and_declares_every_column_it_chan
     assert changed <= set(DecontaminateConfig.writes)
 
 
+def test_mask_mode_masks_a_leak_written_as_escaped_json(he_rows):  # noqa: F811
+    """Found in review: a chat message holding `json.dumps(HumanEval row)` matched in its decoded copy, whose
+    byte spans are not the text's, so mask mode left the leak in place and a later check flagged it (28%).
+    The string holding it is masked whole; the record's other texts stay."""
+    leak = json.dumps(he_rows[100])
+    rec = {**record("chat", "hi"), "kind": "sft",
+           "segments": [{"text": "please store this item", "train": False, "role": "user"},
+                        {"text": "Stored:\n" + leak, "train": True, "role": "assistant"}]}
+    batch = pa.Table.from_pylist([rec], schema=TRAINING_RECORD_V1).to_batches()[0]
+    cfg = DecontaminateConfig(evals=["humaneval"], mode="mask", mask_with="<MASKED>")
+    out = cfg.build_fn()(batch)
+    segs = out.column("segments")[0].as_py()
+    assert segs[0]["text"] == "please store this item" and segs[1]["text"] == "<MASKED>"
+    assert json.loads(out.column("_metrics")[0].as_py()) == {"decontam.masked": 1, "decontam.masked:humaneval": 1}
+    again = cfg.build_fn()(out.drop_columns(["_metrics"]))
+    assert json.loads(again.column("_metrics")[0].as_py() or "{}") == {}  # nothing left to find
+
+
 def test_config_validation_and_yaml(tmp_path):
     ev = _mbpp_like(tmp_path)
     p = Pipeline.from_yaml_string(

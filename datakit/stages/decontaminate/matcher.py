@@ -398,6 +398,9 @@ class TextSource:
     offsets: np.ndarray
     row_of: np.ndarray   # int64, string -> row in the batch
     strings: pa.Array    # for snippets and masking
+    # a decoded copy (`decoded_sources`): (index of the source it decodes, that source's string of each of
+    # its strings); its byte spans are not the original's, so masking masks that whole original string
+    origin: tuple[int, np.ndarray] | None = None
 
 
 _ESCAPES = [("\\\\", "\x00"), ("\\n", "\n"), ("\\t", "\t"), ("\\r", "\r"), ('\\"', '"'), ("\\'", "'"),
@@ -412,7 +415,7 @@ def decoded_sources(sources: list[TextSource]) -> list[TextSource]:
     n-gram of the item survives that. Only texts containing `\\n` are copied.
     """
     out = []
-    for src in sources:
+    for k, src in enumerate(sources):
         if not len(src.strings):
             continue
         has = pc.fill_null(pc.match_substring(src.strings, "\\n"), False)
@@ -425,7 +428,7 @@ def decoded_sources(sources: list[TextSource]) -> list[TextSource]:
         for a, b in _ESCAPES:
             arr = pc.replace_substring(arr, a, b)
         data, offs = arrow_text_buffers(arr)
-        out.append(TextSource(src.name, data, offs, src.row_of[which], arr))  # spans are not the row's
+        out.append(TextSource(src.name, data, offs, src.row_of[which], arr, (k, which)))  # spans are not the row's
     return out
 
 

@@ -195,15 +195,27 @@ class DecontamFn:
             return _append(batch, [(METRICS, metrics_column(batch.num_rows, {}))])
         good = set(zip(m.rows[ok].tolist(), m.items[ok].tolist()))
         spans: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        whole: set[tuple[int, int]] = set()  # strings whose match was found in their decoded copy
+        scanned = m.sources or sources
         for r, it, si, st, a, b in zip(m.hit_row.tolist(), m.hit_item.tolist(), m.hit_source.tolist(),
                                        m.hit_string.tolist(), m.hit_a.tolist(), m.hit_b.tolist()):
-            if (r, it) in good:
+            if (r, it) not in good:
+                continue
+            if si < len(sources):
                 spans.setdefault((si, st), []).append((a, b))
+            elif si < len(scanned) and scanned[si].origin is not None:
+                # found in review: a leak written as escaped JSON was matched in its decoded copy, whose byte
+                # spans are not the text's, and left in place; the whole string holding it is masked
+                k, which = scanned[si].origin
+                whole.add((k, int(which[st])))
         new: dict[str, dict[int, str | None]] = {}  # column -> piece index -> masked text (`with_texts`)
         for (si, st), sp in spans.items():
-            if si < len(sources) and sources[si].strings[st].is_valid:  # (not the decoded extra sources)
+            if (si, st) not in whole and sources[si].strings[st].is_valid:
                 new.setdefault(sources[si].name, {})[st] = _mask_text(sources[si].strings[st].as_py(), sp,
                                                                       self.mask_with)
+        for si, st in whole:
+            if sources[si].strings[st].is_valid:
+                new.setdefault(sources[si].name, {})[st] = self.mask_with
         counts: dict[str, int] = {"decontam.masked": len(hits)}
         for per in hits.values():
             for e in per:
