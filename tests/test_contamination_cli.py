@@ -63,8 +63,9 @@ def test_contaminated_exits_1_and_threshold_lets_it_pass(data, tmp_path):
     ev = rep["evals"][0]
     assert ev["contaminated_items"] == 2 and ev["items"] == 164 and rep["contaminated"] is True
     assert {m["eval_id"] for m in ev["matches"]} == {"HumanEval/2", "HumanEval/11"}
-    # 2/164 = 1.2%: a 2% threshold passes the gate
-    assert run("--data", str(data / "dirty"), "--eval", "humaneval", "--threshold", "0.02").exit_code == 0
+    # 2/164 = 1.2%: a 2% threshold passes the gate; the table does not call 2 contaminated items "clean"
+    passed = run("--data", str(data / "dirty"), "--eval", "humaneval", "--threshold", "0.02")
+    assert passed.exit_code == 0 and "within threshold" in passed.output and "clean" not in passed.output
 
 
 @pytest.mark.parametrize("args,message", [
