@@ -159,3 +159,27 @@ def test_use_the_output_snippet_runs(readme_dir, client, monkeypatch):
         assert names["step"] == len(names["loader"]) - 1 > 0
     else:
         assert len(names["ds"]) == 30
+
+
+def test_read_output_says_what_it_cannot_read(tmp_path):
+    """Found in review: `read_output(path, columns=["nope"])` raised Arrow's error with the whole schema,
+    and an MDS dataset was told to use datakit.loader, which refuses MDS too."""
+    import json
+
+    import pytest
+
+    from datakit import Pipeline
+    from datakit.io.dataset import read_output
+    from datakit.io.fs import InputError
+    from tests.eventgen import make_event, write_jsonl
+
+    write_jsonl(tmp_path / "logs" / "a.jsonl", [make_event(i) for i in range(3)])
+    Pipeline("r").input(str(tmp_path / "logs")).add({"kind": "ingest"}).output(str(tmp_path / "o")).run(workers=1)
+    with pytest.raises(InputError, match=r"has no column 'nope' \(columns: event_id"):
+        read_output(tmp_path / "o", ["event_id", "nope"])
+    assert read_output(tmp_path / "o", ["event_id"]).num_rows == 3
+    m = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    for fmt, reader in (("mds", "streaming.StreamingDataset"), ("packed", "datakit.loader.PackedDataset")):
+        (tmp_path / "o" / "manifest.json").write_text(json.dumps({**m, "format": fmt}))
+        with pytest.raises(InputError, match=f"is a '{fmt}' dataset of token ids, not records: read it with {reader}"):
+            read_output(tmp_path / "o")

@@ -40,11 +40,21 @@ def read_output(path: str, columns: list[str] | None = None, verify: bool = Fals
             raise InputError(f"{path} is not an append-mode dataset; it has no snapshots")
         m = select(m, snapshot)
     if m.get("format") != "parquet":
-        raise InputError(f"{path} is a {m.get('format')!r} dataset; use datakit.loader for packed data")
+        # found in review: "use datakit.loader" for an MDS dataset, which PackedDataset refuses too
+        reader = {"packed": "datakit.loader.PackedDataset", "mds": "streaming.StreamingDataset (MosaicML)",
+                  "megatron": "Megatron-LM's indexed dataset"}.get(str(m.get("format")), "its own format's reader")
+        raise InputError(f"{path} is a {m.get('format')!r} dataset of token ids, not records: read it with {reader} "
+                         "(schemas/output_layout.md)")
     verify_dataset(path, m, checksums=verify)
     tables = []
     for shard in m["shards"]:
         for f in shard["files"]:
             fs, p = filesystem(f"{path.rstrip('/')}/{f}")
+            if columns is not None and not tables:  # a column the records lack: one line, not Arrow's dump
+                names = pq.read_schema(p, filesystem=arrow_filesystem(fs)).names
+                missing = [c for c in columns if c not in names]
+                if missing:
+                    raise InputError(f"{path} has no column {', '.join(map(repr, missing))} (columns: "
+                                     f"{', '.join(names)})")
             tables.append(pq.read_table(p, filesystem=arrow_filesystem(fs), columns=columns))
     return pa.concat_tables(tables) if tables else pa.table({})
