@@ -34,6 +34,8 @@ class _Break:
             return None
         if self.how == "int_drop_reason":
             return batch.append_column("_drop", pa.array([1] * batch.num_rows))
+        if self.how == "empty_drop_reason":  # found in review: '' dropped every row, reason ''
+            return batch.append_column("_drop", pa.array([""] * batch.num_rows))
         return batch
 
 
@@ -64,7 +66,8 @@ def _pipe(logs, out, how) -> Pipeline:
                                          # hash with two; None: an AttributeError; ints: reasons named "1"
                                          ("null_event_id", "kept 6 row\\(s\\) of a batch with no event_id"),
                                          ("return_none", "returned NoneType, not a pyarrow RecordBatch"),
-                                         ("int_drop_reason", "_drop column of int64")])
+                                         ("int_drop_reason", "_drop column of int64"),
+                                         ("empty_drop_reason", "empty _drop reason")])
 def test_local_engine_fails_and_commits_nothing(tmp_path, logs, how, needle):
     out = tmp_path / "out"
     with pytest.raises(StageOutputError, match=f"stage 'test_break_schema' .*{needle}"):

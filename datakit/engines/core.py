@@ -243,6 +243,10 @@ def apply_map(fn: Callable, batch: pa.RecordBatch, schema: pa.Schema, stage: str
             raise StageOutputError(f"stage {stage!r} ({op}) returned a {DROP} column of {drop_col.type}; it holds "
                                    "reasons, a string per dropped row (a stage bug); nothing was committed")
         if drop_col.null_count != len(drop_col):
+            empty = pc.sum(pc.cast(pc.equal(drop_col.cast(pa.string()), ""), pa.int64())).as_py() or 0
+            if empty:  # found in review: '' (meant as "keep") dropped every row under the reason ''
+                raise StageOutputError(f"stage {stage!r} ({op}) returned {empty} empty {DROP} reason(s); a dropped "
+                                       "row needs a reason, a kept row null (a stage bug); nothing was committed")
             keep = pc.is_null(drop_col)
             dropped = out.filter(pc.invert(keep))
             drops = count_drops(dropped)
