@@ -72,7 +72,7 @@ TRAINING_RECORD_V1 = pa.schema(
     ]
 )
 
-# What the `kto` stage writes: TRL's unpaired-preference columns (KTOTrainer / BCOTrainer read
+# What the `kto` stage writes: TRL's unpaired-preference columns (KTOTrainer reads
 # prompt, completion, label directly), the reward, and the record's lineage.
 KTO_EXAMPLE_V1 = pa.schema(
     [

@@ -3,7 +3,7 @@
 Why a stage at the end and not columns written by extract: the texts must be
 the *scrubbed* ones, so the prompt is rendered from the record's segments after
 `scrub_pii` (and dedup/decontamination) ran. The output (contract
-`kto_example.v1`) is what TRL's `KTOTrainer` (and `BCOTrainer`) load as a
+`kto_example.v1`) is what TRL's `KTOTrainer` loads as a
 dataset: string `prompt`, string `completion`, bool `label`; `reward` (0..1,
 for policy-gradient trainers), `doc_id`, `source` (lineage) and `meta` ride along.
 
