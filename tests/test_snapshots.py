@@ -704,3 +704,23 @@ def test_an_empty_snapshot_does_not_stop_the_check_of_the_dataset(tmp_path, inde
     assert res.evals[0].contaminated_items == 1
     twice = check([str(tmp_path / "ds"), str(tmp_path / "ds") + "/"], [f"e={ev}"])
     assert sum(d["documents"] for d in twice.data) == sum(d["documents"] for d in res.data) == 2
+
+
+def test_an_append_mode_mds_dataset_lists_each_snapshots_index_and_verifies(tmp_path):
+    """Found in review: the top manifest listed the latest snapshot's `data/index.json` at the dataset root,
+    where no such file exists, so `datakit validate` and `inspect --verify` of every append-mode MDS dataset
+    failed ("data file data/index.json is missing")."""
+    from datakit.io.dataset import read_manifest
+    from datakit.io.verify import verify_dataset
+    from tests.stages.test_tokenize import TOKENIZER
+
+    tok = {"kind": "tokenize", "tokenizer": TOKENIZER, "seq_len": 64}
+    for day, rows in (("2026-11-01", DAY1), ("2026-11-02", DAY2)):
+        p = day_pipeline(tmp_path, day, rows, stages=(tok,), out="mds")
+        p.config.output.format = "mds"
+        p.run(workers=1)
+    top = read_manifest(str(tmp_path / "mds"))
+    files = top["dataset_files"]["files"]
+    assert files == ["_snapshots/dt=2026-11-01/data/index.json", "_snapshots/dt=2026-11-02/data/index.json"]
+    assert all((tmp_path / "mds" / f).is_file() for f in files) and set(top["dataset_files"]["sha256"]) == set(files)
+    verify_dataset(str(tmp_path / "mds"), top, checksums=True)
