@@ -386,19 +386,39 @@ class PackedDataset:
                 "position_ids": position_ids, "cu_seqlens": cu}
 
     @cached_property
-    def _docs(self) -> list[list[str]]:
+    def _doc_lists(self) -> dict[int, list[str]]:
+        return {}
+
+    def _docs(self, k: int) -> list[str]:
+        """Shard k's document ids (its `docs` table), read on first use: one damaged shard's table fails
+        only that shard's lookups, in one line (found in review: a damaged footer was a pyarrow OSError
+        traceback from `datakit inspect`, and broke every shard's segments, all being read at once)."""
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        self._check_unchanged([s["arrays"]["docs"] for s in self.shards])
-        return [pq.read_table(self.path / s["arrays"]["docs"], columns=["doc_id"]).column(0).to_pylist()
-                for s in self.shards]
+        if k not in self._doc_lists:
+            name = self.shards[k]["arrays"]["docs"]
+            self._check_unchanged([name])
+            try:
+                self._doc_lists[k] = pq.read_table(self.path / name, columns=["doc_id"]).column(0).to_pylist()
+            except (OSError, pa.ArrowException) as e:
+                raise DatasetError(f"{self.path}: {name} cannot be read ({type(e).__name__}: "
+                                   f"{str(e).splitlines()[0][:160] if str(e) else ''}); the files changed after "
+                                   "they were written (`datakit inspect --verify`)") from None
+        return self._doc_lists[k]
 
     def segments(self, i: int) -> list[dict[str, Any]]:
         """Sequence i's segments: start, end, doc_id (None = padding), offset of the piece in its document."""
-        k, _ = self.locate(i)
+        k, r = self.locate(i)
         _, _, segs = self.raw(i)
         ends = list(segs[1:, 0]) + [self.seq_len]
-        return [{"start": int(s), "end": int(e), "doc_id": self._docs[k][int(row)] if row >= 0 else None,
+        docs = self._docs(k)
+        rows = segs[:, 1] if len(segs) else segs
+        if len(rows) and int(rows.max()) >= len(docs):  # a same-size edit of the document rows (found in review)
+            raise DatasetError(f"{self.path}: shard {k}, sequence {r}: a segment names document row "
+                               f"{int(rows.max())} of {len(docs)}: its segment index is damaged; the files changed "
+                               "after they were written (`datakit inspect --verify`)")
+        return [{"start": int(s), "end": int(e), "doc_id": docs[int(row)] if row >= 0 else None,
                  "doc_offset": int(off)} for (s, row, off), e in zip(segs.tolist(), ends)]
 
     @cached_property

@@ -392,3 +392,34 @@ def test_inspect_shows_control_characters_of_the_data_instead_of_sending_them_to
     assert res.exit_code == 0, res.output
     assert "\x1b" not in res.output and "\x07" not in res.output and "\x9b" not in res.output
     assert "x = 1\\x1b]0;PWNED\\x07\n\tdef f(): pass\\x9b2J" in res.output
+
+
+@pytest.mark.parametrize("damage", ["doc_row", "docs_footer"])
+def test_damaged_document_rows_or_docs_table_are_one_clear_error(dataset, tmp_path, damage):
+    """Found in review: a same-size edit of a segment's document row was an IndexError from `segments`
+    and a damaged `docs-*.parquet` footer a pyarrow OSError, both tracebacks (exit 1) from `datakit
+    inspect`; and the damaged table broke every shard's segments. One line, exit 2, that shard only."""
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copytree(dataset.path, tmp_path / "ds")
+    data = tmp_path / "ds" / "data"
+    if damage == "doc_row":
+        arr = np.load(data / "segments-00001.npy")
+        arr[0, 1] = 10 ** 6
+        np.save(data / "segments-00001.npy", arr)
+        message = "shard 1, sequence 0: a segment names document row 1000000 of"
+    else:
+        raw = bytearray((data / "docs-00001.parquet").read_bytes())
+        raw[-10] ^= 0xFF  # inside the footer's length or its magic: same size
+        (data / "docs-00001.parquet").write_bytes(bytes(raw))
+        message = "docs-00001.parquet cannot be read"
+    ds = PackedDataset(tmp_path / "ds")
+    first = int(ds._cum[1])  # the damaged shard's first sequence
+    with pytest.raises(DatasetError, match=message):
+        ds.segments(first)
+    assert ds.segments(0)  # the other shards are read as before
+    r = subprocess.run([sys.executable, "-m", "datakit.cli", "inspect", str(tmp_path / "ds"), "-n", str(first + 1)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and message.split(":")[0] in r.stderr, r.stderr[-2000:]
