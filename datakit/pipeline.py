@@ -427,7 +427,9 @@ class Pipeline:
                 raise PipelineError(f"{cfg.name}: output: key {key!r} is not a column of the output "
                                     f"({', '.join(rel.schema.names)})")
             sink = SinkSpec(path=out_path, format=o.format, shards=shards, key=key, sort_key=sort_key, options=options)
-        config = self.to_dict()
+        # every local path as the run resolved it (the stages' path fields too: found in review, a pipeline
+        # saved with `to_yaml` into another folder hashed differently by its forget list's spelling)
+        config = _rebased(self.to_dict(), Path(self.base_dir).absolute(), None, cfg.stages)
         # the run's real input and output, resolved (a `--input`/`--output` override replaces the file's
         # paths): the config hash and the manifest describe what was run, not how a path was spelled
         # (found in review: `run()` and `run(output="o")` into the same folder hashed differently, so the
@@ -687,9 +689,10 @@ class Pipeline:
             raise QualityGateError(failure_line("output", bad) + " (the output was written; do not use it)")
 
 
-def _rebased(d: dict[str, Any], base: Path, dest: Path, stages: list[StageConfig]) -> dict[str, Any]:
-    """`d` (a `to_dict`) with its relative local paths made relative to `dest` instead of `base`."""
-    if base.resolve() == dest.resolve():
+def _rebased(d: dict[str, Any], base: Path, dest: Path | None, stages: list[StageConfig]) -> dict[str, Any]:
+    """`d` (a `to_dict`) with its relative local paths made relative to `dest` instead of `base`
+    (`dest` None: absolute, as the config hash records them)."""
+    if dest is not None and base.resolve() == dest.resolve():
         return d
 
     def one(p: Any, must_exist: bool = False) -> Any:
@@ -698,7 +701,7 @@ def _rebased(d: dict[str, Any], base: Path, dest: Path, stages: list[StageConfig
         full = os.path.join(base, p)
         if must_exist and not os.path.exists(full):
             return p  # a name, not a file (a registry eval, a Hub tokenizer id, `datakit:NAME`)
-        return os.path.relpath(full, dest)
+        return os.path.abspath(full) if dest is None else os.path.relpath(full, dest)
 
     def many(v: Any, must_exist: bool = False) -> Any:
         return [one(x, must_exist) for x in v] if isinstance(v, list) else one(v, must_exist)

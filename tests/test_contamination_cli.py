@@ -724,3 +724,15 @@ def test_usage_mistakes_of_the_check_commands_are_one_line_each(tmp_path):
     _one_line_error(runner.invoke(app, [str(d / "f.parquet")]), "is a file", "give --out IDX")
     assert not (d / "f.parquet" / "_ngram_index").exists()
     _one_line_error(runner.invoke(evals_app, ["pull", "humaneval"]), "'humaneval' needs no pull")
+
+
+def test_recorded_data_given_as_a_glob_is_present_only_when_it_matches(tmp_path):
+    """Found in review: any recorded glob counted as data on this machine, so a copied index built from a
+    glob was refused ("N removed") where the docs promise a warning."""
+    from datakit.stages.decontaminate.check import _present
+
+    (tmp_path / "d").mkdir()
+    assert not _present(str(tmp_path / "d" / "*.jsonl"))
+    (tmp_path / "d" / "a.jsonl").write_text('{"text": "x"}\n')
+    assert _present(str(tmp_path / "d" / "*.jsonl")) and _present(str(tmp_path / "d"))
+    assert not _present(str(tmp_path / "elsewhere"))

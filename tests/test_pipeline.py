@@ -248,10 +248,16 @@ def test_the_config_hash_is_of_the_paths_used_not_of_their_spelling(tmp_path, mo
     from datakit.pipeline import Pipeline
     from tests.eventgen import make_event, write_jsonl
 
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     monkeypatch.chdir(tmp_path)
     write_jsonl(tmp_path / "logs" / "a.jsonl", [make_event(i) for i in range(4)])
-    p = Pipeline("h").input("logs/*.jsonl").add({"kind": "ingest"}).output("o", shards=2)
+    pq.write_table(pa.table({"user_id": ["nobody"]}), tmp_path / "optout.parquet")
+    p = (Pipeline("h").input("logs/*.jsonl").add({"kind": "ingest"})
+         .add({"kind": "consent", "optouts": "optout.parquet"}).output("o", shards=2))
     a = p.compile()
+    assert a.config["stages"][1]["optouts"] == str(tmp_path / "optout.parquet")  # a stage's path field too
     assert a.config["output"]["path"] == str(tmp_path / "o") and a.config["input"]["path"] == str(tmp_path / "logs/*.jsonl")
     assert p.compile(output_override="o").config_hash == a.config_hash
     assert p.compile(output_override=str(tmp_path / "o"), input_override="logs/*.jsonl").config_hash == a.config_hash

@@ -74,6 +74,7 @@ class _Guard:
         self.limit = 0.0
         self.span: tuple[int, float, str, int] | None = None  # (token, started, what, thread id)
         self.token = 0
+        self.delivered = 0  # the span the exception was raised into (0: none)
         self.message = "a batch made no progress"
         self.thread: threading.Thread | None = None
 
@@ -94,10 +95,23 @@ class _Guard:
             self.span = (token, time.monotonic(), what, threading.get_ident())
         try:
             yield
-        finally:
-            with self.lock:  # after this, no exception is delivered for this span
-                if self.span is not None and self.span[0] == token:
-                    self.span = None
+        except BaseException:
+            self._close(token)
+            raise
+        if self._close(token):
+            # the exception was raised into this span and swallowed by the code in it (a stage that catches
+            # everything): the batch's result then depends on when the limit fell (found in review: a record
+            # stuck past it was dropped by the stage's own handler, kept under a longer limit). Fail it anyway.
+            raise StalledBatchError(self.message)
+
+    def _close(self, token: int) -> bool:
+        """End span `token` (no exception is delivered for it after this); True if one was delivered."""
+        with self.lock:
+            if self.span is not None and self.span[0] == token:
+                self.span = None
+            delivered = self.delivered == token
+            self.delivered = 0
+            return delivered
 
     def _watch(self) -> None:
         raised: int | None = None  # the span the exception was raised in
@@ -117,6 +131,7 @@ class _Guard:
                                     "the function loop, or a read that never returns")
                     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(StalledBatchError))
                     raised, raised_at, delivered = token, now, True
+                    self.delivered = token
                 elif raised == token and now - raised_at > _grace(self.limit):
                     _end_worker(self.message)
             if delivered:
@@ -130,9 +145,12 @@ def _grace(limit: float) -> float:
 
 def _end_worker(message: str) -> None:
     """Say why and show where the worker is stuck, then end it (the task fails; Spark retries it)."""
-    # shaped as a Python error line: the driver's one-line summary picks it out of Spark's crash report
-    line = (f"{StalledBatchError.__module__}.StalledBatchError: {message}; the exception did not surface, so "
-            "this Python worker was ended\n")
+    from datakit.logs import _redact
+
+    # shaped as a Python error line: the driver's one-line summary picks it out of Spark's crash report;
+    # redacted like a log line (the span names an input file: a presigned URL carries a token)
+    line = (f"{StalledBatchError.__module__}.StalledBatchError: {_redact(message)}; the exception did not surface, "
+            "so this Python worker was ended\n")
     targets = [sys.stderr]
     fh_dir = os.environ.get("PYTHON_FAULTHANDLER_DIR")
     if fh_dir:  # pyspark's fault-handler file: the JVM appends it to the task's error when the worker dies

@@ -55,3 +55,20 @@ def test_watched_times_each_wait_for_the_next_item():
             got.append(x)
             time.sleep(0.8)  # the consumer's own time between items is not the reader's
     assert got == [1]
+
+
+def test_a_span_that_swallowed_the_exception_still_fails():
+    """Found in review: a stage that catches every exception swallowed the guard's, finished its batch and
+    the task succeeded, its output depending on when the limit fell. The span fails when it closes."""
+    spark_stall.start(0.3)
+    t = time.monotonic()
+    with pytest.raises(StalledBatchError, match="catching work made no progress"):
+        with spark_stall.watching("catching work"):
+            caught = 0
+            while time.monotonic() - t < 2 and not caught:
+                try:
+                    sum(range(100))
+                except Exception:  # noqa: BLE001 - what such a stage does
+                    caught += 1
+    with spark_stall.watching("the next span is not failed for the last one's stall"):
+        pass

@@ -240,7 +240,9 @@ class _AddColumnsFn:
         n = batch.num_rows
         batch = batch.append_column("quality_score", pa.array([0.25] * n, pa.float64()))
         notes = ["reviewed by jane@acme-corp.com" if i == 0 else None for i in range(n)]
-        return batch.append_column("note", pa.array(notes, pa.string()))
+        batch = batch.append_column("note", pa.array(notes, pa.string()))
+        batch = batch.append_column("_tag", pa.array(["mail jane@acme-corp.com"] * n, pa.string()).dictionary_encode())
+        return batch
 
 
 def _add_columns_stage(extra: pa.Field | None = None):
@@ -255,6 +257,7 @@ def _add_columns_stage(extra: pa.Field | None = None):
 
         def compile(self, rel, ctx):
             schema = rel.schema.append(pa.field("quality_score", pa.float64())).append(pa.field("note", pa.string()))
+            schema = schema.append(pa.field("_tag", pa.dictionary(pa.int32(), pa.string())))
             return rel.map_batches(_AddColumnsFn(), schema if extra is None else schema.append(extra), name="add")
 
     return AddColumns()
@@ -279,10 +282,14 @@ def test_columns_a_custom_stage_added_are_kept_and_their_strings_scrubbed(tmp_pa
 
     res = pipeline(_add_columns_stage(), tmp_path / "out").run(workers=1)
     table = read_output(str(tmp_path / "out"))
-    assert table.column_names[-2:] == ["quality_score", "note"]
+    assert table.column_names[-3:] == ["quality_score", "note", "_tag"]
+    # a `_`-named and dictionary-encoded column too (found in a later review: both passed through unscanned)
+    assert set(table.column("_tag").to_pylist()) == {"mail <EMAIL>"}
     assert set(table.column("quality_score").to_pylist()) == {0.25}
     notes = [x for x in table.column("note").to_pylist() if x]
     assert notes == ["reviewed by <EMAIL>"]
-    assert res.stage("scrub_pii")["metrics"]["pii.email"] == 2  # the segment's and the note's
+    assert res.stage("scrub_pii")["metrics"]["pii.email"] == 2 + len(_records())  # segment, note, every _tag
     with pytest.raises(PipelineError, match=r"scrub_pii cannot scan column 'tags' \(list<item: string>\)"):
         pipeline(_add_columns_stage(pa.field("tags", pa.list_(pa.string()))), tmp_path / "out2").compile()
+    with pytest.raises(PipelineError, match=r"scrub_pii cannot scan column 'blob' \(fixed_size_binary"):
+        pipeline(_add_columns_stage(pa.field("blob", pa.binary(8))), tmp_path / "out3").compile()

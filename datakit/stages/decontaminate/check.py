@@ -408,6 +408,17 @@ def _plan_inputs(paths: list[str], ngram: int | None, flags_req: int | None, tex
     return plan, n, flags
 
 
+def _present(path: str) -> bool:
+    """Whether `path` (a file, folder or glob) names data on this machine: a glob, when it matches a file
+    (found in review: a copied index built from a glob was refused as "N removed" instead of warned about)."""
+    if not any(c in path for c in "*?["):
+        return _exists(path)
+    try:
+        return bool(data_files(path))
+    except InputError:
+        return False
+
+
 def _same_path(p: str) -> str:
     """`p` as one spelling: without a trailing slash, a local path absolute (a URL as it is)."""
     p = str(p).rstrip("/") or "/"
@@ -453,7 +464,7 @@ def _check_against_recorded_data(path: str) -> None:
     if rec is None:
         return  # an index from before indexes recorded their data: nothing to compare
     data, root = rec
-    if not any(_exists(d) or any(c in d for c in "*?[") for d in data):
+    if not any(_present(d) for d in data):
         log.warning("the n-gram index %s was built from %s, which is not here: it answers for that data as it "
                     "was when built", path, ", ".join(data))
         return

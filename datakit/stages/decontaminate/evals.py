@@ -197,20 +197,21 @@ def _as_text(v) -> str:
     """An eval field's value as the text its n-grams are taken from: code stays code.
 
     A list is its items, one per line; a mapping its values in key order; a string that holds a JSON
-    list or object (APPS stores `solutions` so) is that list or object. Why not JSON text: found in
-    review, APPS' solutions (a JSON string) and CodeContests' (a struct of `language` and `solution`
-    lists) were matched as one escaped string literal, which gives no n-gram of the code, so a verbatim
-    leak of a solution checked clean."""
+    list of strings (APPS stores `solutions` so) is that list. Why not JSON text: found in review, APPS'
+    solutions (a JSON string) and CodeContests' (a struct of `language` and `solution` lists) were
+    matched as one escaped string literal, which gives no n-gram of the code, so a verbatim leak of a
+    solution checked clean. A string holding other JSON (an object, a list of numbers: what a
+    JSON-output benchmark's answer looks like) stays as written, so a verbatim copy of it matches."""
     if v is None:
         return ""
     if isinstance(v, str):
         t = v.strip()
-        if len(t) > 1 and (t[0], t[-1]) in (("[", "]"), ("{", "}")):
+        if len(t) > 1 and t[0] == "[" and t[-1] == "]":
             try:
                 parsed = json.loads(t)
             except ValueError:
                 return v
-            if isinstance(parsed, (list, dict)):
+            if isinstance(parsed, list) and parsed and all(isinstance(x, str) for x in parsed):
                 return _as_text(parsed)
         return v
     if isinstance(v, (list, tuple)):

@@ -164,11 +164,15 @@ def _extra_text_columns(schema: pa.Schema) -> tuple[str, ...]:
     known = set(TRAINING_RECORD_V1.names)
     out = []
     for f in schema:
-        if f.name in known or f.name.startswith("_"):
+        if f.name in known:
             continue
-        if pa.types.is_string(f.type) or pa.types.is_large_string(f.type):
+        t = f.type.value_type if pa.types.is_dictionary(f.type) else f.type
+        if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
             out.append(f.name)
-        elif pa.types.is_nested(f.type) or pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type):
+        elif not any(is_(t) for is_ in (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean,
+                                        pa.types.is_temporal, pa.types.is_decimal, pa.types.is_null)):
+            # found in review: only plain strings were looked at, so a `_`-named, dictionary, string_view or
+            # fixed-size binary column passed through unscanned
             raise ValueError(f"scrub_pii cannot scan column {f.name!r} ({f.type}) that an earlier stage added: it may "
                              "hold personal data. Make it a string column, or add it after scrub_pii")
     return tuple(out)
@@ -502,9 +506,12 @@ class ScrubFn:
         new_lineage, lineage_found = self._scrub_lineage(batch) if "source" in names else ({}, {})
         for name in self.extra_texts:  # and a custom stage's string columns
             if name in names:
-                col, fs = self._scrub_strings(batch.column(name))
+                typ = batch.schema.field(name).type
+                values = batch.column(name)
+                col, fs = self._scrub_strings(values.cast(typ.value_type) if pa.types.is_dictionary(typ) else values)
                 if col is not None:
-                    new_lineage[name] = col.cast(batch.schema.field(name).type)
+                    new_lineage[name] = (col.cast(typ.value_type).dictionary_encode().cast(typ)
+                                         if pa.types.is_dictionary(typ) else col.cast(typ))
                 for r, f in fs.items():
                     lineage_found.setdefault(r, []).extend(f)
 
