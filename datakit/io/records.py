@@ -166,15 +166,21 @@ def _str(v: Any) -> str | None:
     return json.dumps(v, sort_keys=True, ensure_ascii=False)
 
 
-def refuse_token_only_formats(path: str) -> None:
-    """InputError for a datakit dataset whose files hold token ids only (megatron, mds): there is no text
-    to read, and the check's "no text to scan ... pass --text-field" misled (found in review)."""
+def dataset_format(path: str) -> str | None:
+    """The `format` a datakit dataset's manifest names (packed, megatron, ...), or None (no manifest)."""
     try:
         fs, p = filesystem(str(path))
         mf = f"{p.rstrip('/')}/manifest.json"
         fmt = json.loads(fs.cat_file(mf)).get("format") if fs.exists(mf) else None
     except (OSError, ValueError, AttributeError):
-        return
+        return None
+    return fmt if isinstance(fmt, str) else None
+
+
+def refuse_token_only_formats(path: str) -> None:
+    """InputError for a datakit dataset whose files hold token ids only (megatron, mds): there is no text
+    to read, and the check's "no text to scan ... pass --text-field" misled (found in review)."""
+    fmt = dataset_format(path)
     if fmt in ("megatron", "mds"):
         raise InputError(f"{path} is a {fmt} dataset (token ids without their records): check or index the "
                          "record-level (parquet) dataset it was tokenized from, or a packed one")
@@ -182,9 +188,4 @@ def refuse_token_only_formats(path: str) -> None:
 
 def is_packed(path: str) -> bool:
     """True for a packed token dataset folder (its manifest says `format: packed`)."""
-    try:
-        fs, p = filesystem(path)
-        mf = f"{p.rstrip('/')}/manifest.json"
-        return fs.exists(mf) and json.loads(fs.cat_file(mf)).get("format") == "packed"
-    except (OSError, ValueError):
-        return False
+    return dataset_format(path) == "packed"

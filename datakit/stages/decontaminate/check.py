@@ -436,7 +436,7 @@ def _check_beside_its_data(index_path: str) -> None:
     index built before a leak was added to DATA, without a word, where `--data DATA` warned and scanned.
     A stale one is an error (the user named the index, so a scan of something else would surprise); one
     written before indexes recorded their sources is used, with a warning."""
-    from datakit.stages.decontaminate.index import INDEX_DIRNAME, recorded_data, stale_reason
+    from datakit.stages.decontaminate.index import INDEX_DIRNAME, stale_reason
 
     path = index_path.rstrip("/")
     if "/" not in path or path.rsplit("/", 1)[1] != INDEX_DIRNAME:
