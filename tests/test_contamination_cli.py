@@ -651,6 +651,37 @@ def test_an_index_built_with_text_fields_answers_a_check_with_the_same_fields(tm
     assert r.exit_code == 0 and json.loads(out.read_text())["data"][0]["mode"] != "index"
 
 
+def test_a_text_row_among_record_rows_is_scanned_whatever_shares_its_batch(tmp_path):
+    """Found in review: the text columns were chosen from a batch's keys, so a `{"text": ...}` row in a
+    batch holding `segments` rows was skipped as a row without text (a leak there checked clean), while
+    the same row in a batch of its own was scanned. It is read as a one-segment record now, the same
+    verdict either way, through the scan and through an index of the data."""
+    import typer
+
+    from datakit.cli.contamination import build_index_command
+
+    he = _he()
+    leak = he[12]["prompt"] + he[12]["canonical_solution"]
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    rows = [{"doc_id": "r1", "segments": [{"text": "x = 1"}]}, {"doc_id": "r2", "text": leak},
+            {"doc_id": "r3", "messages": [{"role": "user", "content": "hi"}]}]
+    (ds / "mix.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "r.json"
+    r = run("--data", str(ds), "--eval", "humaneval", "--json", str(out), "-q")
+    rep = json.loads(out.read_text())
+    assert r.exit_code == 1, r.output
+    assert rep["data"][0]["documents"] == 2 and rep["data"][0]["rows_without_text"] == 1
+    assert rep["evals"][0]["contaminated_items"] == 1
+    app = typer.Typer()
+    app.command()(build_index_command)
+    assert runner.invoke(app, [str(ds)]).exit_code == 0
+    r = run("--data", str(ds), "--eval", "humaneval", "--json", str(out))
+    rep = json.loads(out.read_text())
+    assert r.exit_code == 1 and rep["data"][0]["mode"] == "index" and rep["data"][0]["rows_without_text"] == 1
+    assert "(1 of them rows with no text field: pass --text-field)" in " ".join(r.output.split())
+
+
 def test_a_row_with_no_text_field_is_skipped_and_said_not_scanned_as_empty(tmp_path):
     """Found in review: a chat row (`{"messages": [...]}`) among `{"text": ...}` rows was read as an empty
     document: "2 documents", clean, no warning. It is a skipped line now, said as such (and a file of

@@ -117,6 +117,8 @@ def _rows_table(url: str, rows: list[dict], columns: ColumnChoice, lines: list[i
     chosen = columns(sorted(names), url)
     texts = [c for c in chosen if c not in ("doc_id", "id")] or chosen
     keys = {k for c in texts for k in (c, *(fallbacks(c) if fallbacks else ()))}
+    if fallbacks and "segments" in chosen:
+        rows = _plain_rows_as_segments(rows)
     has_text = [any(r.get(k) is not None for k in keys) for r in rows]
     if not all(has_text):
         if stats is not None:
@@ -136,6 +138,24 @@ def _rows_table(url: str, rows: list[dict], columns: ColumnChoice, lines: list[i
     if lines is not None:
         data[LINE_COLUMN] = pa.array(lines, pa.int64())
     return pa.table(data)
+
+
+def _plain_rows_as_segments(rows: list[dict]) -> list[dict]:
+    """Rows of a batch read as training records (its key set holds `segments`) that hold none of the
+    record text columns but a generic text field (`text`, `content`, `code`): read as one-segment
+    records. Why: the text columns are chosen from the batch's keys, so a `{"text": ...}` row in a
+    batch with `segments` rows was skipped as a row without text, and whether it was scanned depended
+    on which rows shared its batch (found in review)."""
+    from datakit.stages.texts import GENERIC_TEXT_FIELDS, RECORD_TEXT_COLUMNS
+
+    out = []
+    for r in rows:
+        if all(r.get(c) is None for c in RECORD_TEXT_COLUMNS):
+            k = next((f for f in GENERIC_TEXT_FIELDS if r.get(f) is not None), None)
+            if k is not None:
+                r = {**r, "segments": [{"text": _str(r[k])}]}
+        out.append(r)
+    return out
 
 
 def _first(row: dict, key: str, others: Sequence[str]) -> Any:

@@ -248,6 +248,8 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
                      "index_ngrams": idx.meta.get("ngrams"), "fp_rate_per_ngram": idx.fp_rate}
             if skipped:  # counted when it was built: the verdict covers only what was read, said as a scan says it
                 entry["skipped_lines"] = skipped
+                if idx.meta.get("rows_without_text"):  # the warning names them as a scan's does
+                    entry["rows_without_text"] = int(idx.meta["rows_without_text"])
             data_report.append(entry)
             continue
         stats: dict[str, Any] = {}

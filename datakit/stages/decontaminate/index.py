@@ -337,6 +337,8 @@ class NgramIndexWriter:
         }
         if metrics.get("skipped_lines"):  # only when there are some: an index of clean data keeps its bytes
             meta["skipped_lines"] = int(metrics["skipped_lines"])
+        if metrics.get("rows_without_text"):  # of the skipped lines: rows with none of the text keys
+            meta["rows_without_text"] = int(metrics["rows_without_text"])
         fs.pipe_file(f"{base}/index.json", (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
         for s in shards:  # the sorted hashes are 8 B per n-gram: gone as soon as they are fingerprinted
             pfs, pp = filesystem(f"{spec.path.rstrip('/')}/{s['files'][0]}")
