@@ -341,3 +341,31 @@ def test_a_name_found_once_is_replaced_everywhere_in_its_record(fn) -> None:
     assert out[1]["segments"][0]["text"] == "# Rajesh Kumar\nx = 1\n"  # another record: NER found nothing there
     assert "MartinezFactory" in out[2]["segments"][0]["text"]
     assert json.loads(out[0]["_metrics"])["pii.person"] >= 4  # every replacement is counted
+
+
+def test_a_custom_stage_s_string_column_is_read_by_ner_and_shares_the_record_s_names(fn) -> None:
+    """Found in review: a string column an earlier custom stage added was scanned by the patterns only, so a
+    name NER replaced in the record's chat stayed in clear there (a key to its pseudonym), and a name
+    only in that column was published. The column is read as prose now and shares the record's names
+    both ways; other rows and records keep their text."""
+    batch = pa.RecordBatch.from_pylist([
+        _rec("a", "sft", [("Thanks Olivia Martinez, the retry works now.", True, "assistant")]),
+        _rec("b", "sft", [("Fixed the parser crash in parse_config.", True, "assistant")]),
+        _rec("c", "code", [("x = 1  # per Rajesh Kumar\n", True, "code")]),
+    ], schema=TRAINING_RECORD_V1)
+    summary = ["reviewed: Olivia Martinez confirmed", "Maria Garcia reported the same crash last week.", "no notes"]
+    batch = batch.append_column("summary", pa.array(summary, pa.string()))
+    clone = ScrubPiiConfig().build_fn()
+    clone.extra_texts = ("summary",)
+    out = clone(batch).to_pylist()
+    assert out[0]["summary"] == "reviewed: <PERSON> confirmed"  # spread from the segment (NER misses it here)
+    assert out[0]["segments"][0]["text"] == "Thanks <PERSON>, the retry works now."
+    assert out[1]["summary"] == "<PERSON> reported the same crash last week."  # NER in the column itself
+    assert out[1]["segments"][0]["text"] == "Fixed the parser crash in parse_config."
+    assert out[2]["summary"] == "no notes" and out[2]["segments"][0]["text"] == "x = 1  # per Rajesh Kumar\n"
+    assert json.loads(out[1]["_metrics"] or out[0]["_metrics"]).get("pii.person", 0) >= 1
+    spread = pa.RecordBatch.from_pylist([_rec("d", "sft", [("Anna Schmidt asked about the retry.", True, "user")])],
+                                        schema=TRAINING_RECORD_V1)
+    spread = spread.append_column("summary", pa.array(["from a call with Anna Schmidt"], pa.string()))
+    got = clone(spread).to_pylist()[0]
+    assert "Anna Schmidt" not in got["summary"] and "Anna Schmidt" not in got["segments"][0]["text"]

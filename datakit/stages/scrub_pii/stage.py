@@ -497,23 +497,38 @@ class ScrubFn:
                 text = _strings(column, [c], strings)[0] or ""
                 names_of.setdefault(unit_of(c) % n, set()).update(
                     v for f in person if len(v := text[f.start:f.end].strip()) >= 3)
+
+        # lineage: the file path and language (in `source` and `meta`) are texts too
+        new_lineage, lineage_found = self._scrub_lineage(batch) if "source" in names else ({}, {})
+        # and a custom stage's string columns: free text a stage wrote (a summary, a commit message), so
+        # read with NER like a chat turn; their names join the record's (found in review: a name
+        # pseudonymized in the segments stayed in clear in such a column, a key to the pseudonym)
+        extra_values: dict[str, list[str | None]] = {}
+        for name in self.extra_texts:
+            if name in names:
+                values, fs = self._scrub_extra(batch.column(name), names_of)
+                if values is not None:
+                    extra_values[name] = values
+                for r, f in fs.items():
+                    lineage_found.setdefault(r, []).extend(f)
         if names_of:
             for r, k in self._spread_names(names_of, docs, seg_text, chosen, rejected, new).items():
                 found.setdefault(r, []).extend([Finding(0, 0, "person")] * k)
                 hits.append(r)
-
-        # lineage: the file path and language (in `source` and `meta`) are texts too
-        new_lineage, lineage_found = self._scrub_lineage(batch) if "source" in names else ({}, {})
-        for name in self.extra_texts:  # and a custom stage's string columns
-            if name in names:
-                typ = batch.schema.field(name).type
-                values = batch.column(name)
-                col, fs = self._scrub_strings(values.cast(typ.value_type) if pa.types.is_dictionary(typ) else values)
-                if col is not None:
-                    new_lineage[name] = (col.cast(typ.value_type).dictionary_encode().cast(typ)
-                                         if pa.types.is_dictionary(typ) else col.cast(typ))
-                for r, f in fs.items():
-                    lineage_found.setdefault(r, []).extend(f)
+            for name in self.extra_texts:
+                if name in names:
+                    values = extra_values.get(name)
+                    values, made = self._spread_names_in(
+                        names_of, values if values is not None else _as_strings(batch.column(name)))
+                    if made:
+                        extra_values[name] = values
+                        for r, k in made.items():
+                            lineage_found.setdefault(r, []).extend([Finding(0, 0, "person")] * k)
+        for name, values in extra_values.items():
+            typ = batch.schema.field(name).type
+            col = pa.array(values, pa.string())
+            new_lineage[name] = (col.cast(typ.value_type).dictionary_encode().cast(typ) if pa.types.is_dictionary(typ)
+                                 else col.cast(typ))
 
         # accounting only over rows with findings
         counts: dict[str, int] = {}
@@ -549,13 +564,10 @@ class ScrubFn:
         Why: found in review, NER read "Rajesh Kumar" as a name in the assistant's turn but not in the
         user's, so one record held both `<PERSON_be06db25c3c3>` and the name in clear: a key to that
         pseudonym everywhere in the dataset (and the name in training text). A name is whole words."""
-        import re
-
         made: dict[int, int] = {}
         token = lambda m: self.replacer.token("person", m.group(0))  # noqa: E731
         for r, found_names in names_of.items():
-            pattern = re.compile(r"(?<!\w)(?:" + "|".join(re.escape(x) for x in sorted(found_names, key=lambda x: (-len(x), x)))
-                                 + r")(?!\w)")
+            pattern = _name_pattern(found_names)
             places: list[tuple[str, int, str | None]] = [("segments", i, seg_text[i].as_py()) for i in docs.parts(r)]
             places += [(name, r, col[r].as_py()) for name, col in (("chosen", chosen), ("rejected", rejected))]
             for column, i, original in places:
@@ -569,6 +581,46 @@ class ScrubFn:
                     new[column][i] = text
                     made[r] = made.get(r, 0) + k
         return made
+
+    def _scrub_extra(self, values: pa.Array | pa.ChunkedArray, names_of: dict[int, set[str]]
+                     ) -> tuple[list[str | None] | None, dict[int, list[Finding]]]:
+        """A custom stage's string column scrubbed by every detector, NER reading each value as prose:
+        (the new values, or None when nothing changed; {row: findings}). The names NER finds are added
+        to `names_of`, so they are replaced in the record's other texts too."""
+        values = _as_string_array(values)
+        prose: list[Prose] | None = [True] * len(values) if self.person is not None else None
+        found = self.scan(values, prose)
+        rows = [i for i, fs in enumerate(found) if fs]
+        if not rows:
+            return None, {}
+        old = [values[i].as_py() for i in rows]
+        for i, was in zip(rows, old):
+            names = {v for f in found[i] if f.entity == "person" and len(v := (was or "")[f.start:f.end].strip()) >= 3}
+            if names:
+                names_of.setdefault(i, set()).update(names)
+        scrubbed, fs_rows = self.scrub(old, [True] * len(old) if prose is not None else None)
+        new_values = values.to_pylist()
+        findings: dict[int, list[Finding]] = {}
+        for i, now, fs in zip(rows, scrubbed, fs_rows):
+            new_values[i] = now
+            findings.setdefault(i, []).extend(fs)
+        return new_values, findings
+
+    def _spread_names_in(self, names_of: dict[int, set[str]], values: list[str | None]
+                         ) -> tuple[list[str | None], dict[int, int]]:
+        """`values` (one string per record) with each record's names replaced (as `_spread_names`)."""
+        made: dict[int, int] = {}
+        out = values
+        for r, found_names in names_of.items():
+            text = values[r]
+            if not text:
+                continue
+            text, k = _name_pattern(found_names).subn(lambda m: self.replacer.token("person", m.group(0)), text)
+            if k:
+                out = list(out) if out is values else out
+                out[r] = text
+                made[r] = k
+        return out, made
 
     def _scrub_strings(self, values: pa.Array | pa.ChunkedArray, changed: dict[int, tuple[str, str]] | None = None
                        ) -> tuple[pa.Array | None, dict[int, list[Finding]]]:
@@ -636,6 +688,27 @@ class ScrubFn:
                     meta[i] = json.dumps(m, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
                 out["meta"] = pa.array(meta, pa.string())
         return out, findings
+
+
+def _name_pattern(names: set[str]) -> "re.Pattern[str]":
+    """Any of `names` as whole words, longest first."""
+    import re
+
+    return re.compile(r"(?<!\w)(?:" + "|".join(re.escape(x) for x in sorted(names, key=lambda x: (-len(x), x)))
+                      + r")(?!\w)")
+
+
+def _as_string_array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """A string-like column (dictionary, large_string, string_view) as one plain string array."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if pa.types.is_dictionary(values.type):
+        values = values.cast(values.type.value_type)
+    return values.cast(pa.string())
+
+
+def _as_strings(values: pa.Array | pa.ChunkedArray) -> list[str | None]:
+    return _as_string_array(values).to_pylist()
 
 
 # the record's lineage fields that hold free text from the editor (scrubbed like a segment's text)
