@@ -170,6 +170,28 @@ def test_packed_token_dataset_is_decoded_and_checked(tmp_path, he_rows, humaneva
     assert {m.doc_id for m in res.evals[0].matches} == {"leak"}
 
 
+def test_an_index_of_a_packed_dataset_named_in_a_list_answers_its_check(tmp_path, he_rows, humaneval):  # noqa: F811
+    """Found in review: `build_index(["pk"], "pk/_ngram_index")` (the Python API's list form) stamped every
+    shard file, while a check of `pk` compares the packed dataset's manifest, so the index was refused as
+    changed and the data decoded and scanned again. Each path is stamped as the check reads it now."""
+    from datakit.stages.decontaminate.index import stale_reason
+    from datakit.stages.tokenize.direct import build_dataset
+    from datakit.stages.tokenize.stage import TokenizeConfig
+    from tests.stages.test_tokenize import TOKENIZER
+
+    rng = random.Random(3)
+    rows = [record(f"c{i:03d}", idiomatic_code(rng, 4)) for i in range(12)]
+    rows.append(record("leak", he_rows[21]["prompt"] + he_rows[21]["canonical_solution"]))
+    cfg = TokenizeConfig(tokenizer=TOKENIZER, seq_len=256, packing="concat")
+    pk = str(tmp_path / "pk")
+    build_dataset(pa.Table.from_pylist(rows, schema=TRAINING_RECORD_V1), pk, cfg, shards=2)
+    build_index([pk], f"{pk}/{INDEX_DIRNAME}", 13, ["whitespace", "case"], workers=1)
+    assert stale_reason(f"{pk}/{INDEX_DIRNAME}", pk) is None
+    res = check(pk, [humaneval])
+    assert res.data[0]["mode"] == "index"
+    assert [i.eval_id for i in res.evals[0].contaminated] == ["HumanEval/21"]
+
+
 def test_fsspec_urls_for_data_and_index(dataset, humaneval):  # noqa: F811
     """Data and index on any fsspec storage (memory:// here; s3:// and gs:// go the same way)."""
     import fsspec
