@@ -235,6 +235,10 @@ def test_a_packed_dataset_without_its_tokenizer_file(tmp_path, he_rows, humaneva
     with pytest.raises(InputError, match="tokenizer.json is missing, and 'datakit:demo-bpe' as loaded here is another "
                                          "tokenizer"):
         check(str(tmp_path / "pk"), [humaneval])
+    del m["tokenizer"]["sha256"]  # nothing recorded to compare with: not decoded by whatever the name loads
+    mf.write_text(json.dumps(m))
+    with pytest.raises(InputError, match="tokenizer.json is missing, and the manifest records no sha256"):
+        check(str(tmp_path / "pk"), [humaneval])
     m["tokenizer"]["name"] = str(tmp_path / "gone" / "tokenizer.json")
     mf.write_text(json.dumps(m))
     with pytest.raises(InputError, match=r"tokenizer.json is missing, and '.*gone/tokenizer.json' could not be loaded"):

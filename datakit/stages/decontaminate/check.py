@@ -652,9 +652,11 @@ def _decoder(manifest: dict, path: str):
                          ) from None
     if missing is not None:
         want = spec.get("sha256") if isinstance(spec, dict) else None
-        if want and lt.sha256 != want:
+        if not want:  # nothing to compare with: decoding with whatever the name loads here could be another vocabulary
+            raise InputError(f"{path}: {missing} is missing, and the manifest records no sha256 of the tokenizer to "
+                             f"check {name!r} against: restore the file")
+        if lt.sha256 != want:
             raise InputError(f"{path}: {missing} is missing, and {name!r} as loaded here is another tokenizer "
                              f"(sha256 {lt.sha256[:12]} against the dataset's {want[:12]}): restore the file")
-        log.warning("%s is missing; decoding with %r, the same tokenizer (sha256 %s)", missing, name,
-                    (want or lt.sha256)[:12])
+        log.warning("%s is missing; decoding with %r, the same tokenizer (sha256 %s)", missing, name, want[:12])
     return lt.decode
