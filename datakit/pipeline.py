@@ -696,6 +696,8 @@ def _rebased(d: dict[str, Any], base: Path, dest: Path | None, stages: list[Stag
         return d
 
     def one(p: Any, must_exist: bool = False) -> Any:
+        if isinstance(p, str) and p.startswith("~") and dest is None:
+            return os.path.expanduser(p)  # the hash records the folder meant, as for any other path
         if not isinstance(p, str) or not p or "://" in p or os.path.isabs(p) or p.startswith("~"):
             return p
         full = os.path.join(base, p)

@@ -267,3 +267,29 @@ def test_the_config_hash_is_of_the_paths_used_not_of_their_spelling(tmp_path, mo
     first = p.run(workers=1)
     again = p.run(workers=1, output="o")
     assert again.extra["reused_shards"] == len(first.manifest["shards"]) == 2
+
+
+def test_a_tilde_path_in_a_pipeline_file_is_the_users_home(tmp_path, monkeypatch):
+    """Found in review: `output: {path: ~/data}` in a pipeline file wrote into a folder named `~` beside the
+    file (and `input: {path: ~/logs}` looked there), where a shell and every other tool mean the home
+    folder. A stage's path field too; the config hash records the folder meant."""
+    from datakit.pipeline import Pipeline
+    from tests.eventgen import make_event, write_jsonl
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    write_jsonl(home / "logs" / "a.jsonl", [make_event(i) for i in range(4)])
+    pq.write_table(pa.table({"user_id": ["nobody"]}), home / "optout.parquet")
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "p.yaml").write_text(
+        "name: t\ninput: {path: ~/logs/*.jsonl}\nstages:\n- {kind: ingest}\n- {kind: consent, optouts: ~/optout.parquet}\n"
+        "output: {path: ~/out, shards: 1}\n")
+    p = Pipeline.from_yaml(tmp_path / "proj" / "p.yaml")
+    plan = p.compile()
+    assert plan.config["output"]["path"] == str(home / "out") and plan.config["stages"][1]["optouts"] == str(home / "optout.parquet")
+    res = p.run(workers=1)
+    assert res.output_path == str(home / "out") and res.manifest["rows"] == 4
+    assert not (tmp_path / "proj" / "~").exists()

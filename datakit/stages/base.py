@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 from dataclasses import dataclass, field
+import os
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -65,8 +66,13 @@ class CompileContext:
         self.environment.setdefault("stages", {}).setdefault(self.stage or "?", {})[key] = value
 
     def resolve(self, path: str) -> str:
-        """Resolve a pipeline-relative local path; URLs (s3://, memory://) pass through."""
-        if "://" in path or Path(path).is_absolute():
+        """Resolve a pipeline-relative local path; URLs (s3://, memory://) pass through. `~/...` is the
+        user's home, as in a shell (found in review: `output: {path: ~/data}` wrote into a folder named
+        `~` beside the pipeline file)."""
+        if "://" in path:
+            return path
+        path = os.path.expanduser(path)
+        if Path(path).is_absolute():
             return path
         return str((self.base_dir / path).resolve())
 
