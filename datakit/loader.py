@@ -353,9 +353,11 @@ class PackedDataset:
         `__getitem__`, and `cu_seqlens` int32 over the *flattened* batch
         (b * seq_len tokens), the form varlen attention kernels take.
         """
-        idx = np.asarray(indices, dtype=np.int64)
+        given = np.asarray(indices, dtype=np.int64).reshape(-1)
+        idx = np.where(given < 0, given + self._n, given)  # from the end, as `ds[-1]` and numpy (found in review)
         if len(idx) and (idx.min() < 0 or idx.max() >= self._n):
-            raise IndexError(f"sequence index out of range (dataset has {self._n})")
+            bad = int(given[(idx < 0) | (idx >= self._n)][0])
+            raise IndexError(f"sequence {bad} out of range (dataset has {self._n})")
         shard = np.searchsorted(self._cum, idx, side="right") - 1
         b, L = len(idx), self.seq_len
         tokens = np.empty((b, L), dtype=self.dtype)

@@ -64,8 +64,14 @@ def test_get_batch_matches_single_reads(dataset):
     want = np.concatenate([dataset[i]["cu_seqlens"][:int(dataset[i]["num_segments"])] + row * L
                            for row, i in enumerate(idx)] + [[len(idx) * L]])
     assert np.array_equal(b["cu_seqlens"], want) and b["cu_seqlens"].dtype == np.int32
-    with pytest.raises(IndexError):
+    with pytest.raises(IndexError, match=f"sequence {len(dataset)} out of range"):
         dataset.get_batch([len(dataset)])
+    # from the end, as `dataset[-1]` reads (found in review: get_batch([-1]) raised)
+    back = dataset.get_batch([-1, -len(dataset)])
+    assert np.array_equal(back["input_ids"][0], dataset[-1]["input_ids"])
+    assert np.array_equal(back["input_ids"][1], dataset[0]["input_ids"])
+    with pytest.raises(IndexError, match=f"sequence {-len(dataset) - 1} out of range"):
+        dataset.get_batch([-len(dataset) - 1])
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4, 7])
