@@ -206,3 +206,19 @@ def test_inspect_shows_mds_sequences(outputs):
     assert packed["totals"]["long_documents"] > 0
     assert f"{packed['totals']['long_documents']} longer than seq_len" in text
     assert load_tokenizer(TOKENIZER).decode(ids[:first_doc_end].tolist())[:40] in text
+
+
+def test_inspect_names_a_damaged_mds_shard(outputs, tmp_path):
+    """Found in review: a damaged MDS shard header was a bare numpy ValueError naming no file."""
+    import shutil
+
+    from datakit.cli.inspect import inspect_dataset
+    from datakit.loader import DatasetError
+
+    root, _, _ = outputs
+    copy = tmp_path / "mds"
+    shutil.copytree(root / "mds", copy)
+    shard = sorted((copy / "data").glob("shard.*.mds"))[0]
+    shard.write_bytes(b"\xff\xff\xff\x7f" + shard.read_bytes()[4:])  # same size: the manifest check passes
+    with pytest.raises(DatasetError, match=rf"{shard.name} is damaged"):
+        inspect_dataset(copy, sequences=2)

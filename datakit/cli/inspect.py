@@ -155,16 +155,28 @@ def _megatron_docs(prefix: Path, n: int) -> list[np.ndarray]:
     """First n sequences of an MMIDIDX dataset (see writers.write_mmidx for the layout)."""
     import numpy as np
 
-    from datakit.stages.tokenize.writers import MMIDIDX_DTYPE_CODES
+    from datakit.loader import DatasetError
+    from datakit.stages.tokenize.writers import MMIDIDX_DTYPE_CODES, MMIDIDX_MAGIC
 
     idx = Path(f"{prefix}.idx").read_bytes()
-    code = idx[17]
-    count = int(np.frombuffer(idx, "<u8", 1, 18)[0])
-    lengths = np.frombuffer(idx, "<i4", count, 34)
-    pointers = np.frombuffer(idx, "<i8", count, 34 + 4 * count)
-    dtype = next(d for d, c in MMIDIDX_DTYPE_CODES.items() if c == code)
+    # found in review: a damaged header was an IndexError/StopIteration line that named no file
+    try:
+        if not idx.startswith(MMIDIDX_MAGIC):
+            raise ValueError("not a Megatron index (no MMIDIDX header)")
+        code = idx[17]
+        count = int(np.frombuffer(idx, "<u8", 1, 18)[0])
+        lengths = np.frombuffer(idx, "<i4", count, 34)
+        pointers = np.frombuffer(idx, "<i8", count, 34 + 4 * count)
+        dtype = next((d for d, c in MMIDIDX_DTYPE_CODES.items() if c == code), None)
+        if dtype is None:
+            raise ValueError(f"unknown token dtype code {code}")
+    except (ValueError, IndexError, OverflowError) as e:
+        raise DatasetError(f"{prefix}.idx is damaged: {e}") from None
     data = np.memmap(f"{prefix}.bin", dtype=dtype, mode="r") if Path(f"{prefix}.bin").stat().st_size else np.zeros(0, dtype)
-    return [np.asarray(data[p // dtype.itemsize: p // dtype.itemsize + ln]) for p, ln in zip(pointers[:n], lengths[:n])]
+    out = [np.asarray(data[p // dtype.itemsize: p // dtype.itemsize + ln]) for p, ln in zip(pointers[:n], lengths[:n])]
+    if any(len(o) != ln for o, ln in zip(out, lengths[:n].tolist())):
+        raise DatasetError(f"{prefix}.bin is shorter than {prefix}.idx says (damaged or truncated)")
+    return out
 
 
 def inspect_command(

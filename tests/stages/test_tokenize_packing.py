@@ -382,6 +382,21 @@ def test_tokenize_stage_from_yaml_with_relative_tokenizer(tmp_path, mixed_record
     shown = inspect_dataset(tmp_path / "out", sequences=2, max_chars=10_000)
     tok = load_tokenizer(TOKENIZER)
     assert "data/tokens-00000 document 1:" in shown and tok.decode(seqs[1].tolist()) in shown
+    # a damaged header is one error naming the file (found in review: an IndexError/StopIteration line)
+    from datakit.loader import DatasetError
+
+    idx = tmp_path / "out" / "data" / "tokens-00000.idx"
+    good = idx.read_bytes()
+    # (same sizes: a changed size is caught before, by the manifest check)
+    count = int.from_bytes(good[18:26], "little")
+    for bad in (b"NOTANIDX" + good[8:], good[:17] + b"\x63" + good[18:], good[:18] + b"\xff" * 8 + good[26:]):
+        idx.write_bytes(bad)
+        with pytest.raises(DatasetError, match=r"tokens-00000\.idx is damaged"):
+            inspect_dataset(tmp_path / "out", sequences=2)
+    first_pointer = 34 + 4 * count
+    idx.write_bytes(good[:first_pointer] + (1 << 40).to_bytes(8, "little") + good[first_pointer + 8:])
+    with pytest.raises(DatasetError, match=r"tokens-00000\.bin is shorter than"):
+        inspect_dataset(tmp_path / "out", sequences=2)
 
 
 def test_large_vocab_uses_int32_and_loader_reads_it(tmp_path, mixed_records):

@@ -112,17 +112,23 @@ def read_samples(data_dir: str, n: int) -> list[dict[str, np.ndarray]]:
 
     root = Path(data_dir)
     out: list[dict[str, np.ndarray]] = []
+    from datakit.loader import DatasetError
+
     for entry in json.loads((root / INDEX).read_text())["shards"]:
-        data = (root / entry["raw_data"]["basename"]).read_bytes()
-        count = int(np.frombuffer(data, "<u4", 1, 0)[0])
-        offsets = np.frombuffer(data, "<u4", count + 1, 4)
-        for i in range(min(count, n - len(out))):
-            pos, sample = int(offsets[i]), {}
-            for name, enc, size in zip(entry["column_names"], entry["column_encodings"], entry["column_sizes"]):
-                _, dtype, shape = enc.split(":")
-                sample[name] = np.frombuffer(data, np.dtype(dtype).newbyteorder("<"), int(shape), pos)
-                pos += size
-            out.append(sample)
+        f = root / entry["raw_data"]["basename"]
+        data = f.read_bytes()
+        try:  # found in review: a damaged shard header was a bare numpy ValueError naming no file
+            count = int(np.frombuffer(data, "<u4", 1, 0)[0])
+            offsets = np.frombuffer(data, "<u4", count + 1, 4)
+            for i in range(min(count, n - len(out))):
+                pos, sample = int(offsets[i]), {}
+                for name, enc, size in zip(entry["column_names"], entry["column_encodings"], entry["column_sizes"]):
+                    _, dtype, shape = enc.split(":")
+                    sample[name] = np.frombuffer(data, np.dtype(dtype).newbyteorder("<"), int(shape), pos)
+                    pos += size
+                out.append(sample)
+        except (ValueError, IndexError, TypeError, OverflowError) as e:
+            raise DatasetError(f"{f} is damaged: {e}") from None
         if len(out) >= n:
             break
     return out
