@@ -180,7 +180,12 @@ def test_build_index_command_then_check_uses_it(data, tmp_path):
     assert "indexed 7 documents" in r.output and (ds / "_ngram_index" / "index.json").exists()
     r = run("--data", str(ds), "--eval", "humaneval", "--json", str(tmp_path / "r.json"), "-q")
     assert r.exit_code == 1 and json.loads((tmp_path / "r.json").read_text())["data"][0]["mode"] == "index"
-    # the index holds the normalized view only: the table says renamed copies need a scan
+    # the index holds the normalized view only: its data entry says it is not robust (found in review: the
+    # report said robust, unqualified), and the table says renamed copies need a scan
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert rep["settings"]["robust"] is True and rep["data"][0]["robust"] is False
+    run("--data", str(ds), "--eval", "humaneval", "--json", str(tmp_path / "s.json"), "--no-index", "-q")
+    assert "robust" not in json.loads((tmp_path / "s.json").read_text())["data"][0]
     assert "answered from an n-gram index" in run("--data", str(ds), "--eval", "humaneval").output
     assert "answered from an n-gram index" not in run("--data", str(ds), "--eval", "humaneval", "--no-index").output
     r = runner.invoke(app, [str(tmp_path / "missing")])

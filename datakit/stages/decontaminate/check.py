@@ -246,6 +246,8 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
             entry = {"path": p, "mode": "index", "index": idx.path, "documents": idx.meta.get("documents"),
                      "texts": idx.meta.get("texts"), "bytes": idx.meta.get("bytes"),
                      "index_ngrams": idx.meta.get("ngrams"), "fp_rate_per_ngram": idx.fp_rate}
+            if robust:  # asked for, but an index holds one view (found in review: the report said robust, unqualified)
+                entry["robust"] = False
             if skipped:  # counted when it was built: the verdict covers only what was read, said as a scan says it
                 entry["skipped_lines"] = skipped
                 if idx.meta.get("rows_without_text"):  # the warning names them as a scan's does
