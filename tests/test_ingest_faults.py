@@ -63,6 +63,24 @@ def test_equal_duplicate_keys_are_harmless(tmp_path):
     assert st["rows_out"] == 1 and q == []
 
 
+def test_fields_the_contract_does_not_name_are_not_read_and_are_counted(tmp_path):
+    """The contract lists every field (additionalProperties: false); ingest does not read others, so a newer
+    client's fields never cost its events, but they were silently ignored (found in review): the run counts
+    the events that held some, at the top level, in a struct or in a message, and the value never appears."""
+    plain = make_event(1)
+    top = {**make_event(2), "client_os": "jane@example.com"}
+    nested = make_event(3)
+    nested["file"] = {**(nested.get("file") or {}), "encoding": "utf-8"}
+    chat = make_event(4, event_type="chat_turn", messages=[{"role": "user", "content": "hi", "lang": "en"}])
+    f = write_jsonl(tmp_path / "in" / "a.jsonl", [plain, top, nested, chat])
+    st, q = _run(tmp_path, f)
+    assert (st["rows_in"], st["rows_out"], q) == (4, 4, [])
+    assert st["metrics"] == {"events_with_unknown_fields": 3}
+    out = pq.read_table(tmp_path / "out" / "data" / "part-00000.parquet") if (tmp_path / "out" / "data").exists() \
+        else pq.read_table(next((tmp_path / "out").glob("part-*.parquet")))
+    assert "client_os" not in out.column_names and "jane@example.com" not in (tmp_path / "out" / "_run.json").read_text()
+
+
 def test_blank_lines_are_counted_and_a_bom_is_not_an_error(tmp_path):
     data = b"\xef\xbb\xbf" + _line(1) + b"\r\n\r\n" + _line(2) + b"\n   \n" + _line(3) + b"\n"
     f = tmp_path / "in" / "a.jsonl"

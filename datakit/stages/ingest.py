@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from datakit.contracts import (EDITOR_EVENT_V1, EVENT_TYPES, MESSAGE_ROLES, OUTCOMES, REQUIRED_ALWAYS,
                                REQUIRED_BY_TYPE)
-from datakit.plan import DROP, DROP_DETAIL, Rel
+from datakit.plan import DROP, DROP_DETAIL, METRICS, Rel, metrics_column
 from datakit.stages.base import CompileContext, StageConfig, register_stage
 
 log = logging.getLogger(__name__)
@@ -188,8 +188,27 @@ def validate_event(obj: Any) -> dict[str, Any]:
 _URL_CREDENTIALS = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
 
 
-def parse_line(raw: bytes) -> dict[str, Any]:
-    """One raw line -> a valid event dict, or `InvalidEvent` (never any other exception)."""
+def unknown_fields(obj: dict[str, Any]) -> bool:
+    """Whether a valid event holds a field the contract does not name (top level, in `repo`/`file`/
+    `context`, or in a message). Such fields are not read: a newer client's fields never cost the
+    event, and nothing unread can reach the output. They are counted (`events_with_unknown_fields` in
+    the ingest stage's metrics) so a producer's drift is seen, where it was silent (found in review)."""
+    if any(k not in _KNOWN_TOP for k in obj):
+        return True
+    for name, keys in _STRUCTS.items():
+        v = obj.get(name)
+        if isinstance(v, dict) and any(k not in keys for k in v):
+            return True
+    return any(isinstance(m, dict) and any(k not in _MESSAGE_KEYS for k in m) for m in obj.get("messages") or ())
+
+
+_KNOWN_TOP = frozenset(_OUT_FIELDS)
+_MESSAGE_KEYS = frozenset(("role", "content", "tool_name"))
+
+
+def parse_line(raw: bytes, unknown: list[bool] | None = None) -> dict[str, Any]:
+    """One raw line -> a valid event dict, or `InvalidEvent` (never any other exception). `unknown`,
+    when given, gets whether the event held fields the contract does not name (`unknown_fields`)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -205,6 +224,8 @@ def parse_line(raw: bytes) -> dict[str, Any]:
     event = validate_event(obj)
     if _SURROGATE_ESCAPE.search(raw) and _has_lone_surrogate(event):
         raise InvalidEvent("bad_utf8", "lone surrogate escape")
+    if unknown is not None:
+        unknown.append(unknown_fields(obj))
     return event
 
 
@@ -332,6 +353,7 @@ class IngestFn:
         drops: list[str | None] = []
         details: list[str | None] = []
         raws: list[bytes | None] = []
+        unknown: list[bool] = []
         for i, (raw, err) in enumerate(zip(raw_col, errs)):
             reason = detail = None
             event = None
@@ -340,7 +362,7 @@ class IngestFn:
                 detail = err.split(":", 1)[1].strip() if ":" in err else None
             else:
                 try:
-                    event = parse_line(raw)
+                    event = parse_line(raw, unknown)
                 except InvalidEvent as e:
                     reason, detail = e.reason, e.detail or None
             if event is None:
@@ -358,6 +380,10 @@ class IngestFn:
         out = out.append_column(DROP, pa.array(drops, pa.string()))
         out = out.append_column(DROP_DETAIL, pa.array(details, pa.string()))
         out = out.append_column("_raw", pa.array(quarantine_raw(raws, offsets, self.raw_mode, self._scrub), pa.binary()))
+        n_unknown = sum(unknown)
+        kept = next((i for i, d in enumerate(drops) if d is None), 0)
+        out = out.append_column(METRICS, metrics_column(out.num_rows, {"events_with_unknown_fields": n_unknown}
+                                                        if n_unknown else {}, kept))
         return out.combine_chunks().to_batches()[0] if out.num_rows else pa.RecordBatch.from_pylist([], schema=out.schema)
 
 
