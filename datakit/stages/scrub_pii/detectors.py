@@ -692,7 +692,9 @@ DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(
         "aws_access_key", "AWS_ACCESS_KEY", "secret",
-        _B + r"(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16}" + _E,
+        # no start boundary (the format is distinctive enough): a key glued to a word (`keyAKIA...`, a
+        # shell's `export K=...AKIA...` mangled) was kept in clear (found in review)
+        r"(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16}" + _E,
         r"(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16}", "<AWS_ACCESS_KEY>", priority=90,
     ),
     Detector(
@@ -702,7 +704,7 @@ DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(
         "github_token", "GITHUB_TOKEN", "secret",
-        _B + r"(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{60,255})" + _E,
+        r"(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{60,255})" + _E,  # glued too, as AWS keys
         r"gh[pousr]_[A-Za-z0-9]{36}|github_pat_", "<GITHUB_TOKEN>", priority=90,
     ),
     Detector(
