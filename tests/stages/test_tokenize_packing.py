@@ -315,6 +315,16 @@ def test_megatron_export_reads_back_with_independent_reader(tmp_path, mixed_reco
             assert mask.tolist() == expect[doc_id]["loss_mask"]
         seen += len(seqs)
     assert seen == len(expect) == m["totals"]["documents"]
+    assert m["loss_mask_prefixes"] == ["data/loss_mask-00000", "data/loss_mask-00001"]
+    # a shard whose every token carries loss writes no mask: null in the list aligned with data_prefixes
+    # (found in review: nothing told a reader which shards had a mask)
+    import pyarrow.compute as pc
+
+    code = mixed_records.filter(pc.equal(mixed_records.column("kind"), "code"))
+    plain = build_dataset(code, str(tmp_path / "meg_code"), TokenizeConfig(tokenizer=TOKENIZER, seq_len=256),
+                          shards=2, format="megatron")
+    assert plain["loss_mask_prefixes"] == [None, None] and len(plain["data_prefixes"]) == 2
+    assert not list((tmp_path / "meg_code" / "data").glob("loss_mask-*"))
     # the packed layout and megatron see the same documents in the same shuffle order
     p = build_dataset(mixed_records, str(tmp_path / "pk"), cfg, shards=2, format="packed")
     for s_meg, s_pk in zip(m["shards"], p["shards"]):

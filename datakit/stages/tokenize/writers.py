@@ -274,6 +274,12 @@ def write_mmidx(prefix_url: str, values: np.ndarray, starts: np.ndarray, dtype: 
     return [f"{prefix_url.rsplit('/', 1)[-1]}.bin", f"{prefix_url.rsplit('/', 1)[-1]}.idx"]
 
 
+def _mask_prefix(shard: dict[str, Any]) -> str | None:
+    """The `loss_mask-NNNNN` prefix of a Megatron shard that wrote one, else None."""
+    name = data_file(f"loss_mask-{shard['shard']:05d}")
+    return name if f"{name}.idx" in shard.get("files", ()) else None
+
+
 @register_writer("megatron")
 class MegatronShardWriter:
     """Megatron-LM indexed dataset per shard: `tokens-NNNNN.bin/.idx` (+ `loss_mask-NNNNN` when not all 1).
@@ -315,6 +321,10 @@ class MegatronShardWriter:
             "dtype": megatron_dtype(int(o["vocab_size"])).name,
             "seq_len": int(o["seq_len"]),
             "data_prefixes": [data_file(f"tokens-{s['shard']:05d}") for s in sorted(shards, key=lambda s: s["shard"])],
+            # aligned with data_prefixes: the shard's mask dataset, or null where every token carries loss
+            # (found in review: a mask was written only for shards with an untrained token, and a reader
+            # pairing masks with token files had no list to tell which shards have one)
+            "loss_mask_prefixes": [_mask_prefix(s) for s in sorted(shards, key=lambda s: s["shard"])],
             "totals": {"documents": _sum(shards, "documents"), "tokens": _sum(shards, "tokens"),
                        "loss_tokens": _sum(shards, "loss_tokens"),
                        "preference_pairs": _sum(shards, "preference_pairs")},
