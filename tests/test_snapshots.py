@@ -286,6 +286,11 @@ def test_every_token_format_appends_with_the_same_settings_and_a_reader_survives
             union[0]
     top = json.loads((tmp_path / "o" / "manifest.json").read_text())
     assert [s["id"] for s in top["snapshots"]] == ["dt=2026-11-01", "dt=2026-11-02", "dt=2026-11-03"]
+    if fmt == "megatron":  # every snapshot's masks, aligned with its token prefixes and under its folder
+        assert len(top["loss_mask_prefixes"]) == len(top["data_prefixes"]) == 3
+        for tokens, mask in zip(top["data_prefixes"], top["loss_mask_prefixes"]):
+            assert mask is None or (mask.rsplit("/", 2)[0] == tokens.rsplit("/", 2)[0]
+                                    and (tmp_path / "o" / f"{mask}.idx").is_file())
     if union is not None:
         last = union[len(union) - 1]  # day 2's last sequence, unchanged on disk by day 3's append
         assert len(last["input_ids"]) == 64
@@ -724,3 +729,22 @@ def test_an_append_mode_mds_dataset_lists_each_snapshots_index_and_verifies(tmp_
     assert files == ["_snapshots/dt=2026-11-01/data/index.json", "_snapshots/dt=2026-11-02/data/index.json"]
     assert all((tmp_path / "mds" / f).is_file() for f in files) and set(top["dataset_files"]["sha256"]) == set(files)
     verify_dataset(str(tmp_path / "mds"), top, checksums=True)
+
+
+def test_megatron_append_lists_each_snapshots_loss_masks_beside_its_token_prefixes(tmp_path):
+    """The top manifest's `loss_mask_prefixes` is aligned with `data_prefixes`: a day of code only has no mask
+    file (null), a day with a chat record has its mask under its own snapshot folder."""
+    from tests.stages.test_tokenize import TOKENIZER, sft_record
+
+    tok = {"kind": "tokenize", "tokenizer": TOKENIZER, "seq_len": 64}
+    chat = [sft_record("s1", [("user", "how do I sort a list?"), ("assistant", "use sorted(xs)\n")])]
+    for day, rows in (("2026-11-01", DAY1), ("2026-11-02", chat)):
+        p = day_pipeline(tmp_path, day, rows, stages=(tok,), out="o")
+        p.config.output.format = "megatron"
+        p.config.output.allow_unmasked = True
+        p.run(workers=1)
+    top = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert top["data_prefixes"] == ["_snapshots/dt=2026-11-01/data/tokens-00000",
+                                    "_snapshots/dt=2026-11-02/data/tokens-00000"]
+    assert top["loss_mask_prefixes"] == [None, "_snapshots/dt=2026-11-02/data/loss_mask-00000"]
+    assert (tmp_path / "o" / "_snapshots" / "dt=2026-11-02" / "data" / "loss_mask-00000.idx").is_file()

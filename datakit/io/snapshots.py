@@ -210,7 +210,8 @@ def _base(out: str, snaps: list[dict[str, Any]], snapshot: str, manifest: dict[s
     if last["id"] != snapshot:
         fs, p = filesystem(f"{out.rstrip('/')}/{last['path']}/manifest.json")
         manifest = json.loads(fs.cat_file(p))
-    base = {k: v for k, v in manifest.items() if k not in ("shards", "rows", "data_prefixes", "dataset_files")}
+    base = {k: v for k, v in manifest.items()
+            if k not in ("shards", "rows", "data_prefixes", "loss_mask_prefixes", "dataset_files")}
     tok = base.get("tokenizer")
     if isinstance(tok, dict) and tok.get("file"):  # the effective tokenizer.json sits in the snapshot's folder
         base["tokenizer"] = {**tok, "file": f"{last['path']}/{tok['file']}"}
@@ -275,6 +276,9 @@ def commit(out: str, top: dict[str, Any] | None, snapshot: str, manifest: dict[s
              "shards": [_prefixed(sh, prefix) for sh in manifest["shards"]]}
     if manifest.get("data_prefixes") is not None:
         entry["data_prefixes"] = [f"{prefix}/{p}" for p in manifest["data_prefixes"]]
+        # aligned with data_prefixes (null: no mask file); a snapshot written before the list existed has none
+        masks = manifest.get("loss_mask_prefixes") or [None] * len(manifest["data_prefixes"])
+        entry["loss_mask_prefixes"] = [f"{prefix}/{p}" if p else None for p in masks]
     if manifest.get("dataset_files"):
         entry["dataset_files"] = _prefixed(manifest["dataset_files"], prefix)
     if state is not None:
@@ -285,6 +289,8 @@ def commit(out: str, top: dict[str, Any] | None, snapshot: str, manifest: dict[s
     body.update({k: top[k] for k in DATASET_FIELDS if top and k in top})
     if manifest.get("data_prefixes") is not None:  # megatron: every snapshot's prefixes, in order
         body["data_prefixes"] = [p for s in body["snapshots"] for p in s.get("data_prefixes", [])]
+        body["loss_mask_prefixes"] = [p for s in body["snapshots"]
+                                      for p in s.get("loss_mask_prefixes", [None] * len(s.get("data_prefixes", [])))]
     _commit_top(out, body)
     remove_superseded(out, body)
     return body
