@@ -293,3 +293,17 @@ def test_columns_a_custom_stage_added_are_kept_and_their_strings_scrubbed(tmp_pa
         pipeline(_add_columns_stage(pa.field("tags", pa.list_(pa.string()))), tmp_path / "out2").compile()
     with pytest.raises(PipelineError, match=r"scrub_pii cannot scan column 'blob' \(fixed_size_binary"):
         pipeline(_add_columns_stage(pa.field("blob", pa.binary(8))), tmp_path / "out3").compile()
+
+
+def test_values_after_a_written_out_escape_are_scrubbed_and_the_escape_kept() -> None:
+    """Found in review: extract renders a tool call's arguments with json.dumps, so each line an agent wrote
+    into a file starts after a `\\n` escape, and a token boundary after its `n` failed: keys, addresses,
+    JWTs, card numbers starting a line reached the output. They are found now, and the escape survives
+    the replacement (`\\t<EMAIL>`, not `\\<EMAIL>`)."""
+    from datakit.stages.scrub_pii.stage import ScrubPiiConfig
+
+    fn = ScrubPiiConfig(ner="off").build_fn()
+    args = json.dumps({"path": ".env.example", "content": "# OpenAI\nsk-proj-Zq8mV3xK7pL2nR5tW9yB4cF6hJ1dG0sA8eQ3uI7oP2kM5"
+                       "\n# db host\n10.23.45.67\n\tjane.doe@example.com\n4111 1111 1111 1111\n"})
+    out = fn.scrub([args])[0][0]
+    assert json.loads(out)["content"] == ("# OpenAI\n<API_KEY>\n# db host\n<IP_ADDRESS>\n\t<EMAIL>\n<CREDIT_CARD>\n")

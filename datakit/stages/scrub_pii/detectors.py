@@ -19,6 +19,7 @@ a team can extend the set the presidio way.
 """
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 import re
@@ -69,10 +70,19 @@ class Detector:
         return m.span()
 
     def finditer(self, text: str, pos: int = 0, endpos: int | None = None):
-        """Validated matches of this detector in `text[pos:endpos]` (lookbehinds still see before `pos`)."""
-        for m in self.compiled.finditer(text, pos, len(text) if endpos is None else endpos):
-            if self.validate is None or self.validate(m, text):
-                yield m
+        """Validated matches of this detector in `text[pos:endpos]` (lookbehinds still see before `pos`),
+        then those found only in `escape_view(text)` (same offsets)."""
+        end = len(text) if endpos is None else endpos
+        view = None if self.multiline else escape_view(text)
+        if view is None:
+            for m in self.compiled.finditer(text, pos, end):
+                if self.validate is None or self.validate(m, text):
+                    yield m
+            return
+        yield from prefer_view([m for m in self.compiled.finditer(view, pos, end)
+                                if self.validate is None or self.validate(m, view)],
+                               [m for m in self.compiled.finditer(text, pos, end)
+                                if self.validate is None or self.validate(m, text)])
 
 
 # letters of Latin-1/Latin Extended (without the multiplication and division signs), Greek and Cyrillic
@@ -411,6 +421,42 @@ def ssn_ok(m: re.Match[str], text: str) -> bool:
 
 
 # ---------------------------------------------------------------- the detector set
+
+# A `\n`, `\t` or `\r` escape written out in a text (JSON: extract renders a tool call's arguments with
+# json.dumps, so every line an agent wrote into a file starts after one; a string literal in code) ends
+# in a letter, so a token boundary after it failed and a key or address starting the next line was kept
+# in clear (found in review: OpenAI/Stripe/Slack keys, JWTs, IPs, card numbers after `\n`). Each
+# detector also runs on a view of the text with the escape's letter replaced by a mark that is no word
+# character (same length: same offsets); a match found only there counts too. Not instead of the text:
+# `C:\Users\nancy` is a path whose user name starts with the `n`.
+_ESCAPE_MARK = "\uf8ff"
+_TEXT_ESCAPE = re.compile(r"(?<!\\)\\[ntr]")
+
+
+@functools.lru_cache(maxsize=64)
+def escape_view(text: str) -> str | None:
+    """`text` with each `\n`/`\t`/`\r` escape's letter replaced by a non-word mark, or None if it has none."""
+    if "\\" not in text:
+        return None
+    view = _TEXT_ESCAPE.sub("\\\\" + _ESCAPE_MARK, text)
+    return None if view == text else view
+
+
+def prefer_view(in_view: list, in_text: list) -> list:
+    """The matches of the escape view, then those of the text that overlap none of them, by position.
+    Why the view first: in `\tjane@x.org` the text's match takes the escape's `t` as part of the
+    address, and its replacement broke the escape (`\<EMAIL>`)."""
+    spans = sorted(m.span() for m in in_view)
+    starts = [a for a, _ in spans]
+    out = list(in_view)
+    for m in in_text:
+        a, b = m.span()
+        i = bisect.bisect_right(starts, a)
+        if (i > 0 and spans[i - 1][1] > a) or (i < len(spans) and spans[i][0] < b):
+            continue
+        out.append(m)
+    return sorted(out, key=lambda m: m.span())
+
 
 _B = r"(?<![A-Za-z0-9_])"  # token start (like \b but also before `_`-joined words)
 _E = r"(?![A-Za-z0-9_])"

@@ -25,7 +25,7 @@ from typing import Iterable, Literal, NamedTuple, Sequence
 
 import pyarrow as pa
 
-from datakit.stages.scrub_pii.detectors import DETECTORS, Detector
+from datakit.stages.scrub_pii.detectors import DETECTORS, Detector, escape_view, prefer_view
 
 Strategy = Literal["auto", "hyperscan", "polars", "polars_rows", "python"]
 
@@ -370,8 +370,13 @@ def _line_matches(det: Detector, text: str, lines: list[tuple[int, int]]) -> lis
     """Candidates of `det` on `lines`, validation deferred to `resolve_overlaps` (same findings)."""
     out: list[tuple] = []
     span, val, prio, ent = det.span, det.validate, det.priority, det.entity
+    view = escape_view(text)  # (detectors.escape_view: a match after a written-out `\n` escape)
     for a, b in lines:
-        for m in det.compiled.finditer(text, a, b):
+        ms = det.compiled.finditer(text, a, b)
+        if view is not None:  # validation is deferred: only a valid match of the view hides the text's
+            ok = lambda m: val is None or val(m, m.string)  # noqa: E731
+            ms = prefer_view([m for m in det.compiled.finditer(view, a, b) if ok(m)], list(ms))
+        for m in ms:
             x, y = span(m)
             if y > x:
                 out.append((x, y, prio, ent) if val is None else (x, y, prio, ent, (val, m)))
