@@ -307,3 +307,27 @@ def test_values_after_a_written_out_escape_are_scrubbed_and_the_escape_kept() ->
                        "\n# db host\n10.23.45.67\n\tjane.doe@example.com\n4111 1111 1111 1111\n"})
     out = fn.scrub([args])[0][0]
     assert json.loads(out)["content"] == ("# OpenAI\n<API_KEY>\n# db host\n<IP_ADDRESS>\n\t<EMAIL>\n<CREDIT_CARD>\n")
+
+
+def test_repo_id_commit_and_tool_names_are_scrubbed_like_the_path() -> None:
+    """Found in a hostile-input review: a token in a repository URL's query (`source.repo_id`), an e-mail and
+    an AWS key sent as the commit (`meta.commit`) and an e-mail as a tool's name (`meta.tool_names`)
+    reached the output; only `path` and `language` were read. Other meta keys keep their bytes."""
+    from datakit.stages.scrub_pii.stage import ScrubPiiConfig
+
+    src = {"event_id": "e1", "user_id": "u1", "org_id": "o", "session_id": "s", "timestamp": "2026-11-01T00:00:00.000Z",
+           "repo_id": "https://github.com/o/r?access_token=ghp_Zx9Kq2Lm4Np6Rs8Tv0Wy1Ab3Cd5Ef7Gh9Ij2K",
+           "language": "python", "path": "src/app.py"}
+    meta = json.dumps({"commit": "zelda.quux@hostile-example.org AKIAQWERTYUIOPASDFGH", "turns": 1,
+                       "tool_names": ["read_file", "mail_zelda.quux@hostile-example.org"]}, sort_keys=True,
+                      separators=(",", ":"))
+    clean = json.dumps({"commit": "4f2a9c1", "tool_names": ["read_file"]}, sort_keys=True, separators=(",", ":"))
+    rows = [{**_rec("a", "sft", [("hello", True, "assistant")]), "source": src, "meta": meta},
+            {**_rec("b", "sft", [("hi", True, "assistant")]), "source": {**src, "repo_id": "o/r"}, "meta": clean}]
+    out = ScrubPiiConfig(ner="off").build_fn()(pa.RecordBatch.from_pylist(rows, schema=TRAINING_RECORD_V1)).to_pylist()
+    assert out[0]["source"]["repo_id"] == "https://github.com/o/r?access_token=<GITHUB_TOKEN>"
+    m = json.loads(out[0]["meta"])
+    assert m["commit"] == "<EMAIL> <AWS_ACCESS_KEY>" and m["tool_names"] == ["read_file", "<EMAIL>"]
+    assert m["turns"] == 1 and out[1]["meta"] == clean and out[1]["source"]["repo_id"] == "o/r"
+    counts = json.loads(out[0]["_metrics"])
+    assert counts["pii.email"] == 2 and counts["pii.aws_access_key"] == 1 and counts["pii.github_token"] == 1

@@ -687,7 +687,49 @@ class ScrubFn:
                             m[f] = rows[i][1]
                     meta[i] = json.dumps(m, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
                 out["meta"] = pa.array(meta, pa.string())
+        if "meta" in batch.schema.names:
+            new_meta = self._scrub_meta_texts(out.get("meta", batch.column("meta")), findings)
+            if new_meta is not None:
+                out["meta"] = new_meta
         return out, findings
+
+    def _scrub_meta_texts(self, meta: pa.Array | pa.ChunkedArray, findings: dict[int, list[Finding]]
+                          ) -> pa.Array | None:
+        """`meta`'s own free-text keys (`META_TEXTS`: the commit a client sent, the tool names of an agent
+        step) scrubbed in place, or None when nothing changed; findings added to `findings`.
+
+        Why: found in a hostile-input review, an e-mail and an AWS key sent as `repo.commit` and an e-mail
+        as a tool's name reached the output in `meta`. Only rows whose meta text has a finding at all
+        are parsed (one Arrow scan of the column picks them)."""
+        col = _as_string_array(meta)
+        rows = [i for i, fs in enumerate(self.scan(col)) if fs]
+        if not rows:
+            return None
+        values = col.to_pylist()
+        changed = False
+        for i in rows:
+            try:
+                m = json.loads(values[i])
+            except (TypeError, ValueError):
+                continue
+            if not isinstance(m, dict):
+                continue
+            hit = False
+            for k in META_TEXTS:
+                v = m.get(k)
+                texts = [v] if isinstance(v, str) else v if isinstance(v, list) else None
+                if not texts or not all(isinstance(x, str) or x is None for x in texts):
+                    continue
+                new, fs = self.scrub(texts)
+                for f in fs:
+                    findings.setdefault(i, []).extend(f)
+                if new != texts:
+                    m[k] = new[0] if isinstance(v, str) else new
+                    hit = True
+            if hit:
+                values[i] = json.dumps(m, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+                changed = True
+        return pa.array(values, pa.string()) if changed else None
 
 
 def _name_pattern(names: set[str]) -> "re.Pattern[str]":
@@ -712,7 +754,9 @@ def _as_strings(values: pa.Array | pa.ChunkedArray) -> list[str | None]:
 
 
 # the record's lineage fields that hold free text from the editor (scrubbed like a segment's text)
-LINEAGE_TEXTS = ("path", "language")
+LINEAGE_TEXTS = ("path", "language", "repo_id")
+# free text only in a record's `meta` (extract.rules): the commit a client sent, an agent step's tool names
+META_TEXTS = ("commit", "tool_names")
 
 
 def _prose_segments(roles: pa.Array, texts: pa.Array) -> np.ndarray:
