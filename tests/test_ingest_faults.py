@@ -139,19 +139,29 @@ def test_parquet_glob_with_foreign_schema_and_corrupt_file(tmp_path):
     assert [r["detail"] for r in q if r["reason"] == "unreadable_file"][0].startswith("ArrowInvalid: Parquet magic bytes")
 
 
-def test_parquet_damaged_page_keeps_the_rows_read_and_is_one_truncated_file_row(tmp_path):
+def test_parquet_damaged_row_group_costs_its_own_rows_only(tmp_path, caplog):
     """Found in review: pyarrow reports an undecodable page as a plain OSError ("Corrupt snappy
-    compressed data."), which was taken for a storage failure: the run exited 3."""
+    compressed data."), which was taken for a storage failure: the run exited 3. Then (a later review)
+    the reader cut batches across row groups and stopped at the damage: one bad row group lost every
+    row of the file's batch and all row groups after it, and the lost rows were counted nowhere. Now the
+    damaged row group's rows are `damaged_row_group` rows, one each, and the other row groups are read."""
     d = tmp_path / "in"
     d.mkdir()
-    pq.write_table(_event_columns([make_event(i) for i in range(50)]), tmp_path / "ok.parquet", row_group_size=10)
+    pq.write_table(_event_columns([make_event(i) for i in range(60)]), tmp_path / "ok.parquet", row_group_size=10)
+    meta = pq.ParquetFile(tmp_path / "ok.parquet").metadata
     data = bytearray((tmp_path / "ok.parquet").read_bytes())
-    data[len(data) // 3: len(data) // 3 + 200] = b"\xff" * 200
+    at = meta.row_group(2).column(0).data_page_offset  # the third row group's first page
+    data[at + 20: at + 60] = bytes(b ^ 0xFF for b in data[at + 20: at + 60])
     (d / "ev.parquet").write_bytes(bytes(data))
-    st, q = _run(tmp_path, d / "ev.parquet", "parquet")
-    assert st["dropped"] == {"truncated_file": 1} and st["rows_out"] < 50
-    assert st["rows_in"] == st["rows_out"] + 1  # the rows of the batches read before the page, plus the reason row
-    assert [r["reason"] for r in q] == ["truncated_file"]
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        st, q = _run(tmp_path, d / "ev.parquet", "parquet")
+    assert st["rows_in"] == 60 and st["dropped"] == {"damaged_row_group": 10} and st["rows_out"] == 50
+    # said as a warning, which `datakit run -q` keeps (found in review: a damaged input was a silent success)
+    assert "damaged input files: damaged_row_group 10" in caplog.text
+    assert [r["source_line"] for r in q] == list(range(21, 31))  # rows 21-30: the third row group
+    assert q[0]["detail"].startswith("row group 3 of 6 unreadable")
 
 
 def test_only_pyarrows_own_errors_count_as_damaged_parquet():

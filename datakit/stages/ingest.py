@@ -7,7 +7,7 @@ with the field's *name* — never its value, which may be personal data).
 
 Reasons: `bad_utf8`, `bad_json`, `not_an_object`, `unknown_event_type`,
 `missing_field`, `wrong_type`, `bad_value`, `duplicate_key`, `bad_timestamp`,
-`line_too_long`, `truncated_file`, `unreadable_file`, `blank_line`, and the
+`line_too_long`, `truncated_file`, `damaged_row_group`, `unreadable_file`, `blank_line`, and the
 safety net `unconvertible` (a value Arrow refused that no rule above caught).
 
 The strict rule (README, "Input rules"): no coercion -- a field has its JSON
