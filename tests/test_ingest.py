@@ -87,6 +87,17 @@ def test_a_zero_byte_compressed_file_is_a_truncated_file_not_an_empty_day(tmp_pa
     assert res.stage("ingest")["rows_in"] == 0 and q == []
 
 
+@pytest.mark.parametrize("name", ["notgzip.jsonl.gz", "notzstd.jsonl.zst"])
+def test_a_file_that_is_not_its_compression_format_is_unreadable_not_truncated(tmp_path, name):
+    """Found in review: a plain text file named `.gz` was `truncated_file: BadGzipFile`; nothing of it
+    could ever be read, so it is an `unreadable_file` (as a `.parquet` that is not Parquet)."""
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / name).write_bytes(b'{"not": "compressed"}\n' * 3)
+    res, _out, q = _run(tmp_path, tmp_path / "logs" / name)
+    assert res.stage("ingest")["dropped"] == {"unreadable_file": 1} and res.stage("ingest")["rows_out"] == 0
+    assert [r["reason"] for r in q] == ["unreadable_file"] and q[0]["detail"] in ("BadGzipFile", "ZstdError")
+
+
 def test_gz_and_zst_and_plain_read_alike(tmp_path):
     rows = [make_event(i) for i in range(30)]
     for suffix in ("a.jsonl", "b.jsonl.gz", "c.jsonl.zst"):

@@ -240,7 +240,10 @@ def iter_raw_lines(url: str, batch_rows: int = DEFAULT_BATCH_ROWS, max_line_byte
             if len(offsets) > len(lines):  # the failing read was counted as a line start
                 offsets.pop()
             lines.append(None); numbers.append(lineno + 1); offsets.append(pos)
-            errors.append(f"truncated_file: {type(e).__name__}")
+            # nothing decoded at all: not this format (a `.gz` that is no gzip), not a file cut short
+            # (found in review: a plain text file named .gz was "truncated_file: BadGzipFile")
+            never = lineno == 0 and pos == 0 and isinstance(e, (gzip.BadGzipFile, zstandard.ZstdError))
+            errors.append(f"{'unreadable_file' if never else 'truncated_file'}: {type(e).__name__}")
         if lines:
             yield flush()
 
