@@ -45,6 +45,9 @@ BAD_LINES = {
     "role_not_in_enum": (json.dumps(make_event(59, event_type="chat_turn", messages=[
         {"role": "jane.doe@example.com", "content": "hi"}])).encode(), "bad_value", "messages.role"),
     "outcome_not_in_enum": (_line(60, outcome="weird"), "bad_value", "outcome"),
+    # found in review: a partial acceptance whose kept text is not a prefix of the suggestion was trained
+    "partial_not_a_prefix": (_line(64, suggestion="return x + 1", outcome="partial",
+                                   accepted_text="print(x)"), "bad_value", "accepted_text"),
 }
 
 

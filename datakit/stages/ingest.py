@@ -166,6 +166,11 @@ def validate_event(obj: Any) -> dict[str, Any]:
             out[name] = msgs
     if out["outcome"] is not None and out["outcome"] not in OUTCOMES:
         raise InvalidEvent("bad_value", "outcome")
+    # the contract: a partial acceptance keeps a prefix of the suggestion. Another text would be trained
+    # as the model's completion of a context it was never suggested for (found in review)
+    if out["outcome"] == "partial" and out.get("accepted_text") is not None and out.get("suggestion") is not None \
+            and not out["suggestion"].startswith(out["accepted_text"]):
+        raise InvalidEvent("bad_value", "accepted_text")
     lat = out["latency_ms"]
     if lat is not None and not 0 <= lat <= _INT64_MAX:
         raise InvalidEvent("bad_value", "latency_ms")
