@@ -172,6 +172,8 @@ def test_a_device_or_fifo_among_the_inputs_is_refused(tmp_path):
     os.mkfifo(tmp_path / "in" / "f.jsonl")
     with pytest.raises(InputError, match="f.jsonl is not a regular file"):
         expand(str(tmp_path / "in" / "*.jsonl"))
+    with pytest.raises(InputError, match="f.jsonl is not a regular file"):  # named on its own: it blocked forever
+        expand(str(tmp_path / "in" / "f.jsonl"))
     (tmp_path / "in" / "f.jsonl").unlink()
     (tmp_path / "in" / "sub.jsonl").mkdir()  # a folder a glob matches is still not an input, and no error
     assert expand(str(tmp_path / "in" / "*.jsonl")) == [str(tmp_path / "in" / "a.jsonl")]

@@ -87,6 +87,7 @@ def expand(paths: str | Iterable[str], suffixes: tuple[str, ...] = ()) -> list[s
                 _refuse_broken_links(fs, found)
             elif fs.exists(p):
                 found = [p]
+                _refuse_broken_links(fs, found)  # a FIFO named on its own blocked forever (found in review)
                 if suffixes and not p.endswith(suffixes):  # named, but not a kind of file read here
                     raise InputError(f"{raw}: not a file type read here (expected "
                                      f"{', '.join(sorted(set(suffixes)))})")
