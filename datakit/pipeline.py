@@ -366,6 +366,12 @@ class Pipeline:
                 raise PipelineError(f"{cfg.name}: input {inside} is inside the output folder {out_path}: a run "
                                     "withdraws and replaces what that folder holds, so read from elsewhere or "
                                     "write to another folder")
+        if cfg.input.format == "jsonl":
+            parquet = [f for f in resolved if f.endswith(".parquet")]
+            if parquet:  # found in review: read as JSON Lines, every row was quarantined, exit 0
+                more = f" (and {len(parquet) - 1} more)" if len(parquet) > 1 else ""
+                raise PipelineError(f"{cfg.name}: input: {parquet[0]}{more} is Parquet, but input.format is jsonl "
+                                    "(the default): set `format: parquet` on the input")
         ctx.output_path = out_path
         spans: list[StageSpan] = []
         checks: list[dict[str, Any]] = []
@@ -374,7 +380,9 @@ class Pipeline:
             where = f"{cfg.name}: stage {i + 1} ({stage.kind})"
             passes = current in getattr(stage, "passes_through", ())  # a filter that also reads this contract
             if stage.consumes != current and not passes and not (stage.consumes == "raw" and current == "editor_event.v1"):
-                hint = " (add {kind: ingest} first)" if current == "raw" else ""
+                hint = (" (add {kind: ingest} first)" if current == "raw" else
+                        " (add {kind: extract} first)" if current == "editor_event.v1" and stage.consumes == "training_record.v1"
+                        else "")
                 raise PipelineError(f"{where}: needs {stage.consumes} input but gets {current}{hint}")
             names[stage.kind] = names.get(stage.kind, 0) + 1
             name = stage.kind if names[stage.kind] == 1 else f"{stage.kind}_{names[stage.kind]}"

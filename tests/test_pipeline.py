@@ -60,6 +60,10 @@ def test_stage_order_is_checked(tmp_path):
     p = Pipeline("x").input(str(tmp_path / "logs")).output(str(tmp_path / "o"))
     with pytest.raises(PipelineError, match="ingest"):
         p.compile()
+    # a records stage right after ingest says which stage is missing (found in a docs review: no hint)
+    p = Pipeline("x").input(str(tmp_path / "logs")).add({"kind": "ingest"}).add({"kind": "dedup"}).output(str(tmp_path / "o"))
+    with pytest.raises(PipelineError, match=r"needs training_record.v1 input but gets editor_event.v1 \(add \{kind: extract\} first\)"):
+        p.compile()
 
 
 def test_yaml_loader_is_safe(tmp_path):
@@ -293,3 +297,19 @@ def test_a_tilde_path_in_a_pipeline_file_is_the_users_home(tmp_path, monkeypatch
     res = p.run(workers=1)
     assert res.output_path == str(home / "out") and res.manifest["rows"] == 4
     assert not (tmp_path / "proj" / "~").exists()
+
+
+def test_parquet_files_read_as_json_lines_are_refused_with_the_fix(tmp_path):
+    """Found in a docs review: `.input("x/*.parquet")` without `format="parquet"` read each file as JSON
+    Lines (the default): every row quarantined (bad_json, bad_utf8), exit 0."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from datakit.pipeline import Pipeline
+
+    (tmp_path / "x").mkdir()
+    pq.write_table(pa.table({"a": [1]}), tmp_path / "x" / "part-0.parquet")
+    p = Pipeline("p").input(str(tmp_path / "x" / "*.parquet")).add({"kind": "ingest"}).output(str(tmp_path / "o"))
+    with pytest.raises(PipelineError, match=r"part-0.parquet is Parquet, but input.format is jsonl \(the default\): "
+                                            r"set `format: parquet`"):
+        p.compile()
