@@ -103,8 +103,9 @@ def _refuse_overwrite_mode(out: str) -> None:
         return  # none, or unreadable: read_top says which
     if m.get("layout") != LAYOUT:
         raise InputError(f"{out} is an overwrite-mode dataset; `datakit forget` rewrites the snapshots of an "
-                         "append-mode dataset (output mode: append). For this one, add a forget stage to its "
-                         "pipeline and run it again (docs/lineage.md)")
+                         "append-mode dataset (output mode: append). For this one, run a pipeline whose input is "
+                         "this output (format: parquet, schema: training_record.v1) with a forget stage, into a new "
+                         "folder (docs/lineage.md, \"Apply the deletion to the existing output\")")
 
 
 def forget(out: str, optouts: str | list[str], engine: str = "local", **engine_options: Any) -> dict[str, Any]:

@@ -148,12 +148,33 @@ class PipelineConfig(BaseModel):
         return v
 
 
-def _format_errors(e: ValidationError, where: str) -> str:
+def _format_errors(e: ValidationError, where: str, model: type[BaseModel] | None = None) -> str:
     parts = []
     for err in e.errors():
         loc = ".".join(str(x) for x in err["loc"])
-        parts.append(f"{where}: field {loc or '(root)'}: {err['msg']}")
+        hint = _did_you_mean(model, err["loc"]) if err.get("type") == "extra_forbidden" and model else ""
+        parts.append(f"{where}: field {loc or '(root)'}: {err['msg']}{hint}")
     return "; ".join(parts)
+
+
+def _did_you_mean(model: type[BaseModel], loc: tuple) -> str:
+    """`(did you mean 'threshold'?)` for an unknown field `loc[-1]` of the model at `loc[:-1]` (found in a
+    docs review: `minhash: {treshold: 0.8}` said only "Extra inputs are not permitted")."""
+    import difflib
+    import typing
+
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part)) if isinstance(part, str) else None
+        if field is None:
+            return ""
+        inner = [a for a in (field.annotation, *typing.get_args(field.annotation))
+                 if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not inner:
+            return ""
+        model = inner[0]
+    names = [n for n in model.model_fields] + [f.alias for f in model.model_fields.values() if f.alias]
+    close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _check_columns(where: str, verb: str, columns: tuple[str, ...], schema: Any, why: str) -> None:
@@ -192,7 +213,7 @@ def parse_stage(spec: dict[str, Any] | StageConfig, where: str = "") -> StageCon
     try:
         return cls.model_validate(spec)
     except ValidationError as e:
-        raise PipelineError(_format_errors(e, f"{where} ({spec['kind']})")) from None
+        raise PipelineError(_format_errors(e, f"{where} ({spec['kind']})", cls)) from None
 
 
 def _built(model: type[BaseModel], where: str, **fields: Any) -> Any:
@@ -201,7 +222,7 @@ def _built(model: type[BaseModel], where: str, **fields: Any) -> Any:
     try:
         return model(**fields)
     except ValidationError as e:
-        raise PipelineError(_format_errors(e, where)) from None
+        raise PipelineError(_format_errors(e, where, model)) from None
 
 
 class Pipeline:
@@ -245,7 +266,7 @@ class Pipeline:
         try:
             config = PipelineConfig.model_validate({**data, "stages": []})
         except ValidationError as e:
-            raise PipelineError(_format_errors(e, where)) from None
+            raise PipelineError(_format_errors(e, where, PipelineConfig)) from None
         config.stages = parsed
         p = cls(config.name, config.seed, base_dir=base_dir)
         p.config = config

@@ -136,7 +136,7 @@ def test_append_mode_snapshot_and_forget_cli(tmp_path):
                          (["forget", tmp_path / "nothing", "--optouts", tmp_path / "x.parquet"], "no append-mode dataset"),
                          (["forget", "plain-out", "--optouts", "x.parquet"],
                           "plain-out is an overwrite-mode dataset; `datakit forget` rewrites the snapshots of an "
-                          "append-mode dataset (output mode: append). For this one, add a forget stage")):
+                          "append-mode dataset (output mode: append). For this one, run a pipeline whose input is this output")):
         r = _cli(*args, cwd=tmp_path)
         assert r.returncode == 2 and needle in r.stderr, (r.stdout, r.stderr)
         assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -74,3 +74,12 @@ def test_pipeline_schema_names_every_built_in_stage_kind():
         assert validator.is_valid({**base, "stages": [{"kind": ok}]}), ok
     for bad in ("", "two words", "mod:Class:extra", 3):
         assert not validator.is_valid({**base, "stages": [{"kind": bad}]}), bad
+
+
+def test_pipeline_schema_takes_every_input_contract_the_library_reads():
+    """Found in a docs review: docs/lineage.md's forget run over a kto output (`schema: kto_example.v1`)
+    runs, but the pipeline schema refused it."""
+    from datakit.contracts import SCHEMAS as CONTRACTS
+
+    schema = json.loads((SCHEMAS / "pipeline.v1.json").read_text())
+    assert sorted(schema["properties"]["input"]["properties"]["schema"]["enum"]) == sorted(CONTRACTS)

@@ -313,3 +313,32 @@ def test_parquet_files_read_as_json_lines_are_refused_with_the_fix(tmp_path):
     with pytest.raises(PipelineError, match=r"part-0.parquet is Parquet, but input.format is jsonl \(the default\): "
                                             r"set `format: parquet`"):
         p.compile()
+
+
+def test_a_missing_optout_list_names_its_stage_and_field(tmp_path):
+    """Found in a docs review: a typo in `optouts:` said only "input not found: .../optout.parquet"."""
+    from datakit.io.fs import InputError
+
+    write_jsonl(tmp_path / "logs" / "a.jsonl", [make_event(0)])
+    p = (Pipeline("x").input(str(tmp_path / "logs")).add({"kind": "ingest"})
+         .add({"kind": "consent", "optouts": str(tmp_path / "optuot.parquet")}).output(str(tmp_path / "o")))
+    with pytest.raises(InputError, match=r"^stage consent: optouts: input not found: .*optuot.parquet"):
+        p.compile()
+
+
+def test_a_misspelt_field_gets_the_closest_name(tmp_path):
+    """Found in a docs review: `minhash: {treshold: 0.8}` said only "Extra inputs are not permitted"."""
+    f = tmp_path / "p.yaml"
+    f.write_text("name: t\ninput: {path: in, fromat: parquet}\nstage: []\n"
+                 "stages: [{kind: dedup, minhash: {treshold: 0.8}}]\noutput: {path: o, shard: 2}\n")
+    with pytest.raises(PipelineError, match=r"field minhash.treshold: Extra inputs are not permitted \(did you mean 'threshold'\?\)"):
+        Pipeline.from_yaml(f)
+    f.write_text("name: t\ninput: {path: in, fromat: parquet}\nstage: []\noutput: {path: o, shard: 2}\n")
+    with pytest.raises(PipelineError) as e:
+        Pipeline.from_yaml(f)
+    for part in ("field input.fromat: Extra inputs are not permitted (did you mean 'format'?)",
+                 "field stage: Extra inputs are not permitted (did you mean 'stages'?)",
+                 "field output.shard: Extra inputs are not permitted (did you mean 'shards'?)"):
+        assert part in str(e.value)
+    with pytest.raises(PipelineError, match=r"field zzz: Extra inputs are not permitted$"):  # nothing close: no guess
+        Pipeline("x").add({"kind": "dedup", "zzz": 1})

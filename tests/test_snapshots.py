@@ -748,3 +748,15 @@ def test_megatron_append_lists_each_snapshots_loss_masks_beside_its_token_prefix
                                     "_snapshots/dt=2026-11-02/data/tokens-00000"]
     assert top["loss_mask_prefixes"] == [None, "_snapshots/dt=2026-11-02/data/loss_mask-00000"]
     assert (tmp_path / "o" / "_snapshots" / "dt=2026-11-02" / "data" / "loss_mask-00000.idx").is_file()
+
+
+def test_report_of_a_dataset_of_snapshots_names_a_snapshot_to_report(tmp_path):
+    """Found in a docs review: `datakit report DATASET` of an append-mode dataset said "no _run.json (not a
+    datakit output, or the run did not finish)"; each run reports on its own snapshot."""
+    from datakit.quality.report import write_report
+
+    run_day(tmp_path, "2026-11-01", DAY1)
+    run_day(tmp_path, "2026-11-02", DAY2)
+    with pytest.raises(FileNotFoundError, match=r"is a dataset of snapshots: .* datakit report .*/_snapshots/dt=2026-11-02"):
+        write_report(str(tmp_path / "ds"))
+    assert write_report(str(tmp_path / "ds" / "_snapshots" / "dt=2026-11-02")).endswith("_report.html")

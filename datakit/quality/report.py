@@ -297,6 +297,12 @@ def write_report(path: str) -> str:
     base = path.rstrip("/")
     run = read_json(f"{base}/_run.json")
     if run is None:
+        top = read_json(f"{base}/manifest.json")
+        snaps = (top or {}).get("snapshots") if isinstance(top, dict) else None
+        if snaps:  # found in a docs review: a dataset of snapshots was "not a datakit output"
+            last = max(snaps, key=lambda s: s.get("seq", 0))
+            raise FileNotFoundError(f"{base} is a dataset of snapshots: each run reported on its own snapshot, e.g. "
+                                    f"datakit report {base}/{last['path']}")
         raise FileNotFoundError(f"{base}: no _run.json (not a datakit output, or the run did not finish)")
     page = render(run, read_json(f"{base}/manifest.json"))
     write_bytes_atomic(f"{base}/_report.html", page.encode())

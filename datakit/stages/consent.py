@@ -226,7 +226,10 @@ class ConsentConfig(StageConfig):
         if self.optouts is None:
             return []
         paths = [self.optouts] if isinstance(self.optouts, str) else list(self.optouts)
-        return expand([ctx.resolve(p) for p in paths], suffixes=OPTOUT_SUFFIXES)
+        try:
+            return expand([ctx.resolve(p) for p in paths], suffixes=OPTOUT_SUFFIXES)
+        except InputError as e:  # found in a docs review: "input not found: ..." named no stage or field
+            raise InputError(f"stage consent: optouts: {e}") from None
 
     def resolved_mode(self, files: list[str]) -> str:
         if self.mode != "auto" or not files:

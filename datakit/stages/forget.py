@@ -13,7 +13,7 @@ from typing import ClassVar, Literal
 import pyarrow as pa
 from pydantic import Field
 
-from datakit.io.fs import expand
+from datakit.io.fs import InputError, expand
 from datakit.plan import DROP, Rel
 from datakit.stages.base import CompileContext, StageConfig, register_stage
 from datakit.stages.consent import OPTOUT_SUFFIXES, ids_digest, read_id_lists
@@ -101,7 +101,10 @@ class ForgetConfig(StageConfig):
 
     def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
         paths = [self.optouts] if isinstance(self.optouts, str) else list(self.optouts)
-        files = expand([ctx.resolve(p) for p in paths], suffixes=OPTOUT_SUFFIXES)
+        try:
+            files = expand([ctx.resolve(p) for p in paths], suffixes=OPTOUT_SUFFIXES)
+        except InputError as e:  # found in a docs review: "input not found: ..." named no stage or field
+            raise InputError(f"stage forget: optouts: {e}") from None
         lists = read_id_lists(files)
         ctx.record("optouts", ids_digest(lists["user_id"], lists["org_id"], lists["event_id"]))
         fn = ForgetFn(lists["user_id"], lists["org_id"], lists["event_id"])

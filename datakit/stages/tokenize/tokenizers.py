@@ -308,9 +308,9 @@ def _hub_tokenizer(repo: str, revision: str | None) -> tuple[Path, str]:
             path = Path(hf_hub_download(**kw))
         except Exception as e:  # network, auth, missing repo: one line, no traceback
             raise TokenizerError(f"tokenizer {repo!r}: not a local file and the Hub download failed "
-                                 f"({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''})") from None
+                                 f"({type(e).__name__}: {_clipped(str(e))})") from None
     except Exception as e:
-        raise TokenizerError(f"tokenizer {repo!r}: {type(e).__name__}: {str(e).splitlines()[0][:160]}") from None
+        raise TokenizerError(f"tokenizer {repo!r}: {type(e).__name__}: {_clipped(str(e))}") from None
     commit = path.parent.name if path.parent.parent.name == "snapshots" else (revision or "")
     return path, commit
 
@@ -449,3 +449,12 @@ def _load_tiktoken(name: str, overrides: dict[str, str]) -> LoadedTokenizer:
         name=name, backend="tiktoken", impl=enc, vocab_size=enc.n_vocab, special=special,
         special_text=special_text, sha256=h.hexdigest(), source_sha256=h.hexdigest(),
     )
+
+
+def _clipped(text: str, limit: int = 240) -> str:
+    """The first line of an error, cut at a word within `limit` characters (found in a docs review: the
+    Hub's offline message ended "Please check your connection and try aga")."""
+    line = text.splitlines()[0] if text else ""
+    if len(line) <= limit:
+        return line
+    return line[:limit].rsplit(" ", 1)[0] + " ..."
