@@ -511,6 +511,10 @@ class Pipeline:
         does by default). It is a view of `_run.json`, not data, so it is not part of the config.
         A relative `input`/`output` is relative to the current folder (found in review: the
         spark-submit example driver's `--output out` was written beside the pipeline file)."""
+        if engine == "local":
+            from datakit.engines.local.engine import refuse_run_at_worker_import
+
+            refuse_run_at_worker_import()
         from datakit.run_timing import RunTimer
 
         input, output = _from_caller(input), _from_caller(output)

@@ -272,3 +272,23 @@ def _try_lock(out: str, seen: list) -> None:
             pass
     except publish.OutputBusyError as e:
         seen.append(e)
+
+
+def test_a_script_that_runs_at_import_gets_one_line_per_worker_not_a_lock_traceback(tmp_path):
+    """Found in a docs review: the README's snippet without `if __name__ == "__main__":` and `workers=2`
+    printed 107 lines: each spawned worker re-ran the script, took the output lock first and failed with an
+    OutputBusyError traceback naming the wrong cause. A worker importing the script now ends with one line
+    naming the fix, before it touches the output; the owner's error says the same."""
+    for k in range(4):
+        write_jsonl(tmp_path / "logs" / f"{k}.jsonl", [make_event(i) for i in range(k * 40, k * 40 + 40)])
+    script = tmp_path / "noguard.py"
+    script.write_text("from datakit import Pipeline\n"
+                      "p = Pipeline('ng').input('logs').add({'kind': 'ingest'}).output('out')\n"
+                      "p.run(engine='local', workers=2)\n")
+    r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode != 0
+    assert "OutputBusyError" not in r.stderr and r.stderr.count("Traceback") == 1  # the owner's own, in the script
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("datakit: error: a worker process imported your script")]
+    assert lines and "if __name__ == \"__main__\":" in lines[0]
+    assert "a local worker process died" in r.stderr and not (tmp_path / "out" / "_SUCCESS").exists()

@@ -81,12 +81,7 @@ class LocalEngine(Engine):
 
     # -- public
     def execute(self, plan: Plan) -> RunResult:
-        import multiprocessing
-
-        if getattr(multiprocessing.current_process(), "_inheriting", False):
-            # a spawned worker is importing the user's script, which runs the pipeline at top level
-            raise RuntimeError("datakit: a worker process imported your script and it started a pipeline; "
-                               "put the run under `if __name__ == \"__main__\":` (worker processes are spawned)")
+        refuse_run_at_worker_import()
         return super().execute(plan)
 
     def _execute(self, plan: Plan) -> RunResult:
@@ -514,3 +509,15 @@ class LocalEngine(Engine):
         return commit_run(plan, self._inputs, self._resolved_spec, self._sink_infos, stages, seconds,
                           engine=self.name, reused_tasks=self._reused, runtime={"workers": self.workers})
 
+
+def refuse_run_at_worker_import() -> None:
+    """End a spawned worker that is importing the user's script when the script starts a run at top level.
+
+    Why SystemExit with one line, and before anything else: the worker's run took the output lock first,
+    so each worker printed an OutputBusyError traceback that named the wrong cause, 107 lines in all
+    (found in a docs review); the owner's error names the fix (`worker died ... if __name__`)."""
+    import multiprocessing
+
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise SystemExit("datakit: error: a worker process imported your script and it started a pipeline; put the "
+                         "run under `if __name__ == \"__main__\":` (worker processes are spawned)")
