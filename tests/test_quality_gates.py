@@ -403,3 +403,16 @@ def test_validate_says_which_checks_of_a_named_suite_it_skipped(tmp_path):
     assert {c for k in res["skipped"] for c in k["columns"]}.isdisjoint({"doc_id", "kind"})
     r = CliRunner().invoke(app, ["validate", str(root), "--suite", "training_record.v1", "--workers", "1"])
     assert r.exit_code == 0 and f"({len(res['skipped'])} skipped)" in r.output and "skip training_record.v1:" in r.output
+
+
+def test_great_expectations_housekeeping_lines_stay_out_of_the_output():
+    """Found in a docs review: `datakit validate` began with GX's "INFO ... Created temporary directory ...
+    for ephemeral docs site" (GX sets one of its own loggers to INFO at import)."""
+    import logging
+
+    from datakit.quality.gx import import_gx
+
+    import_gx()
+    for name, lg in logging.Logger.manager.loggerDict.items():
+        if name.startswith("great_expectations") and isinstance(lg, logging.Logger):
+            assert lg.getEffectiveLevel() >= logging.WARNING, name

@@ -50,6 +50,13 @@ def import_gx() -> Any:
     finally:
         if looks_like_doctests:
             del sys.ps1  # type: ignore[attr-defined]
+    # its INFO lines ("Created temporary directory ... for ephemeral docs site") are GX's housekeeping, not
+    # ours: they led `datakit validate`'s output (found in a docs review); its warnings still show
+    # (it sets one of its own loggers to INFO at import, so the parent's level alone does not hold it)
+    for name, lg in list(logging.Logger.manager.loggerDict.items()):
+        if (name == "great_expectations" or name.startswith("great_expectations.")) \
+                and isinstance(lg, logging.Logger) and lg.level in (logging.NOTSET, logging.INFO, logging.DEBUG):
+            lg.setLevel(logging.WARNING)
     return great_expectations
 from datakit.resources import suite_document, suite_names
 
