@@ -39,6 +39,8 @@ def import_gx() -> Any:
     import sys
 
     if "great_expectations" in sys.modules:
+        if not _GX_QUIET:
+            _quiet_gx_loggers()
         return sys.modules["great_expectations"]
     main = sys.modules.get("__main__")
     looks_like_doctests = (main is not None and getattr(main, "__spec__", None) is None
@@ -52,12 +54,22 @@ def import_gx() -> Any:
             del sys.ps1  # type: ignore[attr-defined]
     # its INFO lines ("Created temporary directory ... for ephemeral docs site") are GX's housekeeping, not
     # ours: they led `datakit validate`'s output (found in a docs review); its warnings still show
-    # (it sets one of its own loggers to INFO at import, so the parent's level alone does not hold it)
+    _quiet_gx_loggers()
+    return great_expectations
+
+
+_GX_QUIET = False
+
+
+def _quiet_gx_loggers() -> None:
+    """GX's loggers at WARNING (it sets one of its own to INFO at import, so the parent's level alone does
+    not hold it); once per process."""
+    global _GX_QUIET
     for name, lg in list(logging.Logger.manager.loggerDict.items()):
         if (name == "great_expectations" or name.startswith("great_expectations.")) \
                 and isinstance(lg, logging.Logger) and lg.level in (logging.NOTSET, logging.INFO, logging.DEBUG):
             lg.setLevel(logging.WARNING)
-    return great_expectations
+    _GX_QUIET = True
 from datakit.resources import suite_document, suite_names
 
 log = logging.getLogger("datakit.quality")
