@@ -79,10 +79,11 @@ class Detector:
                 if self.validate is None or self.validate(m, text):
                     yield m
             return
-        yield from prefer_view([m for m in self.compiled.finditer(view, pos, end)
-                                if self.validate is None or self.validate(m, view)],
-                               [m for m in self.compiled.finditer(text, pos, end)
-                                if self.validate is None or self.validate(m, text)])
+        for _, m in prefer_view_spans([(m.span(), m) for m in self.compiled.finditer(view, pos, end)
+                                       if self.validate is None or self.validate(m, view)],
+                                      [(m.span(), m) for m in self.compiled.finditer(text, pos, end)
+                                       if self.validate is None or self.validate(m, text)]):
+            yield m
 
 
 # letters of Latin-1/Latin Extended (without the multiplication and division signs), Greek and Cyrillic
@@ -442,20 +443,19 @@ def escape_view(text: str) -> str | None:
     return None if view == text else view
 
 
-def prefer_view(in_view: list, in_text: list) -> list:
-    """The matches of the escape view, then those of the text that overlap none of them, by position.
-    Why the view first: in `\tjane@x.org` the text's match takes the escape's `t` as part of the
-    address, and its replacement broke the escape (`\<EMAIL>`)."""
-    spans = sorted(m.span() for m in in_view)
+def prefer_view_spans(in_view: list, in_text: list) -> list:
+    """`[((start, end), match), ...]` of the escape view, then those of the text that overlap none of
+    them, by position. Why the view first: in `\tjane@x.org` the text's match takes the escape's `t` as
+    part of the address, and its replacement broke the escape (`\<EMAIL>`)."""
+    spans = sorted(sp for sp, _ in in_view)
     starts = [a for a, _ in spans]
     out = list(in_view)
-    for m in in_text:
-        a, b = m.span()
+    for (a, b), m in in_text:
         i = bisect.bisect_right(starts, a)
         if (i > 0 and spans[i - 1][1] > a) or (i < len(spans) and spans[i][0] < b):
             continue
-        out.append(m)
-    return sorted(out, key=lambda m: m.span())
+        out.append(((a, b), m))
+    return sorted(out, key=lambda x: x[0])
 
 
 _B = r"(?<![A-Za-z0-9_])"  # token start (like \b but also before `_`-joined words)

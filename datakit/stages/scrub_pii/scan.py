@@ -25,7 +25,7 @@ from typing import Iterable, Literal, NamedTuple, Sequence
 
 import pyarrow as pa
 
-from datakit.stages.scrub_pii.detectors import DETECTORS, Detector, escape_view, prefer_view
+from datakit.stages.scrub_pii.detectors import DETECTORS, Detector, escape_view, prefer_view_spans
 
 Strategy = Literal["auto", "hyperscan", "polars", "polars_rows", "python"]
 
@@ -370,14 +370,18 @@ def _line_matches(det: Detector, text: str, lines: list[tuple[int, int]]) -> lis
     """Candidates of `det` on `lines`, validation deferred to `resolve_overlaps` (same findings)."""
     out: list[tuple] = []
     span, val, prio, ent = det.span, det.validate, det.priority, det.entity
-    view = escape_view(text)  # (detectors.escape_view: a match after a written-out `\n` escape)
     for a, b in lines:
-        ms = det.compiled.finditer(text, a, b)
+        found = [(m.span(), m) for m in det.compiled.finditer(text, a, b)]
+        line = text[a:b]
+        view = escape_view(line) if "\\" in line else None  # (detectors.escape_view), per line: cheap to redo
         if view is not None:  # validation is deferred: only a valid match of the view hides the text's
-            ok = lambda m: val is None or val(m, m.string)  # noqa: E731
-            ms = prefer_view([m for m in det.compiled.finditer(view, a, b) if ok(m)], list(ms))
-        for m in ms:
+            in_view = [((m.start() + a, m.end() + a), m) for m in det.compiled.finditer(view)
+                       if val is None or val(m, m.string)]
+            found = prefer_view_spans(in_view, found)
+        for (ma, _), m in found:
             x, y = span(m)
+            if m.string is not text:  # a match of the line's view: its offsets are the line's
+                x, y = x + a, y + a
             if y > x:
                 out.append((x, y, prio, ent) if val is None else (x, y, prio, ent, (val, m)))
     return out
