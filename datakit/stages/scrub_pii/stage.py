@@ -702,7 +702,14 @@ class ScrubFn:
         as a tool's name reached the output in `meta`. Only rows whose meta text has a finding at all
         are parsed (one Arrow scan of the column picks them)."""
         col = _as_string_array(meta)
-        rows = [i for i, fs in enumerate(self.scan(col)) if fs]
+        # only the values of those keys are scanned (pulled out by an Arrow regex): the whole meta text holds
+        # paths and commit hashes that every batch's scan would turn into Python candidates for nothing
+        rows_set: set[int] = set()
+        for pattern in _META_VALUE_PATTERNS:
+            values = pc.struct_field(pc.extract_regex(col, pattern), "v")  # null where the key is absent
+            if values.null_count < len(values):
+                rows_set.update(i for i, fs in enumerate(self.scan(values)) if fs)
+        rows = sorted(rows_set)
         if not rows:
             return None
         values = col.to_pylist()
@@ -757,6 +764,8 @@ def _as_strings(values: pa.Array | pa.ChunkedArray) -> list[str | None]:
 LINEAGE_TEXTS = ("path", "language", "repo_id")
 # free text only in a record's `meta` (extract.rules): the commit a client sent, an agent step's tool names
 META_TEXTS = ("commit", "tool_names")
+# each key's value in a meta JSON text (a string, or a list of strings), for the scan that picks the rows
+_META_VALUE_PATTERNS = (r'"commit"\s*:\s*"(?P<v>(?:[^"\\]|\\.)*)"', r'"tool_names"\s*:\s*(?P<v>\[[^\]]*\])')
 
 
 def _prose_segments(roles: pa.Array, texts: pa.Array) -> np.ndarray:
