@@ -74,6 +74,8 @@ def scaling_measurements(path: Path) -> dict:
             continue
         r = json.loads(line)
         mb = json_mb(path.parent / f"logs-{r['events']}")
+        if mb is None and r.get("tokenize_ceiling", {}).get("json_mb"):  # scaling.py measured it (--ceiling),
+            mb = float(r["tokenize_ceiling"]["json_mb"])                  # its logs in a folder since removed
         per_cpu = f"{mb / r['cpu_s']:.2f} MB input JSON per CPU-s" if mb else \
             f"{r['input_mb'] / r['cpu_s']:.3f} MB zstd input per CPU-s"
         stages = ", ".join(f"{k} {v:.0f}s" for k, v in r["stages"].items())
