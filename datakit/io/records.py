@@ -117,8 +117,9 @@ def _rows_table(url: str, rows: list[dict], columns: ColumnChoice, lines: list[i
     chosen = columns(sorted(names), url)
     texts = [c for c in chosen if c not in ("doc_id", "id")] or chosen
     keys = {k for c in texts for k in (c, *(fallbacks(c) if fallbacks else ()))}
-    if fallbacks and "segments" in chosen:
-        rows = _plain_rows_as_segments(rows)
+    plain = getattr(columns, "plain_text_fields", ())  # (decontaminate.check.Columns: what a plain row holds)
+    if fallbacks and plain and "segments" in chosen:
+        rows = _plain_rows_as_segments(rows, texts, plain)
     has_text = [any(r.get(k) is not None for k in keys) for r in rows]
     if not all(has_text):
         if stats is not None:
@@ -140,18 +141,16 @@ def _rows_table(url: str, rows: list[dict], columns: ColumnChoice, lines: list[i
     return pa.table(data)
 
 
-def _plain_rows_as_segments(rows: list[dict]) -> list[dict]:
+def _plain_rows_as_segments(rows: list[dict], record_columns: Sequence[str], plain: Sequence[str]) -> list[dict]:
     """Rows of a batch read as training records (its key set holds `segments`) that hold none of the
-    record text columns but a generic text field (`text`, `content`, `code`): read as one-segment
+    `record_columns` but a `plain` text field (`text`, `content`, `code`): read as one-segment
     records. Why: the text columns are chosen from the batch's keys, so a `{"text": ...}` row in a
     batch with `segments` rows was skipped as a row without text, and whether it was scanned depended
     on which rows shared its batch (found in review)."""
-    from datakit.stages.texts import GENERIC_TEXT_FIELDS, RECORD_TEXT_COLUMNS
-
     out = []
     for r in rows:
-        if all(r.get(c) is None for c in RECORD_TEXT_COLUMNS):
-            k = next((f for f in GENERIC_TEXT_FIELDS if r.get(f) is not None), None)
+        if all(r.get(c) is None for c in record_columns):
+            k = next((f for f in plain if r.get(f) is not None), None)
             if k is not None:
                 r = {**r, "segments": [{"text": _str(r[k])}]}
         out.append(r)

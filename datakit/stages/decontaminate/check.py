@@ -118,6 +118,12 @@ class Columns:
 
     text_fields: tuple[str, ...] | None = None
 
+    @property
+    def plain_text_fields(self) -> tuple[str, ...]:
+        """The fields a plain JSON row holds its text under, read as one segment in a batch of records
+        (io/records._rows_table), when the text columns were chosen automatically."""
+        return GENERIC_TEXT_FIELDS if self.text_fields is None else ()
+
     def __call__(self, names: Sequence[str], url: str) -> list[str]:
         try:
             wanted = text_columns(names, self.text_fields)
