@@ -363,6 +363,25 @@ class Pipeline:
         paths = [paths] if isinstance(paths, str) else list(paths)
         resolved = expand([ctx.resolve(p) for p in paths],
                           suffixes=(".parquet",) if cfg.input.format == "parquet" else ())
+        out_path = output_override or (cfg.output.path if cfg.output else None)
+        if out_path:
+            out_path = ctx.resolve(out_path)
+            inside = _input_inside(resolved, out_path)
+            if inside is not None:
+                raise PipelineError(f"{cfg.name}: input {inside} is inside the output folder {out_path}: a run "
+                                    "withdraws and replaces what that folder holds, so read from elsewhere or "
+                                    "write to another folder")
+        if cfg.input.format == "jsonl":
+            # found in review: Parquet files were read as JSON Lines, every row quarantined (bad_utf8), exit 0
+            parquet = [f for f in resolved if f.endswith(".parquet")]
+            more = f" (and {len(parquet) - 1} more)" if len(parquet) > 1 else ""
+            if parquet and len(parquet) == len(resolved):
+                raise PipelineError(f"{cfg.name}: input: {parquet[0]}{more} is Parquet, but input.format is jsonl "
+                                    "(the default): set `format: parquet` on the input")
+            if parquet:  # beside JSON Lines logs (an opt-out list in the logs folder): not this input's data
+                log.warning("%s: input: %s%s is Parquet among JSON Lines files and is not read (input.format is "
+                            "jsonl); name the JSON Lines files to silence this", cfg.name, parquet[0], more)
+                resolved = [f for f in resolved if not f.endswith(".parquet")]
         schema_name = cfg.input.schema_name
         try:
             contract = contracts.schema_by_name(schema_name)
@@ -379,20 +398,6 @@ class Pipeline:
         else:
             rel = source(resolved, "parquet", contract, schema_name)
             current = schema_name
-        out_path = output_override or (cfg.output.path if cfg.output else None)
-        if out_path:
-            out_path = ctx.resolve(out_path)
-            inside = _input_inside(resolved, out_path)
-            if inside is not None:
-                raise PipelineError(f"{cfg.name}: input {inside} is inside the output folder {out_path}: a run "
-                                    "withdraws and replaces what that folder holds, so read from elsewhere or "
-                                    "write to another folder")
-        if cfg.input.format == "jsonl":
-            parquet = [f for f in resolved if f.endswith(".parquet")]
-            if parquet:  # found in review: read as JSON Lines, every row was quarantined, exit 0
-                more = f" (and {len(parquet) - 1} more)" if len(parquet) > 1 else ""
-                raise PipelineError(f"{cfg.name}: input: {parquet[0]}{more} is Parquet, but input.format is jsonl "
-                                    "(the default): set `format: parquet` on the input")
         ctx.output_path = out_path
         spans: list[StageSpan] = []
         checks: list[dict[str, Any]] = []

@@ -342,3 +342,22 @@ def test_a_misspelt_field_gets_the_closest_name(tmp_path):
         assert part in str(e.value)
     with pytest.raises(PipelineError, match=r"field zzz: Extra inputs are not permitted$"):  # nothing close: no guess
         Pipeline("x").add({"kind": "dedup", "zzz": 1})
+
+
+def test_a_parquet_file_beside_json_lines_logs_is_not_read_as_lines(tmp_path, caplog):
+    """A logs folder that also holds an opt-out list (`datakit synth` writes `optouts.parquet` there): the
+    Parquet file was read as JSON Lines and its bytes quarantined as bad lines; it is left out, said in a
+    warning (a Parquet-only input is an error, above)."""
+    import logging
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    write_jsonl(tmp_path / "logs" / "dt=1" / "a.jsonl", [make_event(i) for i in range(3)])
+    pq.write_table(pa.table({"user_id": ["nobody"]}), tmp_path / "logs" / "optouts.parquet")
+    p = Pipeline("x").input(str(tmp_path / "logs")).add({"kind": "ingest"}).output(str(tmp_path / "o"))
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        res = p.run(workers=1)
+    st = res.stage("ingest")
+    assert st["rows_in"] == st["rows_out"] + sum(st["dropped"].values()) and "bad_utf8" not in st["dropped"], st
+    assert "optouts.parquet is Parquet among JSON Lines files and is not read" in caplog.text
