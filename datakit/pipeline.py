@@ -641,7 +641,11 @@ class Pipeline:
             if shared:  # the contracts say one record per doc_id; dedup cannot tell such records apart
                 log.warning("stage %r: %d records share a doc_id with another record (a file read twice?); "
                             "dedup judges them together, so identical copies all stay", st["name"], shared)
-            damaged = {r: n for r, n in sorted((st.get("dropped") or {}).items()) if r in DAMAGED_INPUT_REASONS}
+            damaged = {}
+            if st.get("kind") == "ingest" and st.get("dropped"):
+                from datakit.stages.ingest import DAMAGED_INPUT_REASONS
+
+                damaged = {r: n for r, n in sorted(st["dropped"].items()) if r in DAMAGED_INPUT_REASONS}
             if damaged:  # data lost before any stage could read it: said even under --quiet (found in review)
                 log.warning("stage %r: damaged input files: %s; what lay after the damage was not read (each file "
                             "and line: the output's _quarantine/)", st["name"],
@@ -730,11 +734,6 @@ class Pipeline:
         bad = next((r for r in checks if not r["success"] and r["severity"] == "error"), None)
         if bad is not None:
             raise QualityGateError(failure_line("output", bad) + " (the output was written; do not use it)")
-
-
-# ingest's reasons for input it could not read at all (a file cut short, not a file of its format, a row group
-# that does not decode): the run goes on without that data, and says so
-DAMAGED_INPUT_REASONS = frozenset(("truncated_file", "unreadable_file", "damaged_row_group"))
 
 
 def _rebased(d: dict[str, Any], base: Path, dest: Path | None, stages: list[StageConfig]) -> dict[str, Any]:

@@ -35,6 +35,10 @@ from datakit.stages.base import CompileContext, StageConfig, register_stage
 
 log = logging.getLogger(__name__)
 
+# reasons for input that could not be read at all (a file cut short, not a file of its format, a row group
+# that does not decode): the run goes on without that data, and says so (pipeline.py's warning)
+DAMAGED_INPUT_REASONS = frozenset(("truncated_file", "unreadable_file", "damaged_row_group"))
+
 _STR = (str,)
 _FIELD_TYPES: dict[str, Any] = {
     "event_id": _STR, "event_type": _STR, "timestamp": _STR, "user_id": _STR, "org_id": _STR,

@@ -434,13 +434,16 @@ _ESCAPE_MARK = "\uf8ff"
 _TEXT_ESCAPE = re.compile(r"(?<!\\)\\[ntr]")
 
 
-@functools.lru_cache(maxsize=64)
-def escape_view(text: str) -> str | None:
+def line_escape_view(text: str) -> str | None:
     """`text` with each `\n`/`\t`/`\r` escape's letter replaced by a non-word mark, or None if it has none."""
     if "\\" not in text:
         return None
     view = _TEXT_ESCAPE.sub("\\\\" + _ESCAPE_MARK, text)
     return None if view == text else view
+
+
+# whole texts: the reference scan asks for the same text's view once per detector
+escape_view = functools.lru_cache(maxsize=64)(line_escape_view)
 
 
 def prefer_view_spans(in_view: list, in_text: list) -> list:

@@ -25,7 +25,7 @@ from typing import Iterable, Literal, NamedTuple, Sequence
 
 import pyarrow as pa
 
-from datakit.stages.scrub_pii.detectors import DETECTORS, Detector, escape_view, prefer_view_spans
+from datakit.stages.scrub_pii.detectors import DETECTORS, Detector, line_escape_view, prefer_view_spans
 
 Strategy = Literal["auto", "hyperscan", "polars", "polars_rows", "python"]
 
@@ -372,13 +372,12 @@ def _line_matches(det: Detector, text: str, lines: list[tuple[int, int]]) -> lis
     span, val, prio, ent = det.span, det.validate, det.priority, det.entity
     for a, b in lines:
         found = [(m.span(), m) for m in det.compiled.finditer(text, a, b)]
-        line = text[a:b]
-        view = escape_view(line) if "\\" in line else None  # (detectors.escape_view), per line: cheap to redo
+        view = line_escape_view(text[a:b])  # per candidate line, not cached: a line is asked for once per detector
         if view is not None:  # validation is deferred: only a valid match of the view hides the text's
             in_view = [((m.start() + a, m.end() + a), m) for m in det.compiled.finditer(view)
                        if val is None or val(m, m.string)]
             found = prefer_view_spans(in_view, found)
-        for (ma, _), m in found:
+        for _, m in found:
             x, y = span(m)
             if m.string is not text:  # a match of the line's view: its offsets are the line's
                 x, y = x + a, y + a

@@ -506,9 +506,9 @@ class ScrubFn:
         extra_values: dict[str, list[str | None]] = {}
         for name in self.extra_texts:
             if name in names:
-                values, fs = self._scrub_extra(batch.column(name), names_of)
-                if values is not None:
-                    extra_values[name] = values
+                col, fs = self._scrub_strings(batch.column(name), names_of=names_of)
+                if col is not None:
+                    extra_values[name] = col.to_pylist()
                 for r, f in fs.items():
                     lineage_found.setdefault(r, []).extend(f)
         if names_of:
@@ -519,7 +519,7 @@ class ScrubFn:
                 if name in names:
                     values = extra_values.get(name)
                     values, made = self._spread_names_in(
-                        names_of, values if values is not None else _as_strings(batch.column(name)))
+                        names_of, values if values is not None else _as_string_array(batch.column(name)).to_pylist())
                     if made:
                         extra_values[name] = values
                         for r, k in made.items():
@@ -565,7 +565,6 @@ class ScrubFn:
         user's, so one record held both `<PERSON_be06db25c3c3>` and the name in clear: a key to that
         pseudonym everywhere in the dataset (and the name in training text). A name is whole words."""
         made: dict[int, int] = {}
-        token = lambda m: self.replacer.token("person", m.group(0))  # noqa: E731
         for r, found_names in names_of.items():
             pattern = _name_pattern(found_names)
             places: list[tuple[str, int, str | None]] = [("segments", i, seg_text[i].as_py()) for i in docs.parts(r)]
@@ -576,35 +575,15 @@ class ScrubFn:
                 text = new[column].get(i, original)
                 if not text:
                     continue
-                text, k = pattern.subn(token, text)
+                text, k = pattern.subn(self._person_token, text)
                 if k:
                     new[column][i] = text
                     made[r] = made.get(r, 0) + k
         return made
 
-    def _scrub_extra(self, values: pa.Array | pa.ChunkedArray, names_of: dict[int, set[str]]
-                     ) -> tuple[list[str | None] | None, dict[int, list[Finding]]]:
-        """A custom stage's string column scrubbed by every detector, NER reading each value as prose:
-        (the new values, or None when nothing changed; {row: findings}). The names NER finds are added
-        to `names_of`, so they are replaced in the record's other texts too."""
-        values = _as_string_array(values)
-        prose: list[Prose] | None = [True] * len(values) if self.person is not None else None
-        found = self.scan(values, prose)
-        rows = [i for i, fs in enumerate(found) if fs]
-        if not rows:
-            return None, {}
-        old = [values[i].as_py() for i in rows]
-        for i, was in zip(rows, old):
-            names = {v for f in found[i] if f.entity == "person" and len(v := (was or "")[f.start:f.end].strip()) >= 3}
-            if names:
-                names_of.setdefault(i, set()).update(names)
-        scrubbed, fs_rows = self.scrub(old, [True] * len(old) if prose is not None else None)
-        new_values = values.to_pylist()
-        findings: dict[int, list[Finding]] = {}
-        for i, now, fs in zip(rows, scrubbed, fs_rows):
-            new_values[i] = now
-            findings.setdefault(i, []).extend(fs)
-        return new_values, findings
+    def _person_token(self, m: "re.Match[str]") -> str:
+        """The replacement of a name found elsewhere in its record (`_spread_names`, `_spread_names_in`)."""
+        return self.replacer.token("person", m.group(0))
 
     def _spread_names_in(self, names_of: dict[int, set[str]], values: list[str | None]
                          ) -> tuple[list[str | None], dict[int, int]]:
@@ -615,26 +594,34 @@ class ScrubFn:
             text = values[r]
             if not text:
                 continue
-            text, k = _name_pattern(found_names).subn(lambda m: self.replacer.token("person", m.group(0)), text)
+            text, k = _name_pattern(found_names).subn(self._person_token, text)
             if k:
                 out = list(out) if out is values else out
                 out[r] = text
                 made[r] = k
         return out, made
 
-    def _scrub_strings(self, values: pa.Array | pa.ChunkedArray, changed: dict[int, tuple[str, str]] | None = None
+    def _scrub_strings(self, values: pa.Array | pa.ChunkedArray, changed: dict[int, tuple[str, str]] | None = None,
+                       names_of: dict[int, set[str]] | None = None
                        ) -> tuple[pa.Array | None, dict[int, list[Finding]]]:
-        """A string column scrubbed by every detector but NER: (the new column, or None when nothing
-        changed; {row: findings}). `changed` (optional) gets {row: (old, new)} of the values replaced."""
-        if isinstance(values, pa.ChunkedArray):
-            values = values.combine_chunks()
-        values = values.cast(pa.string())
-        found = self.scan(values)  # one Arrow pass; only rows with findings become Python strings
+        """A string-like column scrubbed by every detector: (the new column, or None when nothing changed;
+        {row: findings}). `changed` (optional) gets {row: (old, new)} of the values replaced. With
+        `names_of` (a custom stage's column: free text) NER reads each value as prose too, and the names
+        it finds are added to `names_of`, so they are replaced in the record's other texts."""
+        values = _as_string_array(values)
+        prose: list[Prose] | None = ([True] * len(values) if names_of is not None and self.person is not None
+                                     else None)
+        found = self.scan(values, prose)  # one Arrow pass; only rows with findings become Python strings
         rows = [i for i, fs in enumerate(found) if fs]
         if not rows:
             return None, {}
         old = [values[i].as_py() for i in rows]
-        scrubbed, fs_rows = self.scrub(old)
+        if names_of is not None:
+            for i, was in zip(rows, old):
+                names = {v for f in found[i] if f.entity == "person" and len(v := (was or "")[f.start:f.end].strip()) >= 3}
+                if names:
+                    names_of.setdefault(i, set()).update(names)
+        scrubbed, fs_rows = self.scrub(old, [True] * len(old) if prose is not None else None)
         new_values = values.to_pylist()
         findings: dict[int, list[Finding]] = {}
         for i, was, now, fs in zip(rows, old, scrubbed, fs_rows):
@@ -754,10 +741,6 @@ def _as_string_array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     if pa.types.is_dictionary(values.type):
         values = values.cast(values.type.value_type)
     return values.cast(pa.string())
-
-
-def _as_strings(values: pa.Array | pa.ChunkedArray) -> list[str | None]:
-    return _as_string_array(values).to_pylist()
 
 
 # the record's lineage fields that hold free text from the editor (scrubbed like a segment's text)
