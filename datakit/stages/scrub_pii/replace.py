@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from datakit.stages.scrub_pii.detectors import BY_ENTITY, Policy
+from datakit.stages.scrub_pii.fold import fold_text
 from datakit.stages.scrub_pii.scan import Finding
 
 DEFAULT_KEY_ENV = "DATAKIT_PII_KEY"
@@ -63,7 +64,9 @@ def canonical(entity: str, value: str) -> str:
     phone number or card written with spaces, dashes or neither; the same person then looked like
     several. E-mails and names compare case-insensitively (and names by their words); numbers by their
     digits and letters (a leading `+` kept: `+1 415...` and `(415)...` stay apart, as their country
-    is not known from the second)."""
+    is not known from the second). Invisible characters and fullwidth forms are read as the view the
+    detectors read shows them (`fold.py`): `jane<U+200B>@x.org` is `jane@x.org`."""
+    value = fold_text(value)
     if entity == "email":
         return value.strip().lower()
     if entity == "person":
