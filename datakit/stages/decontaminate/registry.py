@@ -26,12 +26,16 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from datakit.hub_network import hub_unreachable
 from datakit.stages.decontaminate.evals import EvalError, EvalSet, _from_rows, _read_rows, register_eval
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -178,11 +182,16 @@ def snapshot(e: HubEval, offline: bool, revision: str | None = None) -> Path:
 
     route_hub_logs()
     local_only = offline or hub_offline()
+    unreachable = None if local_only else hub_unreachable()  # no network: the cache at once, not 23 s of retries
     try:
-        return Path(snapshot_download(repo_id=e.repo, repo_type="dataset", revision=revision or e.revision,
+        path = Path(snapshot_download(repo_id=e.repo, repo_type="dataset", revision=revision or e.revision,
                                       allow_patterns=list(e.files), cache_dir=cache_dir(),
-                                      local_files_only=local_only))
+                                      local_files_only=local_only or unreachable is not None))
     except LocalEntryNotFoundError as ex:
+        if unreachable is not None:
+            raise EvalError(f"eval {e.name!r} ({e.repo}): {unreachable}, and the cache ({cache_dir() or 'default'}) "
+                            f"does not hold it; check the network (or HF_ENDPOINT, or a proxy variable), or pull "
+                            f"on a machine with network and copy the cache") from None
         if not local_only:  # the download failed and the cache has nothing to fall back on (found in review:
             # `evals pull` offline told the user to run `evals pull`)
             cause = ex.__cause__ or ex.__context__
@@ -196,6 +205,9 @@ def snapshot(e: HubEval, offline: bool, revision: str | None = None) -> Path:
     except Exception as ex:  # network, auth, a missing repository: one line, no traceback
         msg = str(ex).splitlines()[0][:160] if str(ex) else ""
         raise EvalError(f"eval {e.name!r} ({e.repo}): {type(ex).__name__}: {msg}") from None
+    if unreachable is not None:
+        log.warning("eval %s: %s; using the snapshot in the cache", e.name, unreachable)
+    return path
 
 
 def files_of(e: HubEval, root: Path) -> list[Path]:

@@ -304,6 +304,13 @@ def _hub_tokenizer(repo: str, revision: str | None) -> tuple[Path, str]:
         if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
             raise TokenizerError(f"tokenizer {repo!r} is not in the Hugging Face cache and HF_HUB_OFFLINE is set "
                                  f"(download it once: huggingface-cli download {repo} tokenizer.json)") from None
+        from datakit.hub_network import hub_unreachable
+
+        unreachable = hub_unreachable()  # no network: say so at once, not after 23 s of the library's retries
+        if unreachable is not None:
+            raise TokenizerError(f"tokenizer {repo!r} is not in the Hugging Face cache and {unreachable} (check the "
+                                 f"network, HF_ENDPOINT or a proxy variable; or download it once elsewhere: "
+                                 f"huggingface-cli download {repo} tokenizer.json, and copy the cache)") from None
         try:
             path = Path(hf_hub_download(**kw))
         except Exception as e:  # network, auth, missing repo: one line, no traceback
