@@ -56,7 +56,8 @@ from datakit.engines.core import (Engine, RunResult, apply_map, commit_run, conf
 from datakit.engines.spark_parts import MAX_PART_SHARDS, PartsTarget, ShardPartWriter, WriteShardParts, parts_by_shard
 from datakit.engines import spark_stall
 from datakit.engines.spark_partitions import (ONE_TASK_CONF, SHUFFLE_CONF, TARGET_CONF, PartitionPlan,
-                                              check_user_conf, one_task_max_edges, plan_partitions)
+                                              check_user_conf, one_task_max_edges, plan_partitions,
+                                              read_tasks)
 from datakit.engines.spark_stall import STALL_CONF, stall_seconds
 from datakit.engines.spark_session import (SparkError, SparkJobError, SparkSetupError, await_prestart,
                                            executor_environment, get_session, log_file, prestart_session,
@@ -407,6 +408,7 @@ class SparkEngine(Engine):
         run = _Run(self, spark, plan, parts, cc_edges)
         run.stall_seconds = stall
         run.inputs = inputs
+        run.read_tasks = read_tasks(len(inputs), parts, spark.sparkContext.defaultParallelism)
         if plan.sink is not None:
             publish.retract(plan.sink.path)  # readers see no dataset until the new one is committed
         try:
@@ -423,7 +425,7 @@ class SparkEngine(Engine):
                 if not self.checkpoint_dir:
                     publish.remove_work(plan.sink.path)
         return RunResult(output_path=out, stages=stages, manifest=manifest, seconds=seconds, engine="spark",
-                         extra={"master": spark.sparkContext.master, **parts.report(),
+                         extra={"master": spark.sparkContext.master, **parts.report(), "read_tasks": run.read_tasks,
                                 "reused_shards": reused_shards(run.infos),
                                 "log": str(log_file()), **({"executors": executors} if executors else {}),
                                 "straggler_conf": straggler_conf(spark)})
@@ -472,6 +474,7 @@ class _Run:
         self.token = uuid.uuid4().hex[:12]  # this run's prefix of batch-function tokens (core.worker_fn)
         self.parts = parts
         self.n = parts.n  # read slices and shuffle partitions (spark_partitions.py: from input size by default)
+        self.read_tasks = parts.n  # tasks reading the input files (`spark_partitions.read_tasks`: set by the engine)
         self.df: dict[int, Any] = {}
         self.arrow: dict[int, pa.Schema] = {}  # node -> the Arrow schema of its rows in Spark
         self.rows: dict[int, int] = {}
@@ -722,13 +725,14 @@ class _Run:
         # So are the part files of a root chain: one successful job lists exactly one attempt per partition
         mapped = inp.mapInArrow(fn, from_arrow_schema(out_schema))
         key = self.join_keys.get(node.id)  # never the root's (no node reads it), so no parts or key hashes here
-        layout: dict[str, str] = {}
+        # files are read in `read_tasks` tasks of consecutive files (one per file when there are few)
+        layout: dict[str, str] = {LEAF_PARALLELISM: str(self.read_tasks)} if read_files else {}
         if key is not None:
             # stored by the key its joins read it by (`_join_key`). Adaptive execution is off for
             # this one query because a checkpoint of an adaptive plan reports no partitioning
             # (Spark 4.0: UnknownPartitioning), and the joins would shuffle it again anyway
             mapped = mapped.repartition(self.n, key).sortWithinPartitions(key)
-            layout = {"spark.sql.adaptive.enabled": "false"}
+            layout["spark.sql.adaptive.enabled"] = "false"
         with _runtime_conf(self.spark, layout):
             out, rows = self._materialize(mapped,
                                           lambda d: d.where(F.col(KIND).isin(STATS, PART))
@@ -935,7 +939,8 @@ class _Run:
 
     def commit(self, stages: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
         return commit_run(self.plan, self.inputs, self.spec, self.infos, stages, seconds, engine="spark", reused_tasks=0,
-                          runtime={"master": self.sc.master, **self.parts.report(), "log": str(log_file())})
+                          runtime={"master": self.sc.master, **self.parts.report(), "read_tasks": self.read_tasks,
+                                   "log": str(log_file())})
 
     def cleanup(self) -> None:
         # drop our references so Spark's ContextCleaner can free the cached/checkpointed blocks

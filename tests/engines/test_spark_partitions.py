@@ -77,6 +77,9 @@ def test_derived_count_is_applied_and_output_does_not_depend_on_it(spark, tmp_pa
     assert (by_size.extra["partitions"], by_size.extra["partitions_from"]) == (want, "input size")
     # shuffles and the input's read tasks (a local relation's scan) both follow the derived count
     assert seen[0] == (str(want), str(want)) and {sh for sh, _ in seen} == {str(want)}
+    # the files themselves: one task each when there are more of them than partitions (up to 4 per core)
+    reads = max(want, min(len(files), 4 * spark.sparkContext.defaultParallelism))
+    assert by_size.extra["read_tasks"] == reads and (str(want), str(reads)) in seen
     assert by_size.extra["input_bytes"] == size
     # the bytes are the local engine's (which has no partitions at all); 1, 2 and 7 partitions:
     # test_spark_conformance.py
@@ -98,3 +101,14 @@ def test_user_settings_are_read_from_conf_and_not_from_our_session_defaults(spar
             engine="spark", conf={SHUFFLE_CONF: "zero"}, output=str(tmp_path / "never"))
     assert not (tmp_path / "never" / "manifest.json").exists()
     assert spark.conf.get(SHUFFLE_CONF) != "zero"
+
+
+def test_few_files_are_read_one_per_task_up_to_four_per_core():
+    from datakit.engines.spark_partitions import read_tasks
+
+    small = plan_partitions(60 << 20, parallelism=2)  # n = 2
+    assert read_tasks(3, small, 2) == 3  # three files: one task each, not 1 + 2 consecutive files
+    assert read_tasks(1, small, 2) == 2 and read_tasks(1000, small, 2) == 8  # floor n; at most 4 per core
+    big = plan_partitions(10 << 40, parallelism=400)
+    assert read_tasks(50, big, 400) == big.n  # the size-derived count already exceeds the files
+    assert read_tasks(3, plan_partitions(60 << 20, 2, explicit=2), 2) == 2  # --partitions is exact
