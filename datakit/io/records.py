@@ -208,3 +208,16 @@ def refuse_token_only_formats(path: str) -> None:
 def is_packed(path: str) -> bool:
     """True for a packed token dataset folder (its manifest says `format: packed`)."""
     return dataset_format(path) == "packed"
+
+
+def packed_preference_files(path: str) -> list[str]:
+    """The preference-pair Parquet files of a packed dataset (each shard's `preference_file` in its
+    manifest): their `prompt`/`chosen`/`rejected` are text beside the token arrays, which hold none of
+    them (found in review: a check of a packed dataset never read the pairs and said clean)."""
+    fs, p = filesystem(str(path))
+    try:
+        shards = json.loads(fs.cat_file(f"{p.rstrip('/')}/manifest.json")).get("shards") or []
+    except (OSError, ValueError, AttributeError):
+        return []
+    root = str(path).rstrip("/")
+    return [f"{root}/{s['preference_file']}" for s in shards if isinstance(s, dict) and s.get("preference_file")]

@@ -36,12 +36,14 @@ import pyarrow.compute as pc
 from datakit.contracts import SEGMENT
 
 RECORD_TEXT_COLUMNS = ("segments", "chosen", "rejected")
+# a preference output (`format: parquet` of pairs, a packed dataset's preference-*.parquet) holds its text here
+PREFERENCE_TEXT_COLUMNS = ("prompt", "chosen", "rejected")
 # a plain table (not training records) names its text one of these (first present wins)
 GENERIC_TEXT_FIELDS = ("text", "content", "code")
 # a FIM record's segments by role, in document order (one file: prefix, middle, suffix)
 FIM_ROLES = ("prefix", "middle", "suffix")
 
-__all__ = ["RECORD_TEXT_COLUMNS", "GENERIC_TEXT_FIELDS", "FIM_ROLES", "TextPiece", "RecordDocuments",
+__all__ = ["RECORD_TEXT_COLUMNS", "PREFERENCE_TEXT_COLUMNS", "GENERIC_TEXT_FIELDS", "FIM_ROLES", "TextPiece", "RecordDocuments",
            "text_columns", "text_piece", "text_pieces", "record_texts", "record_documents", "with_texts"]
 
 # (note: any pa.array call, of a list or of a numpy array, imports pandas on its first use in a process,
@@ -51,8 +53,8 @@ _FIM_ROLES_ORDERED = pa.array(np.array(FIM_ROLES), pa.string())
 
 def text_columns(names: Sequence[str], text_fields: Sequence[str] | None = None) -> list[str]:
     """The columns holding the text: `text_fields` if given (KeyError naming a missing one), else a
-    training record's RECORD_TEXT_COLUMNS that are present, else the first GENERIC_TEXT_FIELDS column;
-    [] when there is none."""
+    training record's RECORD_TEXT_COLUMNS that are present, else a preference output's
+    PREFERENCE_TEXT_COLUMNS, else the first GENERIC_TEXT_FIELDS column; [] when there is none."""
     if text_fields:
         missing = [f for f in text_fields if f not in names]
         if missing:
@@ -60,6 +62,8 @@ def text_columns(names: Sequence[str], text_fields: Sequence[str] | None = None)
         return list(text_fields)
     if "segments" in names:
         return [c for c in RECORD_TEXT_COLUMNS if c in names]
+    if all(c in names for c in PREFERENCE_TEXT_COLUMNS):
+        return list(PREFERENCE_TEXT_COLUMNS)
     return [c for c in GENERIC_TEXT_FIELDS if c in names][:1]
 
 

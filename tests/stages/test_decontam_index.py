@@ -243,3 +243,49 @@ def test_a_packed_dataset_without_its_tokenizer_file(tmp_path, he_rows, humaneva
     mf.write_text(json.dumps(m))
     with pytest.raises(InputError, match=r"tokenizer.json is missing, and '.*gone/tokenizer.json' could not be loaded"):
         check(str(tmp_path / "pk"), [humaneval])
+
+
+def _pref(doc_id: str, prompt: str, chosen: str, rejected: str) -> dict:
+    return {"doc_id": doc_id, "kind": "preference", "segments": [{"text": prompt, "train": False, "role": "prompt"}],
+            "chosen": chosen, "rejected": rejected, "source": None, "meta": "{}"}
+
+
+def test_the_preference_pairs_of_a_packed_dataset_are_checked_by_a_scan_and_an_index(tmp_path, he_rows,
+                                                                                    humaneval, monkeypatch):  # noqa: F811
+    """Found in review: a packed dataset keeps its preference pairs in `preference-*.parquet` beside the
+    token arrays; the check decoded the arrays only and said clean (exit 0) over verbatim HumanEval items
+    in `chosen`. The pairs are read as records now, by a scan and into an index; an index built before
+    they were read is stale for such a dataset. The index is built from a relative path (also found in
+    review: its manifest was stamped relative, so the check never used it)."""
+    from datakit.stages.decontaminate.index import stale_reason
+    from datakit.stages.tokenize.direct import build_dataset
+    from datakit.stages.tokenize.stage import TokenizeConfig
+    from tests.stages.test_tokenize import TOKENIZER
+
+    rng = random.Random(4)
+    rows = [record(f"c{i:03d}", idiomatic_code(rng, 4)) for i in range(12)]
+    leak = he_rows[31]["prompt"] + he_rows[31]["canonical_solution"]
+    rows += [_pref("pair-ok", "write a sorter", "def s(x):\n    return sorted(x)\n", "no"),
+             _pref("pair-leak", "implement it", leak, "pass")]
+    cfg = TokenizeConfig(tokenizer=TOKENIZER, seq_len=256, packing="best_fit")
+    build_dataset(pa.Table.from_pylist(rows, schema=TRAINING_RECORD_V1), str(tmp_path / "pk"), cfg, shards=2)
+    res = check(str(tmp_path / "pk"), [humaneval])
+    assert [i.eval_id for i in res.evals[0].contaminated] == ["HumanEval/31"]
+    assert {m.doc_id for m in res.evals[0].matches} == {"pair-leak"}
+    assert sum(d["documents"] for d in res.data) == 14  # 12 packed documents + 2 pairs
+    monkeypatch.chdir(tmp_path)
+    build_index("pk", f"pk/{INDEX_DIRNAME}", 13, ["whitespace", "case"], workers=1)
+    assert stale_reason(str(tmp_path / "pk" / INDEX_DIRNAME), str(tmp_path / "pk")) is None
+    via = check("pk", [humaneval])
+    assert via.data[0]["mode"] == "index" and via.data[0]["documents"] == 14
+    assert [i.eval_id for i in via.evals[0].contaminated] == ["HumanEval/31"]
+
+
+def test_a_preference_output_is_read_by_its_prompt_chosen_and_rejected(tmp_path, he_rows, humaneval):  # noqa: F811
+    """The preference pipeline's Parquet output (prompt/chosen/rejected and their ids) was refused with
+    "no text to scan" unless --text-field was given."""
+    leak = he_rows[40]["prompt"] + he_rows[40]["canonical_solution"]
+    pq.write_table(pa.table({"doc_id": ["a", "b"], "prompt": ["fix this", "and this"], "chosen": ["x = 1\n", leak],
+                             "rejected": ["y = 2\n", "pass"], "prompt_ids": [[1], [2]]}), str(tmp_path / "p.parquet"))
+    res = check(str(tmp_path / "p.parquet"), [humaneval])
+    assert [i.eval_id for i in res.evals[0].contaminated] == ["HumanEval/40"] and res.data[0]["texts"] == 6

@@ -27,7 +27,8 @@ import pyarrow as pa
 
 from datakit.io.fs import InputError, expand, filesystem
 from datakit.io.verify import verify_if_committed
-from datakit.io.records import DATA_SUFFIXES, LINE_COLUMN, data_files, is_packed, iter_tables, refuse_token_only_formats
+from datakit.io.records import (DATA_SUFFIXES, LINE_COLUMN, data_files, is_packed, iter_tables, packed_preference_files,
+                                refuse_token_only_formats)
 from datakit.stages.decontaminate.evals import EvalSet
 from datakit.stages.decontaminate.matcher import (EvalTable, TextSource, default_rule, match_batch, merge_spans,
                                              text_sources)
@@ -398,6 +399,8 @@ def _plan_inputs(paths: list[str], ngram: int | None, flags_req: int | None, tex
         refuse_token_only_formats(p)
         if is_packed(p):
             plan.append(("packed", p, None, group))
+            # its preference pairs are records beside the token arrays, read as a scan reads records
+            plan.extend(("scan", f, None, group) for f in packed_preference_files(p))
             continue
         expand(p, suffixes=DATA_SUFFIXES)  # fail fast (exit 2) on a missing input, before any work
         verify_if_committed(p)  # a datakit dataset missing a file is refused (exit 2), not half-checked

@@ -55,7 +55,7 @@ import pyarrow.parquet as pq
 
 from datakit.io.atomic import read_json
 from datakit.io.fs import InputError, filesystem
-from datakit.io.records import data_files, is_packed, iter_tables, open_parquet
+from datakit.io.records import data_files, is_packed, iter_tables, open_parquet, packed_preference_files
 from datakit.io.sinks import register_writer
 from datakit.jit import njit
 from datakit.plan import METRICS, Plan, SinkSpec, StageSpan, metrics_column, source
@@ -168,7 +168,7 @@ def plan_units(paths: str | Sequence[str], target: int, batch_rows: int = 8192) 
     # dataset's docs-*.parquet as records and failed, "no text to scan")
     packed = [p for p in listed if is_packed(p)]
     units_packed = [(p, a, b, True) for p in packed for a, b in packed_windows(p, batch_rows)]
-    rest = [p for p in listed if p not in packed]
+    rest = [p for p in listed if p not in packed] + [f for p in packed for f in packed_preference_files(p)]
     if not rest:
         return units_packed
     files = data_files(rest)
@@ -479,6 +479,18 @@ def _local_target(path: str) -> Path | None:
     return Path(path.removeprefix("file://")).resolve()
 
 
+def _stamped_files(path: str) -> list[str]:
+    """The files whose stamps say whether `path` changed: a packed dataset's manifest (every commit
+    rewrites it) and its preference files (an index built before they were read has no stamp of them,
+    so it is stale for a dataset that holds pairs); else its data files. Local paths absolute, as
+    `data_files` names them (found in review: `build-index out/packed` stamped a relative manifest
+    path, so that index was never used)."""
+    if not is_packed(path):
+        return data_files(path)
+    root = (path if "://" in path else os.path.abspath(path)).rstrip("/")
+    return [f"{root}/manifest.json", *packed_preference_files(root)]
+
+
 def source_stamps(data: str | Sequence[str], root: str) -> list[list[str]]:
     """[[name, "size|mtime"], ...] of the files an index of `data` reads (a packed dataset: its manifest,
     which every commit rewrites), names relative to `root` (the folder the index sits in) when under it.
@@ -490,8 +502,7 @@ def source_stamps(data: str | Sequence[str], root: str) -> list[list[str]]:
 
     # each path on its own: `["packed_ds"]` (the Python API's list) stamped every shard, while a check
     # of "packed_ds" compares the manifest, so such an index was refused as changed (found in review)
-    files = sorted({f for d in ([data] if isinstance(data, str) else data)
-                    for f in ([f"{str(d).rstrip('/')}/manifest.json"] if is_packed(str(d)) else data_files(str(d)))})
+    files = sorted({f for d in ([data] if isinstance(data, str) else data) for f in _stamped_files(str(d))})
     root = (root if "://" in root else os.path.abspath(root)).rstrip("/") + "/"  # as `data_files` names local files
     out = []
     for url in files:
