@@ -16,13 +16,16 @@ What changes:
   unpacked, and loaded from there; a missing entry is compiled and saved there.
 
 Nothing here can change output: numba keys every entry on the source file's content hash, the
-numba and Python versions and the CPU, and recompiles whatever does not match.
+numba and Python versions and the CPU, and recompiles whatever does not match; datakit's entries
+are also keyed on the content of every kernel module (`kernel_sources_digest`), since a kernel
+compiles in the kernels of other modules that it calls.
 Every kernel module imports `njit` from here (not from numba), so the locator is registered
 before its first kernel is declared.
 """
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import shutil
 import sys
@@ -51,7 +54,32 @@ def _inside_package(py_file: str) -> Path | None:
         return None
 
 
-class _SeededUserLocator(InTreeCacheLocator):
+@functools.lru_cache(maxsize=1)
+def kernel_sources_digest() -> str:
+    """sha256 of every datakit module that declares kernels (imports `datakit.jit`), by path and content.
+
+    Why: numba stamps a cache entry with its own source file only, while a kernel compiles in the
+    kernels it calls from other modules (`ngrams.py`'s window kernels inline `normalize.py`'s lexer).
+    Found when the lexer changed: the n-gram kernels kept loading the old lexer from their cache, so
+    `ngram_hashes` disagreed with `lex` until the cache was deleted; a git checkout that changes one
+    kernel module would silently give such stale hashes. Each entry is stamped with this digest too,
+    so a change to any kernel module recompiles them all (~4 ms to compute, once per process)."""
+    h = hashlib.sha256()
+    for f in sorted(PACKAGE_ROOT.rglob("*.py")):
+        body = f.read_bytes()
+        if b"datakit.jit import" in body:
+            h.update(f.relative_to(PACKAGE_ROOT).as_posix().encode() + b"\0" + body + b"\0")
+    return h.hexdigest()
+
+
+class _KernelDependencies:
+    """Stamps a cache entry with its source file and every kernel module it may call (`kernel_sources_digest`)."""
+
+    def get_source_stamp(self) -> Any:
+        return (super().get_source_stamp(), kernel_sources_digest())  # type: ignore[misc]
+
+
+class _SeededUserLocator(_KernelDependencies, InTreeCacheLocator):
     """A writable per-user cache folder for one module, first filled from the read-only in-tree one."""
 
     def __init__(self, py_func: Any, py_file: str, rel: Path) -> None:
@@ -73,7 +101,7 @@ class _SeededUserLocator(InTreeCacheLocator):
                 os.replace(tmp, dst)  # another process may seed the same file: last whole copy wins
 
 
-class DatakitCacheLocator(InTreeCacheLocator):
+class DatakitCacheLocator(_KernelDependencies, InTreeCacheLocator):
     """numba cache locator for datakit's own kernels (see the module docstring)."""
 
     @classmethod

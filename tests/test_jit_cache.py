@@ -133,3 +133,49 @@ def test_loading_a_kernel_skips_numbas_blas_probe_and_blas_still_works(opt_out: 
     got = json.loads(fresh_python(_BLAS_PROBE, env).splitlines()[-1])
     assert got["dot"] == 5.0 and got["det"] == 1.0
     assert got["before"] is opt_out and got["have_blas"] is opt_out
+
+
+DEP = '''
+from datakit.jit import njit
+
+@njit
+def step(x):
+    return x + STEP
+'''
+CALLER = '''
+from datakit.jit import njit
+from datakit._jit_dep import step
+
+@njit
+def add_step(x):
+    return step(x)
+'''
+RUN_CALLER = '''
+import json
+from numba.core import event
+import datakit._jit_caller as caller
+with event.install_recorder("numba:compile") as rec:
+    got = int(caller.add_step(40))
+print(json.dumps({"got": got, "compiles": len([e for _, e in rec.buffer if e.is_start])}))
+'''
+
+
+def test_a_kernel_is_compiled_again_when_a_kernel_it_calls_changes(package_copy: Path) -> None:
+    """numba stamps a cache entry with its own source file only, while a kernel compiles in the kernels it
+    calls from other modules: found when the lexer changed, the n-gram kernels kept the old lexer from
+    their cache. Entries are stamped with every kernel module's content too (`kernel_sources_digest`)."""
+    pkg = package_copy / "datakit"
+    (pkg / "_jit_caller.py").write_text(CALLER)
+    env = {**os.environ, "PYTHONPATH": str(package_copy)}
+    env.pop("NUMBA_CACHE_DIR", None)
+
+    def run(step: int) -> dict:
+        (pkg / "_jit_dep.py").write_text(DEP.replace("STEP", str(step)))
+        out = subprocess.run([sys.executable, "-c", RUN_CALLER], env=env, capture_output=True, text=True,
+                             timeout=300, cwd=str(package_copy))
+        assert out.returncode == 0, out.stderr[-2000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    assert run(2) == {"got": 42, "compiles": 2}
+    assert run(2) == {"got": 42, "compiles": 0}  # cached
+    assert run(3)["got"] == 43  # the callee changed: the caller is compiled again, not loaded stale

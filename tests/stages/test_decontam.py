@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from datakit.contracts import TRAINING_RECORD_V1
+from datakit.io.fs import InputError
 from datakit.stages.decontaminate.check import check
 from datakit.stages.decontaminate.evals import EvalError, EvalSet, load_eval
 from datakit.stages.decontaminate.matcher import EvalTable
@@ -62,6 +63,9 @@ def write_records(path, rows) -> None:
 TRICKY = [
     "x = 'a\\'b' # c\n/* q */ y//2\n\"\"\"doc\\\"\"\" \"\"\"\nfoo 'unterminated\nbar",
     "", "é日本 x1.0e5 0x1F", "a\\\nb 's\\\nt' \"\"\"x", "''''''", "#", "/*", "\"\\", "x=1\r\n\ty = 'é'",
+    # Unicode spaces (whitespace to the lexer) beside identifiers, numbers, strings, comments, in runs
+    "def f(x):\n\u00a0\u00a0\u00a0\u00a0return x\u3000+\u20031.5\u00a0e", "x = 'a\u00a0b\u202f'\n# c\u205fd\nyé\u00a0é",
+    "\u00a0", "\u2009\u200a\u200b\u2000", "\"\"\"\u3000doc\u00a0\"\"\" 1\u00a02",
 ]
 
 
@@ -76,7 +80,8 @@ def test_kernel_matches_reference_on_humaneval_and_edge_cases(he_rows):
 
 CODE_TOKENS = st.sampled_from(["x", "y", "foo", "x1", "for", "in", "range", "len", "if", "return", "(", ")", "[", "]",
                                ":", "=", "+", ",", ".", "->", "1", "2.5", "\n", "    ", "'s'", "# c\n"])
-CODE_ALPHABET = st.sampled_from(list("abcXYZ_019 .\t\n\r'\"#/*\\()[]{}:=+-<>,é") + ["for", "in", "range", "'''", '"""'])
+CODE_ALPHABET = st.sampled_from(list("abcXYZ_019 .\t\n\r'\"#/*\\()[]{}:=+-<>,é\u00a0\u3000\u2003\u200b")
+                                + ["for", "in", "range", "'''", '"""'])
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -310,3 +315,40 @@ def test_identifier_normalization_is_invariant_under_consistent_renaming(seed):
     norm = ["whitespace", "identifiers"]
     assert list(ngram_hashes(code, 13, norm)) == list(ngram_hashes(renamed, 13, norm))
     assert list(ngram_hashes(code, 13, ["whitespace"])) != list(ngram_hashes(renamed, 13, ["whitespace"]))
+
+
+def test_indentation_in_no_break_spaces_is_whitespace(tmp_path, he_rows, humaneval):
+    """Found in review: code copied from a web page is indented with no-break spaces (U+00A0), which the
+    lexer read as part of the next word; 38 of 40 HumanEval items re-indented that way were missed. They
+    are whitespace now: such a copy matches as the plain one does, and so does one with every space a
+    U+00A0 or an ideographic space (U+3000)."""
+    codes = [r["prompt"] + r["canonical_solution"] for r in he_rows[:40]]
+    write_records(tmp_path / "plain" / "p.parquet", [record(f"p{i}", c) for i, c in enumerate(codes)])
+    write_records(tmp_path / "nbsp" / "p.parquet",
+                  [record(f"n{i}", c.replace(" ", "\u00a0" if i % 2 else "\u3000")) for i, c in enumerate(codes)])
+    plain, nbsp = ({i.eval_id: i.overlap for i in check(str(tmp_path / d), [humaneval]).evals[0].contaminated}
+                   for d in ("plain", "nbsp"))
+    assert len(plain) == 40 and nbsp == plain
+
+
+def test_an_index_of_an_older_lexer_is_not_used(tmp_path, he_rows, humaneval, caplog):
+    """An index records its lexer's version: one built before Unicode spaces were whitespace hashed other
+    n-grams, so beside its data it is passed over for a scan (with a warning), and named directly it is
+    an error saying to rebuild it."""
+    import json
+    import logging
+
+    from datakit.indexing import build_index
+
+    write_records(tmp_path / "d" / "p.parquet", [record("leak", he_rows[5]["prompt"] + he_rows[5]["canonical_solution"])])
+    build_index(str(tmp_path / "d"), str(tmp_path / "d" / "_ngram_index"), 13, ["whitespace", "case"], workers=1)
+    meta_path = tmp_path / "d" / "_ngram_index" / "index.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["lexer"]
+    meta_path.write_text(json.dumps(meta))
+    with caplog.at_level(logging.WARNING):
+        res = check(str(tmp_path / "d"), [humaneval])
+    assert res.data[0]["mode"] == "scan" and "older datakit" in caplog.text
+    assert [i.eval_id for i in res.evals[0].contaminated] == [he_rows[5]["task_id"]]
+    with pytest.raises(InputError, match="older datakit.*rebuild it"):
+        check(str(tmp_path / "d" / "_ngram_index"), [humaneval])

@@ -30,15 +30,18 @@ def tokenize(text: str | bytes, normalizations: Sequence[str] = DEFAULT_NORMALIZ
     k = lex(data, 0, n, flags, keyword_hashes(flags), val, st, en, idf)
     return [(int(val[i]), int(st[i]), int(en[i]), bool(idf[i])) for i in range(k)]
 
-_ID = rb"[A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*"
-_NUM = rb"[0-9][A-Za-z0-9_\x80-\xff.]*"
-_WS = rb"[ \t\n\r\f\v]+"
+# the Unicode spaces (UTF-8) the lexer reads as whitespace: U+00A0, U+2000-U+200A, U+202F, U+205F, U+3000
+_USP = rb"\xc2\xa0|\xe2\x80[\x80-\x8a\xaf]|\xe2\x81\x9f|\xe3\x80\x80"
+_NOT_USP = rb"(?!" + _USP + rb")"
+_ID = rb"(?:" + _NOT_USP + rb"[A-Za-z_\x80-\xff])(?:" + _NOT_USP + rb"[A-Za-z0-9_\x80-\xff])*"
+_NUM = rb"[0-9](?:" + _NOT_USP + rb"[A-Za-z0-9_\x80-\xff.])*"
+_WS = rb"(?:[ \t\n\r\f\v]|" + _USP + rb")+"
 _CODE_RE = re.compile(rb"(?P<c>#[^\n]*|//[^\n]*|/\*.*?(?:\*/|\Z))|(?P<q3>\"\"\"|''')|(?P<q1>[\"'])|(?P<ws>" + _WS
                       + rb")|(?P<id>" + _ID + rb")|(?P<num>" + _NUM + rb")|(?P<p>.)", re.S)
 _FLAT_RE = re.compile(rb"(?P<c>#[^\n]*|//[^\n]*|/\*.*?(?:\*/|\Z))|(?P<q1>[\"'])|(?P<ws>" + _WS
                       + rb")|(?P<id>" + _ID + rb")|(?P<num>" + _NUM + rb")|(?P<p>.)", re.S)
 _LIT_RE = re.compile(rb"(?P<ws>" + _WS + rb")|(?P<id>" + _ID + rb")|(?P<num>" + _NUM + rb")|(?P<p>.)", re.S)
-_STR1_RE = re.compile(rb"(?P<ws>[ \t\r\f\v]+)|(?P<id>" + _ID + rb")|(?P<num>" + _NUM + rb")|(?P<esc>\\.?)|(?P<p>.)", re.S)
+_STR1_RE = re.compile(rb"(?P<ws>(?:[ \t\r\f\v]|" + _USP + rb")+)|(?P<id>" + _ID + rb")|(?P<num>" + _NUM + rb")|(?P<esc>\\.?)|(?P<p>.)", re.S)
 
 
 def tokenize_ref(text: str | bytes, normalizations: Sequence[str] = DEFAULT_NORMALIZATIONS) -> list[tuple[int, int, int, bool]]:

@@ -471,8 +471,12 @@ def _check_against_recorded_data(path: str) -> None:
     here: found in review, a file added to DATA after the build held a HumanEval item and `--data IDX`
     said clean, exit 0. A changed DATA is an error; a DATA not found here (the index was copied to
     another machine) is a warning, and the index answers as built."""
-    from datakit.stages.decontaminate.index import recorded_data, stale_reason
+    from datakit.stages.decontaminate.index import outdated_reason, recorded_data, stale_reason
 
+    outdated = outdated_reason(path)
+    if outdated is not None:  # its n-grams are not the ones a check hashes now, wherever its data is
+        raise InputError(f"the n-gram index {path} cannot answer this check ({outdated}); rebuild it with "
+                         f"`datakit build-index`")
     rec = recorded_data(path)
     if rec is None:
         return  # an index from before indexes recorded their data: nothing to compare

@@ -61,7 +61,7 @@ from datakit.jit import njit
 from datakit.plan import METRICS, Plan, SinkSpec, StageSpan, metrics_column, source
 from datakit.stages.decontaminate.check import Columns, packed_batches, packed_windows, to_text_batch
 from datakit.stages.decontaminate.ngrams import hash_strings
-from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS, flags_of, names_of
+from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS, LEXER_VERSION, flags_of, names_of
 
 INDEX_FORMAT = "datakit-ngram-index"
 INDEX_VERSION = 1
@@ -335,6 +335,7 @@ class NgramIndexWriter:
         meta = {
             "format": INDEX_FORMAT, "format_version": INDEX_VERSION,
             "ngram": int(o["ngram"]), "normalizations": list(o["normalizations"]), "hash": "fnv1a-fmix64/window-v1",
+            "lexer": LEXER_VERSION,
             "ngrams": n_unique, "bucket_bits": b, "fingerprint_bits": fp_bits,
             "offsets_dtype": off_dtype, "fingerprints_dtype": "<u2" if fp_bits == 16 else "<u4",
             "fp_rate_per_ngram": n_unique / float(2 ** (b + fp_bits)),
@@ -538,10 +539,27 @@ def recorded_data(index_path: str) -> tuple[list[str], str] | None:
     return list(body["data"]), str(body["root"])
 
 
+def outdated_reason(index_path: str) -> str | None:
+    """Why the index at `index_path` hashed other n-grams than a check computes now (another lexer:
+    `normalize.LEXER_VERSION`), else None."""
+    try:
+        meta = read_json(f"{index_path.rstrip('/')}/index.json") or {}
+    except (OSError, ValueError):
+        return None
+    if meta.get("lexer") != LEXER_VERSION:
+        return ("it was built by an older datakit, whose lexer read Unicode spaces (a no-break space, U+3000) "
+                "as part of a word")
+    return None
+
+
 def stale_reason(index_path: str, data: str | Sequence[str], root: str | None = None) -> str | None:
-    """Why the index at `index_path` does not answer for `data` as it is now (files added, removed or
-    changed since it was built; an index that records no sources), else None. `root`: the folder the
-    recorded names are relative to (default: `data`, the folder an index beside its data sits in)."""
+    """Why the index at `index_path` does not answer for `data` as it is now (built by another lexer;
+    files added, removed or changed since it was built; an index that records no sources), else None.
+    `root`: the folder the recorded names are relative to (default: `data`, the folder an index beside
+    its data sits in)."""
+    outdated = outdated_reason(index_path)
+    if outdated is not None:
+        return outdated
     fs, p = filesystem(f"{index_path.rstrip('/')}/{SOURCES}")
     try:
         built = json.loads(fs.cat_file(p))["files"]
