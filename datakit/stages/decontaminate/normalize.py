@@ -148,39 +148,6 @@ def _uspace(data, i, end):
 
 
 @njit(cache=True, inline="always")
-def _space_run(data, j, lim, in_str1):
-    """End of the whitespace run continuing at `j` (ASCII whitespace and Unicode spaces; a line break
-    ends a run inside a single-quoted string)."""
-    while j < lim:
-        c = data[j]
-        if _CLS[c] == 1:
-            if in_str1 and c == 10:
-                return j
-            j += 1
-        elif c >= 0xC2:
-            u = _uspace(data, j, lim)
-            if u == 0:
-                return j
-            j += u
-        else:
-            return j
-    return j
-
-
-@njit(cache=True, inline="always")
-def _word_run(data, j, lim, dots):
-    """End of the identifier (or, with `dots`, number) run continuing at `j`: it stops at a Unicode space."""
-    while j < lim:
-        c = data[j]
-        if not (_CLS[c] & 6 or (dots and c == 46)):
-            return j
-        if c >= 0xC2 and _uspace(data, j, lim) > 0:
-            return j
-        j += 1
-    return j
-
-
-@njit(cache=True, inline="always")
 def _hash_bytes(data, a, b, fold):
     tab = _FOLD if fold else _SAME
     h = _FNV_OFFSET
@@ -288,12 +255,28 @@ def lex(data, start, end, flags, kw, tok_val, tok_start, tok_end, tok_ident):
         us = _uspace(data, i, lim) if c >= 0xC2 else 0
         if cc == 1 or us > 0:
             is_ws = True
-            j = _space_run(data, i + max(us, 1), lim, state == STR1)
+            j = i + max(us, 1)
+            in_str1 = state == STR1
+            while j < lim:  # ASCII whitespace and Unicode spaces; a line break ends a run in a '...' string
+                d = data[j]
+                if _CLS[d] == 1:
+                    if in_str1 and d == 10:
+                        break
+                    j += 1
+                elif d >= 0xC2:
+                    u = _uspace(data, j, lim)
+                    if u == 0:
+                        break
+                    j += u
+                else:
+                    break
         elif cc == 2:
-            j = _word_run(data, j, lim, False)
+            while j < lim and _CLS[data[j]] & 6 and (data[j] < 0xC2 or _uspace(data, j, lim) == 0):
+                j += 1
             ident = canon and state == CODE and not in_comment
         elif cc == 4:
-            j = _word_run(data, j, lim, True)
+            while j < lim and (_CLS[data[j]] & 6 or data[j] == 46) and (data[j] < 0xC2 or _uspace(data, j, lim) == 0):
+                j += 1
         elif c == 92 and state != CODE and j < lim:
             j += 1  # an escape: backslash and the next byte
         if is_ws and not keep_ws:
