@@ -180,9 +180,23 @@ def _segments(v: Any) -> list[dict[str, str | None]]:
 
 
 def _str(v: Any) -> str | None:
+    """A JSON value's text, as `stages.texts.as_text` reads the same value from Parquet: an object's
+    `text`, else its `content` (a chat message), else its values' texts joined by "\n"; a list's
+    elements' texts joined by "\n"; a scalar as Arrow casts it. (A list or object was read as its JSON
+    source, escapes and all, so a Parquet copy of the same rows was read as other text.)"""
     if v is None or isinstance(v, str):
         return v
-    return json.dumps(v, sort_keys=True, ensure_ascii=False)
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, dict):
+        for key in ("text", "content"):
+            if key in v:
+                return _str(v[key])
+        parts = [t for t in map(_str, v.values()) if t is not None]
+        return "\n".join(parts) if parts else None
+    if isinstance(v, list):
+        return "\n".join(t if t is not None else "" for t in map(_str, v))
+    return str(v)
 
 
 def dataset_format(path: str) -> str | None:

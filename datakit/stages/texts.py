@@ -87,16 +87,72 @@ def text_piece(column: str, values: pa.Array | pa.ChunkedArray) -> TextPiece:
     if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
         texts, offsets = _flat(col)
         if pa.types.is_struct(texts.type):
-            fields = _fields(texts)
-            texts, roles = fields["text"], fields.get("role")
+            roles = _fields(texts).get("role")
             if roles is not None and not pa.types.is_string(roles.type):
                 roles = roles.cast(pa.string())
         rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
     else:
         texts, rows, offsets = col, np.arange(n, dtype=np.int64), np.arange(n + 1, dtype=np.int64)
-    if not (pa.types.is_string(texts.type) or pa.types.is_large_string(texts.type)):
-        texts = texts.cast(pa.string())
-    return TextPiece(column, texts, rows, offsets, roles)
+    return TextPiece(column, as_text(texts, column), rows, offsets, roles)
+
+
+def as_text(values: pa.Array, column: str = "") -> pa.Array:
+    """One string per value: a string as it is; a struct's `text`, else its `content` (a chat message),
+    else its string fields joined by "\n"; a list's elements' texts joined by "\n"; numbers and other
+    scalars cast. Why: found in review, a Parquet column of chat messages (`list<struct<role, content>>`)
+    given as `--text-field` failed with "text", and a struct column crashed the check (exit 3), while the
+    same data as JSON Lines was read. TypeError naming the column for a type that holds no text."""
+    t = values.type
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return values
+    if pa.types.is_null(t):
+        return pa.nulls(len(values), pa.string())
+    if pa.types.is_struct(t):
+        fields = _fields(values)
+        for name in ("text", "content"):
+            if name in fields:
+                return _masked(as_text(fields[name], column), values)
+        texts = []
+        for f in fields.values():
+            try:
+                texts.append(as_text(f, column))
+            except TypeError:
+                continue  # a field with no text (a binary blob) is left out, not the whole struct
+        if not texts:
+            raise TypeError(f"column {column!r} ({t}) holds no text field")
+        return _masked(texts[0] if len(texts) == 1 else _join_present(texts), values)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        inner, offsets = _flat(values)
+        lists = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pc.fill_null(as_text(inner, column), ""),
+                                         mask=values.is_null() if values.null_count else None)
+        return pc.binary_join(lists, "\n")
+    try:
+        return values.cast(pa.string())
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+        raise TypeError(f"column {column!r} ({t}) holds no text") from None
+
+
+def _join_present(texts: list[pa.Array]) -> pa.Array:
+    """Row-wise "\n"-join of the non-null texts; null where all are null.
+
+    Why not `binary_join_element_wise(..., null_handling="skip")` alone: pyarrow 26.0.1 drops the rows
+    where every input is null from its result (a shorter array, measured). Those rows are left out of
+    the join and put back as nulls. (`record_texts` joins a never-null first part, so it is unaffected.)"""
+    present = texts[0].is_valid()
+    for t in texts[1:]:
+        present = pc.or_(present, t.is_valid())
+    if pc.all(present).as_py():
+        return pc.binary_join_element_wise(*texts, "\n", null_handling="skip")
+    idx = pc.indices_nonzero(present)
+    joined = pc.binary_join_element_wise(*[t.take(idx) for t in texts], "\n", null_handling="skip")
+    return pc.replace_with_mask(pa.nulls(len(present), pa.string()), present, joined.cast(pa.string()))
+
+
+def _masked(texts: pa.Array, like: pa.Array) -> pa.Array:
+    """`texts` with nulls where `like` (a struct array) is null."""
+    if not like.null_count:
+        return texts
+    return pc.if_else(like.is_null(), pa.nulls(len(like), texts.type), texts)
 
 
 def text_pieces(batch: pa.RecordBatch | pa.Table, columns: Sequence[str] | None = None) -> list[TextPiece]:
@@ -115,7 +171,7 @@ def record_texts(batch: pa.RecordBatch | pa.Table, text_column: str | None = Non
     texts = pc.fill_null(seg.texts, "") if len(seg.texts) else pa.array([], pa.string())
     joined = pc.binary_join(pa.ListArray.from_arrays(pa.array(seg.offsets, pa.int32()), texts), "\n")
     parts = [joined] + [_combined(batch.column(c)) for c in RECORD_TEXT_COLUMNS[1:] if c in batch.schema.names]
-    if len(parts) > 1:
+    if len(parts) > 1:  # `joined` is never null, so no row is all null (see `_join_present`)
         joined = pc.binary_join_element_wise(*parts, "\n", null_handling="skip")
     return _strings(joined)
 

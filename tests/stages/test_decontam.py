@@ -352,3 +352,42 @@ def test_an_index_of_an_older_lexer_is_not_used(tmp_path, he_rows, humaneval, ca
     assert [i.eval_id for i in res.evals[0].contaminated] == [he_rows[5]["task_id"]]
     with pytest.raises(InputError, match="older datakit.*rebuild it"):
         check(str(tmp_path / "d" / "_ngram_index"), [humaneval])
+
+
+def test_a_parquet_chat_or_struct_column_is_read_by_text_field(tmp_path, he_rows, humaneval):
+    """Found in review: `--text-field messages` on a Parquet `list<struct<role, content>>` column failed
+    ("text") and a struct column crashed the check (exit 3); the same data as JSON Lines was read."""
+    leak = he_rows[7]["prompt"] + he_rows[7]["canonical_solution"]
+    msgs = pa.array([[{"role": "user", "content": "please help"}, {"role": "assistant", "content": leak}]],
+                    pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())])))
+    body = pa.array([{"title": "x", "code": leak}], pa.struct([("title", pa.string()), ("code", pa.string())]))
+    pq.write_table(pa.table({"id": ["m"], "messages": msgs, "body": body}), str(tmp_path / "c.parquet"))
+    for field in ("messages", "body"):
+        res = check(str(tmp_path / "c.parquet"), [humaneval], text_fields=[field])
+        assert [i.eval_id for i in res.evals[0].contaminated] == [he_rows[7]["task_id"]], field
+    pq.write_table(pa.table({"id": ["m"], "tags": pa.array([{"k": 1}], pa.map_(pa.string(), pa.int64()))}),
+                   str(tmp_path / "t.parquet"))
+    with pytest.raises(InputError, match="'tags'.*holds no text"):
+        check(str(tmp_path / "t.parquet"), [humaneval], text_fields=["tags"])
+
+
+def test_a_json_lines_chat_column_reads_as_its_parquet_copy(tmp_path, he_rows, humaneval):
+    """The same rows as JSON Lines and as Parquet give the same texts (one reader's rule, `as_text`):
+    the JSON reader read a list or object as its JSON source, escapes and all."""
+    import json
+
+    from datakit.io.records import _str
+    from datakit.stages.texts import as_text
+
+    rows = [{"id": "m", "messages": [{"role": "user", "content": "hi\tthere"},
+                                     {"role": "assistant", "content": he_rows[3]["prompt"] + he_rows[3]["canonical_solution"]}],
+             "meta": {"n": 3, "ok": True, "note": None}}]
+    table = pa.Table.from_pylist(rows)
+    for col in ("messages", "meta"):
+        assert [_str(r[col]) for r in rows] == as_text(table.column(col).combine_chunks()).to_pylist()
+    (tmp_path / "c.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    pq.write_table(table, str(tmp_path / "c.parquet"))
+    # (a Parquet list column's elements are texts of their own; a JSON row's list is one text, "\n"-joined)
+    a, b = (check(str(tmp_path / f), [humaneval], text_fields=["messages"]) for f in ("c.jsonl", "c.parquet"))
+    assert [(i.eval_id, i.overlap) for i in a.evals[0].contaminated] == \
+        [(i.eval_id, i.overlap) for i in b.evals[0].contaminated] and a.evals[0].contaminated[0].overlap > 0.9

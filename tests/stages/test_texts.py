@@ -61,3 +61,29 @@ def test_a_null_list_holds_no_text_even_over_values():
     col = pa.ListArray.from_arrays(pa.array([0, 2, 3], pa.int32()), values, mask=pa.array([True, False]))
     piece = text_piece("segments", col)
     assert piece.texts.to_pylist() == ["seen"] and piece.rows.tolist() == [1] and piece.offsets.tolist() == [0, 0, 1]
+
+
+def test_text_of_chat_messages_structs_and_scalars() -> None:
+    """`as_text` (the check's `--text-field` on any Parquet column): found in review, chat messages
+    (`list<struct<role, content>>`) failed with "text" and a struct column crashed the check."""
+    import pyarrow as pa
+
+    from datakit.stages.texts import as_text, text_piece
+
+    msgs = pa.array([[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "def f(): pass"}], None, []],
+                    pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())])))
+    piece = text_piece("messages", msgs)
+    assert piece.texts.to_pylist() == ["hi", "def f(): pass"] and piece.roles.to_pylist() == ["user", "assistant"]
+    assert piece.offsets.tolist() == [0, 2, 2, 2]
+    body = pa.array([{"a": "x = 1", "b": None, "n": 3}, None], pa.struct([("a", pa.string()), ("b", pa.string()),
+                                                                         ("n", pa.int64())]))
+    assert as_text(body).to_pylist() == ["x = 1\n3", None]
+    parts = pa.array([[{"type": "text", "text": "one"}, {"type": "text", "text": "two"}]],
+                     pa.list_(pa.struct([("type", pa.string()), ("text", pa.string())])))
+    nested = pa.StructArray.from_arrays([parts], names=["content"])  # OpenAI-style multi-part content
+    assert as_text(nested).to_pylist() == ["one\ntwo"]
+    assert as_text(pa.array([1, None])).to_pylist() == ["1", None]
+    assert as_text(pa.array([{"a": None, "b": None}, {"a": "y", "b": None}, {"a": None, "b": None}],
+                            pa.struct([("a", pa.string()), ("b", pa.string())]))).to_pylist() == [None, "y", None]
+    with pytest.raises(TypeError, match="'tags'"):
+        as_text(pa.array([{"k": 1}], pa.map_(pa.string(), pa.int64())), "tags")

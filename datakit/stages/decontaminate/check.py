@@ -151,7 +151,7 @@ def to_text_batch(url: str, rb: pa.RecordBatch | pa.Table, first_row: int,
         doc_col = doc_col.combine_chunks()
     try:
         sources = text_sources(rb, text_fields)
-    except KeyError as e:
+    except (KeyError, TypeError) as e:  # a column missing, or one whose type holds no text
         raise InputError(f"{url}: {e.args[0]}") from None
     lines = rb.column(LINE_COLUMN) if LINE_COLUMN in names else None
     if isinstance(lines, pa.ChunkedArray):
