@@ -772,3 +772,23 @@ def test_recorded_data_given_as_a_glob_is_present_only_when_it_matches(tmp_path)
     (tmp_path / "d" / "a.jsonl").write_text('{"text": "x"}\n')
     assert _present(str(tmp_path / "d" / "*.jsonl")) and _present(str(tmp_path / "d"))
     assert not _present(str(tmp_path / "elsewhere"))
+
+
+def test_the_same_data_through_a_link_its_index_or_a_glob_is_counted_once(data, tmp_path):
+    """Found in review: a link to a dataset beside the dataset, the dataset beside its own index, and the
+    dataset (answered by its index) beside a glob of its files each counted every document twice."""
+    import shutil
+
+    from datakit.indexing import build_index
+
+    ds = tmp_path / "ds"
+    shutil.copytree(data / "dirty", ds)
+    (tmp_path / "link").symlink_to(ds)
+    build_index(str(ds), str(ds / "_ngram_index"), 13, ["whitespace", "case"], workers=1)
+    for extra in (["--no-index", "--data", str(tmp_path / "link")], ["--data", str(tmp_path / "link")],
+                  ["--data", str(ds / "_ngram_index")], ["--data", str(ds / "*.parquet")]):
+        r = run("--data", str(ds), *extra, "--eval", "humaneval", "--json", str(tmp_path / "r.json"))
+        assert r.exit_code == 1, (extra, r.output)
+        report = json.loads((tmp_path / "r.json").read_text())
+        assert sum(d["documents"] for d in report["data"]) == 7, (extra, report["data"])
+        assert all(c["documents"] in (None, 0, 1) for c in report["evals"][0]["contaminated"]), extra  # None, 0: via an index

@@ -80,17 +80,18 @@ def iter_text_batches(paths: str | Sequence[str], text_fields: Sequence[str] | N
                       seen: set[str] | None = None) -> Iterator[TextBatch]:
     """Stream the texts of a records dataset, file by file in sorted order (deterministic).
 
-    `seen`: files already read (through an earlier --data path): skipped, then added. Why: `--data d1
-    --data 'd1/*.parquet'` read every file twice and counted each leak twice (found in review)."""
+    `seen`: files already read (through an earlier --data path; `same_file` spellings): skipped, then
+    added. Why: `--data d1 --data 'd1/*.parquet'` read every file twice and counted each leak twice
+    (found in review), and so did a link to d1 beside d1."""
     columns = Columns(tuple(text_fields) if text_fields else None)
     roots = [paths] if isinstance(paths, str) else list(paths)
     for url in data_files(paths):
         if seen is not None:
-            if url in seen:
+            if same_file(url) in seen:
                 if stats is not None:
                     stats["repeated_files"] = stats.get("repeated_files", 0) + 1
                 continue
-            seen.add(url)
+            seen.add(same_file(url))
         name = _name_under(url, roots)
         for first, table in iter_tables(url, columns, batch_rows, stats):
             tb = to_text_batch(url, table, first, text_fields)
@@ -231,6 +232,8 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
     near: dict[int, tuple[int, str]] = {}  # item -> (places shared, document) of its closest non-passing pair
     doc_names: list[str] = []
     data_report: list[dict[str, Any]] = []
+    from datakit.stages.decontaminate.index import answered_files
+
     seen_files: set[str] = set()  # each data file is read once, however many --data paths name it
     # per --data path: documents read and lines skipped; a path with no readable document is an error (the
     # scan's rule: never "clean" about data nobody could read), judged for the path, not for each snapshot
@@ -241,6 +244,14 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
     repeated: set[str] = set()
     for kind, p, idx, group in plan:
         read_docs.setdefault(group, 0)
+        # what an index or a packed dataset answers for is not read again through another --data path
+        # (found in review: the data beside its own index, or a link to it, counted every document twice)
+        answers = ({same_file(f) for f in answered_files(idx.path)} if kind == "index" else
+                   {same_file(f"{p.rstrip('/')}/manifest.json")} if kind == "packed" else set())
+        if answers and answers <= seen_files:
+            repeated.add(group)
+            continue
+        seen_files |= answers
         if kind == "index":
             found = idx.contains(table.hashes)
             hidx = np.nonzero(found)[0]
@@ -430,6 +441,11 @@ def _present(path: str) -> bool:
         return bool(data_files(path))
     except InputError:
         return False
+
+
+def same_file(url: str) -> str:
+    """One spelling per file: a local path with its links resolved (a URL as it is)."""
+    return url if "://" in url else os.path.realpath(url)
 
 
 def _same_path(p: str) -> str:

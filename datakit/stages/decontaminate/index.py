@@ -539,6 +539,24 @@ def recorded_data(index_path: str) -> tuple[list[str], str] | None:
     return list(body["data"]), str(body["root"])
 
 
+def answered_files(index_path: str) -> list[str]:
+    """The files an index answers for (its recorded sources), as absolute paths or URLs; [] when it
+    records none. The check reads none of them again through another --data path."""
+    try:
+        body = read_json(f"{index_path.rstrip('/')}/{SOURCES}")
+    except (OSError, ValueError):
+        return []
+    if not isinstance(body, dict) or not isinstance(body.get("files"), list):
+        return []
+    path = index_path.rstrip("/")
+    root = body.get("root") or (path.rsplit("/", 1)[0] if path.endswith(f"/{INDEX_DIRNAME}") else None)
+    if root is None:
+        return []
+    root = _absolute(str(root)).rstrip("/")
+    return [name if "://" in name or name.startswith("/") else f"{root}/{name}"
+            for name, _stamp in body["files"]]
+
+
 def outdated_reason(index_path: str) -> str | None:
     """Why the index at `index_path` hashed other n-grams than a check computes now (another lexer:
     `normalize.LEXER_VERSION`), else None."""
