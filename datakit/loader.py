@@ -258,11 +258,14 @@ class PackedDataset:
 
     def locate(self, i: int) -> tuple[int, int]:
         """(shard number, row in shard) of global sequence i."""
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"sequence index must be an integer (got {i!r})")
         n = self._n
+        given = i
         if i < 0:
             i += n
         if not 0 <= i < n:
-            raise IndexError(f"sequence {i} out of range (dataset has {n})")
+            raise IndexError(f"sequence {given} out of range (dataset has {n})")  # the index asked for (review)
         k = bisect.bisect_right(self._cum_list, i) - 1
         return k, i - self._cum_list[k]
 
@@ -353,7 +356,11 @@ class PackedDataset:
         `__getitem__`, and `cu_seqlens` int32 over the *flattened* batch
         (b * seq_len tokens), the form varlen attention kernels take.
         """
-        given = np.asarray(indices, dtype=np.int64).reshape(-1)
+        asked = np.asarray(indices).reshape(-1)
+        if asked.size and not (np.issubdtype(asked.dtype, np.integer) and asked.dtype != np.bool_):
+            # found in review: [1.5] read row 1 (a float cast down), and booleans read rows 0 and 1
+            raise TypeError(f"indices must be integers (got {asked.dtype})")
+        given = asked.astype(np.int64)
         idx = np.where(given < 0, given + self._n, given)  # from the end, as `ds[-1]` and numpy (found in review)
         if len(idx) and (idx.min() < 0 or idx.max() >= self._n):
             bad = int(given[(idx < 0) | (idx >= self._n)][0])
@@ -465,6 +472,11 @@ class PackedIterator:
 
     def __init__(self, ds: PackedDataset, rank: int, world_size: int, seed: int, epoch: int,
                  shuffle: bool = True, drop_last: bool = False) -> None:
+        for name, value in (("rank", rank), ("world_size", world_size), ("seed", seed), ("epoch", epoch)):
+            # found in review: seed=1.5 gave seed 1's order and True that of 1, and the state stored 1.5
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise ValueError(f"{name} must be an integer (got {value!r})")
+        rank, world_size, seed, epoch = int(rank), int(world_size), int(seed), int(epoch)
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
         for name, value in (("seed", seed), ("epoch", epoch)):

@@ -385,6 +385,27 @@ def test_seeds_and_epochs_beyond_32_bits_are_refused_not_aliased(dataset, kw):
     dataset.iterator(seed=(1 << 32) - 1, epoch=(1 << 32) - 1)
 
 
+@pytest.mark.parametrize("kw", [{"seed": 1.5}, {"seed": True}, {"epoch": 0.5}, {"rank": 0.0}, {"world_size": "2"}])
+def test_a_seed_epoch_or_rank_that_is_not_an_integer_is_refused(dataset, kw):
+    """Found in review: seed=1.5 gave seed 1's order (and True that of 1), and the state stored 1.5."""
+    with pytest.raises(ValueError, match="must be an integer"):
+        dataset.iterator(**kw)
+    assert dataset.iterator(seed=np.int64(3)).state_dict()["seed"] == 3
+
+
+def test_an_index_that_is_not_an_integer_is_refused_and_a_bad_one_named_as_given(dataset):
+    """Found in review: `get_batch([1.5])` read row 1, and `ds[-n - 1]` said "sequence -1 out of range"."""
+    n = len(dataset)
+    for bad in ([1.5], [True], np.array([0.0])):
+        with pytest.raises(TypeError, match="integers"):
+            dataset.get_batch(bad)
+    with pytest.raises(TypeError, match="integer"):
+        dataset[1.5]
+    with pytest.raises(IndexError, match=f"sequence {-n - 1} out of range"):
+        dataset[-n - 1]
+    assert dataset.get_batch(np.array([0, -1], np.int32))["input_ids"].shape[0] == 2
+
+
 def test_inspect_shows_control_characters_of_the_data_instead_of_sending_them_to_the_terminal(monkeypatch):
     """Found in review: an OSC sequence in training text (`ESC ] 0;PWNED BEL`) reached the terminal raw
     and retitled it; OSC 52 can write the clipboard."""
