@@ -436,6 +436,23 @@ def test_an_unexpected_error_exits_3_never_1(data, monkeypatch):
     assert "AttributeError: a bug" in open(path).read()
 
 
+def test_an_object_store_without_credentials_is_a_storage_error_not_a_bug(monkeypatch):
+    """Found in review: a check of s3:// data without credentials said "failed unexpectedly
+    (NoCredentialsError); this is a bug". It is one line naming the data, exit 3, as `run` says it."""
+    from botocore.exceptions import NoCredentialsError
+
+    from datakit.stages.decontaminate import check as check_module
+
+    def no_credentials(*a, **k):
+        raise NoCredentialsError()
+
+    monkeypatch.setattr(check_module, "check", no_credentials)
+    r = run("--data", "s3://some-bucket/x.parquet", "--eval", "humaneval")
+    assert r.exit_code == 3, r.output
+    assert "storage error: cannot read s3://some-bucket/x.parquet: NoCredentialsError" in r.output
+    assert "this is a bug" not in r.output
+
+
 def test_the_near_threshold_list_does_not_depend_on_row_order(tmp_path):
     """Two documents equally near an item: the one listed depended on which came first (found in review)."""
     near = _he()[81]["canonical_solution"][:80]  # a few windows of HumanEval/81: near the threshold

@@ -81,3 +81,15 @@ def test_a_hub_tokenizer_without_network_fails_at_once(no_dns, tmp_path, monkeyp
         load_tokenizer("acme/not-cached")
     assert "not in the Hugging Face cache and the Hub's host huggingface.co does not resolve" in str(err.value)
     assert sleeps == []
+
+
+def test_evals_pull_with_hf_hub_offline_says_the_variable_stops_it(tmp_path, monkeypatch) -> None:
+    """Found in review: `HF_HUB_OFFLINE=1 datakit evals pull mbpp` told the user to run `datakit evals pull
+    mbpp` on a machine with network, and never named the variable that kept it from downloading."""
+    from datakit.stages.decontaminate.registry import EvalError, pull
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(EvalError) as err:
+        pull(["mbpp"])
+    assert "HF_HUB_OFFLINE is set" in str(err.value) and "run `datakit evals pull" not in str(err.value)

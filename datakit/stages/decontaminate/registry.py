@@ -188,6 +188,11 @@ def snapshot(e: HubEval, offline: bool, revision: str | None = None) -> Path:
                                       allow_patterns=list(e.files), cache_dir=cache_dir(),
                                       local_files_only=local_only or unreachable is not None))
     except LocalEntryNotFoundError as ex:
+        if not offline and hub_offline():  # a pull, which HF_HUB_OFFLINE keeps from downloading (found in review:
+            # the message told the user to run the very `evals pull` they had run, and never named the variable)
+            raise EvalError(f"eval {e.name!r} ({e.repo}) is not in the Hugging Face cache ({cache_dir() or 'default'}), "
+                            f"and HF_HUB_OFFLINE is set, so nothing is downloaded: unset it to pull, or pull on a "
+                            f"machine with network and copy the cache") from None
         if unreachable is not None:
             raise EvalError(f"eval {e.name!r} ({e.repo}): {unreachable}, and the cache ({cache_dir() or 'default'}) "
                             f"does not hold it; check the network (or HF_ENDPOINT, or a proxy variable), or pull "
