@@ -171,3 +171,15 @@ def test_256k_sequences_hold_whole_repositories(projects, tmp_path):
     for i in range(len(ds)):
         ids = ds[i]["input_ids"]
         assert [f["position"] for f in ds.files(i)] == np.flatnonzero(ids == sep).tolist()
+
+
+def test_the_file_separator_leaves_every_other_special_token_id_as_it_was():
+    """Found in review: repository packing added `<file_sep>` among the chat markers, shifting system/tool/
+    user by one, so a long-context dataset and an SFT dataset of one tokenizer disagreed on their ids."""
+    from datakit.stages.tokenize.stage import TokenizeConfig
+
+    plain = TokenizeConfig(tokenizer="datakit:demo-bpe", seq_len=256).load()
+    repo = TokenizeConfig(tokenizer="datakit:demo-bpe", seq_len=256, packing="repository").load()
+    assert "file_sep" in repo.special and "file_sep" not in plain.special
+    assert {k: repo.special[k] for k in plain.special} == plain.special
+    assert repo.special["file_sep"] == max(repo.special.values())

@@ -404,7 +404,10 @@ def _load_hf(name: str, raw: bytes, overrides: dict[str, str], roles: bool) -> L
     for role, text in overrides.items():
         special_text.setdefault(role, text)
     added: list[str] = []
-    for role in sorted(special_text):
+    # the file separator (repository packing only) comes last, so every other special token has the same id
+    # with it as without (found in review: it shifted system/tool/user by one, so a long-context dataset and
+    # an SFT dataset of the same tokenizer disagreed on the chat markers' ids)
+    for role in sorted(special_text, key=lambda r: (r == "file_sep", r)):
         text = special_text[role]
         if text not in vocab and text not in added:
             added.append(text)
