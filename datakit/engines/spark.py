@@ -59,8 +59,8 @@ from datakit.engines.spark_partitions import (ONE_TASK_CONF, SHUFFLE_CONF, TARGE
                                               check_user_conf, one_task_max_edges, plan_partitions,
                                               read_tasks)
 from datakit.engines.spark_stall import STALL_CONF, stall_seconds
-from datakit.engines.spark_session import (SparkError, SparkJobError, SparkSetupError, await_prestart,
-                                           executor_environment, get_session, log_file, prestart_session,
+from datakit.engines.spark_session import (CheckedTask, SparkError, SparkJobError, SparkSetupError,
+                                           await_prestart, executor_environment, get_session, log_file, prestart_session,
                                            redact_log, straggler_conf, translate_errors, workers_python_differs)
 from datakit.io import identity, publish, sinks
 from datakit.io.fs import remove_tree
@@ -395,7 +395,8 @@ class SparkEngine(Engine):
         remote = not spark.sparkContext.master.startswith("local")
         # the same datakit and libraries on every executor (a local master's too when its workers run
         # another interpreter)
-        executors = executor_environment(spark) if remote or workers_python_differs(spark) else None
+        checked = remote or workers_python_differs(spark)
+        executors = executor_environment(spark) if checked else None
         inputs = identity.input_files(plan.input_files())
         user_conf = self._user_conf(spark)
         try:
@@ -409,6 +410,8 @@ class SparkEngine(Engine):
         run.stall_seconds = stall
         run.inputs = inputs
         run.read_tasks = read_tasks(len(inputs), parts, spark.sparkContext.defaultParallelism)
+        # and every task checks its own worker too: an executor may join after the start-up check
+        run.expected_env = identity.runtime_versions() if checked else None
         if plan.sink is not None:
             publish.retract(plan.sink.path)  # readers see no dataset until the new one is committed
         try:
@@ -475,6 +478,7 @@ class _Run:
         self.parts = parts
         self.n = parts.n  # read slices and shuffle partitions (spark_partitions.py: from input size by default)
         self.read_tasks = parts.n  # tasks reading the input files (`spark_partitions.read_tasks`: set by the engine)
+        self.expected_env: dict[str, Any] | None = None  # the driver's environment each task checks (CheckedTask)
         self.df: dict[int, Any] = {}
         self.arrow: dict[int, pa.Schema] = {}  # node -> the Arrow schema of its rows in Spark
         self.rows: dict[int, int] = {}
@@ -723,7 +727,7 @@ class _Run:
         # stats rows are data, a few per task: the job that materializes the chain collects them (no
         # shuffle) and they are summed here; exact whatever the task retries were (see _materialize).
         # So are the part files of a root chain: one successful job lists exactly one attempt per partition
-        mapped = inp.mapInArrow(fn, from_arrow_schema(out_schema))
+        mapped = inp.mapInArrow(CheckedTask(fn, self.expected_env), from_arrow_schema(out_schema))
         key = self.join_keys.get(node.id)  # never the root's (no node reads it), so no parts or key hashes here
         # files are read in `read_tasks` tasks of consecutive files (one per file when there are few)
         layout: dict[str, str] = {LEAF_PARALLELISM: str(self.read_tasks)} if read_files else {}
@@ -892,9 +896,10 @@ class _Run:
             else:  # the root is a join or aggregate: its rows go through Python once for their shard id
                 with_shard = pa.schema(list(schema) + [pa.field(SHARD_COL, pa.int64())])
                 df = self.df[root.id].select(*schema.names).mapInArrow(
-                    _AddShard(spec.key, shards, spec.partition), from_arrow_schema(with_shard))
+                    CheckedTask(_AddShard(spec.key, shards, spec.partition), self.expected_env),
+                    from_arrow_schema(with_shard))
             infos = one_shard_per_partition(df, shards).mapInArrow(
-                _WriteShards(resolved, root.schema), "shard long, info string").collect()
+                CheckedTask(_WriteShards(resolved, root.schema), self.expected_env), "shard long, info string").collect()
         got = {int(r["shard"]): json.loads(r["info"]) for r in infos}
         for s in range(shards):  # a shard no row hashed to: an empty file, as on the local engine
             if s not in got:
@@ -910,7 +915,8 @@ class _Run:
         tasks = local_rows(self.spark, pa.table({"shard": pa.array(ids, pa.int64()),
                                                  "parts": pa.array([json.dumps(by_shard[s]) for s in ids])}))
         with _runtime_conf(self.spark, {LEAF_PARALLELISM: str(max(self.n, len(ids)))}):  # one shard per task
-            return tasks.mapInArrow(WriteShardParts(spec, schema), "shard long, info string").collect()
+            return tasks.mapInArrow(CheckedTask(WriteShardParts(spec, schema), self.expected_env),
+                                    "shard long, info string").collect()
 
     def _side_outputs(self) -> None:
         """Every side output in one query: their rows, tagged with their side, grouped by it, each group
@@ -932,7 +938,7 @@ class _Run:
             for f in frames[1:]:
                 df = df.unionByName(f, allowMissingColumns=True)
             written = {r["side"] for r in df.groupBy("_side").applyInArrow(
-                _table_fn(_WriteSide(out)), "side string, rows long").collect()}
+                _table_fn(CheckedTask(_WriteSide(out), self.expected_env)), "side string, rows long").collect()}
         for side in ("quarantine", "droplog", "dropstate"):
             if side not in written:  # no rows (only some drop-logging ops carry state): no stale file either
                 write_side_output(None, out, side)

@@ -497,8 +497,7 @@ def executor_environment(session) -> list[dict[str, Any]]:
     return found
 
 
-def check_same_environment(driver: dict[str, Any], executors: list[dict[str, Any]]) -> None:
-    """A `SparkSetupError` naming every difference between the driver's `runtime_versions` and the executors'."""
+def _differences(driver: dict[str, Any], executors: list[dict[str, Any]]) -> list[str]:
     diffs = []
     for name, mine in driver.items():
         theirs = sorted({str(e.get(name)) for e in executors} - {str(mine)})
@@ -507,10 +506,60 @@ def check_same_environment(driver: dict[str, Any], executors: list[dict[str, Any
                 diffs.append("datakit's code (its files differ from this driver's)")
             else:
                 diffs.append(f"{name} {', '.join(theirs)} on executors, {mine} here")
+    return diffs
+
+
+_SHIP_HINT = ": ship the same environment to the executors (spark.archives + spark.pyspark.python, see docs/deploy.md)"
+
+
+def check_same_environment(driver: dict[str, Any], executors: list[dict[str, Any]]) -> None:
+    """A `SparkSetupError` naming every difference between the driver's `runtime_versions` and the executors'."""
+    diffs = _differences(driver, executors)
     if diffs:
         raise SparkSetupError("the executors' Python environment differs from the driver's: " + "; ".join(diffs)
-                              + ": ship the same environment to the executors (spark.archives + "
-                              "spark.pyspark.python, see docs/deploy.md)")
+                              + _SHIP_HINT)
+
+
+class ExecutorEnvironmentError(RuntimeError):
+    """A task ran in a Python worker whose environment is not the driver's (`check_this_worker`)."""
+
+
+_WORKER_CHECKED: list[dict[str, Any]] = []  # the driver environment this Python worker was found to match
+
+
+def check_this_worker(expected: dict[str, Any] | None) -> None:
+    """In a Spark Python worker, before its first task of a run: `ExecutorEnvironmentError` unless this
+    worker's `runtime_versions` are the driver's (`expected`; None: not checked, a local master whose
+    workers run the driver's interpreter). Checked once per worker process (~65 ms).
+
+    Why here and not only at start-up: `executor_environment` checks the executors registered when the
+    session starts. Found in review: an executor that joined later (a replacement, dynamic allocation,
+    YARN/Kubernetes executors arriving after the start) ran another datakit's code, and the run exited 0
+    with output that differed from the local engine's. A task on such a worker now fails with this line
+    (Spark may retry it on another executor; if every attempt fails, so does the run)."""
+    if expected is None or _WORKER_CHECKED == [expected]:
+        return
+    import socket
+
+    from datakit.io.identity import runtime_versions
+
+    diffs = _differences(expected, [runtime_versions()])
+    if diffs:
+        raise ExecutorEnvironmentError(f"the Python environment of an executor on {socket.gethostname()} differs "
+                                       "from the driver's: " + "; ".join(diffs) + _SHIP_HINT)
+    _WORKER_CHECKED[:] = [expected]
+
+
+class CheckedTask:
+    """A task function (`mapInArrow` over an iterator, or `applyInArrow` over a table) that first checks
+    its Python worker runs the driver's environment (`check_this_worker`)."""
+
+    def __init__(self, fn: Any, expected: dict[str, Any] | None) -> None:
+        self.fn, self.expected = fn, expected
+
+    def __call__(self, arg: Any) -> Any:
+        check_this_worker(self.expected)
+        return self.fn(arg)
 
 
 def workers_python_differs(session) -> bool:

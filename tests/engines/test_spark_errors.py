@@ -323,3 +323,27 @@ def test_a_stage_that_hangs_on_a_record_fails_its_task_on_spark(spark, tmp_path,
         assert "the exception did not surface, so this Python worker was ended" in msg
     assert took < 120, took  # not a hang (the limit is 2 s, the grace 5 s)
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+@pytest.mark.spark
+def test_a_task_on_a_worker_with_another_environment_fails_even_after_the_start_up_check(spark, tmp_path,
+                                                                                       monkeypatch):
+    """Found in review: the environment check ran once, at session start, so an executor that joined later
+    with another datakit's code ran tasks and the run exited 0 with other output. Every task now checks its
+    own Python worker against the driver's environment (here the driver's is made to differ, and the
+    start-up check is skipped as for an executor that registers after it)."""
+    from datakit.engines import spark as spark_engine
+    from datakit.io import identity
+
+    real = identity.runtime_versions()
+    monkeypatch.setattr(spark_engine, "workers_python_differs", lambda s: True)
+    monkeypatch.setattr(spark_engine, "executor_environment", lambda s: [])
+    monkeypatch.setattr(identity, "runtime_versions", lambda: {**real, "datakit code": "0" * 64})
+    f = write_jsonl(tmp_path / "logs" / "a.jsonl", [make_event(i) for i in range(4)])
+    p = Pipeline("t").input(str(f)).add({"kind": "ingest"}).output(str(tmp_path / "out"))
+    with pytest.raises(SparkJobError) as e:
+        p.run(engine="spark", partitions=1)
+    msg = str(e.value)
+    assert "\n" not in msg and "ExecutorEnvironmentError" in msg, msg
+    assert "differs from the driver's: datakit's code (its files differ from this driver's)" in msg, msg
+    assert not (tmp_path / "out" / "manifest.json").exists()
