@@ -416,3 +416,16 @@ def test_great_expectations_housekeeping_lines_stay_out_of_the_output():
     for name, lg in logging.Logger.manager.loggerDict.items():
         if name.startswith("great_expectations") and isinstance(lg, logging.Logger):
             assert lg.getEffectiveLevel() >= logging.WARNING, name
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_relative_path_is_validated_where_the_command_runs(request, tmp_path, engine, monkeypatch):
+    """Found in review: on a Spark cluster, `datakit validate out/x` failed with "input file ... disappeared
+    during the run": the executors resolved the relative path in their own folder. Here the tests' Spark
+    workers run in the folder the session started in, not in the one the check is run from."""
+    _engine(request, engine)
+    records_dataset(tmp_path / "good", good_records())
+    monkeypatch.chdir(tmp_path)
+    res = validate_path("good", engine=engine, **_opts(engine))
+    assert res["success"], failed(res)
+    assert res["rows"] == 12

@@ -52,6 +52,8 @@ def _schema(url: str) -> pa.Schema:
 def validate_path(path: str, suites: list[str] | None = None, engine: str = "local",
                   **engine_options: Any) -> dict[str, Any]:
     """Results of the suites on the output at `path`: {success, suites, rows, results: [...]}."""
+    import os
+
     from datakit.engines import get_engine
     from datakit.io.dataset import read_manifest
     from datakit.plan import Plan, Rel, StageSpan, source
@@ -61,6 +63,9 @@ def validate_path(path: str, suites: list[str] | None = None, engine: str = "loc
 
     from datakit.io.verify import verify_dataset
 
+    # a local path absolute: an engine's tasks may run in another folder (found in review: on a Spark
+    # cluster, `validate out/x` said a data file "disappeared during the run", resolved by the executors)
+    path = path if "://" in path else os.path.abspath(path)
     manifest = read_manifest(path)
     # every listed file present (found in review: a missing data file surfaced as a bare FileNotFoundError,
     # printed `datakit: error: 2`); a resized one is the suites' to report (packed.sequence_length)
