@@ -13,7 +13,9 @@ the environment shipped to executors come from spark-submit; the script leaves
 `master` unset so datakit uses that session (adding its straggler/timeout defaults
 only where the operator set nothing, see docs/deploy.md).
 
-Exit codes as `datakit run`: 0 done, 2 bad pipeline/input, 3 the job failed.
+Exit codes as `datakit run` (`datakit.cli.run_error`): 0 done, 1 a quality gate failed (nothing
+published), 2 bad pipeline/input/setting, 3 the job failed (engine, storage, an output folder another
+run is writing), each with one line on stderr.
 """
 from __future__ import annotations
 
@@ -31,9 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from datakit import Pipeline
-    from datakit.engines.spark_session import SparkError
-    from datakit.io.fs import InputError
-    from datakit.pipeline import PipelineError
+    from datakit.cli import run_error
 
     try:
         if "://" in args.pipeline:  # e.g. s3://configs/code.yaml (Kubernetes/EMR: no local file on the driver)
@@ -44,12 +44,12 @@ def main(argv: list[str] | None = None) -> int:
         else:
             pipeline = Pipeline.from_yaml(args.pipeline)
         result = pipeline.run(engine="spark", input=args.input, output=args.output, partitions=args.partitions)
-    except (PipelineError, InputError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except SparkError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 3
+    except Exception as e:  # what `datakit run` says in one line (found in review: a busy output folder
+        got = run_error(e, args.output or args.pipeline)  # was a traceback and exit 1, "a check failed")
+        if got is None:
+            raise  # a bug: its traceback
+        print(f"error: {got[1]}", file=sys.stderr)
+        return got[0]
     rows = result.manifest["rows"] if result.manifest else 0
     print(json.dumps({"output": result.output_path, "rows": rows, "seconds": round(result.seconds, 1),
                       "reused_shards": result.extra.get("reused_shards", 0),

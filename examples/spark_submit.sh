@@ -35,7 +35,10 @@ sys.argv = ["datakit", "run", *sys.argv[1:], "--engine", "spark"]
 main()
 PY
 
-exec "$SPARK_SUBMIT" \
+# Not `exec`: the EXIT trap above removes the driver file once spark-submit ends (found in review: with
+# `exec` it never ran, and every run left a /tmp/tmp.*.py behind). A TERM or INT for this script is passed
+# on to spark-submit, and its exit status is this script's.
+"$SPARK_SUBMIT" \
   --master "$MASTER" \
   --name "datakit-$(basename "$PIPELINE" .yaml)" \
   --conf spark.pyspark.python="$PYTHON" \
@@ -45,4 +48,13 @@ exec "$SPARK_SUBMIT" \
   --conf spark.driver.memory="${DRIVER_MEMORY:-2g}" \
   --conf spark.task.maxFailures=4 \
   ${SPARK_CHECKPOINT_DIR:+--conf spark.checkpoint.dir="$SPARK_CHECKPOINT_DIR"} \
-  "$DRIVER" "$PIPELINE" "$@"
+  "$DRIVER" "$PIPELINE" "$@" &
+child=$!
+trap 'kill -TERM "$child" 2>/dev/null' TERM INT
+status=0
+wait "$child" || status=$?
+if kill -0 "$child" 2>/dev/null; then  # a signal interrupted the wait: let spark-submit finish stopping
+  status=0
+  wait "$child" || status=$?
+fi
+exit "$status"

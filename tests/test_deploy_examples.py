@@ -64,3 +64,63 @@ def test_deploy_doc_names_only_files_that_exist():
     assert named, "docs/deploy.md names no example or test"
     missing = sorted(n for n in named if not (ROOT / n).exists())
     assert missing == []
+
+
+def _spark_driver():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("spark_driver_example", EXAMPLES / "spark_driver.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_spark_driver_exits_as_datakit_run_with_one_line(tmp_path, monkeypatch, capsys):
+    """Found in review: a busy output folder ended examples/spark_driver.py in a traceback and exit 1 ("a
+    check failed"), where `datakit run` says one line and exits 3; so would a quality gate or storage error."""
+    import pytest
+
+    from datakit import Pipeline
+    from datakit.io.publish import OutputBusyError
+    from datakit.quality.expect import QualityGateError
+
+    (tmp_path / "p.yaml").write_text("name: t\ninput: {path: in.jsonl}\nstages: [{kind: ingest}]\n"
+                                     "output: {path: out}\n")
+    driver = _spark_driver()
+    for error, code in ((OutputBusyError("out is being written by another run"), 3),
+                        (QualityGateError("a gate failed"), 1)):
+        def fail(self, *a, _e=error, **k):
+            raise _e
+
+        monkeypatch.setattr(Pipeline, "run", fail)
+        assert driver.main([str(tmp_path / "p.yaml")]) == code
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and str(error) in err
+    monkeypatch.setattr(Pipeline, "run", lambda self, *a, **k: 1 / 0)
+    with pytest.raises(ZeroDivisionError):  # a bug keeps its traceback
+        driver.main([str(tmp_path / "p.yaml")])
+
+
+def test_spark_submit_script_removes_its_driver_file_and_passes_the_exit_status_on(tmp_path):
+    """Found in review: the script ended in `exec`, so its EXIT trap never removed the driver file it wrote
+    (a /tmp/tmp.*.py per run). A stand-in spark-submit here exits 7, then is stopped by a SIGTERM."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    fake = tmp_path / "spark-submit"
+    fake.write_text("#!/usr/bin/env bash\ntrap 'exit 143' TERM\nif [ \"$FAKE_MODE\" = wait ]; then "
+                    "while true; do sleep 0.1; done; fi\nexit 7\n")
+    fake.chmod(0o755)
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = {**os.environ, "SPARK_SUBMIT": str(fake), "PYSPARK_PYTHON": sys.executable, "TMPDIR": str(tmpdir)}
+    r = subprocess.run(["bash", str(EXAMPLES / "spark_submit.sh"), "p.yaml", "local[1]"], env=env, timeout=60)
+    assert r.returncode == 7 and list(tmpdir.iterdir()) == []
+    proc = subprocess.Popen(["bash", str(EXAMPLES / "spark_submit.sh"), "p.yaml", "local[1]"],
+                            env={**env, "FAKE_MODE": "wait"})
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 143 and list(tmpdir.iterdir()) == []

@@ -47,18 +47,44 @@ def _write_report(path: str, text: str) -> None:
         _fail(f"cannot write {path}: {e.strerror or e}" if e.strerror else str(e))
 
 
-def _fail_engine_error(e: Exception, where: str) -> None:
-    """Exit 3 with one line for an engine, Spark or storage failure (a read error of a damaged file
-    included); return for anything else, which the caller re-raises."""
+def engine_error(e: BaseException, where: str) -> tuple[int, str] | None:
+    """(exit code, one line) for an engine, Spark or storage failure (a read error of a damaged file
+    included): 2 for a mistyped master or setting, else 3; None for anything else (a bug)."""
     if type(e).__name__ in ("SparkMasterURLError", "SparkConfError"):  # a mistyped --master or setting: usage
-        _fail(str(e), 2)
+        return 2, str(e)
     if type(e).__name__ in ("EngineError", "SparkSetupError", "SparkJobError", "IndexBuildError", "StorageError",
                             "OutputBusyError", "StageOutputError", "StageError", "AccountingError"):
-        _fail(str(e), 3)
+        return 3, str(e)
     from datakit.io import storage
 
     if storage.is_storage_error(e):  # raised outside any task that could name its path
-        _fail(str(storage.describe(e, where, "read or write under")), 3)
+        return 3, str(storage.describe(e, where, "read or write under"))
+    return None
+
+
+def run_error(e: BaseException, where: str) -> tuple[int, str] | None:
+    """(exit code, one line) that `datakit run` gives for an error of `Pipeline.run`: 2 a bad pipeline,
+    input or option; 1 a quality gate failed (nothing published); 3 the job failed (engine, Spark,
+    storage, a busy output folder); None for an error nothing expected (a bug: let it raise). For
+    programs that run pipelines as the command does (examples/spark_driver.py under spark-submit)."""
+    from datakit.engines import EngineOptionError
+    from datakit.io.fs import InputError
+    from datakit.pipeline import PipelineError
+    from datakit.quality.expect import QualityGateError
+
+    if isinstance(e, (PipelineError, InputError, EngineOptionError)):
+        return 2, str(e)
+    if isinstance(e, QualityGateError):
+        return 1, str(e)
+    return engine_error(e, where)
+
+
+def _fail_engine_error(e: Exception, where: str) -> None:
+    """Exit with one line for an engine, Spark or storage failure (`engine_error`); return for anything
+    else, which the caller re-raises."""
+    got = engine_error(e, where)
+    if got is not None:
+        _fail(got[1], got[0])
 
 
 def _print_stages(stages: list[dict]) -> None:
