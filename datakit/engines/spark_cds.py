@@ -64,6 +64,10 @@ def archive_key(java: str, conf: dict[str, str]) -> str:
     st = os.stat(real)
     h.update(f"{real}\0{st.st_size}\0{st.st_mtime_ns}\0{pyspark.__version__}\0".encode())
     jars = Path(pyspark.__file__).parent / "jars"
+    # where they are, too: the JVM checks the archive's class path by the jars' paths, so an archive of
+    # another installation's jars is refused (found in review: two venvs shared one key, the second's
+    # driver logged "Unable to use shared archive" on every run and never wrote its own)
+    h.update(f"{jars.resolve()}\0".encode())
     if jars.is_dir():
         for j in sorted(jars.iterdir()):
             h.update(f"{j.name}\0{j.stat().st_size}\0".encode())

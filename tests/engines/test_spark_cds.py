@@ -119,3 +119,22 @@ def test_the_first_driver_writes_the_archive_and_the_next_one_maps_it(tmp_path):
         time.sleep(0.5)
     assert child() == "MAPPED"  # the next driver adopts it
     assert sorted(p.suffix for p in (tmp_path / "spark-cds").iterdir()) == [".jsa"]  # no leftovers
+
+
+def test_the_key_names_where_pyspark_is_installed(tmp_path, monkeypatch):
+    """Found in review: two installations of the same pyspark (two venvs) shared an archive key, but the
+    JVM refuses an archive whose class path is another installation's jars: the second one logged "Unable
+    to use shared archive" on every run and never wrote its own."""
+    import shutil
+
+    import pyspark
+
+    java = shutil.which("java") or "/bin/sh"
+    here = spark_cds.archive_key(java, {})
+    other = tmp_path / "site-packages" / "pyspark"
+    (other / "jars").mkdir(parents=True)
+    for j in (Path(pyspark.__file__).parent / "jars").iterdir():  # the same names and sizes (sparse files)
+        with open(other / "jars" / j.name, "wb") as f:
+            f.truncate(j.stat().st_size)
+    monkeypatch.setattr(pyspark, "__file__", str(other / "__init__.py"))
+    assert spark_cds.archive_key(java, {}) != here
