@@ -146,6 +146,32 @@ def test_retract_takes_the_run_record_and_its_views_with_the_dataset(tmp_path):
     assert retract(str(out)) is False and not (out / "_report.html").exists()
 
 
+def test_a_retracted_dataset_card_names_no_data_for_hugging_face_datasets(tmp_path):
+    """Found in review: a rerun killed after it had replaced data files left the old card, which listed the
+    old files: `datasets.load_dataset(folder)` read the half-written data under it. The card is replaced on
+    retraction by one naming no file; a card datakit did not write is left alone."""
+    import datasets
+    import pytest
+
+    from datakit.io.publish import retract
+
+    src = tmp_path / "src"
+    src.mkdir()
+    pq.write_table(pa.Table.from_pylist([_record(f"d{i}", f"x = {i}\n") for i in range(3)], schema=TRAINING_RECORD_V1),
+                   str(src / "p.parquet"))
+    out = tmp_path / "out"
+    Pipeline("card").input(str(src), format="parquet", schema="training_record.v1").output(str(out)).run(workers=1)
+    cache = str(tmp_path / "hf")  # (datasets' own cache would answer for another folder named `out`)
+    assert len(datasets.load_dataset(str(out), split="train", cache_dir=cache)) == 3
+    assert retract(str(out)) is True
+    assert "datakit-retracted" in (out / "README.md").read_text()
+    with pytest.raises(Exception, match="(?i)no .*data files"):
+        datasets.load_dataset(str(out), split="train", cache_dir=cache)
+    (out / "README.md").write_text("# my own notes\n")
+    (out / "manifest.json").write_text("{}")
+    assert retract(str(out)) is True and (out / "README.md").read_text() == "# my own notes\n"
+
+
 def test_a_committed_dataset_missing_a_data_file_is_refused_and_the_rebuild_hint_runs(tmp_path):
     """Found in review: `contamination-check --data` on a copy of a records dataset missing one of its
     data files checked the rest and gave a verdict without a word (a packed one is refused); and the
