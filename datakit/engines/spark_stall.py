@@ -19,7 +19,13 @@ local engine's floor; 0 turns it off):
    span open: after a grace period the thread writes the same line and the worker's stack to
    stderr (the executor's log) and to pyspark's fault-handler file (the session turns Spark's
    `spark.python.worker.faulthandler.enabled` on), which Spark appends to its "Python worker exited
-   unexpectedly" error, and ends the worker process.
+   unexpectedly" error, and ends the worker process;
+3. a worker whose threads cannot run at all -- the process stopped (SIGSTOP, a frozen container) or
+   native code holding the interpreter's lock -- cannot end itself: a small watcher process beside
+   it (`_WATCHER`, started with the thread) gets a heartbeat byte from the thread at every tick and,
+   when none comes for the limit plus the grace, writes that line to the fault-handler file and
+   kills the worker (found in review: a SIGSTOPped worker held its task, and the job, for as long as
+   it stayed stopped, the thread stopped with it).
 """
 from __future__ import annotations
 
@@ -77,9 +83,17 @@ class _Guard:
         self.delivered = 0  # the span the exception was raised into (0: none)
         self.message = "a batch made no progress"
         self.thread: threading.Thread | None = None
+        self.beat: int | None = None  # the pipe to the watcher process (`_start_watcher`): one byte per tick
+        self.watched_limit = 0.0  # the limit the watcher was started for
 
     def start(self, limit: float) -> None:
         self.limit = limit
+        if limit != self.watched_limit:  # a new limit (a worker reused by a run with another one): a new watcher
+            beat = _start_watcher(limit + _grace(limit)) if limit > 0 else None
+            with self.lock:  # never closed while the thread writes to it (the number could be reused at once)
+                old, self.beat, self.watched_limit = self.beat, beat, limit
+                if old is not None:
+                    os.close(old)  # the old watcher reads the end of its pipe and exits
         if limit > 0 and (self.thread is None or not self.thread.is_alive()):
             self.thread = threading.Thread(target=self._watch, name="datakit-stall-guard", daemon=True)
             self.thread.start()
@@ -118,6 +132,14 @@ class _Guard:
         raised_at = 0.0
         while True:
             time.sleep(min(1.0, max(0.05, self.limit / 20)))
+            with self.lock:
+                if self.beat is not None:
+                    try:
+                        os.write(self.beat, b".")
+                    except BlockingIOError:  # the pipe is full: the watcher has unread beats, so it is not waiting
+                        pass
+                    except OSError:  # the watcher is gone: this thread still guards what it can
+                        pass
             delivered = False
             with self.lock:  # delivered only while the span is still open (its end takes this lock)
                 span = self.span
@@ -167,6 +189,52 @@ def _end_worker(message: str) -> None:
         except (OSError, ValueError):
             pass
     os._exit(EXIT_CODE)
+
+
+# The watcher: argv = heartbeat pipe fd, the worker's pid, seconds without a beat, fault-handler dir, message.
+# Standard library only, started with -I -S (~10 ms, a few MB): ends when the pipe closes (the worker is gone).
+_WATCHER = r"""
+import os, select, signal, sys
+fd, pid, limit, fh_dir, message = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5]
+while True:
+    ready, _, _ = select.select([fd], [], [], limit)
+    if ready:
+        if not os.read(fd, 4096):
+            sys.exit(0)
+        continue
+    line = (message % limit) + "\n"
+    for path in ([os.path.join(fh_dir, str(pid))] if fh_dir else []) + ["/dev/stderr"]:
+        try:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(line)
+        except OSError:
+            pass
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    sys.exit(0)
+"""
+
+
+def _start_watcher(seconds: float) -> int | None:
+    """Start the watcher process of this worker; the write end of its heartbeat pipe, or None if it could
+    not start (the thread then guards alone, as before)."""
+    import subprocess
+
+    try:
+        r, w = os.pipe()
+        message = (f"{StalledBatchError.__module__}.StalledBatchError: this Python worker made no progress at all "
+                   f"for %.0f s (stopped, or native code holding the interpreter; {STALL_CONF} / "
+                   "DATAKIT_STALL_SECONDS plus a grace), so it was ended")
+        subprocess.Popen([sys.executable, "-I", "-S", "-c", _WATCHER, str(r), str(os.getpid()), f"{seconds:g}",
+                          os.environ.get("PYTHON_FAULTHANDLER_DIR", ""), message],
+                         pass_fds=(r,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, close_fds=True)
+        os.close(r)
+        os.set_blocking(w, False)  # a full pipe (a watcher that stopped reading) never blocks the guard
+        return w
+    except OSError:
+        return None
 
 
 _GUARD = _Guard()

@@ -282,6 +282,11 @@ class HangFn:
                         sum(range(1000))
                     except Exception:  # noqa: BLE001
                         pass
+                elif self.how == "stop":  # the whole worker stops (SIGSTOP): no thread of it can run
+                    import os
+                    import signal
+
+                    os.kill(os.getpid(), signal.SIGSTOP)
                 else:
                     time.sleep(3600)
         return batch
@@ -299,7 +304,7 @@ class HangConfig(StageConfig):
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("how", ["spin", "swallow", "sleep"])
+@pytest.mark.parametrize("how", ["spin", "swallow", "sleep", "stop"])
 def test_a_stage_that_hangs_on_a_record_fails_its_task_on_spark(spark, tmp_path, how):
     """Found in review: a stage function that looped on one record kept its healthy executor heartbeating,
     so the Spark job ran until the scheduler's timeout (the local engine has its watchdog). Now a batch
@@ -317,6 +322,11 @@ def test_a_stage_that_hangs_on_a_record_fails_its_task_on_spark(spark, tmp_path,
     took = time.monotonic() - t
     msg = str(e.value)
     assert "\n" not in msg, msg
+    if how == "stop":  # found in review: a stopped worker's own guard stopped with it; its watcher ends it
+        assert "StalledBatchError: this Python worker made no progress at all for 7 s" in msg, msg
+        assert took < 120, took
+        assert not (tmp_path / "out" / "manifest.json").exists()
+        return
     assert "StalledBatchError: stage 'test_hang' (hang) of partition 0 made no progress for" in msg, msg
     assert "spark.datakit.stallSeconds / DATAKIT_STALL_SECONDS = 2 s" in msg
     if how != "spin":  # the worker was ended: Spark's crash report carried the guard's line

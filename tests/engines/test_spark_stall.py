@@ -5,11 +5,19 @@ test_spark_errors.py; this checks the guard's own rules."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
 from datakit.engines import spark_stall
 from datakit.engines.spark_stall import StalledBatchError, stall_seconds
+
+
+@pytest.fixture(autouse=True)
+def guard_off_after_each_test():
+    """The guard of this (test) process is turned off after each test, its watcher process with it."""
+    yield
+    spark_stall.start(0)
 
 
 def test_the_limit_comes_from_the_setting_then_the_environment(monkeypatch):
@@ -72,3 +80,38 @@ def test_a_span_that_swallowed_the_exception_still_fails():
                     caught += 1
     with spark_stall.watching("the next span is not failed for the last one's stall"):
         pass
+
+
+_STOPPING = """
+import os, signal, sys, time
+from datakit.engines import spark_stall
+spark_stall.start(1)  # the limit: 1 s; the watcher ends a worker with no beat for 1 + 5 s (the grace)
+time.sleep(float(sys.argv[1]))  # a worker idle between tasks still beats
+if sys.argv[2] == "stop":
+    os.kill(os.getpid(), signal.SIGSTOP)  # no thread of this process runs any more
+    time.sleep(60)
+print("done")
+"""
+
+
+@pytest.mark.parametrize("how", ["idle", "stop"])
+def test_a_stopped_worker_is_ended_by_its_watcher_and_an_idle_one_is_not(tmp_path, how):
+    """Found in review: a Python worker stopped with SIGSTOP held its task (and the job) for 9 minutes with
+    spark.datakit.stallSeconds=20: the guard thread stopped with it. A watcher process beside the worker
+    ends it when its heartbeat stops, and writes why to pyspark's fault-handler file."""
+    import os
+    import subprocess
+    import sys
+
+    fh = tmp_path / "fh"
+    fh.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "PYTHON_FAULTHANDLER_DIR": str(fh)}
+    p = subprocess.run([sys.executable, "-c", _STOPPING, "8" if how == "idle" else "0.5", how], env=env,
+                       capture_output=True, text=True, timeout=60)
+    if how == "idle":
+        assert p.returncode == 0 and p.stdout.strip() == "done", p.stderr
+        assert list(fh.iterdir()) == []
+        return
+    assert p.returncode == -9, (p.returncode, p.stderr)
+    [report] = list(fh.iterdir())
+    assert "StalledBatchError: this Python worker made no progress at all for 6 s" in report.read_text()
