@@ -59,6 +59,8 @@ def test_json_logs_carry_progress_and_no_pii(request, tmp_path, engine):
     steps = [o["progress"] for o in objs if "progress" in o]
     done = [s for s in steps if s.get("done") and s["step"] != "run"]
     assert done and all({"rows", "rows_per_s", "eta_s", "seconds"} <= set(s) for s in done)
+    # a finished step has done all its tasks (found in review: Spark's said 9 of 14, skipped stages counted)
+    assert all(s["tasks_done"] == s["tasks"] for s in done if s.get("tasks")), done
     assert any(s["rows"] > 0 for s in done)
     assert any("extract" in s["step"] for s in done)
     assert objs[-1]["progress"]["step"] == "run"
@@ -122,6 +124,8 @@ def test_step_rate_and_eta():
     f = st.fields()
     assert (f["tasks_done"], f["tasks"], f["rows"]) == (2, 4, 200)
     assert f["eta_s"] is not None and f["eta_s"] >= 0 and f["rows_per_s"] > 0
+    st.finish(ok=True)
+    assert st.fields()["tasks_done"] == 4
 
 
 SECRET = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
