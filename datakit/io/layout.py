@@ -103,6 +103,26 @@ def card_text(manifest: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# The dataset card while a dataset is withdrawn: its `configs` name no file, so `datasets.load_dataset`
+# finds no data instead of the files under data/ (being rewritten, or partly rewritten by a killed run).
+RETRACTED_CARD = """---
+configs:
+- config_name: default
+  data_files:
+  - split: train
+    path: _retracted/no-data-*
+tags:
+- datakit
+- datakit-retracted
+---
+
+# Being rewritten
+
+A datakit run is rewriting this dataset, or was stopped while doing so: there is no committed dataset
+here until its `manifest.json` is written again (rerun the pipeline).
+"""
+
+
 def write_card(out: str, manifest: dict[str, Any]) -> None:
     """Write OUT/README.md atomically (before the manifest: the manifest stays the last file written)."""
     write_bytes_atomic(f"{out.rstrip('/')}/{CARD}", card_text(manifest).encode())

@@ -328,33 +328,13 @@ def retract(path: str) -> bool:
     return found
 
 
-# The dataset card while a dataset is withdrawn: its `configs` name no file, so `datasets.load_dataset`
-# finds no data instead of the files under data/ (being rewritten, or partly rewritten by a killed run).
-RETRACTED_CARD = """---
-configs:
-- config_name: default
-  data_files:
-  - split: train
-    path: _retracted/no-data-*
-tags:
-- datakit
-- datakit-retracted
----
-
-# Being rewritten
-
-A datakit run is rewriting this dataset, or was stopped while doing so: there is no committed dataset
-here until its `manifest.json` is written again (rerun the pipeline).
-"""
-
-
 def _retract_card(out: str) -> None:
     """Replace datakit's dataset card by `RETRACTED_CARD`. Why: found in review, a rerun killed after it had
     replaced some data files left the old card, which listed the old files, so `load_dataset` read the
     new shards under the old card's row count; readers through the manifest saw no dataset, as documented,
     but the card is a reader's way in too. Only a card datakit wrote is replaced (tagged `datakit`)."""
     from datakit.io.atomic import write_bytes_atomic
-    from datakit.io.layout import CARD
+    from datakit.io.layout import CARD, RETRACTED_CARD
 
     fs, p = filesystem(f"{out}/{CARD}")
     try:

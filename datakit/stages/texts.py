@@ -43,8 +43,9 @@ GENERIC_TEXT_FIELDS = ("text", "content", "code")
 # a FIM record's segments by role, in document order (one file: prefix, middle, suffix)
 FIM_ROLES = ("prefix", "middle", "suffix")
 
-__all__ = ["RECORD_TEXT_COLUMNS", "PREFERENCE_TEXT_COLUMNS", "GENERIC_TEXT_FIELDS", "FIM_ROLES", "TextPiece", "RecordDocuments",
-           "text_columns", "text_piece", "text_pieces", "record_texts", "record_documents", "with_texts"]
+__all__ = ["RECORD_TEXT_COLUMNS", "PREFERENCE_TEXT_COLUMNS", "GENERIC_TEXT_FIELDS", "FIM_ROLES", "TextPiece",
+           "RecordDocuments", "as_text", "text_columns", "text_piece", "text_pieces", "record_texts",
+           "record_documents", "with_texts"]
 
 # (note: any pa.array call, of a list or of a numpy array, imports pandas on its first use in a process,
 # 0.3 CPU-s, to check for pandas types; every datakit process makes such calls, so it is not avoided here)

@@ -232,8 +232,6 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
     near: dict[int, tuple[int, str]] = {}  # item -> (places shared, document) of its closest non-passing pair
     doc_names: list[str] = []
     data_report: list[dict[str, Any]] = []
-    from datakit.stages.decontaminate.index import answered_files
-
     seen_files: set[str] = set()  # each data file is read once, however many --data paths name it
     # per --data path: documents read and lines skipped; a path with no readable document is an error (the
     # scan's rule: never "clean" about data nobody could read), judged for the path, not for each snapshot
@@ -242,6 +240,8 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
     read_skipped: dict[str, int] = {}
     via_index: dict[str, str] = {}
     repeated: set[str] = set()
+    from datakit.stages.decontaminate.index import answered_files  # (index imports this module)
+
     for kind, p, idx, group in plan:
         read_docs.setdefault(group, 0)
         # what an index or a packed dataset answers for is not read again through another --data path

@@ -6,19 +6,19 @@ fullwidth `＠` (U+FF20) or fullwidth digits: the patterns read ASCII (`re.ASCII
 key or number was left in clear, while the text a model learns from still holds it (a tokenizer
 keeps the invisible character as a token of its own, the value's characters around it unchanged).
 
-The view drops the invisible format characters (`INVISIBLE`) and maps the fullwidth forms of
+The view drops the invisible format characters (`INVISIBLE_RANGES`) and maps the fullwidth forms of
 ASCII (U+FF01-U+FF5E) to the ASCII they show. It is not NFKC: NFKC also rewrites ligatures,
 superscripts and more, and changes lengths in ways whose offsets are costly to map back; these two
-rules are the ones a value can hide behind while it still reads the same. `where[k]` is the index
-in the text of the view's k-th character, so a finding in the view maps back to the span of the
-text that covers the same characters, the invisible ones inside it included (the replacement removes
-them with the value).
+rules are the ones a value can hide behind while it still reads the same. `Folded.span` maps a
+finding in the view back to the span of the text that covers the same characters, the invisible
+ones inside it included (the replacement removes them with the value).
 
-Only rows holding such a character are folded: one Arrow pass per batch picks them (ASCII rows are
-skipped first). That is not rare: Chinese and Japanese prose writes fullwidth punctuation (`？`, `，`),
-0.8% of the texts of the quickstart mix (`？`). Those sentence marks alone do not pick a row (see
-`_GATE_RANGES`), and the views go through the batch scanner's own prefilter path, as a batch of their
-own, not a whole-text scan by every detector (which made the scan of that mix 55% slower).
+Only rows holding such a character are folded: the scanner's one hyperscan pass picks them
+(`FOLD_GATE_BYTES`; `folded_rows` is the same gate as one Arrow pass, for the other strategies).
+That is not rare: Chinese and Japanese prose writes fullwidth punctuation (`？`, `，`), 0.8% of the
+texts of the quickstart mix (`？`). Those sentence marks alone do not pick a row (see `_GATE_RANGES`),
+and the views go through the batch scanner's own prefilter path, as a batch of their own, not a
+whole-text scan by every detector (which made the scan of that mix 55% slower).
 """
 from __future__ import annotations
 

@@ -66,8 +66,7 @@ def _fold_candidates(rows: "_Rows", detectors: Sequence[Detector], strategy: Str
     if not picked:
         return
     rows.prefetch(picked)
-    views = {i: fold_view(rows[i]) for i in picked}  # type: ignore[arg-type]
-    folded = {i: f for i, f in views.items() if f is not None}
+    folded = {i: f for i in picked if (f := fold_view(rows[i])) is not None}  # type: ignore[arg-type]
     priority = {d.entity: d.priority for d in detectors}
     found = scan_batch([f.view for f in folded.values()], detectors, strategy, fold=False)
     for (i, f), fs in zip(folded.items(), found):
