@@ -382,6 +382,29 @@ def test_worker_errors_reach_the_parent_intact():
         drop_pool(2)
 
 
+def test_a_storage_error_says_it_was_retried_only_when_it_was():
+    """A refusal (no credentials, access denied, no such bucket) fails on its first attempt; its line
+    said "(after up to 12 attempts)" all the same. Only a transient fault names the attempts."""
+    from botocore.exceptions import ClientError, NoCredentialsError
+
+    from datakit.io.storage import describe, retries
+
+    def client_error(code: str, status: int) -> ClientError:
+        return ClientError({"Error": {"Code": code, "Message": "m"}, "ResponseMetadata": {"HTTPStatusCode": status}},
+                           "GetObject")
+
+    attempts = f"(after up to {retries()} attempts)"
+    for refused in (NoCredentialsError(), client_error("AccessDenied", 403), client_error("NoSuchBucket", 404)):
+        line = str(describe(refused, "s3://b/k.jsonl", "read"))
+        assert line.startswith("storage error: cannot read s3://b/k.jsonl: ") and "attempts" not in line, line
+    for transient in (client_error("ServiceUnavailable", 503), client_error("SlowDown", 503), ConnectionResetError(104, "reset")):
+        assert str(describe(transient, "s3://b/k.jsonl", "read")).endswith(attempts)
+    wrapped = OSError("read failed")
+    wrapped.__cause__ = client_error("InternalError", 500)  # s3fs re-raises the last attempt's error
+    assert str(describe(wrapped, "s3://b/k.jsonl")).endswith(attempts)
+    assert "attempts" not in str(describe(ConnectionResetError(104, "reset"), "/data/k.jsonl"))  # local: never retried
+
+
 def test_retries_s3fs_makes_on_its_own_are_logged_and_its_debug_lines_stay_hidden(caplog, monkeypatch):
     """s3fs retries throttling (SlowDown) without asking our handler and logs it only at DEBUG: each
     such retry is logged at INFO like the handler's, and nothing else of s3fs's DEBUG output shows."""

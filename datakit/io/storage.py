@@ -150,7 +150,10 @@ def describe(e: BaseException, path: str, what: str = "access") -> StorageError:
     reason = short_reason(e)
     if cause is not None and getattr(cause, "response", None) is not None:
         reason = short_reason(cause)
-    retried = f" (after up to {retries()} attempts)" if "://" in path else ""  # local disks are not retried
+    # only a transient fault was retried: local disks never are, and a refusal (no credentials,
+    # access denied, no such bucket) fails on its first attempt
+    transient = is_transient(e) or (cause is not None and is_transient(cause))
+    retried = f" (after up to {retries()} attempts)" if "://" in path and transient else ""
     return StorageError(f"storage error: cannot {what} {path}: {reason}{retried}")
 
 
