@@ -59,7 +59,7 @@ from datakit.engines.spark_partitions import (ONE_TASK_CONF, SHUFFLE_CONF, TARGE
                                               check_user_conf, one_task_max_edges, plan_partitions,
                                               read_tasks)
 from datakit.engines.spark_stall import STALL_CONF, stall_seconds
-from datakit.engines.spark_session import (CheckedTask, SparkError, SparkJobError, SparkSetupError,
+from datakit.engines.spark_session import (CheckedTask, table_fn, SparkError, SparkJobError, SparkSetupError,
                                            await_prestart, executor_environment, get_session, log_file, prestart_session,
                                            redact_log, straggler_conf, translate_errors, workers_python_differs)
 from datakit.io import identity, publish, sinks
@@ -345,15 +345,6 @@ class _WriteSide:
         side = table.column("_side")[0].as_py()
         write_side_output(table, self.out, side)
         return pa.table({"side": pa.array([side], pa.string()), "rows": pa.array([table.num_rows], pa.int64())})
-
-
-def _table_fn(obj: Any):
-    """A plain annotated function around a callable object (pyspark infers applyInArrow's type from hints)."""
-
-    def apply(table: pa.Table) -> pa.Table:
-        return obj(table)
-
-    return apply
 
 
 # --------------------------------------------------------------------------- the engine
@@ -864,7 +855,7 @@ class _Run:
         n = self.rows.get(node.input.id)  # known: the input of a CC node is a chain's output
         if n is not None and n <= self.cc_one_task_edges:
             log.info("connected components of %d edges in one task", n)
-            return components_in_one_task(edges)
+            return components_in_one_task(edges, self.expected_env)
         out, rounds = connected_components(edges, checkpoint=self._persist)
         log.info("connected components converged in %d rounds", rounds)
         return out
@@ -938,7 +929,7 @@ class _Run:
             for f in frames[1:]:
                 df = df.unionByName(f, allowMissingColumns=True)
             written = {r["side"] for r in df.groupBy("_side").applyInArrow(
-                _table_fn(CheckedTask(_WriteSide(out), self.expected_env)), "side string, rows long").collect()}
+                table_fn(CheckedTask(_WriteSide(out), self.expected_env)), "side string, rows long").collect()}
         for side in ("quarantine", "droplog", "dropstate"):
             if side not in written:  # no rows (only some drop-logging ops carry state): no stale file either
                 write_side_output(None, out, side)

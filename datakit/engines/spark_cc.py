@@ -29,7 +29,7 @@ which one ran.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, functions as F
@@ -50,11 +50,16 @@ def _components_of_table(table: pa.Table) -> pa.Table:
     return connected_components_table(table.column("a"), table.column("b"))
 
 
-def components_in_one_task(edges: DataFrame) -> DataFrame:
-    """`edges(src, dst)` -> `(node, component)` like `connected_components`, computed by one task."""
+def components_in_one_task(edges: DataFrame, expected_env: dict[str, Any] | None = None) -> DataFrame:
+    """`edges(src, dst)` -> `(node, component)` like `connected_components`, computed by one task.
+
+    `expected_env`: the driver's environment, which the task's Python worker checks first
+    (`spark_session.CheckedTask`), as every other Python task of a run does."""
+    from datakit.engines.spark_session import CheckedTask, table_fn
+
     clean = edges.select(F.col("src").cast("string").alias("a"), F.col("dst").cast("string").alias("b"))
-    return (clean.withColumn("_g", F.lit(0)).groupBy("_g")
-            .applyInArrow(_components_of_table, "node string, component string"))
+    fn = table_fn(CheckedTask(_components_of_table, expected_env)) if expected_env is not None else _components_of_table
+    return clean.withColumn("_g", F.lit(0)).groupBy("_g").applyInArrow(fn, "node string, component string")
 
 
 def _both_directions(e: DataFrame) -> DataFrame:

@@ -23,7 +23,9 @@ import tempfile
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
+
+import pyarrow as pa
 
 __all__ = [
     "SparkError", "SparkSetupError", "SparkJobError", "get_session", "stop_session", "submit_defaults",
@@ -560,6 +562,15 @@ class CheckedTask:
     def __call__(self, arg: Any) -> Any:
         check_this_worker(self.expected)
         return self.fn(arg)
+
+
+def table_fn(obj: Any) -> Callable[[pa.Table], pa.Table]:
+    """A plain annotated function around a callable object (pyspark infers applyInArrow's type from hints)."""
+
+    def apply(table: pa.Table) -> pa.Table:
+        return obj(table)
+
+    return apply
 
 
 def workers_python_differs(session) -> bool:

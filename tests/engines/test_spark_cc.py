@@ -62,3 +62,18 @@ def test_components_match_union_find_on_hand_made_graphs(spark):
     assert rounds <= 2 * 8 + 2, rounds  # O(log n) rounds, not O(n)
     one = {r["node"]: r["component"] for r in components_in_one_task(df).collect()}
     assert one == want
+
+
+def test_the_one_task_components_check_their_worker_environment(spark):
+    """The one-task components ran on any Python worker (found in review: the only Python task of a run
+    that did not check its worker against the driver's environment). With the driver's environment it
+    gives the components; with another (here a changed code digest) the task fails naming the check."""
+    from datakit.engines.spark_cc import components_in_one_task
+    from datakit.io import identity
+
+    df = spark.createDataFrame([("b", "a"), ("c", "b"), ("e", "d")], "src string, dst string")
+    env = identity.runtime_versions()
+    got = {r["node"]: r["component"] for r in components_in_one_task(df, env).collect()}
+    assert got == {"a": "a", "b": "a", "c": "a", "d": "d", "e": "d"}
+    with pytest.raises(Exception, match="ExecutorEnvironmentError"):
+        components_in_one_task(df, {**env, "datakit code": "0" * 64}).collect()
