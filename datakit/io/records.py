@@ -135,7 +135,7 @@ def _rows_table(url: str, rows: list[dict], columns: ColumnChoice, lines: list[i
             data[c] = pa.array([_segments(r.get(c)) for r in rows], pa.list_(pa.struct([("text", pa.string())])))
         else:
             others = [k for k in (fallbacks(c) if fallbacks else ()) if k != c and k in names]
-            data[c] = pa.array([_str(_first(r, c, others)) for r in rows], pa.string())
+            data[c] = _texts_of([_first(r, c, others) for r in rows])
     if lines is not None:
         data[LINE_COLUMN] = pa.array(lines, pa.int64())
     return pa.table(data)
@@ -177,6 +177,18 @@ def _segments(v: Any) -> list[dict[str, str | None]]:
     if not isinstance(v, list):
         return [{"text": _str(v)}]
     return [{"text": _str(s.get("text")) if isinstance(s, dict) else _str(s)} for s in v]
+
+
+def _texts_of(values: list[Any]) -> pa.Array:
+    """One column of JSON values as Parquet's reader sees the same column (`stages.texts.text_piece`):
+    strings, or, when any row holds a list, a list of texts per row (each element a text of its own,
+    `_str`; a scalar or object row one text). Why: a JSON row's list was one "\n"-joined text while a
+    Parquet list column's elements are texts of their own, so n-grams spanning two chat messages
+    matched in JSON Lines only: the same rows got another verdict in another format."""
+    if not any(isinstance(v, list) for v in values):
+        return pa.array([_str(v) for v in values], pa.string())
+    return pa.array([None if v is None else [_str(e) for e in v] if isinstance(v, list) else [_str(v)]
+                     for v in values], pa.list_(pa.string()))
 
 
 def _str(v: Any) -> str | None:

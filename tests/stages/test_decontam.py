@@ -387,7 +387,31 @@ def test_a_json_lines_chat_column_reads_as_its_parquet_copy(tmp_path, he_rows, h
         assert [_str(r[col]) for r in rows] == as_text(table.column(col).combine_chunks()).to_pylist()
     (tmp_path / "c.jsonl").write_text(json.dumps(rows[0]) + "\n")
     pq.write_table(table, str(tmp_path / "c.parquet"))
-    # (a Parquet list column's elements are texts of their own; a JSON row's list is one text, "\n"-joined)
     a, b = (check(str(tmp_path / f), [humaneval], text_fields=["messages"]) for f in ("c.jsonl", "c.parquet"))
     assert [(i.eval_id, i.overlap) for i in a.evals[0].contaminated] == \
         [(i.eval_id, i.overlap) for i in b.evals[0].contaminated] and a.evals[0].contaminated[0].overlap > 0.9
+
+
+def test_a_json_lines_list_is_read_element_by_element_as_its_parquet_copy(tmp_path, he_rows, humaneval):
+    """Found in review of my own notes: a JSON row's list under --text-field was one "\n"-joined text while
+    a Parquet list column's elements are texts of their own, so n-grams spanning two messages matched
+    in JSON Lines only (another overlap, another verdict for the same rows). An item split over two
+    messages now overlaps the same in both formats, below its whole copy's overlap."""
+    import json
+
+    solution = he_rows[5]["prompt"] + he_rows[5]["canonical_solution"]
+    cut = solution.index("\n", len(solution) // 2)
+    rows = [{"id": "s", "messages": [{"role": "user", "content": solution[:cut]},
+                                     {"role": "assistant", "content": solution[cut:]}]},
+            {"id": "t", "messages": "plain text row " * 3}]
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    msgs = pa.array([rows[0]["messages"], [{"role": None, "content": rows[1]["messages"]}]],
+                    pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())])))
+    pq.write_table(pa.table({"id": ["s", "t"], "messages": msgs}), str(tmp_path / "c.parquet"))
+    (tmp_path / "whole.jsonl").write_text(json.dumps({"id": "w", "messages": [{"content": solution}]}) + "\n")
+    a, b, whole = (check(str(tmp_path / f), [humaneval], text_fields=["messages"], threshold=0.0)
+                   for f in ("c.jsonl", "c.parquet", "whole.jsonl"))
+    split = {i.eval_id: i.overlap for i in a.evals[0].contaminated}
+    assert split == {i.eval_id: i.overlap for i in b.evals[0].contaminated}
+    full = {i.eval_id: i.overlap for i in whole.evals[0].contaminated}
+    assert 0 < split[he_rows[5]["task_id"]] < full[he_rows[5]["task_id"]], (split, full)
