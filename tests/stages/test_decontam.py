@@ -354,6 +354,34 @@ def test_an_index_of_an_older_lexer_is_not_used(tmp_path, he_rows, humaneval, ca
         check(str(tmp_path / "d" / "_ngram_index"), [humaneval])
 
 
+def test_an_index_that_read_json_lists_as_one_text_is_not_used(tmp_path, he_rows, humaneval, caplog):
+    """An index records how it read a JSON row's list (`json_lists`): one built when a list was one joined
+    text holds n-grams across two messages, so an index of JSON Lines without the key is stale (a scan
+    instead, with a warning); one of Parquet files only is still used."""
+    import json
+    import logging
+
+    from datakit.indexing import build_index
+
+    leak = he_rows[5]["prompt"] + he_rows[5]["canonical_solution"]
+    (tmp_path / "j").mkdir()
+    (tmp_path / "j" / "c.jsonl").write_text(json.dumps({"id": "a", "text": leak}) + "\n")
+    write_records(tmp_path / "p" / "p.parquet", [record("leak", leak)])
+    for d in ("j", "p"):
+        build_index(str(tmp_path / d), str(tmp_path / d / "_ngram_index"), 13, ["whitespace", "case"], workers=1)
+        meta_path = tmp_path / d / "_ngram_index" / "index.json"
+        meta = json.loads(meta_path.read_text())
+        assert meta.pop("json_lists") == "elements"
+        meta_path.write_text(json.dumps(meta))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        res = check(str(tmp_path / "j"), [humaneval])
+    assert res.data[0]["mode"] == "scan" and "read a list in a JSON Lines row" in caplog.text
+    assert [i.eval_id for i in res.evals[0].contaminated] == [he_rows[5]["task_id"]]
+    res = check(str(tmp_path / "p"), [humaneval])
+    assert res.data[0]["mode"] == "index" and [i.eval_id for i in res.evals[0].contaminated] == [he_rows[5]["task_id"]]
+
+
 def test_a_parquet_chat_or_struct_column_is_read_by_text_field(tmp_path, he_rows, humaneval):
     """Found in review: `--text-field messages` on a Parquet `list<struct<role, content>>` column failed
     ("text") and a struct column crashed the check (exit 3); the same data as JSON Lines was read."""

@@ -55,7 +55,7 @@ import pyarrow.parquet as pq
 
 from datakit.io.atomic import read_json
 from datakit.io.fs import InputError, filesystem
-from datakit.io.records import data_files, is_packed, iter_tables, open_parquet, packed_preference_files
+from datakit.io.records import DATA_SUFFIXES, data_files, is_packed, iter_tables, open_parquet, packed_preference_files
 from datakit.io.sinks import register_writer
 from datakit.jit import njit
 from datakit.plan import METRICS, Plan, SinkSpec, StageSpan, metrics_column, source
@@ -67,6 +67,9 @@ INDEX_FORMAT = "datakit-ngram-index"
 INDEX_VERSION = 1
 INDEX_DIRNAME = "_ngram_index"  # where a pipeline's sink puts the index beside its output
 INDEX_FILES = ("offsets.bin", "fingerprints.bin", "sources.json", "index.json")  # in publishing order: metadata last
+# how a JSON row's list was read (io.records._texts_of): "elements", each a text of its own, as a
+# Parquet list column; an index without the key read it as one "\n"-joined text
+JSON_LISTS = "elements"
 SOURCES = "sources.json"  # the data files an index was built from (`source_stamps`): not part of the index's bytes
 _PART_BITS = 4  # the fewest sink partitions (16)
 _CHUNK = 1 << 22  # uint64 values per streamed read (32 MB)
@@ -335,7 +338,7 @@ class NgramIndexWriter:
         meta = {
             "format": INDEX_FORMAT, "format_version": INDEX_VERSION,
             "ngram": int(o["ngram"]), "normalizations": list(o["normalizations"]), "hash": "fnv1a-fmix64/window-v1",
-            "lexer": LEXER_VERSION,
+            "lexer": LEXER_VERSION, "json_lists": JSON_LISTS,
             "ngrams": n_unique, "bucket_bits": b, "fingerprint_bits": fp_bits,
             "offsets_dtype": off_dtype, "fingerprints_dtype": "<u2" if fp_bits == 16 else "<u4",
             "fp_rate_per_ngram": n_unique / float(2 ** (b + fp_bits)),
@@ -567,7 +570,24 @@ def outdated_reason(index_path: str) -> str | None:
     if meta.get("lexer") != LEXER_VERSION:
         return ("it was built by an older datakit, whose lexer read Unicode spaces (a no-break space, U+3000) "
                 "as part of a word")
+    if meta.get("json_lists") != JSON_LISTS and any(_is_json_lines(name) for name in _source_names(index_path)):
+        return ("it was built by an older datakit, which read a list in a JSON Lines row (chat messages) as one "
+                "text, so its n-grams spanned two messages")
     return None
+
+
+def _source_names(index_path: str) -> list[str]:
+    """The file names an index's sources.json records ([] when it records none)."""
+    try:
+        body = read_json(f"{index_path.rstrip('/')}/{SOURCES}")
+    except (OSError, ValueError):
+        return []
+    files = body.get("files") if isinstance(body, dict) else None
+    return [f[0] for f in files if isinstance(f, list) and f and isinstance(f[0], str)] if isinstance(files, list) else []
+
+
+def _is_json_lines(name: str) -> bool:
+    return name.endswith(tuple(s for s in DATA_SUFFIXES if s != ".parquet"))
 
 
 def stale_reason(index_path: str, data: str | Sequence[str], root: str | None = None) -> str | None:
