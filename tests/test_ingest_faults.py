@@ -285,6 +285,39 @@ def test_quarantine_scrubbing_sees_through_json_escapes():
     assert r'a \\u0040 sign' in out and '"client_version":"0.9.1"' in out
 
 
+def test_quarantine_scrubbing_reads_quoted_values_escaped_slashes_and_every_ascii_escape():
+    """Found in review: the default quarantine (`raw: scrubbed`) kept quoted secrets (in a JSON line every
+    quote in a string is `\"`, so `DB_PASSWORD = \"...\"` was no assignment), paths and webhook URLs
+    written with `\/` (PHP's json_encode), letters P-Z written as `\u0051` (`AKIA\u0051...`) and values
+    behind an escaped zero-width space or fullwidth `@`. The detectors read the line's decoded view and
+    the findings are replaced in the line as written."""
+    import datakit.stages.ingest as ingest
+    from datakit.stages.quarantine import json_view
+
+    fn = ingest.IngestFn("scrubbed")
+    fn.setup()
+    prefix = 'DB_HOST = "db.internal"\nDB_PASSWORD = "s3cr3tP4ssw0rd!"\napi_key = "a8f5f167f44f4964e6c998dee827110c"\n'
+    quoted = json.dumps({"event_id": "q-1", "context": {"prefix": prefix}, "latency_ms": -5})
+    hook = "https://hooks.slack.com/services/T01ABCDEF/B01ABCDEF/abcdefghijklmnopqrstuvwx"
+    slashed = json.dumps({"event_id": "q-3", "prefix": f'open("/Users/janedoe/proj/a.py")\nHOOK = "{hook}"\n'}
+                         ).replace("/", "\\/")
+    escaped = (r'{"event_id":"q-4","k":"AKIA\u0051WERTYUIOPASDFGH","t":"ghp_5MQ34CCY\u005Aabcdefghijklmnopqrstuvwxyz1",'
+               r'"z":"AKIA\u200bQWERTYUIOPASDFGH","m":"zed.hostile\uff20example.org","s":"\ud83d\ude00 ok \ud800"}')
+    raws = [quoted.encode(), slashed.encode(), escaped.encode()]
+    out = [o.decode() for o in ingest.quarantine_raw(raws, [0, 0, 0], "scrubbed", fn._scrub)]
+    for leaked in ("s3cr3tP4ssw0rd", "a8f5f167f44f4964", "janedoe", "T01ABCDEF", "abcdefghijklmnopqrstuvwx",
+                   "WERTYUIOPASDFGH", "Zabcdefghijklmnop", "QWERTYUIOPASDFGH", "zed.hostile"):
+        assert not any(leaked in o for o in out), (leaked, out)
+    # the rest of each line is the line as written: its escapes, its other values
+    assert out[0].startswith('{"event_id": "q-1", "context": {"prefix": "DB_HOST = \\"db.internal\\"\\nDB_PASSWORD = \\"')
+    assert '\\/proj\\/a.py' in out[1] and out[1].startswith('{"event_id": "q-3"')
+    assert out[2].endswith(r'"s":"\ud83d\ude00 ok \ud800"}'), out[2]
+    # the view: every escape decoded, a surrogate pair to its character, a lone surrogate left as written
+    v = json_view(r'a\"b\/c\\u0040 \u0041\ud83d\ude00\ud800')
+    assert v.view == 'a"b/c\\u0040 A\U0001F600\\ud800'
+    assert v.span(1, 2) == (1, 3) and v.span(13, 14) == (21, 33)
+
+
 def test_a_repo_url_keeps_no_credentials(tmp_path):
     """Found in a privacy review: `source.repo_id` (lineage, which scrub_pii does not read) kept
     `https://x-access-token:ghp_...@github.com/...` in every record of the repository."""

@@ -17,7 +17,6 @@ rows are checked by the very same code (the reader hands them over as JSON).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import re
@@ -32,6 +31,7 @@ from datakit.contracts import (EDITOR_EVENT_V1, EVENT_TYPES, MESSAGE_ROLES, OUTC
                                REQUIRED_BY_TYPE)
 from datakit.plan import DROP, DROP_DETAIL, METRICS, Rel, metrics_column
 from datakit.stages.base import CompileContext, StageConfig, register_stage
+from datakit.stages.quarantine import QuarantineRaw, quarantine_raw, quarantine_scrubber, scrub_lines
 
 log = logging.getLogger(__name__)
 
@@ -259,74 +259,6 @@ def _to_arrow(rows: list[dict[str, Any]], drops: list, details: list, raws: list
     return pa.Table.from_pylist(rows, schema=EDITOR_EVENT_V1)
 
 
-QuarantineRaw = Literal["scrubbed", "hash", "verbatim"]
-
-
-def quarantine_scrubber() -> Any:
-    """`scrub_pii`'s detectors (secrets and personal data, placeholder policy, no NER) for quarantined lines."""
-    from datakit.stages.scrub_pii.stage import ScrubPiiConfig
-
-    return ScrubPiiConfig(ner="off", default_policy="placeholder").build_fn()
-
-
-def _fingerprint(raw: bytes, offset: int | None) -> bytes:
-    where = f"bytes={offset}-{offset + len(raw)}" if offset is not None else f"length={len(raw)}"
-    return f"sha256={hashlib.sha256(raw).hexdigest()};{where}".encode()
-
-
-# Where a quarantined line is JSON text, its string escapes glue a letter to what follows (`\nAKIA...` reads
-# as the word `nAKIA...`) and hide characters (`jane\u0040example.com`), so the detectors missed every secret
-# after a `\n` or `\t` (found in review). Before the scan a mark is put after each escape and the ASCII
-# letters, digits and `@ . _ + -` written as `\u00XX` are decoded; the marks are taken out again after it.
-_SPLIT_MARK = "\uf8ff"  # a private-use character: no detector matches it, no real log line needs it
-_ESCAPE = re.compile(r"\\[ntrbf/]")
-_ASCII_ESCAPE = re.compile(r"(?<!\\)\\u00([46-7][0-9a-fA-F]|3[0-9]|2[bdeBDE]|5[fF])")
-
-
-def json_escapes_split(text: str) -> str:
-    """`text` for the quarantine scan: escapes split from the next word, plain ASCII escapes decoded."""
-    if _SPLIT_MARK in text:
-        return text
-    text = _ASCII_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text)
-    return _ESCAPE.sub(lambda m: m.group() + _SPLIT_MARK, text)
-
-
-def json_escapes_restored(text: str | None) -> str | None:
-    return None if text is None else text.replace(_SPLIT_MARK, "")
-
-
-def quarantine_raw(raws: list[bytes | None], offsets: list[int | None], mode: QuarantineRaw,
-                   scrub: Callable[[list[str]], list[str | None]] | None = None) -> list[bytes | None]:
-    """What `_quarantine/` keeps of each rejected line (issue 18: quarantine is next to the dataset and
-    read by operators, so it must not be a back door for the secrets and personal data the pipeline removes).
-
-    * `scrubbed` (default): the line with `scrub_pii`'s findings replaced by placeholders (`scrub`);
-      if the scrubber could not be loaded (None) or fails, the line is hashed instead (never kept verbatim);
-    * `hash`: `sha256=<hex>;bytes=<start>-<end>` -- enough to find the line in the input;
-    * `verbatim`: the line as read (only for inputs known to be clean).
-    """
-    if mode == "verbatim":
-        return raws
-    idx = [i for i, r in enumerate(raws) if r is not None]
-    out = list(raws)
-    if mode == "scrubbed" and idx:
-        try:
-            if scrub is None:
-                raise ImportError("not loaded")
-            clean = [json_escapes_restored(t) for t in
-                     scrub([json_escapes_split(raws[i].decode("utf-8", "replace")) for i in idx])]
-        except (ImportError, OSError) as e:
-            log.warning("quarantine: scrubber unavailable (%s); quarantined lines are hashed", type(e).__name__)
-            mode = "hash"
-        else:
-            for i, text in zip(idx, clean):
-                out[i] = (text or "").encode("utf-8", "replace")
-            return out
-    for i in idx:
-        out[i] = _fingerprint(raws[i], offsets[i])
-    return out
-
-
 class IngestFn:
     """Picklable batch function: RAW_LINES (JSON Lines, or Parquet rows as JSON) -> EDITOR_EVENT_V1 (+ `_drop`)."""
 
@@ -346,7 +278,7 @@ class IngestFn:
         be loaded, quarantined lines are hashed (quarantine_raw)."""
         if self.raw_mode == "scrubbed":
             try:
-                self._scrub = lambda texts, fn=quarantine_scrubber(): fn.scrub(texts)[0]
+                self._scrub = lambda texts, fn=quarantine_scrubber(): scrub_lines(fn, texts)
             except (ImportError, OSError):
                 self._scrub = None
         self._ready = True
