@@ -120,4 +120,16 @@ def test_a_long_tail_of_languages_is_folded_into_other_and_labels_have_no_contro
     assert sum(prof["docs"].values()) == sum(v for k, v in metrics.items() if k.startswith(f"{PREFIX}docs|"))
     assert sum(sum(b.values()) for b in prof["chars"].values()) == 6000
     assert prof["chars"]["code|other"]["3"] == 2 * (3000 - (MAX_LANGUAGES - 2))
-    assert _clean("py\x00thon") == "py?thon" and _clean("a|b") == "a/b"
+    assert _clean("py\x00thon") == "unlisted" and _clean("a|b") == "unlisted"
+
+
+def test_a_language_label_that_could_be_personal_data_is_not_named():
+    """Found in review: `file.language` is free text from the editor, and the extract stage's profile (before
+    scrub_pii) put an e-mail address and an AWS key sent there into `_run.json` and `--json` output. A label
+    is named only when it has a language name's shape."""
+    named = ["python", "typescriptreact", "restructuredtext", "objective-c++", "c#", "visual basic .net", "f#", "x86-64"]
+    assert [_clean(v) for v in named] == named
+    hidden = ["jane.doe@example.com", "AKIAQWERTYUIOPASDFGH", "+1 415 867 5309", "ghp_5MQ34CCYabcdefghijklmnop",
+              "https://x.org/a", "<EMAIL>", "a" * 41, "py\x00thon", "line\nbreak"]
+    assert {_clean(v) for v in hidden} == {"unlisted"}
+    assert _clean(None) == _clean("") == "unknown"

@@ -16,6 +16,7 @@ and engines.
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any
 
@@ -28,11 +29,28 @@ from datakit.plan import METRICS, Rel, metrics_column
 PREFIX = "profile."
 
 
+# a label a profile names: the shape of a language or kind name (`python`, `objective-c++`, `c#`,
+# `visual basic .net`); anything else is counted as UNLISTED
+_LABEL = re.compile(r"[A-Za-z0-9+#. _-]{1,40}")
+# ...unless it could be a value the PII detectors look for: 7+ digits (a phone number, however
+# grouped; an account number) or a 17+ character word (a key or token: `AKIA...` has 20; the longest
+# language ids, such as `restructuredtext`, have 16)
+_VALUE_SHAPED = re.compile(r"(?:[^0-9]*[0-9]){7}|[A-Za-z0-9_]{17}")
+UNLISTED = "unlisted"
+
+
 def _clean(v: Any) -> str:
-    """A label: "unknown" for none, at most 40 characters, no "|" (the key separator) and no control
-    characters (a NUL byte in `file.language` reached stderr through matplotlib's warnings)."""
-    text = (str(v) if v is not None else "unknown").replace("|", "/")[:40]
-    return "".join(c if c.isprintable() else "?" for c in text) or "unknown"
+    """A label: "unknown" for none; a name of a language's shape as it is (`_LABEL`), anything else
+    `UNLISTED`. Why: the profile after each stage counts documents by `file.language`, a field the
+    editor sends as free text, and the profile goes into `_run.json` and `--json` output. Found in
+    review: an e-mail address and an AWS key sent as the language reached them through the extract
+    stage's profile, before scrub_pii ran (a NUL byte there once reached stderr, too)."""
+    if v is None:
+        return "unknown"
+    text = str(v)
+    if not text:
+        return "unknown"
+    return text if _LABEL.fullmatch(text) and not _VALUE_SHAPED.search(text) else UNLISTED
 
 
 # the languages a profile keeps by name (the most documents first); the rest are summed as "other"
