@@ -123,6 +123,33 @@ def test_rerun_after_crash_reuses_finished_work_and_matches_clean_run(tmp_path, 
     assert again.extra["reused_shards"] == 2
 
 
+def test_a_resume_gathers_only_the_side_output_parts_of_its_own_tasks(tmp_path, monkeypatch):
+    """Found in review: side-output parts are named by task, and how many tasks a step has depends on the
+    worker count, so a killed run with 2 workers left parts (`aux/droplog-...-part-00003.parquet`) that no
+    task of the resumed 1-worker run has; every file in the folder was gathered and `_dropped/` held 553
+    rows twice. A stray part of another task count is now left out, and the output equals a clean run."""
+    logs = _logs(tmp_path)  # a broken line per file: quarantine rows
+
+    def pipe(out):
+        return (Pipeline("t").input(str(logs)).add({"kind": "ingest", "drop_duplicate_events": False})
+                .add({"kind": "test_fail_on"}).output(str(out), shards=2))
+    pipe(tmp_path / "clean").run(workers=1)
+    monkeypatch.setenv("DATAKIT_TEST_FAIL", "1")
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        pipe(tmp_path / "resumed").run(workers=1)
+    monkeypatch.delenv("DATAKIT_TEST_FAIL")
+    (aux,) = (tmp_path / "resumed" / "_work").glob("*/aux")
+    parts = sorted(aux.glob("quarantine-*.parquet"))
+    assert parts, "the failed run wrote its quarantine part"
+    stray = aux / parts[0].name.replace("part-00000", "part-00042")  # a task this run's worker count does not have
+    stray.write_bytes(parts[0].read_bytes())
+    pipe(tmp_path / "resumed").run(workers=1)
+    assert output_checksums(str(tmp_path / "resumed")) == output_checksums(str(tmp_path / "clean"))
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(tmp_path / "resumed" / "_quarantine").num_rows == 4
+
+
 MEM_SCRIPT = """
 import resource, sys, json
 from datakit import Pipeline

@@ -113,6 +113,7 @@ class LocalEngine(Engine):
         self._aux = f"{work}/aux"
         os.makedirs(self._aux, exist_ok=True)
         self._reused = 0
+        self._aux_files: set[str] = set()
         self._worker_tasks: list[dict[str, Any]] = []  # pool tasks' costs, for _run.json's timing
         self._sink_parts = None
         where = plan.sink.path if plan.sink is not None else "the input"
@@ -195,8 +196,11 @@ class LocalEngine(Engine):
 
     # -- scheduling
     def _map(self, fn: Callable, items: list, what: str, label: str | None = None) -> list:
-        return scheduler.run_tasks(fn, items, what, self.workers, self.progress, f"{self._work}/_beats", label,
-                                   costs=self._worker_tasks)
+        results = scheduler.run_tasks(fn, items, what, self.workers, self.progress, f"{self._work}/_beats", label,
+                                      costs=self._worker_tasks)
+        # the side-output parts this run's tasks wrote or reused (see _write_aux_outputs)
+        self._aux_files.update(f for r in results if isinstance(r, dict) for f in r.get("aux_files", ()))
+        return results
 
     def _chain_of(self, node: Node) -> tuple[Node, list[Node]]:
         """Walk down fusible nodes (MapBatches, broadcast joins) to the base node (a Source,
@@ -500,9 +504,12 @@ class LocalEngine(Engine):
 
     def _write_aux_outputs(self, out: str) -> None:
         """Gather the tasks' quarantine, drop-log and drop-state parts into `_quarantine/`, `_dropped/`
-        and `_dropped_state/`."""
+        and `_dropped_state/`: the parts this run's tasks name (written or reused), not every file in the
+        folder. Why: the parts are named by task, and how many tasks a step has depends on the worker
+        count, so a killed run's parts that no task of the resumed run has (another worker count) were
+        gathered too, and `_dropped/` held rows twice (found in review)."""
         for side in ("quarantine", "droplog", "dropstate"):
-            files = sorted(Path(self._aux).glob(f"{side}-*.parquet"))
+            files = sorted(Path(f) for f in self._aux_files if Path(f).name.startswith(f"{side}-"))
             write_side_output(pa.concat_tables([pq.read_table(f) for f in files]) if files else None, out, side)
 
     def _commit(self, plan: Plan, stages: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
