@@ -251,6 +251,21 @@ def stamp(info: dict[str, Any]) -> str:
     return f"{info.get('size')}|{_mtime(info)}"
 
 
+def content_stamp(fs: Any, path: str, info: dict[str, Any]) -> str:
+    """"size|mtime|change token" (`_change_token`: a local file's status-change time, an object's ETag):
+    a stamp an edit that keeps the size and restores the modification time still changes."""
+    return f"{stamp(info)}|{_change_token(fs, path, info) or ''}"
+
+
+def same_stamp(then: str, now: str) -> bool:
+    """Whether two stamps (`stamp` or `content_stamp`) name the same file version: size and mtime equal,
+    and the change tokens too where both have one (an older record has none)."""
+    a, b = then.split("|"), now.split("|")
+    if a[:2] != b[:2]:
+        return False
+    return len(a) < 3 or len(b) < 3 or not a[2] or not b[2] or a[2] == b[2]
+
+
 def listed_stamps(inputs: list[dict[str, Any]]) -> dict[str, str]:
     """{path: "size|mtime"} of `input_files`' listing, for the tasks that read those files."""
     return {i["path"]: stamp(i) for i in inputs}

@@ -153,6 +153,39 @@ def test_an_index_beside_data_that_changed_is_not_used(dataset, tmp_path, humane
     assert again.data[0]["mode"] == "index" and {i.eval_id for i in again.evals[0].contaminated} == found
 
 
+def test_an_index_is_stale_after_an_edit_that_keeps_size_and_modification_time(dataset, tmp_path, humaneval,  # noqa: F811
+                                                                                he_rows, caplog):
+    """Found in review: a file replaced by one of the same size with its modification time restored
+    (`cp -p`, `touch -r`) kept the index's stamps, and the check answered clean from the index (exit 0)
+    while a scan found the leak. The index records each file's change token too (a local file's
+    status-change time, an object's ETag), which no copy can set back."""
+    import os
+    import shutil
+
+    ds = tmp_path / "ds"
+    shutil.copytree(dataset, ds)
+    target = ds / "part-00001.parquet"
+    clean_text = "x" * len(he_rows[11]["prompt"] + he_rows[11]["canonical_solution"])
+    leak_text = he_rows[11]["prompt"] + he_rows[11]["canonical_solution"]
+    pq.write_table(pa.Table.from_pylist([record("d", clean_text)], schema=TRAINING_RECORD_V1), str(target),
+                   compression="none")
+    build_index(str(ds), str(ds / INDEX_DIRNAME), 13, ["whitespace", "case"])
+    assert check(str(ds), [humaneval]).data[0]["mode"] == "index"
+    st = os.stat(target)
+    edited = tmp_path / "edited.parquet"
+    pq.write_table(pa.Table.from_pylist([record("d", leak_text)], schema=TRAINING_RECORD_V1), str(edited),
+                   compression="none")
+    assert edited.stat().st_size == st.st_size  # the same size: only the change token tells them apart
+    shutil.copyfile(edited, target)
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="datakit.decontam.check"):
+        res = check(str(ds), [humaneval])
+    assert res.data[0]["mode"] == "scan" and "HumanEval/11" in {i.eval_id for i in res.evals[0].contaminated}
+    assert "1 rewritten or copied with their times kept (first: part-00001.parquet)" in caplog.text
+
+
 def test_packed_token_dataset_is_decoded_and_checked(tmp_path, he_rows, humaneval):  # noqa: F811
     """A packed dataset (datakit.loader) is read back through its own tokenizer and scanned."""
     from datakit.stages.tokenize.direct import build_dataset

@@ -496,13 +496,13 @@ def _stamped_files(path: str) -> list[str]:
 
 
 def source_stamps(data: str | Sequence[str], root: str) -> list[list[str]]:
-    """[[name, "size|mtime"], ...] of the files an index of `data` reads (a packed dataset: its manifest,
+    """[[name, "size|mtime|change token"], ...] of the files an index of `data` reads (a packed dataset: its manifest,
     which every commit rewrites), names relative to `root` (the folder the index sits in) when under it.
 
     Why: an index found beside a dataset (`<dataset>/_ngram_index`) answers for the files it was built
     from. A shard added after `build-index` held a HumanEval item and the check said clean, exit 0
     (found in review); the check now compares these stamps with the folder's files (`stale_reason`)."""
-    from datakit.io.identity import stamp
+    from datakit.io.identity import content_stamp
 
     # each path on its own: `["packed_ds"]` (the Python API's list) stamped every shard, while a check
     # of "packed_ds" compares the manifest, so such an index was refused as changed (found in review)
@@ -511,7 +511,7 @@ def source_stamps(data: str | Sequence[str], root: str) -> list[list[str]]:
     out = []
     for url in files:
         fs, p = filesystem(url)
-        out.append([url[len(root):] if url.startswith(root) else url, stamp(fs.info(p))])
+        out.append([url[len(root):] if url.startswith(root) else url, content_stamp(fs, p, fs.info(p))])
     return sorted(out)
 
 
@@ -595,6 +595,8 @@ def stale_reason(index_path: str, data: str | Sequence[str], root: str | None = 
     files added, removed or changed since it was built; an index that records no sources), else None.
     `root`: the folder the recorded names are relative to (default: `data`, the folder an index beside
     its data sits in)."""
+    from datakit.io.identity import same_stamp
+
     outdated = outdated_reason(index_path)
     if outdated is not None:
         return outdated
@@ -609,10 +611,15 @@ def stale_reason(index_path: str, data: str | Sequence[str], root: str | None = 
         now = []
     then, cur = {n: st for n, st in built}, {n: st for n, st in now}
     added, gone = sorted(set(cur) - set(then)), sorted(set(then) - set(cur))
-    changed = sorted(n for n in set(cur) & set(then) if cur[n] != then[n])
-    if not (added or gone or changed):
+    differ = sorted(n for n in set(cur) & set(then) if not same_stamp(then[n], cur[n]))
+    # same size and modification time, another status-change time (or ETag): an edit with its time put
+    # back, or a copy (`cp -p`, `rsync -a`), which this cannot tell apart without reading the files
+    restamped = [n for n in differ if then[n].split("|")[:2] == cur[n].split("|")[:2]]
+    changed = [n for n in differ if n not in set(restamped)]
+    if not (added or gone or changed or restamped):
         return None
-    parts = [f"{len(v)} {w} (first: {v[0]})" for v, w in ((added, "added"), (gone, "removed"), (changed, "changed"))
+    parts = [f"{len(v)} {w} (first: {v[0]})" for v, w in ((added, "added"), (gone, "removed"), (changed, "changed"),
+                                                          (restamped, "rewritten or copied with their times kept"))
              if v]
     return "the data changed since it was built: " + ", ".join(parts)
 
