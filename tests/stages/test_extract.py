@@ -208,6 +208,22 @@ def test_agent_step_with_tool_calls():
     assert meta["turns"] == 3
 
 
+def test_tool_arguments_that_cannot_be_written_back_are_kept_as_their_text():
+    """Found in review: tool-call arguments holding `\\ud800` (a lone surrogate escape) or nested 5,000
+    deep failed the extract stage, and the run, with UnicodeEncodeError / RecursionError (exit 3 on both
+    engines). Such arguments are kept as the text they came as."""
+    surrogate = '{"path": "a.py", "text": "\\ud800"}'
+    deep = "[" * 5000 + "]" * 5000
+    for content in (surrogate, deep):
+        e = _agent(16)
+        e["messages"][2] = {"role": "assistant", "content": content, "tool_name": "edit_file"}
+        (r,), why = extract_event(e, ("sft",))
+        assert why is None
+        text = r["segments"][2]["text"]
+        text.encode("utf-8")
+        assert json.loads(text) == {"name": "edit_file", "arguments": content}
+
+
 def test_rejected_agent_step_and_chat_without_answer():
     assert extract_event(_agent(12, outcome="rejected"), ("sft",)) == ([], "no_example:rejected")
     chat = ev(13, "chat_turn", messages=[{"role": "user", "content": "hello?", "tool_name": None}])

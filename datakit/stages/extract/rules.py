@@ -230,11 +230,19 @@ def fim_records(e: dict) -> tuple[list[dict], str | None]:
 
 
 def _tool_call_text(name: str, content: str | None) -> str:
+    """`{"arguments": ..., "name": ...}`: the arguments parsed when they are JSON, else their text.
+
+    Arguments that parse but cannot be written back as text are kept as their text too: found in
+    review, `"\\ud800"` (a lone surrogate escape: a JS client's cut emoji) parsed into a string no UTF-8
+    can hold, and nesting deeper than the parser goes raised RecursionError; either failed the extract
+    stage and the whole run (exit 3), where one event must cost at most its own record."""
     try:
         args: Any = json.loads(content) if content else None
-    except ValueError:
-        args = content
-    return json.dumps({"arguments": args, "name": name}, sort_keys=True, ensure_ascii=False)
+        text = json.dumps({"arguments": args, "name": name}, sort_keys=True, ensure_ascii=False)
+        text.encode("utf-8")  # a lone surrogate raises here, not at the record's write
+        return text
+    except (ValueError, RecursionError):  # (UnicodeEncodeError is a ValueError)
+        return json.dumps({"arguments": content, "name": name}, sort_keys=True, ensure_ascii=False)
 
 
 def sft_records(e: dict) -> tuple[list[dict], str | None]:
