@@ -650,6 +650,13 @@ class Pipeline:
                 log.warning("stage %r: damaged input files: %s; what lay after the damage was not read (each file "
                             "and line: the output's _quarantine/)", st["name"],
                             ", ".join(f"{r} {n}" for r, n in damaged.items()))
+            if st.get("kind") == "ingest" and st.get("rows_in") and not st.get("rows_out"):
+                # found in review: input the reader could not read as events (a compressed file under another
+                # name, a CR-only file, Parquet of another schema) was quarantined line by line, exit 0, silent
+                top = sorted((st.get("dropped") or {}).items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+                log.warning("stage %r: no input line was a valid event: all %d were quarantined (%s); see the "
+                            "output's _quarantine/ for each file and line", st["name"], st["rows_in"],
+                            ", ".join(f"{r} {n}" for r, n in top))
         worker_tasks = result.extra.pop("worker_tasks", None) or []  # the local pool's costs (run_timing)
         if timer is not None:
             timer.worker_tasks = worker_tasks

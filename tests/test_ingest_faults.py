@@ -167,6 +167,56 @@ def test_parquet_damaged_row_group_costs_its_own_rows_only(tmp_path, caplog):
     assert q[0]["detail"].startswith("row group 3 of 6 unreadable")
 
 
+def test_compressed_files_are_read_by_any_suffix_spelling_or_by_their_bytes(tmp_path, caplog):
+    """Found in review: `a.jsonl.GZ`, `b.jsonl.gzip`, `c.jsonl.bz2`, `d.jsonl.ZST` and a gzip file named
+    `e.jsonl` were read as plain text: every line quarantined as bad UTF-8, exit 0, no warning. The format
+    comes from the suffix in any case, else from the file's first bytes; bz2 and xz are read too."""
+    import bz2
+    import gzip
+    import logging
+    import lzma
+
+    import zstandard
+
+    d = tmp_path / "in"
+    d.mkdir()
+    body = b"".join(_line(i) + b"\n" for i in range(6))
+    files = {"a.jsonl.GZ": gzip.compress(body), "b.jsonl.gzip": gzip.compress(body), "c.jsonl.bz2": bz2.compress(body),
+             "d.jsonl.ZST": zstandard.ZstdCompressor().compress(body), "e.jsonl": gzip.compress(body),
+             "f.jsonl.xz": lzma.compress(body), "g.jsonl": zstandard.ZstdCompressor().compress(body)}
+    for name, data in files.items():
+        (d / name).write_bytes(data)
+    st, q = _run(tmp_path, d)
+    assert st["rows_in"] == 6 * len(files) and st["rows_out"] == 6 and not q  # one event id, read 7 times
+    assert st["dropped"] == {"duplicate_event_id": 6 * (len(files) - 1)}
+    (d / "h.jsonl").write_bytes(b"\r".join(_line(i) for i in range(3)))  # a CR-only file: one line, not an event
+    for name in files:
+        (d / name).unlink()
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        st, q = _run(tmp_path, d / "h.jsonl")
+    assert st["rows_out"] == 0 and "no input line was a valid event: all 1 were quarantined (bad_json 1)" in caplog.text
+
+
+def test_a_compressed_file_that_fails_its_checksum_is_refused(tmp_path):
+    """Found in review: a .gz with one flipped byte (a user_id changed, which an opt-out list would no
+    longer match) kept all its lines and was reported as "truncated": gzip checks its CRC only at the end
+    of a member, after the lines were read. The file is refused with one line naming it (exit 2)."""
+    import gzip
+
+    from datakit.io.fs import InputError
+
+    body = b"".join(_line(i, user_id="u_17358e9ea8") + b"\n" for i in range(50))
+    data = bytearray(gzip.compress(body, compresslevel=0))
+    at = data.index(b"u_17358e9ea8")
+    data[at + 2] = ord("0")
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl.gz").write_bytes(bytes(data))
+    with pytest.raises(InputError, match=r"a\.jsonl\.gz: the compressed file failed its integrity check \(BadGzipFile: "
+                                         r"CRC check failed"):
+        _run(tmp_path, tmp_path / "in" / "a.jsonl.gz")
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
 def test_only_pyarrows_own_errors_count_as_damaged_parquet():
     from datakit.io.readers import _parquet_damage
 

@@ -20,11 +20,13 @@ boolean behind the validator's back.
 from __future__ import annotations
 
 import base64
+import bz2
 import datetime as _dt
 import decimal
 import gzip
 import io
 import json
+import lzma
 import re
 import sys
 import zlib
@@ -66,14 +68,92 @@ def quarantine_prefix(line: bytes) -> bytes:
     return prefix[: last.end()] if last is not None else b""
 
 
+# a compressed file's format by its name (any case), else by its first bytes
+_SUFFIXES = ((".zst", "zst"), (".zstd", "zst"), (".gz", "gz"), (".gzip", "gz"), (".bz2", "bz2"), (".xz", "xz"))
+_MAGIC = ((b"\x28\xb5\x2f\xfd", "zst"), (b"\x1f\x8b", "gz"), (b"BZh", "bz2"), (b"\xfd7zXZ\x00", "xz"))
+
+
+def compression_of(url: str, head: bytes) -> str | None:
+    """"zst", "gz", "bz2", "xz" or None (plain text): by the file name's suffix in any case (`.GZ`,
+    `.gzip`, `.ZST`), else by the first bytes (`head`) of a file named like plain text.
+
+    Why the bytes too: found in review, `a.jsonl.GZ`, `b.jsonl.gzip`, `c.jsonl.bz2` and a gzip file named
+    `e.jsonl` were read as text, every line quarantined as bad UTF-8, exit 0. No JSON line starts with
+    these bytes (a line starts with `{`, or a byte-order mark), so a sniffed format is never a guess
+    about text. A zstd skippable frame (`0x184D2A5?`, little-endian) starts a zstd file too."""
+    low = url.lower()
+    for suffix, kind in _SUFFIXES:
+        if low.endswith(suffix):
+            return kind
+    for magic, kind in _MAGIC:
+        if head.startswith(magic):
+            return kind
+    if len(head) >= 4 and head[1:4] == b"\x2a\x4d\x18" and head[0] & 0xF0 == 0x50:
+        return "zst"
+    return None
+
+
+def _head(raw, n: int = 6) -> bytes:
+    """The first `n` bytes of `raw`, left to be read again (b"" where that is not possible)."""
+    peek = getattr(raw, "peek", None)
+    if peek is not None:
+        try:
+            return peek(n)[:n]
+        except (OSError, ValueError):
+            return b""
+    try:
+        if raw.seekable():
+            at = raw.tell()
+            head = raw.read(n)
+            raw.seek(at)
+            return head
+    except (OSError, ValueError, AttributeError):
+        pass
+    return b""
+
+
 def _decompressed(url: str, raw) -> io.BufferedIOBase:
-    if url.endswith(".zst") or url.endswith(".zstd"):
+    kind = compression_of(url, _head(raw))
+    if kind == "zst":
         return io.BufferedReader(_ZstdFrames(raw), 1 << 20)
-    if url.endswith(".gz"):
+    if kind == "gz":
         return gzip.GzipFile(fileobj=_NotEmpty(raw))  # type: ignore[return-value]
+    if kind == "bz2":
+        return _Bz2(_NotEmpty(raw))  # type: ignore[return-value]
+    if kind == "xz":
+        return lzma.LZMAFile(_NotEmpty(raw))  # type: ignore[return-value]
     if _object_store_file(raw):  # an object-store file (s3fs): its readline() takes no size limit
         return io.BufferedReader(raw, 1 << 20)  # type: ignore[arg-type]
     return raw
+
+
+class _Bz2Damaged(ValueError):
+    """bz2's error for damaged or foreign data (it raises a plain OSError, which here means storage)."""
+
+
+class _Bz2(io.BufferedIOBase):
+    """A bz2 stream whose damaged-data OSError ("Invalid data stream") is `_Bz2Damaged`."""
+
+    def __init__(self, raw) -> None:
+        self._f = bz2.BZ2File(raw)
+
+    def readable(self) -> bool:
+        return True
+
+    def readline(self, size: int | None = -1) -> bytes:
+        try:
+            return self._f.readline(size)
+        except OSError as e:
+            if "Invalid data stream" in str(e):
+                raise _Bz2Damaged(str(e)) from None
+            raise
+
+
+def _failed_checksum(e: BaseException) -> bool:
+    """A compressed stream whose check failed (gzip's CRC or length, zstd's content checksum, a bz2
+    block's CRC): bytes were decoded from damaged data, so lines already read may be wrong."""
+    text = str(e).lower()
+    return any(k in text for k in ("crc", "checksum", "incorrect length", "invalid data stream", "corrupt input data"))
 
 
 def _object_store_file(raw) -> bool:
@@ -234,15 +314,22 @@ def iter_raw_lines(url: str, batch_rows: int = DEFAULT_BATCH_ROWS, max_line_byte
                         lines.append(stripped); numbers.append(lineno); errors.append(None)
                 if len(lines) >= batch_rows:
                     yield flush()
-        except (zstandard.ZstdError, EOFError, gzip.BadGzipFile, zlib.error) as e:
+        except (zstandard.ZstdError, EOFError, gzip.BadGzipFile, zlib.error, lzma.LZMAError, _Bz2Damaged) as e:
             # truncated/corrupt compressed stream: keep what was read, record the failure.
             # (Any other OSError is storage failing, not the file: it propagates, never "truncated".)
+            # nothing decoded at all: not this format (a `.gz` that is no gzip), not a file cut short
+            # (found in review: a plain text file named .gz was "truncated_file: BadGzipFile")
+            never = lineno == 0 and pos == 0 and not isinstance(e, EOFError)
+            if not never and _failed_checksum(e):
+                # found in review: a .gz with one flipped byte kept all its lines (one with another
+                # user_id, which an opt-out list would no longer match) and was reported "truncated":
+                # the lines before the check are not known to be right, so the file is refused
+                raise InputError(f"{url}: the compressed file failed its integrity check ({type(e).__name__}: "
+                                 f"{str(e)[:120]}) after line {lineno}: its bytes are damaged and the lines read "
+                                 "from it may be wrong; replace the file, or remove it from the input") from None
             if len(offsets) > len(lines):  # the failing read was counted as a line start
                 offsets.pop()
             lines.append(None); numbers.append(lineno + 1); offsets.append(pos)
-            # nothing decoded at all: not this format (a `.gz` that is no gzip), not a file cut short
-            # (found in review: a plain text file named .gz was "truncated_file: BadGzipFile")
-            never = lineno == 0 and pos == 0 and isinstance(e, (gzip.BadGzipFile, zstandard.ZstdError))
             errors.append(f"{'unreadable_file' if never else 'truncated_file'}: {type(e).__name__}")
         if lines:
             yield flush()
