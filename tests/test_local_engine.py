@@ -446,8 +446,13 @@ class _Mutate:
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         target = os.environ.get("DK_TEST_MUTATE")
         if target and os.path.exists(target):
-            if os.environ.get("DK_TEST_MUTATE_HOW") == "delete":
+            how = os.environ.get("DK_TEST_MUTATE_HOW")
+            if how == "delete":
                 os.remove(target)
+            elif how == "append":  # a log still being written: lines added while it is read
+                with open(target, "ab") as f:
+                    f.write(b"".join(json.dumps(make_event(9000 + i)).encode() + b"\n" for i in range(1000)))
+                os.environ["DK_TEST_MUTATE"] = ""  # once
             else:
                 write_jsonl(Path(target), [make_event(9000 + i) for i in range(7)])
         return batch
@@ -478,6 +483,22 @@ def test_an_input_file_changed_during_the_run_is_one_input_error(tmp_path, monke
     with pytest.raises(InputError, match=message) as e:
         p.run(workers=1)
     assert "part-3.jsonl.zst" in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_an_input_file_written_to_while_it_is_read_is_one_input_error(tmp_path, monkeypatch):
+    """Found in review: a log still being written when the run read it was read past its listed size,
+    1,000 appended lines ingested under a manifest naming the old size (and an event cut mid-write
+    quarantined as bad JSON), exit 0. The file is checked after its read too."""
+    from datakit.io.fs import InputError
+
+    log = write_jsonl(tmp_path / "logs" / "today.jsonl", [make_event(i) for i in range(9000)])  # 3 batches
+    monkeypatch.setenv("DK_TEST_MUTATE", str(log))
+    monkeypatch.setenv("DK_TEST_MUTATE_HOW", "append")
+    p = (Pipeline("t").input(str(log)).add({"kind": "ingest", "drop_duplicate_events": False})
+         .add({"kind": "test_mutate_input"}).output(str(tmp_path / "out"), shards=2))
+    with pytest.raises(InputError, match="today.jsonl changed during the run"):
+        p.run(workers=1)
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 

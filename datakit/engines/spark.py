@@ -204,6 +204,7 @@ class _ChainFn:
                 for rb in spark_stall.watched(iter_source(url, self.source_format, self.source_schema),
                                               f"reading {url}"):
                     yield rb if self.source_format == "jsonl" else conform(rb, self.source_schema)
+                identity.check_unchanged(url, listed)  # and after: not written to while it was read
 
     def _emit(self, cols: dict[str, pa.Array | None]) -> pa.RecordBatch:
         """`cols` as a batch of `out_schema` (a column absent or None: nulls)."""
