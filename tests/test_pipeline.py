@@ -361,3 +361,26 @@ def test_a_parquet_file_beside_json_lines_logs_is_not_read_as_lines(tmp_path, ca
     st = res.stage("ingest")
     assert st["rows_in"] == st["rows_out"] + sum(st["dropped"].values()) and "bad_utf8" not in st["dropped"], st
     assert "optouts.parquet is Parquet among JSON Lines files and is not read" in caplog.text
+
+
+def test_a_path_spelled_another_way_is_the_same_run(tmp_path, monkeypatch):
+    """Found in review: `--output ../out/E` from a subfolder and `--output ./out/E/` recorded other paths
+    than `--output out/E` (`/x/p/../out/E`, `/x/./out/E/`): another pipeline hash for the same run, so its
+    finished shards were rewritten and a killed run did not resume. Paths are normalized; the same in a
+    pipeline file, where an absolute path was kept as spelled."""
+    from datakit.io.fs import from_cwd
+
+    (tmp_path / "p").mkdir()
+    write_jsonl(tmp_path / "logs" / "a.jsonl", [make_event(1)])
+    p = Pipeline("t", seed=0).input(str(tmp_path / "logs" / "*.jsonl")).add({"kind": "ingest"}).output("out")
+    monkeypatch.chdir(tmp_path)
+    plain = p.compile(output_override="out/E")
+    dotted = p.compile(output_override="./out/E/")
+    monkeypatch.chdir(tmp_path / "p")
+    up = p.compile(output_override="../out/E")
+    assert plain.sink.path == dotted.sink.path == up.sink.path == str(tmp_path / "out" / "E")
+    assert plain.config_hash == dotted.config_hash == up.config_hash
+    assert from_cwd(str(tmp_path / "p" / ".." / "logs" / "")) == str(tmp_path / "logs")
+    q = Pipeline("t", seed=0).input(str(tmp_path / "logs" / "*.jsonl")).add({"kind": "ingest"}).output(
+        str(tmp_path / "p" / ".." / "out" / "E") + "/")
+    assert q.compile().sink.path == plain.sink.path and q.compile().config_hash == plain.config_hash

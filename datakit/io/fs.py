@@ -196,11 +196,15 @@ def _hidden(path: str, root: str) -> bool:
 def from_cwd(path: str) -> str:
     """A path given by a program or a command line, as its caller means it: a relative local path joined
     to the current folder (a URL and an absolute path unchanged). Paths inside a pipeline file are
-    resolved against the file's folder instead (`CompileContext.resolve`)."""
+    resolved against the file's folder instead (`CompileContext.resolve`).
+
+    Normalized (`.`, `..`, repeated and trailing slashes): found in review, `--output ../out/E` from a
+    subfolder and `--output ./out/E/` recorded other paths in the manifest than `--output out/E`, so the
+    same run got another pipeline hash and its finished shards and tasks were not reused."""
     if "://" in path:
         return path
     path = os.path.expanduser(path)
-    return path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
+    return os.path.normpath(path if os.path.isabs(path) else os.path.join(os.getcwd(), path))
 
 
 def open_file(url: str, mode: str = "rb"):

@@ -73,7 +73,7 @@ class CompileContext:
             return path
         path = os.path.expanduser(path)
         if Path(path).is_absolute():
-            return path
+            return os.path.normpath(path)  # spelled as a relative one resolves (`.`, `..`, trailing slash)
         return str((self.base_dir / path).resolve())
 
 
