@@ -93,3 +93,27 @@ def test_large_vocab_hub_tokenizer_through_the_pipeline(offline_hub, tmp_path, f
         seen = {i for s in m["shards"] for f in s["files"]
                 for ids in pq.read_table(out / f, columns=["input_ids"]).column(0).to_pylist() for i in ids}
     assert want <= seen
+
+
+def test_a_hub_id_in_a_pipeline_ignores_a_folder_of_that_name_in_the_current_folder(offline_hub, tmp_path,
+                                                                                   monkeypatch):
+    """Found in review: run from a folder holding `acme/big-vocab/tokenizer.json`, a pipeline naming the Hub
+    model `acme/big-vocab` failed ("tokenizer not found: <pipeline folder>/acme/big-vocab"); paths in a
+    pipeline are relative to its file, so the current folder must not matter: the Hub model is used."""
+    from tests.stages.test_tokenize import TOKENIZER
+
+    rows = [{"doc_id": "d0", "kind": "code", "segments": [{"text": "w5 w69999", "train": True, "role": None}]}]
+    (tmp_path / "p").mkdir()
+    pq.write_table(table(rows), tmp_path / "p" / "in.parquet")
+    (tmp_path / "p" / "p.yaml").write_text(
+        "name: big\ninput: {path: in.parquet, format: parquet, schema: training_record.v1}\n"
+        "stages:\n  - {kind: tokenize, tokenizer: acme/big-vocab, seq_len: 64}\n"
+        "output: {path: out, format: packed, shards: 1, allow_unmasked: true}\n")
+    other = tmp_path / "cwd" / "acme" / "big-vocab"
+    other.mkdir(parents=True)
+    (other / "tokenizer.json").write_bytes(open(TOKENIZER, "rb").read())  # another tokenizer, same name
+    monkeypatch.chdir(tmp_path / "cwd")
+    Pipeline.from_yaml(str(tmp_path / "p" / "p.yaml")).run(engine="local", workers=1)
+    m = json.loads((tmp_path / "p" / "out" / "manifest.json").read_text())
+    assert m["tokenizer"]["name"] == f"acme/big-vocab@{COMMIT}"
+    assert PackedDataset(tmp_path / "p" / "out")[0]["input_ids"][:2].tolist() == [5, 69999]

@@ -26,7 +26,8 @@ from datakit.resources import BUILTIN_TOKENIZER_PREFIX
 from datakit.stages.base import CompileContext, StageConfig, register_stage
 from datakit.stages.tokenize.batch import EncodeFn, RepoEncodeFn, SelectColumns
 from datakit.stages.tokenize.encode import ENCODED_SCHEMA, PREFERENCE_COLUMNS, PREFERENCE_SCHEMA, EncodeOptions
-from datakit.stages.tokenize.tokenizers import LoadedTokenizer, file_sep_text, hub_id, load_tokenizer
+from datakit.stages.tokenize.tokenizers import (HUB_PREFIX, LoadedTokenizer, file_sep_text, load_tokenizer,
+                                               reads_as_hub_id)
 
 
 def preference_only(rel: Rel) -> Rel:
@@ -81,8 +82,10 @@ class TokenizeConfig(StageConfig):
     def load(self, ctx: CompileContext | None = None) -> LoadedTokenizer:
         named = self.tokenizer.startswith(("tiktoken:", BUILTIN_TOKENIZER_PREFIX))  # names, not paths
         path = ctx.resolve(self.tokenizer) if ctx is not None and not named else self.tokenizer
-        if path != self.tokenizer and hub_id(self.tokenizer) is not None and not Path(path).exists():
-            path = self.tokenizer  # `Org/Name` is a Hub model id, not a path below the pipeline's folder
+        if path != self.tokenizer and reads_as_hub_id(self.tokenizer) and not Path(path).exists():
+            # `Org/Name` is a Hub model id, not a path below the pipeline's folder, whatever the current
+            # folder holds (found in review: a folder `acme/coder` in the current folder made the run fail)
+            path = self.tokenizer if self.tokenizer.startswith(HUB_PREFIX) else HUB_PREFIX + self.tokenizer
         tok = load_tokenizer(path, self.overrides(path), roles=self.chat_roles)
         if self.add_bos and "bos" not in tok.special:  # found in review: ignored without a word
             raise ValueError(f"add_bos: the tokenizer {self.tokenizer} has no BOS token; name one with "

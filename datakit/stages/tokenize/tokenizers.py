@@ -260,6 +260,8 @@ def _sha256(data: bytes) -> str:
 
 
 def _resolve_hf_path(name: str) -> Path | None:
+    if name.startswith(HUB_PREFIX):  # a Hub id by its prefix: never a local path
+        return None
     p = Path(name).expanduser()
     if p.is_dir() and (p / "tokenizer.json").is_file():
         return p / "tokenizer.json"
@@ -268,14 +270,23 @@ def _resolve_hf_path(name: str) -> Path | None:
     return None
 
 
-# `org/name` or `org/name@revision` (a Hub model id), e.g. Qwen/Qwen2.5-Coder-7B
+# `org/name` or `org/name@revision` (a Hub model id), e.g. Qwen/Qwen2.5-Coder-7B; `hf:org/name` says so
+HUB_PREFIX = "hf:"
 _HUB_ID = re.compile(r"^(?:hf:)?([A-Za-z0-9][\w.\-]*/[\w.\-]+?)(?:@([\w.\-/]+))?$")
 
 
+def reads_as_hub_id(name: str) -> bool:
+    """Whether `name` has the shape of a Hub model id (wherever the current folder is)."""
+    return _HUB_ID.match(name) is not None and not name.endswith(".json")
+
+
 def hub_id(name: str) -> tuple[str, str | None] | None:
-    """(repo id, revision) when `name` reads as a Hugging Face Hub model id rather than a file."""
+    """(repo id, revision) when `name` reads as a Hugging Face Hub model id rather than a file: an
+    `hf:` name always, another Hub-shaped name when no such file or folder exists."""
     m = _HUB_ID.match(name)
-    if m is None or name.endswith(".json") or Path(name).expanduser().exists():
+    if m is None or name.endswith(".json"):
+        return None
+    if not name.startswith(HUB_PREFIX) and Path(name).expanduser().exists():
         return None
     return m.group(1), m.group(2)
 
@@ -344,7 +355,7 @@ def load_tokenizer(name: str, overrides: dict[str, str] | None = None, roles: bo
         if hub is not None:
             path, commit = _hub_tokenizer(*hub)
             # workers and executors load the exact revision the driver resolved (never a moved branch)
-            name = f"{hub[0]}@{commit}" if commit else name
+            name = f"{hub[0]}@{commit}" if commit else name.removeprefix(HUB_PREFIX)
         if path is None:
             raise TokenizerError(
                 f"tokenizer not found: {name!r} (give a tokenizer.json file or a folder holding one, a "
