@@ -368,6 +368,38 @@ def test_quarantine_scrubbing_reads_quoted_values_escaped_slashes_and_every_asci
     assert v.span(1, 2) == (1, 3) and v.span(13, 14) == (21, 33)
 
 
+def test_a_repo_url_password_holding_a_slash_or_an_at_sign_is_removed_whole():
+    """Found in review: `https://deploy:wJalr/XUtn...@github.com/o/r` kept its credentials (and scrub_pii left
+    `deploy:wJalr/<EMAIL>`), and `https://deploy:p@ssw0rd@github.com/o/r` kept `ssw0rd@`."""
+    from datakit.stages.ingest import parse_line
+
+    for given, kept in (("https://deploy:wJalr/XUtnFEMI+K7MDENG@github.com/o/r", "https://github.com/o/r"),
+                        ("https://deploy:p@ssw0rd@github.com/o/r", "https://github.com/o/r"),
+                        ("https://u:pw@10.0.0.1:8080/o/r", "https://10.0.0.1:8080/o/r"),
+                        ("https://registry.npmjs.org/@babel/core", "https://registry.npmjs.org/@babel/core"),
+                        ("https://host:8080/@scope/x", "https://host:8080/@scope/x")):
+        ev = make_event(71, repo={"repo_id": given, "commit": "c" * 40})
+        assert parse_line(json.dumps(ev).encode())["repo"]["repo_id"] == kept, given
+
+
+def test_a_key_repeated_with_another_json_value_is_a_conflict_even_when_python_calls_them_equal():
+    """Found in review: `"privacy_mode": 0, "privacy_mode": false` was accepted as an equal repeat (0 == False
+    in Python) while `true, 1` was rejected; `5` and `5.0` alike. Repeats are compared as JSON."""
+    from datakit.stages.ingest import InvalidEvent, parse_line
+
+    ev = make_event(72)
+    for field in ("privacy_mode", "latency_ms"):
+        ev.pop(field, None)
+    line = json.dumps(ev).encode()
+    for field, a, b in (("privacy_mode", "0", "false"), ("privacy_mode", "true", "1"), ("latency_ms", "5", "5.0")):
+        bad = line[:-1] + f', "{field}": {a}, "{field}": {b}}}'.encode()
+        with pytest.raises(InvalidEvent) as e:
+            parse_line(bad)
+        assert e.value.reason == "duplicate_key", (field, a, b)
+    same = line[:-1] + b', "privacy_mode": false, "latency_ms": 5, "latency_ms": 5}'
+    assert parse_line(same)["latency_ms"] == 5  # an equal repeat stays harmless
+
+
 def test_a_repo_url_keeps_no_credentials(tmp_path):
     """Found in a privacy review: `source.repo_id` (lineage, which scrub_pii does not read) kept
     `https://x-access-token:ghp_...@github.com/...` in every record of the repository."""

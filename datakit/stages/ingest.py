@@ -77,10 +77,16 @@ def _strict_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     if len(d) != len(pairs):
         seen: dict[str, Any] = {}
         for k, v in pairs:
-            if k in seen and seen[k] != v:
+            # compared as JSON: Python says 0 == False and 5 == 5.0, so `"privacy_mode": 0, "privacy_mode":
+            # false` was an equal repeat and kept false, while `true, 1` was rejected (found in review)
+            if k in seen and _as_json(seen[k]) != _as_json(v):
                 raise InvalidEvent("duplicate_key", k if k in _KNOWN_KEYS else "")
             seen[k] = v
     return d
+
+
+def _as_json(v: Any) -> str:
+    return json.dumps(v, sort_keys=True, ensure_ascii=True)
 
 
 def _has_lone_surrogate(v: Any) -> bool:
@@ -194,7 +200,11 @@ def validate_event(obj: Any) -> dict[str, Any]:
 # A repo id given as a clone URL may carry its credentials (`https://x-access-token:ghp_...@github.com/o/r`):
 # the id is kept without them. Why here: the repo id is lineage (`source.repo_id`), which scrub_pii does not
 # read, so a token there reached every record of the repository (found in a privacy review).
-_URL_CREDENTIALS = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
+# A password may hold `/` or `@` as pasted (`deploy:wJalr/XUtn...@github.com`, `u:p@ssw0rd@github.com`; found in
+# review: the first kept `wJalr/` and more, the second `ssw0rd@`): a `user:password@` runs to the last `@`
+# that a dotted host follows; a bare `user@` (`ssh://git@host`) has neither `/` nor `@`.
+_URL_CREDENTIALS = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)"
+                              r"(?:[^/@\s:]*:\S*@(?=[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+(?::\d+)?(?:/|$))|[^/@\s]+@)")
 
 
 def unknown_fields(obj: dict[str, Any]) -> bool:
