@@ -155,6 +155,11 @@ def test_folders_and_globs_go_through_symbolic_links_to_folders(tmp_path):
     (tmp_path / "logs" / "dt=1" / "gone.jsonl").symlink_to(tmp_path / "unmounted.jsonl")
     with pytest.raises(InputError, match="dt=1/gone.jsonl is a symbolic link to a missing file"):
         expand(logs, suffixes=(".jsonl",))
+    # a link that resolves to itself is named as the loop it is (found in review: "a missing file")
+    (tmp_path / "logs" / "dt=1" / "gone.jsonl").unlink()
+    (tmp_path / "logs" / "dt=1" / "self.jsonl").symlink_to("self.jsonl")
+    with pytest.raises(InputError, match=r"dt=1/self.jsonl is a symbolic link to a loop of symbolic links \(self.jsonl\)"):
+        expand(logs, suffixes=(".jsonl",))
 
 
 def test_a_device_or_fifo_among_the_inputs_is_refused(tmp_path):

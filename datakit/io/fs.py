@@ -167,6 +167,18 @@ def _local_glob(pattern: str) -> list[str]:
     return [f for f in _local_find(base, depth) if match(f[prefix:].split("/"), pats)]
 
 
+def _loops(path: str) -> bool:
+    """Whether resolving the link `path` goes round in a loop (ELOOP) rather than ending at nothing
+    (found in review: `self.jsonl -> self.jsonl` was "a symbolic link to a missing file")."""
+    import errno
+
+    try:
+        os.stat(path)
+    except OSError as e:
+        return e.errno == errno.ELOOP
+    return False
+
+
 def _refuse_broken_links(fs: Any, matched: list[str]) -> None:
     """A matched local symbolic link whose target is gone, or a matched device, FIFO or socket, is an
     `InputError` naming it.
@@ -179,7 +191,8 @@ def _refuse_broken_links(fs: Any, matched: list[str]) -> None:
     broken = [f for f in matched if os.path.islink(f) and not os.path.exists(f)]
     if broken:
         more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
-        raise InputError(f"input {broken[0]} is a symbolic link to a missing file ({os.readlink(broken[0])}){more}")
+        why = "a loop of symbolic links" if _loops(broken[0]) else "a missing file"
+        raise InputError(f"input {broken[0]} is a symbolic link to {why} ({os.readlink(broken[0])}){more}")
     # a device, FIFO or socket (or a link to one): found in review, a link to /dev/zero in an input folder
     # read forever (one endless line), and a FIFO in a glob was left out without a word
     special = [f for f in matched if os.path.exists(f) and not os.path.isfile(f) and not os.path.isdir(f)]
