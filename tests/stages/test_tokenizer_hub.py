@@ -117,3 +117,33 @@ def test_a_hub_id_in_a_pipeline_ignores_a_folder_of_that_name_in_the_current_fol
     m = json.loads((tmp_path / "p" / "out" / "manifest.json").read_text())
     assert m["tokenizer"]["name"] == f"acme/big-vocab@{COMMIT}"
     assert PackedDataset(tmp_path / "p" / "out")[0]["input_ids"][:2].tolist() == [5, 69999]
+
+
+def test_repository_packing_uses_a_hub_tokenizers_own_file_separator(hub_cache, monkeypatch):
+    """A Hub tokenizer with its own `<|file_sep|>` (Qwen2.5-Coder's) keeps it for repository packing:
+    only local files were read for the separator, so a Hub id got `<file_sep>` added as a new token."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from datakit.stages.tokenize.tokenizers import file_sep_text
+
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.add_special_tokens(["<|file_sep|>"])
+    data = tok.to_str().encode()
+    repo = hub_cache / "models--acme--with-sep"
+    blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+    blob.parent.mkdir(parents=True, exist_ok=True)
+    blob.write_bytes(data)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(COMMIT)
+    snap = repo / "snapshots" / COMMIT
+    snap.mkdir(parents=True, exist_ok=True)
+    if not (snap / "tokenizer.json").exists():
+        os.symlink(os.path.relpath(blob, snap), snap / "tokenizer.json")
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub_cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert file_sep_text("acme/with-sep") == "<|file_sep|>"
+    assert file_sep_text("hf:acme/with-sep") == "<|file_sep|>"
+    assert file_sep_text("acme/big-vocab") == "<file_sep>"  # none of its own: the added one
+    loaded = load_tokenizer("hf:acme/with-sep", {"file_sep": file_sep_text("acme/with-sep")})
+    assert loaded.special["file_sep"] == 2  # its own id, no token added

@@ -65,8 +65,18 @@ FILE_SEP_CANDIDATES = ("<file_sep>", "<|file_sep|>")
 
 
 def file_sep_text(name: str) -> str:
-    """The tokenizer's own file separator text, else `<file_sep>` (added as a special token on load)."""
+    """The tokenizer's own file separator text, else `<file_sep>` (added as a special token on load).
+
+    A Hub model id is read through the Hub cache like `load_tokenizer` reads it: only local files were
+    looked at, so a Hub tokenizer with its own `<|file_sep|>` (Qwen2.5-Coder's) got a second separator
+    token added for repository packing (found in review of the Hub path)."""
     path = _resolve_hf_path(name) if not name.startswith("tiktoken:") else None
+    hub = hub_id(name) if path is None and not name.startswith("tiktoken:") else None
+    if hub is not None:
+        try:
+            path, _commit = _hub_tokenizer(*hub)
+        except TokenizerError:  # load_tokenizer, which runs next, says what is wrong
+            path = None
     if path is None:
         return FILE_SEP_CANDIDATES[0]
     from tokenizers import Tokenizer
