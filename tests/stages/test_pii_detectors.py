@@ -144,3 +144,53 @@ def test_a_private_key_body_never_crosses_the_next_begin():
     second = text.index("-----BEGIN RSA")
     assert len(spans) == 2 and spans[0][1] <= second and spans[1] == (second, len(text) - 1)
     assert [f.entity for f in scan_text(text)] == ["private_key", "private_key"]
+
+
+# found in a red-team review (published formats and everyday config syntax): each value was kept whole
+REVIEW_LEAKS = [
+    ('"{\\"user\\": \\"svc\\", \\"password\\": \\"kX9#mQ2!vR7pL4\\"}"', "kX9#mQ2!vR7pL4"),  # JSON inside a string
+    ('{"content": "{\\n  \\"db\\": {\\"password\\": \\"kX9#mQ2!vR7pL4\\"}}"}', "kX9#mQ2!vR7pL4"),  # an agent's file write
+    ('DB_PASSWORD = "$ecureP4ss!2024"', "ecureP4ss"),  # placeholder shapes matched as prefixes
+    ('DB_PASSWORD = "*K9mQ2vR7tLp"', "K9mQ2vR7tLp"),
+    ('DB_PASSWORD = "(Pr0dDbPass9"', "Pr0dDbPass9"),
+    ('DB_PASSWORD = "xxxHunter2Prod!"', "Hunter2Prod"),
+    ('DB_PASSWORD = "my-Pr0d-Pa55word!"', "Pr0d-Pa55word"),
+    ('DB_PASSWORD = "your_Kx9mQ2vR7t"', "Kx9mQ2vR7t"),
+    ("postgres://app:my-Pr0d-Pa55word!@db.acme.io:5432/app", "Pr0d-Pa55word"),
+    ("postgres://app:$ecureP4ss!2024@db.acme.io:5432/app", "ecureP4ss"),
+    ("DB_HOST=db\nDB_PASS=kX9mQ2vR7pL4zz\n", "kX9mQ2vR7pL4zz"),  # keywords and name suffixes
+    ('pass = "kX9mQ2vR7pL4"', "kX9mQ2vR7pL4"),
+    ('pw = "kX9mQ2vR7pL4"', "kX9mQ2vR7pL4"),
+    ('passphrase = "kX9mQ2vR7pL4"', "kX9mQ2vR7pL4"),
+    ('SIGNING_KEY = "kX9mQ2vR7pL4"', "kX9mQ2vR7pL4"),
+    ('ENCRYPTION_KEY = "kX9mQ2vR7pL4"', "kX9mQ2vR7pL4"),
+    ('DB_PASSWORD_PROD = "kX9mQ2vR7pL4"', "kX9mQ2vR7pL4"),
+    ('password2 = "kX9mQ2vR7pL4"', "kX9mQ2vR7pL4"),
+    ("GITHUB_TOKEN_2=kX9mQ2vR7pL4zz", "kX9mQ2vR7pL4zz"),
+    ('"Server=db1;Database=app;User Id=sa;Password=kX9#mQ2!vR7pL4;"', "kX9#mQ2!vR7pL4"),  # a `#` in the value
+    ("jdbc:sqlserver://db.acme.io:1433;databaseName=x;user=sa;password=kX9#mQ2!vR7pL4;", "kX9#mQ2!vR7pL4"),
+    ("host=db user=app password=kX9#mQ2!vR7pL4 dbname=x", "kX9#mQ2!vR7pL4"),
+    ("authorization: basic YWRtaW46WmszdlE4bVcycFI5", "YWRtaW46WmszdlE4bVcycFI5"),  # any case
+    ("docker run -e POSTGRES_PASSWORD=Zk3vQ8mW2pR9 -d postgres", "Zk3vQ8mW2pR9"),  # an option follows
+    ("PGPASSWORD=Zk3vQ8mW2pR9 ./migrate.sh", "Zk3vQ8mW2pR9"),
+    ("path: /mnt/c/Users/jdoe/src/k.py", "jdoe"),  # WSL
+    ("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", "Rt5yHn8uJm2kLo9pQw3eRt6yUi1o"),  # vendor formats
+    ("sntryu_" + "ab12" * 16, "ab12ab12ab12"),
+    ("export VAULT_TOKEN_VALUE hvs." + "a1B2" * 25, "a1B2a1B2a1B2"),
+]
+REVIEW_KEEPS = [  # placeholders and code that stay as they are
+    'DB_PASSWORD = "${DB_PASSWORD}"', 'password = "$DB_PASS"', 'password = "<your-password>"', 'token = "xxxxxxxx"',
+    'password = "********"', 'api_key = "{api_key}"', 'password = "%s"', 'password: "[REDACTED]"',
+    'secret = "your_api_key_here"', "class A:\n    pass\n", 'compass = "north-east"', 'bypass = "the-cache1"',
+    'password = "..."', "pw = getpass()", "passing: true", "def f(pw=None):", 'password = "$(cat /run/secrets/db)"',
+]
+
+
+@pytest.mark.parametrize("strategy", ["python", "auto"])
+def test_review_leaks_are_scrubbed_and_placeholders_kept(strategy):
+    from datakit.stages.scrub_pii.stage import ScrubPiiConfig, scrub_texts
+
+    cfg = ScrubPiiConfig(ner="off", strategy=strategy)
+    out = scrub_texts([t for t, _ in REVIEW_LEAKS], cfg)
+    assert [(t, o) for (t, v), o in zip(REVIEW_LEAKS, out) if v in o] == []
+    assert scrub_texts(REVIEW_KEEPS, cfg) == REVIEW_KEEPS

@@ -157,9 +157,15 @@ def shannon_entropy(s: str) -> float:
 
 _HEX = re.compile(r"[0-9a-fA-F]+")
 _UUID = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}")
+# A value that stands for a secret rather than being one: a whole template, reference or mask. Each shape is
+# the whole value: found in review, the shapes matched as prefixes, so `$ecureP4ss!2024`, `*K9mQ2vR7tLp`,
+# `(Pr0dDbPass9`, `xxxHunter2Prod!`, `my-Pr0d-Pa55word!` and `{Sunshine42}` were taken for placeholders
+# and kept (assignments and URL credentials alike).
 _PLACEHOLDER_VALUE = re.compile(
-    r"""^(?:[$%{<\[(*]|\.\.\.|x{3,}|X{3,}|\*{3,})|^(?:changeme|change_me|password|passwd|secret|token|
-    none|null|nil|true|false|undefined|example|dummy|test|testing|redacted|hidden|your[_-].*|my[_-].*|
+    r"""^(?:\$\{[^{}]*\}|\$\([^()]*\)|\$[A-Za-z_]\w*|%\(?\w*\)?[sdrif]|%[sdrif]|\{\{?[^{}]*\}?\}|<[^<>]*>|
+    \[[^\[\]]*\]|\([^()]*\)|[xX*.#-]{3,}|\.\.\..*|
+    changeme|change_me|password|passwd|secret|token|
+    none|null|nil|true|false|undefined|example|dummy|test|testing|redacted|hidden|(?:your|my)[_-][a-z_-]*|
     placeholder|todo|tbd|fixme|env|required|optional|string|str|bytes|int|\w+_here)$""",
     re.IGNORECASE | re.VERBOSE,
 )
@@ -515,8 +521,15 @@ _ENTROPY_KEY_SKIP_LOWER = re.compile(_trie_regex(
 
 _SECRET_KEYWORDS = _case_variants([
     "password", "passwd", "pwd", "secret", "token", "api_key", "access_key", "auth_key", "client_secret",
-    "private_key", "credential", "credentials",
+    "private_key", "credential", "credentials", "passphrase", "passwort", "signing_key", "encryption_key",
 ])
+# short keywords, only as a word of their own (`DB_PASS`, `pw`; not `compass`, `bypass`, `passing`): found in
+# review, `.env` lines such as `DB_PASS=...` were kept
+_SHORT_SECRET_KEYWORDS = r"(?<![A-Za-z])(?:pass|Pass|PASS|pw|Pw|PW)(?![A-Za-z])"
+# what may follow a keyword in a variable's name: `_KEY`/`_HASH`..., then an environment or a number
+# (found in review: `DB_PASSWORD_PROD`, `password2`, `GITHUB_TOKEN_2` were kept)
+_SECRET_KEY_SUFFIX = (r"(?i:[_-]?(?:key|value|str|string|hash))?"
+                      r"(?:[_-]?(?i:prod|production|dev|stage|staging|test|live|old|new)(?![a-z])|[_-]?\d{1,3})?")
 
 
 # ---------------------------------------------------------------- person names in code contexts
@@ -799,9 +812,17 @@ DETECTORS: tuple[Detector, ...] = (
         _B + r"(?:SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}|npm_[A-Za-z0-9]{36}|pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,}"
         r"|hf_[A-Za-z0-9]{34}|SK[0-9a-fA-F]{32}|shp(?:at|ca|pa|ss)_[0-9a-fA-F]{32}|do[opr]_v1_[0-9a-f]{64}"
         r"|key-[0-9a-z]{32})" + _E
-        + r"|(?<=AccountKey=)[A-Za-z0-9+/]{86}==",
+        + r"|(?<=AccountKey=)[A-Za-z0-9+/]{86}=="
+        # found in review (published formats): Google OAuth client secrets, Grafana service accounts, New
+        # Relic user keys, Postman, Linear, Sentry user tokens, HashiCorp Vault service tokens, Atlassian
+        # API tokens, Slack refresh tokens, age secret keys, Databricks, Doppler
+        + r"|" + _B + r"(?:GOCSPX-[A-Za-z0-9_-]{28}|glsa_[A-Za-z0-9]{32}_[0-9a-fA-F]{8}|NRAK-[A-Z0-9]{27}"
+        r"|PMAK-[0-9a-f]{24}-[0-9a-f]{34}|lin_api_[A-Za-z0-9]{40}|sntryu_[0-9a-f]{64}|hvs\.[A-Za-z0-9_-]{90,}"
+        r"|ATATT3[A-Za-z0-9_=-]{180,}|xoxe-1-[A-Za-z0-9-]{140,}|AGE-SECRET-KEY-1[0-9A-Z]{58}|dapi[0-9a-f]{32}(?:-\d)?"
+        r"|dp\.pt\.[A-Za-z0-9]{43})" + _E,
         r"SG\.[A-Za-z0-9_-]{22}\.|npm_[A-Za-z0-9]{36}|pypi-AgEIcHlwaS5vcmc|hf_[A-Za-z0-9]{34}|SK[0-9a-fA-F]{32}"
-        r"|shp(?:at|ca|pa|ss)_|do[opr]_v1_|key-[0-9a-z]{32}|AccountKey=", "<API_KEY>", priority=88,
+        r"|shp(?:at|ca|pa|ss)_|do[opr]_v1_|key-[0-9a-z]{32}|AccountKey=|GOCSPX-|glsa_|NRAK-|PMAK-|lin_api_|sntryu_"
+        r"|hvs\.|ATATT3|xoxe-1-|AGE-SECRET-KEY-1|dapi[0-9a-f]{32}|dp\.pt\.", "<API_KEY>", priority=88,
     ),
     Detector(
         "jwt", "JWT", "secret",
@@ -819,15 +840,17 @@ DETECTORS: tuple[Detector, ...] = (
         # leading `[\w.-]*` made Python retry every position of every word)
         # the keywords as a trie in Python (shared prefixes fail fast); flat in the prefilter (Rust and
         # hyperscan turn a flat literal set into a SIMD multi-literal search)
-        r"(?P<k>" + _trie_regex(_SECRET_KEYWORDS.split("|")) + r"(?i:[_-]?(?:key|value|str|string|hash))?)"
-        r"[\"']?[ \t]*(?:(?<![=!<>]):?=(?!=)|=>|:)[ \t]*(?:[rbuRBU]{0,2}(?P<q>[\"'`])(?P<v>[^\"'`\n]{4,200})(?P=q)"
+        # a key and a value may be quoted with escaped quotes too (`\"password\": \"...\"`: JSON inside a
+        # string, as an agent's tool call writes a config file; found in review)
+        r"(?P<k>(?:" + _trie_regex(_SECRET_KEYWORDS.split("|")) + "|" + _SHORT_SECRET_KEYWORDS + ")" + _SECRET_KEY_SUFFIX + ")"
+        r"\\?[\"']?[ \t]*(?:(?<![=!<>]):?=(?!=)|=>|:)[ \t]*(?:[rbuRBU]{0,2}\\?(?P<q>[\"'`])(?P<v>[^\"'`\n]{4,200}?)\\?(?P=q)"
         # an unquoted value runs to the end of the line or to a comment, which (as in .env files and
         # shells) is a `#` after whitespace: found in review, `SECRET_KEY=django-insecure-k8#n2x!v...`
         # kept everything after its `#`. Parentheses may appear inside it, not at its end (a call:
         # `password=getpass()` is code, not a secret)
         r"|(?P<v2>(?<=[=:])[^\s\"'`#,;(){}\[\]][^\s\"'`,;{}\[\]]{5,199}(?<!\))"
         r"|(?<=[=:] )[^\s\"'`#,;(){}\[\]][^\s\"'`,;{}\[\]]{5,199}(?<!\)))(?=(?:[ \t]+#.*)?[ \t]*$))",
-        r"(?:" + _SECRET_KEYWORDS + r")[\w-]{0,12}[\"']?[ \t]*(?:=|:)",  # `secret-key:` too
+        r"(?:" + _SECRET_KEYWORDS + r"|pass|Pass|PASS|pw|Pw|PW)[\w-]{0,12}\\?[\"']?[ \t]*(?:=|:)",  # `secret-key:` too
         "<SECRET>", validate=assignment_ok, flags=re.MULTILINE, priority=60,
     ),
     # credentials as parameters, headers and command-line options: found in a privacy review to pass
@@ -837,21 +860,26 @@ DETECTORS: tuple[Detector, ...] = (
     Detector(
         "credential_param", "CREDENTIALS", "secret",
         r"(?:[?&;]|(?<=[\s\"']))(?i:access_token|auth_token|api[_-]?key|client_secret|password|passwd|pwd|secret|token)"
-        r"=(?P<v>[^&\s#\"'<>;(),\[\]]{6,200}+)(?![(),\[\]])",
+        # a value may hold `#` (found in review: `Password=kX9#mQ2!...;` kept its value, cut at the `#` to
+        # fewer than 6 characters); it ends at `&`, `;`, whitespace or a quote
+        r"=(?P<v>[^&\s\"'<>;(),\[\]]{6,200}+)(?![(),\[\]])",
         r"(?i)(?:access_token|auth_token|api_key|api-key|apikey|client_secret|password|passwd|pwd|secret|token)=[^&\s]",
         "<SECRET>", validate=credential_param_ok, priority=58,
     ),
     Detector(
         "auth_header", "AUTH_HEADER", "secret",
-        r"(?<![\w-])(?:Basic|Bearer|Token|token|bearer)[ \t]+(?P<v>[A-Za-z0-9+/._~-]{16,}=*)(?![\w+/=-])",
-        r"(?:Basic|Bearer|Token|token|bearer)[ \t]+[A-Za-z0-9+/._~-]{16}", "<SECRET>",
+        # any case (found in review: `authorization: basic ...` was kept)
+        r"(?<![\w-])(?i:Basic|Bearer|Token|Negotiate)[ \t]+(?P<v>[A-Za-z0-9+/._~-]{16,}=*)(?![\w+/=-])",
+        r"(?i:Basic|Bearer|Token|Negotiate)[ \t]+[A-Za-z0-9+/._~-]{16}", "<SECRET>",
         validate=auth_header_ok, priority=57,
     ),
     Detector(
         "cli_password", "CLI_PASSWORD", "secret",
         r"(?<=[ \t])(?:-u|--user)[ \t]+[\"']?(?P<v>[^\s:\"'$]+:[^\s\"']{4,})"
         r"|(?<=[ \t])-p(?P<v2>[^\s\"'$-][^\s\"']{3,})"
-        r"|(?<![\w$])[A-Z][A-Z0-9_]*(?:PASSWORD|PASSWD|SECRET|TOKEN|API_KEY)=(?P<v3>[^\s\"'$`]{6,200})(?=[ \t]+\w)",
+        # an environment prefix or option: followed by anything on the line (found in review: `-e
+        # POSTGRES_PASSWORD=... -d postgres`, `PGPASSWORD=... ./migrate.sh` were kept)
+        r"|(?<![\w$])[A-Z][A-Z0-9_]*(?:PASSWORD|PASSWD|SECRET|TOKEN|API_KEY)=(?P<v3>[^\s\"'$`]{6,200})(?=[ \t]+\S)",
         r"curl[^\n]*(?:-u|--user)[ \t]|mysql[^\n]*[ \t]-p[^\s]|(?:PASSWORD|PASSWD|SECRET|TOKEN|API_KEY)=[^\s]",
         "<SECRET>", validate=cli_password_ok, priority=58,
     ),
@@ -876,7 +904,8 @@ DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(
         "home_dir_user", "HOME_DIR_USER", "pii",
-        r"(?:(?<![\w.])/Users/|(?<![\w.])/home/|(?<![A-Za-z])[A-Za-z]:(?:\\\\|\\|/)(?i:Users|Documents and Settings)(?:\\\\|\\|/))"
+        # `/mnt/c/Users/` (WSL), `/var/home/`, `/export/home/` too (found in review)
+        r"(?:(?<![\w.])/Users/|(?<![\w.])/home/|(?<=/mnt/[a-z])/Users/|(?<=/var)/home/|(?<=/export)/home/|(?<![A-Za-z])[A-Za-z]:(?:\\\\|\\|/)(?i:Users|Documents and Settings)(?:\\\\|\\|/))"
         r"(?P<v>[A-Za-z0-9][A-Za-z0-9._-]{0,63})(?=[\\/\s\"'`:;,)\]]|$)",
         r"/Users/[A-Za-z0-9]|/home/[A-Za-z0-9]|(?i):(?:\\\\|\\|/)(?:Users|Documents and Settings)(?:\\\\|\\|/)",
         "<USER>", validate=user_ok, priority=65,
