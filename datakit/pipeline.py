@@ -29,7 +29,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from datakit import contracts
-from datakit.io.fs import expand, from_cwd
+from datakit.io.fs import InputError, expand, from_cwd
 from datakit.plan import ByValue, MapBatches, Plan, Rel, SinkSpec, StageSpan, source
 from datakit.stages.base import CompileContext, StageConfig, spelled_kind, stage_class
 
@@ -105,6 +105,17 @@ def _extract_kinds(cfg: "PipelineConfig") -> set[str] | None:
     """The record kinds the pipeline's extract stage makes (None: records come in as input, kinds unknown)."""
     extract = next((s for s in cfg.stages if s.kind == "extract"), None)
     return set(getattr(extract, "kinds", None) or []) if extract is not None else None
+
+
+def _where_raised(e: BaseException) -> str:
+    """` (at file.py:LINE in fn)`: the innermost frame of `e`'s traceback, for a one-line error."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return ""
+    code = tb.tb_frame.f_code
+    return f" (at {Path(code.co_filename).name}:{tb.tb_lineno} in {code.co_name})"
 
 
 def _check_loss_masks(cfg: "PipelineConfig", fmt: str) -> None:
@@ -415,11 +426,22 @@ class Pipeline:
             stage_rel = Rel(rel.node, name)
             ctx.stage = name
             _check_columns(where, "reads", stage.columns_read(), rel.schema, "nothing before it writes")
+            if stage.kind == "kto" and (kinds := _extract_kinds(cfg)) is not None and "feedback" not in kinds:
+                # found in review: kto after an extract of the default kinds kept no record, exit 0, an empty dataset
+                raise PipelineError(f"{where}: reads feedback records, but the extract stage makes only "
+                                    f"{', '.join(sorted(kinds))}; add feedback to extract's kinds")
             try:
                 out = stage.compile(stage_rel, ctx)
             except (ValueError, KeyError, FileNotFoundError) as e:  # a config that only fails when resolved
                 msg = e.args[0] if e.args else str(e)
                 raise PipelineError(f"{where}: {msg}") from None
+            except (PipelineError, InputError):
+                raise
+            except Exception as e:  # a bug in a stage's compile (a custom one): one line naming it and where
+                raise PipelineError(f"{where}: its compile() failed: {type(e).__name__}: {e}{_where_raised(e)}") from None
+            if not isinstance(out, Rel):
+                raise PipelineError(f"{where}: its compile() returned {type(out).__name__}, not the Rel it built "
+                                    "(a missing `return`?)")
             _check_columns(where, "declares it writes", stage.writes, out.schema, "its output has no such column")
             try:
                 last = i == len(cfg.stages) - 1

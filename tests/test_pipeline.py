@@ -384,3 +384,42 @@ def test_a_path_spelled_another_way_is_the_same_run(tmp_path, monkeypatch):
     q = Pipeline("t", seed=0).input(str(tmp_path / "logs" / "*.jsonl")).add({"kind": "ingest"}).output(
         str(tmp_path / "p" / ".." / "out" / "E") + "/")
     assert q.compile().sink.path == plain.sink.path and q.compile().config_hash == plain.config_hash
+
+
+class _NoReturn(StageConfig):
+    kind: Literal["test_no_return"] = "test_no_return"
+    consumes = "editor_event.v1"
+    produces = "editor_event.v1"
+
+    def compile(self, rel, ctx: CompileContext):
+        rel.map_batches(lambda b: b, rel.schema, name="x")  # forgets `return`
+
+
+class _BadCall(StageConfig):
+    kind: Literal["test_bad_call"] = "test_bad_call"
+    consumes = "editor_event.v1"
+    produces = "editor_event.v1"
+
+    def compile(self, rel, ctx: CompileContext):
+        return rel.map_batches(lambda b: b, name="x")  # no schema
+
+
+def test_config_mistakes_found_in_review_are_one_line_at_compile(tmp_path):
+    """Found in review: kto after an extract of the default kinds (no feedback) ran and published an empty
+    dataset, exit 0; a custom stage whose compile() forgot `return` or called map_batches wrongly was a
+    40-line traceback, exit 1; `format: ngram_index` (an internal writer) ran every stage, then crashed."""
+    log = write_jsonl(tmp_path / "logs" / "a.jsonl", [make_event(1)])
+    base = Pipeline("t").input(str(log)).add({"kind": "ingest"})
+    kto = base.add({"kind": "extract"}).add({"kind": "kto"}).output(str(tmp_path / "out"))
+    with pytest.raises(PipelineError, match=r"stage 3 \(kto\): reads feedback records, but the extract stage makes "
+                                            r"only code, fim, sft; add feedback"):
+        kto.compile()
+    for stage, msg in ((_NoReturn(), r"its compile\(\) returned NoneType, not the Rel it built \(a missing `return`\?\)"),
+                       (_BadCall(), r"its compile\(\) failed: TypeError: .*map_batches\(\) missing 1 required "
+                                    r"positional argument: 'schema' \(at test_pipeline.py:\d+ in compile\)")):
+        p = Pipeline("t").input(str(log)).add({"kind": "ingest"}).add(stage).output(str(tmp_path / "out"))
+        with pytest.raises(PipelineError, match=msg) as e:
+            p.compile()
+        assert "\n" not in str(e.value)
+    with pytest.raises(PipelineError, match="unknown output format 'ngram_index'; known: mds, megatron, packed, parquet"):
+        base.output(str(tmp_path / "out"), format="ngram_index").compile()

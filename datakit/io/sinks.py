@@ -184,9 +184,14 @@ def register_writer(name: str):
     return deco
 
 
+# writers that only datakit's own plans use (the n-gram index: `output.index`, `datakit build-index`), not a
+# pipeline's `output.format`: found in review, `format: ngram_index` ran every stage, then crashed in the writer
+INTERNAL_FORMATS = frozenset({"ngram_index"})
+
+
 def known_formats() -> list[str]:
     """Output formats a pipeline may name: registered writers and the built-in lazy ones."""
-    return sorted(set(_WRITERS) | set(_LAZY))
+    return sorted((set(_WRITERS) | set(_LAZY)) - INTERNAL_FORMATS)
 
 
 def writer_for(fmt: str) -> ShardWriter:
