@@ -2,7 +2,8 @@
 
 Why one object for both: an operator's scheduled YAML and a researcher's script
 must mean exactly the same thing, be validated the same way, and round-trip
-(`Pipeline.from_yaml(p.to_yaml()) == p`). The file format is a public contract
+(`p.to_yaml(path)`, then `Pipeline.from_yaml(path) == p`: the same stages, with every local path
+meaning the same file wherever the YAML was saved). The file format is a public contract
 (documented in `schemas/pipeline.v1.json`): keep it stable.
 
     name: quickstart
@@ -344,7 +345,16 @@ class Pipeline:
         return text
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Pipeline) and self.to_dict() == other.to_dict()
+        """The same pipeline: equal configs with every relative local path read from its own pipeline's
+        folder (found in review: a pipeline saved with `to_yaml` into another folder and loaded back was
+        not equal to itself, its relative paths spelled from the new folder)."""
+        if not isinstance(other, Pipeline):
+            return False
+        mine, theirs = self.config, other.config
+        return (_rebased(self.to_dict(), Path(self.base_dir).absolute(), None, mine.stages)
+                == _rebased(other.to_dict(), Path(other.base_dir).absolute(), None, theirs.stages))
+
+    __hash__ = None  # type: ignore[assignment]  # mutable builder
 
     # -- compile and run
     def compile(self, input_override: str | list[str] | None = None, output_override: str | None = None,

@@ -28,8 +28,10 @@ def test_yaml_round_trip_is_identity(tmp_path):
     assert again == p
     assert again.to_dict()["seed"] == 7 and again.to_dict()["output"]["shards"] == 3
     f = tmp_path / "p.yaml"
-    f.write_text(p.to_yaml())
+    p.to_yaml(str(f))  # saved elsewhere: its relative paths rebased, so they still mean the same files
     assert Pipeline.from_yaml(f) == p
+    f.write_text(p.to_yaml())  # the same text in another folder: other files
+    assert Pipeline.from_yaml(f) != p and Pipeline.from_yaml(f).to_dict() == p.to_dict()
 
 
 def test_builder_equals_yaml():
@@ -423,3 +425,15 @@ def test_config_mistakes_found_in_review_are_one_line_at_compile(tmp_path):
         assert "\n" not in str(e.value)
     with pytest.raises(PipelineError, match="unknown output format 'ngram_index'; known: mds, megatron, packed, parquet"):
         base.output(str(tmp_path / "out"), format="ngram_index").compile()
+
+
+def test_a_pipeline_saved_into_another_folder_and_loaded_back_equals_itself(tmp_path, monkeypatch):
+    """Found in review: `to_yaml("sub/p.yaml")` then `from_yaml` gave a pipeline with the same hash but
+    `==` False (its relative paths spelled from sub/); equality reads each path from its own folder."""
+    write_jsonl(tmp_path / "logs" / "a.jsonl", [make_event(1)])
+    monkeypatch.chdir(tmp_path)
+    p = Pipeline("t").input("logs/*.jsonl").add({"kind": "ingest"}).output("out")
+    p.to_yaml("sub/p.yaml")
+    q = Pipeline.from_yaml("sub/p.yaml")
+    assert q == p and q.compile().config_hash == p.compile().config_hash
+    assert Pipeline("t").input("logs/*.jsonl").add({"kind": "ingest"}).output("other") != p
