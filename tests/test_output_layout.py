@@ -178,6 +178,8 @@ def test_read_output_says_what_it_cannot_read(tmp_path):
     with pytest.raises(InputError, match=r"has no column 'nope' \(columns: event_id"):
         read_output(tmp_path / "o", ["event_id", "nope"])
     assert read_output(tmp_path / "o", ["event_id"]).num_rows == 3
+    # one name as a string (found in review: read as the names 'e', 'v', 'e', ...)
+    assert read_output(tmp_path / "o", "event_id").column_names == ["event_id"]
     m = json.loads((tmp_path / "o" / "manifest.json").read_text())
     for fmt, reader in (("mds", "streaming.StreamingDataset"), ("packed", "datakit.loader.PackedDataset")):
         (tmp_path / "o" / "manifest.json").write_text(json.dumps({**m, "format": fmt}))

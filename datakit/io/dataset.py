@@ -20,15 +20,20 @@ def read_manifest(path: str) -> dict:
     return m
 
 
-def read_output(path: str, columns: list[str] | None = None, verify: bool = False,
+def read_output(path: str, columns: list[str] | str | None = None, verify: bool = False,
                 snapshot: str | None = None) -> pa.Table:
     """All rows of a committed Parquet output, shard by shard (each shard sorted by its key).
+
+    `columns`: the columns to read (a list, or one name: found in review, `columns="doc_id"` was read
+    as the names 'd', 'o', 'c', ...).
 
     An append-mode dataset (schemas/output_layout.md) reads as the union of its snapshots in
     snapshot order; `snapshot=ID` reads that one snapshot only.
 
     Every listed file is checked against the manifest's size first (a dataset that fails is refused,
     never read as a mix); `verify=True` compares full sha256 checksums too."""
+    if isinstance(columns, str):
+        columns = [columns]
     from datakit.io.verify import verify_dataset
 
     path = str(path)
