@@ -33,6 +33,16 @@ def test_run_prints_counts_and_writes_report(pipeline_file, tmp_path):
     assert (tmp_path / "out" / "_run.json").exists()
 
 
+def test_a_pipeline_without_output_says_so(pipeline_file, tmp_path):
+    """Found in review: it printed `output: None  (0 rows, ...)` though its last stage made 12 rows."""
+    f = tmp_path / "nooutput.yaml"
+    f.write_text("name: cli\ninput: {path: logs/*.jsonl}\nstages: [{kind: ingest}]\n")
+    r = _cli("run", f, "--workers", "1")
+    assert r.returncode == 0, r.stderr
+    assert "no output: the pipeline has no `output:` (nothing written; its last stage made 12 rows;" in r.stdout
+    assert "output: None" not in r.stdout
+
+
 def test_input_and_output_overrides(pipeline_file, tmp_path):
     write_jsonl(tmp_path / "other" / "b.jsonl", [make_event(i) for i in range(3)])
     r = _cli("run", pipeline_file, "--input", tmp_path / "other" / "*.jsonl", "--output", tmp_path / "o2", "--json")

@@ -247,7 +247,11 @@ def run(
                 f"{timing['parts']['compile']:.1f}s, numba kernels {kernels:.1f}s"
                 + (f", {w['processes']} workers {w['cpu_seconds']:.1f} CPU-s" if w else "") + ", see _run.json"
                 if timing else f"{result.seconds:.1f}s")
-        typer.echo(f"output: {result.output_path}  ({result.manifest['rows'] if result.manifest else 0} rows, {took})")
+        if result.output_path is None:  # found in review: "output: None  (0 rows ...)" after rows were made
+            last = result.stages[-1]["rows_out"] if result.stages else 0
+            typer.echo(f"no output: the pipeline has no `output:` (nothing written; its last stage made {last} rows; {took})")
+        else:
+            typer.echo(f"output: {result.output_path}  ({result.manifest['rows'] if result.manifest else 0} rows, {took})")
         fb = (result.extra or {}).get("feedback")
         if fb:  # reward summaries of a kto output: the first thing to look at before training on it
             t = fb["total"]
