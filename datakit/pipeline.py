@@ -254,20 +254,30 @@ class Pipeline:
     # -- builder
     def input(self, path: str | os.PathLike | list[str | os.PathLike], format: str = "jsonl",
               schema: str = "editor_event.v1") -> "Pipeline":
+        """Read `path` (a file, folder or glob, or a list of them; any fsspec URL): `format` "jsonl"
+        (.gz/.zst/.bz2/.xz too) or "parquet"; `schema` "editor_event.v1" (raw events, for ingest) or
+        "training_record.v1" (records). A relative path is relative to the pipeline's folder."""
         self.config.input = _built(InputConfig, "input", path=_path_text(path), format=format, schema=schema)
         return self
 
     def add(self, stage: dict[str, Any] | StageConfig) -> "Pipeline":
+        """Append a stage: a dict as in a pipeline file (`{"kind": "dedup", "exact": True}`), or a stage
+        config object (a custom `StageConfig`). Checked now: an unknown kind or option is a PipelineError."""
         self.config.stages.append(parse_stage(stage, f"stage {len(self.config.stages) + 1}"))
         return self
 
     def output(self, path: str | os.PathLike, format: str = "parquet", shards: int | str = 1, **kw: Any) -> "Pipeline":
+        """Write to the folder `path`: `format` parquet, packed, megatron or mds; `shards` a number or
+        "auto"; other keywords as `output:` in a pipeline file (`key`, `rows_per_shard`, `index`,
+        `quality`, `mode`, `allow_unmasked`...; schemas/pipeline.v1.json)."""
         self.config.output = _built(OutputConfig, "output", path=_path_text(path), format=format, shards=shards, **kw)
         return self
 
     # -- YAML
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "pipeline", base_dir: str | Path | None = None) -> "Pipeline":
+        """A pipeline from its mapping (a parsed pipeline file); relative paths are read from `base_dir`
+        (default: the current folder); `where` names the source in error messages."""
         if not isinstance(data, dict):
             raise PipelineError(f"{where}: expected a mapping at the top level")
         data = copy.deepcopy(data)
@@ -286,6 +296,7 @@ class Pipeline:
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "Pipeline":
+        """The pipeline file at `path`; its relative paths are relative to the file's folder."""
         path = Path(path)
         try:
             data = yaml.safe_load(path.read_text())
@@ -297,6 +308,7 @@ class Pipeline:
 
     @classmethod
     def from_yaml_string(cls, text: str, base_dir: str | Path | None = None) -> "Pipeline":
+        """A pipeline from YAML text; relative paths are read from `base_dir` (default: the current folder)."""
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as e:  # as from_yaml says it (found in review: a raw ParserError)
@@ -304,6 +316,7 @@ class Pipeline:
         return cls.from_dict(data, "pipeline", base_dir=base_dir)
 
     def to_dict(self) -> dict[str, Any]:
+        """The pipeline as the mapping a pipeline file holds (paths as given, relative to its folder)."""
         d = self.config.model_dump(mode="json", by_alias=True, exclude_defaults=False)
         d["stages"] = [s.model_dump(mode="json", by_alias=True) for s in self.config.stages]
         for st in d["stages"]:
@@ -547,7 +560,12 @@ class Pipeline:
         `report=True` also writes OUTPUT/_report.html (plots of counts, lengths, findings; `datakit run`
         does by default). It is a view of `_run.json`, not data, so it is not part of the config.
         A relative `input`/`output` is relative to the current folder (found in review: the
-        spark-submit example driver's `--output out` was written beside the pipeline file)."""
+        spark-submit example driver's `--output out` was written beside the pipeline file).
+
+        `engine_options`: for `engine="local"`, `workers` (default: all usable cores; a small input runs
+        in this process), `work_dir`, `progress`, `keep_work`; for `engine="spark"`, `master` (e.g.
+        "local[4]", "spark://host:7077"), `conf` (a dict of Spark settings), `partitions`, `workers`,
+        `checkpoint_dir` (docs/spark.md). `snapshot`: append mode's snapshot id (docs/scheduling.md)."""
         if engine == "local":
             from datakit.engines.local.engine import refuse_run_at_worker_import
 

@@ -44,7 +44,8 @@ def contamination_check(
                                                    "(default: training-record segments, or text/content/code)."),
     ngram: Optional[int] = typer.Option(None, "--ngram", help="n-gram size in tokens (default 13, or the index's)."),
     normalize: Optional[List[str]] = typer.Option(None, "--normalize", help="Normalizations: whitespace, case, "
-                                                  "comments, identifiers (default whitespace,case; 'none' for none)."),
+                                                  "comments, identifiers, flat (triple quotes read as plain ones; "
+                                                  "default whitespace,case; 'none' for none)."),
     min_ngrams: int = typer.Option(1, "--min-ngrams", help="An item matches if it shares at least this many n-grams..."),
     min_fraction: Optional[float] = typer.Option(None, "--min-fraction", help="...and at least this fraction of its "
                                                  "n-grams (default 0.03; 0.10 with identifiers; 0 = any n-gram)."),

@@ -62,6 +62,8 @@ class RunResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def stage(self, name: str) -> dict[str, Any]:
+        """The accounting of the stage named `name` (`rows_in`, `rows_out`, `dropped` by reason, ...);
+        KeyError if the run has no such stage."""
         for s in self.stages:
             if s["name"] == name:
                 return s
