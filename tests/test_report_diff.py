@@ -162,3 +162,16 @@ def test_report_of_each_token_format_renders_its_packing_section(tmp_path, fmt):
     section = render({"stages": []}, m).split('<section id="packing">')[1].split("</section>")[0]
     assert "seq_len" in section and f"{m['totals']['tokens']:,}" in section
     assert ("<img" in section) == (fmt == "packed")  # the fill-rate plot
+
+
+def test_a_null_setting_given_fields_is_listed_by_its_fields_only():
+    """Found in review: A without minhash and B with one said `stages[dedup].minhash: removed (null)` before
+    listing B's minhash fields as added."""
+    from datakit.quality.diff import config_diff
+
+    a = {"stages": [{"kind": "dedup", "minhash": None, "exact": True}]}
+    b = {"stages": [{"kind": "dedup", "minhash": {"threshold": 0.8, "bands": 9}, "exact": True}]}
+    assert [(d["path"], d["change"]) for d in config_diff(a, b)] == [
+        ("stages[dedup].minhash.bands", "added"), ("stages[dedup].minhash.threshold", "added")]
+    assert {d["change"] for d in config_diff(b, a)} == {"removed"} and len(config_diff(b, a)) == 2
+    assert config_diff({"x": None}, {"x": 1}) == [{"path": "x", "change": "changed", "a": None, "b": 1}]

@@ -58,6 +58,12 @@ def config_diff(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     for k in sorted(set(fa) | set(fb)):
         if k == "output.path":
             continue
+        # a null on one side that the other side sets to an object: its fields are listed as added (or
+        # removed), the null itself is not a change of its own (found in review: "minhash: removed (null)")
+        other = fb if k not in fb else fa if k not in fa else None
+        if other is not None and (fa.get(k) if k in fa else fb.get(k)) is None \
+                and any(p.startswith(k + ".") for p in other):
+            continue
         if k not in fb:
             out.append({"path": k, "change": "removed", "a": fa[k]})
         elif k not in fa:
