@@ -183,6 +183,7 @@ REVIEW_KEEPS = [  # placeholders and code that stay as they are
     'password = "********"', 'api_key = "{api_key}"', 'password = "%s"', 'password: "[REDACTED]"',
     'secret = "your_api_key_here"', "class A:\n    pass\n", 'compass = "north-east"', 'bypass = "the-cache1"',
     'password = "..."', "pw = getpass()", "passing: true", "def f(pw=None):", 'password = "$(cat /run/secrets/db)"',
+    "git remote add origin git@github.com:acme/app.git", "pip install git+ssh://git@github.com/acme/lib.git@v1.2.0",
 ]
 
 

@@ -896,7 +896,9 @@ DETECTORS: tuple[Detector, ...] = (
         # the local part may hold Latin, Greek and Cyrillic letters (`josé@`, `jörg.müller@`: found in a
         # privacy review, the first was kept whole and the second as `jö<EMAIL>`); the domain is ASCII
         # (an IDN domain as its punycode `xn--` form; written in Unicode it is a known miss, docs/pii.md)
-        rf"(?<![\w{_LOCAL_LETTERS}.+%-])[A-Za-z0-9{_LOCAL_LETTERS}][A-Za-z0-9{_LOCAL_LETTERS}._%+-]{{0,63}}"
+        # `git@github.com:acme/app.git` is an SSH remote's service user, not a person's address (found in
+        # review: remotes, `pip install git+ssh://git@...` became `<EMAIL>:acme/app.git`)
+        rf"(?<![\w{_LOCAL_LETTERS}.+%-])(?!git@)[A-Za-z0-9{_LOCAL_LETTERS}][A-Za-z0-9{_LOCAL_LETTERS}._%+-]{{0,63}}"
         r"@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+"
         r"(?!(?:png|jpe?g|gif|svg|webp|ico|css|js|ts|map|json|min|txt)\b)[A-Za-z]{2,24}(?![\w-])",
         # the domain's labels, then the TLD's first letters: `a@mail.t-online.de`, `b@students.42.fr` too
