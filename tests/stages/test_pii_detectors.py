@@ -177,6 +177,11 @@ REVIEW_LEAKS = [
     ("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", "Rt5yHn8uJm2kLo9pQw3eRt6yUi1o"),  # vendor formats
     ("sntryu_" + "ab12" * 16, "ab12ab12ab12"),
     ("export VAULT_TOKEN_VALUE hvs." + "a1B2" * 25, "a1B2a1B2a1B2"),
+    ("mysql -u root --password=Zk3vQ8mW2pR9 app", "Zk3vQ8mW2pR9"),  # command-line options
+    ("wget --password Zk3vQ8mW2pR9 https://x.org/f", "Zk3vQ8mW2pR9"),
+    ("sshpass -p 'Zk3vQ8mW2pR9' ssh deploy@host", "Zk3vQ8mW2pR9"),
+    ("docker login -u deploy -p Zk3vQ8mW2pR9 registry.io", "Zk3vQ8mW2pR9"),
+    ("redis-cli -h r -a Zk3vQ8mW2pR9 ping", "Zk3vQ8mW2pR9"),
 ]
 REVIEW_KEEPS = [  # placeholders and code that stay as they are
     'DB_PASSWORD = "${DB_PASSWORD}"', 'password = "$DB_PASS"', 'password = "<your-password>"', 'token = "xxxxxxxx"',
@@ -184,6 +189,7 @@ REVIEW_KEEPS = [  # placeholders and code that stay as they are
     'secret = "your_api_key_here"', "class A:\n    pass\n", 'compass = "north-east"', 'bypass = "the-cache1"',
     'password = "..."', "pw = getpass()", "passing: true", "def f(pw=None):", 'password = "$(cat /run/secrets/db)"',
     "git remote add origin git@github.com:acme/app.git", "pip install git+ssh://git@github.com/acme/lib.git@v1.2.0",
+    "docker run -p 8080:80 nginx", "ls -a foo", "git log -p abcdef12", "ssh -p 2222 host", "mysql --password=$DB_PASS",
 ]
 
 

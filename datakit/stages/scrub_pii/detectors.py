@@ -64,7 +64,7 @@ class Detector:
     def span(self, m: re.Match[str]) -> tuple[int, int]:
         """The part of a match that is sensitive (group `v` if present)."""
         gi = m.re.groupindex
-        for g in ("v", "v2", "v3"):
+        for g in ("v", "v2", "v3", "v4"):
             if g in gi and m.group(g) is not None:
                 return m.span(g)
         return m.span()
@@ -312,6 +312,10 @@ _CURL = re.compile(r"\bcurl\b", re.ASCII)
 _MYSQL = re.compile(r"\bmysql(?:dump|admin)?\b", re.ASCII)
 
 
+_SSHPASS_OR_DOCKER_LOGIN = re.compile(r"(?<![\w-])(?:sshpass|docker[ \t]+login)(?![\w-])")
+_REDIS_CLI = re.compile(r"(?<![\w-])redis-cli(?![\w-])")
+
+
 def cli_password_ok(m: re.Match[str], text: str) -> bool:
     """A `-u user:pass` needs `curl` and a `-pPASS` needs `mysql` earlier on its line.
 
@@ -323,6 +327,12 @@ def cli_password_ok(m: re.Match[str], text: str) -> bool:
     if m.group("v3") is not None:
         return param_ok(m.group("v3"))
     line = text[text.rfind("\n", 0, m.start()) + 1:m.start()]
+    if m.group("v4") is not None:
+        flag = m.group(0).lstrip()[:2]
+        if flag == "--":
+            return param_ok(m.group("v4"))
+        command = _SSHPASS_OR_DOCKER_LOGIN if flag == "-p" else _REDIS_CLI
+        return command.search(line) is not None and param_ok(m.group("v4"))
     command = _CURL if m.group("v") is not None else _MYSQL
     return command.search(line) is not None and param_ok(m.group("v") or m.group("v2"))
 
@@ -879,8 +889,12 @@ DETECTORS: tuple[Detector, ...] = (
         r"|(?<=[ \t])-p(?P<v2>[^\s\"'$-][^\s\"']{3,})"
         # an environment prefix or option: followed by anything on the line (found in review: `-e
         # POSTGRES_PASSWORD=... -d postgres`, `PGPASSWORD=... ./migrate.sh` were kept)
-        r"|(?<![\w$])[A-Z][A-Z0-9_]*(?:PASSWORD|PASSWD|SECRET|TOKEN|API_KEY)=(?P<v3>[^\s\"'$`]{6,200})(?=[ \t]+\S)",
-        r"curl[^\n]*(?:-u|--user)[ \t]|mysql[^\n]*[ \t]-p[^\s]|(?:PASSWORD|PASSWD|SECRET|TOKEN|API_KEY)=[^\s]",
+        r"|(?<![\w$])[A-Z][A-Z0-9_]*(?:PASSWORD|PASSWD|SECRET|TOKEN|API_KEY)=(?P<v3>[^\s\"'$`]{6,200})(?=[ \t]+\S)"
+        # `--password=X`/`--password X` of any tool; `-p X` after `sshpass` or `docker login`, `-a X` after
+        # `redis-cli` (found in review: `mysql --password=...`, `sshpass -p '...'`, `docker login -u d -p ...`)
+        r"|(?<=[ \t])(?:--(?:password|passwd)(?:=|[ \t]+)|-p[ \t]+|-a[ \t]+)[\"']?(?P<v4>[^\s\"'$<{-][^\s\"']{3,199})",
+        r"curl[^\n]*(?:-u|--user)[ \t]|mysql[^\n]*[ \t]-p[^\s]|(?:PASSWORD|PASSWD|SECRET|TOKEN|API_KEY)=[^\s]"
+        r"|--password|--passwd|sshpass|docker login|redis-cli",
         "<SECRET>", validate=cli_password_ok, priority=58,
     ),
     Detector(
