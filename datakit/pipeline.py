@@ -186,7 +186,18 @@ def _did_you_mean(model: type[BaseModel], loc: tuple) -> str:
         model = inner[0]
     names = [n for n in model.model_fields] + [f.alias for f in model.model_fields.values() if f.alias]
     close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    if close:
+        return f" (did you mean {close[0]!r}?)"
+    # a setting of a nested block given one level up (found in review: `{kind: dedup, treshold: 0.8}` got no
+    # hint, the same typo under `minhash:` did): `minhash.threshold`
+    nested = {}
+    for name, field in model.model_fields.items():
+        for a in (field.annotation, *typing.get_args(field.annotation)):
+            if isinstance(a, type) and issubclass(a, BaseModel):
+                nested.update({f"{name}.{n}": n for n in a.model_fields})
+    close = difflib.get_close_matches(str(loc[-1]), list(nested.values()), n=1, cutoff=0.6)
+    where = next((k for k, v in nested.items() if close and v == close[0]), None)
+    return f" (did you mean {where!r}, inside {where.split('.')[0]!r}?)" if where else ""
 
 
 def _check_columns(where: str, verb: str, columns: tuple[str, ...], schema: Any, why: str) -> None:

@@ -335,6 +335,10 @@ def test_a_misspelt_field_gets_the_closest_name(tmp_path):
                  "stages: [{kind: dedup, minhash: {treshold: 0.8}}]\noutput: {path: o, shard: 2}\n")
     with pytest.raises(PipelineError, match=r"field minhash.treshold: Extra inputs are not permitted \(did you mean 'threshold'\?\)"):
         Pipeline.from_yaml(f)
+    # the same setting one level up (found in review: no hint) names the block it belongs in
+    with pytest.raises(PipelineError, match=r"field treshold: Extra inputs are not permitted \(did you mean "
+                                            r"'minhash.threshold', inside 'minhash'\?\)"):
+        Pipeline("t").add({"kind": "dedup", "treshold": 0.8})
     f.write_text("name: t\ninput: {path: in, fromat: parquet}\nstage: []\noutput: {path: o, shard: 2}\n")
     with pytest.raises(PipelineError) as e:
         Pipeline.from_yaml(f)
