@@ -44,11 +44,12 @@ def _tune_polars_allocator() -> None:
 _tune_polars_allocator()
 
 __version__ = "0.1.0"
-__all__ = ["Pipeline", "PipelineError", "RunResult", "StageConfig", "CompileContext", "register_stage", "record_texts",
+__all__ = ["Pipeline", "PipelineError", "DatakitError", "RunResult", "StageConfig", "CompileContext", "register_stage", "record_texts",
            "text_pieces", "__version__"]
 
 _LAZY = {
     "Pipeline": "datakit.pipeline", "PipelineError": "datakit.pipeline", "RunResult": "datakit.engines.core",
+    "DatakitError": "datakit.errors",
     "StageConfig": "datakit.stages.base", "CompileContext": "datakit.stages.base",
     "register_stage": "datakit.stages.base",
     "record_texts": "datakit.stages.texts", "text_pieces": "datakit.stages.texts",

@@ -16,10 +16,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from datakit.errors import DatakitError
 from datakit.plan import DROP, Plan
 
 
-class AccountingError(RuntimeError):
+class AccountingError(DatakitError, RuntimeError):
     """Counts do not reconcile: a bug in an engine or a stage, never the user's fault."""
 
 

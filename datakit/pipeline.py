@@ -30,6 +30,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from datakit import contracts
+from datakit.errors import DatakitError
 from datakit.io.fs import InputError, expand, from_cwd
 from datakit.plan import ByValue, MapBatches, Plan, Rel, SinkSpec, StageSpan, source
 from datakit.stages.base import CompileContext, StageConfig, spelled_kind, stage_class
@@ -37,7 +38,7 @@ from datakit.stages.base import CompileContext, StageConfig, spelled_kind, stage
 log = logging.getLogger("datakit.pipeline")
 
 
-class PipelineError(ValueError):
+class PipelineError(DatakitError, ValueError):
     """A pipeline file or builder call is invalid; the message names file, stage and field."""
 
 

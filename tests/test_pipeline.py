@@ -441,3 +441,21 @@ def test_a_pipeline_saved_into_another_folder_and_loaded_back_equals_itself(tmp_
     q = Pipeline.from_yaml("sub/p.yaml")
     assert q == p and q.compile().config_hash == p.compile().config_hash
     assert Pipeline("t").input("logs/*.jsonl").add({"kind": "ingest"}).output("other") != p
+
+
+def test_every_error_about_a_run_is_a_datakit_error(tmp_path):
+    """Found in review: `except PipelineError` in a notebook missed a missing input, a tokenizer that does not
+    load and an output path that is a file (`InputError` and its kind derived from Exception alone). All
+    share `datakit.DatakitError` now; each keeps its own base."""
+    import datakit
+    from datakit.engines.core import StageError
+    from datakit.io.fs import InputError
+    from datakit.io.storage import StorageError
+    from datakit.quality.expect import QualityGateError
+    from datakit.stages.tokenize.tokenizers import TokenizerError
+
+    for cls in (PipelineError, InputError, TokenizerError, StorageError, QualityGateError, StageError):
+        assert issubclass(cls, datakit.DatakitError), cls
+    assert issubclass(PipelineError, ValueError) and issubclass(StorageError, RuntimeError)
+    with pytest.raises(datakit.DatakitError, match="no input files match"):
+        Pipeline("t").input(str(tmp_path / "nowhere" / "*.jsonl")).add({"kind": "ingest"}).compile()

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from datakit.errors import DatakitError
+
 # engine -> the options its constructor takes (an unknown option is an error, not silently ignored:
 # `wokers=2` would otherwise run with the default worker count)
 ENGINE_OPTIONS: dict[str, tuple[str, ...]] = {
@@ -14,7 +16,7 @@ ENGINE_OPTIONS: dict[str, tuple[str, ...]] = {
 }
 
 
-class EngineOptionError(ValueError):
+class EngineOptionError(DatakitError, ValueError):
     """An engine name or option the engine does not know (a usage error: the CLI exits 2)."""
 
 

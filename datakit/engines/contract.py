@@ -16,8 +16,10 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.types as pat
 
+from datakit.errors import DatakitError
 
-class StageOutputError(RuntimeError):
+
+class StageOutputError(DatakitError, RuntimeError):
     """A stage returned a batch that does not match its declared schema. The CLI exits 3."""
 
 

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from datakit.accounting import count_drops, sum_metrics
 from datakit.contracts import EDITOR_EVENT_V1, TRAINING_RECORD_V1
 from datakit.engines.contract import StageOutputError, conform_output, mismatch
+from datakit.errors import DatakitError
 from datakit.io import identity, publish, sinks
 from datakit.io.atomic import write_json_atomic
 from datakit.io.fs import filesystem
@@ -262,7 +263,7 @@ def apply_map(fn: Callable, batch: pa.RecordBatch, schema: pa.Schema, stage: str
     return MapOutput(conform_output(out, schema, stage, op), dropped, drops, metrics)
 
 
-class StageError(RuntimeError):
+class StageError(DatakitError, RuntimeError):
     """A stage's batch function raised: one line naming the stage, the op, the error and where it was
     raised (found in review: the local engine named no stage, Spark the last stage of the fused chain)."""
 

@@ -27,6 +27,8 @@ from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 
+from datakit.errors import DatakitError
+
 __all__ = [
     "SparkError", "SparkSetupError", "SparkJobError", "get_session", "stop_session", "submit_defaults",
     "STRAGGLER_DEFAULTS", "TIMEOUT_DEFAULTS", "check_same_environment", "executor_environment", "straggler_conf",
@@ -36,7 +38,7 @@ __all__ = [
 ]
 
 
-class SparkError(RuntimeError):
+class SparkError(DatakitError, RuntimeError):
     """Base of the Spark engine's user-facing errors (the CLI prints the message, no traceback)."""
 
 

@@ -18,11 +18,12 @@ import posixpath
 import shutil
 from typing import Any, Iterable
 
+from datakit.errors import DatakitError
 from datakit.io import storage
 from datakit.io.local_files import LOCAL, LocalFiles, is_plain_local, strip_local
 
 
-class InputError(Exception):
+class InputError(DatakitError):
     """An input path is missing or unreadable. The CLI turns it into exit code 2."""
 
 

@@ -32,6 +32,7 @@ import uuid
 from contextlib import contextmanager
 from typing import Iterator
 
+from datakit.errors import DatakitError
 from datakit.io.fs import InputError, filesystem, remove_tree
 
 log = logging.getLogger("datakit.publish")
@@ -44,7 +45,7 @@ class OutputPathError(InputError):
     """The output path cannot hold a dataset (it is a file, or not writable). Exit 2."""
 
 
-class OutputBusyError(RuntimeError):
+class OutputBusyError(DatakitError, RuntimeError):
     """Another run holds the output folder's lock. Exit 3 (the job could not run now)."""
 
 

@@ -34,6 +34,8 @@ from __future__ import annotations
 import logging
 import os
 
+from datakit.errors import DatakitError
+
 log = logging.getLogger("datakit.io.storage")
 
 DEFAULT_RETRIES = 12
@@ -43,7 +45,7 @@ _THROTTLE_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTime
                    "InternalError", "ServiceUnavailable", "503", "500", "502", "504"}
 
 
-class StorageError(RuntimeError):
+class StorageError(DatakitError, RuntimeError):
     """A read or write on storage failed for good (after retries). One line; the CLI exits 3."""
 
 

@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 import xxhash
 from pydantic import BaseModel, ConfigDict, Field
 
+from datakit.errors import DatakitError
 from datakit.plan import METRICS, Rel, metrics_column
 
 _KEY = "_dk_expect_key"
@@ -43,7 +44,7 @@ UNIQUE = {"expect_column_values_to_be_unique"}
 ROW_COUNT = {"expect_table_row_count_to_be_between", "expect_table_row_count_to_equal"}
 
 
-class QualityGateError(RuntimeError):
+class QualityGateError(DatakitError, RuntimeError):
     """An `error` expectation failed: the run stops before its output is published."""
 
 

@@ -8,12 +8,13 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, NamedTuple
 
 from datakit import progress, watchdog
+from datakit.errors import DatakitError
 from datakit.io import storage
 from datakit.plan import MapBatches, Plan, Source
 
 log = logging.getLogger("datakit.engine.local")
 
-class EngineError(RuntimeError):
+class EngineError(DatakitError, RuntimeError):
     """The job failed for a reason that is not the user's input (a worker died); the CLI exits 3."""
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from datakit.errors import DatakitError
 from datakit.stages.scrub_pii.detectors import BY_ENTITY, Policy
 from datakit.stages.scrub_pii.fold import fold_text
 from datakit.stages.scrub_pii.scan import Finding
@@ -29,7 +30,7 @@ from datakit.stages.scrub_pii.scan import Finding
 DEFAULT_KEY_ENV = "DATAKIT_PII_KEY"
 
 
-class PiiKeyError(ValueError):
+class PiiKeyError(DatakitError, ValueError):
     """The pseudonym policy was asked for but no key is available (message never contains the key)."""
 
 
