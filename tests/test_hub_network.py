@@ -23,8 +23,23 @@ def no_dns(monkeypatch):
         raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
 
     sleeps: list[float] = []
+
+    class _Time:
+        """The `time` module as huggingface_hub's retry loop sees it, its sleeps counted. Not `time.sleep`
+        itself: found in CI, another thread of the test process (one a Spark test left, sleeping 1 s in a
+        loop) then spun through the patched sleep and filled the list with 77,758 entries."""
+
+        def __getattr__(self, name):
+            import time
+
+            return getattr(time, name)
+
+        @staticmethod
+        def sleep(seconds: float) -> None:
+            sleeps.append(seconds)
+
     monkeypatch.setattr(socket, "getaddrinfo", fail)
-    monkeypatch.setattr(hub_http.time, "sleep", sleeps.append)
+    monkeypatch.setattr(hub_http, "time", _Time())
     monkeypatch.setattr(hc, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(hc, "ENDPOINT", "https://huggingface.co")
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
@@ -93,3 +108,16 @@ def test_evals_pull_with_hf_hub_offline_says_the_variable_stops_it(tmp_path, mon
     with pytest.raises(EvalError) as err:
         pull(["mbpp"])
     assert "HF_HUB_OFFLINE is set" in str(err.value) and "run `datakit evals pull" not in str(err.value)
+
+
+def test_the_fixture_sees_the_librarys_retries_when_nothing_checks_first(no_dns, tmp_path, monkeypatch) -> None:
+    """The `sleeps == []` checks above can fail: with the name lookup not asked first, huggingface_hub's
+    retry loop sleeps 1, 2, 4, 8, 8 s (counted here, not slept)."""
+    from datakit.stages.decontaminate import registry
+
+    _, sleeps = no_dns
+    monkeypatch.setattr(registry, "hub_unreachable", lambda: None)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    with pytest.raises(registry.EvalError, match="the download from the Hugging Face Hub failed"):
+        registry.pull(["mbpp-sanitized"])
+    assert sleeps == [1, 2, 4, 8, 8]
