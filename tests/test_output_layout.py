@@ -84,6 +84,40 @@ def test_rerun_with_fewer_shards_leaves_no_stale_data_file(tmp_path):
     assert card == card_text(m) and "data/part-00002.parquet" not in card and "data/part-00001.parquet" in card
 
 
+def test_datasets_reads_a_rerun_and_a_same_named_folder_not_its_cache_of_another(tmp_path):
+    """`datasets` caches a folder's rows under the folder's base name and a hash of the card, nothing of
+    the files: a rerun into the same folder (and another dataset in a folder of the same name) read the
+    first run's rows from that cache (found: 86 rows written, 15,727 old ones returned). The card's config
+    names the content, so each content has its own cache entry; the same content shares one."""
+    os.environ["HF_DATASETS_OFFLINE"] = "1"
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    import datasets
+
+    synth.generate(str(tmp_path / "logs"), events=300, seed=2)
+    src = str(tmp_path / "logs" / "dt=*" / "*.jsonl.zst")
+    cache = str(tmp_path / "hf-cache")
+
+    def run(kinds: list[str], out: Path) -> list[str]:
+        (Pipeline("x", seed=0).input(src).add({"kind": "ingest"}).add({"kind": "extract", "kinds": kinds})
+         .output(str(out), shards=1).run(engine="local", workers=1))
+        return sorted(read_output(str(out), columns=["doc_id"]).column(0).to_pylist())
+
+    def hf(out: Path) -> list[str]:
+        return sorted(datasets.load_dataset(str(out), split="train", cache_dir=cache)["doc_id"])
+
+    first = run(["code", "fim", "sft"], tmp_path / "a" / "out")
+    assert hf(tmp_path / "a" / "out") == first
+    second = run(["code"], tmp_path / "a" / "out")  # a rerun into the same folder, other rows
+    assert second != first and hf(tmp_path / "a" / "out") == second
+    other = run(["fim"], tmp_path / "b" / "out")  # another folder of the same base name
+    assert other not in (first, second) and hf(tmp_path / "b" / "out") == other
+    # the same content, elsewhere: the same card config, so one cache entry serves both
+    again = run(["code"], tmp_path / "c" / "out")
+    card = lambda p: (p / "README.md").read_text().split("---")[1]  # noqa: E731
+    assert again == second and card(tmp_path / "c" / "out") == card(tmp_path / "a" / "out")
+    assert card(tmp_path / "b" / "out") != card(tmp_path / "a" / "out")
+
+
 # -- the README's "Use the output" section runs as it is ---------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -43,6 +43,13 @@ def hf_configs(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     can never add rows; only Parquet data has a config (packed/megatron arrays
     are read with datakit.loader / Megatron, not as a table). A packed or
     megatron output that holds preference pairs gets them as the `default` config.
+
+    The config's `description` names the content (`content_digest`). Why: `datasets` caches what
+    `load_dataset(folder)` read under the folder's base name and a hash of the card's configs,
+    and nothing of the files themselves (not their times, not their sizes) - so a rerun into the
+    same folder, or another dataset in a folder of the same name, was read from the cache of the
+    first one: the old rows, silently (found: 86 new rows, 15,727 old ones returned). A
+    `BuilderConfig` parameter that changes with the content gives each content its own cache entry.
     """
     files = manifest_files(manifest)
     if manifest.get("format") == "parquet":
@@ -51,7 +58,27 @@ def hf_configs(manifest: dict[str, Any]) -> list[dict[str, Any]]:
         tables = [f for f in files if f.rsplit("/", 1)[-1].startswith("preference-")]
     if not tables:
         return []
-    return [{"config_name": "default", "data_files": [{"split": "train", "path": tables}]}]
+    return [{"config_name": "default", "description": f"datakit dataset, content sha256 {content_digest(manifest, tables)}",
+             "data_files": [{"split": "train", "path": tables}]}]
+
+
+def content_digest(manifest: dict[str, Any], files: list[str]) -> str:
+    """sha256 over `files` (manifest paths) and each one's own sha256 as the manifest records it.
+
+    Equal for equal bytes under equal names, whatever folder the dataset is in, and different
+    whenever any listed file's bytes differ (a file without a recorded sha256 - none is written
+    so - counts with its byte size and row count instead, the most the manifest knows of it)."""
+    import hashlib
+
+    known: dict[str, str] = {}
+    for s in [*manifest.get("shards", []), manifest.get("dataset_files") or {}]:
+        for f in s.get("files", []):
+            sha = (s.get("sha256") or {}).get(f)
+            known[f] = sha if sha else f"bytes={(s.get('bytes') or {}).get(f)},rows={s.get('rows')}"
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f"{f}\0{known.get(f, '')}\n".encode())
+    return h.hexdigest()
 
 
 def card_text(manifest: dict[str, Any]) -> str:
