@@ -122,6 +122,28 @@ OURS_JOB = textwrap.dedent('''
 ''') % {"peak": PEAK}
 
 
+# runs in a fresh interpreter of ours: the RSS (MB) the dedup process holds before any data, step by step in
+# the order a run loads them, so the fixed part of the peak is split by library: what a target in MB has to
+# take out (the 2x-datatrove target is below the sum of the first two lines: the libraries, not the data)
+FLOOR_JOB = textwrap.dedent('''
+    import json
+    def rss():
+        return int(next(l for l in open("/proc/self/status") if l.startswith("VmRSS:")).split()[1]) / 1024
+    steps = [["interpreter", rss()]]
+    import numpy, pyarrow, pyarrow.compute, pyarrow.parquet
+    steps.append(["numpy + pyarrow", rss()])
+    import polars as pl
+    pl.from_arrow(pyarrow.table({"a": [1, 2, 2]})).lazy().group_by("a").agg(pl.len()).collect()
+    steps.append(["+ polars (import, a first query)", rss()])
+    import numba
+    steps.append(["+ numba (import)", rss()])
+    from datakit.stages.dedup.minhash import minhash_signatures
+    minhash_signatures(pyarrow.array(["a b c d e f g h"] * 3), num_perm=112, ngram=5)
+    steps.append(["+ dedup kernels (loaded from the cache)", rss()])
+    print(json.dumps(steps))
+''')
+
+
 def peaks(run: dict) -> dict:
     """`peak_rss_mb`: the larger of the job's own VmHWM (with its exited children's) and the sampled tree PSS."""
     run["vmhwm_mb"] = run["peak_rss_mb"]
@@ -227,6 +249,9 @@ def main() -> int:
                        t / "parquet" / "part-0.parquet")
         fixed_run = ours()
         fixed, fixed_anon = fixed_run["peak_rss_mb"], fixed_run["anon_peak_mb"]
+    floor_run = subprocess.run([sys.executable, "-c", FLOOR_JOB], env=env, capture_output=True, text=True, check=True)
+    floors = last_json(floor_run.stdout)
+    floor_text = ", ".join(f"{k} {v:.0f}" for k, v in floors)  # [[step, MB], ...] in load order
     sec = {k: statistics.median(x["wall_seconds"] for x in v) for k, v in res.items()}
     cpu = {k: statistics.median(x["cpu_seconds"] for x in v) for k, v in res.items()}
     rss = {k: max(x["peak_rss_mb"] for x in v) for k, v in res.items()}
@@ -248,7 +273,8 @@ def main() -> int:
                         f"{cond}, wall time of the whole process, {runs}; load average {load}"),
              comparison("dedup stage vs datatrove MinHash pipeline (peak RSS)", rss["ours"], rss["datatrove"], "MB",
                         DATATROVE, same, f"{cond}, largest of {args.runs} runs; ours on {FIXED_RECORDS} records "
-                        f"(imports and kernels, almost no data): {fixed:.0f} MB", higher_is_better=False),
+                        f"(imports and kernels, almost no data): {fixed:.0f} MB; RSS of ours' libraries before any data "
+                        f"(a fresh interpreter, MB, cumulative): {floor_text}", higher_is_better=False),
              comparison("dedup stage vs datatrove MinHash pipeline (peak private memory)", anon["ours"],
                         anon["datatrove"], "MB", DATATROVE, same,
                         f"{cond}, largest of {args.runs} runs of the process tree's summed anonymous PSS (heap, "
@@ -262,10 +288,12 @@ def main() -> int:
     print(f"  speed ratio {cpu['datatrove'] / cpu['ours']:.2f}x by CPU, {sec['datatrove'] / sec['ours']:.2f}x by wall "
           f"(load average {load}); memory ratio (theirs/ours) {rss['datatrove'] / rss['ours']:.2f}x")
     print(f"  ours on {FIXED_RECORDS} records (fixed cost: imports, kernels): peak RSS {fixed:.0f} MB")
+    print(f"  ours' libraries before any data (RSS, MB, cumulative): {floor_text}")
     print(f"  {same}")
     write("dedup_vs_datatrove", comps, {"wall_seconds": sec, "cpu_seconds": cpu, "peak_rss_mb": rss,
                                         "anon_peak_mb": anon, "fixed_anon_peak_mb": fixed_anon,
                                         "fixed_peak_rss_mb": {"records": FIXED_RECORDS, "ours": fixed},
+                                        "library_rss_mb": floors,
                                         "load_average": load, "runs": res}, args.json)
     return 0
 

@@ -72,3 +72,16 @@ def test_scaling_rows_come_only_from_the_file_named_in_this_run():
     scaling = {"benchmark": "scaling", "measurements": [{"name": "q"}], "measured_at": 1.0}
     assert run_all.written_by_this_run([scaling], {"scaling"}, started=1000.0) == [scaling]
     assert run_all.written_by_this_run([scaling], {"pii"}, started=1000.0) == []
+
+
+def test_the_dedup_memory_verdict_names_what_the_libraries_hold_before_any_data():
+    rows = _rows()
+    rows[-1]["comparisons"][0]["reference"] = 69.0
+    rows[-1]["detail"] = {"library_rss_mb": [["interpreter", 11.0], ["numpy + pyarrow", 70.0],
+                                             ["+ polars (import, a first query)", 152.0], ["+ numba (import)", 206.0]]}
+    line = next(x for x in run_all.target_lines(rows) if "dedup peak RSS" in x)
+    assert line.endswith("(target <= 2x: **not met**); ours' libraries alone hold 206 MB before any data "
+                         "(interpreter 11, numpy + pyarrow +59, polars (import, a first query) +82, numba (import) +54) "
+                         "against datatrove's 69 MB for its whole run")
+    # without the detail (an older results file) the verdict stands alone
+    assert next(x for x in run_all.target_lines(_rows()) if "dedup peak RSS" in x).endswith("**not met**)")
