@@ -316,6 +316,18 @@ _SSHPASS_OR_DOCKER_LOGIN = re.compile(r"(?<![\w-])(?:sshpass|docker[ \t]+login)(
 _REDIS_CLI = re.compile(r"(?<![\w-])redis-cli(?![\w-])")
 
 
+def _command_line_before(text: str, pos: int) -> str:
+    """The shell command `pos` is in, up to `pos`: its line and the lines before it that end in a `\`
+    continuation (found in review: `curl https://api.x.io \`, then `-u deploy:...` on the next line, was kept)."""
+    start = text.rfind("\n", 0, pos) + 1
+    while start > 0:
+        end = start - 2 if start >= 2 and text[start - 2] == "\r" else start - 1  # the char before the break
+        if end < 1 or text[end - 1] != "\\":
+            break
+        start = text.rfind("\n", 0, start - 1) + 1
+    return text[start:pos]
+
+
 def cli_password_ok(m: re.Match[str], text: str) -> bool:
     """A `-u user:pass` needs `curl` and a `-pPASS` needs `mysql` earlier on its line.
 
@@ -326,7 +338,7 @@ def cli_password_ok(m: re.Match[str], text: str) -> bool:
     """
     if m.group("v3") is not None:
         return param_ok(m.group("v3"))
-    line = text[text.rfind("\n", 0, m.start()) + 1:m.start()]
+    line = _command_line_before(text, m.start())
     if m.group("v4") is not None:
         flag = m.group(0).lstrip()[:2]
         if flag == "--":
@@ -829,10 +841,18 @@ DETECTORS: tuple[Detector, ...] = (
         + r"|" + _B + r"(?:GOCSPX-[A-Za-z0-9_-]{28}|glsa_[A-Za-z0-9]{32}_[0-9a-fA-F]{8}|NRAK-[A-Z0-9]{27}"
         r"|PMAK-[0-9a-f]{24}-[0-9a-f]{34}|lin_api_[A-Za-z0-9]{40}|sntryu_[0-9a-f]{64}|hvs\.[A-Za-z0-9_-]{90,}"
         r"|ATATT3[A-Za-z0-9_=-]{180,}|xoxe-1-[A-Za-z0-9-]{140,}|AGE-SECRET-KEY-1[0-9A-Z]{58}|dapi[0-9a-f]{32}(?:-\d)?"
-        r"|dp\.pt\.[A-Za-z0-9]{43})" + _E,
+        r"|dp\.pt\.[A-Za-z0-9]{43})" + _E
+        # left open in the last review, published formats: Telegram bot tokens (the bot's id, then 35
+        # characters from "AA"), Discord bot tokens (the base64 of the bot's numeric id, which starts
+        # M/N/O, a 6-character timestamp, an HMAC), Azure AD (Entra) client secrets ("<3>digitQ~...")
+        + r"|" + _B + r"\d{8,10}:AA[A-Za-z0-9_-]{31,33}(?![A-Za-z0-9_-])"
+        # (the id part holds a digit, as base64 of digits does, so a dotted CamelCase name never matches)
+        + r"|" + _B + r"[MNO](?=[A-Za-z]{0,24}\d)[A-Za-z0-9]{23,25}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}(?![A-Za-z0-9_-])"
+        + r"|(?<![A-Za-z0-9_~.])[A-Za-z0-9_~.]{3}\dQ~[A-Za-z0-9_~.-]{31,34}(?![A-Za-z0-9_~.-])",
         r"SG\.[A-Za-z0-9_-]{22}\.|npm_[A-Za-z0-9]{36}|pypi-AgEIcHlwaS5vcmc|hf_[A-Za-z0-9]{34}|SK[0-9a-fA-F]{32}"
         r"|shp(?:at|ca|pa|ss)_|do[opr]_v1_|key-[0-9a-z]{32}|AccountKey=|GOCSPX-|glsa_|NRAK-|PMAK-|lin_api_|sntryu_"
-        r"|hvs\.|ATATT3|xoxe-1-|AGE-SECRET-KEY-1|dapi[0-9a-f]{32}|dp\.pt\.", "<API_KEY>", priority=88,
+        r"|hvs\.|ATATT3|xoxe-1-|AGE-SECRET-KEY-1|dapi[0-9a-f]{32}|dp\.pt\.|\d{8}:AA|[MNO][A-Za-z0-9]{23}|\dQ~",
+        "<API_KEY>", priority=88,
     ),
     Detector(
         "jwt", "JWT", "secret",
@@ -893,7 +913,8 @@ DETECTORS: tuple[Detector, ...] = (
         # `--password=X`/`--password X` of any tool; `-p X` after `sshpass` or `docker login`, `-a X` after
         # `redis-cli` (found in review: `mysql --password=...`, `sshpass -p '...'`, `docker login -u d -p ...`)
         r"|(?<=[ \t])(?:--(?:password|passwd)(?:=|[ \t]+)|-p[ \t]+|-a[ \t]+)[\"']?(?P<v4>[^\s\"'$<{-][^\s\"']{3,199})",
-        r"curl[^\n]*(?:-u|--user)[ \t]|mysql[^\n]*[ \t]-p[^\s]|(?:PASSWORD|PASSWD|SECRET|TOKEN|API_KEY)=[^\s]"
+        r"curl(?:[^\n]|\\\r?\n)*(?:-u|--user)[ \t]|mysql(?:[^\n]|\\\r?\n)*[ \t]-p[^\s]"
+        r"|(?:PASSWORD|PASSWD|SECRET|TOKEN|API_KEY)=[^\s]"
         r"|--password|--passwd|sshpass|docker login|redis-cli",
         "<SECRET>", validate=cli_password_ok, priority=58,
     ),
