@@ -770,8 +770,13 @@ DETECTORS: tuple[Detector, ...] = (
         # the body up to its END never crosses another BEGIN: every BEGIN without an END scanned to the end
         # of the text, so a line of 14,000 BEGINs took 40 s and grew with the square (found in review)
         r"-----BEGIN[A-Z ]{0,40}PRIVATE KEY(?: BLOCK)?-----(?:(?:(?!-----BEGIN).)*?-----END[A-Z ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
-        r"|(?:\\n|[A-Za-z0-9+/=\s\\\"'])*)",
-        r"-----BEGIN[A-Z ]{0,40}PRIVATE KEY", "<PRIVATE_KEY>", flags=re.DOTALL, priority=100,
+        r"|(?:\\n|[A-Za-z0-9+/=\s\\\"'])*)"
+        # PuTTY's .ppk private block and a .NET `RSAKeyValue` holding the private exponent `<D>` (left open in
+        # the last review): the lines after `Private-Lines: N` (also as a JSON string's `\n`), the whole element
+        r"|Private-Lines:[ \t]*\d+[ \t]*(?:\r?\n|\\n)(?:[A-Za-z0-9+/=]{4,}[ \t]*(?:\r?\n|\\n|$))+"
+        r"|<RSAKeyValue>(?:(?!</?RSAKeyValue>).){0,8000}?<D>[A-Za-z0-9+/=\s]{16,}</D>"
+        r"(?:(?!</?RSAKeyValue>).){0,8000}?</RSAKeyValue>",
+        r"-----BEGIN[A-Z ]{0,40}PRIVATE KEY|Private-Lines:|<RSAKeyValue>", "<PRIVATE_KEY>", flags=re.DOTALL, priority=100,
         default_policy="drop", multiline=True,
     ),
     Detector(
