@@ -54,7 +54,7 @@ def test_target_verdicts_are_computed_from_the_rows_with_ratios_turned_the_right
 
 def test_a_target_without_its_row_says_so():
     lines = run_all.target_lines([])
-    assert sum("no row" in line for line in lines) == 5
+    assert sum("no row" in line for line in lines) == 6
     assert not any("met" in line for line in lines)
 
 
@@ -85,3 +85,19 @@ def test_the_dedup_memory_verdict_names_what_the_libraries_hold_before_any_data(
                          "against datatrove's 69 MB for its whole run")
     # without the detail (an older results file) the verdict stands alone
     assert next(x for x in run_all.target_lines(_rows()) if "dedup peak RSS" in x).endswith("**not met**)")
+
+
+def test_the_cold_start_verdict_reads_the_quickstart_runs_own_timing():
+    rows = _rows()
+    cold = {"numba_compile_s": 0.0, "workers_numba_compile_s": 0.3, "worker_startup_cpu_s": 0.42,
+            "worker_startup_rss_mb": 89.7, "total_s": 97.0, "unnamed_s": 0.05}
+    rows[0]["measurements"][0]["numbers"]["cold_start"] = cold
+    line = next(x for x in run_all.target_lines(rows) if "cold start" in x)
+    assert line == ("- cold start, 100k quickstart: kernels compiled 0.3 s in the largest case (the command's process, "
+                    "or the pool's workers summed; target <= 1 s per process), a pool worker's start-up before any "
+                    "data 0.42 CPU-s and 90 MB (targets <= 1.5 and <= 300), seconds in no named phase of _run.json "
+                    "0.05 of 97.0 (target <= 1%): met")
+    for key, bad in (("workers_numba_compile_s", 16.0), ("worker_startup_cpu_s", 1.6), ("worker_startup_rss_mb", 590),
+                     ("unnamed_s", 2.0)):
+        rows[0]["measurements"][0]["numbers"]["cold_start"] = {**cold, key: bad}
+        assert next(x for x in run_all.target_lines(rows) if "cold start" in x).endswith("**not met**"), key
