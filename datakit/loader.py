@@ -326,7 +326,9 @@ class PackedDataset:
         at the first token of every segment after the first (HF convention: the
         model shifts labels, so this stops predictions across a document
         boundary); position_ids restart at 0 in every segment (what HF
-        transformers derives flash-attention varlen boundaries from);
+        transformers derives flash-attention varlen boundaries from; it keeps
+        documents apart by them only with the model's KV cache off,
+        `use_cache=False`, or flash_attention_2: docs/packed_format.md);
         cu_seqlens int32 [max_segments + 1] = segment starts + [seq_len]
         (padding is its own final segment), then seq_len repeated up to the
         fixed length (zero-length segments, which varlen kernels accept);

@@ -71,3 +71,16 @@ def test_indexed_and_gpt_dataset_read_our_ids(tmp_path):
             assert np.array_equal(text, stream[lo:lo + 65]), i
             full += 1
     assert full >= len(g) - 1 > 10
+
+
+def test_a_shard_without_documents_is_no_data_prefix(tmp_path):
+    """Found in review: 40 events over 8 shards left shard 6 empty; its 0-byte .bin was still listed in
+    `data_prefixes`, and megatron-core's IndexedDataset ("cannot mmap an empty file") stopped a trainer given
+    the manifest's list, as the docs say to pass it. Every listed prefix opens now; masks stay aligned."""
+    records = table(code_records(5, max_chars=300))
+    cfg = TokenizeConfig(tokenizer=TOKENIZER, seq_len=64)
+    m = build_dataset(records, str(tmp_path / "meg"), cfg, shards=8, format="megatron")
+    empty = [s["shard"] for s in m["shards"] if s["documents"] == 0]
+    assert empty and len(m["data_prefixes"]) == 8 - len(empty) == len(m["loss_mask_prefixes"])
+    assert not any(f"tokens-{s:05d}" in p for s in empty for p in m["data_prefixes"])
+    assert sum(len(indexed.IndexedDataset(str(tmp_path / "meg" / p))) for p in m["data_prefixes"]) == 5

@@ -265,11 +265,14 @@ def test_a_snapshot_with_another_token_layout_is_refused_before_any_work(tmp_pat
     assert named.is_file() and load_tokenizer(str(named)).sha256 == top["tokenizer"]["sha256"]
 
 
-@pytest.mark.parametrize("fmt", ["packed", "mds", "megatron"])
+@pytest.mark.parametrize("fmt", ["packed", "mds", "megatron", "parquet"])
 def test_every_token_format_appends_with_the_same_settings_and_a_reader_survives_the_append(tmp_path, fmt):
     """Found in review of the token-layout check: mds manifests always say int32 and megatron's hold no pad
     id, so a second day with the same settings was refused; and the loader's rewrite check failed a reader
-    of the union after a nightly append, which rewrites only the top manifest (the shards it read stay)."""
+    of the union after a nightly append, which rewrites only the top manifest (the shards it read stay).
+    Tokenized Parquet (found in a later review) recorded no token layout at all, so its second day was
+    refused as "seq_len None there"; it records the tokenizer and seq_len now, and another tokenizer is
+    refused for what it is."""
     from datakit.loader import PackedDataset
     from tests.stages.test_tokenize import TOKENIZER
 
@@ -294,6 +297,19 @@ def test_every_token_format_appends_with_the_same_settings_and_a_reader_survives
     if union is not None:
         last = union[len(union) - 1]  # day 2's last sequence, unchanged on disk by day 3's append
         assert len(last["input_ids"]) == 64
+    if fmt == "parquet":
+        from datakit.stages.tokenize.tokenizers import load_tokenizer
+
+        assert len(ids(tmp_path / "o")) == len(DAY1) + len(DAY2) + len(DAY3)
+        assert top["tokenizer"]["sha256"] == load_tokenizer(TOKENIZER).sha256 and top["seq_len"] == 64
+        text = json.loads(open(TOKENIZER).read())
+        text["model"]["merges"] = text["model"]["merges"][:-1]
+        (tmp_path / "other.json").write_text(json.dumps(text))
+        p = day_pipeline(tmp_path, "2026-11-04", DAY3, stages=({**tok, "tokenizer": str(tmp_path / "other.json")},),
+                         out="o")
+        p.config.output.format = fmt
+        with pytest.raises(SnapshotError, match="another token layout \\(tokenizer sha256"):
+            p.run(workers=1)
 
 
 def test_crash_inside_the_engine_then_rerun_completes(tmp_path, monkeypatch):

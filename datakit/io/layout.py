@@ -23,6 +23,7 @@ from datakit.io.fs import filesystem
 
 DATA_PREFIX = "data"
 CARD = "README.md"
+TOKENIZER_FILE = "tokenizer.json"  # the effective tokenizer of tokenized outputs (manifest `tokenizer.file`)
 
 
 def data_file(name: str) -> str:
@@ -153,6 +154,19 @@ here until its `manifest.json` is written again (rerun the pipeline).
 def write_card(out: str, manifest: dict[str, Any]) -> None:
     """Write OUT/README.md atomically (before the manifest: the manifest stays the last file written)."""
     write_bytes_atomic(f"{out.rstrip('/')}/{CARD}", card_text(manifest).encode())
+
+
+def remove_root_file(out: str, name: str) -> bool:
+    """Remove OUT/`name` if it is there (a root file the new manifest does not describe); True if removed.
+
+    Why: a rerun into the same folder replaced the data and the manifest but left the earlier run's
+    `tokenizer.json` when the new run wrote none (records, or tokenized Parquet before it named its
+    tokenizer): a trainer decoding the new ids with it read garbage (found in review)."""
+    fs, p = filesystem(f"{out.rstrip('/')}/{name}")
+    if not fs.exists(p):
+        return False
+    fs.rm(p)
+    return True
 
 
 def prune_data(out: str, keep: list[str]) -> list[str]:

@@ -14,6 +14,7 @@ seq_len), it is reused (checksum verified) instead of rewritten. Formats registe
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 from typing import Any, Callable, Protocol
 
@@ -25,7 +26,7 @@ import xxhash
 
 from datakit.io.atomic import atomic_path, sha256_file, write_json_atomic
 from datakit.io.fs import arrow_filesystem, filesystem
-from datakit.io.layout import data_file, manifest_files, prune_data, write_card
+from datakit.io.layout import TOKENIZER_FILE, data_file, manifest_files, prune_data, remove_root_file, write_card
 from datakit.io.take import copies_by_row, take_rows
 from datakit.plan import SinkSpec
 
@@ -196,8 +197,6 @@ def known_formats() -> list[str]:
 
 def writer_for(fmt: str) -> ShardWriter:
     if fmt not in _WRITERS and fmt in _LAZY:
-        import importlib
-
         importlib.import_module(_LAZY[fmt])
     try:
         return _WRITERS[fmt]()
@@ -235,7 +234,11 @@ class ParquetShardWriter:
         return {"files": [fname], "rows": table.num_rows}
 
     def manifest_extra(self, spec: SinkSpec, shards: list[dict[str, Any]]) -> dict[str, Any]:
-        return {}
+        if "vocab_size" not in (spec.options or {}):
+            return {}
+        # tokenized records: the tokenizer and seq_len, from the tokenize writers (loaded by name, as
+        # `writer_for` loads them: io never imports a stage)
+        return importlib.import_module(_LAZY["packed"]).tokenized_parquet_manifest(spec, shards)
 
 
 def shard_reuse_key(spec: SinkSpec) -> str:
@@ -372,6 +375,8 @@ def commit(spec: SinkSpec, shards: list[dict[str, Any]], manifest: dict[str, Any
     if extra_files:
         body["dataset_files"] = {"files": extra_files, "sha256": {f: sha256_file(f"{out}/{f}") for f in extra_files},
                                  "bytes": _sizes(out, extra_files)}
+    if (body.get("tokenizer") or {}).get("file") != TOKENIZER_FILE:
+        remove_root_file(out, TOKENIZER_FILE)  # an earlier run's, beside ids it did not make (found in review)
     write_card(out, body)
     write_json_atomic(f"{out}/manifest.json", body)
     prune_data(out, manifest_files(body))

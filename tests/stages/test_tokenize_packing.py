@@ -498,3 +498,31 @@ def test_packed_output_without_tokenize_stage_fails_at_compile(tmp_path):
          .output(str(tmp_path / "out"), format="packed"))
     with pytest.raises(PipelineError, match="needs a tokenize stage"):
         p.compile()
+
+
+def test_tokenized_parquet_names_and_ships_its_tokenizer_and_a_rerun_leaves_no_other(tmp_path):
+    """Found in review: `format: parquet` after tokenize wrote no tokenizer.json and no manifest record, while its
+    ids held the chat markers the stage adds (ids at and above the base vocabulary, which the configured
+    tokenizer decodes as nothing); and a rerun into a folder that held another run's tokenizer.json kept it
+    beside the new rows. Now the manifest names the tokenizer and seq_len, the effective tokenizer.json decodes
+    every id, and a commit whose manifest names no tokenizer file removes the old one."""
+    from tokenizers import Tokenizer
+
+    from datakit.io.sinks import SinkSpec, commit, write_shard
+
+    rows = [sft_record("s0", [("user", "fix the bug in parse()"), ("assistant", "def parse(s):\n    return s")])]
+    rows += code_records(3, max_chars=400)
+    out = tmp_path / "tp"
+    m = build_dataset(table(rows), str(out), TokenizeConfig(tokenizer=TOKENIZER, seq_len=256), format="parquet")
+    assert m["seq_len"] == 256 and m["tokenizer"]["file"] == "tokenizer.json"
+    assert m["tokenizer"]["sha256"] == load_tokenizer(TOKENIZER).sha256
+    base = Tokenizer.from_file(TOKENIZER).get_vocab_size(with_added_tokens=True)
+    shipped = Tokenizer.from_file(str(out / "tokenizer.json"))
+    ids = [i for r in pq.read_table(out / "data" / "part-00000.parquet").column("input_ids").to_pylist() for i in r]
+    assert max(ids) >= base  # the chat markers: outside the configured file, inside the shipped one
+    assert all(shipped.id_to_token(i) is not None for i in ids)
+    assert "<|user|>" in shipped.decode(ids, skip_special_tokens=False)
+
+    plain = SinkSpec(path=str(out), format="parquet", shards=1, options={})
+    commit(plain, [write_shard(table(code_records(2, max_chars=200)), 0, plain)], {})
+    assert not (out / "tokenizer.json").exists() and "tokenizer" not in json.loads((out / "manifest.json").read_text())

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from datakit.io.atomic import atomic_path, write_bytes_atomic
 from datakit.io.fs import filesystem
-from datakit.io.layout import data_file
+from datakit.io.layout import TOKENIZER_FILE, data_file
 from datakit.io.sinks import register_writer, write_parquet
 from datakit.plan import SinkSpec
 from datakit.stages.tokenize.encode import PREFERENCE_COLUMNS
@@ -140,9 +140,22 @@ def _manifest_common(spec: SinkSpec, o: dict[str, Any], shards: list[dict[str, A
             raise RuntimeError(f"tokenizer {o['tokenizer']!r} changed while the pipeline ran (sha256 differs)")
         text = tok.to_json()
         if text is not None:
-            write_bytes_atomic(f"{spec.path.rstrip('/')}/tokenizer.json", text.encode())
-            tokenizer["file"] = "tokenizer.json"
+            write_bytes_atomic(f"{spec.path.rstrip('/')}/{TOKENIZER_FILE}", text.encode())
+            tokenizer["file"] = TOKENIZER_FILE
     return tokenizer
+
+
+def tokenized_parquet_manifest(spec: SinkSpec, shards: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a `format: parquet` manifest of tokenized records says of its tokens, as the token formats do:
+    the tokenizer (name, sha256, vocabulary, special and added tokens; its effective `tokenizer.json`
+    written beside the data) and the `seq_len` the stage encoded for.
+
+    Why: found in review, tokenized Parquet named no tokenizer at all, while its `input_ids` held the
+    chat markers the stage adds (ids at and above the base vocabulary: 5,766 of them in one small run),
+    which the tokenizer a trainer would load decodes as nothing; and an append-mode dataset refused its
+    second day, since the committed snapshot recorded no token layout to compare with."""
+    o = _options(spec)
+    return {"seq_len": int(o["seq_len"]), "tokenizer": _manifest_common(spec, o, shards)}
 
 
 def _sum(shards: list[dict[str, Any]], key: str) -> int:
@@ -315,16 +328,20 @@ class MegatronShardWriter:
 
     def manifest_extra(self, spec: SinkSpec, shards: list[dict[str, Any]]) -> dict[str, Any]:
         o = _options(spec)
+        # a shard without documents is not a prefix: its 0-byte .bin is what megatron-core's IndexedDataset
+        # cannot map ("cannot mmap an empty file", found in review: 40 events over 8 shards), so the manifest's
+        # list, passed to --data-path as the docs say, failed at start-up
+        with_docs = [s for s in sorted(shards, key=lambda s: s["shard"]) if s.get("documents", 1)]
         return {
             "layout": "megatron.mmidx.v1",
             "tokenizer": _manifest_common(spec, o, shards),
             "dtype": megatron_dtype(int(o["vocab_size"])).name,
             "seq_len": int(o["seq_len"]),
-            "data_prefixes": [data_file(f"tokens-{s['shard']:05d}") for s in sorted(shards, key=lambda s: s["shard"])],
+            "data_prefixes": [data_file(f"tokens-{s['shard']:05d}") for s in with_docs],
             # aligned with data_prefixes: the shard's mask dataset, or null where every token carries loss
             # (found in review: a mask was written only for shards with an untrained token, and a reader
             # pairing masks with token files had no list to tell which shards have one)
-            "loss_mask_prefixes": [_mask_prefix(s) for s in sorted(shards, key=lambda s: s["shard"])],
+            "loss_mask_prefixes": [_mask_prefix(s) for s in with_docs],
             "totals": {"documents": _sum(shards, "documents"), "tokens": _sum(shards, "tokens"),
                        "loss_tokens": _sum(shards, "loss_tokens"),
                        "preference_pairs": _sum(shards, "preference_pairs")},
