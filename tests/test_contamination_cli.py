@@ -809,3 +809,166 @@ def test_the_same_data_through_a_link_its_index_or_a_glob_is_counted_once(data, 
         report = json.loads((tmp_path / "r.json").read_text())
         assert sum(d["documents"] for d in report["data"]) == 7, (extra, report["data"])
         assert all(c["documents"] in (None, 0, 1) for c in report["evals"][0]["contaminated"]), extra  # None, 0: via an index
+
+
+# -- found in the eval engineer's review (session 45) -------------------------------------------------
+
+def _leak(i: int) -> str:
+    he = _he()[i]
+    return he["prompt"] + he["canonical_solution"]
+
+
+def test_every_generic_text_column_is_scanned_and_named_in_the_report(tmp_path):
+    """MBPP's shape, {"text": instruction, "code": solution}: only `text` was read, 10 HumanEval solutions under
+    `code` checked clean; a Parquet row with `text` null and its text under `content` was not read either."""
+    rows = [{"doc_id": f"d{i}", "text": "Write a function.", "code": _leak(i)} for i in range(3)]
+    pq.write_table(pa.Table.from_pylist(rows), str(tmp_path / "mbpp.parquet"))
+    (tmp_path / "mbpp.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    nulls = [{"doc_id": "n", "text": None, "content": _leak(5)}, {"doc_id": "m", "text": "x = 1", "content": None}]
+    pq.write_table(pa.Table.from_pylist(nulls), str(tmp_path / "nulls.parquet"))
+    for name in ("mbpp.parquet", "mbpp.jsonl", "nulls.parquet"):
+        out = tmp_path / f"{name}.json"
+        r = run("--data", str(tmp_path / name), "--eval", "humaneval", "--json", str(out), "-q")
+        assert r.exit_code == 1, (name, r.output)
+        assert json.loads(out.read_text())["data"][0]["text_columns"] == (["content", "text"] if "nulls" in name
+                                                                           else ["code", "text"])
+    # named on the command line: read as named
+    assert run("--data", str(tmp_path / "mbpp.parquet"), "--eval", "humaneval", "--text-field", "text",
+               "-q").exit_code == 0
+
+
+def test_an_index_with_other_settings_never_sets_how_other_data_is_scanned(tmp_path):
+    """A 40-gram index beside one folder made the whole check look for 40-grams, the scan of another folder
+    holding a verbatim HumanEval solution included: exit 0. Now an index beside data is used only with the
+    check's own settings, and one named directly lends its settings only to a check of nothing else."""
+    from datakit.indexing import build_index
+
+    he = _he()[10]
+    (tmp_path / "leaky").mkdir()
+    (tmp_path / "other").mkdir()
+    pq.write_table(pa.table({"doc_id": ["leak"], "text": [he["prompt"].split('"""')[0] + he["canonical_solution"]]}),
+                   str(tmp_path / "leaky" / "p.parquet"))
+    pq.write_table(pa.table({"doc_id": ["o"], "text": ["def f(x):\n    return x + 1\n"]}),
+                   str(tmp_path / "other" / "p.parquet"))
+    build_index(str(tmp_path / "other"), str(tmp_path / "other" / "_ngram_index"), ngram=40)
+    out = tmp_path / "r.json"
+    r = run("--data", str(tmp_path / "other"), "--data", str(tmp_path / "leaky"), "--eval", "humaneval",
+            "--json", str(out), "-q")
+    report = json.loads(out.read_text())
+    assert r.exit_code == 1 and report["settings"]["ngram"] == 13 and {d["mode"] for d in report["data"]} == {"scan"}
+    build_index(str(tmp_path / "leaky"), str(tmp_path / "leaky" / "_ngram_index"), ngram=40)
+    assert run("--data", str(tmp_path / "leaky"), "--eval", "humaneval", "-q").exit_code == 1  # scanned at 13
+    r = run("--data", str(tmp_path / "other" / "_ngram_index"), "--data", str(tmp_path / "leaky" / "p.parquet"),
+            "--eval", "humaneval")
+    _one_line_error(r, "ngram=40", "is scanned", "--ngram 40")
+
+
+def test_an_index_named_directly_is_refused_for_another_text_field(tmp_path):
+    """An index of `meta` only, named with --text-field segments, answered clean (a scan found the items)."""
+    from datakit.indexing import build_index
+
+    (tmp_path / "ds").mkdir()
+    pq.write_table(pa.table({"doc_id": ["a"], "meta": ["notes"], "body": [_leak(7)]}), str(tmp_path / "ds" / "p.parquet"))
+    build_index(str(tmp_path / "ds"), str(tmp_path / "idx"), text_fields=["meta"])
+    _one_line_error(run("--data", str(tmp_path / "idx"), "--eval", "humaneval", "--text-field", "body"),
+                    "index built from the text of meta", "--text-field body")
+    out = tmp_path / "r.json"
+    assert run("--data", str(tmp_path / "idx"), "--eval", "humaneval", "--json", str(out), "-q").exit_code == 0
+    assert json.loads(out.read_text())["data"][0]["text_fields"] == ["meta"]  # the report says what it answered for
+
+
+def test_a_packed_dataset_beside_another_tokenizer_is_refused_not_decoded(tmp_path):
+    """Another tokenizer.json beside packed tokens decoded them to garbage: clean, exit 0 (the original: exit 1)."""
+    from datakit.stages.tokenize.direct import build_dataset
+    from datakit.stages.tokenize.stage import TokenizeConfig
+    from tests.stages.test_tokenize import TOKENIZER
+
+    recs = pa.Table.from_pylist([_rec("leak", _leak(11))] + [_rec(f"c{i}", f"x = {i}\n") for i in range(3)],
+                                schema=TRAINING_RECORD_V1)
+    build_dataset(recs, str(tmp_path / "packed"), TokenizeConfig(tokenizer=TOKENIZER, seq_len=512))
+    assert run("--data", str(tmp_path / "packed"), "--eval", "humaneval", "-q").exit_code == 1
+    tok = json.loads((tmp_path / "packed" / "tokenizer.json").read_text())
+    tok["model"]["merges"] = tok["model"]["merges"][:-1]
+    (tmp_path / "packed" / "tokenizer.json").write_text(json.dumps(tok))
+    _one_line_error(run("--data", str(tmp_path / "packed"), "--eval", "humaneval"),
+                    "is not the tokenizer the tokens were made with")
+
+
+def test_a_reader_that_stops_early_does_not_turn_clean_into_contaminated(data):
+    """`contamination-check ... | head -1` on clean data exited 1 (rich's answer to a broken pipe), no message."""
+    p = subprocess.Popen([sys.executable, "-m", "datakit.cli", "contamination-check", "--data",
+                          str(data / "clean.parquet"), "--eval", "humaneval", "--examples", "3"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.readline()
+    p.stdout.close()  # the reader goes away before the table is written
+    _, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err.decode()[-2000:]
+
+
+def test_a_duplicated_eval_item_keeps_the_boilerplate_filter_and_the_item_ids(tmp_path):
+    """HumanEval/20 twice in an eval file: every n-gram of it counted as shared, the blind-item guard kept them
+    all, boilerplate included, and data holding only HumanEval/0 was reported as leaking HumanEval/20 too."""
+    he = _he()
+    keep = lambda r: {k: r[k] for k in ("task_id", "prompt", "canonical_solution")}  # noqa: E731
+    (tmp_path / "once.jsonl").write_text("".join(json.dumps(keep(r)) + "\n" for r in he))
+    (tmp_path / "dup.jsonl").write_text("".join(json.dumps(keep(r)) + "\n" for r in he + [he[20]]))
+    pq.write_table(pa.table({"doc_id": ["leak0"], "text": [_leak(0)]}), str(tmp_path / "d.parquet"))
+    found = {}
+    for ev in ("once", "dup"):
+        out = tmp_path / f"{ev}.json"
+        assert run("--data", str(tmp_path / "d.parquet"), "--eval", str(tmp_path / f"{ev}.jsonl"), "--json",
+                   str(out), "-q").exit_code == 1
+        found[ev] = [i["eval_id"] for i in json.loads(out.read_text())["evals"][0]["contaminated"]]
+    assert found["once"] == found["dup"] == ["HumanEval/0"]
+
+
+def test_compressed_json_lines_in_a_folder_are_read_and_other_files_are_named(tmp_path):
+    """A folder's `shard-0001.json.gz` (Dolma's naming), `shard-0003.jsonl.bz2` and `shard-0002.json` were skipped
+    without a word: one clean Parquet file read, exit 0. Compressed JSON Lines are read now; a file of another
+    type is named in a warning and in the report."""
+    import bz2
+
+    d = tmp_path / "train"
+    d.mkdir()
+    pq.write_table(pa.table({"doc_id": ["c"], "text": ["x = 1\n"]}), str(d / "clean.parquet"))
+    with gzip.open(d / "shard-0001.json.gz", "wt") as f:
+        f.write(json.dumps({"id": "g", "text": _leak(1)}) + "\n")
+    (d / "shard-0003.jsonl.bz2").write_bytes(bz2.compress((json.dumps({"id": "b", "text": _leak(3)}) + "\n").encode()))
+    (d / "shard-0002.json").write_text(json.dumps({"id": "j", "text": _leak(2)}) + "\n")
+    (d / "README.md").write_text("# notes\n")
+    out = tmp_path / "r.json"
+    r = run("--data", str(d), "--eval", "humaneval", "--json", str(out))
+    assert r.exit_code == 1 and "1 file(s) not read" in r.output and "shard-0002.json" in r.output
+    report = json.loads(out.read_text())
+    assert {i["eval_id"] for i in report["evals"][0]["contaminated"]} == {"HumanEval/1", "HumanEval/3"}
+    # (a README.md at the folder's root is a dataset card, not data: not named)
+    assert report["data"][0]["ignored_files"] == 1 and report["data"][0]["ignored_examples"] == ["shard-0002.json"]
+
+
+def test_a_line_with_a_byte_that_is_not_utf8_is_still_scanned(tmp_path):
+    """One latin-1 `é` in a comment made the whole JSON line unreadable, and the HumanEval item in it unread."""
+    line = json.dumps({"id": "x", "text": "# caf\u00e9\n" + _leak(3)}, ensure_ascii=False).encode("utf-8")
+    (tmp_path / "d.jsonl").write_bytes(line.replace("é".encode(), b"\xe9") + b"\n")
+    out = tmp_path / "r.json"
+    r = run("--data", str(tmp_path / "d.jsonl"), "--eval", "humaneval", "--json", str(out))
+    assert r.exit_code == 1 and "not UTF-8" in r.output
+    assert json.loads(out.read_text())["data"][0]["lines_not_utf8"] == 1
+
+
+def test_an_item_found_only_through_an_index_has_no_document_count_and_examples_must_not_be_negative(tmp_path):
+    from datakit.indexing import build_index
+
+    (tmp_path / "ia").mkdir()
+    (tmp_path / "clean").mkdir()
+    pq.write_table(pa.table({"doc_id": ["leak"], "text": [_leak(10)]}), str(tmp_path / "ia" / "p.parquet"))
+    pq.write_table(pa.table({"doc_id": ["c"], "text": ["x = 1\n"]}), str(tmp_path / "clean" / "p.parquet"))
+    build_index(str(tmp_path / "ia"), str(tmp_path / "ia" / "_ngram_index"))
+    out = tmp_path / "r.json"
+    assert run("--data", str(tmp_path / "ia"), "--data", str(tmp_path / "clean"), "--eval", "humaneval", "--json",
+               str(out), "-q").exit_code == 1
+    assert [i["documents"] for i in json.loads(out.read_text())["evals"][0]["contaminated"]] == [None]
+    # a file:// URL of the same folder uses its index too (its names were never made relative: always "changed")
+    assert run("--data", f"file://{tmp_path / 'ia'}", "--eval", "humaneval", "--json", str(out), "-q").exit_code == 1
+    assert json.loads(out.read_text())["data"][0]["mode"] == "index"
+    _one_line_error(run("--data", str(tmp_path / "clean"), "--eval", "humaneval", "--examples", "-1"),
+                    "--examples must be 0 or more")

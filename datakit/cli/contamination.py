@@ -72,6 +72,12 @@ def contamination_check(
 
     if json_out == "-" and html_out == "-":  # found in review: JSON then HTML on one stream, exit 1
         _fail("--json - and --html - both write to standard output; give one of them a file")
+    if examples < 0:  # (found in review: -1 was taken)
+        _fail(f"--examples must be 0 or more (got {examples})")
+    if quiet:
+        from datakit import progress
+
+        progress.configure("off")
     norms = _normalizations(normalize)
     try:
         from datakit.stages.decontaminate.check import check
@@ -95,16 +101,37 @@ def contamination_check(
         _fail_storage(e, list(data))
         _fail_unexpected(e)
     if not quiet:
-        from rich.console import Console
-
         try:  # a report sent to standard output (`--json -`) keeps it to itself: the table goes to stderr
-            res.print_table(Console(stderr="-" in (json_out, html_out)), examples=examples)
+            res.print_table(_table_console(stderr="-" in (json_out, html_out)), examples=examples)
         except Exception as e:
             _fail_unexpected(e)
     from datakit.cli import _COMMAND_DONE
 
     _COMMAND_DONE.append(True)  # its files and table are complete: `command` may end the process at once
     raise typer.Exit(res.exit_code)
+
+
+def _table_console(stderr: bool):
+    """A rich Console for the verdict table that, when its reader goes away (`... | head -1`), stops
+    printing and lets the command exit with its verdict.
+
+    Why: rich's default answer to a broken pipe is `SystemExit(1)`, and 1 is this gate's "contaminated":
+    clean data piped into `head -1` exited 1 with no message (found in review). The table is a view of
+    the verdict; losing its reader changes nothing about it."""
+    import os
+
+    from rich.console import Console
+
+    class _TableConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            try:  # later writes (and the interpreter's last flush) go nowhere instead of failing again
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, self.file.fileno())
+            except (OSError, ValueError):
+                pass
+
+    return _TableConsole(stderr=stderr)
 
 
 def _eval_fields(values: Optional[List[str]]) -> dict[str | None, list[str]] | None:

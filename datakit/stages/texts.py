@@ -52,10 +52,17 @@ __all__ = ["RECORD_TEXT_COLUMNS", "PREFERENCE_TEXT_COLUMNS", "GENERIC_TEXT_FIELD
 _FIM_ROLES_ORDERED = pa.array(np.array(FIM_ROLES), pa.string())
 
 
-def text_columns(names: Sequence[str], text_fields: Sequence[str] | None = None) -> list[str]:
+def text_columns(names: Sequence[str], text_fields: Sequence[str] | None = None,
+                 every_generic: bool = False) -> list[str]:
     """The columns holding the text: `text_fields` if given (KeyError naming a missing one), else a
     training record's RECORD_TEXT_COLUMNS that are present, else a preference output's
-    PREFERENCE_TEXT_COLUMNS, else the first GENERIC_TEXT_FIELDS column; [] when there is none."""
+    PREFERENCE_TEXT_COLUMNS, else the first GENERIC_TEXT_FIELDS column (`every_generic`: each one
+    present); [] when there is none.
+
+    `every_generic` is the contamination check's reading: a row of MBPP's shape holds the instruction
+    under `text` and the solution under `code`, and the check read only `text` (found in review: 10
+    HumanEval solutions under `code` checked clean). The stages keep the first column: which text a
+    dedup or tokenize stage reads decides its output, and it is the document's text, not any text."""
     if text_fields:
         missing = [f for f in text_fields if f not in names]
         if missing:
@@ -65,7 +72,8 @@ def text_columns(names: Sequence[str], text_fields: Sequence[str] | None = None)
         return [c for c in RECORD_TEXT_COLUMNS if c in names]
     if all(c in names for c in PREFERENCE_TEXT_COLUMNS):
         return list(PREFERENCE_TEXT_COLUMNS)
-    return [c for c in GENERIC_TEXT_FIELDS if c in names][:1]
+    present = [c for c in GENERIC_TEXT_FIELDS if c in names]
+    return present if every_generic else present[:1]
 
 
 @dataclass

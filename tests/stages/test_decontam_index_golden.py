@@ -149,6 +149,7 @@ def test_index_bytes_equal_the_pre_plan_build(inputs, tmp_path, case):
     # the lexer's version is recorded now (an index of another lexer is stale): the rest is as before
     assert meta.pop("lexer") == LEXER_VERSION
     assert meta.pop("json_lists") == "elements"  # how a JSON row's list is read (each element a text), recorded too
+    assert meta.pop("generic_text") == "every"  # every text/content/code column read when none is named
     if src == "mixed":  # its unreadable lines are recorded now (the check says them): the rest is as before
         assert meta.pop("skipped_lines") > 0
     else:

@@ -110,7 +110,7 @@ def reference_build_index(dataset_path: str | Sequence[str], out_path: str, ngra
         fp_rate = n_unique / float(2 ** (b + fingerprint_bits))
         meta = {
             "format": INDEX_FORMAT, "format_version": INDEX_VERSION,
-            "ngram": int(ngram), "normalizations": names_of(flags), "hash": "fnv1a-fmix64/window-v1", "lexer": 2, "json_lists": "elements",
+            "ngram": int(ngram), "normalizations": names_of(flags), "hash": "fnv1a-fmix64/window-v1", "lexer": 2, "json_lists": "elements", "generic_text": "every",
             "ngrams": int(n_unique), "bucket_bits": b, "fingerprint_bits": fingerprint_bits,
             "offsets_dtype": off_dtype, "fingerprints_dtype": fp_dtype,
             "fp_rate_per_ngram": fp_rate,

@@ -25,6 +25,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
+from datakit import progress
 from datakit.io.fs import InputError, expand, filesystem
 from datakit.io.verify import verify_if_committed
 from datakit.io.records import (DATA_SUFFIXES, LINE_COLUMN, data_files, is_packed, iter_tables, packed_preference_files,
@@ -128,7 +129,7 @@ class Columns:
 
     def __call__(self, names: Sequence[str], url: str) -> list[str]:
         try:
-            wanted = text_columns(names, self.text_fields)
+            wanted = text_columns(names, self.text_fields, every_generic=True)
         except KeyError as e:
             raise InputError(f"{url}: {e.args[0]}") from None
         if not wanted:
@@ -138,9 +139,11 @@ class Columns:
         return ([id_col] if id_col else []) + wanted
 
     def fallbacks(self, column: str) -> tuple[str, ...]:
-        """The other keys a JSON row may hold `column`'s text under (io/records._rows_table): the generic
-        text fields, when the text column was chosen automatically."""
-        return GENERIC_TEXT_FIELDS if self.text_fields is None and column in GENERIC_TEXT_FIELDS else ()
+        """The other keys a JSON row may hold `column`'s text under (io/records._rows_table): none. Every
+        generic text key of a batch is a column of its own when the columns are chosen automatically
+        (`text_columns(every_generic=True)`), so a row holding its text under `content` in a batch whose
+        other rows use `text` is read under `content`, as a Parquet file with both columns is."""
+        return ()
 
 
 def to_text_batch(url: str, rb: pa.RecordBatch | pa.Table, first_row: int,
@@ -151,7 +154,7 @@ def to_text_batch(url: str, rb: pa.RecordBatch | pa.Table, first_row: int,
     if isinstance(doc_col, pa.ChunkedArray):
         doc_col = doc_col.combine_chunks()
     try:
-        sources = text_sources(rb, text_fields)
+        sources = text_sources(rb, text_fields, every_generic=not text_fields)
     except (KeyError, TypeError) as e:  # a column missing, or one whose type holds no text
         raise InputError(f"{url}: {e.args[0]}") from None
     lines = rb.column(LINE_COLUMN) if LINE_COLUMN in names else None
@@ -263,6 +266,7 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
             via_index.setdefault(group, idx.path)
             entry = {"path": p, "mode": "index", "index": idx.path, "documents": idx.meta.get("documents"),
                      "texts": idx.meta.get("texts"), "bytes": idx.meta.get("bytes"),
+                     "text_fields": idx.meta.get("text_fields"),
                      "index_ngrams": idx.meta.get("ngrams"), "fp_rate_per_ngram": idx.fp_rate}
             if robust:  # asked for, but an index holds one view (found in review: the report said robust, unqualified)
                 entry["robust"] = False
@@ -278,8 +282,14 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
         else:
             batches = iter_text_batches(p, text_fields, batch_rows, stats, seen_files)
         docs = texts = nbytes = 0
+        columns_read: set[str] = set()
+        # documents read so far, as a bar on stderr when it is a terminal (found in review: a scan of a large
+        # dataset printed nothing until its verdict); the path only, never data
+        st = progress.step(f"contamination-check: scanning {p}")
         for tb in batches:
             docs += tb.rows
+            st.advance(tasks=0, rows=tb.rows)
+            columns_read.update(s.name for s in tb.sources)
             texts += sum(len(s.offsets) - 1 for s in tb.sources)
             nbytes += sum(int(s.offsets[-1] - s.offsets[0]) for s in tb.sources if len(s.offsets))
             m = match_batch(table, tb.sources, parallel=True)
@@ -303,15 +313,23 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
             ords = base + inv
             doc_hits.append((m.items[ok].astype(np.int64), ords, m.loose[ok]))
             _collect_snippets(table, tb, m, ok, ords, doc_names, p, max_examples, cand)
+        st.finish(rows=docs)
         read_docs[group] += docs
         read_skipped[group] = read_skipped.get(group, 0) + int(stats.get("skipped_lines", 0))
         if stats.get("repeated_files"):
             repeated.add(group)
-        entry: dict[str, Any] = {"path": p, "mode": kind, "documents": docs, "texts": texts, "bytes": nbytes}
+        entry: dict[str, Any] = {"path": p, "mode": kind, "documents": docs, "texts": texts, "bytes": nbytes,
+                                 "text_columns": sorted(columns_read)}
         if stats.get("skipped_lines"):
             entry["skipped_lines"] = stats["skipped_lines"]
         if stats.get("rows_without_text"):  # counted in skipped_lines too: rows with none of the text keys
             entry["rows_without_text"] = stats["rows_without_text"]
+        if stats.get("lines_not_utf8"):
+            entry["lines_not_utf8"] = stats["lines_not_utf8"]
+        ignored = _ignored_files(p) if kind == "scan" else []
+        if ignored:
+            entry["ignored_files"] = len(ignored)
+            entry["ignored_examples"] = ignored[:3]
         data_report.append(entry)
 
     for group, docs in read_docs.items():
@@ -349,8 +367,10 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
         for it in mine[bad[mine]].tolist():
             tot = int(table.item_ngrams[it])
             shared = int(max(best[it], union[it]))
+            # documents: how many scanned documents hold it; null when it was found through an index only
+            # (found in review: 0 there when another path was scanned, which reads as "in no document")
             er.contaminated.append(ItemResult(table.item_ids[it], tot, shared, round(shared / tot, 6),
-                                              int(docs_per_item[it]) if any_scan else None))
+                                              int(docs_per_item[it]) if any_scan and best[it] > 0 else None))
             er.matches.extend(_top_matches(it, table, di, dd, ds, doc_names, cand, max_examples))
             if best[it] == 0:
                 er.matches.append(_index_match(it, table, pairs_idx, plan))
@@ -373,7 +393,12 @@ def _plan_inputs(paths: list[str], ngram: int | None, flags_req: int | None, tex
 
     An index fixes its own settings: explicit settings that differ are an error
     for an index given directly, and a fall-back to scanning for one found beside
-    a dataset.
+    a dataset. An index found beside a dataset is used only with the settings the
+    check runs with (the explicit ones, else the defaults), and an index given
+    directly lends its settings to the check only when nothing else is scanned:
+    found in review, a 40-gram index of one folder, given beside another folder
+    with no index, made the whole check - that folder's scan included - look for
+    40-grams, and a verbatim HumanEval solution there checked clean.
     """
     from datakit.io.snapshots import member_paths
     from datakit.stages.decontaminate.index import INDEX_DIRNAME, NgramIndex, is_index, stale_reason
@@ -386,10 +411,20 @@ def _plan_inputs(paths: list[str], ngram: int | None, flags_req: int | None, tex
         for q in member_paths(given):
             members.setdefault(_same_path(q), given)
     plan: list[tuple[str, str, Any, str]] = []  # (kind, path, index-or-None, the --data path it came from)
+    want_n = ngram if ngram is not None else DEFAULT_NGRAM
+    want_f = flags_req if flags_req is not None else flags_of(DEFAULT_NORMALIZATIONS)
     for p, group in members.items():
         if is_index(p):
             _check_beside_its_data(p)
-            plan.append(("index", p, NgramIndex(p), group))
+            idx = NgramIndex(p)
+            built_from = list(idx.meta.get("text_fields") or [])
+            if text_fields and list(text_fields) != built_from:
+                # (found in review: an index of `meta` only, named with --text-field segments, answered clean)
+                read = ", ".join(built_from) or "the columns chosen automatically"
+                raise InputError(f"{p}: index built from the text of {read}, not of --text-field "
+                                 f"{','.join(text_fields)}; check the data itself, or build an index with that "
+                                 "--text-field")
+            plan.append(("index", p, idx, group))
             continue
         side = f"{p.rstrip('/')}/{INDEX_DIRNAME}"
         if use_index and not any(c in p for c in "*?[") and not is_index(side) and _exists(f"{side}/index.json"):
@@ -400,7 +435,7 @@ def _plan_inputs(paths: list[str], ngram: int | None, flags_req: int | None, tex
             # an index answers for the texts it read: the same text fields (found in review: one built with
             # --text-field src was never used by a check with --text-field src)
             same_texts = list(text_fields or []) == list(idx.meta.get("text_fields") or [])
-            if (ngram in (None, idx.ngram)) and (flags_req in (None, idx.flags)) and same_texts:
+            if idx.ngram == want_n and idx.flags == want_f and same_texts:
                 stale = stale_reason(side, p)
                 if stale is None:
                     plan.append(("index", p, idx, group))
@@ -426,10 +461,35 @@ def _plan_inputs(paths: list[str], ngram: int | None, flags_req: int | None, tex
         if flags_req is not None and flags_req != i_f:
             raise InputError(f"index built with normalizations {'+'.join(names_of(i_f)) or 'none'}; "
                              f"pass the same --normalize (or scan the dataset)")
+        scanned = [p for k, p, _, _ in plan if k != "index"]
+        if scanned and (i_n, i_f) != (want_n, want_f):
+            given = next(p for k, p, _, _ in plan if k == "index")
+            raise InputError(f"{given}: index built with ngram={i_n} and normalizations "
+                             f"{'+'.join(names_of(i_f)) or 'none'}, but {scanned[0]} is scanned, which would then be "
+                             f"checked with those settings too: pass --ngram {i_n} --normalize "
+                             f"{','.join(names_of(i_f)) or 'none'} to check everything so, or check the index alone")
         return plan, i_n, i_f
     n = ngram if ngram is not None else DEFAULT_NGRAM
     flags = flags_req if flags_req is not None else flags_of(DEFAULT_NORMALIZATIONS)
     return plan, n, flags
+
+
+# a datakit dataset's own files at its root, which are not data (schemas/output_layout.md)
+_DATASET_ROOT_FILES = ("README.md", "manifest.json", "tokenizer.json")
+
+
+def _ignored_files(path: str) -> list[str]:
+    """The files a --data folder or glob holds that the check does not read (no data file suffix), by name
+    under it; a datakit dataset's own root files, hidden and `_` names aside.
+
+    Why: found in review, a folder's `shard-0002.json` (JSON Lines under a plain `.json` name) held
+    HumanEval items and was left out without a word; the check now says which files it did not read."""
+    try:
+        every = expand(path)
+    except InputError:
+        return []
+    names = (_name_under(f, [path]) for f in every if not f.endswith(DATA_SUFFIXES))
+    return sorted(n for n in names if n not in _DATASET_ROOT_FILES)  # (a root file's name has no folder in it)
 
 
 def _present(path: str) -> bool:
@@ -655,6 +715,24 @@ def packed_batches(path: str, batch_rows: int, window: tuple[int, int] | None = 
         yield flush()
 
 
+def _check_own_tokenizer(path: str, manifest: dict) -> None:
+    """The tokenizer file beside packed tokens is the one they were made with (manifest sha256), else an error.
+
+    Why: found in review, another tokenizer.json put beside a packed dataset decoded it to garbage, which
+    checked clean (exit 0; the original was exit 1). Raised as `_TokenizerMismatch`, which `_decoder`
+    passes on as it is (its other failures are "cannot load")."""
+    from datakit.io.verify import DatasetVerifyError, verify_tokenizer_file
+
+    try:
+        verify_tokenizer_file(path, manifest)
+    except DatasetVerifyError as e:
+        raise _TokenizerMismatch(f"{e}; its tokens cannot be read back to text for the check") from None
+
+
+class _TokenizerMismatch(InputError):
+    """The tokenizer file beside a packed dataset is not the one its manifest names."""
+
+
 def _decoder(manifest: dict, path: str):
     """Token ids -> text with the dataset's own tokenizer (the tokenizer.json beside it when present)."""
     spec = manifest.get("tokenizer") or {}
@@ -666,12 +744,15 @@ def _decoder(manifest: dict, path: str):
 
             own = f"{path.rstrip('/')}/{spec['file']}"
             if os.path.exists(own):
+                _check_own_tokenizer(path, manifest)
                 tok = Tokenizer.from_file(own)
                 return lambda ids: tok.decode(ids, skip_special_tokens=True)
             missing = own
         from datakit.stages.tokenize.tokenizers import load_tokenizer
 
         lt = load_tokenizer(name)
+    except _TokenizerMismatch:
+        raise
     except ImportError:
         raise InputError(f"{path}: cannot decode packed tokens (no tokenizer library available)") from None
     except Exception as e:

@@ -54,7 +54,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datakit.io.atomic import read_json
-from datakit.io.fs import InputError, filesystem
+from datakit.io.fs import InputError, arrow_filesystem, filesystem
 from datakit.io.records import DATA_SUFFIXES, data_files, is_packed, iter_tables, open_parquet, packed_preference_files
 from datakit.io.sinks import register_writer
 from datakit.jit import njit
@@ -62,6 +62,7 @@ from datakit.plan import METRICS, Plan, SinkSpec, StageSpan, metrics_column, sou
 from datakit.stages.decontaminate.check import Columns, packed_batches, packed_windows, to_text_batch
 from datakit.stages.decontaminate.ngrams import hash_strings
 from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS, LEXER_VERSION, flags_of, names_of
+from datakit.stages.texts import GENERIC_TEXT_FIELDS
 
 INDEX_FORMAT = "datakit-ngram-index"
 INDEX_VERSION = 1
@@ -70,6 +71,9 @@ INDEX_FILES = ("offsets.bin", "fingerprints.bin", "sources.json", "index.json") 
 # how a JSON row's list was read (io.records._texts_of): "elements", each a text of its own, as a
 # Parquet list column; an index without the key read it as one "\n"-joined text
 JSON_LISTS = "elements"
+# how text columns are chosen when none is named: every one of text/content/code present (`text_columns(
+# every_generic=True)`); an index without this mark read only the first, and is outdated for data with more
+GENERIC_TEXT = "every"
 SOURCES = "sources.json"  # the data files an index was built from (`source_stamps`): not part of the index's bytes
 _PART_BITS = 4  # the fewest sink partitions (16)
 _CHUNK = 1 << 22  # uint64 values per streamed read (32 MB)
@@ -338,7 +342,7 @@ class NgramIndexWriter:
         meta = {
             "format": INDEX_FORMAT, "format_version": INDEX_VERSION,
             "ngram": int(o["ngram"]), "normalizations": list(o["normalizations"]), "hash": "fnv1a-fmix64/window-v1",
-            "lexer": LEXER_VERSION, "json_lists": JSON_LISTS,
+            "lexer": LEXER_VERSION, "json_lists": JSON_LISTS, "generic_text": GENERIC_TEXT,
             "ngrams": n_unique, "bucket_bits": b, "fingerprint_bits": fp_bits,
             "offsets_dtype": off_dtype, "fingerprints_dtype": "<u2" if fp_bits == 16 else "<u4",
             "fp_rate_per_ngram": n_unique / float(2 ** (b + fp_bits)),
@@ -507,6 +511,8 @@ def source_stamps(data: str | Sequence[str], root: str) -> list[list[str]]:
     # each path on its own: `["packed_ds"]` (the Python API's list) stamped every shard, while a check
     # of "packed_ds" compares the manifest, so such an index was refused as changed (found in review)
     files = sorted({f for d in ([data] if isinstance(data, str) else data) for f in _stamped_files(str(d))})
+    root = root.removeprefix("file://")  # a local folder as a URL: its files are listed as local paths (found
+    # in review: a `file://` dataset with a fresh index beside it was "2 added, 2 removed" and rescanned, always)
     root = (root if "://" in root else os.path.abspath(root)).rstrip("/") + "/"  # as `data_files` names local files
     out = []
     for url in files:
@@ -573,7 +579,29 @@ def outdated_reason(index_path: str) -> str | None:
     if meta.get("json_lists") != JSON_LISTS and any(_is_json_lines(name) for name in _source_names(index_path)):
         return ("it was built by an older datakit, which read a list in a JSON Lines row (chat messages) as one "
                 "text, so its n-grams spanned two messages")
+    if meta.get("generic_text") != GENERIC_TEXT and not meta.get("text_fields") \
+            and _may_hold_several_generic_columns(index_path):
+        return ("it was built by an older datakit, which read only the first of the text/content/code columns "
+                "(a row's `code` beside its `text` was never indexed)")
     return None
+
+
+def _may_hold_several_generic_columns(index_path: str) -> bool:
+    """Whether a source of the index may hold two or more of text/content/code: a JSON Lines file may
+    (its rows are not read here); a Parquet file does when its schema has them. Unreadable: it may."""
+    import pyarrow.parquet as pq
+
+    for f in answered_files(index_path):
+        if _is_json_lines(f):
+            return True
+        try:
+            fs, p = filesystem(f)
+            names = pq.read_schema(p, filesystem=arrow_filesystem(fs)).names
+        except Exception:  # noqa: BLE001 - a source that cannot be read here: assume the worst
+            return True
+        if "segments" not in names and sum(c in names for c in GENERIC_TEXT_FIELDS) > 1:
+            return True
+    return False
 
 
 def _source_names(index_path: str) -> list[str]:

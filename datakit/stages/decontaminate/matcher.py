@@ -205,6 +205,16 @@ def unique_rows(*cols: np.ndarray) -> np.ndarray:
     return order[change]
 
 
+def _same_text_items(item_texts: list[dict[str, str]], item_eval: list[int]) -> np.ndarray:
+    """Item -> the first item of its eval with the same fields and texts (itself when none): duplicates
+    of one item are one item when counting how many items own an n-gram."""
+    first: dict[tuple, int] = {}
+    out = np.empty(len(item_texts), np.int64)
+    for g, (fields, e_no) in enumerate(zip(item_texts, item_eval)):
+        out[g] = first.setdefault((e_no, tuple(sorted(fields.items()))), g)
+    return out
+
+
 @dataclass
 class EvalTable:
     """Distinct eval n-gram hashes (sorted), which (item, position) owns each, and a probe table.
@@ -304,9 +314,13 @@ class EvalTable:
         ev = np.asarray(item_eval, np.int64)
         ignored = 0
         if max_items_per_ngram > 0 and len(H):
-            # distinct items per (eval, hash); an item whose n-grams would *all* go stays visible
+            # distinct items per (eval, hash); an item whose n-grams would *all* go stays visible. Items
+            # with the same text count once (`_same_text_items`): found in review, an eval file holding
+            # HumanEval/20 twice (or a glob over two copies of one eval) made every n-gram of it "shared",
+            # the guard kept all of them, boilerplate included, and data holding only HumanEval/0 was
+            # reported as leaking HumanEval/20 too
             E = ev[I]
-            t = unique_rows(E, H, I)
+            t = unique_rows(E, H, _same_text_items(item_texts, item_eval)[I])
             pair = unique_rows(E[t], H[t])  # first row of each (eval, hash) among the distinct triples
             cnt = np.diff(np.append(pair, len(t)))
             bad = pair[cnt > max_items_per_ngram]
@@ -432,11 +446,13 @@ def decoded_sources(sources: list[TextSource]) -> list[TextSource]:
     return out
 
 
-def text_sources(batch: pa.RecordBatch | pa.Table, text_fields: Sequence[str] | None = None) -> list[TextSource]:
+def text_sources(batch: pa.RecordBatch | pa.Table, text_fields: Sequence[str] | None = None,
+                 every_generic: bool = False) -> list[TextSource]:
     """The texts of a training-record batch (segments, chosen, rejected: each piece on its own, see
-    `datakit.stages.texts`) or of generic text columns, as kernel buffers."""
+    `datakit.stages.texts`) or of generic text columns (`every_generic`: each of text/content/code
+    present, as the contamination check reads them), as kernel buffers."""
     names = batch.schema.names
-    wanted = text_columns(names, text_fields)
+    wanted = text_columns(names, text_fields, every_generic)
     if not wanted:
         raise KeyError(f"no text to scan: expected training records (segments) or one of "
                        f"{', '.join(GENERIC_TEXT_FIELDS)} (columns: {', '.join(names)})")

@@ -66,6 +66,16 @@ def print_table(res: "CheckResult", console=None, examples: int = 3) -> None:
         why = f" ({no_text} of them rows with no text field: pass --text-field)" if no_text else ""
         console.print(f"[yellow]warning:[/yellow] {res.skipped_lines} unreadable line(s) skipped{why}; the verdict "
                       f"covers only the documents that were read", highlight=False)
+    not_utf8 = sum(int(d.get("lines_not_utf8") or 0) for d in res.data)
+    if not_utf8:
+        console.print(f"[yellow]warning:[/yellow] {not_utf8} line(s) held bytes that are not UTF-8; they were read with "
+                      "U+FFFD in their place (an n-gram across such a byte cannot match)", highlight=False)
+    for d in res.data:
+        if d.get("ignored_files"):
+            shown = ", ".join(d.get("ignored_examples") or [])
+            console.print(f"[yellow]warning:[/yellow] {escape(str(d['path']))}: {d['ignored_files']} file(s) not read, "
+                          f"not a data file type ({escape(shown)}{', ...' if d['ignored_files'] > 3 else ''}); "
+                          "name them or convert them to check them", highlight=False)
     if res.redaction.method != "scrub_pii":
         console.print(f"[yellow]warning:[/yellow] snippets redacted by the regex fallback ({res.redaction.reason})",
                       highlight=False, markup=False)
