@@ -30,13 +30,17 @@ ITEMS = [  # sanitized-MBPP rows: real field names, made-up problems
 
 
 def _hub_cache(root, repo: str, rel: str, rows: list[dict], commit: str = COMMIT) -> None:
-    """One dataset file in a Hub cache: the blob, the snapshot symlink to it, and refs/main -> `commit`."""
+    """One dataset file in a Hub cache: the blob (JSON lines for a .jsonl name, else Parquet), the snapshot
+    symlink to it, and refs/main -> `commit`."""
     base = root / f"datasets--{repo.replace('/', '--')}"
     (base / "refs").mkdir(parents=True, exist_ok=True)
     (base / "refs" / "main").write_text(commit)
     blob = base / "blobs" / f"blob-{abs(hash((rel, commit))):x}"
     blob.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows), str(blob))
+    if rel.endswith(".jsonl"):
+        blob.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    else:
+        pq.write_table(pa.Table.from_pylist(rows), str(blob))
     link = base / "snapshots" / commit / rel
     link.parent.mkdir(parents=True, exist_ok=True)
     link.symlink_to(blob)
@@ -157,6 +161,81 @@ def test_alternative_layouts_of_one_split_are_read_once(hub, tmp_path):
     (base / "test.jsonl").write_text(json.dumps(rows[0]) + "\n")
     res = check(_data(tmp_path, [rows[0]["reference_code"]]), ["ds1000"])
     assert res.evals[0].items == 1 and res.evals[0].contaminated_items == 1
+    assert [i.eval_id for i in res.evals[0].contaminated] == ["7"]  # metadata's problem_id, not the dict's repr
+
+
+def _lcb_item(k: int) -> dict:
+    """A LiveCodeBench row: its real field names, a made-up problem long enough to be matched."""
+    return {"question_id": f"q{k}", "question_content": f"Given an array of integers nums{k} and a target value t{k}, "
+            f"return the length of the longest contiguous subarray whose sum of squares is divisible by {k + 3} and "
+            f"whose first element is strictly larger than its last element, for test number {k}.",
+            "starter_code": f"class Solution:\n    def longestSquareRun{k}(self, nums: List[int], t: int) -> int:\n"}
+
+
+def _lcb_cache(hub, names: list[str]) -> str:
+    """The pinned LiveCodeBench commit (shared by v1..v5) holding `names`, three items each; its pin."""
+    pin = ENTRIES["livecodebench-v5"].revision
+    for i, rel in enumerate(names):
+        _hub_cache(hub, "livecodebench/code_generation_lite", rel, [_lcb_item(10 * i + j) for j in range(3)], pin)
+    return pin
+
+
+def test_an_entry_is_not_read_from_a_snapshot_pulled_for_another_entry(hub, tmp_path):
+    """Found in review: livecodebench-v1..v5 share one pinned commit, each a different set of its files. After
+    `evals pull livecodebench-v2` (test.jsonl, test2.jsonl), `evals list` called v1..v6 all cached and
+    `--eval livecodebench-v5` exited 0 on v2's items, test3..test5.jsonl silently absent."""
+    from datakit.cli import app
+    from datakit.cli.contamination import _app
+
+    pin = _lcb_cache(hub, ["test.jsonl", "test2.jsonl"])
+    assert CliRunner().invoke(app, ["evals", "pull", "livecodebench-v2"]).exit_code == 0
+    listed = {ln.split(":")[0]: ln for ln in CliRunner().invoke(app, ["evals", "list"]).output.splitlines()}
+    assert listed["livecodebench-v1"].endswith(f"[cached @{pin[:12]}]")
+    assert listed["livecodebench-v2"].endswith(f"[cached @{pin[:12]}]")
+    assert "cached" not in listed["livecodebench-v5"]
+    assert f"[incomplete @{pin[:12]}: no test3.jsonl, test4.jsonl, test5.jsonl" in listed["livecodebench-v5"]
+    leak = _lcb_item(1)["question_content"]  # an item of test.jsonl: v5 would be contaminated, not clean
+    r = CliRunner().invoke(_app(), ["--data", _data(tmp_path, [leak]), "--eval", "livecodebench-v5"])
+    err = (r.stderr or r.output).strip()
+    assert r.exit_code == 2 and len(err.splitlines()) == 1, r.output
+    assert "test3.jsonl, test4.jsonl, test5.jsonl" in err and "run `datakit evals pull livecodebench-v5`" in err
+    r = CliRunner().invoke(app, ["evals", "pull", "livecodebench-v5"])  # offline: the cache is all it has
+    err = (r.stderr or r.output).strip()
+    assert r.exit_code == 2 and len(err.splitlines()) == 1 and "HF_HUB_OFFLINE is set" in err, r.output
+    assert not (hub / "datakit-evals" / "livecodebench-v5.json").exists()  # nothing recorded as pulled
+
+
+def test_a_file_gone_from_a_pulled_snapshot_is_an_error_not_fewer_items(hub, tmp_path):
+    """Found in review: with one file of a pulled snapshot gone (a pruned blob, a partly copied cache: its
+    link dangles) the check read the rest, 9 items became 6 and a contaminated eval checked clean (exit 0),
+    though the pull record lists the file. A shard that a glob pattern still matches through the others
+    is caught by the record."""
+    from datakit.cli.contamination import _app
+    from datakit.stages.decontaminate import registry
+
+    _lcb_cache(hub, ["test.jsonl", "test2.jsonl", "test3.jsonl"])
+    registry.pull(["livecodebench-v3"])
+    data = _data(tmp_path, [_lcb_item(21)["question_content"]])  # an item of test3.jsonl, verbatim
+    r = CliRunner().invoke(_app(), ["--data", data, "--eval", "livecodebench-v3"])
+    assert r.exit_code == 1, r.output
+    snap = hub / "datasets--livecodebench--code_generation_lite" / "snapshots" / ENTRIES["livecodebench-v3"].revision
+    (snap / "test3.jsonl").resolve().unlink()
+    r = CliRunner().invoke(_app(), ["--data", data, "--eval", "livecodebench-v3"])
+    err = (r.stderr or r.output).strip()
+    assert r.exit_code == 2 and len(err.splitlines()) == 1, r.output
+    assert "test3.jsonl not in the snapshot" in err and "run `datakit evals pull livecodebench-v3`" in err
+
+    cc = ENTRIES["codecontests"]
+    rows = [{"name": f"{k}_A. Problem {k}", "description": f"Print the sum of the {k} given integers.",
+             "solutions": {"language": [3], "solution": ["print(sum(map(int, input().split())))\n"]}} for k in (1, 2)]
+    for k, row in enumerate(rows):
+        _hub_cache(hub, "deepmind/code_contests", f"data/test-0000{k}-of-00002.parquet", [row], cc.revision)
+    registry.pull(["codecontests"])
+    assert len(registry.load("codecontests").items) == 2
+    snap = hub / "datasets--deepmind--code_contests" / "snapshots" / cc.revision
+    (snap / "data" / "test-00001-of-00002.parquet").unlink()  # test-*.parquet still matches the other shard
+    with pytest.raises(registry.EvalError, match=r"incomplete in the cache: data/test-00001-of-00002\.parquet not"):
+        registry.load("codecontests")
 
 
 def test_a_failed_download_says_so_once_and_never_asks_to_run_the_same_pull(tmp_path, monkeypatch, caplog):

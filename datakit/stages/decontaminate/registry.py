@@ -46,7 +46,7 @@ class HubEval:
     repo: str                  # dataset id
     files: tuple[str, ...]     # glob patterns, relative to the repository root: the eval's config/split
     fields: tuple[str, ...]    # text fields matched (n-grams never cross fields)
-    id_field: str
+    id_field: str              # `outer.inner`: a key inside a struct field (DS-1000's metadata.problem_id)
     license: str
     revision: str | None = None  # a commit pin; None: `main` at pull time (the commit is recorded)
     # the patterns are alternative layouts of the same split (read the first that matches), not parts of it
@@ -77,9 +77,11 @@ ENTRIES: dict[str, HubEval] = {e.name: e for e in [
     # 378 rows, LFS sha256 dc20030b3788fccf617444edcb34138ef13d7e4fafd17bfcb8c1279dbb12399b, per several sources)
     HubEval("mbpp-plus", "evalplus/mbppplus", ("data/test-*.parquet",), ("prompt", "code", "test_list"),
             "task_id", "Apache-2.0", None),
-    # pin: public suite-builder code loading xlangai/DS-1000 at this commit (its `test` split)
+    # pin: public suite-builder code loading xlangai/DS-1000 at this commit (its `test` split). Its only id is
+    # inside the `metadata` struct (problem_id, 0-999, unique); the struct itself as the id gave ids that were
+    # a Python dict's repr ("{'problem_id': 7, 'library': 'Pandas', ...}")
     HubEval("ds1000", "xlangai/DS-1000", ("test.jsonl", "data/test-*.parquet"), ("prompt", "reference_code"),
-            "metadata", "CC-BY-SA-4.0", "4416080ac5cb80bdf7576aefb8f9a0b4d5426a44", one_of=True),
+            "metadata.problem_id", "CC-BY-SA-4.0", "4416080ac5cb80bdf7576aefb8f9a0b4d5426a44", one_of=True),
     # pin: an eval registry's "primary sources" names this commit of codeparrot/apps for its test files
     # (most public code loads `refs/convert/parquet`, a branch)
     HubEval("apps", "codeparrot/apps", ("test.jsonl",), ("question", "solutions", "starter_code"), "problem_id",
@@ -137,13 +139,18 @@ def record_path(name: str) -> Path:
     return Path(root) / "datakit-evals" / f"{name}.json"
 
 
-def pulled_commit(e: HubEval) -> str | None:
-    """The commit `pull` recorded for an entry (None: never pulled by this version, e.g. an older cache)."""
+def _pull_record(e: HubEval) -> dict:
+    """What `pull` recorded for an entry ({}: never pulled by this version, e.g. an older cache)."""
     try:
         rec = json.loads(record_path(e.name).read_text())
     except (OSError, ValueError):
-        return None
-    commit = rec.get("commit") if isinstance(rec, dict) else None
+        return {}
+    return rec if isinstance(rec, dict) else {}
+
+
+def pulled_commit(e: HubEval) -> str | None:
+    """The commit `pull` recorded for an entry (None: never pulled by this version, e.g. an older cache)."""
+    commit = _pull_record(e).get("commit")
     return commit if isinstance(commit, str) and commit else None
 
 
@@ -224,12 +231,45 @@ def files_of(e: HubEval, root: Path) -> list[Path]:
     (every n-gram of a doubled item would be ignored).
     """
     out: list[Path] = []
-    every = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+    every = _present(root)
     for pat in e.files:
         out += [root / rel for rel in every if fnmatch.fnmatch(rel, pat) and root / rel not in out]
         if out and e.one_of:
             break
     return out
+
+
+def _present(root: Path) -> list[str]:
+    """The files of a snapshot, relative, sorted; a link whose blob is gone (a pruned or partly copied cache)
+    is not a file."""
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+
+def missing_files(e: HubEval, root: Path) -> list[str]:
+    """What the entry needs that the snapshot lacks: each pattern that matches no file (with `one_of`: all of
+    them, as one), and each file its pull record lists at this commit that is gone.
+
+    Why: a snapshot folder is a commit, not an entry. Entries share commits with other files
+    (livecodebench-v1..v5 are one pinned commit; v2 is test.jsonl + test2.jsonl, v5 test.jsonl ...
+    test5.jsonl), so a cache pulled for v2 answered `--eval livecodebench-v5` with v2's items (found in
+    review). And a snapshot missing one of its files (a pruned blob, a partial copy) was read without it:
+    a third of an eval's items gone, and a contaminated verdict turned "clean". The record catches a lost
+    shard that a glob pattern (`data/test-*.parquet`) still matches through the others.
+    """
+    have = _present(root)
+    unmatched = [pat for pat in e.files if not fnmatch.filter(have, pat)]
+    missing = ([" or ".join(unmatched)] if len(unmatched) == len(e.files) else []) if e.one_of else unmatched
+    rec = _pull_record(e)
+    if rec.get("commit") == root.name and isinstance(rec.get("files"), list):
+        missing += [f for f in rec["files"] if isinstance(f, str) and f not in have and f not in missing]
+    return missing
+
+
+def _nested_id(rows: list[dict], id_field: str) -> list[dict]:
+    """Rows with `outer.inner` (a key inside a struct field) as a field of its own, for `_from_rows`."""
+    outer, inner = id_field.split(".", 1)
+    return [{**r, id_field: r[outer].get(inner)} if isinstance(r, dict) and isinstance(r.get(outer), dict)
+            else r for r in rows]
 
 
 def load(name: str, fields: Sequence[str] | None = None) -> EvalSet:
@@ -240,12 +280,15 @@ def load(name: str, fields: Sequence[str] | None = None) -> EvalSet:
         raise EvalError(f"eval {e.name!r} was pulled at commit {pulled} but the registry pins {e.revision}; "
                         f"run `datakit evals pull {e.name}`")
     root = snapshot(e, offline=True, revision=pulled)
-    files = files_of(e, root)
-    if not files:
-        raise EvalError(f"eval {e.name!r}: no file matching {', '.join(e.files)} in the cached snapshot {root}")
+    missing = missing_files(e, root)
+    if missing:  # never a check on part of the eval (see `missing_files`)
+        raise EvalError(f"eval {e.name!r} is incomplete in the cache: {', '.join(missing)} not in the snapshot "
+                        f"{root}; run `datakit evals pull {e.name}`")
     rows: list[dict] = []
-    for f in files:
+    for f in files_of(e, root):
         rows.extend(_read_rows(str(f)))
+    if "." in e.id_field:
+        rows = _nested_id(rows, e.id_field)
     commit = root.name if root.parent.name == "snapshots" else (e.revision or "")
     return _from_rows(e.name, f"hf://{e.repo}@{commit}", rows, list(fields) if fields else list(e.fields), e.id_field)
 
@@ -256,9 +299,13 @@ def pull(names: Sequence[str]) -> list[tuple[HubEval, Path, int]]:
     for n in names:
         e = entry(n)
         root = snapshot(e, offline=False)
+        missing = missing_files(e, root)
+        if missing:  # recorded, it would make every check ask for this very pull
+            why = ("; HF_HUB_OFFLINE is set, so nothing was downloaded: unset it to pull, or pull on a machine with "
+                   "network and copy the cache") if hub_offline() else ""
+            raise EvalError(f"eval {e.name!r}: the snapshot {root} holds no file matching {', '.join(missing)} "
+                            f"after the pull{why}")
         files = files_of(e, root)
-        if not files:
-            raise EvalError(f"eval {e.name!r}: the download holds no file matching {', '.join(e.files)}")
         try:
             _record(e, root, files)
         except OSError as ex:
