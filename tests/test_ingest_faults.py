@@ -48,6 +48,10 @@ BAD_LINES = {
     # found in review: a partial acceptance whose kept text is not a prefix of the suggestion was trained
     "partial_not_a_prefix": (_line(64, suggestion="return x + 1", outcome="partial",
                                    accepted_text="print(x)"), "bad_value", "accepted_text"),
+    # found in review: an acceptance of another text than the suggestion became FIM middles, chosen sides and
+    # reward-1 feedback of text the model never suggested (line ends and trailing blanks may differ)
+    "accepted_not_the_suggestion": (_line(65, suggestion="return 3.14 * r * r", outcome="accepted",
+                                          accepted_text="import os"), "bad_value", "accepted_text"),
 }
 
 
@@ -419,3 +423,10 @@ def test_a_repo_url_keeps_no_credentials(tmp_path):
 
     assert {r["repo_id"] for r in read_output(str(out)).column("source").to_pylist()} == {"https://example.com/o/r"}
     assert not any(token.encode() in p.read_bytes() for p in out.rglob("*") if p.is_file())
+
+
+def test_an_acceptance_that_differs_in_line_ends_and_trailing_blanks_only_is_kept(tmp_path):
+    f = write_jsonl(tmp_path / "in" / "a.jsonl", [make_event(1, suggestion="def f():\n    pass\n", outcome="accepted",
+                                                             accepted_text="def f():  \r\n    pass")])
+    st, q = _run(tmp_path, f)
+    assert (st["rows_in"], st["rows_out"], q) == (1, 1, [])

@@ -157,8 +157,16 @@ def read_id_lists(paths: list[str], columns: tuple[str, ...] = ID_COLUMNS) -> di
             present = [c for c in columns if c in t.schema.names]
             if not present and t.num_rows:
                 raise InputError(f"opt-out list {url} has no {want} column")
+            values = {c: t.column(c).cast(pa.string()).to_pylist() for c in present}
+            empty = sum(1 for row in zip(*values.values()) if not any(row))
+            if empty:
+                # (found in review: rows naming a repository in a `repo_id` column, their user_id null, were
+                # taken as nothing; an opt-out that names no one must not pass silently)
+                others = [c for c in t.schema.names if c not in columns]
+                raise InputError(f"opt-out list {url}: {empty} row(s) hold no {want}"
+                                 + (f" (other columns, not read: {', '.join(others[:5])})" if others else ""))
             for c in present:
-                found[c].update(v for v in t.column(c).cast(pa.string()).to_pylist() if v)
+                found[c].update(v for v in values[c] if v)
             continue
         for b in iter_raw_lines(url):
             for raw, ln, err in zip(b.column("_raw").to_pylist(), b.column("_source_line").to_pylist(),
@@ -166,7 +174,7 @@ def read_id_lists(paths: list[str], columns: tuple[str, ...] = ID_COLUMNS) -> di
                 obj = _line_object(raw, url, ln, err)
                 if obj is None:
                     continue
-                if not any(c in obj for c in columns):
+                if not any(obj.get(c) is not None and obj[c] != "" for c in columns):
                     raise InputError(f"opt-out list {url}:{ln}: has no {want}")
                 for c in columns:
                     if obj.get(c) is not None and obj[c] != "":

@@ -51,7 +51,8 @@ class ForgetFn:
     """Batch function over training records: `_drop` = opt_out_user / opt_out_org / deleted_event by lineage.
 
     Matches `source.user_id`, `source.org_id`, and the event ids of `source.event_id`
-    plus `meta.event_ids` (a preference pair names both of its events there).
+    plus `meta.event_ids` (a preference pair names both of its events there) and `meta.next_event_id`
+    (the event a feedback record's retention was judged from).
     """
 
     def __init__(self, users: tuple[str, ...] = (), orgs: tuple[str, ...] = (), events: tuple[str, ...] = ()) -> None:
@@ -71,8 +72,14 @@ class ForgetFn:
                 reason = "opt_out_org"
             elif events:
                 ids = {s.get("event_id")}
-                if m and "event_ids" in m:
-                    ids.update(json.loads(m).get("event_ids") or [])
+                if m and ("event_ids" in m or "next_event_id" in m):
+                    mm = json.loads(m)
+                    ids.update(mm.get("event_ids") or [])
+                    # a feedback record's retention label was read from the next event's file: a deletion of
+                    # that event reaches it too (found in review: forget kept the deleted event's id, and the
+                    # label made from its content, where consent before extract gave another label)
+                    if mm.get("next_event_id") is not None:
+                        ids.add(mm["next_event_id"])
                 if ids & events:
                     reason = "deleted_event"
             drops.append(reason)

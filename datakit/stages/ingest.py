@@ -104,6 +104,11 @@ def _has_lone_surrogate(v: Any) -> bool:
     return False
 
 
+def _same_lines(text: str) -> str:
+    """`text` without its line ends' kind and trailing blanks (what an editor's accept may change)."""
+    return "\n".join(line.rstrip() for line in text.replace("\r\n", "\n").split("\n")).rstrip()
+
+
 def normalize_timestamp(value: str) -> str:
     """ISO-8601 -> canonical UTC `YYYY-MM-DDTHH:MM:SS.mmmZ` (naive times are taken as UTC).
 
@@ -180,6 +185,12 @@ def validate_event(obj: Any) -> dict[str, Any]:
     # as the model's completion of a context it was never suggested for (found in review)
     if out["outcome"] == "partial" and out.get("accepted_text") is not None and out.get("suggestion") is not None \
             and not out["suggestion"].startswith(out["accepted_text"]):
+        raise InvalidEvent("bad_value", "accepted_text")
+    # and an acceptance keeps the suggestion (line ends and trailing blanks aside, which editors adjust): found
+    # in review, `accepted` with another text became FIM middles, `chosen` sides and reward-1 feedback of text
+    # the model never suggested
+    if out["outcome"] == "accepted" and out.get("accepted_text") is not None and out.get("suggestion") is not None \
+            and _same_lines(out["accepted_text"]) != _same_lines(out["suggestion"]):
         raise InvalidEvent("bad_value", "accepted_text")
     lat = out["latency_ms"]
     if lat is not None and not 0 <= lat <= _INT64_MAX:

@@ -50,6 +50,12 @@ __all__ = ["RECORD_TEXT_COLUMNS", "PREFERENCE_TEXT_COLUMNS", "GENERIC_TEXT_FIELD
 # (note: any pa.array call, of a list or of a numpy array, imports pandas on its first use in a process,
 # 0.3 CPU-s, to check for pandas types; every datakit process makes such calls, so it is not avoided here)
 _FIM_ROLES_ORDERED = pa.array(np.array(FIM_ROLES), pa.string())
+# a feedback record's `completion` is what was shown at the cursor: between prefix and suffix, as a FIM
+# middle (found in review: read after the suffix, a key cut by the cursor, `"ghp_aB3...` | `mN1p..."`, was
+# never one string, and scrub_pii kept it in every feedback record while the FIM record of the event lost it)
+_DOCUMENT_ROLES = pa.array(np.array([*FIM_ROLES, "selection", "completion"]), pa.string())
+# prefix, middle, suffix, an inline edit's selection and completion (both where the middle is), any other role
+_DOCUMENT_RANK = np.array([0, 1, 2, 1, 1, 3])
 
 
 def text_columns(names: Sequence[str], text_fields: Sequence[str] | None = None,
@@ -188,7 +194,8 @@ def record_texts(batch: pa.RecordBatch | pa.Table, text_column: str | None = Non
 def _document_order(piece: TextPiece) -> tuple[np.ndarray, np.ndarray]:
     """(order, fim): `order` lists the piece's texts with each row's in document order (row r's are
     `order[offsets[r]:offsets[r + 1]]`): a FIM record -- `fim[r]`, a row with a prefix, middle or
-    suffix segment -- reads prefix, middle, suffix, then its other segments; other rows as stored."""
+    suffix segment -- reads prefix, middle (or a feedback record's completion), suffix, then its other
+    segments; other rows as stored."""
     m, n = len(piece.texts), len(piece.offsets) - 1
     if piece.roles is None or not m:
         return np.arange(m), np.zeros(n, dtype=bool)
@@ -196,8 +203,8 @@ def _document_order(piece: TextPiece) -> tuple[np.ndarray, np.ndarray]:
     if not is_fim.any():
         return np.arange(m), np.zeros(n, dtype=bool)
     row_fim = np.bincount(piece.rows, weights=is_fim, minlength=n) > 0
-    fim_rank = pc.fill_null(pc.index_in(piece.roles, value_set=_FIM_ROLES_ORDERED), 3).to_numpy(zero_copy_only=False)
-    rank = np.where(row_fim[piece.rows], fim_rank, 0)
+    role = pc.fill_null(pc.index_in(piece.roles, value_set=_DOCUMENT_ROLES), 5).to_numpy(zero_copy_only=False)
+    rank = np.where(row_fim[piece.rows], _DOCUMENT_RANK[role], 0)
     return np.lexsort((np.arange(m), rank, piece.rows)), row_fim
 
 

@@ -168,6 +168,25 @@ def test_forget_fn_uses_lineage():
         schema=TRAINING_RECORD_V1).to_batches()[0]
     out = ForgetFn(("u9",), ("o9",), ("e-gone",))(batch)
     assert out.column(DROP).to_pylist() == [None, "opt_out_user", "opt_out_org", "deleted_event", "deleted_event"]
+    # a feedback record whose retention label was judged from the deleted event's file (found in review: kept,
+    # with the deleted event's id and a label made from its content)
+    fb = pa.Table.from_pylist([rec("d6", "u2", "o1", "e6", json.dumps({"next_event_id": "e-gone", "retained": True})),
+                               rec("d7", "u2", "o1", "e7", json.dumps({"next_event_id": "e8"}))],
+                              schema=TRAINING_RECORD_V1).to_batches()[0]
+    assert ForgetFn((), (), ("e-gone",))(fb).column(DROP).to_pylist() == ["deleted_event", None]
+
+
+def test_an_opt_out_row_that_names_no_one_is_an_error_not_nothing(tmp_path):
+    """Rows naming a repository in a `repo_id` column (user_id null) were read as nothing, without a word."""
+    from datakit.io.fs import InputError
+    from datakit.stages.consent import read_id_lists
+
+    pq.write_table(pa.table({"user_id": ["u1", None], "repo_id": [None, "o1/r"]}), str(tmp_path / "o.parquet"))
+    with pytest.raises(InputError, match="1 row\\(s\\) hold no user_id, org_id or event_id .*not read: repo_id"):
+        read_id_lists([str(tmp_path / "o.parquet")])
+    (tmp_path / "o.jsonl").write_text('{"user_id": "u1"}\n{"user_id": null, "repo_id": "o1/r"}\n')
+    with pytest.raises(InputError, match="o.jsonl:2: has no"):
+        read_id_lists([str(tmp_path / "o.jsonl")])
 
 
 def test_forget_on_an_existing_output_equals_a_fresh_run(logs, tmp_path):

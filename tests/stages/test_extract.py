@@ -533,3 +533,69 @@ def test_an_accepted_edit_that_changes_nothing_gives_no_code_record(diff):
     e = _agent(41)
     e.update(context={"prefix": "a\n", "suffix": "b\n"}, diff=diff)
     assert extract_event(e, ("code",)) == ([], "no_example:diff_changes_nothing")
+
+
+# ------------------------------------------------------------------ found in the data scientist's review (session 45)
+
+def test_inline_edit_feedback_is_the_file_around_the_selection_it_replaces():
+    """Every accepted inline-edit feedback record kept the replaced lines in its suffix (153 of 153 in 2,000
+    synthetic events): a KTO example taught writing `return sum(xs)` in front of the loop it replaced. The
+    record's prefix + completion + suffix is now the edited file, and the replaced selection is context."""
+    from datakit.stages.extract.feedback import FeedbackOptions, feedback_records
+    from datakit.stages.extract.rules import _record
+    from datakit.stages.kto.stage import render_prompt
+
+    before = "def total(xs):\n    s = 0\n    for x in xs:\n        s += x\n    return s\n"
+    after = "def total(xs):\n    return sum(xs)\n"
+    cut = before.index("    s = 0")
+    for outcome in ("accepted", "rejected"):
+        e = ev(40, "inline_edit", context={"prefix": before[:cut], "suffix": before[cut:]},
+               suggestion="    return sum(xs)\n", outcome=outcome, diff=unified_diff("t.py", before, after),
+               accepted_text="    return sum(xs)\n" if outcome == "accepted" else None,
+               messages=[{"role": "user", "content": "simplify this", "tool_name": None}])
+        (r,), why = feedback_records(e, FeedbackOptions(), None, _record)
+        assert why is None
+        assert seg(r, "prefix")[0]["text"] + seg(r, "completion")[0]["text"] + seg(r, "suffix")[0]["text"] == after
+        assert seg(r, "selection")[0]["text"] == before[cut:]
+        prompt, completion = render_prompt(r["segments"], "fim", {"prefix": "<P>", "suffix": "<S>", "middle": "<M>"})
+        assert prompt == "simplify this\n" + before[cut:] + "<P>def total(xs):\n<S><M>" and completion == after[cut:]
+    # a diff that does not fit the suggestion: no example rather than a wrong one
+    e["diff"] = unified_diff("t.py", before, before.replace("return s", "return s  # x"))
+    assert feedback_records(e, FeedbackOptions(), None, _record) == ([], "no_example:edit_selection_unknown")
+
+
+def test_a_blank_or_identical_side_never_makes_or_blocks_a_preference_pair():
+    """A blank rejected suggestion with the smallest id was the pair's candidate and lost the pair with a real
+    one; a suggestion accepted once and rejected once made a pair with chosen == rejected."""
+    assert preference_candidate(tab(50, "p", "   \n", "s", outcome="rejected")) == (None, None, None)
+    same = [tab(51, "def f():\n", "    return 1\n", "\n"), tab(52, "def f():\n", "    return 1\n", "\n", outcome="rejected")]
+    key, acc, _ = preference_candidate(same[0])
+    from datakit.stages.extract.rules import preference_records
+
+    assert preference_records(same[0], acc, preference_candidate(same[1])[2]) == ([], "no_example:same_completion")
+
+
+def test_an_empty_tool_output_is_kept_beside_its_call():
+    """`mkdir` then `ls` of an empty folder: both tool outputs were dropped as blank, and the model was trained
+    to chain calls and answer as if no result came back."""
+    msgs = [{"role": "user", "content": "create the output dir", "tool_name": None},
+            {"role": "assistant", "content": '{"cmd": "mkdir -p out"}', "tool_name": "run_command"},
+            {"role": "tool", "content": "", "tool_name": "run_command"},
+            {"role": "assistant", "content": "Done.", "tool_name": None},
+            {"role": "assistant", "content": "   ", "tool_name": None}]
+    (r,), why = extract_event(ev(53, "agent_step", messages=msgs, outcome="accepted"), ("sft",))
+    assert why is None and [s["role"] for s in r["segments"]] == ["user", "assistant", "tool", "assistant"]
+
+
+def test_a_completion_in_a_crlf_file_gets_the_files_line_ends():
+    (code,), _ = extract_event(tab(54, "import os\r\n\r\n", "def f():\n    pass\n", "main()\r\n"), ("code",))
+    assert code["segments"][0]["text"] == "import os\r\n\r\ndef f():\r\n    pass\r\nmain()\r\n"
+
+
+def test_privacy_mode_events_make_no_record_even_without_a_consent_stage(tmp_path):
+    """ingest then extract trained on privacy-mode events, and records carry no flag a later stage could see."""
+    events = [tab(60, "def f():\n", "    return 1\n", "\n", privacy_mode=True), tab(61, "def g():\n", "    return 2\n", "\n")]
+    _write_events(tmp_path / "in" / "a.jsonl", events)
+    res, rows, _ = _run(str(tmp_path / "in" / "a.jsonl"), tmp_path / "out", ["code", "fim"])
+    assert {r["source"]["event_id"] for r in rows} == {"e61"}
+    assert res.stage("extract")["dropped"]["privacy_mode"] == 1

@@ -110,9 +110,12 @@ def test_kto_output_and_reward_report(projects, tmp_path):
     assert str(t.schema.field("label").type) == "bool" and str(t.schema.field("prompt").type) == "string"
     rows = t.to_pylist()
     assert rows and all(r["prompt"].endswith("<fim_middle>") for r in rows)
-    for r in rows:  # an inline edit's instruction comes before the FIM context
-        head = "" if json.loads(r["meta"])["event_type"] == "tab_completion" else r["prompt"].split("\n", 1)[0] + "\n"
-        assert r["prompt"].startswith(head + "<fim_prefix>")
+    for r in rows:  # an inline edit's instruction, then the code it replaces, come before the FIM context
+        if json.loads(r["meta"])["event_type"] == "tab_completion":
+            assert r["prompt"].startswith("<fim_prefix>")
+            continue
+        selection = r["prompt"].split("\n", 1)[1].split("<fim_prefix>", 1)[0]
+        assert selection.endswith("\n") and selection.strip()
     assert {r["label"] for r in rows} == {True, False}
     report = json.loads((out / "_reports" / "feedback.json").read_text())
     jsonschema.validate(report, load_contract("feedback_report.v1"))

@@ -331,3 +331,17 @@ def test_repo_id_commit_and_tool_names_are_scrubbed_like_the_path() -> None:
     assert m["turns"] == 1 and out[1]["meta"] == clean and out[1]["source"]["repo_id"] == "o/r"
     counts = json.loads(out[0]["_metrics"])
     assert counts["pii.email"] == 2 and counts["pii.aws_access_key"] == 1 and counts["pii.github_token"] == 1
+
+
+def test_a_secret_cut_by_the_cursor_is_found_in_feedback_and_preference_records() -> None:
+    """The prefix ends in `GITHUB_TOKEN = "ghp_aB3dE5gH7jK9` and the completion is the rest of the token: the event's
+    FIM record lost it, its feedback record (completion read after the suffix) and its preference pair (chosen read
+    alone) kept it (found in review). A feedback record reads prefix, completion, suffix as one file now; a pair
+    whose completion starts inside a secret is dropped."""
+    prefix, rest = 'GITHUB_TOKEN = "ghp_aB3dE5gH7jK9', 'mN1pQ3sT5vW7yZ9bC1dE3fG5"'
+    rows = [_rec("fb", "feedback", [(prefix, False, "prefix"), ("\nprint(1)\n", False, "suffix"), (rest, True, "completion")]),
+            _rec("pr", "preference", [(prefix, False, "prompt")], chosen=rest, rejected='xyz"'),
+            _rec("ok", "preference", [("x = ", False, "prompt")], chosen="1", rejected="2")]
+    out = ScrubPiiConfig(ner="off").build_fn()(pa.RecordBatch.from_pylist(rows, schema=TRAINING_RECORD_V1)).to_pylist()
+    assert "mN1pQ3sT5vW7" not in json.dumps(out[0]["segments"]) and out[0]["_drop"] is None
+    assert out[1]["_drop"] == "pii:github_token" and out[2]["_drop"] is None

@@ -5,9 +5,11 @@ suggestion the model made, not only from accepted text (`fim`) or from the rare
 accepted/rejected pairs at one cursor (`preference`). One record per
 `tab_completion` / `inline_edit` event with a suggestion and an outcome:
 
-- segments: `user` (the inline-edit instruction, if any), `prefix`, `suffix`
-  (the FIM context; not trained) and `completion` (the suggestion shown;
-  trained). Segments carry the text so `scrub_pii` scrubs it like any record.
+- segments: `user` (the inline-edit instruction, if any), `selection` (an
+  inline edit's replaced text, from its diff: `edit_selection`), `prefix`, `suffix`
+  (the FIM context around the cursor, or around the selection; not trained) and
+  `completion` (the suggestion shown; trained): prefix + completion + suffix is the
+  file the suggestion makes. Segments carry the text so `scrub_pii` scrubs it like any record.
 - meta: `outcome`, `reward` (0..1), `label` (`reward >= label_threshold`),
   `latency_ms`, `accepted_chars`, `suggestion_chars`, and with retention on,
   `retained` / `next_event_id` / `retention_gap_ms`.
@@ -110,6 +112,32 @@ def reward_of(e: dict, opts: FeedbackOptions, retained: bool | None) -> tuple[fl
     return round(reward, 6), None
 
 
+def edit_selection(prefix: str, suffix: str, suggestion: str, diff: str | None) -> tuple[str, str, str] | None:
+    """(selection, suffix after it, replacement) of an inline edit, from its diff; None when they do not fit.
+
+    An inline edit's `context.suffix` starts with the selection its suggestion replaces (the cursor is
+    at the selection's start); which text that is, only the diff says. The record's prefix + replacement
+    + the suffix after the selection is then the edited file. Why: found in review, every accepted
+    inline-edit feedback record (153 of 153 in 2,000 synthetic events) kept the replaced lines in its
+    suffix, so a KTO example taught writing the new code in front of the old (`return sum(xs)` above
+    the loop it replaced). The replacement is the suggestion, with the file's CRLF line ends when the
+    diff gave them (`rules.apply_unified_diff`)."""
+    from datakit.stages.extract.rules import DiffError, apply_unified_diff
+
+    if not diff:
+        return None
+    try:
+        edited = apply_unified_diff(prefix + suffix, diff)
+    except DiffError:
+        return None
+    for new in dict.fromkeys((suggestion, suggestion.replace("\r\n", "\n").replace("\n", "\r\n"))):
+        if edited.startswith(prefix) and edited.startswith(new, len(prefix)):
+            after = edited[len(prefix) + len(new):]
+            if suffix.endswith(after):
+                return suffix[:len(suffix) - len(after)], after, new
+    return None
+
+
 def feedback_records(e: dict, opts: FeedbackOptions, next_payload: str | None,
                      make_record: Any) -> tuple[list[dict], str | None]:
     """The feedback record of one event (`make_record` is extract_rules' record builder)."""
@@ -127,11 +155,18 @@ def feedback_records(e: dict, opts: FeedbackOptions, next_payload: str | None,
         return [], why
     c = e.get("context") or {}
     segs = []
+    prefix, suffix = c.get("prefix") or "", c.get("suffix") or ""
     instr = next((m.get("content") for m in (e.get("messages") or []) if m and m.get("role") == "user"), None)
-    if et == "inline_edit" and instr:
-        segs.append({"text": instr, "train": False, "role": "user"})
-    segs += [{"text": c.get("prefix") or "", "train": False, "role": "prefix"},
-             {"text": c.get("suffix") or "", "train": False, "role": "suffix"},
+    if et == "inline_edit":
+        around = edit_selection(prefix, suffix, suggestion, e.get("diff"))
+        if around is None:
+            return [], "no_example:edit_selection_unknown"
+        selection, suffix, suggestion = around
+        if instr:
+            segs.append({"text": instr, "train": False, "role": "user"})
+        segs.append({"text": selection, "train": False, "role": "selection"})
+    segs += [{"text": prefix, "train": False, "role": "prefix"},
+             {"text": suffix, "train": False, "role": "suffix"},
              {"text": suggestion, "train": True, "role": "completion"}]
     file = e.get("file") or {}
     kept = accepted_text(e)

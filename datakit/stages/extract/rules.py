@@ -192,6 +192,10 @@ def code_records(e: dict) -> tuple[list[dict], str | None]:
         if kept is None:
             return [], f"no_example:{outcome or 'no_outcome'}"
         prefix, suffix = _ctx(e)
+        if "\r" not in kept and _all_crlf(prefix + suffix):
+            # the file's own line ends, as the editor inserts the text, and as an inline edit's diff gets them
+            # (found in review: a completion's lines kept "\n" inside a CRLF file, a file of mixed line ends)
+            kept = kept.replace("\n", "\r\n")
         text = prefix + kept + suffix
     elif et in ("inline_edit", "agent_step"):
         if outcome != "accepted":
@@ -261,7 +265,10 @@ def sft_records(e: dict) -> tuple[list[dict], str | None]:
             text = _tool_call_text(tool, content)
         else:
             text = content or ""
-        if not text.strip():  # whitespace-only turns teach nothing (and would be trained on)
+        # whitespace-only turns teach nothing (and would be trained on); a tool's empty output is kept: it is
+        # the result its call got, and without it the next call followed the last as if no result came back
+        # (found in review: `mkdir` then `ls` of an empty folder, both results gone, the answer trained on)
+        if not text.strip() and role != "tool":
             continue
         segs.append({"text": text, "train": role == "assistant", "role": role})
         tools.append(tool)
@@ -287,7 +294,9 @@ def preference_candidate(e: dict) -> tuple[str | None, str | None, str | None]:
     if e.get("event_type") != "tab_completion" or e.get("outcome") not in ("accepted", "rejected"):
         return None, None, None
     text = accepted_text(e) if e["outcome"] == "accepted" else e.get("suggestion")
-    if not text:
+    if not text or not text.strip():
+        # a blank side is never a candidate, so `min` picks among the usable ones (found in review: a blank
+        # rejected suggestion with the smallest id was picked, and the pair with a real one was lost)
         return None, None, None
     prefix, suffix = _ctx(e)
     key = context_key(e.get("session_id"), (e.get("file") or {}).get("path"), prefix, suffix)
@@ -313,6 +322,8 @@ def preference_records(e: dict, pair_acc: str | None, pair_rej: str | None) -> t
         return [], "no_example:empty_prompt"  # nothing to condition on: the pair teaches no preference
     if not chosen.strip() or not rejected.strip():
         return [], "no_example:blank_completion"
+    if chosen == rejected:  # the same text accepted once and rejected once: no preference to learn
+        return [], "no_example:same_completion"
     file = e.get("file") or {}
     meta = {"rejected_event_id": rej_id, "event_ids": sorted([e["event_id"], rej_id]), "language": file.get("language"),
             "path": file.get("path"), "suffix_chars": len(suffix)}

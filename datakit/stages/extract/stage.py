@@ -110,8 +110,14 @@ class ExtractConfig(StageConfig):
         return [k for k in RECORD_KINDS if k in v]
 
     def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
+        from datakit.stages.consent import ConsentFn
+
         kinds = tuple(self.kinds)
         fn = ExtractFn(kinds, self.feedback)
+        # privacy-mode events never become records, with or without a consent stage before (found in review:
+        # ingest then extract trained on them, and records carry no flag a later stage could catch); with
+        # consent first there are none left here. Before pairing and retention, which read other events too
+        rel = rel.map_batches(ConsentFn(), rel.schema, name="extract_privacy_mode")
         if "feedback" in kinds and self.feedback.retention is not None:
             rel = with_retention(rel, self.feedback.retention.window_s)
         if "preference" not in kinds:

@@ -39,6 +39,8 @@ def render_prompt(segments: list[dict], fmt: str, fim: dict[str, str]) -> tuple[
         if s:
             text[s.get("role") or ""] = text.get(s.get("role") or "", "") + (s.get("text") or "")
     head = text["user"] + "\n" if text.get("user") else ""
+    if text.get("selection"):  # an inline edit: the code its suggestion replaces, after the instruction
+        head += text["selection"] + ("" if text["selection"].endswith("\n") else "\n")
     if fmt == "prefix":
         prompt = head + text.get("prefix", "")
     else:

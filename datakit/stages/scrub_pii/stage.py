@@ -545,6 +545,12 @@ class ScrubFn:
             if d:
                 drop[r] = d
                 detail[r] = json.dumps(dict(sorted(per.items())))
+        for r, fs in self._split_at_cursor(docs.texts, chosen, rejected).items():
+            for f in fs:
+                counts[f.entity] = counts.get(f.entity, 0) + 1
+            if drop[r] is None:
+                drop[r] = f"pii:{fs[0].entity}"
+                detail[r] = json.dumps({"split_at_cursor": sorted({f.entity for f in fs})})
         out = with_texts(batch, new)
         for name, col in new_lineage.items():
             out = out.set_column(out.schema.get_field_index(name), out.schema.field(name), col)
@@ -555,6 +561,43 @@ class ScrubFn:
                                      pa.field(METRICS, pa.string())]
         return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
 
+
+    # how much of a prompt's end and of a completion's start are read as one text (`_split_at_cursor`): more
+    # than any detector's value is long (a 256-char PEM body line stays a `-----BEGIN` away, found on its own)
+    SPLIT_WINDOW = 256
+
+    def _split_at_cursor(self, prompts: pa.Array, chosen: pa.Array, rejected: pa.Array) -> dict[int, list[Finding]]:
+        """Rows of preference pairs whose prompt's end and a completion's start form one finding.
+
+        Why: the prompt is the text before the cursor and `chosen`/`rejected` what was typed there, so a
+        key the cursor cut (`GITHUB_TOKEN = "ghp_aB3dE5gH7jK9` | `mN1pQ3sT5...`) is one secret in neither
+        column alone; found in review, it survived in the pair while the event's FIM and code records lost
+        it. Such a pair is dropped (`pii:<entity>`): a completion that starts inside a secret is no example
+        to keep in any scrubbed form."""
+        n = len(prompts)
+        if chosen.null_count == n and rejected.null_count == n:
+            return {}
+        rows, texts, cuts = [], [], []
+        pairs = pc.or_(chosen.is_valid(), rejected.is_valid()).to_numpy(zero_copy_only=False)
+        for r in np.flatnonzero(pairs).tolist():
+            p = prompts[r].as_py()
+            if not p:
+                continue
+            tail = p[-self.SPLIT_WINDOW:]
+            for col in (chosen, rejected):
+                c = col[r].as_py()
+                if c:
+                    rows.append(r)
+                    texts.append(tail + c[:self.SPLIT_WINDOW])
+                    cuts.append(len(tail))
+        if not texts:
+            return {}
+        out: dict[int, list[Finding]] = {}
+        for r, fs, k in zip(rows, self.scan(pa.array(texts, pa.string())), cuts):
+            across = [f for f in fs if f.start < k < f.end]
+            if across:
+                out.setdefault(r, []).extend(across)
+        return out
 
     def _spread_names(self, names_of: dict[int, set[str]], docs: Any, seg_text: pa.Array, chosen: pa.Array,
                       rejected: pa.Array, new: dict[str, dict[int, str | None]]) -> dict[int, int]:
