@@ -250,7 +250,9 @@ def _filter_quarantine(old_root: str, new_root: str, ids: list[str]) -> None:
             hit = None
         else:
             raw = t.column("raw").fill_null("")
-            hit = pa.chunked_array([pa.array([False] * t.num_rows)])
+            # typed: a list of no False is a null array, and `or` has no kernel for it (found in review: once a
+            # forget had emptied a snapshot's quarantine file, every later forget failed on it)
+            hit = pa.chunked_array([pa.array([False] * t.num_rows, pa.bool_())])
             for q in quoted:
                 hit = pc.or_(hit, pc.match_substring(raw, q))
         dst = f"{new_root}/{f[len(old_root) + 1:]}"

@@ -273,7 +273,19 @@ def _init_worker(threads: int, *logcfg) -> None:
     init_worker(*logcfg)
     defer_pandas()
     atexit.register(_exit_without_teardown)
-    _exit_with_owner(os.getppid())
+    _exit_with_owner(_owner_pid())
+
+
+def _owner_pid() -> int:
+    """The process that started this worker, as recorded when it spawned us, not `os.getppid()` now.
+
+    Why: found in an operations review, a `datakit run` killed while its workers were still starting
+    left them re-parented to init before this ran; `getppid()` then said 1, the watch took init for
+    the owner and the workers (~170 MB each) lived on forever."""
+    import multiprocessing
+
+    parent = multiprocessing.parent_process()
+    return parent.pid if parent is not None and parent.pid else os.getppid()
 
 
 PARENT_CHECK_SECONDS = 1.0

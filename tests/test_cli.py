@@ -314,3 +314,40 @@ def test_run_json_names_the_snapshots_a_redo_withdrew(tmp_path):
     r = _cli("run", f, "--workers", "1", "--snapshot", "d1", "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["withdrawn"] == ["d2"]
+
+
+def test_an_error_nothing_expected_exits_3_with_its_traceback_in_a_private_file(tmp_path):
+    """Found in an operations review: a `forget` that failed on an unexpected error exited 1 with a traceback,
+    which the command documents as "a check failed"; a scheduler took it for a verdict."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import sys; sys.argv = ['datakit', 'forget', 'ds', '--optouts', 'x.parquet']\n"
+              "import datakit.forget_snapshots as fs\n"
+              "def boom(*a, **k): raise ZeroDivisionError('a record: jane@example.com')\n"
+              "fs.forget = boom\n"
+              "from datakit.cli import command\ncommand()\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path,
+                       env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert r.returncode == 3 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "forget failed unexpectedly (ZeroDivisionError)" in r.stderr and "jane@" not in r.stderr
+    (report,) = tmp_path.glob("datakit-error-*.txt")
+    assert "ZeroDivisionError" in report.read_text() and oct(report.stat().st_mode & 0o777) == "0o600"
+
+
+def test_forget_filters_a_quarantine_file_that_an_earlier_forget_emptied(tmp_path):
+    """Found in an operations review: once a forget had removed a snapshot's only quarantined line, every later
+    forget failed on the empty file (`or` of a null-typed list of no False), exit 1, nothing deleted."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from datakit.forget_snapshots import _filter_quarantine
+
+    (tmp_path / "_quarantine").mkdir()
+    pq.write_table(pa.table({"raw": pa.array([], pa.string())}), str(tmp_path / "_quarantine" / "part-0.parquet"))
+    pq.write_table(pa.table({"raw": ['{"user_id": "u1"}', '{"user_id": "u2"}']}),
+                   str(tmp_path / "_quarantine" / "part-1.parquet"))
+    _filter_quarantine(str(tmp_path), str(tmp_path), ["u1"])
+    assert pq.read_table(tmp_path / "_quarantine" / "part-1.parquet").column("raw").to_pylist() == ['{"user_id": "u2"}']
+    assert pq.read_table(tmp_path / "_quarantine" / "part-0.parquet").num_rows == 0

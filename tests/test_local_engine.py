@@ -565,3 +565,34 @@ def test_the_kept_pool_follows_a_notebooks_sys_path_and_reloaded_code(tmp_path):
     rows = json.loads(r.stdout.strip().splitlines()[-1])
     # 2 files of 30 valid events (one batch each): all, then the first 20 of each, then the first 5 of each
     assert rows == [60, 40, 10], rows
+
+
+_EARLY_OWNER = textwrap.dedent("""
+    import multiprocessing, os, sys, time
+
+    def child(path):
+        time.sleep(1.5)  # the owner is gone by now: this process was re-parented before its start-up watch
+        from datakit.workers import _owner_pid
+        open(path, "w").write(f"{_owner_pid()} {os.getppid()}")
+
+    if __name__ == "__main__":
+        p = multiprocessing.get_context("spawn").Process(target=child, args=(sys.argv[1],))
+        p.start()
+        print(os.getpid(), flush=True)
+        os._exit(0)  # killed while its worker starts: nothing waits for it
+""")
+
+
+def test_a_worker_whose_owner_died_while_it_started_still_knows_its_owner(tmp_path):
+    """Found in an operations review: a run killed while its workers were starting left them re-parented before
+    their watch began; it read the owner from `getppid()`, took init for it, and the workers lived on."""
+    (tmp_path / "owner.py").write_text(_EARLY_OWNER)
+    out = subprocess.run([sys.executable, str(tmp_path / "owner.py"), str(tmp_path / "seen")], capture_output=True,
+                         text=True, cwd=tmp_path, timeout=60)
+    owner = int(out.stdout.split()[0])
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "seen").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.2)
+    recorded, now = map(int, (tmp_path / "seen").read_text().split())
+    assert recorded == owner and now != owner  # the dead owner, not whoever adopted the worker
