@@ -629,15 +629,21 @@ class Pipeline:
 
         cfg = self.config
         top_path = CompileContext(base_dir=self.base_dir).resolve(output or cfg.output.path).rstrip("/")
+        derived_from: list[str] | None = None
         if snapshot is None:
             paths = input if input is not None else cfg.input.path if cfg.input else []
-            snapshot = snapshots.derive_id([paths] if isinstance(paths, str) else list(paths))
+            derived_from = [paths] if isinstance(paths, str) else list(paths)
+            snapshot = snapshots.derive_id(derived_from)
+            base = CompileContext(base_dir=self.base_dir)
+            derived_from = [base.resolve(p) for p in derived_from]
         snapshot = snapshots.check_id(snapshot)
         snap_path = snapshots.snapshot_path(top_path, snapshot)
         with output_lock(top_path):
             top = snapshots.read_top(top_path)
             snapshots.check_order(top, snapshot)
-            previous = next((s for s in (top or {}).get("snapshots", []) if s["id"] == snapshot), None)
+            previous = snapshots.previous_entry(top, snapshot)
+            if previous is not None and derived_from is not None:
+                snapshots.check_same_partition(top_path, snapshot, derived_from)
             hist = [{**s, "root": top_path} for s in snapshots.history(top, snapshot)]
             lists = snapshots.forget_lists(top_path, top)
             t = time.perf_counter()

@@ -776,3 +776,48 @@ def test_report_of_a_dataset_of_snapshots_names_a_snapshot_to_report(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"is a dataset of snapshots: .* datakit report .*/_snapshots/dt=2026-11-02"):
         write_report(str(tmp_path / "ds"))
     assert write_report(str(tmp_path / "ds" / "_snapshots" / "dt=2026-11-02")).endswith("_report.html")
+
+
+def test_a_redo_that_failed_once_still_withdraws_the_later_snapshots_when_retried(tmp_path, monkeypatch):
+    """Found in an operations review: a redo of an old day that changed it, stopped once after its withdraw and
+    retried, no longer saw the day's earlier dedup state (a withdrawn entry kept only its id and position):
+    the retry withdrew nothing, exit 0, and the union held 159 duplicate documents."""
+    import datakit.stages.dedup.history as history
+
+    out = tmp_path / "ds"
+    for day, rows in (("2026-11-01", DAY1), ("2026-11-02", DAY2), ("2026-11-03", DAY3)):
+        run_day(tmp_path, day, rows)
+    changed = DAY1 + [rec("z1", words(1000, 1100))]
+    real = history.write_state
+
+    def stopped(*a, **k):
+        raise KeyboardInterrupt  # the scheduler's stop, after the snapshot's run and before its commit
+
+    monkeypatch.setattr(history, "write_state", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        run_day(tmp_path, "2026-11-01", changed)
+    monkeypatch.setattr(history, "write_state", real)
+    retry = run_day(tmp_path, "2026-11-01", changed)
+    assert retry.extra["withdrawn"] == ["dt=2026-11-02", "dt=2026-11-03"]
+    assert ids(out) == ["a1", "b1", "c1", "d1", "z1"]
+
+
+def test_a_derived_id_that_names_another_partition_folder_is_refused(tmp_path):
+    """Under year=/month=/day= folders the derived id is the innermost folder: April 29 is `day=29` as March 29
+    is, and April's night replaced March's day as a redo (found in an operations review), exit 0."""
+    def day(path: str, rows):
+        inp = write_records(tmp_path / "logs" / path, rows)
+        return Pipeline("daily").input(inp, format="parquet", schema="training_record.v1").add(dict(DEDUP)).output(
+            str(tmp_path / "ds"), mode="append")
+
+    day("year=2026/month=03/day=29", DAY1).run(workers=1)
+    day("year=2026/month=03/day=30", DAY2).run(workers=1)
+    before = (tmp_path / "ds" / "manifest.json").read_bytes()
+    with pytest.raises(SnapshotError, match=r"snapshot day=29 was committed from .*month=03/day=29.* this run reads "
+                                            r".*month=04/day=29.*--snapshot ID"):
+        day("year=2026/month=04/day=29", DAY3).run(workers=1)
+    assert (tmp_path / "ds" / "manifest.json").read_bytes() == before
+    day("year=2026/month=03/day=29", DAY1).run(workers=1)  # a true redo of the same folder still runs
+    day("year=2026/month=04/day=29", DAY3).run(workers=1, snapshot="year=2026_month=04_day=29")
+    assert [s["id"] for s in json.loads((tmp_path / "ds" / "manifest.json").read_text())["snapshots"]] == [
+        "day=29", "day=30", "year=2026_month=04_day=29"]

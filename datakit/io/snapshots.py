@@ -69,6 +69,39 @@ def derive_id(paths: list[str]) -> str:
     return check_id(found.pop())
 
 
+def partition_folder(path: str) -> str | None:
+    """`path` up to and including its innermost `key=value` folder (None when it has none)."""
+    found = list(_PARTITION.finditer(str(path)))
+    return str(path)[:found[-1].end()] if found else None
+
+
+def check_same_partition(out: str, snapshot: str, paths: list[str]) -> None:
+    """A derived snapshot id that a committed snapshot already has must come from the same partition folder.
+
+    Why: the id is the innermost `key=value` folder, so under `year=/month=/day=` folders April 29 is
+    `day=29`, as March 29 is; found in an operations review, April's night replaced March's day as a
+    "redo" (and withdrew the days after it), exit 0 with one warning. A run that reads another folder
+    under an existing id is refused; `--snapshot ID` names the snapshot when the layout needs it."""
+    try:
+        m = read_json(f"{snapshot_path(out, snapshot)}/manifest.json") or {}
+    except (OSError, ValueError, InputError):
+        return
+    before = {partition_folder(_absolute(i["path"])) for i in m.get("inputs") or [] if isinstance(i, dict) and i.get("path")}
+    now = {partition_folder(_absolute(p)) for p in paths}
+    before.discard(None)
+    now.discard(None)
+    if before and now and not before & now:
+        raise SnapshotError(f"snapshot {snapshot} was committed from {sorted(before)[0]}, and this run reads "
+                            f"{sorted(now)[0]}: the id derived from the innermost partition folder names both; "
+                            "pass --snapshot ID (e.g. built from every level: year=2026_month=04_day=29)")
+
+
+def _absolute(path: str) -> str:
+    import os
+
+    return path if "://" in path else os.path.realpath(path)
+
+
 def snapshot_path(out: str, snapshot: str) -> str:
     return f"{out.rstrip('/')}/{SNAPSHOTS_DIR}/{check_id(snapshot)}"
 
@@ -109,10 +142,30 @@ def withdraw(out: str, top: dict[str, Any] | None, snapshot: str) -> dict[str, A
         return top
     gone = next(s for s in top["snapshots"] if s["id"] == snapshot)
     rest = [s for s in top["snapshots"] if s["id"] != snapshot]
-    withdrawn = [w for w in top.get("withdrawn", []) if w["id"] != snapshot] + [{"id": snapshot, "seq": gone["seq"]}]
+    withdrawn = [w for w in top.get("withdrawn", []) if w["id"] != snapshot] + [_withdrawn_entry(gone)]
     new = _union(top, rest, withdrawn)
     _commit_top(out, new)
     return new
+
+
+def _withdrawn_entry(snap: dict[str, Any]) -> dict[str, Any]:
+    """What the top manifest keeps of a withdrawn snapshot: its position, and the digest of the dedup state
+    it was committed with, so a rerun after a failed attempt still knows what later snapshots were
+    deduplicated against (found in an operations review: a redo of an old day, stopped once and retried,
+    no longer saw its earlier state, withdrew nothing, and the union held 159 duplicate documents)."""
+    entry = {"id": snap["id"], "seq": snap["seq"]}
+    if snap.get("dedup_state") is not None:
+        entry["dedup_state"] = snap["dedup_state"]
+    return entry
+
+
+def previous_entry(top: dict[str, Any] | None, snapshot: str) -> dict[str, Any] | None:
+    """The snapshot's committed entry, else its withdrawn one (a rerun after a failed attempt), else None."""
+    for key in ("snapshots", "withdrawn"):
+        found = next((s for s in (top or {}).get(key, []) if s["id"] == snapshot), None)
+        if found is not None:
+            return found
+    return None
 
 
 def withdraw_later(out: str, top: dict[str, Any] | None, seq: int) -> tuple[dict[str, Any] | None, list[str]]:
@@ -131,8 +184,7 @@ def withdraw_later(out: str, top: dict[str, Any] | None, seq: int) -> tuple[dict
         return top, []
     ids = [s["id"] for s in later]
     rest = [s for s in top["snapshots"] if s["id"] not in ids]
-    withdrawn = [w for w in top.get("withdrawn", []) if w["id"] not in ids] + [{"id": s["id"], "seq": s["seq"]}
-                                                                                for s in later]
+    withdrawn = [w for w in top.get("withdrawn", []) if w["id"] not in ids] + [_withdrawn_entry(s) for s in later]
     new = _union(top, rest, withdrawn)
     _commit_top(out, new)
     return new, ids
