@@ -821,3 +821,26 @@ def test_a_derived_id_that_names_another_partition_folder_is_refused(tmp_path):
     day("year=2026/month=04/day=29", DAY3).run(workers=1, snapshot="year=2026_month=04_day=29")
     assert [s["id"] for s in json.loads((tmp_path / "ds" / "manifest.json").read_text())["snapshots"]] == [
         "day=29", "day=30", "year=2026_month=04_day=29"]
+
+
+def test_a_forgotten_users_quarantined_lines_stay_gone_when_a_night_is_retried_or_a_new_one_runs(tmp_path):
+    """Found in an operations review: forget removed a user's quarantined raw line, and a retry of that night
+    wrote the whole raw event (user_id included) back into `_quarantine/`; a new night kept theirs too."""
+    from datakit.forget_snapshots import forget
+    from tests.eventgen import make_event, write_jsonl
+
+    out = tmp_path / "ds"
+
+    def night(day: str) -> Pipeline:
+        bad = b'{"user_id": "gone", "event_id": "x-' + day.encode() + b'", "oops"'
+        inp = write_jsonl(tmp_path / "logs" / f"dt={day}" / "a.jsonl", [make_event(1), bad, make_event(2)])
+        return (Pipeline("daily").input(str(inp)).add({"kind": "ingest"}).add({"kind": "extract", "kinds": ["code"]})
+                .output(str(out), mode="append"))
+
+    night("2026-11-01").run(workers=1)
+    pq.write_table(pa.table({"user_id": ["gone"]}), tmp_path / "deletions.parquet")
+    forget(str(out), str(tmp_path / "deletions.parquet"), workers=1)
+    night("2026-11-01").run(workers=1)  # the night retried from the same logs
+    night("2026-11-02").run(workers=1)
+    raws = [r["raw"] for f in sorted(out.glob("_snapshots/*/_quarantine/*.parquet")) for r in pq.read_table(f).to_pylist()]
+    assert not any(b'"gone"' in (r if isinstance(r, bytes) else r.encode()) for r in raws), raws
