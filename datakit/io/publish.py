@@ -127,6 +127,12 @@ def _holder_is_dead(held: dict) -> bool:
     """
     if held.get("host") != socket.gethostname() or not isinstance(held.get("pid"), int):
         return False
+    # the same pid started at another moment is another process: a container restarted in the same pod
+    # gets its old pid back (found in an operations review: refused as "being written by another run
+    # (pid <its own>)" until the lease ran out), and a pid can be reused by an unrelated process
+    started = held.get("started")
+    if isinstance(started, int) and _start_ticks(held["pid"]) not in (None, started):
+        return True
     if held["pid"] == os.getpid():
         return False
     try:
@@ -136,6 +142,16 @@ def _holder_is_dead(held: dict) -> bool:
     except OSError:  # exists, owned by someone else
         return False
     return False
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When process `pid` started (clock ticks since boot, /proc/<pid>/stat field 22); None when unknown
+    (no such process, or no /proc): only a known, different start proves a lease's holder is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 _HELD: dict[tuple[str, int], "_Lock"] = {}
@@ -149,6 +165,7 @@ class _Lock:
         self.path = path.rstrip("/")
         self.count = 0
         self.owner = {"run": uuid.uuid4().hex, "host": socket.gethostname(), "pid": os.getpid(),
+                      "started": _start_ticks(os.getpid()),
                       "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         self._fd: int | None = None
         self._stop = threading.Event()
