@@ -98,3 +98,32 @@ def test_a_sigterm_stops_a_run_like_a_ctrl_c_and_ends_with_sigterm(tmp_path):
     err = "".join(lines)
     assert "datakit: stopped (SIGTERM)" in err and "Traceback" not in err
     assert not (tmp_path / "out" / "_SUCCESS").exists()
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, -signal.SIGTERM)])
+def test_a_stopped_run_ends_with_a_json_line_under_log_format_json(tmp_path, sig, code):
+    """Found in an operations review: under `--log-format json` a SIGTERM ended with plain text and a SIGINT with
+    no last line at all; a scheduler parsing stderr saw the process end without a status."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from datakit.synth.generator import generate
+
+    generate(tmp_path / "logs", events=3000, seed=3, days=1)
+    quickstart = (Path(__file__).resolve().parents[1] / "pipelines" / "quickstart.yaml").read_text()
+    (tmp_path / "q.yaml").write_text(quickstart.replace("../demo/logs", "logs").replace("../demo/out/quickstart", "out"))
+    exe = Path(sys.executable).with_name("datakit")
+    proc = subprocess.Popen([str(exe), "run", str(tmp_path / "q.yaml"), "--workers", "1", "--log-format", "json"],
+                            cwd=tmp_path, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if "ingest" in line and '"done": true' in line:
+            proc.send_signal(sig)
+            break
+    lines += proc.stderr.readlines()
+    assert proc.wait(timeout=120) == code, "".join(lines)[-3000:]
+    last = json.loads(lines[-1])
+    assert last["level"] == "error" and last["msg"] == f"stopped ({signal.Signals(sig).name})"

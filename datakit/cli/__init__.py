@@ -515,6 +515,8 @@ def command() -> None:
     except (SystemExit, KeyboardInterrupt) as e:
         if was_terminated():  # stopped as a Ctrl-C stops it (typer: exit 130); ends by SIGTERM (143)
             _end_by_sigterm()
+        if isinstance(e, KeyboardInterrupt) or (isinstance(e, SystemExit) and e.code == 130):
+            _say_interrupted()
         if isinstance(e, SystemExit) and _COMMAND_DONE and (e.code is None or isinstance(e.code, int)):
             _exit_after_command(e.code or 0)
         raise
@@ -544,12 +546,23 @@ def _fail_with_traceback_file(e: BaseException) -> None:
     raise SystemExit(3)  # (outside the app, typer.Exit would be one more uncaught exception)
 
 
+def _say_interrupted() -> None:
+    """The last line of a run stopped by Ctrl-C / SIGINT (exit 130): none was printed, so a scheduler reading a
+    `--log-format json` stream saw the process end without a final status (found in an operations review)."""
+    from datakit.logs import error_line
+
+    typer.echo(error_line("stopped (SIGINT)").replace("datakit: error: ", "datakit: "), err=True)
+
+
 def _end_by_sigterm() -> None:
     """One line, then this process ends by SIGTERM, the status a scheduler that sent it expects."""
     import os
     import signal
 
-    typer.echo("datakit: stopped (SIGTERM)", err=True)
+    from datakit.logs import error_line
+
+    # as the configured format writes it (found in an operations review: plain text among a scheduler's JSON)
+    typer.echo(error_line("stopped (SIGTERM)").replace("datakit: error: ", "datakit: "), err=True)
     sys.stderr.flush()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)
