@@ -65,3 +65,26 @@ def test_a_lease_of_this_pid_or_of_a_live_pid_started_at_another_moment_is_a_dea
         alive.kill()
         alive.wait()
     assert publish._Lock("s3://b/x").owner["started"] == mine
+
+
+def test_a_run_that_lost_its_lease_commits_nothing_and_never_writes_over_the_new_holder(s3_endpoint):  # noqa: F811
+    """Found in an operations review: a run paused past its lease (SIGSTOP, or a host whose clock runs ahead)
+    resumed and committed its manifest over the run that had taken the lease over: a committed day was gone
+    from the dataset, both exit 0. The heartbeat now stops at another run's lease, and a commit checks first."""
+    import s3fs
+
+    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_endpoint})
+    fs.mkdir("lost-lease")
+    url, key = "s3://lost-lease/out", f"lost-lease/out/{publish.LOCK_NAME}"
+    with publish.output_lock(url):
+        publish.check_still_held(url)  # ours: nothing to say
+        other = _lease(4242, "another-host")
+        fs.pipe_file(key, other)  # the lease expired while we were paused; another run took it
+        with pytest.raises(publish.OutputBusyError, match="lost its lock to another run \\(pid 4242 on another-host"):
+            publish.check_still_held(url)
+        (lock,) = [lk for (p, _t), lk in publish._HELD.items() if p == url]
+        assert lock._beat_once() is False and lock.lost is not None  # a beat reads first, and stops
+        fs.invalidate_cache()
+        assert fs.cat_file(key) == other
+    fs.invalidate_cache()
+    assert fs.cat_file(key) == other  # and releasing does not remove another run's lease

@@ -168,6 +168,7 @@ class _Lock:
                       "started": _start_ticks(os.getpid()),
                       "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         self._fd: int | None = None
+        self.lost: str | None = None  # who took the lease over while this run held it (`check_held`)
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
 
@@ -250,12 +251,52 @@ class _Lock:
         self._beat.start()
 
     def _heartbeat(self) -> None:
-        fs, p = filesystem(f"{self.path}/{LOCK_NAME}")
         while not self._stop.wait(LEASE_SECONDS / 4):
-            try:
-                fs.pipe_file(p, self._lease())
-            except Exception as e:  # a missed beat is survivable; the next one retries
-                log.warning("could not refresh the lock of %s: %s", self.path, e)
+            if not self._beat_once():
+                return
+
+    def _beat_once(self) -> bool:
+        """Refresh the lease if it is still this run's; False (and `lost` set) when another run holds it."""
+        fs, p = filesystem(f"{self.path}/{LOCK_NAME}")
+        try:
+            lost = self._taken_by()
+            if lost is not None:  # never write over another run's lease (it would be two writers again)
+                self.lost = lost
+                log.error("lost the lock of %s to another run (%s): this run will not commit", self.path, lost)
+                return False
+            fs.pipe_file(p, self._lease())
+        except Exception as e:  # a missed beat is survivable; the next one retries
+            log.warning("could not refresh the lock of %s: %s", self.path, e)
+        return True
+
+    def _taken_by(self) -> str | None:
+        """Who holds the lease now if it is not this run (None: it is still ours, or cannot be read)."""
+        fs, p = filesystem(f"{self.path}/{LOCK_NAME}")
+        fs.invalidate_cache()
+        try:
+            held = json.loads(fs.cat_file(p))
+        except FileNotFoundError:
+            return "the lease is gone"
+        except (OSError, ValueError):
+            return None
+        if held.get("run") == self.owner["run"]:
+            return None
+        return f"pid {held.get('pid')} on {held.get('host')} since {held.get('since')}"
+
+    def check_held(self) -> None:
+        """Raise `OutputBusyError` when this run's lease is no longer its own (before a commit).
+
+        Why: a lease expires by the clock, so a writer paused past it (a stopped container, a long GC, a
+        host whose clock runs ahead of the others') finds another run holding the folder. Found in an
+        operations review: the paused run resumed, committed its top manifest over the other's, and a
+        day it had committed was gone from the dataset, both exit 0. Checked right before each commit
+        (and by every heartbeat, which no longer writes over another run's lease); a store without
+        conditional writes leaves a window between this check and the write, which this narrows to
+        milliseconds but cannot close."""
+        lost = self.lost or (None if _is_local(self.path) else self._taken_by())
+        if lost is not None:
+            raise OutputBusyError(f"output folder {self.path}: this run lost its lock to another run ({lost}) "
+                                  "while it was paused past the lease; nothing more is committed: rerun it")
 
     def release_remote(self) -> None:
         self._stop.set()
@@ -277,6 +318,15 @@ def _read_holder(fd: int) -> str:
         return f" (pid {held['pid']} on {held['host']} since {held['since']})"
     except (OSError, ValueError, KeyError):
         return ""
+
+
+def check_still_held(path: str) -> None:
+    """`_Lock.check_held` for the lock this process holds on `path` (nothing when it holds none)."""
+    key = path.rstrip("/")
+    with _HELD_GUARD:
+        locks = [lock for (p, _t), lock in _HELD.items() if p == key]
+    for lock in locks:
+        lock.check_held()
 
 
 @contextmanager

@@ -357,6 +357,9 @@ def commit(spec: SinkSpec, shards: list[dict[str, Any]], manifest: dict[str, Any
     the manifest does not list and write `_SUCCESS`. Returns the manifest. A writer with its own
     `commit` (see `ShardWriter`) does its own, with the run's summed stage `metrics`."""
     out = spec.path.rstrip("/")
+    from datakit.io.publish import check_still_held
+
+    check_still_held(out)  # a run paused past its lease commits nothing over another run's (publish.py)
     shards = sorted(shards, key=lambda s: s["shard"])
     writer = writer_for(spec.format)
     if hasattr(writer, "commit"):

@@ -305,14 +305,22 @@ def _union_totals(latest: dict[str, Any], shards: list[dict[str, Any]], seq_len:
 
 
 def _commit_top(out: str, body: dict[str, Any]) -> None:
+    """Card, manifest, `_SUCCESS` of the dataset, as one step a SIGTERM waits for; only while this run still
+    holds the dataset's lock (`publish.check_still_held`). Why held: found in an operations review, a SIGTERM
+    between the card and the manifest left a card naming the new day's files beside the old manifest."""
+    from datakit.interrupts import held_until_done
+    from datakit.io.publish import check_still_held
+
     out = out.rstrip("/")
+    check_still_held(out)
     fs, p = filesystem(f"{out}/_SUCCESS")
-    if fs.exists(p):
-        fs.rm(p)
-    write_card(out, body)
-    write_json_atomic(f"{out}/manifest.json", body)
-    with fs.open(p, "wb") as f:
-        f.write(b"")
+    with held_until_done("committing the dataset's manifest"):
+        if fs.exists(p):
+            fs.rm(p)
+        write_card(out, body)
+        write_json_atomic(f"{out}/manifest.json", body)
+        with fs.open(p, "wb") as f:
+            f.write(b"")
 
 
 def commit(out: str, top: dict[str, Any] | None, snapshot: str, manifest: dict[str, Any],
