@@ -25,7 +25,8 @@ import pyarrow.parquet as pq
 
 from datakit.io.fs import InputError, filesystem, from_cwd
 from datakit.io.publish import output_lock
-from datakit.io.snapshots import FORGET_DIR, LAYOUT, SNAPSHOTS_DIR, _commit_top, _union, read_top, remove_superseded
+from datakit.io.snapshots import (FORGET_DIR, LAYOUT, SNAPSHOTS_DIR, _commit_top, _union, read_top, remove_superseded,
+                                  remove_uncommitted)
 
 _HIST, _VIA = "_dk_hist", "_dk_via"
 log = logging.getLogger(__name__)
@@ -134,6 +135,10 @@ def forget(out: str, optouts: str | list[str], engine: str = "local", **engine_o
         if swept:
             log.warning("removed %d snapshot version(s) an earlier forget replaced but did not delete: %s",
                         len(swept), ", ".join(swept))
+        unfinished = remove_uncommitted(out, top)
+        if unfinished:
+            log.warning("removed the unfinished run(s) of %s (never committed; they may hold what this deletion "
+                        "removes): rerun them, and the deletion list applies", ", ".join(unfinished))
         gen = int(top.get("forget_generation", 0)) + 1
         lists = _read_lists(optouts)
         ids = _listed_ids(lists)

@@ -844,3 +844,19 @@ def test_a_forgotten_users_quarantined_lines_stay_gone_when_a_night_is_retried_o
     night("2026-11-02").run(workers=1)
     raws = [r["raw"] for f in sorted(out.glob("_snapshots/*/_quarantine/*.parquet")) for r in pq.read_table(f).to_pylist()]
     assert not any(b'"gone"' in (r if isinstance(r, bytes) else r.encode()) for r in raws), raws
+
+
+def test_forget_removes_a_killed_nights_uncommitted_snapshot(tmp_path):
+    """Found in an operations review: forget looked only at committed and withdrawn snapshots; a killed night's
+    folder kept 138 rows of the deleted user until the night was rerun. It is removed; the rerun applies the list."""
+    from datakit.forget_snapshots import forget
+
+    out = tmp_path / "ds"
+    run_day(tmp_path, "2026-11-01", [urec("a1", words(0, 100), "keep")])
+    killed = out / "_snapshots" / "dt=2026-11-02"
+    write_records(killed / "data", [urec("g2", words(200, 300), "gone")])  # what a killed night left on disk
+    pq.write_table(pa.table({"user_id": ["gone"]}), tmp_path / "deletions.parquet")
+    forget(str(out), str(tmp_path / "deletions.parquet"), workers=1)
+    assert not killed.exists() and (out / "_snapshots" / "dt=2026-11-01").exists()
+    run_day(tmp_path, "2026-11-02", [urec("g2", words(200, 300), "gone"), urec("h2", words(400, 500), "keep")])
+    assert ids(out) == ["a1", "h2"]
