@@ -119,20 +119,19 @@ def _rows_table(url: str, rows: list[dict], columns: ColumnChoice, lines: list[i
     """The batch's chosen columns. Why per row, not per batch, for the text: JSON Lines rows need not
     share keys. A row with `content` in a batch whose first text key was `text` was read as empty, so
     the same rows split over two files got another verdict; `segments` written as a string was read
-    one character per segment (found in review). A `ColumnChoice` with a `fallbacks(column)` method
-    names the other keys a row may hold that column's text under (the first one present is read).
+    one character per segment (found in review). Every generic text key of a batch is a column of its
+    own when the caller chooses them automatically, so a row's text is read under its own key.
 
     A row that holds none of the text keys is not a document of empty text: it is skipped and counted
     with the unreadable lines (`skipped_lines`, and `rows_without_text`), so a verdict never covers text
     it did not read (found in review: a chat row, `{"messages": [...]}`, among `{"text": ...}` rows was
     scanned as empty and the file checked clean)."""
     names = set().union(*(r.keys() for r in rows))
-    fallbacks = getattr(columns, "fallbacks", None)
     chosen = columns(sorted(names), url)
     texts = [c for c in chosen if c not in ("doc_id", "id")] or chosen
-    keys = {k for c in texts for k in (c, *(fallbacks(c) if fallbacks else ()))}
+    keys = set(texts)
     plain = getattr(columns, "plain_text_fields", ())  # (decontaminate.check.Columns: what a plain row holds)
-    if fallbacks and plain and "segments" in chosen:
+    if plain and "segments" in chosen:
         rows = _plain_rows_as_segments(rows, texts, plain)
     has_text = [any(r.get(k) is not None for k in keys) for r in rows]
     if not all(has_text):
@@ -148,8 +147,7 @@ def _rows_table(url: str, rows: list[dict], columns: ColumnChoice, lines: list[i
         if c == "segments":
             data[c] = pa.array([_segments(r.get(c)) for r in rows], pa.list_(pa.struct([("text", pa.string())])))
         else:
-            others = [k for k in (fallbacks(c) if fallbacks else ()) if k != c and k in names]
-            data[c] = _texts_of([_first(r, c, others) for r in rows])
+            data[c] = _texts_of([r.get(c) for r in rows])
     if lines is not None:
         data[LINE_COLUMN] = pa.array(lines, pa.int64())
     return pa.table(data)
@@ -169,16 +167,6 @@ def _plain_rows_as_segments(rows: list[dict], record_columns: Sequence[str], pla
                 r = {**r, "segments": [{"text": _str(r[k])}]}
         out.append(r)
     return out
-
-
-def _first(row: dict, key: str, others: Sequence[str]) -> Any:
-    """row[key], else the first of `others` the row holds (not None)."""
-    v = row.get(key)
-    for k in others:
-        if v is not None:
-            break
-        v = row.get(k)
-    return v
 
 
 def _segments(v: Any) -> list[dict[str, str | None]]:

@@ -27,7 +27,7 @@ import re
 from typing import Any
 
 from datakit.io.atomic import read_json, write_json_atomic
-from datakit.io.fs import InputError, filesystem
+from datakit.io.fs import InputError, filesystem, from_cwd
 from datakit.io.layout import write_card
 
 SNAPSHOTS_DIR = "_snapshots"
@@ -97,9 +97,11 @@ def check_same_partition(out: str, snapshot: str, paths: list[str]) -> None:
 
 
 def _absolute(path: str) -> str:
+    """A recorded or given input path as one spelling: links resolved too, because two spellings of one
+    partition folder must compare equal here."""
     import os
 
-    return path if "://" in path else os.path.realpath(path)
+    return path if "://" in path else os.path.realpath(from_cwd(path))
 
 
 def snapshot_path(out: str, snapshot: str) -> str:

@@ -138,13 +138,6 @@ class Columns:
         id_col = next((c for c in ("doc_id", "id") if c in names), None)
         return ([id_col] if id_col else []) + wanted
 
-    def fallbacks(self, column: str) -> tuple[str, ...]:
-        """The other keys a JSON row may hold `column`'s text under (io/records._rows_table): none. Every
-        generic text key of a batch is a column of its own when the columns are chosen automatically
-        (`text_columns(every_generic=True)`), so a row holding its text under `content` in a batch whose
-        other rows use `text` is read under `content`, as a Parquet file with both columns is."""
-        return ()
-
 
 def to_text_batch(url: str, rb: pa.RecordBatch | pa.Table, first_row: int,
                   text_fields: Sequence[str] | None) -> TextBatch:

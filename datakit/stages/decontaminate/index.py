@@ -54,7 +54,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datakit.io.atomic import read_json
-from datakit.io.fs import InputError, arrow_filesystem, filesystem
+from datakit.io.fs import InputError, arrow_filesystem, filesystem, from_cwd
 from datakit.io.records import DATA_SUFFIXES, data_files, is_packed, iter_tables, open_parquet, packed_preference_files
 from datakit.io.sinks import register_writer
 from datakit.jit import njit
@@ -521,18 +521,14 @@ def source_stamps(data: str | Sequence[str], root: str) -> list[list[str]]:
     return sorted(out)
 
 
-def _absolute(path: str) -> str:
-    return path if "://" in path else os.path.abspath(path)
-
-
 def write_sources(built: str, stamps: list[list[str]], data: Sequence[str] = (), root: str | None = None) -> None:
     """`sources.json` of a built index folder, before it is published: the stamps (`source_stamps`), and
     the data paths and the root the names are relative to, absolute, so an index built elsewhere
     (`build-index DATA --out IDX`) can be compared with DATA later (`recorded_data`)."""
     body: dict[str, Any] = {"files": stamps}
     if data:
-        body["data"] = [_absolute(str(d)) for d in data]
-        body["root"] = _absolute(root or ".")
+        body["data"] = [from_cwd(str(d)) for d in data]
+        body["root"] = from_cwd(root or ".")
     fs, p = filesystem(f"{built.rstrip('/')}/{SOURCES}")
     fs.pipe_file(p, (json.dumps(body, indent=1) + "\n").encode())
 
@@ -561,7 +557,7 @@ def answered_files(index_path: str) -> list[str]:
     root = body.get("root") or (path.rsplit("/", 1)[0] if path.endswith(f"/{INDEX_DIRNAME}") else None)
     if root is None:
         return []
-    root = _absolute(str(root)).rstrip("/")
+    root = from_cwd(str(root)).rstrip("/")
     return [name if "://" in name or name.startswith("/") else f"{root}/{name}"
             for name, _stamp in body["files"]]
 
