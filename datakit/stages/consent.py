@@ -110,7 +110,8 @@ class ParseOptOutLines:
                 orgs.append(None)
                 events.append(None)
                 continue
-            if not any(c in obj for c in ID_COLUMNS):
+            if not any(obj.get(c) is not None and obj[c] != "" for c in ID_COLUMNS):
+                # (as `read_id_lists`: a row whose ids are null or empty names no one and must not pass silently)
                 raise InputError(f"opt-out list {f}:{ln}: has no user_id, org_id or event_id")
             users.append(_id(obj.get("user_id")))
             orgs.append(_id(obj.get("org_id")))
@@ -189,21 +190,47 @@ def load_optouts(paths: list[str]) -> tuple[tuple[str, ...], tuple[str, ...], tu
 
 
 def _check_parquet_lists(files: list[str]) -> None:
-    """Join mode reads the lists in the engine; check at compile time that each has an id column.
+    """Join mode reads the lists in the engine; check at compile time that each has an id column and
+    that every row names someone, as `read_id_lists` does for broadcast mode.
 
-    Without this, a list with a misspelt column would join as all-null and
-    silently drop nobody.
-    """
-    import pyarrow.parquet as pq
-
+    Without this, a list with a misspelt column would join as all-null and silently drop nobody; and a
+    row naming a repository in another column, its ids null, was taken as nothing in join mode only
+    (found in review). The row check reads only the id columns, a row group at a time, and only row
+    groups whose statistics allow a row without ids, so a large list costs one streamed pass at most."""
     for url in files:
         fs, p = filesystem(url)
         try:
-            names = pq.read_schema(p, filesystem=arrow_filesystem(fs)).names
+            f = pq.ParquetFile(p, filesystem=arrow_filesystem(fs))
+            names = f.schema_arrow.names
         except Exception as e:  # not Parquet, unreadable
             raise InputError(f"cannot read opt-out list {url}: {e.__class__.__name__}") from None
-        if not set(ID_COLUMNS) & set(names):
+        present = [c for c in ID_COLUMNS if c in names]
+        if not present:
             raise InputError(f"opt-out list {url} has no user_id, org_id or event_id column")
+        empty = sum(_rows_naming_no_one(f, i, present) for i in range(f.metadata.num_row_groups))
+        if empty:
+            others = [c for c in names if c not in ID_COLUMNS]
+            raise InputError(f"opt-out list {url}: {empty} row(s) hold no user_id, org_id or event_id"
+                             + (f" (other columns, not read: {', '.join(others[:5])})" if others else ""))
+
+
+def _rows_naming_no_one(f: pq.ParquetFile, group: int, columns: list[str]) -> int:
+    """Rows of one row group of an opt-out Parquet file whose id columns are all null or empty; 0 without
+    reading it when some id column's statistics say it has no null in that group (empty strings aside:
+    a string column's minimum above "" proves none)."""
+    meta = f.metadata.row_group(group)
+    chunks = {meta.column(i).path_in_schema: meta.column(i) for i in range(meta.num_columns)}
+    for c in columns:
+        st = chunks[c].statistics if c in chunks else None
+        if st is not None and st.has_null_count and st.null_count == 0 and st.has_min_max and st.min not in ("", b""):
+            return 0
+    t = f.read_row_group(group, columns=columns)
+    named = None
+    for c in columns:
+        v = t.column(c).cast(pa.string())
+        has = pc.and_(pc.is_valid(v), pc.not_equal(pc.fill_null(v, ""), ""))
+        named = has if named is None else pc.or_(named, has)
+    return int(t.num_rows - pc.sum(pc.cast(pc.fill_null(named, False), pa.int64())).as_py()) if named is not None else 0
 
 
 @register_stage

@@ -241,3 +241,37 @@ def test_ingest_quarantines_exactly_the_planted_malformed_lines(logs):
             got[(Path(r["source_file"]).relative_to(root / "logs").as_posix(), r["source_line"])] = r["reason"]
     want = {(g["file"], g["line"]): g["malformed_kind"] for g in read_ground_truth(root / "logs", "malformed")}
     assert got == want and len(want) >= 5
+
+
+def test_join_mode_refuses_opt_out_rows_that_name_no_one(tmp_path):
+    """Join mode reads the lists in the engine: a row whose ids were null (a repository named in another
+    column) or a JSON line `{"user_id": null}` joined as nobody without a word, while broadcast mode refused
+    the same list (found in review)."""
+    from datakit import Pipeline
+    from tests.eventgen import make_event, write_jsonl
+
+    write_jsonl(tmp_path / "l" / "a.jsonl", [make_event(i) for i in range(4)])
+
+    def compile_with(optouts):
+        return (Pipeline("x").input(str(tmp_path / "l")).add({"kind": "ingest"})
+                .add({"kind": "consent", "optouts": str(optouts), "mode": "join"}).output(str(tmp_path / "o")).compile())
+
+    # two row groups: the first has no null user_id (skipped by its statistics), the second one row naming no one
+    good = pa.table({"user_id": ["u1", "u2"], "repo_id": ["a/b", "c/d"]})
+    bad = pa.table({"user_id": ["u3", None], "repo_id": ["e/f", "o1/r"]})
+    with pq.ParquetWriter(str(tmp_path / "o.parquet"), good.schema) as w:
+        w.write_table(good)
+        w.write_table(bad)
+    with pytest.raises(InputError, match="1 row\\(s\\) hold no user_id, org_id or event_id .*not read: repo_id"):
+        compile_with(tmp_path / "o.parquet")
+    pq.write_table(pa.table({"user_id": ["u1", ""], "org_id": [None, None]}), str(tmp_path / "e.parquet"))
+    with pytest.raises(InputError, match="1 row\\(s\\) hold no"):
+        compile_with(tmp_path / "e.parquet")
+    pq.write_table(pa.table({"user_id": ["u1", None], "org_id": [None, "o2"]}), str(tmp_path / "ok.parquet"))
+    compile_with(tmp_path / "ok.parquet")  # every row names someone
+
+    (tmp_path / "n.jsonl").write_text('{"user_id": "user-1"}\n{"user_id": null, "repo_id": "o1/r"}\n')
+    with pytest.raises(Exception, match="n.jsonl:2: has no user_id, org_id or event_id"):
+        (Pipeline("x").input(str(tmp_path / "l")).add({"kind": "ingest"})
+         .add({"kind": "consent", "optouts": str(tmp_path / "n.jsonl"), "mode": "join"})
+         .output(str(tmp_path / "o2")).run(engine="local", workers=1))
