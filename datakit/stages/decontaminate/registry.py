@@ -159,10 +159,41 @@ def _record(e: HubEval, root: Path, files: list[Path]) -> None:
     path = record_path(e.name)
     path.parent.mkdir(parents=True, exist_ok=True)
     rec = {"name": e.name, "repo": e.repo, "commit": root.name, "pinned": e.revision,
-           "files": [f.relative_to(root).as_posix() for f in files]}
+           "files": [f.relative_to(root).as_posix() for f in files],
+           "sha256": {f.relative_to(root).as_posix(): _sha256(f) for f in files}}
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
     os.replace(tmp, path)
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def changed_files(e: HubEval, root: Path, files: Sequence[Path]) -> list[str]:
+    """Files of `files` whose bytes are not the ones `pull` recorded at this commit ([] when the record
+    has no digests: an older pull, or another commit).
+
+    Why: the check read whatever bytes the cache held at the file's name; an edited, truncated or
+    half-copied blob (a cache synced with rsync while a pull ran, an eval file "fixed" by hand) gave
+    fewer or other items and a verdict on an eval nobody pinned (found in review: only presence was
+    checked). The eval files are small, and they are read in full anyway."""
+    rec = _pull_record(e)
+    sums = rec.get("sha256") if rec.get("commit") == root.name else None
+    if not isinstance(sums, dict):
+        return []
+    out = []
+    for f in files:
+        rel = f.relative_to(root).as_posix()
+        if rel in sums and sums[rel] != _sha256(f):
+            out.append(rel)
+    return out
 
 
 def entry(name: str) -> HubEval:
@@ -232,6 +263,12 @@ def files_of(e: HubEval, root: Path) -> list[Path]:
     """
     out: list[Path] = []
     every = _present(root)
+    rec = _pull_record(e)
+    listed = rec.get("files") if rec.get("commit") == root.name else None
+    if isinstance(listed, list) and listed and all(isinstance(f, str) and f in every for f in listed):
+        # the layout the pull read (found in review: with two layouts of a `one_of` entry present, the
+        # first pattern's files were read although the pull had recorded the other's)
+        every = [f for f in every if f in listed]
     for pat in e.files:
         out += [root / rel for rel in every if fnmatch.fnmatch(rel, pat) and root / rel not in out]
         if out and e.one_of:
@@ -284,8 +321,13 @@ def load(name: str, fields: Sequence[str] | None = None) -> EvalSet:
     if missing:  # never a check on part of the eval (see `missing_files`)
         raise EvalError(f"eval {e.name!r} is incomplete in the cache: {', '.join(missing)} not in the snapshot "
                         f"{root}; run `datakit evals pull {e.name}`")
+    files = files_of(e, root)
+    changed = changed_files(e, root, files)
+    if changed:
+        raise EvalError(f"eval {e.name!r}: {', '.join(changed)} in the snapshot {root} is not the file `evals pull` "
+                        f"downloaded (its sha256 differs); run `datakit evals pull {e.name}`")
     rows: list[dict] = []
-    for f in files_of(e, root):
+    for f in files:
         rows.extend(_read_rows(str(f)))
     if "." in e.id_field:
         rows = _nested_id(rows, e.id_field)
