@@ -24,7 +24,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -101,6 +101,11 @@ class OutputConfig(BaseModel):
 # record kinds whose every token carries loss (code, incl. FIM-transformed code); preference pairs go to
 # Parquet, where trainers mask the prompt themselves
 _FULL_LOSS_KINDS = {"code", "preference"}
+
+
+def _dedup_before(stages: Sequence[Any]) -> int | None:
+    """The index of the last `dedup` stage among `stages`, or None."""
+    return next((i for i in range(len(stages) - 1, -1, -1) if stages[i].kind == "dedup"), None)
 
 
 def _extract_kinds(cfg: "PipelineConfig") -> set[str] | None:
@@ -484,6 +489,10 @@ class Pipeline:
                 out = self._quality_nodes(out, stage, last, lengths, checks, [s.kind for s in cfg.stages[:i + 1]])
             except ValueError as e:
                 raise PipelineError(f"{where}: expect: {e.args[0] if e.args else e}") from None
+            if stage.drops_by_content() and (dedup := _dedup_before(cfg.stages[:i])) is not None:
+                log.warning("%s: drops records after stage %d (dedup) chose which copy of each duplicate to keep: "
+                            "a kept record dropped here takes the copies dropped in its favour with it (the "
+                            "clean ones too); put %s before dedup", where, dedup + 1, stage.kind)
             spans.append(StageSpan(name=name, kind=stage.kind, input=rel.node, output=out.node, emits=stage.emits))
             rel = out
             current = current if passes else stage.produces

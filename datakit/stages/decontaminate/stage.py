@@ -131,6 +131,9 @@ class DecontaminateConfig(StageConfig):
             raise ValueError(f"unknown normalizations {bad}; known: {list(NORMALIZATIONS)}")
         return v
 
+    def drops_by_content(self) -> bool:
+        return self.mode == "drop"
+
     def rule(self) -> Rule:
         return default_rule(flags_of(self.normalizations), self.robust, self.min_ngrams, self.min_fraction,
                             self.min_ngrams_any)

@@ -147,6 +147,9 @@ class ScrubPiiConfig(StageConfig):
                 raise ValueError(f"scrub_pii: policy names unknown entities {bad}; known: {sorted(known)}")
         return ScrubFn(self.detectors(), Replacer(pol, key), resolve_strategy(self.strategy), person, extra)
 
+    def drops_by_content(self) -> bool:
+        return True  # private keys by default, any entity whose policy is drop, a secret cut by the cursor
+
     def compile(self, rel: Rel, ctx: CompileContext) -> Rel:
         fn = self.build_fn(str(ctx.base_dir))
         fn.extra_texts = _extra_text_columns(rel.schema)
