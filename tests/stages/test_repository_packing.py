@@ -183,3 +183,58 @@ def test_the_file_separator_leaves_every_other_special_token_id_as_it_was():
     assert "file_sep" in repo.special and "file_sep" not in plain.special
     assert {k: repo.special[k] for k in plain.special} == plain.special
     assert repo.special["file_sep"] == max(repo.special.values())
+
+
+def test_the_eos_stays_with_the_last_file_and_add_bos_starts_each_repository():
+    """Found in review: a last file that filled its unit (or was longer than seq_len) left the repository's EOS a
+    unit of its own, best-fit packed into another repository's sequence (5 of 164 repositories ended without it);
+    and `add_bos: true` put no BOS before a repository, the only documents without one."""
+    import pyarrow as pa
+
+    from datakit.stages.tokenize.repository import BOS_ROW, EOS_ROW, GROUP, IMPORTS, PATH, plan_units
+
+    def table(lengths: list[int]) -> pa.Table:
+        return pa.table({GROUP: ["r"] * len(lengths), PATH: [f"f{i}.py" for i in range(len(lengths))],
+                         IMPORTS: [[] for _ in lengths], "n_tokens": pa.array(lengths, pa.int32())})
+
+    for lengths in ([6, 10], [6, 4], [3, 25], [10]):  # the last file fills its unit; is longer; fills alone
+        for bos in (False, True):
+            units, _ = plan_units(table(lengths), 10, seed=0, bos=bos)
+            assert all(u["files"] for u in units), (lengths, bos, units)  # no unit of a lone EOS or BOS
+            assert units[-1]["entries"][-1][0] == EOS_ROW
+            assert [e[0] for u in units for e in u["entries"]].count(EOS_ROW) == 1
+            assert (units[0]["entries"][0][0] == BOS_ROW) == bos
+            assert all(u["n_tokens"] <= 10 for u in units if u["files"] > 1)  # never split but alone
+
+    units, _ = plan_units(table([6, 4]), 10, seed=0)  # 6 + 4 + EOS > 10: the last file moves, with its EOS
+    assert [[e[0] for e in u["entries"]] for u in units] == [[0], [1, EOS_ROW]]
+
+
+def test_add_bos_with_repository_packing_puts_bos_before_each_repository(projects, tmp_path):
+    out = tmp_path / "out"
+    (Pipeline("longctx", seed=0).input(str(projects / "dt=*" / "*.jsonl.zst")).add({"kind": "ingest"})
+     .add({"kind": "extract", "kinds": ["code"]})
+     .add({"kind": "tokenize", "tokenizer": TOKENIZER, "seq_len": 4096, "packing": "repository", "add_bos": True,
+           "special_tokens": {"bos": "<s>"}})
+     .output(str(out), format="packed", shards=1)).run(workers=1)
+    m = json.loads((out / "manifest.json").read_text())
+    bos, sep = m["tokenizer"]["special_tokens"]["bos"]["id"], m["tokenizer"]["special_tokens"]["file_sep"]["id"]
+    a = m["shards"][0]["arrays"]
+    docs = pq.read_table(out / a["docs"]).to_pylist()
+    tokens, masks = np.load(out / a["tokens"], mmap_mode="r"), np.load(out / a["loss_mask"], mmap_mode="r")
+    segs, index = np.load(out / a["segments"]), np.load(out / a["seq_index"])
+    first_ids: dict[int, tuple[int, int]] = {}
+    for i in range(tokens.shape[0]):
+        for start, row, off in segs[index[i]:index[i + 1]].tolist():
+            if row >= 0 and off == 0:
+                first_ids[row] = (int(tokens[i, start]), int(masks[i, start]))
+    seen: set[str] = set()
+    for u, d in enumerate(docs):
+        if d["repo"] is None:
+            assert first_ids[u] == (bos, 0), d  # a record outside a repository: the encoder's BOS
+        elif d["repo"] not in seen:  # a repository's first unit
+            seen.add(d["repo"])
+            assert first_ids[u] == (bos, 0), d
+        else:
+            assert first_ids[u][0] == sep, d  # a later unit of the same repository goes on with a file
+    assert seen

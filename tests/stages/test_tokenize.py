@@ -466,3 +466,73 @@ def test_the_vectorized_code_path_gives_the_general_paths_rows(tok, monkeypatch)
     # a batch with any other kind, or FIM on, takes the general path
     assert real(table(rows[:3] + [sft_record("s", [("user", "hi"), ("assistant", "yo")])]), tok, EncodeOptions()) is None
     assert real(t, tok, EncodeOptions(fim_rate=0.5)) is None
+
+
+def _variant(tmp_path, name: str, rename: dict[str, tuple[str, bool]], extra: list[tuple[str, bool]] = ()) -> str:
+    """demo-bpe with some added tokens renamed (and their `special` flag set), plus extra added tokens: laid out
+    as a model family's tokenizer.json lays out its own (same fields, same ids)."""
+    from datakit.resources import builtin_tokenizer_bytes
+
+    d = json.loads(builtin_tokenizer_bytes("datakit:demo-bpe"))
+    for a in d["added_tokens"]:
+        if a["content"] in rename:
+            old = a["content"]
+            a["content"], a["special"] = rename[old]
+            d["model"]["vocab"][a["content"]] = d["model"]["vocab"].pop(old)
+    for text, special in extra:
+        i = max(max(d["model"]["vocab"].values()), max(a["id"] for a in d["added_tokens"])) + 1
+        d["added_tokens"].append({"id": i, "content": text, "single_word": False, "lstrip": False, "rstrip": False,
+                                  "normalized": False, "special": special})
+    path = tmp_path / name / "tokenizer.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(d))
+    return str(path)
+
+
+def test_sentinels_the_tokenizer_flags_not_special_are_never_matched_in_text(tmp_path):
+    """Found in review: Qwen2.5-Coder's tokenizer.json flags its FIM sentinels and `<|file_sep|>` `"special":
+    false`, and `encode_special_tokens` only keeps *special* added tokens out of text: code spelling
+    `'<|fim_middle|>'` was trained with the real sentinel mid-document. The roles datakit inserts are made
+    special (same ids), in the effective tokenizer.json too."""
+    from tokenizers import Tokenizer
+
+    path = _variant(tmp_path, "qwen", {"<fim_prefix>": ("<|fim_prefix|>", False), "<fim_middle>": ("<|fim_middle|>", False),
+                                       "<fim_suffix>": ("<|fim_suffix|>", False)}, [("<|file_sep|>", False)])
+    raw = Tokenizer.from_file(path)
+    loaded = load_tokenizer(path, {"file_sep": "<|file_sep|>"})
+    assert loaded.added == [t for t in loaded.added if t.startswith("<|") and t.endswith("|>")]  # chat markers only
+    sentinels = {r: raw.token_to_id(t) for r, t in (("fim_prefix", "<|fim_prefix|>"), ("fim_middle", "<|fim_middle|>"),
+                                                    ("fim_suffix", "<|fim_suffix|>"), ("file_sep", "<|file_sep|>"))}
+    assert {r: loaded.special[r] for r in sentinels} == sentinels  # the model's own ids
+    text = "PROMPT = '<|fim_prefix|>' + pre + '<|fim_suffix|>' + suf + '<|fim_middle|>'  # <|file_sep|>\n"
+    ids, _lens = loaded.encode_flat([text])
+    assert not set(ids.tolist()) & set(sentinels.values())
+    assert loaded.impl.decode(ids.tolist(), skip_special_tokens=False) == text
+    raw.encode_special_tokens = True  # what the file alone would do
+    assert set(raw.encode(text, add_special_tokens=False).ids) & set(sentinels.values())
+    effective = Tokenizer.from_str(loaded.impl.to_str())
+    flags = {a.content: a.special for a in effective.get_added_tokens_decoder().values()}
+    assert all(flags[t] for t in ("<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|file_sep|>"))
+
+
+def test_deepseek_coder_spellings_are_found_not_added(tmp_path):
+    """Found in review: the candidates spelled DeepSeek-Coder's tokens with ASCII bars; its real ones use U+FF5C
+    and U+2581, so none matched and fresh sentinels and an EOS were added beside the model's own."""
+    ds = {"<fim_prefix>": ("<\uff5cfim\u2581begin\uff5c>", True), "<fim_suffix>": ("<\uff5cfim\u2581hole\uff5c>", True),
+          "<fim_middle>": ("<\uff5cfim\u2581end\uff5c>", True), "<|endoftext|>": ("<\uff5cend\u2581of\u2581sentence\uff5c>", True)}
+    path = _variant(tmp_path, "deepseek", ds, [("<\uff5cbegin\u2581of\u2581sentence\uff5c>", True)])
+    loaded = load_tokenizer(path, roles=False)
+    assert loaded.added == []
+    assert loaded.special_text == {"bos": "<\uff5cbegin\u2581of\u2581sentence\uff5c>",
+                                   "eos": "<\uff5cend\u2581of\u2581sentence\uff5c>", "pad": "<|pad|>",
+                                   "fim_prefix": "<\uff5cfim\u2581begin\uff5c>", "fim_middle": "<\uff5cfim\u2581end\uff5c>",
+                                   "fim_suffix": "<\uff5cfim\u2581hole\uff5c>"}
+
+
+def test_a_pinned_bos_leaves_the_chat_markers_ids_as_they_were():
+    """Found in review: an added BOS sorted between `assistant` and `end_turn`, so SFT data of one tokenizer
+    with and without `add_bos` disagreed on the chat markers' ids."""
+    plain = load_tokenizer("datakit:demo-bpe")
+    with_bos = load_tokenizer("datakit:demo-bpe", {"bos": "<s>"})
+    assert {k: with_bos.special[k] for k in plain.special} == plain.special
+    assert with_bos.special["bos"] == max(with_bos.special.values())

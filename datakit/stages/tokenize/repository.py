@@ -25,9 +25,12 @@ Writer (`write_repository_shard`), per shard:
 
 1. groups in seeded shuffle order (`xxh64(group, seed')`, the documents' rule);
 2. a repository's files in dependency order (`imports.dependency_order`), EOS
-   after the last file;
+   after the last file, and BOS (loss 0) before the first with `add_bos`;
 3. *units*: the files cut at file boundaries into runs of at most `seq_len`
-   tokens (a single file longer than `seq_len` is a unit of its own);
+   tokens (a single file longer than `seq_len` is a unit of its own); the EOS
+   stays in the unit of the last file and the BOS in the unit of the first
+   (found in review: a last file that filled its unit left the EOS a unit of
+   its own, packed into another repository's sequence, and `add_bos` was ignored);
 4. units are best-fit packed like documents (`packing.pack_best_fit`: a unit
    is never split unless it is longer than `seq_len`);
 5. sequences are written one at a time into the `.npy` files, so memory is
@@ -196,8 +199,13 @@ def _group_order(groups: list[str], seed: int) -> list[str]:
     return [g for _, g in sorted(zip(keys.tolist(), groups))]
 
 
-def plan_units(table: pa.Table, seq_len: int, seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(units, files) of one shard: units are lists of entries (row, or -1 for EOS), in packing input order."""
+EOS_ROW, BOS_ROW = -1, -2  # the entries of a unit that are one special token, not a file row
+
+
+def plan_units(table: pa.Table, seq_len: int, seed: int, bos: bool = False
+               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(units, files) of one shard: units are lists of entries (row, or EOS_ROW / BOS_ROW), in packing
+    input order."""
     grp = table.column(GROUP).to_pylist()
     paths = table.column(PATH).to_pylist()
     specs = table.column(IMPORTS).to_pylist()
@@ -216,13 +224,16 @@ def plan_units(table: pa.Table, seq_len: int, seed: int) -> tuple[list[dict[str,
         resolver = Resolver(list(by_path))
         deps = {p: resolver.resolve(p, specs[r]) for p, r in by_path.items()}
         order = dependency_order(sorted(by_path), deps)
-        entries = [(by_path[p], int(lengths[by_path[p]])) for p in order] + [(-1, 1)]  # EOS ends the repository
+        entries = ([(BOS_ROW, 1)] if bos else []) + [(by_path[p], int(lengths[by_path[p]])) for p in order] \
+            + [(EOS_ROW, 1)]  # EOS ends the repository
         cur: list[tuple[int, int]] = []
         size = 0
-        for e in entries:
-            if cur and size + e[1] > seq_len:
-                units.append({"group": g, "entries": cur, "files": sum(1 for x in cur if x[0] >= 0)})
-                cur, size = [], 0
+        for k, e in enumerate(entries):
+            if e[0] >= 0:  # a file: a new unit when it does not fit (with the EOS, when it is the last file)
+                need = e[1] + (1 if entries[k + 1][0] == EOS_ROW else 0)
+                if any(x[0] >= 0 for x in cur) and size + need > seq_len:
+                    units.append({"group": g, "entries": cur, "files": sum(1 for x in cur if x[0] >= 0)})
+                    cur, size = [], 0
             cur.append(e)
             size += e[1]
         units.append({"group": g, "entries": cur, "files": sum(1 for x in cur if x[0] >= 0)})
@@ -241,6 +252,7 @@ def write_repository_shard(table: pa.Table, shard: int, out: str, o: dict[str, A
     """Write one shard with repository packing (module docstring); returns the shard info."""
     seq_len, pad = int(o["seq_len"]), int(o["pad_id"])
     eos = int(o["special_tokens"]["eos"]["id"])
+    bos = int(o["special_tokens"]["bos"]["id"]) if o.get("add_bos") else None
     seed = int((o.get("shuffle") or {}).get("seed", 0))
     packable, pref = split(table)
     order = pc.sort_indices(packable, sort_keys=[("doc_id", "ascending")])
@@ -255,7 +267,7 @@ def write_repository_shard(table: pa.Table, shard: int, out: str, o: dict[str, A
     if len(values) and int(values.max()) >= int(o["vocab_size"]):
         raise ValueError(f"token id {int(values.max())} outside the vocabulary ({o['vocab_size']})")
 
-    units, files = plan_units(packable, seq_len, seed)
+    units, files = plan_units(packable, seq_len, seed, bos=bos is not None)
     ulen = np.array([u["n_tokens"] for u in units], dtype=np.int64)
     pieces = pack_best_fit(ulen, seq_len)
     n_seq = pieces.n_sequences
@@ -288,8 +300,10 @@ def write_repository_shard(table: pa.Table, shard: int, out: str, o: dict[str, A
                     row, n = entries[e]
                     a, b = cur - int(offs[e]), min(n, off + length - int(offs[e]))
                     dst = pos + (cur - off)
-                    if row < 0:
+                    if row == EOS_ROW:
                         row_t[dst], row_m[dst] = eos, 1
+                    elif row == BOS_ROW:
+                        row_t[dst], row_m[dst] = bos, 0
                     else:
                         row_t[dst:dst + b - a] = values[starts[row] + a: starts[row] + b]
                         row_m[dst:dst + b - a] = mvalues[mstarts[row] + a: mstarts[row] + b]

@@ -113,6 +113,9 @@ class TokenizeConfig(StageConfig):
             "special_tokens": tok.manifest_fields()["special_tokens"],
             "added_tokens": list(tok.added),
             "shuffle": {"method": "xxh64(doc_id, seed) order within shard", "seed": seed},
+            # the repository writer puts the BOS of a repository's first unit (other records have theirs
+            # from the encoder); only then, so other outputs' options are what they were
+            **({"add_bos": True} if self.add_bos and self.packing == "repository" else {}),
         }
 
     def compile(self, rel: Rel, ctx: CompileContext) -> Rel:

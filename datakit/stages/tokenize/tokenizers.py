@@ -39,13 +39,17 @@ ENCODE_CHUNK_CHARS = 2 << 20
 
 # Candidate spellings, first match wins. The tokenizer's own tokens are preferred
 # over adding new ones, so datakit ids line up with the model's.
+# DeepSeek-Coder's tokens are spelled with U+FF5C (fullwidth vertical bar) and U+2581 (lower one eighth
+# block), not ASCII: `<｜fim▁begin｜>` opens the prefix, `<｜fim▁hole｜>` marks where the middle goes (the
+# suffix follows it), `<｜fim▁end｜>` opens the middle (found in review: written with ASCII bars, none
+# matched, and datakit added fresh sentinels and EOS beside the model's own).
 SPECIAL_CANDIDATES: dict[str, tuple[str, ...]] = {
-    "bos": ("<|begin_of_text|>", "<s>", "<bos>", "<|startoftext|>"),
-    "eos": ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eot_id|>"),
+    "bos": ("<|begin_of_text|>", "<s>", "<bos>", "<|startoftext|>", "<\uff5cbegin\u2581of\u2581sentence\uff5c>"),
+    "eos": ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eot_id|>", "<\uff5cend\u2581of\u2581sentence\uff5c>"),
     "pad": ("<|pad|>", "<pad>", "[PAD]", "<|finetune_right_pad_id|>"),
-    "fim_prefix": ("<fim_prefix>", "<|fim_prefix|>", "<PRE>", "<|fim▁begin|>"),
-    "fim_middle": ("<fim_middle>", "<|fim_middle|>", "<MID>", "<|fim▁end|>"),
-    "fim_suffix": ("<fim_suffix>", "<|fim_suffix|>", "<SUF>", "<|fim▁hole|>"),
+    "fim_prefix": ("<fim_prefix>", "<|fim_prefix|>", "<PRE>", "<\uff5cfim\u2581begin\uff5c>"),
+    "fim_middle": ("<fim_middle>", "<|fim_middle|>", "<MID>", "<\uff5cfim\u2581end\uff5c>"),
+    "fim_suffix": ("<fim_suffix>", "<|fim_suffix|>", "<SUF>", "<\uff5cfim\u2581hole\uff5c>"),
 }
 # Chat role markers: one token opens a turn of that role, `end_turn` closes it.
 ROLE_TOKENS: dict[str, str] = {
@@ -427,13 +431,16 @@ def _load_hf(name: str, raw: bytes, overrides: dict[str, str], roles: bool) -> L
     added: list[str] = []
     # the file separator (repository packing only) comes last, so every other special token has the same id
     # with it as without (found in review: it shifted system/tool/user by one, so a long-context dataset and
-    # an SFT dataset of the same tokenizer disagreed on the chat markers' ids)
-    for role in sorted(special_text, key=lambda r: (r == "file_sep", r)):
+    # an SFT dataset of the same tokenizer disagreed on the chat markers' ids); so do the optional roles (a
+    # pinned BOS or PAD, a user's own role) before it, for the same reason (found in review: an added BOS
+    # sorted between `assistant` and `end_turn` and moved every chat marker after it)
+    for role in sorted(special_text, key=lambda r: (r == "file_sep", r not in REQUIRED and r not in ROLE_TOKENS, r)):
         text = special_text[role]
         if text not in vocab and text not in added:
             added.append(text)
     if added:
         tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in added])
+    _flag_special(tok, [special_text[r] for r in sorted(special_text)])
     special = {role: tok.token_to_id(text) for role, text in special_text.items()}
     effective = tok.to_str()
     # Document text that *looks* like a special token ("<|endoftext|>" inside a
@@ -445,6 +452,23 @@ def _load_hf(name: str, raw: bytes, overrides: dict[str, str], roles: bool) -> L
         special=special, special_text=special_text, added=added,
         sha256=_sha256(effective.encode()), source_sha256=_sha256(raw),
     )
+
+
+def _flag_special(tok: Any, texts: list[str]) -> None:
+    """Mark the tokenizer's added tokens among `texts` (the roles datakit inserts) as special, same ids.
+
+    Why: `encode_special_tokens` keeps only *special* added tokens from matching inside text; an added
+    token flagged `"special": false` is still matched. Qwen2.5-Coder's tokenizer.json flags its FIM
+    sentinels and `<|file_sep|>` so (found in review: code that spelled `<|fim_middle|>` in a string was
+    trained with the real sentinel mid-document). The effective tokenizer.json that ships beside the
+    data carries the flag, so a reader decodes and re-encodes as the data was made."""
+    from tokenizers import AddedToken
+
+    current = {t.content: t for t in tok.get_added_tokens_decoder().values()}
+    flip = [current[t] for t in dict.fromkeys(texts) if t in current and not current[t].special]
+    if flip:
+        tok.add_special_tokens([AddedToken(t.content, single_word=t.single_word, lstrip=t.lstrip, rstrip=t.rstrip,
+                                           normalized=t.normalized, special=True) for t in flip])
 
 
 def _load_tiktoken(name: str, overrides: dict[str, str]) -> LoadedTokenizer:
