@@ -51,7 +51,9 @@ def _state_rows_gone(t: pa.Table, removed: set[str], digests: set[str]) -> pa.Ar
 
 
 def _read_state(root: str, state: dict[str, Any], prefix: str) -> dict[str, pa.Table]:
-    return {kind: pq.read_table(filesystem(f"{root}/{rel[len(prefix) + 1:]}")[1]) for kind, rel in state["files"].items()}
+    from datakit.io.readers import read_parquet_table
+
+    return {kind: read_parquet_table(f"{root}/{rel[len(prefix) + 1:]}") for kind, rel in state["files"].items()}
 
 
 def _state_touched(root: str, state: dict[str, Any], prefix: str, removed: set[str], digests: set[str]) -> bool:
@@ -248,9 +250,11 @@ def _filter_quarantine(old_root: str, new_root: str, ids: list[str]) -> None:
         files = expand(f"{old_root}/_quarantine", suffixes=(".parquet",))
     except InputError:
         return
+    from datakit.io.readers import read_parquet_table
+
     quoted = [f'"{i}"' for i in ids]
     for f in files:
-        t = pq.read_table(f)
+        t = read_parquet_table(f)
         if "raw" not in t.column_names or not quoted:
             hit = None
         else:

@@ -173,3 +173,33 @@ def test_a_packed_dataset_on_an_object_store_says_it_is_read_locally(s3_endpoint
     for cmd in (["inspect", "s3://some-bucket/packed"],):
         r = subprocess.run([sys.executable, "-m", "datakit.cli", *cmd], capture_output=True, text=True, timeout=300)
         assert r.returncode == 2 and "read from a local folder" in r.stderr, r.stderr[-2000:]
+
+
+def test_forget_on_an_s3_append_dataset_removes_the_users_rows(s3_endpoint, tmp_path):
+    """Found in review: `datakit forget s3://...` (the command docs/scheduling.md shows) failed, exit 3, reading its
+    dedup state from local disk; the deleted user's rows stayed served."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import s3fs
+
+    from datakit.forget_snapshots import forget
+    from tests.test_snapshots import DEDUP, urec
+    from tests.stages.test_dedup_stage import words, write_records
+
+    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_endpoint})
+    fs.mkdir("forget-bucket")
+    t, n = "def shared():\n    return 42\n", words(0, 100)
+    days = {"2026-11-01": [urec("a1", t, "gone"), urec("b1", n, "gone"), urec("c1", "x = 1\n", "u2")],
+            "2026-11-02": [urec("a2", t, "u3"), urec("d2", "y = 2\n", "gone"), urec("e2", "z = 3\n", "u3")]}
+    for day, rows in days.items():
+        inp = write_records(tmp_path / "logs" / f"dt={day}", rows)
+        (Pipeline("daily").input(inp, format="parquet", schema="training_record.v1").add(dict(DEDUP))
+         .output("s3://forget-bucket/ds", mode="append").run(workers=1))
+    assert sorted(read_output("s3://forget-bucket/ds", ["doc_id"]).column("doc_id").to_pylist()) == \
+        ["a1", "b1", "c1", "d2", "e2"]
+    pq.write_table(pa.table({"user_id": ["gone"]}), tmp_path / "deletions.parquet")
+    fs.put(str(tmp_path / "deletions.parquet"), "forget-bucket/privacy/deletions.parquet")
+    removed = forget("s3://forget-bucket/ds", "s3://forget-bucket/privacy/deletions.parquet", workers=1)
+    assert removed == {"dt=2026-11-01": 2, "dt=2026-11-02": 1}
+    fs.invalidate_cache()
+    assert sorted(read_output("s3://forget-bucket/ds", ["doc_id"]).column("doc_id").to_pylist()) == ["c1", "e2"]
