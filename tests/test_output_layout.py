@@ -84,6 +84,30 @@ def test_rerun_with_fewer_shards_leaves_no_stale_data_file(tmp_path):
     assert card == card_text(m) and "data/part-00002.parquet" not in card and "data/part-00001.parquet" in card
 
 
+def test_a_manifest_never_stands_beside_data_files_it_does_not_list(tmp_path, monkeypatch):
+    """Found in review (S3): the store failed right after the manifest of a 1-shard rerun was written, before the
+    3-shard run's other files were removed: a committed manifest of 2,277 rows beside 3,832 rows in data/."""
+    import datakit.io.sinks as sinks
+
+    synth.generate(str(tmp_path / "logs"), events=200, seed=1)
+    p = (Pipeline("x", seed=0).input(str(tmp_path / "logs" / "dt=*" / "*.jsonl.zst")).add({"kind": "ingest"})
+         .add({"kind": "extract", "kinds": ["code"]}))
+    p.output(str(tmp_path / "o"), shards=3).run(engine="local", workers=1)
+    real = sinks.write_json_atomic
+
+    def store_gone_after_the_manifest(url, body, *a, **k):
+        real(url, body, *a, **k)
+        if url.endswith("/manifest.json"):
+            raise OSError("the endpoint went away")
+
+    monkeypatch.setattr(sinks, "write_json_atomic", store_gone_after_the_manifest)
+    with pytest.raises(Exception):
+        p.output(str(tmp_path / "o"), shards=1).run(engine="local", workers=1)
+    m = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert sorted(f"data/{x.name}" for x in (tmp_path / "o" / "data").iterdir()) == \
+        [f for s in m["shards"] for f in s["files"]] == ["data/part-00000.parquet"]
+
+
 def test_datasets_reads_a_rerun_and_a_same_named_folder_not_its_cache_of_another(tmp_path):
     """`datasets` caches a folder's rows under the folder's base name and a hash of the card, nothing of
     the files: a rerun into the same folder (and another dataset in a folder of the same name) read the

@@ -173,8 +173,9 @@ def prune_data(out: str, keep: list[str]) -> list[str]:
     """Remove files under OUT/data that the committed manifest does not list (a rerun with fewer shards).
 
     Why: readers pointed at OUT/data must see exactly the manifest's rows. Runs
-    after the manifest is written, so a reader of the old manifest keeps its files
-    until the new one is in place. Returns the removed names.
+    before the new manifest is written (the old one was retracted before the run
+    rewrote anything), so a manifest never stands beside files it does not list.
+    Returns the removed names.
     """
     fs, root = filesystem(f"{out.rstrip('/')}/{DATA_PREFIX}")
     if not fs.exists(root):

@@ -353,8 +353,8 @@ def _prune_sidecars(out: str, shards: set[int]) -> None:
 
 def commit(spec: SinkSpec, shards: list[dict[str, Any]], manifest: dict[str, Any],
            metrics: dict[str, int] | None = None) -> dict[str, Any]:
-    """Write the dataset card, manifest.json (atomically, after every data file), then drop data files
-    the manifest does not list and write `_SUCCESS`. Returns the manifest. A writer with its own
+    """Drop data files the manifest does not list, write the dataset card, manifest.json (atomically,
+    after every data file), then `_SUCCESS`. Returns the manifest. A writer with its own
     `commit` (see `ShardWriter`) does its own, with the run's summed stage `metrics`."""
     out = spec.path.rstrip("/")
     from datakit.io.publish import check_still_held
@@ -380,10 +380,14 @@ def commit(spec: SinkSpec, shards: list[dict[str, Any]], manifest: dict[str, Any
                                  "bytes": _sizes(out, extra_files)}
     if (body.get("tokenizer") or {}).get("file") != TOKENIZER_FILE:
         remove_root_file(out, TOKENIZER_FILE)  # an earlier run's, beside ids it did not make (found in review)
-    write_card(out, body)
-    write_json_atomic(f"{out}/manifest.json", body)
+    # data/ holds only the new manifest's files before the manifest says so: the old manifest was retracted
+    # before the run rewrote anything (publish.retract), so no reader needs the old files any more (found in
+    # review: the store failed right after a manifest of 1 shard was written, and data/ kept 3 shards, 1,555
+    # rows more than the manifest, for every reader of OUT/data)
     prune_data(out, manifest_files(body))
     _prune_sidecars(out, {int(s["shard"]) for s in shards})
+    write_card(out, body)
+    write_json_atomic(f"{out}/manifest.json", body)
     fs, p = filesystem(f"{out}/_SUCCESS")
     with fs.open(p, "wb") as f:
         f.write(b"")
