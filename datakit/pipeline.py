@@ -417,6 +417,14 @@ class Pipeline:
         out_path = output_override or (cfg.output.path if cfg.output else None)
         if out_path:
             out_path = ctx.resolve(out_path)
+            if cfg.output is not None and cfg.output.index and cfg.output.format == "packed" \
+                    and "://" in out_path and not out_path.startswith("file://"):
+                # found in review: the index is built after the commit, and a packed dataset is read from a local
+                # folder; such a run did all its work, published the dataset, then exited 2 (and a retry again)
+                raise PipelineError(f"{cfg.name}: output.index: true on a packed dataset needs a local output folder "
+                                    f"(the index reads packed sequences memory-mapped), not {out_path}; write the "
+                                    "records as format parquet with index: true, or index a local copy "
+                                    "(`datakit build-index`)")
             inside = _input_inside(resolved, out_path)
             if inside is not None:
                 raise PipelineError(f"{cfg.name}: input {inside} is inside the output folder {out_path}: a run "

@@ -203,3 +203,16 @@ def test_forget_on_an_s3_append_dataset_removes_the_users_rows(s3_endpoint, tmp_
     assert removed == {"dt=2026-11-01": 2, "dt=2026-11-02": 1}
     fs.invalidate_cache()
     assert sorted(read_output("s3://forget-bucket/ds", ["doc_id"]).column("doc_id").to_pylist()) == ["c1", "e2"]
+
+
+def test_a_packed_output_with_an_index_on_an_object_store_is_refused_before_any_work(tmp_path):
+    """Found in review: `format: packed, index: true` to s3:// ran the whole pipeline, published the dataset, then
+    exited 2 at the index build (a packed dataset is read from a local folder); a retry did it all again."""
+    from datakit.pipeline import PipelineError
+
+    p = (Pipeline("x").input(str(tmp_path / "*.jsonl")).add({"kind": "ingest"}).add({"kind": "extract"})
+         .add({"kind": "tokenize", "tokenizer": "datakit:demo-bpe", "seq_len": 256})
+         .output("s3://bucket/packed", format="packed", index=True))
+    (tmp_path / "a.jsonl").write_text("")
+    with pytest.raises(PipelineError, match="output.index: true on a packed dataset needs a local output folder"):
+        p.compile()
