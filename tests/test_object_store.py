@@ -216,3 +216,26 @@ def test_a_packed_output_with_an_index_on_an_object_store_is_refused_before_any_
     (tmp_path / "a.jsonl").write_text("")
     with pytest.raises(PipelineError, match="output.index: true on a packed dataset needs a local output folder"):
         p.compile()
+
+
+def test_an_http_input_is_read(tmp_path):
+    """Found in review: every http(s):// input ("any fsspec URL") crashed, exit 3: the listing made
+    `http://http://host/...` of it (HTTP's filesystem keeps the whole URL as its path)."""
+    import functools
+    import http.server
+    import threading
+
+    served = tmp_path / "served" / "dt=2026-11-01"
+    write_jsonl(served / "a.jsonl.zst", [make_event(i) for i in range(9)] + [b"nope"])
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "served"))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}/dt=2026-11-01"
+        for url in (f"{base}/a.jsonl.zst", f"{base}/*.jsonl.zst"):
+            out = tmp_path / f"o{len(url)}"
+            res = Pipeline("h").input(url).add({"kind": "ingest"}).output(str(out)).run(workers=1)
+            assert res.stage("ingest")["rows_in"] == 10 and res.stage("ingest")["rows_out"] == 9
+            assert [i["path"] for i in json.loads((out / "manifest.json").read_text())["inputs"]] == [f"{base}/a.jsonl.zst"]
+    finally:
+        server.shutdown()

@@ -55,9 +55,11 @@ def arrow_filesystem(fs) -> Any:
 
 
 def full_url(fs, path: str) -> str:
-    """Turn a protocol-less path back into a URL for `fs` (local paths stay plain)."""
+    """Turn a protocol-less path back into a URL for `fs` (local paths stay plain). A path that is a URL
+    already stays as it is: HTTP's filesystem keeps the whole URL as its path (found in review: every
+    http(s):// input became `http://http://...` and the run crashed)."""
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    if protocol in ("file", "local"):
+    if protocol in ("file", "local") or "://" in path:
         return path
     return f"{protocol}://{path}"
 
