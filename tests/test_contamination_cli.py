@@ -972,3 +972,17 @@ def test_an_item_found_only_through_an_index_has_no_document_count_and_examples_
     assert json.loads(out.read_text())["data"][0]["mode"] == "index"
     _one_line_error(run("--data", str(tmp_path / "clean"), "--eval", "humaneval", "--examples", "-1"),
                     "--examples must be 0 or more")
+
+
+def test_a_store_refusing_access_is_a_job_failure_naming_the_data(monkeypatch):
+    """Found in review (moto with authentication): a wrong secret gave exit 2, "PermissionError: Forbidden",
+    naming no path, while run/validate/build-index/forget say exit 3 with the path. s3fs raises a PermissionError
+    without a file name for a 403."""
+    def forbidden(*a, **k):
+        raise PermissionError("Forbidden")
+
+    monkeypatch.setattr("datakit.stages.decontaminate.check.check", forbidden)
+    r = CliRunner().invoke(_app(), ["--data", "s3://bucket/records", "--eval", "humaneval"])
+    err = (r.stderr or r.output).strip()
+    assert r.exit_code == 3 and len(err.splitlines()) == 1, r.output
+    assert "storage error: cannot read s3://bucket/records: " in err and "Forbidden" in err

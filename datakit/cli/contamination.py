@@ -96,6 +96,8 @@ def contamination_check(
     except (ValueError, KeyError) as e:
         _fail(str(e.args[0]) if e.args else type(e).__name__)
     except OSError as e:
+        if not (e.filename and e.strerror):  # not a local file's error: the store's (found in review: a wrong
+            _fail_storage(e, list(data))      # secret was exit 2, "PermissionError: Forbidden", naming no path)
         _fail(f"{e.filename}: {e.strerror}" if e.filename and e.strerror else f"{type(e).__name__}: {e}")
     except Exception as e:  # a bug: never exit 1, which says "contaminated"
         _fail_storage(e, list(data))
