@@ -336,6 +336,26 @@ def test_an_error_nothing_expected_exits_3_with_its_traceback_in_a_private_file(
     assert "ZeroDivisionError" in report.read_text() and oct(report.stat().st_mode & 0o777) == "0o600"
 
 
+def test_a_storage_failure_nobody_named_a_path_for_is_not_called_a_bug(tmp_path):
+    """Found in review (S3, endpoint down): `build-index` and `report` said "failed unexpectedly
+    (EndpointConnectionError); this is a bug": the store's failure is a job failure, exit 3, said as one."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import sys; sys.argv = ['datakit', 'report', 's3://bucket/ds']\n"
+              "import datakit.cli as cli\n"
+              "from botocore.exceptions import EndpointConnectionError\n"
+              "def down(*a, **k): raise EndpointConnectionError(endpoint_url='http://127.0.0.1:1/bucket')\n"
+              "cli.main = down\n"
+              "cli.command()\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path,
+                       env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert r.returncode == 3 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "storage error: report failed: EndpointConnectionError: Could not connect" in r.stderr
+    assert "bug" not in r.stderr and len(list(tmp_path.glob("datakit-error-*.txt"))) == 1
+
+
 def test_forget_filters_a_quarantine_file_that_an_earlier_forget_emptied(tmp_path):
     """Found in an operations review: once a forget had removed a snapshot's only quarantined line, every later
     forget failed on the empty file (`or` of a null-typed list of no False), exit 1, nothing deleted."""

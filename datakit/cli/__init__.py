@@ -541,6 +541,14 @@ def _fail_with_traceback_file(e: BaseException) -> None:
     from datakit.logs import error_line
 
     command = next((a for a in sys.argv[1:] if not a.startswith("-")), "datakit")
+    from datakit.io import storage
+
+    if type(e).__module__.startswith(("botocore", "aiobotocore", "aiohttp", "s3fs", "fsspec")) or storage.is_disk_full(e):
+        # the storage stack failed where no caller named a path (found in review: with the endpoint down,
+        # `build-index` and `report` said "this is a bug"): still a job failure, not ours
+        typer.echo(error_line(f"storage error: {command} failed: {storage.short_reason(e)} (traceback in {path})"),
+                   err=True)
+        raise SystemExit(3)
     typer.echo(error_line(f"{command} failed unexpectedly ({type(e).__name__}); this is a bug, please report it "
                           f"with the traceback in {path}"), err=True)
     raise SystemExit(3)  # (outside the app, typer.Exit would be one more uncaught exception)
