@@ -239,3 +239,22 @@ def test_an_http_input_is_read(tmp_path):
             assert [i["path"] for i in json.loads((out / "manifest.json").read_text())["inputs"]] == [f"{base}/a.jsonl.zst"]
     finally:
         server.shutdown()
+
+
+def test_read_output_with_the_store_down_raises_a_storage_error(monkeypatch):
+    """Found in review: `read_output("s3://...")` with the endpoint down raised botocore's own
+    EndpointConnectionError, not the documented `DatakitError`."""
+    from datakit import DatakitError
+    from datakit.io.storage import StorageError
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{_free_port()}")  # nothing listens there
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    monkeypatch.setenv("DATAKIT_STORAGE_RETRIES", "1")
+    _forget_s3_clients()
+    try:
+        with pytest.raises(StorageError, match="storage error: cannot read s3://down-bucket/ds") as e:
+            read_output("s3://down-bucket/ds")
+        assert isinstance(e.value, DatakitError)
+    finally:
+        _forget_s3_clients()

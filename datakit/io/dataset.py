@@ -34,9 +34,19 @@ def read_output(path: str, columns: list[str] | str | None = None, verify: bool 
     never read as a mix); `verify=True` compares full sha256 checksums too."""
     if isinstance(columns, str):
         columns = [columns]
+    from datakit.io import storage
+
+    try:
+        return _read_output(str(path), columns, verify, snapshot)
+    except Exception as e:  # the store's own errors as one StorageError, a DatakitError (found in review: a
+        if storage.is_storage_error(e) and "://" in str(path):  # raw botocore error with the endpoint down)
+            raise storage.describe(e, str(path), "read") from None
+        raise
+
+
+def _read_output(path: str, columns: list[str] | None, verify: bool, snapshot: str | None) -> pa.Table:
     from datakit.io.verify import verify_dataset
 
-    path = str(path)
     m = read_manifest(path)
     if snapshot is not None:
         from datakit.io.snapshots import LAYOUT, select
