@@ -258,3 +258,22 @@ def test_read_output_with_the_store_down_raises_a_storage_error(monkeypatch):
         assert isinstance(e.value, DatakitError)
     finally:
         _forget_s3_clients()
+
+
+def test_folder_markers_are_neither_foreign_files_nor_inputs(s3_endpoint, tmp_path):
+    """Found in review: an output folder made by a console's "Create folder" (the zero-byte key `out/`) was refused
+    as holding files no datakit run wrote; an input folder's markers were recorded in the manifest as files read."""
+    import s3fs
+
+    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_endpoint})
+    fs.mkdir("marker-bucket")
+    fs.pipe_file("marker-bucket/out/", b"")
+    fs.pipe_file("marker-bucket/logs/dt=2026-11-01/", b"")
+    fs.put(str(write_jsonl(tmp_path / "a.jsonl", [make_event(i) for i in range(5)])),
+           "marker-bucket/logs/dt=2026-11-01/a.jsonl")
+    res = (Pipeline("m").input("s3://marker-bucket/logs").add({"kind": "ingest"})
+           .output("s3://marker-bucket/out", shards=1).run(workers=1))
+    assert res.stage("ingest")["rows_out"] == 5
+    fs.invalidate_cache()
+    m = json.loads(fs.cat_file("marker-bucket/out/manifest.json"))
+    assert [i["path"] for i in m["inputs"]] == ["s3://marker-bucket/logs/dt=2026-11-01/a.jsonl"]

@@ -85,8 +85,10 @@ def expand(paths: str | Iterable[str], suffixes: tuple[str, ...] = ()) -> list[s
                 _refuse_broken_links(fs, matched)  # (only among the files the input would read)
                 found = [f for f in matched if fs.isfile(f)]
             elif fs.isdir(p):
+                # (a key ending in "/" is an object store's folder marker, the empty object a console's
+                # "Create folder" makes: no data file; found in review, it was recorded as an input read)
                 found = [f for f in (_local_find(p) if fs is LOCAL else fs.find(p))
-                         if not _hidden(f, p) and _wanted(f, suffixes)]
+                         if not _hidden(f, p) and _wanted(f, suffixes) and not f.endswith("/")]
                 _refuse_broken_links(fs, found)
             elif fs.exists(p):
                 found = [p]

@@ -104,7 +104,10 @@ def refuse_foreign_folder(path: str) -> None:
     try:
         if not fs.isdir(p):
             return
-        names = sorted({e.rstrip("/").rsplit("/", 1)[-1] for e in fs.ls(p, detail=False)} - set(_IGNORED))
+        # (the folder's own marker object, `out/` on an object store, lists as an entry: it is no file of anyone's;
+        # found in review, an output folder made with a console's "Create folder" was refused as foreign)
+        names = sorted({e.rstrip("/").rsplit("/", 1)[-1] for e in fs.ls(p, detail=False)
+                        if e.rstrip("/") != p.rstrip("/")} - set(_IGNORED))
     except (FileNotFoundError, NotADirectoryError):
         return
     if not names or any(n in OUTPUT_MARKERS for n in names):
