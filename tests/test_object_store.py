@@ -277,3 +277,18 @@ def test_folder_markers_are_neither_foreign_files_nor_inputs(s3_endpoint, tmp_pa
     fs.invalidate_cache()
     m = json.loads(fs.cat_file("marker-bucket/out/manifest.json"))
     assert [i["path"] for i in m["inputs"]] == ["s3://marker-bucket/logs/dt=2026-11-01/a.jsonl"]
+
+
+def test_inspect_of_a_records_dataset_on_s3_says_it_is_not_tokenized(s3_endpoint, tmp_path):
+    """Found in review: `datakit inspect s3://.../records` said "a packed dataset is read from a local folder";
+    the same dataset on local disk gets "format 'parquet' is not a tokenized dataset"."""
+    import s3fs
+
+    from datakit.cli.inspect import inspect_dataset
+
+    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_endpoint})
+    fs.mkdir("inspect-bucket")
+    write_jsonl(tmp_path / "l" / "a.jsonl", [make_event(i) for i in range(3)])
+    Pipeline("i").input(str(tmp_path / "l")).add({"kind": "ingest"}).output("s3://inspect-bucket/recs").run(workers=1)
+    with pytest.raises(ValueError, match="format 'parquet' is not a tokenized dataset"):
+        inspect_dataset("s3://inspect-bucket/recs")

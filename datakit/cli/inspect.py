@@ -95,6 +95,15 @@ def inspect_dataset(path: str | Path, sequences: int = 2, max_chars: int = 1500,
 
     from datakit.loader import local_folder
 
+    if "://" in str(path) and not str(path).startswith("file://"):  # say what it is before "copy it first"
+        from datakit.io.atomic import read_json
+
+        try:
+            m = read_json(f"{str(path).rstrip('/')}/manifest.json")
+        except Exception:  # noqa: BLE001 - unreadable there: local_folder's line below says what to do
+            m = None
+        if isinstance(m, dict) and m.get("format") not in ("packed", "megatron", "mds"):
+            raise ValueError(f"{path}: format {m.get('format')!r} is not a tokenized dataset (packed, megatron or mds)")
     path = local_folder(path)
     mf = path / "manifest.json"
     if not mf.is_file():
