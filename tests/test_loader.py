@@ -223,8 +223,8 @@ def test_inspect_shows_summary_boundaries_and_masks(dataset):
     assert text.count("═══ sequence") == len(dataset)
     n_segments = sum(len(dataset.segments(i)) for i in range(len(dataset)))
     assert text.count("\n── [") == n_segments
-    # SFT user turns carry no loss, so they are shown inside the no-loss brackets
-    assert f"{NO_LOSS_OPEN}<|user|>q" in text and NO_LOSS_CLOSE in text
+    # SFT user turns carry no loss, so they are shown inside the no-loss brackets; special tokens in « »
+    assert f"{NO_LOSS_OPEN}«<|user|>»q" in text and NO_LOSS_CLOSE in text
     assert "<pad ×" in text or dataset.manifest["totals"]["padding_tokens"] == 0
 
 
@@ -450,3 +450,30 @@ def test_damaged_document_rows_or_docs_table_are_one_clear_error(dataset, tmp_pa
     r = subprocess.run([sys.executable, "-m", "datakit.cli", "inspect", str(tmp_path / "ds"), "-n", str(first + 1)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr and message.split(":")[0] in r.stderr, r.stderr[-2000:]
+
+
+def test_inspect_tells_a_special_token_from_its_text_and_shows_megatron_masks(tmp_path):
+    """Found in review: `x = '<|endoftext|>'` and the real EOS after it printed alike; and a Megatron output's
+    untrained tokens were shown as trained (its loss_mask dataset was never read)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from datakit import Pipeline
+    from datakit.cli.inspect import NO_LOSS_OPEN, inspect_dataset
+    from datakit.contracts import TRAINING_RECORD_V1
+
+    recs = [{"doc_id": "c1", "kind": "code", "segments": [{"text": "x = '<|endoftext|>'\nprint(x)\n", "train": True,
+                                                           "role": "code"}], "chosen": None, "rejected": None,
+             "source": None, "meta": "{}"},
+            {"doc_id": "s1", "kind": "sft", "segments": [{"text": "hello there", "train": False, "role": "user"},
+                                                         {"text": "general kenobi", "train": True, "role": "assistant"}],
+             "chosen": None, "rejected": None, "source": None, "meta": "{}"}]
+    pq.write_table(pa.Table.from_pylist(recs, schema=TRAINING_RECORD_V1), tmp_path / "r.parquet")
+    for fmt in ("packed", "megatron"):
+        out = tmp_path / fmt
+        (Pipeline("i").input(str(tmp_path / "r.parquet"), format="parquet", schema="training_record.v1")
+         .add({"kind": "tokenize", "tokenizer": "datakit:demo-bpe", "seq_len": 64})
+         .output(str(out), format=fmt, shards=1, allow_unmasked=True)).run(workers=1)
+        text = inspect_dataset(str(out), sequences=4, max_chars=10_000)
+        assert "x = '<|endoftext|>'\nprint(x)\n«<|endoftext|>»" in text, text
+        assert f"{NO_LOSS_OPEN}«<|user|>»hello there" in text, text

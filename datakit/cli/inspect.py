@@ -5,8 +5,10 @@ trainer will see — where documents start and end inside a sequence, which
 tokens carry loss, how much is padding — not only counts.
 
 Rendering of a sequence: each segment starts on a line `── [start:end) doc
-<id> +offset`; text carrying no loss is wrapped in `⟦ ⟧`; padding is shown as
-`<pad × n>`. Text is decoded with the dataset's own `tokenizer.json`.
+<id> +offset`; text carrying no loss is wrapped in `⟦ ⟧`; a special token (EOS, a
+FIM sentinel, a chat marker) is shown in `« »`, so the same characters written as text
+in a document look different; padding is shown as `<pad × n>`. Text is decoded with
+the dataset's own `tokenizer.json`.
 """
 from __future__ import annotations
 
@@ -65,9 +67,39 @@ def _load_tok(path: Path, m: dict[str, Any]):
 
 
 def _decode(tok, ids: np.ndarray) -> str:
+    """The text of `ids`, each special token (EOS, a sentinel, a chat marker) in `«»`: the same characters as
+    text in a document would read alike (found in review: `x = '<|endoftext|>'` and the real EOS after it
+    printed the same), and telling them apart is what one inspects for."""
     if tok is None:
         return " ".join(str(int(i)) for i in ids)
-    return tok.decode([int(i) for i in ids], skip_special_tokens=False)
+    special = _special_ids(tok)
+    out, run = [], []
+    for i in (int(i) for i in ids):
+        if i in special:
+            if run:
+                out.append(tok.decode(run, skip_special_tokens=False))
+                run = []
+            out.append(f"{SPECIAL_OPEN}{special[i]}{SPECIAL_CLOSE}")
+        else:
+            run.append(i)
+    if run:
+        out.append(tok.decode(run, skip_special_tokens=False))
+    return "".join(out)
+
+
+SPECIAL_OPEN, SPECIAL_CLOSE = "«", "»"
+
+
+def _special_ids(tok) -> dict[int, str]:
+    """id -> text of the tokenizer's special added tokens."""
+    cached = getattr(tok, "_datakit_special_ids", None)
+    if cached is None:
+        cached = {i: t.content for i, t in tok.get_added_tokens_decoder().items() if t.special}
+        try:
+            tok._datakit_special_ids = cached
+        except AttributeError:  # a native object without a __dict__: recomputed per call
+            pass
+    return cached
 
 
 def render_tokens(tok, ids: np.ndarray, mask: np.ndarray) -> str:
@@ -154,9 +186,16 @@ def inspect_dataset(path: str | Path, sequences: int = 2, max_chars: int = 1500,
                 lines.append(f"── [{a}:{b})")
                 lines.append(_clip(render_tokens(tok, ids[a:b], mask[a:b]), max_chars))
     elif m.get("format") == "megatron" and sequences > 0:
-        for prefix in m.get("data_prefixes", [])[:1]:
+        masks_of = m.get("loss_mask_prefixes") or []
+        for k, prefix in enumerate(m.get("data_prefixes", [])[:1]):
+            # the shard's loss mask dataset when it wrote one (found in review: untrained tokens were shown as
+            # trained, the mask never read); null where every token carries loss
+            mask_prefix = masks_of[k] if k < len(masks_of) else None
+            masks = _megatron_docs(path / mask_prefix, sequences) if mask_prefix else None
             for j, ids in enumerate(_megatron_docs(path / prefix, sequences)):
-                lines += ["", f"═══ {prefix} document {j}: {len(ids)} tokens ═══", _clip(_decode(tok, ids), max_chars)]
+                mask = masks[j] if masks is not None else np.ones(len(ids), np.uint8)
+                lines += ["", f"═══ {prefix} document {j}: {len(ids)} tokens, {int(np.count_nonzero(mask))} with loss ═══",
+                          _clip(render_tokens(tok, ids, mask), max_chars)]
     return "\n".join(lines)
 
 
