@@ -148,6 +148,46 @@ def test_object_store_lease_excludes_a_second_writer_and_expires(s3_endpoint, mo
     lock.release_remote()
 
 
+def test_a_run_taking_over_an_expired_lease_never_deletes_the_lease_another_run_just_took(s3_endpoint, monkeypatch):
+    """Found in review: two runs taking over one expired lease at the same moment both held the folder (1 in 10
+    trials): the second one's delete removed the lease the first had just created. Here the other run takes the
+    lease between this run's judging it expired and its delete: this run must leave it and stop as busy."""
+    import s3fs
+
+    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_endpoint})
+    fs.mkdir("race-bucket")
+    key = f"race-bucket/out/{publish.LOCK_NAME}"
+    expired = json.dumps({"run": "dead", "pid": 1, "host": "h", "since": "s", "expires": time.time() - 1}).encode()
+    theirs = json.dumps({"run": "other", "pid": 2, "host": "h2", "since": "s", "expires": time.time() + 100}).encode()
+    fs.pipe_file(key, expired)
+    real = publish.filesystem
+    reads = []
+
+    class OtherRunTakesItNow:
+        """The store as this run sees it; right after this run first reads the expired lease, the other run
+        (which judged it expired too) deletes it and creates its own."""
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def cat_file(self, path, *a, **k):
+            data = self.inner.cat_file(path, *a, **k)
+            reads.append(data)
+            if len(reads) == 1:
+                self.inner.pipe_file(key, theirs)
+            return data
+
+    monkeypatch.setattr(publish, "filesystem", lambda url: (OtherRunTakesItNow(real(url)[0]), real(url)[1]))
+    monkeypatch.setattr(publish, "TAKEOVER_SETTLE_SECONDS", 0.1, raising=False)
+    with pytest.raises(publish.OutputBusyError, match="being written by another run"):
+        publish._Lock("s3://race-bucket/out").acquire_remote()
+    fs.invalidate_cache()
+    assert fs.cat_file(key) == theirs  # left alone
+
+
 def _cli_run(tmp_path: Path, out: str):
     logs = _logs(tmp_path / "logs", 0)
     (tmp_path / "p.yaml").write_text(f"name: p\ninput: {{path: {logs}}}\nstages: [{{kind: ingest}}]\n"

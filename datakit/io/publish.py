@@ -39,6 +39,9 @@ log = logging.getLogger("datakit.publish")
 
 LOCK_NAME = ".datakit-lock"
 LEASE_SECONDS = 120.0  # an object-store lease not refreshed for this long belongs to a dead run
+# after taking over an expired lease: how long to wait before checking it is still ours (another run taking over
+# the same lease a moment later deletes ours; `_Lock.acquire_remote`)
+TAKEOVER_SETTLE_SECONDS = 2.0
 
 
 class OutputPathError(InputError):
@@ -220,7 +223,8 @@ class _Lock:
 
     def acquire_remote(self) -> None:
         fs, p = filesystem(f"{self.path}/{LOCK_NAME}")
-        for _attempt in range(2):
+        took_over = False
+        for _attempt in range(3):
             try:
                 fs.pipe_file(p, self._lease(), mode="create")  # conditional put: only if absent
                 break
@@ -236,13 +240,29 @@ class _Lock:
                     raise OutputBusyError(
                         f"output folder {self.path} is being written by another run (pid {held.get('pid')} on "
                         f"{held.get('host')} since {held.get('since')}); wait for it to finish") from None
+                # delete only the lease judged expired: read it again first. Found in review: two runs taking
+                # over one expired lease at once both held it (1 in 10 trials), the second one's delete having
+                # removed the lease the first had just created. The store has no conditional delete, so the
+                # window left is this read to the delete; `TAKEOVER_SETTLE_SECONDS` below closes the rest
+                fs.invalidate_cache()
+                try:
+                    again = json.loads(fs.cat_file(p))
+                except FileNotFoundError:
+                    again = None
+                except (OSError, ValueError):
+                    again = {}
+                if again is not None and again != held:
+                    continue  # another run's lease now: the next attempt finds it fresh (busy)
                 log.warning("taking over the expired lock of %s (run %s)", self.path, held.get("run"))
+                took_over = True
                 try:
                     fs.rm(p)
                 except FileNotFoundError:
                     pass
         else:
             raise OutputBusyError(f"output folder {self.path}: another run took its lock at the same time")
+        if took_over:  # a run that took over the same lease a moment later deleted ours: see who holds it now
+            time.sleep(TAKEOVER_SETTLE_SECONDS)
         fs.invalidate_cache()
         try:
             mine = json.loads(fs.cat_file(p)).get("run") == self.owner["run"]
