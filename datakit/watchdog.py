@@ -66,6 +66,9 @@ def floor_seconds() -> float:
 def beat() -> None:
     """Record progress of the task running in this process (cheap; at most one touch a second)."""
     global _LAST
+    guard = _HERE
+    if guard is not None:
+        guard.last = time.monotonic()
     if _BEAT is None:
         return
     now = time.monotonic()
@@ -199,6 +202,113 @@ def _map_watched(fn: Callable, items: list, workers: int, beat_dir: str, what: s
         log.warning("task %s of '%s' made no progress for %.0f s: its worker was killed, unfinished tasks "
                     "are dispatched again", label(items[i]), what, threshold)
     return results
+
+
+class StalledHere(BaseException):
+    """Raised (asynchronously) into the thread running an in-process task that made no progress.
+
+    A BaseException, as KeyboardInterrupt is: the stage code it lands in may catch `Exception` (a custom
+    stage's catch-all), and must not turn it into a dropped record or a stage error; `run_tasks` turns it
+    into the engine's one-line error. Raised with no arguments, so the message is the guard's."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(args or (_HERE_MESSAGE[0],)))
+
+
+_HERE: "_InProcessGuard | None" = None
+_HERE_MESSAGE = ["a task made no progress"]
+
+
+class _InProcessGuard:
+    """The watchdog of tasks run in the command's own process (one worker, one task, a small input).
+
+    Why: found in review, those tasks had none, and they are the common case (a one-file nightly day, any
+    input under ~32 MB, `workers=1` in a notebook): a stage function looping on one record hung the run
+    forever, without a word. A pool worker that stalls is killed and its task dispatched again; this
+    process cannot kill its own thread, so a stall here fails the run: a thread raises `StalledHere` into
+    the task's thread (CPython's asynchronous exception), and code that never returns to the interpreter (a
+    C loop) ends the process after a grace period with the same line, exit 3. The threshold is the pool's:
+    `max(DATAKIT_STALL_SECONDS, 3 x the longest task finished so far)`, silence counted between `beat()`s."""
+
+    def __init__(self, what: str) -> None:
+        import threading
+
+        self.what, self.label = what, ""
+        self.ident = threading.get_ident()
+        self.last = time.monotonic()
+        self.started = self.last
+        self.longest = 0.0
+        self.active = False
+        self.raised = False
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._watch, name="datakit-stall-guard", daemon=True)
+
+    def task(self, label: str) -> None:
+        self.label, self.started, self.last, self.active = label, time.monotonic(), time.monotonic(), True
+
+    def done(self) -> None:
+        self.active = False
+        self.longest = max(self.longest, time.monotonic() - self.started)
+
+    def _watch(self) -> None:
+        import ctypes
+        import sys
+
+        warned = ""
+        raised_at = 0.0
+        prev = time.monotonic()
+        while not self.stop.wait(POLL_SECONDS):
+            now = time.monotonic()
+            if now - prev > SUSPENDED_AFTER:  # this process did not run (Ctrl-Z, a suspended laptop): not silence
+                self.last = max(self.last, now)
+            prev = now
+            if not self.active:
+                continue
+            threshold = max(floor_seconds(), FACTOR * self.longest)
+            silent = now - self.last
+            if silent > min(threshold / 2, max(60.0, FACTOR * self.longest)) and warned != self.label:
+                warned = self.label
+                log.warning("task %s of '%s' has made no progress for %.0f s (stalled after %.0f s)",
+                            self.label, self.what, silent, threshold)
+            if not self.raised and silent > threshold:
+                _HERE_MESSAGE[0] = (f"task {self.label} of '{self.what}' made no progress for {threshold:.0f} s in this "
+                                    "process (a record that makes a stage function loop, or a read that never "
+                                    "returns); the run stops: rerun to resume finished work (a stage whose batches "
+                                    "take longer than that sets DATAKIT_STALL_SECONDS higher)")
+                self.raised, raised_at = True, now
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.ident), ctypes.py_object(StalledHere))
+            elif self.raised and now - raised_at > max(5.0, min(60.0, threshold)):
+                from datakit.logs import error_line
+
+                sys.stderr.write(error_line(f"{_HERE_MESSAGE[0]}; the task did not stop (native code), so this "
+                                            "process ends") + "\n")
+                sys.stderr.flush()
+                os._exit(3)
+
+    def __enter__(self) -> "_InProcessGuard":
+        global _HERE
+        self.outer, _HERE = _HERE, self  # (a task may run tasks of its own in this process)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        global _HERE
+        import ctypes
+
+        self.stop.set()
+        self.thread.join()
+        _HERE = self.outer
+        if self.raised:  # one raised as the last task ended may still be pending: never deliver it later
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.ident), None)
+        if self.raised and exc[0] is None:
+            # the exception was raised into the task and swallowed by the code in it: its result depends on
+            # when the limit fell; fail the run anyway (as spark_stall does)
+            raise StalledHere()
+
+
+def in_process(what: str) -> _InProcessGuard:
+    """Guard the tasks run in this process (`_InProcessGuard`)."""
+    return _InProcessGuard(what)
 
 
 class WorkerDied(BrokenProcessPool):

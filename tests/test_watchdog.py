@@ -180,3 +180,63 @@ def test_ctrl_z_then_fg_is_not_a_stall(tmp_path):
     # no worker killed as stalled (a slow-task warning under a loaded machine is not the defect)
     assert "its worker was killed" not in err and "made no progress for" not in err.replace("has made no progress", ""), \
         err[-3000:]
+
+
+_HANG_STAGE = '''
+import os, time
+from typing import Literal
+from datakit import StageConfig
+from datakit.contracts import EDITOR_EVENT_V1
+
+class _Hang:
+    def __init__(self, how):
+        self.how = how
+
+    def __call__(self, batch):
+        if self.how == "python":
+            while True:  # a record that makes the function loop
+                pass
+        if self.how == "swallow":
+            try:
+                while True:
+                    pass
+            except BaseException:  # a catch-all stage: the stall is not its verdict
+                return batch
+        time.sleep(3600)  # native code: the exception cannot surface
+        return batch
+
+class Hang(StageConfig):
+    kind: Literal["dk_test_hang"] = "dk_test_hang"
+    consumes = produces = "editor_event.v1"
+    how: str = "python"
+
+    def compile(self, rel, ctx):
+        return rel.map_batches(_Hang(self.how), EDITOR_EVENT_V1, name="hang")
+'''
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["python", "swallow", "native"])
+def test_a_task_stalled_in_this_process_fails_the_run_in_one_line(tmp_path, how):
+    """Found in review: tasks run in the command's own process (one worker, a one-file input, any small input)
+    had no watchdog: a stage function looping on one record hung the run forever, without a word."""
+    import subprocess
+    import sys
+
+    (tmp_path / "hangstage.py").write_text(_HANG_STAGE)
+    write_jsonl(tmp_path / "logs" / "a.jsonl", [make_event(i) for i in range(20)])
+    (tmp_path / "p.yaml").write_text(f"name: h\ninput: {{path: logs}}\nstages: [{{kind: ingest}}, "
+                                     f"{{kind: 'hangstage:Hang', how: {how}}}]\noutput: {{path: out}}\n")
+    env = {**os.environ, "DATAKIT_STALL_SECONDS": "2", "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    began = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "datakit.cli", "run", "p.yaml", "--workers", "1"], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=100)
+    errors = [ln for ln in r.stderr.splitlines() if "error" in ln]
+    assert r.returncode == 3 and len(errors) == 1, r.stderr
+    assert "made no progress for 2 s in this process" in errors[0] and "> hang'" in errors[0], errors
+    if how == "native":
+        assert "the task did not stop (native code), so this process ends" in errors[0]
+    else:  # the exception surfaced: the engine's own line
+        assert "native code" not in errors[0]
+    assert time.monotonic() - began < 60
+    assert not (tmp_path / "out" / "manifest.json").exists()

@@ -104,9 +104,15 @@ def run_tasks(fn: Callable, items: list, what: str, workers: int, progress_enabl
         if workers == 1 or len(items) == 1:
             fn = _Guarded(fn)
             out = []
-            for i in items:
-                out.append(fn(i))
-                st.advance(rows=_task_rows(out[-1]))
+            try:
+                with watchdog.in_process(what) as guard:  # a stalled task fails the run (watchdog._InProcessGuard)
+                    for i in items:
+                        guard.task(_task_path(i))
+                        out.append(fn(i))
+                        guard.done()
+                        st.advance(rows=_task_rows(out[-1]))
+            except watchdog.StalledHere as e:
+                raise EngineError(str(e)) from None
             ok = True
             return out
         fn = _Guarded(fn, timed=True)
