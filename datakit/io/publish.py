@@ -34,6 +34,7 @@ from typing import Iterator
 
 from datakit.errors import DatakitError
 from datakit.io.fs import InputError, filesystem, remove_tree
+from datakit.procinfo import start_ticks
 
 log = logging.getLogger("datakit.publish")
 
@@ -150,14 +151,7 @@ def _holder_is_dead(held: dict) -> bool:
     return False
 
 
-def _start_ticks(pid: int) -> int | None:
-    """When process `pid` started (clock ticks since boot, /proc/<pid>/stat field 22); None when unknown
-    (no such process, or no /proc): only a known, different start proves a lease's holder is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
+_start_ticks = start_ticks  # (a lease records its process's start: `_holder_is_dead`)
 
 
 _HELD: dict[tuple[str, int], "_Lock"] = {}
