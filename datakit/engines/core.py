@@ -141,6 +141,11 @@ def worker_fn(token: str, load: Callable[[], Any], label: str = "") -> Any:
                 first = _first_line(e)
                 raise StageError(f"{label or type(fn).__name__}: its setup() failed: {type(e).__name__}: "
                                  f"{first}{_where(e)}") from e
+            from datakit.watchdog import beat
+
+            # a finished set-up is progress (found in review: a task retried on a fresh worker loaded spaCy, then
+            # ran its first batch, and the two together were judged one silence: "stalled" a second time)
+            beat()
         _freeze()
         _SETUP[token] = time.perf_counter() - t0
         _READY[token] = fn
