@@ -240,3 +240,26 @@ def test_a_task_stalled_in_this_process_fails_the_run_in_one_line(tmp_path, how)
         assert "native code" not in errors[0]
     assert time.monotonic() - began < 60
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_a_finished_setup_is_progress(tmp_path, monkeypatch):
+    """Found in review: a task retried on a fresh worker loaded its model, then ran its first batch, and the two
+    were judged as one silence (stalled "twice"); a finished setup() now touches the task's heartbeat."""
+    from datakit import watchdog
+    from datakit.engines.core import worker_fn
+
+    beat_file = tmp_path / "task.beat"
+    beat_file.write_text("1 0")
+    os.utime(beat_file, (0, 0))
+    monkeypatch.setattr(watchdog, "_BEAT", str(beat_file))
+    monkeypatch.setattr(watchdog, "_LAST", 0.0)
+
+    class Slow:
+        def setup(self):
+            pass
+
+        def __call__(self, batch):
+            return batch
+
+    worker_fn("test-setup-beat", Slow, "slow")
+    assert beat_file.stat().st_mtime > 1_000_000
