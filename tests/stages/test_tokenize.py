@@ -527,12 +527,3 @@ def test_deepseek_coder_spellings_are_found_not_added(tmp_path):
                                    "eos": "<\uff5cend\u2581of\u2581sentence\uff5c>", "pad": "<|pad|>",
                                    "fim_prefix": "<\uff5cfim\u2581begin\uff5c>", "fim_middle": "<\uff5cfim\u2581end\uff5c>",
                                    "fim_suffix": "<\uff5cfim\u2581hole\uff5c>"}
-
-
-def test_a_pinned_bos_leaves_the_chat_markers_ids_as_they_were():
-    """Found in review: an added BOS sorted between `assistant` and `end_turn`, so SFT data of one tokenizer
-    with and without `add_bos` disagreed on the chat markers' ids."""
-    plain = load_tokenizer("datakit:demo-bpe")
-    with_bos = load_tokenizer("datakit:demo-bpe", {"bos": "<s>"})
-    assert {k: with_bos.special[k] for k in plain.special} == plain.special
-    assert with_bos.special["bos"] == max(with_bos.special.values())

@@ -431,10 +431,11 @@ def _load_hf(name: str, raw: bytes, overrides: dict[str, str], roles: bool) -> L
     added: list[str] = []
     # the file separator (repository packing only) comes last, so every other special token has the same id
     # with it as without (found in review: it shifted system/tool/user by one, so a long-context dataset and
-    # an SFT dataset of the same tokenizer disagreed on the chat markers' ids); so do the optional roles (a
-    # pinned BOS or PAD, a user's own role) before it, for the same reason (found in review: an added BOS
-    # sorted between `assistant` and `end_turn` and moved every chat marker after it)
-    for role in sorted(special_text, key=lambda r: (r == "file_sep", r not in REQUIRED and r not in ROLE_TOKENS, r)):
+    # an SFT dataset of the same tokenizer disagreed on the chat markers' ids). An added BOS (`special_tokens:
+    # {bos: ...}` on a tokenizer without one) sorts among the chat markers and moves the ones after it; that
+    # order stays, because changing it would change the ids, and the tokenizer digest, of every dataset made
+    # with such a config (an append-mode dataset would refuse its next snapshot)
+    for role in sorted(special_text, key=lambda r: (r == "file_sep", r)):
         text = special_text[role]
         if text not in vocab and text not in added:
             added.append(text)
