@@ -66,9 +66,13 @@ def floor_seconds() -> float:
 def beat() -> None:
     """Record progress of the task running in this process (cheap; at most one touch a second)."""
     global _LAST
-    guard = _HERE
-    if guard is not None:
-        guard.last = time.monotonic()
+    if _GUARDS:
+        import threading
+
+        me, now = threading.get_ident(), time.monotonic()
+        for guard in list(_GUARDS):
+            if guard.ident == me:
+                guard.last = now
     if _BEAT is None:
         return
     now = time.monotonic()
@@ -215,8 +219,15 @@ class StalledHere(BaseException):
         super().__init__(*(args or (_HERE_MESSAGE[0],)))
 
 
-_HERE: "_InProcessGuard | None" = None
+# the guards open in this process, each watching the thread that opened it (a task may run tasks of its own, and
+# two pipelines may run in two threads of one host program): `beat()` reaches those of its own thread
+_GUARDS: list["_InProcessGuard"] = []
+_HERE_LOCK = __import__("threading").Lock()
 _HERE_MESSAGE = ["a task made no progress"]
+# set by the `datakit` command (cli.command): a task stuck in native code past the grace may end the process
+# then, because the process is the command's; under a host program (a notebook, a scheduler's worker, a test
+# runner) it is said in the log instead, never ended from inside (found in review)
+END_PROCESS_WHEN_STUCK = [False]
 
 
 class _InProcessGuard:
@@ -277,7 +288,12 @@ class _InProcessGuard:
                                     "take longer than that sets DATAKIT_STALL_SECONDS higher)")
                 self.raised, raised_at = True, now
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.ident), ctypes.py_object(StalledHere))
-            elif self.raised and now - raised_at > max(5.0, min(60.0, threshold)):
+            elif self.raised and raised_at and now - raised_at > max(5.0, min(60.0, threshold)):
+                raised_at = 0.0  # said once
+                if not END_PROCESS_WHEN_STUCK[0]:  # a library's host (a notebook's kernel, a scheduler's worker):
+                    log.error("%s; the task does not stop (native code), and this process is not datakit's own "
+                              "to end: interrupt or restart it", _HERE_MESSAGE[0])
+                    continue
                 from datakit.logs import error_line
 
                 sys.stderr.write(error_line(f"{_HERE_MESSAGE[0]}; the task did not stop (native code), so this "
@@ -285,19 +301,26 @@ class _InProcessGuard:
                 sys.stderr.flush()
                 os._exit(3)
 
+    enabled = True
+
     def __enter__(self) -> "_InProcessGuard":
-        global _HERE
-        self.outer, _HERE = _HERE, self  # (a task may run tasks of its own in this process)
-        self.thread.start()
+        if self.enabled:
+            with _HERE_LOCK:
+                _GUARDS.append(self)
+            self.thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        global _HERE
         import ctypes
 
-        self.stop.set()
-        self.thread.join()
-        _HERE = self.outer
+        if not self.enabled:
+            return
+        try:
+            self.stop.set()
+            self.thread.join()
+        finally:
+            with _HERE_LOCK:
+                _GUARDS.remove(self)
         if self.raised:  # one raised as the last task ended may still be pending: never deliver it later
             ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.ident), None)
         if self.raised and exc[0] is None:
@@ -306,9 +329,11 @@ class _InProcessGuard:
             raise StalledHere()
 
 
-def in_process(what: str) -> _InProcessGuard:
-    """Guard the tasks run in this process (`_InProcessGuard`)."""
-    return _InProcessGuard(what)
+def in_process(what: str, enabled: bool = True) -> _InProcessGuard:
+    """Guard the tasks run in this process (`_InProcessGuard`); `enabled=False`: a guard that watches nothing."""
+    guard = _InProcessGuard(what)
+    guard.enabled = enabled
+    return guard
 
 
 class WorkerDied(BrokenProcessPool):

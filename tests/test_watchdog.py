@@ -263,3 +263,52 @@ def test_a_finished_setup_is_progress(tmp_path, monkeypatch):
 
     worker_fn("test-setup-beat", Slow, "slow")
     assert beat_file.stat().st_mtime > 1_000_000
+
+
+@pytest.mark.timeout(120)
+def test_under_a_host_program_a_task_stuck_in_c_is_said_not_ended(tmp_path, monkeypatch, caplog):
+    """Found in review: the guard's last resort (ending the process) would kill a notebook's kernel or a
+    scheduler's worker: only the `datakit` command's own process is ended; a library caller gets the error in
+    its log, and the run fails once the native call returns."""
+    import importlib
+    import logging
+    import sys
+
+    (tmp_path / "hangstage_c.py").write_text(_HANG_STAGE.replace("time.sleep(3600)", "time.sleep(15)"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    Hang = importlib.import_module("hangstage_c").Hang
+    monkeypatch.setenv("DATAKIT_STALL_SECONDS", "1")
+    write_jsonl(tmp_path / "logs" / "a.jsonl", [make_event(i) for i in range(5)])
+    p = (Pipeline("h").input(str(tmp_path / "logs")).add({"kind": "ingest"}).add(Hang(how="native"))
+         .output(str(tmp_path / "out")))
+    with caplog.at_level(logging.ERROR, logger="datakit.watchdog"), pytest.raises(EngineError) as e:
+        p.run(workers=1)
+    assert "made no progress for 1 s in this process" in str(e.value)
+    assert any("is not datakit's own to end" in r.getMessage() for r in caplog.records)
+    sys.modules.pop("hangstage_c", None)
+
+
+def test_shard_writes_in_this_process_are_not_judged_and_nested_guards_see_beats(tmp_path, monkeypatch):
+    """Found in review: a one-shard write runs in this process with long native calls and no heartbeat; it is
+    datakit's own work, never a stage looping on a record, so it is not judged (a big shard failed at the floor).
+    And a guard inside another one's task: beats reach both."""
+    from datakit import watchdog
+    from datakit.engines.local.scheduler import run_tasks
+
+    monkeypatch.setenv("DATAKIT_STALL_SECONDS", "1")
+
+    def slow_write(item):
+        time.sleep(3)
+        return {"rows": 1}
+
+    assert run_tasks(slow_write, [0], "write shards", 1, False, str(tmp_path), guard_here=False) == [{"rows": 1}]
+
+    def beating_inner(item):
+        def step(_):
+            for _ in range(6):
+                time.sleep(0.5)
+                watchdog.beat()
+            return {"rows": 1}
+        return run_tasks(step, [0], "inner", 1, False, str(tmp_path))[0]
+
+    assert run_tasks(beating_inner, [0], "outer", 1, False, str(tmp_path)) == [{"rows": 1}]

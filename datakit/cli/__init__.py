@@ -510,6 +510,9 @@ def command() -> None:
     _skip_entry_script_in_workers()
     one_blas_thread_here()  # before anything imports numpy (importing this module does not)
     terminate_like_interrupt()
+    from datakit import watchdog
+
+    watchdog.END_PROCESS_WHEN_STUCK[0] = True  # this process is the command's (watchdog._InProcessGuard)
     try:
         main()
     except (SystemExit, KeyboardInterrupt) as e:

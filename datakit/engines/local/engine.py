@@ -195,9 +195,9 @@ class LocalEngine(Engine):
         return path
 
     # -- scheduling
-    def _map(self, fn: Callable, items: list, what: str, label: str | None = None) -> list:
+    def _map(self, fn: Callable, items: list, what: str, label: str | None = None, guard_here: bool = True) -> list:
         results = scheduler.run_tasks(fn, items, what, self.workers, self.progress, f"{self._work}/_beats", label,
-                                      costs=self._worker_tasks)
+                                      costs=self._worker_tasks, guard_here=guard_here)
         # the side-output parts this run's tasks wrote or reused (see _write_aux_outputs)
         self._aux_files.update(f for r in results if isinstance(r, dict) for f in r.get("aux_files", ()))
         return results
@@ -496,8 +496,10 @@ class LocalEngine(Engine):
         for r in results:
             for s, f in r["shard_files"].items():
                 by_shard[int(s)].append(f)
+        # (guard_here=False: a shard write is datakit's own native sort and write, long calls without heartbeats
+        # for a big shard, never a stage function looping on a record; found in review)
         infos = self._map(write_one_shard, [(sorted(by_shard.get(s, [])), s, resolved, plan.root.schema)
-                                            for s in range(shards)], "write shards")
+                                            for s in range(shards)], "write shards", guard_here=False)
         self._sink_infos = infos
         self._resolved_spec = resolved
         return spec.path

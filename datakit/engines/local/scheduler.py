@@ -89,13 +89,14 @@ def workers_for(plan: Plan, workers: int) -> int:
 
 
 def run_tasks(fn: Callable, items: list, what: str, workers: int, progress_enabled: bool | None, beat_dir: str,
-              label: str | None = None, costs: list | None = None) -> list:
+              label: str | None = None, costs: list | None = None, guard_here: bool = True) -> list:
     """`fn` over `items`, in this process (one worker or one item) or on the kept pool, results in order.
 
     Pool tasks are watched (`datakit.watchdog`): a task whose heartbeat in `beat_dir` stops is
     reported as stalled instead of hanging the run. Progress is reported per finished task.
     Each pool task's cost (CPU, numba, and its process's start-up: `run_timing.task_end`) is
-    appended to `costs`, so the run report can account for the workers' seconds too."""
+    appended to `costs`, so the run report can account for the workers' seconds too. `guard_here`: watch
+    the tasks this process runs itself (`watchdog.in_process`); off for tasks that run no stage function."""
     if not items:
         return []
     st = progress.step(label or what, len(items), progress_enabled)
@@ -105,7 +106,7 @@ def run_tasks(fn: Callable, items: list, what: str, workers: int, progress_enabl
             fn = _Guarded(fn)
             out = []
             try:
-                with watchdog.in_process(what) as guard:  # a stalled task fails the run (watchdog._InProcessGuard)
+                with watchdog.in_process(what, enabled=guard_here) as guard:  # a stall fails the run (watchdog)
                     for i in items:
                         guard.task(_task_path(i))
                         out.append(fn(i))
