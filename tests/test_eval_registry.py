@@ -329,3 +329,36 @@ def test_a_changed_eval_file_is_refused_and_listed_and_an_old_pin_is_not_listed_
     snap = hub / "datasets--xlangai--DS-1000" / "snapshots" / ds.revision
     (snap / "test.jsonl").write_text(json.dumps({**row, "metadata": {"problem_id": 99}}) + "\n")
     assert [i.id for i in registry.load("ds1000").items] == ["7"]
+
+
+def test_a_pull_never_records_a_damaged_or_changed_file(hub, tmp_path):
+    """Found in review: the check told the user to run `evals pull`, which did not download a file the cache held
+    (huggingface_hub returns it) and recorded the edited file's sha256: the next check passed on it. A pull now
+    judges the cached bytes by the Hub's own blob names (sha256, or the git blob id) and by this commit's last
+    record, downloads again, and refuses (offline: names the file) rather than record them."""
+    import hashlib
+
+    from datakit.stages.decontaminate import registry
+
+    pin = _lcb_cache(hub, ["test.jsonl"])
+    registry.pull(["livecodebench-v1"])
+    before = registry.record_path("livecodebench-v1").read_text()
+    link = hub / "datasets--livecodebench--code_generation_lite" / "snapshots" / pin / "test.jsonl"
+    link.resolve().write_text(link.read_text().splitlines(keepends=True)[0])
+    with pytest.raises(registry.EvalError, match=r"test\.jsonl in the snapshot .* is not the file the Hub published; "
+                                                 r"HF_HUB_OFFLINE is set"):
+        registry.pull(["livecodebench-v1"])
+    assert registry.record_path("livecodebench-v1").read_text() == before  # nothing blessed
+
+    # a blob named as huggingface_hub names it (a small file: its git blob id), its bytes since changed
+    good = link.read_bytes()
+    blob = link.resolve().with_name(hashlib.sha1(b"blob %d\0" % len(good) + good).hexdigest())
+    blob.write_bytes(good)
+    link.unlink()
+    link.symlink_to(blob)
+    registry.record_path("livecodebench-v1").unlink()  # a cache copied without its record
+    assert registry.damaged_blobs(link.parent, [link]) == []
+    blob.write_bytes(good + b"\n")
+    assert registry.damaged_blobs(link.parent, [link]) == ["test.jsonl"]
+    with pytest.raises(registry.EvalError, match="is not the file the Hub published"):
+        registry.pull(["livecodebench-v1"])

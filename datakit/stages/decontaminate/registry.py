@@ -176,6 +176,28 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def damaged_blobs(root: Path, files: Sequence[Path]) -> list[str]:
+    """Files of a snapshot whose bytes are not what the Hub named them by: huggingface_hub stores a file as a
+    blob named by its sha256 (large files) or its git blob id (sha1 of "blob <size>\\0" + bytes); a blob
+    named otherwise (a copied cache, a test fixture) is not judged here."""
+    import hashlib
+    import re
+
+    bad = []
+    for f in files:
+        name = f.resolve().name
+        if re.fullmatch(r"[0-9a-f]{64}", name):
+            ok = _sha256(f) == name
+        elif re.fullmatch(r"[0-9a-f]{40}", name):
+            data = f.read_bytes()
+            ok = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() == name
+        else:
+            continue
+        if not ok:
+            bad.append(f.relative_to(root).as_posix())
+    return bad
+
+
 def changed_files(e: HubEval, root: Path, files: Sequence[Path]) -> list[str]:
     """Files of `files` whose bytes are not the ones `pull` recorded at this commit ([] when the record
     has no digests: an older pull, or another commit).
@@ -208,9 +230,9 @@ def entry(name: str) -> HubEval:
         raise EvalError(f"unknown eval {name!r}; registry: {', '.join(sorted(ENTRIES))}") from None
 
 
-def snapshot(e: HubEval, offline: bool, revision: str | None = None) -> Path:
+def snapshot(e: HubEval, offline: bool, revision: str | None = None, force: bool = False) -> Path:
     """The local snapshot folder of an entry at `revision` (default: its pin, else `main`), downloading its
-    files unless `offline`."""
+    files unless `offline`; `force`: download them again even when the cache holds them."""
     try:
         from huggingface_hub import snapshot_download
         from huggingface_hub.errors import LocalEntryNotFoundError
@@ -224,7 +246,8 @@ def snapshot(e: HubEval, offline: bool, revision: str | None = None) -> Path:
     try:
         path = Path(snapshot_download(repo_id=e.repo, repo_type="dataset", revision=revision or e.revision,
                                       allow_patterns=list(e.files), cache_dir=cache_dir(),
-                                      local_files_only=local_only or unreachable is not None))
+                                      local_files_only=local_only or unreachable is not None,
+                                      **({"force_download": True} if force and not local_only else {})))
     except LocalEntryNotFoundError as ex:
         if not offline and hub_offline():  # a pull, which HF_HUB_OFFLINE keeps from downloading (found in review:
             # the message told the user to run the very `evals pull` they had run, and never named the variable)
@@ -348,6 +371,18 @@ def pull(names: Sequence[str]) -> list[tuple[HubEval, Path, int]]:
             raise EvalError(f"eval {e.name!r}: the snapshot {root} holds no file matching {', '.join(missing)} "
                             f"after the pull{why}")
         files = files_of(e, root)
+        # a file the cache holds is not downloaded again, so a pull must not bless damaged bytes: a blob that is
+        # not what the Hub named it, or a file other than the one this commit's last pull recorded (found in
+        # review: the check said "run evals pull", and the pull recorded the edited file's digest)
+        bad = sorted(set(damaged_blobs(root, files)) | set(changed_files(e, root, files)))
+        if bad and not hub_offline():
+            root = snapshot(e, offline=False, force=True)
+            files = files_of(e, root)
+            bad = damaged_blobs(root, files)  # (what was just downloaded is judged by the Hub's names, not a record)
+        if bad:
+            why = "; HF_HUB_OFFLINE is set, so nothing was downloaded again" if hub_offline() else " after downloading them again"
+            raise EvalError(f"eval {e.name!r}: {', '.join(bad)} in the snapshot {root} is not the file the Hub "
+                            f"published{why}; remove it from the cache and pull again")
         try:
             _record(e, root, files)
         except OSError as ex:
