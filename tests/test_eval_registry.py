@@ -360,5 +360,7 @@ def test_a_pull_never_records_a_damaged_or_changed_file(hub, tmp_path):
     assert registry.damaged_blobs(link.parent, [link]) == []
     blob.write_bytes(good + b"\n")
     assert registry.damaged_blobs(link.parent, [link]) == ["test.jsonl"]
+    with pytest.raises(registry.EvalError, match="is not the file `evals pull` downloaded"):
+        registry.load("livecodebench-v1")  # no record to compare with: the blob's own name says it
     with pytest.raises(registry.EvalError, match="is not the file the Hub published"):
         registry.pull(["livecodebench-v1"])

@@ -345,7 +345,7 @@ def load(name: str, fields: Sequence[str] | None = None) -> EvalSet:
         raise EvalError(f"eval {e.name!r} is incomplete in the cache: {', '.join(missing)} not in the snapshot "
                         f"{root}; run `datakit evals pull {e.name}`")
     files = files_of(e, root)
-    changed = changed_files(e, root, files)
+    changed = sorted(set(changed_files(e, root, files)) | set(damaged_blobs(root, files)))
     if changed:
         raise EvalError(f"eval {e.name!r}: {', '.join(changed)} in the snapshot {root} is not the file `evals pull` "
                         f"downloaded (its sha256 differs); run `datakit evals pull {e.name}`")
