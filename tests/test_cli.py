@@ -316,20 +316,24 @@ def test_run_json_names_the_snapshots_a_redo_withdrew(tmp_path):
     assert json.loads(r.stdout)["withdrawn"] == ["d2"]
 
 
-def test_an_error_nothing_expected_exits_3_with_its_traceback_in_a_private_file(tmp_path):
-    """Found in an operations review: a `forget` that failed on an unexpected error exited 1 with a traceback,
-    which the command documents as "a check failed"; a scheduler took it for a verdict."""
+def _command_script(tmp_path, script: str):
+    """Run `script` (which calls the `datakit` command in-process) with its private files under `tmp_path`."""
     import os
     import subprocess
     import sys
 
-    script = ("import sys; sys.argv = ['datakit', 'forget', 'ds', '--optouts', 'x.parquet']\n"
-              "import datakit.forget_snapshots as fs\n"
-              "def boom(*a, **k): raise ZeroDivisionError('a record: jane@example.com')\n"
-              "fs.forget = boom\n"
-              "from datakit.cli import command\ncommand()\n")
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path,
-                       env={**os.environ, "TMPDIR": str(tmp_path)})
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
+
+
+def test_an_error_nothing_expected_exits_3_with_its_traceback_in_a_private_file(tmp_path):
+    """Found in an operations review: a `forget` that failed on an unexpected error exited 1 with a traceback,
+    which the command documents as "a check failed"; a scheduler took it for a verdict."""
+    r = _command_script(tmp_path, "import sys; sys.argv = ['datakit', 'forget', 'ds', '--optouts', 'x.parquet']\n"
+                                  "import datakit.forget_snapshots as fs\n"
+                                  "def boom(*a, **k): raise ZeroDivisionError('a record: jane@example.com')\n"
+                                  "fs.forget = boom\n"
+                                  "from datakit.cli import command\ncommand()\n")
     assert r.returncode == 3 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "forget failed unexpectedly (ZeroDivisionError)" in r.stderr and "jane@" not in r.stderr
     (report,) = tmp_path.glob("datakit-error-*.txt")
@@ -339,18 +343,12 @@ def test_an_error_nothing_expected_exits_3_with_its_traceback_in_a_private_file(
 def test_a_storage_failure_nobody_named_a_path_for_is_not_called_a_bug(tmp_path):
     """Found in review (S3, endpoint down): `build-index` and `report` said "failed unexpectedly
     (EndpointConnectionError); this is a bug": the store's failure is a job failure, exit 3, said as one."""
-    import os
-    import subprocess
-    import sys
-
-    script = ("import sys; sys.argv = ['datakit', 'report', 's3://bucket/ds']\n"
-              "import datakit.cli as cli\n"
-              "from botocore.exceptions import EndpointConnectionError\n"
-              "def down(*a, **k): raise EndpointConnectionError(endpoint_url='http://127.0.0.1:1/bucket')\n"
-              "cli.main = down\n"
-              "cli.command()\n")
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path,
-                       env={**os.environ, "TMPDIR": str(tmp_path)})
+    r = _command_script(tmp_path, "import sys; sys.argv = ['datakit', 'report', 's3://bucket/ds']\n"
+                                  "import datakit.cli as cli\n"
+                                  "from botocore.exceptions import EndpointConnectionError\n"
+                                  "def down(*a, **k): raise EndpointConnectionError(endpoint_url='http://127.0.0.1:1/b')\n"
+                                  "cli.main = down\n"
+                                  "cli.command()\n")
     assert r.returncode == 3 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "storage error: report failed: EndpointConnectionError: Could not connect" in r.stderr
     assert "bug" not in r.stderr and len(list(tmp_path.glob("datakit-error-*.txt"))) == 1

@@ -303,34 +303,15 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_pool_workers_end_when_their_owner_is_killed(tmp_path):
-    """An owner killed with SIGKILL cannot shut its pool down; its idle workers used to wait for a
-    next task forever (found 16 minutes after the run was killed). They now end within seconds."""
+def _workers_left_after_killing_their_owner(tmp_path, stop_one: bool = False) -> list[int]:
+    """Start a pool owner, optionally SIGSTOP one of its two workers, SIGKILL the owner; the workers still alive
+    30 s later (killed then, so no orphan outlives a failing test)."""
     owner = subprocess.Popen([sys.executable, "-c", _POOL_OWNER], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
     try:
         pids = [int(p) for p in owner.stdout.readline().split()]
         assert len(pids) == 2 and all(_alive(p) for p in pids)
-    finally:
-        owner.kill()
-        owner.wait()
-    deadline = time.monotonic() + 30
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    survivors = [p for p in pids if _alive(p)]
-    for p in survivors:  # leave no orphan behind when the test fails
-        os.kill(p, signal.SIGKILL)
-    assert not survivors, "pool workers outlived their killed owner"
-
-
-def test_a_stopped_pool_worker_ends_when_its_owner_is_killed(tmp_path):
-    """Found in review: a worker stopped (SIGSTOP: a frozen cgroup, a debugger) runs no thread, so it cannot see
-    its owner die; with the owner killed by SIGKILL it lived on, re-parented to init, until someone sent SIGCONT.
-    The reaper beside the owner SIGKILLs it when the owner's end of its pipe closes."""
-    owner = subprocess.Popen([sys.executable, "-c", _POOL_OWNER], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
-    try:
-        pids = [int(p) for p in owner.stdout.readline().split()]
-        assert len(pids) == 2 and all(_alive(p) for p in pids)
-        os.kill(pids[0], signal.SIGSTOP)
+        if stop_one:
+            os.kill(pids[0], signal.SIGSTOP)
     finally:
         owner.kill()
         owner.wait()
@@ -341,7 +322,21 @@ def test_a_stopped_pool_worker_ends_when_its_owner_is_killed(tmp_path):
     for p in survivors:
         os.kill(p, signal.SIGCONT)
         os.kill(p, signal.SIGKILL)
-    assert not survivors, "a stopped pool worker outlived its killed owner"
+    return survivors
+
+
+def test_pool_workers_end_when_their_owner_is_killed(tmp_path):
+    """An owner killed with SIGKILL cannot shut its pool down; its idle workers used to wait for a
+    next task forever (found 16 minutes after the run was killed). They now end within seconds."""
+    assert not _workers_left_after_killing_their_owner(tmp_path), "pool workers outlived their killed owner"
+
+
+def test_a_stopped_pool_worker_ends_when_its_owner_is_killed(tmp_path):
+    """Found in review: a worker stopped (SIGSTOP: a frozen cgroup, a debugger) runs no thread, so it cannot see
+    its owner die; with the owner killed by SIGKILL it lived on, re-parented to init, until someone sent SIGCONT.
+    The reaper beside the owner SIGKILLs it when the owner's end of its pipe closes."""
+    assert not _workers_left_after_killing_their_owner(tmp_path, stop_one=True), \
+        "a stopped pool worker outlived its killed owner"
 
 
 _SLOW_STAGE = textwrap.dedent("""
