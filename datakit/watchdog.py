@@ -27,9 +27,12 @@ threshold while tasks are pending, the pool is treated as stalled the same way
 """
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
+import sys
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -67,8 +70,6 @@ def beat() -> None:
     """Record progress of the task running in this process (cheap; at most one touch a second)."""
     global _LAST
     if _GUARDS:
-        import threading
-
         me, now = threading.get_ident(), time.monotonic()
         for guard in list(_GUARDS):
             if guard.ident == me:
@@ -222,7 +223,7 @@ class StalledHere(BaseException):
 # the guards open in this process, each watching the thread that opened it (a task may run tasks of its own, and
 # two pipelines may run in two threads of one host program): `beat()` reaches those of its own thread
 _GUARDS: list["_InProcessGuard"] = []
-_HERE_LOCK = __import__("threading").Lock()
+_HERE_LOCK = threading.Lock()
 _HERE_MESSAGE = ["a task made no progress"]
 # set by the `datakit` command (cli.command): a task stuck in native code past the grace may end the process
 # then, because the process is the command's; under a host program (a notebook, a scheduler's worker, a test
@@ -242,8 +243,6 @@ class _InProcessGuard:
     `max(DATAKIT_STALL_SECONDS, 3 x the longest task finished so far)`, silence counted between `beat()`s."""
 
     def __init__(self, what: str) -> None:
-        import threading
-
         self.what, self.label = what, ""
         self.ident = threading.get_ident()
         self.last = time.monotonic()
@@ -262,9 +261,6 @@ class _InProcessGuard:
         self.longest = max(self.longest, time.monotonic() - self.started)
 
     def _watch(self) -> None:
-        import ctypes
-        import sys
-
         warned = ""
         raised_at = 0.0
         prev = time.monotonic()
@@ -311,8 +307,6 @@ class _InProcessGuard:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        import ctypes
-
         if not self.enabled:
             return
         try:

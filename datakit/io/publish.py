@@ -138,7 +138,7 @@ def _holder_is_dead(held: dict) -> bool:
     # gets its old pid back (found in an operations review: refused as "being written by another run
     # (pid <its own>)" until the lease ran out), and a pid can be reused by an unrelated process
     started = held.get("started")
-    if isinstance(started, int) and _start_ticks(held["pid"]) not in (None, started):
+    if isinstance(started, int) and start_ticks(held["pid"]) not in (None, started):
         return True
     if held["pid"] == os.getpid():
         return False
@@ -151,7 +151,6 @@ def _holder_is_dead(held: dict) -> bool:
     return False
 
 
-_start_ticks = start_ticks  # (a lease records its process's start: `_holder_is_dead`)
 
 
 _HELD: dict[tuple[str, int], "_Lock"] = {}
@@ -165,7 +164,7 @@ class _Lock:
         self.path = path.rstrip("/")
         self.count = 0
         self.owner = {"run": uuid.uuid4().hex, "host": socket.gethostname(), "pid": os.getpid(),
-                      "started": _start_ticks(os.getpid()),
+                      "started": start_ticks(os.getpid()),
                       "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         self._fd: int | None = None
         self.lost: str | None = None  # who took the lease over while this run held it (`check_held`)

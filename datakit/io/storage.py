@@ -168,12 +168,17 @@ def is_disk_full(e: BaseException) -> bool:
     return "No space left on device" in text or "os error 28" in text or "[errno 28]" in text.lower()
 
 
+def from_storage_stack(e: BaseException) -> bool:
+    """Raised by a storage library (botocore, aiohttp, s3fs, fsspec), or a full disk: never our code's own."""
+    return (type(e).__module__ or "").startswith(("botocore", "aiobotocore", "aiohttp", "s3fs", "fsspec")) \
+        or is_disk_full(e)
+
+
 def is_storage_error(e: BaseException) -> bool:
     """Errors that come from the storage stack (not from our code or the data)."""
     if isinstance(e, StorageError):
         return False
-    mod = type(e).__module__ or ""
-    if mod.startswith(("botocore", "aiobotocore", "aiohttp", "s3fs", "fsspec")) or is_disk_full(e):
+    if from_storage_stack(e):
         return True
     return isinstance(e, OSError) and not isinstance(e, (FileNotFoundError, IsADirectoryError, NotADirectoryError))
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Sequence
 
 from datakit.hub_network import hub_unreachable
+from datakit.io.atomic import sha256_file
 from datakit.stages.decontaminate.evals import EvalError, EvalSet, _from_rows, _read_rows, register_eval
 
 log = logging.getLogger(__name__)
@@ -160,62 +161,46 @@ def _record(e: HubEval, root: Path, files: list[Path]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     rec = {"name": e.name, "repo": e.repo, "commit": root.name, "pinned": e.revision,
            "files": [f.relative_to(root).as_posix() for f in files],
-           "sha256": {f.relative_to(root).as_posix(): _sha256(f) for f in files}}
+           "sha256": {f.relative_to(root).as_posix(): sha256_file(str(f)) for f in files}}
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
     os.replace(tmp, path)
 
 
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def damaged_blobs(root: Path, files: Sequence[Path]) -> list[str]:
-    """Files of a snapshot whose bytes are not what the Hub named them by: huggingface_hub stores a file as a
-    blob named by its sha256 (large files) or its git blob id (sha1 of "blob <size>\\0" + bytes); a blob
-    named otherwise (a copied cache, a test fixture) is not judged here."""
-    import hashlib
-    import re
-
-    bad = []
-    for f in files:
-        name = f.resolve().name
-        if re.fullmatch(r"[0-9a-f]{64}", name):
-            ok = _sha256(f) == name
-        elif re.fullmatch(r"[0-9a-f]{40}", name):
-            data = f.read_bytes()
-            ok = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() == name
-        else:
-            continue
-        if not ok:
-            bad.append(f.relative_to(root).as_posix())
-    return bad
-
-
-def changed_files(e: HubEval, root: Path, files: Sequence[Path]) -> list[str]:
-    """Files of `files` whose bytes are not the ones `pull` recorded at this commit ([] when the record
-    has no digests: an older pull, or another commit).
+def unverified_files(e: HubEval | None, root: Path, files: Sequence[Path]) -> list[str]:
+    """Files of a snapshot (relative names, sorted) whose bytes are not the ones `pull` recorded at this
+    commit (`e`'s record; None: judge by names only), or not what the Hub named their blob by:
+    huggingface_hub stores a file as a blob named by its sha256 (large files) or its git blob id (sha1 of
+    "blob <size>\\0" + bytes); a blob named otherwise (a copied cache, a test fixture) is judged by the
+    record alone. Each file is read once.
 
     Why: the check read whatever bytes the cache held at the file's name; an edited, truncated or
     half-copied blob (a cache synced with rsync while a pull ran, an eval file "fixed" by hand) gave
     fewer or other items and a verdict on an eval nobody pinned (found in review: only presence was
     checked). The eval files are small, and they are read in full anyway."""
-    rec = _pull_record(e)
+    import hashlib
+    import re
+
+    rec = _pull_record(e) if e is not None else {}
     sums = rec.get("sha256") if rec.get("commit") == root.name else None
-    if not isinstance(sums, dict):
-        return []
-    out = []
+    sums = sums if isinstance(sums, dict) else {}
+    bad = []
     for f in files:
-        rel = f.relative_to(root).as_posix()
-        if rel in sums and sums[rel] != _sha256(f):
-            out.append(rel)
-    return out
+        rel, name = f.relative_to(root).as_posix(), f.resolve().name
+        by_sha256 = re.fullmatch(r"[0-9a-f]{64}", name) is not None
+        sha = sha256_file(str(f)) if rel in sums or by_sha256 else None
+        if rel in sums and sums[rel] != sha or by_sha256 and sha != name:
+            bad.append(rel)
+        elif re.fullmatch(r"[0-9a-f]{40}", name):
+            data = f.read_bytes()
+            if hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() != name:
+                bad.append(rel)
+    return sorted(bad)
+
+
+def damaged_blobs(root: Path, files: Sequence[Path]) -> list[str]:
+    """`unverified_files` by the Hub's blob names alone (no record: what a pull just downloaded)."""
+    return unverified_files(None, root, files)
 
 
 def entry(name: str) -> HubEval:
@@ -345,7 +330,7 @@ def load(name: str, fields: Sequence[str] | None = None) -> EvalSet:
         raise EvalError(f"eval {e.name!r} is incomplete in the cache: {', '.join(missing)} not in the snapshot "
                         f"{root}; run `datakit evals pull {e.name}`")
     files = files_of(e, root)
-    changed = sorted(set(changed_files(e, root, files)) | set(damaged_blobs(root, files)))
+    changed = unverified_files(e, root, files)
     if changed:
         raise EvalError(f"eval {e.name!r}: {', '.join(changed)} in the snapshot {root} is not the file `evals pull` "
                         f"downloaded (its sha256 differs); run `datakit evals pull {e.name}`")
@@ -374,7 +359,7 @@ def pull(names: Sequence[str]) -> list[tuple[HubEval, Path, int]]:
         # a file the cache holds is not downloaded again, so a pull must not bless damaged bytes: a blob that is
         # not what the Hub named it, or a file other than the one this commit's last pull recorded (found in
         # review: the check said "run evals pull", and the pull recorded the edited file's digest)
-        bad = sorted(set(damaged_blobs(root, files)) | set(changed_files(e, root, files)))
+        bad = unverified_files(e, root, files)
         if bad and not hub_offline():
             root = snapshot(e, offline=False, force=True)
             files = files_of(e, root)
