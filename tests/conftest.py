@@ -28,6 +28,26 @@ from tests.eventgen import make_event, write_jsonl  # noqa: E402,F401
 from tests.packaging_env import user_venv, wheel_dists  # noqa: E402,F401  (session: one wheel build per run)
 
 
+def _free_gb() -> tuple[str, float]:
+    import shutil
+    import tempfile
+
+    tmp = tempfile.gettempdir()
+    return tmp, shutil.disk_usage(tmp).free / 2**30
+
+
+def pytest_sessionstart(session) -> None:
+    session.config._dk_free_at_start = _free_gb()[1]
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """Free disk where the tests write, at the start and the end, in the summary CI shows: a run that filled
+    its disk (2026-12-07) showed it only as dozens of unrelated failures."""
+    tmp, now = _free_gb()
+    terminalreporter.write_line(f"disk: {getattr(config, '_dk_free_at_start', float('nan')):.1f} GB free in {tmp} "
+                                f"at the start, {now:.1f} GB at the end")
+
+
 @pytest.fixture
 def events_file(tmp_path):
     """A small valid JSON Lines file of mixed events."""

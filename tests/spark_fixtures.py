@@ -27,7 +27,7 @@ import pytest
 
 # `shared_cluster` and `spark_cluster` are not re-exported to tests/conftest.py: tests/engines/conftest.py
 # imports them, so the cluster's package scope is tests/engines (torn down after its last test).
-__all__ = ["spark", "SparkCluster", "start_cluster", "requires_spark", "spark_temp_dirs", "kill_group"]
+__all__ = ["spark", "SparkCluster", "start_cluster", "requires_spark", "spark_temp_dirs", "kill_group", "scratch_env"]
 
 
 def _spark_available() -> str | None:
@@ -79,7 +79,9 @@ def spark_temp_dirs(tmp_path_factory) -> Iterator[Path]:
     them inherit it: SPARK_LOCAL_DIRS (overrides spark.local.dir for drivers, standalone workers
     and their executors) and java.io.tmpdir through JAVA_TOOL_OPTIONS, which every JVM reads: the
     local session's, spark-submit's, the standalone daemons' and their executors' (which get no
-    SPARK_*_OPTS). pytest keeps only its last few temp folders, so nothing piles up.
+    SPARK_*_OPTS). A standalone cluster's daemons keep theirs in the cluster's folder instead
+    (`start_cluster`, `SparkCluster.sweep`). pytest removes a passed test's folder as it ends and keeps
+    only its last run's (pyproject.toml: tmp_path_retention_*), so nothing piles up.
 
     JAVA_TOOL_OPTIONS also carries TEST_JVM_OPTS, for speed only (see there).
     """
@@ -181,6 +183,40 @@ class SparkCluster:
                 continue
         return sorted(pids)
 
+    def sweep(self, stopped: bool = False) -> int:
+        """Give back the disk of applications that have ended; returns the bytes freed.
+
+        Why: every application of the packed-environment tests unpacks its ~1.2 GB environment once per
+        executor, into the worker's folder for that application, which a standalone worker keeps after the
+        application ends (its own clean-up, spark.worker.cleanup.*, runs every 30 minutes and is off by
+        default). Kept for the whole run, with pytest keeping its last runs' folders, they filled CI's disk
+        (2026-12-07: 45 tests failed with 'No space left on device'). An ended application's folders lose
+        everything but the executors' logs (stdout, stderr: what a failing test points to); once no
+        application runs, the executors' scratch (`local`, `java-tmp`: fetched archives, block files) goes
+        too. `stopped`: the daemons are down, so nothing runs; otherwise the master says which
+        applications still run, and without its answer nothing is touched.
+        """
+        if stopped:
+            active: set[str] = set()
+        else:
+            try:
+                active = {a.get("id") for a in self.state().get("activeapps", [])}
+            except (OSError, ValueError):
+                return 0
+        freed = 0
+        for app in self.workdir.glob("work-*/app-*"):
+            if app.name in active:
+                continue
+            for item in app.glob("*/*"):  # <app>/<executor id>/<file or folder>
+                if item.name in ("stdout", "stderr"):
+                    continue
+                freed += _remove(item)
+        if not active:
+            for scratch in (self.workdir / "local", self.workdir / "java-tmp"):
+                for item in scratch.glob("*"):
+                    freed += _remove(item)
+        return freed
+
     def stop(self) -> None:
         """Stop workers first (they take their executors along), then the master; SIGKILL stragglers."""
         import psutil
@@ -206,6 +242,33 @@ class SparkCluster:
             kill_group(p)  # their Python workers, anything reparented away from the tree above
 
 
+def _remove(path: Path) -> int:
+    """Delete a file or folder tree (what cannot be deleted stays); returns the bytes it held."""
+    size = 0
+    if path.is_symlink() or path.is_file():
+        size = path.lstat().st_size
+        path.unlink(missing_ok=True)
+        return size
+    for f in path.rglob("*"):
+        try:
+            if f.is_file() and not f.is_symlink():
+                size += f.lstat().st_size
+        except OSError:
+            continue
+    shutil.rmtree(path, ignore_errors=True)
+    return size
+
+
+def scratch_env(env: dict[str, str], folder: Path) -> dict[str, str]:
+    """`env` with every JVM started from it keeping its scratch in `folder` (`local`: SPARK_LOCAL_DIRS;
+    `java-tmp`: java.io.tmpdir through JAVA_TOOL_OPTIONS, replacing one set before), both created."""
+    local, jtmp = folder / "local", folder / "java-tmp"
+    local.mkdir(parents=True, exist_ok=True)
+    jtmp.mkdir(parents=True, exist_ok=True)
+    opts = [o for o in env.get("JAVA_TOOL_OPTIONS", "").split() if not o.startswith("-Djava.io.tmpdir=")]
+    return {**env, "SPARK_LOCAL_DIRS": str(local), "JAVA_TOOL_OPTIONS": " ".join([*opts, f"-Djava.io.tmpdir={jtmp}"])}
+
+
 def start_cluster(workers: int = 1, cores: int = 1, memory: str = "1g", workdir: Path | None = None,
                   base_env: dict[str, str] | None = None) -> SparkCluster:
     """Start a standalone master and `workers` workers; the caller must call `.stop()`.
@@ -218,8 +281,9 @@ def start_cluster(workers: int = 1, cores: int = 1, memory: str = "1g", workdir:
     home = Path(pyspark.__file__).resolve().parent
     spark_class = home / "bin" / "spark-class"
     workdir = Path(workdir or tempfile.mkdtemp(prefix="datakit-spark-cluster-"))
-    env = dict(os.environ if base_env is None else base_env, SPARK_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1",
-               SPARK_WORKER_DIR=str(workdir / "work"), SPARK_NO_DAEMONIZE="1")
+    # the daemons' and executors' scratch in the cluster's own folder, where `SparkCluster.sweep` finds it
+    env = dict(scratch_env(dict(os.environ if base_env is None else base_env), workdir), SPARK_HOME=str(home),
+               SPARK_LOCAL_IP="127.0.0.1", SPARK_WORKER_DIR=str(workdir / "work"), SPARK_NO_DAEMONIZE="1")
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     port, web = _free_port(), _free_port()
     cluster = SparkCluster(master_url=f"spark://127.0.0.1:{port}", web_port=web, workdir=workdir)
@@ -276,6 +340,7 @@ def shared_cluster(tmp_path_factory) -> Iterator[SparkCluster]:
         yield cluster
     finally:
         cluster.stop()
+        cluster.sweep(stopped=True)
 
 
 @pytest.fixture(scope="module")
@@ -293,3 +358,4 @@ def spark_cluster(shared_cluster) -> Iterator[SparkCluster]:
         key = _active.get("key")
         if key and key[0] == shared_cluster.master_url:
             stop_session()  # release the app before its master goes away
+        shared_cluster.sweep()

@@ -95,7 +95,8 @@ def test_jvm_groups_each_run_on_one_xdist_worker(tmp_path):
     # tests/conftest.py as a plugin (-p): registered as early as the real conftest, so its hook order is the same
     res = subprocess.run(
         [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-p", "tests.conftest", "-p",
-         "no:cacheprovider", "-o", "addopts=", "-v", "--rootdir", str(tmp_path), str(tmp_path)],
+         "no:cacheprovider", "-o", "addopts=", "-v", "--rootdir", str(tmp_path), "--basetemp", str(tmp_path / "tmp"),
+         str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
         env={**env, "GROUP_PROBE_OUT": str(out), "PYTHONPATH": str(ROOT)})
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.packaging_env import RECORDS, RECORDS_STAGES, ROOT, clean_env, make_venv
-from tests.spark_fixtures import kill_group
+from tests.spark_fixtures import kill_group, scratch_env
 from tests.test_object_store import s3_endpoint  # noqa: F401  (module fixture: moto on loopback)
 
 # a cluster, a packed env and spark-submit runs: minutes on 2 cores, many more on a loaded machine
@@ -49,6 +50,10 @@ output: {path: "s3://out/unused", format: packed, shards: 3}
 """
 EXECUTOR_CONF = "--conf spark.executor.cores=1 --conf spark.cores.max=2"
 S3_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL")
+# Disk at the peak: the archive, and per application its copies and unpacked trees on the driver and on each
+# executor (~1.6 GB each), a third executor's when the stalled one is replaced. 8.0 GB measured (2026-12-07,
+# `df` sampled every 5 s over this module); everything is given back after each test (`_give_back_disk`).
+DISK_NEEDED_GB = 9
 _SUBMITTED: list[subprocess.Popen] = []  # every spark-submit we started: killed (whole group) at teardown
 
 
@@ -62,6 +67,10 @@ def deploy(tmp_path_factory, s3_endpoint, wheel_dists, user_venv):  # noqa: F811
     from tests.engines.test_spark_conformance import make_logs
 
     root = tmp_path_factory.mktemp("deploy")
+    free_gb = shutil.disk_usage(root).free / 2**30
+    if free_gb < DISK_NEEDED_GB:  # one clear line, instead of every later test failing on a full disk
+        pytest.fail(f"the packed-cluster tests need ~{DISK_NEEDED_GB} GB free under {root.parent} at their peak; "
+                    f"{free_gb:.1f} GB are", pytrace=False)
     wheel, _ = wheel_dists
     driver_py = user_venv  # the submitting machine: datakit from the wheel
     env_dir = root / "datakit-env"
@@ -92,8 +101,11 @@ def deploy(tmp_path_factory, s3_endpoint, wheel_dists, user_venv):  # noqa: F811
     for name in ("full", "short"):
         Pipeline.from_yaml(work / f"{name}.yaml").run(engine="local", workers=1, output=f"s3://out/local-{name}",
                                                       work_dir=str(root / f"local-work-{name}"))
-    return {"root": root, "driver_py": driver_py, "archive": archive, "work": work, "fs": fs,
-            "pack_seconds": pack_seconds, "archive_mb": archive.stat().st_size / 1e6}
+    yield {"root": root, "driver_py": driver_py, "archive": archive, "work": work, "fs": fs,
+           "pack_seconds": pack_seconds, "archive_mb": archive.stat().st_size / 1e6}
+    # ~1.6 GB (the archive, and the env where it could not be hard-linked): not kept past the module
+    shutil.rmtree(env_dir, ignore_errors=True)
+    archive.unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="module")
@@ -103,16 +115,38 @@ def packed_cluster(deploy, shared_cluster):
     try:
         yield shared_cluster
     finally:
-        for proc in _SUBMITTED:  # a driver a failed test left running (its JVM, its Python)
-            kill_group(proc)
+        _end_drivers()
 
 
-def _driver_env(deploy) -> dict[str, str]:
-    """The driver's log and temp folders inside the test's folder: a killed driver cannot remove its
-    checkpoint folder (`spark-checkpoints-*` in the temp dir for an object-store output)."""
-    tmp = deploy["root"] / "driver-tmp"
-    tmp.mkdir(exist_ok=True)
-    return {"DATAKIT_SPARK_LOG_DIR": str(deploy["root"] / "driver-logs"), "TMPDIR": str(tmp)}
+@pytest.fixture(autouse=True)
+def _give_back_disk(packed_cluster):
+    """After each test: its drivers' scratch and the ended applications' unpacked environments go (each
+    application unpacks ~1.2 GB per executor and on the driver; see SparkCluster.sweep)."""
+    yield
+    _end_drivers()
+    packed_cluster.sweep()
+
+
+def _end_drivers() -> None:
+    """Kill what is left of every driver started here (its JVM, its Python), then delete its scratch folder."""
+    while _SUBMITTED:
+        proc = _SUBMITTED.pop()
+        kill_group(proc)
+        shutil.rmtree(proc.scratch, ignore_errors=True)  # type: ignore[attr-defined]
+
+
+def _driver_env(deploy, scratch: Path) -> dict[str, str]:
+    """The driver's log folder inside the test's folder, and its temp folders in `scratch`, a folder of its
+    own that `_end_drivers` deletes: a killed driver cannot remove its checkpoint folder (`spark-checkpoints-*`
+    in the temp dir for an object-store output), and spark-submit's JVM leaves a copy of the archive (~400 MB)
+    in java.io.tmpdir and, in client mode, the archive unpacked (~1.2 GB) under SPARK_LOCAL_DIRS."""
+    (scratch / "tmp").mkdir(parents=True, exist_ok=True)
+    env = scratch_env({"JAVA_TOOL_OPTIONS": os.environ.get("JAVA_TOOL_OPTIONS", "")}, scratch)
+    return {**env, "DATAKIT_SPARK_LOG_DIR": str(deploy["root"] / "driver-logs"), "TMPDIR": str(scratch / "tmp")}
+
+
+def _scratch(deploy) -> Path:
+    return deploy["root"] / f"driver-{time.monotonic_ns()}"
 
 
 def _s3_conf() -> list[str]:
@@ -124,8 +158,9 @@ def _s3_conf() -> list[str]:
 def _submit(deploy, cluster, output: str, extra_conf: str = "", pipeline: str = "short.yaml",
             **popen) -> subprocess.Popen:
     conf = " ".join([EXECUTOR_CONF, *(f"--conf {c}" for c in _s3_conf()), extra_conf]).strip()
+    scratch = _scratch(deploy)
     env = clean_env(PYSPARK_DRIVER_PYTHON=str(deploy["driver_py"]), EXECUTOR_MEMORY="512m",
-                    SPARK_CONF_EXTRA=conf, **_driver_env(deploy))
+                    SPARK_CONF_EXTRA=conf, **_driver_env(deploy, scratch))
     # Spark's log goes to a file: a pipe nobody reads while the test polls would fill up and block the driver
     err = open(deploy["root"] / f"submit-{output.rsplit('/', 1)[-1]}-{time.monotonic_ns()}.log", "w+")
     proc = subprocess.Popen(["bash", str(ROOT / "examples" / "spark_submit_packed.sh"), str(deploy["archive"]),
@@ -133,6 +168,7 @@ def _submit(deploy, cluster, output: str, extra_conf: str = "", pipeline: str = 
                             cwd=deploy["work"], env=env, stdout=subprocess.PIPE, stderr=err,
                             text=True, start_new_session=True, **popen)
     proc.err_file = err  # type: ignore[attr-defined]
+    proc.scratch = scratch  # type: ignore[attr-defined]
     _SUBMITTED.append(proc)
     return proc
 
@@ -246,9 +282,11 @@ def test_killed_driver_then_a_stalled_executor_rerun_resumes_with_identical_outp
             "--conf", "spark.executor.memory=512m", *[a for c in EXECUTOR_CONF.split("--conf ")[1:] for a in ("--conf", c.strip())],
             *[a for c in _s3_conf() for a in ("--conf", c)]]
     first_log = open(deploy["root"] / f"run-killed-{time.monotonic_ns()}.log", "w+")
+    scratch = _scratch(deploy)
     first = subprocess.Popen(args, cwd=deploy["work"], stdout=first_log, stderr=subprocess.STDOUT, text=True,
-                             env=clean_env(deploy["driver_py"].parent.parent, **_driver_env(deploy)),
+                             env=clean_env(deploy["driver_py"].parent.parent, **_driver_env(deploy, scratch)),
                              start_new_session=True)
+    first.scratch = scratch  # type: ignore[attr-defined]
     _SUBMITTED.append(first)
     killed_with = None
     try:
@@ -273,6 +311,8 @@ def test_killed_driver_then_a_stalled_executor_rerun_resumes_with_identical_outp
     while packed_cluster.executor_pids() and time.monotonic() < end:
         time.sleep(0.5)
     stale = set(packed_cluster.executor_pids())
+    _end_drivers()  # the killed driver's scratch, and its application's unpacked environments, before the rerun
+    packed_cluster.sweep()
 
     proc = _submit(deploy, packed_cluster, "s3://out/resume",
                    extra_conf="--conf spark.network.timeout=45s --conf spark.network.timeoutInterval=15s "

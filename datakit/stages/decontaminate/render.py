@@ -13,7 +13,10 @@ if TYPE_CHECKING:
 
 
 def print_table(res: "CheckResult", console=None, examples: int = 3) -> None:
-    """The terminal summary: one row per eval, a few examples, and what could not be read."""
+    """The terminal summary: one row per eval, a few examples, and what could not be read.
+
+    Lines other than the table are never broken at the terminal's width (soft_wrap): a warning naming a
+    long path came out in two lines, which a log search for it misses."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -40,45 +43,45 @@ def print_table(res: "CheckResult", console=None, examples: int = 3) -> None:
             # names and ids are data (`app/[slug]/page.py` lost its `[slug]`; `[/]` was a MarkupError, found in
             # review): escaped, never read as rich markup
             console.print(f"  [bold]{escape(e.name)}[/bold] {escape(str(m.eval_id))} <- {escape(str(where))}  "
-                          f"overlap {m.overlap:.0%}", highlight=False)
+                          f"overlap {m.overlap:.0%}", highlight=False, soft_wrap=True)
             console.print("    " + " ".join(m.snippet.split()), markup=False, highlight=False,
                           no_wrap=True, overflow="ellipsis", crop=True)
             shown += 1
     total_docs = sum(int(d.get("documents") or 0) for d in res.data)
     console.print(f"{total_docs} documents, {len(res.data)} source(s), threshold {res.threshold:.1%}, "
-                  f"{res.seconds:.2f}s", highlight=False)
+                  f"{res.seconds:.2f}s", highlight=False, soft_wrap=True)
     near = sum(len(e.near_threshold) for e in res.evals)
     if near:
         console.print(f"{near} item(s) came near the threshold without matching (listed in the JSON/HTML report)",
-                      highlight=False)
+                      highlight=False, soft_wrap=True)
     for e in res.evals:
         if e.items_without_ngrams:
             console.print(f"[yellow]warning:[/yellow] {escape(e.name)}: {e.items_without_ngrams} of {e.items} items have "
                           f"no {res.ngram}-gram to look for (too short, or only common code): they can never match",
-                          highlight=False)
+                          highlight=False, soft_wrap=True)
     indexed = sum(d.get("mode") == "index" for d in res.data)
     if indexed and res.robust:  # found in review: renamed copies a scan finds were "clean" by an index, unsaid
         console.print(f"[yellow]warning:[/yellow] {indexed} source(s) answered from an n-gram index, which holds "
                       "the normalized text only: copies with identifiers renamed or comments stripped are found "
-                      "by a scan (--no-index)", highlight=False)
+                      "by a scan (--no-index)", highlight=False, soft_wrap=True)
     if res.skipped_lines:
         no_text = sum(int(d.get("rows_without_text") or 0) for d in res.data)
         why = f" ({no_text} of them rows with no text field: pass --text-field)" if no_text else ""
         console.print(f"[yellow]warning:[/yellow] {res.skipped_lines} unreadable line(s) skipped{why}; the verdict "
-                      f"covers only the documents that were read", highlight=False)
+                      f"covers only the documents that were read", highlight=False, soft_wrap=True)
     not_utf8 = sum(int(d.get("lines_not_utf8") or 0) for d in res.data)
     if not_utf8:
         console.print(f"[yellow]warning:[/yellow] {not_utf8} line(s) held bytes that are not UTF-8; they were read with "
-                      "U+FFFD in their place (an n-gram across such a byte cannot match)", highlight=False)
+                      "U+FFFD in their place (an n-gram across such a byte cannot match)", highlight=False, soft_wrap=True)
     for d in res.data:
         if d.get("ignored_files"):
             shown = ", ".join(d.get("ignored_examples") or [])
             console.print(f"[yellow]warning:[/yellow] {escape(str(d['path']))}: {d['ignored_files']} file(s) not read, "
                           f"not a data file type ({escape(shown)}{', ...' if d['ignored_files'] > 3 else ''}); "
-                          "name them or convert them to check them", highlight=False)
+                          "name them or convert them to check them", highlight=False, soft_wrap=True)
     if res.redaction.method != "scrub_pii":
         console.print(f"[yellow]warning:[/yellow] snippets redacted by the regex fallback ({res.redaction.reason})",
-                      highlight=False, markup=False)
+                      highlight=False, markup=False, soft_wrap=True)
 
 
 def render_html(res: "CheckResult") -> str:
