@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from datakit import contracts
 from datakit.errors import DatakitError
 from datakit.io.fs import InputError, expand, from_cwd
+from datakit.io.url_secrets import hide_url_secrets
 from datakit.plan import ByValue, MapBatches, Plan, Rel, SinkSpec, StageSpan, source
 from datakit.stages.base import CompileContext, StageConfig, spelled_kind, stage_class
 
@@ -542,7 +543,8 @@ class Pipeline:
         # paths): the config hash and the manifest describe what was run, not how a path was spelled
         # (found in review: `run()` and `run(output="o")` into the same folder hashed differently, so the
         # second reused none of the first's shards; so did the same pipeline saved with `to_yaml`)
-        used = [ctx.resolve(p) for p in paths]
+        # (a presigned URL's signature hidden: a credential, and not what the run read; io/url_secrets.py)
+        used = [hide_url_secrets(ctx.resolve(p)) for p in paths]
         config["input"]["path"] = used[0] if len(used) == 1 else used
         if out_path and config.get("output") is not None:
             config["output"]["path"] = out_path

@@ -292,3 +292,65 @@ def test_inspect_of_a_records_dataset_on_s3_says_it_is_not_tokenized(s3_endpoint
     Pipeline("i").input(str(tmp_path / "l")).add({"kind": "ingest"}).output("s3://inspect-bucket/recs").run(workers=1)
     with pytest.raises(ValueError, match="format 'parquet' is not a tokenized dataset"):
         inspect_dataset("s3://inspect-bucket/recs")
+
+
+def test_a_presigned_urls_signature_is_recorded_nowhere(tmp_path):
+    """Found in review: an input signed for reading (a presigned S3 URL: its X-Amz-Signature and credential
+    grant access until it expires) was recorded verbatim in the manifest, in `_run.json`'s pipeline and in
+    every quarantined row's `source_file`. Now the secret parameters' values are `...` wherever the URL is
+    recorded (io/url_secrets.py), the others (versionId) kept; two signings of one object are recorded alike."""
+    import functools
+    import http.server
+    import threading
+
+    served = tmp_path / "served"
+    write_jsonl(served / "a.jsonl.zst", [make_event(i) for i in range(9)] + [b"nope"])
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)  # (it ignores the query, as S3 does not)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    secrets = ("AKIAIOSFODNN7EXAMPLE", "5d672d79c15b13162d9279b0855cfba6789a8edb4c82c400e06b5924a6f2b5d7",
+               "AKIAI44QH8DHBEXAMPLE", "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0")
+    try:
+        obj = f"http://127.0.0.1:{server.server_address[1]}/a.jsonl.zst"
+        shown = f"{obj}?versionId=7&X-Amz-Credential=...&X-Amz-Date=20261207T000000Z&X-Amz-Signature=..."
+        manifests = []
+        for key, sig in (secrets[:2], secrets[2:]):
+            url = f"{obj}?versionId=7&X-Amz-Credential={key}%2F20261207%2Fus-east-1%2Fs3%2Faws4_request" \
+                  f"&X-Amz-Date=20261207T000000Z&X-Amz-Signature={sig}"
+            out = tmp_path / f"out-{sig[:4]}"
+            res = Pipeline("h").input(url).add({"kind": "ingest"}).output(str(out)).run(workers=1)
+            assert res.stage("ingest")["rows_in"] == 10 and res.stage("ingest")["rows_out"] == 9
+            manifest = json.loads((out / "manifest.json").read_text())
+            assert [i["path"] for i in manifest["inputs"]] == [shown]
+            assert manifest["pipeline"]["input"]["path"] == shown
+            assert json.loads((out / "_run.json").read_text())["pipeline"]["input"]["path"] == shown
+            assert __import__("pyarrow.parquet").parquet.read_table(out / "_quarantine").column("source_file").to_pylist() == [shown]
+            for f in out.rglob("*"):
+                if f.is_file():
+                    data = f.read_bytes()
+                    assert not any(s.encode() in data for s in secrets), f
+            manifests.append(manifest)
+        assert manifests[0]["inputs"] == manifests[1]["inputs"]
+        assert manifests[0]["input_digest"] == manifests[1]["input_digest"]
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.parametrize("url,shown", [
+    ("https://b.s3.amazonaws.com/k.parquet?X-Amz-Security-Token=IQoJb3JpZ2luX2VjEJr&X-Amz-Expires=60",
+     "https://b.s3.amazonaws.com/k.parquet?X-Amz-Security-Token=...&X-Amz-Expires=60"),
+    ("https://storage.googleapis.com/b/o?X-Goog-Credential=sa%40p.iam&X-Goog-Signature=0a1b2c",
+     "https://storage.googleapis.com/b/o?X-Goog-Credential=...&X-Goog-Signature=..."),
+    ("https://acct.blob.core.windows.net/c/f.parquet?sv=2022-11-02&sp=r&sig=Zm9vYmFy%3D",
+     "https://acct.blob.core.windows.net/c/f.parquet?sv=2022-11-02&sp=r&sig=..."),
+    ("https://d111.cloudfront.net/f?Expires=1&Signature=abc~def&Key-Pair-Id=K2JCJMDEHXQW5F",
+     "https://d111.cloudfront.net/f?Expires=1&Signature=...&Key-Pair-Id=..."),
+    ("reading https://h/x.jsonl?token=t0k3n#frag failed", "reading https://h/x.jsonl?token=...#frag failed"),
+    ("https://h/data?page=2&sort=asc", "https://h/data?page=2&sort=asc"),  # nothing secret: unchanged
+])
+def test_url_secrets_are_hidden_and_the_rest_kept(url, shown):
+    from datakit.io.url_secrets import hide_url_secrets
+    from datakit.logs import _redact
+
+    assert hide_url_secrets(url) == shown
+    assert _redact(url) == shown  # log and error lines

@@ -30,6 +30,7 @@ from typing import Any, Iterable, Iterator
 
 from datakit.io.fs import InputError, filesystem
 from datakit.io.local_files import LOCAL
+from datakit.io.url_secrets import hide_url_secrets
 
 log = logging.getLogger("datakit.identity")
 
@@ -310,8 +311,10 @@ def _change_token(fs: Any, path: str, info: dict[str, Any]) -> str | None:
 
 def _recorded(inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The inputs as the manifest records them: without the change token, which differs between
-    copies of the same files (a manifest describes what was read, the same on every machine)."""
-    return [{k: v for k, v in i.items() if k != "changed"} for i in inputs]
+    copies of the same files (a manifest describes what was read, the same on every machine), and
+    with a presigned URL's signature hidden (`url_secrets`)."""
+    return [{k: hide_url_secrets(v) if k == "path" and isinstance(v, str) else v for k, v in i.items() if k != "changed"}
+            for i in inputs]
 
 
 def digest(obj: Any) -> str:

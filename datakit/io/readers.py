@@ -39,6 +39,7 @@ import zstandard
 from datakit.contracts import EDITOR_EVENT_V1, RAW_LINES
 from datakit.io import storage
 from datakit.io.fs import InputError, arrow_filesystem, filesystem, open_file
+from datakit.io.url_secrets import hide_url_secrets
 
 DEFAULT_BATCH_ROWS = 4096
 # A line longer than this is not split further in memory than needed: the reader
@@ -275,10 +276,11 @@ def iter_raw_lines(url: str, batch_rows: int = DEFAULT_BATCH_ROWS, max_line_byte
     offsets: list[int] = []
     lineno = 0
     pos = 0  # byte offset of the next line in the decompressed stream
+    shown = hide_url_secrets(url)  # the rows' `_source_file`: a presigned URL's signature is not recorded
 
     def flush() -> pa.RecordBatch:
         batch = pa.RecordBatch.from_arrays(
-            [pa.array(lines, pa.binary()), pa.array([url] * len(lines), pa.string()),
+            [pa.array(lines, pa.binary()), pa.array([shown] * len(lines), pa.string()),
              pa.array(numbers, pa.int64()), pa.array(errors, pa.string()), pa.array(offsets, pa.int64())],
             schema=RAW_LINES,
         )
@@ -369,9 +371,10 @@ def iter_parquet(url: str, batch_rows: int | None = None, columns: list[str] | N
     except Exception as e:  # pyarrow raises ArrowInvalid for non-Parquet bytes
         raise InputError(f"cannot read Parquet file {url}: {e}") from None
     row = 0
+    shown = hide_url_secrets(url)  # the rows' `_source_file`: a presigned URL's signature is not recorded
     for batch in pf.iter_batches(batch_size=batch_rows or parquet_batch_rows(pf), columns=columns):
         n = batch.num_rows
-        batch = batch.append_column("_source_file", pa.array([url] * n, pa.string())) if "_source_file" not in batch.schema.names else batch
+        batch = batch.append_column("_source_file", pa.array([shown] * n, pa.string())) if "_source_file" not in batch.schema.names else batch
         if "_source_line" not in batch.schema.names:
             batch = batch.append_column("_source_line", pa.array(range(row + 1, row + n + 1), pa.int64()))
         row += n
@@ -478,10 +481,11 @@ def iter_parquet_rows(url: str, batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterato
     known = frozenset(EDITOR_EVENT_V1.names)
     fs, p = filesystem(url)
     row = 0
+    shown = hide_url_secrets(url)  # the rows' `_source_file`: a presigned URL's signature is not recorded
 
     def batch_of(raws, errs, start) -> pa.RecordBatch:
         return pa.RecordBatch.from_arrays(
-            [pa.array(raws, pa.binary()), pa.array([url] * len(raws), pa.string()),
+            [pa.array(raws, pa.binary()), pa.array([shown] * len(raws), pa.string()),
              pa.array(range(start + 1, start + len(raws) + 1), pa.int64()), pa.array(errs, pa.string()),
              pa.nulls(len(raws), pa.int64())],
             schema=RAW_LINES)

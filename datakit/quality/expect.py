@@ -35,6 +35,7 @@ import xxhash
 from pydantic import BaseModel, ConfigDict, Field
 
 from datakit.errors import DatakitError
+from datakit.io.url_secrets import hide_url_secrets
 from datakit.plan import METRICS, Rel, metrics_column
 
 _KEY = "_dk_expect_key"
@@ -135,6 +136,7 @@ def redact(value: Any, limit: int = 60) -> str:
     """A value fit for a log line: PII/secret spans replaced by placeholders, one line, clipped."""
     global _SCRUB
     text = value if isinstance(value, str) else json.dumps(value, default=str)
+    text = hide_url_secrets(text)  # a presigned URL's signature (the scrubber's rules are for data)
     if _SCRUB is None:
         try:
             from datakit.stages.scrub_pii.stage import ScrubPiiConfig
@@ -159,6 +161,7 @@ def redact(value: Any, limit: int = 60) -> str:
 def redact_text(text: str) -> str:
     """`text` with PII/secret spans replaced, lines and length kept (`redact`'s rules, for a log file)."""
     redact("")  # loads the scrubber (or leaves the regex fallback)
+    text = hide_url_secrets(text)
     if _SCRUB is None:
         from datakit.stages.decontaminate.redact import regex_redact
 
