@@ -141,6 +141,22 @@ def _id(v: object) -> str | None:
     return None if v is None else str(v)
 
 
+def _either(columns: tuple[str, ...]) -> str:
+    """`a or b`, `a, b or c`: the id columns a list may use, as its errors name them."""
+    return " or ".join(columns) if len(columns) < 3 else f"{', '.join(columns[:-1])} or {columns[-1]}"
+
+
+def _names_no_one(url: str, rows: int, columns: tuple[str, ...], names: list[str]) -> InputError:
+    """The error for a Parquet list whose `rows` name no one in `columns`, with the columns it does have.
+
+    Why an error: rows naming a repository in a `repo_id` column, their user_id null, were taken as
+    nothing (found in review); an opt-out that names no one must not pass silently. One message for
+    broadcast mode (`read_id_lists`) and join mode (`_check_parquet_lists`)."""
+    others = [c for c in names if c not in columns]
+    return InputError(f"opt-out list {url}: {rows} row(s) hold no {_either(columns)}"
+                      + (f" (other columns, not read: {', '.join(others[:5])})" if others else ""))
+
+
 def read_id_lists(paths: list[str], columns: tuple[str, ...] = ID_COLUMNS) -> dict[str, tuple[str, ...]]:
     """Sorted id sets per column from opt-out / deletion files (Parquet or JSON Lines).
 
@@ -150,7 +166,7 @@ def read_id_lists(paths: list[str], columns: tuple[str, ...] = ID_COLUMNS) -> di
     from datakit.io.readers import iter_raw_lines
 
     found: dict[str, set[str]] = {c: set() for c in columns}
-    want = " or ".join(columns) if len(columns) < 3 else f"{', '.join(columns[:-1])} or {columns[-1]}"
+    want = _either(columns)
     for url in paths:
         if url.endswith(".parquet"):
             fs, p = filesystem(url)
@@ -161,11 +177,7 @@ def read_id_lists(paths: list[str], columns: tuple[str, ...] = ID_COLUMNS) -> di
             values = {c: t.column(c).cast(pa.string()).to_pylist() for c in present}
             empty = sum(1 for row in zip(*values.values()) if not any(row))
             if empty:
-                # (found in review: rows naming a repository in a `repo_id` column, their user_id null, were
-                # taken as nothing; an opt-out that names no one must not pass silently)
-                others = [c for c in t.schema.names if c not in columns]
-                raise InputError(f"opt-out list {url}: {empty} row(s) hold no {want}"
-                                 + (f" (other columns, not read: {', '.join(others[:5])})" if others else ""))
+                raise _names_no_one(url, empty, columns, t.schema.names)
             for c in present:
                 found[c].update(v for v in values[c] if v)
             continue
@@ -206,12 +218,10 @@ def _check_parquet_lists(files: list[str]) -> None:
             raise InputError(f"cannot read opt-out list {url}: {e.__class__.__name__}") from None
         present = [c for c in ID_COLUMNS if c in names]
         if not present:
-            raise InputError(f"opt-out list {url} has no user_id, org_id or event_id column")
+            raise InputError(f"opt-out list {url} has no {_either(ID_COLUMNS)} column")
         empty = sum(_rows_naming_no_one(f, i, present) for i in range(f.metadata.num_row_groups))
         if empty:
-            others = [c for c in names if c not in ID_COLUMNS]
-            raise InputError(f"opt-out list {url}: {empty} row(s) hold no user_id, org_id or event_id"
-                             + (f" (other columns, not read: {', '.join(others[:5])})" if others else ""))
+            raise _names_no_one(url, empty, ID_COLUMNS, names)
 
 
 def _rows_naming_no_one(f: pq.ParquetFile, group: int, columns: list[str]) -> int:
