@@ -86,12 +86,8 @@ def spark_temp_dirs(tmp_path_factory) -> Iterator[Path]:
     JAVA_TOOL_OPTIONS also carries TEST_JVM_OPTS, for speed only (see there).
     """
     root = tmp_path_factory.mktemp("spark-scratch")
-    local, jtmp = root / "local", root / "java-tmp"
-    local.mkdir()
-    jtmp.mkdir()
     saved = {k: os.environ.get(k) for k in ("SPARK_LOCAL_DIRS", "JAVA_TOOL_OPTIONS")}
-    os.environ["SPARK_LOCAL_DIRS"] = str(local)
-    os.environ["JAVA_TOOL_OPTIONS"] = f"{saved['JAVA_TOOL_OPTIONS'] or ''} {TEST_JVM_OPTS} -Djava.io.tmpdir={jtmp}".strip()
+    os.environ.update(scratch_env({"JAVA_TOOL_OPTIONS": f"{saved['JAVA_TOOL_OPTIONS'] or ''} {TEST_JVM_OPTS}"}, root))
     try:
         yield root
     finally:
@@ -183,8 +179,8 @@ class SparkCluster:
                 continue
         return sorted(pids)
 
-    def sweep(self, stopped: bool = False) -> int:
-        """Give back the disk of applications that have ended; returns the bytes freed.
+    def sweep(self, stopped: bool = False) -> None:
+        """Give back the disk of applications that have ended.
 
         Why: every application of the packed-environment tests unpacks its ~1.2 GB environment once per
         executor, into the worker's folder for that application, which a standalone worker keeps after the
@@ -202,20 +198,15 @@ class SparkCluster:
             try:
                 active = {a.get("id") for a in self.state().get("activeapps", [])}
             except (OSError, ValueError):
-                return 0
-        freed = 0
+                return
         for app in self.workdir.glob("work-*/app-*"):
-            if app.name in active:
-                continue
-            for item in app.glob("*/*"):  # <app>/<executor id>/<file or folder>
-                if item.name in ("stdout", "stderr"):
-                    continue
-                freed += _remove(item)
+            if app.name not in active:
+                for item in app.glob("*/*"):  # <app>/<executor id>/<file or folder>
+                    if item.name not in ("stdout", "stderr"):
+                        _remove(item)
         if not active:
-            for scratch in (self.workdir / "local", self.workdir / "java-tmp"):
-                for item in scratch.glob("*"):
-                    freed += _remove(item)
-        return freed
+            for item in [*self.workdir.glob("local/*"), *self.workdir.glob("java-tmp/*")]:
+                _remove(item)
 
     def stop(self) -> None:
         """Stop workers first (they take their executors along), then the master; SIGKILL stragglers."""
@@ -242,21 +233,12 @@ class SparkCluster:
             kill_group(p)  # their Python workers, anything reparented away from the tree above
 
 
-def _remove(path: Path) -> int:
-    """Delete a file or folder tree (what cannot be deleted stays); returns the bytes it held."""
-    size = 0
-    if path.is_symlink() or path.is_file():
-        size = path.lstat().st_size
+def _remove(path: Path) -> None:
+    """Delete a file or a folder tree (what cannot be deleted stays)."""
+    if path.is_symlink() or not path.is_dir():
         path.unlink(missing_ok=True)
-        return size
-    for f in path.rglob("*"):
-        try:
-            if f.is_file() and not f.is_symlink():
-                size += f.lstat().st_size
-        except OSError:
-            continue
-    shutil.rmtree(path, ignore_errors=True)
-    return size
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def scratch_env(env: dict[str, str], folder: Path) -> dict[str, str]:
