@@ -65,13 +65,12 @@ def test_two_concurrent_attempts_of_one_shard_end_as_one_whole_shard(tmp_path):
 def _slow_attempt(path: str) -> None:
     import datakit.io.sinks as sinks
 
-    real = sinks.pq.write_table
+    class Slow(sinks.pq.ParquetWriter):
+        def write_table(self, table, *args, **kw):  # the loser is killed while its temporary file is being written
+            super().write_table(table, *args, **kw)
+            time.sleep(60)
 
-    def slow(table, where, **kw):  # the loser is killed while its temporary file is being written
-        real(table, where, **kw)
-        time.sleep(60)
-
-    sinks.pq.write_table = slow
+    sinks.pq.ParquetWriter = Slow
     write_shard(_table(), 0, SinkSpec(path=path, format="parquet", shards=1))
 
 

@@ -86,3 +86,56 @@ def test_write_shard_parts_writes_what_write_shard_writes(tmp_path):
     assert again["reused"] and again["sha256"] == b["sha256"]
     empty = write_shard_parts([], 1, SinkSpec(path=str(tmp_path / "c"), format="parquet", shards=2), t.schema)
     assert empty["rows"] == 0
+
+
+def test_a_parquet_shard_is_written_a_row_group_at_a_time_with_write_parquets_bytes(tmp_path):
+    """A Parquet shard is gathered from its parts one row group at a time (`OrderedRows`): the file is
+    byte for byte what `write_parquet` writes for the sorted shard as one table, however the parts are
+    cut (uneven, empty, a slice of a larger table, in any order), with the same fingerprint; and a rerun
+    from other parts reuses it (the fingerprint of the check pass, which only gathers and hashes, is the
+    one the write recorded)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from datakit.io.sinks import PARQUET_WRITE_OPTIONS, write_parquet, write_shard_parts
+    from datakit.plan import SinkSpec
+
+    n = 2 * PARQUET_WRITE_OPTIONS["row_group_size"] + 1_000  # three row groups, the last one short
+    rng = np.random.default_rng(3)
+    perm = rng.permutation(n)
+    t = pa.table({
+        "doc_id": [f"d{i:06d}" for i in perm],
+        "segments": pa.array([[{"text": f"t{i}" * (i % 5), "train": bool(i % 2)}] for i in perm]),
+        "score": pa.array([None if i % 11 == 0 else float(i) for i in perm]),
+        "ids": pa.array([list(range(i % 70)) for i in perm], pa.list_(pa.int32())),  # long rows: row copies
+    })
+    whole = tmp_path / "whole.parquet"
+    write_parquet(sort_shard(t, "doc_id"), str(whole))
+    want = whole.read_bytes()
+    cut_ways = {
+        "one part": [t],
+        "uneven": [t.slice(0, 5), t.slice(5, 0), t.slice(5, 9_000), t.slice(9_005)],
+        "reversed, one sliced": [t.slice(12_000), pa.concat_tables([t.slice(0, 12_000)]).slice(0, 12_000)],
+    }
+    prints = set()
+    for name, parts in cut_ways.items():
+        spec = SinkSpec(path=str(tmp_path / name.replace(" ", "_").replace(",", "")), format="parquet", shards=1)
+        info = write_shard_parts(list(parts), 0, spec, t.schema)
+        got = (tmp_path / spec.path / info["files"][0]).read_bytes()
+        assert got == want, name
+        assert pq.ParquetFile(tmp_path / spec.path / info["files"][0]).metadata.num_row_groups == 3
+        prints.add(info["fingerprint"])
+    assert len(prints) == 1
+    again = write_shard_parts([t.slice(100), t.slice(0, 100)], 0, spec, t.schema)
+    assert again["reused"] and again["fingerprint"] in prints
+
+
+def test_write_parquet_slices_refuses_a_slice_larger_than_a_row_group(tmp_path):
+    import pytest
+
+    from datakit.io.sinks import PARQUET_WRITE_OPTIONS, write_parquet_slices
+
+    big = pa.table({"n": list(range(PARQUET_WRITE_OPTIONS["row_group_size"] + 1))})
+    with pytest.raises(ValueError, match="more than one row group"):
+        write_parquet_slices(iter([big]), big.schema, str(tmp_path / "x.parquet"))
+    assert not list(tmp_path.iterdir())  # nothing half-written is left

@@ -2,8 +2,9 @@
 
 The contract: an engine groups the final rows by `shard_ids(key)`, hands each
 shard's rows (any order) to `write_shard` (or its spilled parts to `write_shard_parts`), collects
-the returned `ShardInfo` dicts, and calls `commit` once. Both sort (`order_shard`) and end in
-`write_ordered_shard`, which writes atomically and is
+the returned `ShardInfo` dicts, and calls `commit` once. Both sort (`shard_order`) and end in
+`write_ordered_shard`, which writes atomically (a Parquet shard one row group at a time, gathered
+from the parts in sorted order: `OrderedRows`) and is
 resumable: if the final file exists and its sidecar says it was written from
 the same content fingerprint *under the same reuse key* (the run's config hash,
 which covers the pipeline, library versions and artifact digests, plus the
@@ -16,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -27,7 +28,7 @@ import xxhash
 from datakit.io.atomic import atomic_path, sha256_file, write_json_atomic
 from datakit.io.fs import arrow_filesystem, filesystem
 from datakit.io.layout import TOKENIZER_FILE, data_file, manifest_files, prune_data, remove_root_file, write_card
-from datakit.io.take import copies_by_row, take_rows
+from datakit.io.take import copies_by_row, take_rows, take_rows_of_batches
 from datakit.plan import SinkSpec
 
 # 2: data files under data/ (schemas/output_layout.md); a version-1 shard is never reused
@@ -120,6 +121,12 @@ def table_fingerprint(table: pa.Table) -> str:
     tokenize run: 43 vs 4.6 ms). The name prefix keeps a sidecar written with the old hash from
     ever matching: such a shard is rewritten once."""
     h = xxhash.xxh3_128()
+    _hash_rows(h, table)
+    h.update(str(table.num_rows).encode())
+    return "xxh3_128:" + h.hexdigest()
+
+
+def _hash_rows(h: Any, table: pa.Table) -> None:
     for batch in table.to_batches():
         for col in batch.columns:
             bufs = col.buffers()
@@ -128,18 +135,24 @@ def table_fingerprint(table: pa.Table) -> str:
             for buf in bufs:
                 if buf is not None:
                     h.update(memoryview(buf))
-    h.update(str(table.num_rows).encode())
-    return "xxh3_128:" + h.hexdigest()
 
 
 def sort_shard(table: pa.Table, sort_key: str) -> pa.Table:
-    """Stable order inside a shard: by the sort key; rows that tie on it (duplicate keys, which the
-    contracts forbid but real data may still bring) are ordered by a hash of their content, so the
-    bytes never depend on arrival order, engine or partitioning."""
+    """`table` in `shard_order`."""
     if table.num_rows == 0:
         return table
-    table = take_rows(table, pc.sort_indices(table, sort_keys=[(sort_key, "ascending")]))
-    keys = table.column(sort_key)
+    return take_rows(table, shard_order(table, sort_key))
+
+
+def shard_order(table: pa.Table, sort_key: str) -> np.ndarray:
+    """Stable order inside a shard, as row numbers of `table`: by the sort key; rows that tie on it
+    (duplicate keys, which the contracts forbid but real data may still bring) are ordered by a hash
+    of their content, so the bytes never depend on arrival order, engine or partitioning."""
+    if table.num_rows == 0:
+        return np.zeros(0, dtype=np.int64)
+    keys = table.column(sort_key).combine_chunks()  # (a Table's sort reads every column's pages: +40 MB)
+    order = pc.sort_indices(keys).to_numpy().astype(np.int64)
+    keys = keys.take(pa.array(order))
     if table.num_rows > 1:
         same_as_next = pc.equal(keys.slice(0, len(keys) - 1), keys.slice(1)).to_numpy(zero_copy_only=False)
         if same_as_next.any():
@@ -148,11 +161,66 @@ def sort_shard(table: pa.Table, sort_key: str) -> pa.Table:
             dup[:-1] |= same_as_next
             dup[1:] |= same_as_next
             for i in np.flatnonzero(dup):
-                row = json.dumps(table.slice(int(i), 1).to_pylist()[0], sort_keys=True, default=str)
+                row = json.dumps(table.slice(int(order[i]), 1).to_pylist()[0], sort_keys=True, default=str)
                 tie[i] = xxhash.xxh64_intdigest(row.encode())
-            order = pa.table({"k": keys, "t": pa.array(tie)})
-            table = take_rows(table, pc.sort_indices(order, sort_keys=[("k", "ascending"), ("t", "ascending")]))
-    return table
+            by_tie = pa.table({"k": keys, "t": pa.array(tie)})
+            order = order[pc.sort_indices(by_tie, sort_keys=[("k", "ascending"), ("t", "ascending")]).to_numpy()]
+    return order
+
+
+class OrderedRows:
+    """A shard's rows in the order they are written, gathered a slice at a time from the batches that
+    hold them (`take_rows_of_batches`), so a writer that writes row group by row group never holds a
+    sorted copy of the whole shard. Why: sorting a shard (a take of every row, one more copy of it) and
+    then writing it held the shard two to four times at once: a 31 MB shard of code records raised the
+    writing process by 153 MB; the sink's shard write was a dedup run's peak."""
+
+    def __init__(self, table: pa.Table, order: np.ndarray) -> None:
+        self.schema = table.schema
+        self.num_rows = table.num_rows
+        self._batches = [b for b in table.to_batches() if b.num_rows]
+        self._order = order  # row numbers of `table`, in written order (`shard_order`)
+
+    def slices(self, rows: int) -> Iterator[pa.Table]:
+        """The rows in order, `rows` at a time (the last slice may be shorter); each a fresh table of
+        one-chunk columns, so its buffers depend on its rows only, not on how the parts were cut."""
+        for a in range(0, self.num_rows, rows):
+            piece = take_rows_of_batches(self._batches, self._order[a:a + rows], self.schema)
+            yield piece
+            del piece  # before the next slice is gathered
+
+    def table(self) -> pa.Table:
+        """All rows in order, as one table (for writers that need the whole shard at once). Columns
+        `io/take.py` copies row by row are read from the parts' chunks; every other column is first made
+        one chunk, one column at a time (Arrow's take would concatenate a chunked list column inside
+        the take, beside the parts and its result)."""
+        table = pa.Table.from_batches(self._batches, schema=self.schema)
+        self._batches = []  # handed over: let go of once sorted
+        for i in range(table.num_columns):
+            if table.column(i).num_chunks > 1 and not copies_by_row(table.column(i)):
+                table = table.set_column(i, table.field(i), table.column(i).combine_chunks())
+        return take_rows(table, self._order)
+
+    def hashed_slices(self, rows: int, h: Any) -> Iterator[pa.Table]:
+        """`slices(rows)`, each hashed into `h` as it goes by (`table_fingerprint`'s hash of a table's
+        buffers); `slices_fingerprint(h)` once they are all through."""
+        for piece in self.slices(rows):
+            _hash_rows(h, piece)
+            yield piece
+            del piece  # before the next slice is gathered
+
+    def slices_fingerprint(self, h: Any) -> str:
+        """The resume fingerprint of the rows `hashed_slices` hashed into `h`. Why another name than
+        `table_fingerprint`'s: the same rows hash otherwise cut in slices than as one table."""
+        h.update(str(self.num_rows).encode())
+        return "xxh3_128s:" + h.hexdigest()
+
+    def fingerprint(self, rows: int) -> str:
+        """The resume fingerprint of the rows in order, hashed `rows` at a time (no writing)."""
+        h = xxhash.xxh3_128()
+        for _ in self.hashed_slices(rows, h):
+            pass
+        return self.slices_fingerprint(h)
 
 
 class ShardWriter(Protocol):
@@ -224,14 +292,45 @@ def write_parquet(table: pa.Table, url: str, row_group_size: int = PARQUET_WRITE
         pq.write_table(table, p, filesystem=arrow_filesystem(fs), **{**PARQUET_WRITE_OPTIONS, "row_group_size": row_group_size})
 
 
+def write_parquet_slices(slices: Iterator[pa.Table], schema: pa.Schema, url: str) -> int:
+    """`write_parquet` of the rows `slices` give, each slice one row group of
+    PARQUET_WRITE_OPTIONS["row_group_size"] rows (the last may be shorter): the bytes `write_parquet`
+    writes for the same rows as one table (tested), with one slice in memory at a time. Returns
+    the rows written."""
+    size = PARQUET_WRITE_OPTIONS["row_group_size"]
+    opts = {k: v for k, v in PARQUET_WRITE_OPTIONS.items() if k != "row_group_size"}
+    rows = 0
+    with atomic_path(url) as tmp:
+        fs, p = filesystem(tmp)
+        with pq.ParquetWriter(p, schema, filesystem=arrow_filesystem(fs), **opts) as writer:
+            for piece in slices:
+                if piece.num_rows > size:
+                    raise ValueError(f"a slice of {piece.num_rows} rows is more than one row group ({size})")
+                if piece.num_rows:
+                    writer.write_table(piece, row_group_size=size)
+                    rows += piece.num_rows
+    return rows
+
+
 @register_writer("parquet")
 class ParquetShardWriter:
     name = "parquet"
+
+    # rows per slice `write_slices` takes: one row group each
+    slice_rows = PARQUET_WRITE_OPTIONS["row_group_size"]
 
     def write(self, table: pa.Table, shard: int, out_url: str, spec: SinkSpec) -> dict[str, Any]:
         fname = data_file(f"part-{shard:05d}.parquet")
         write_parquet(table, f"{out_url.rstrip('/')}/{fname}")
         return {"files": [fname], "rows": table.num_rows}
+
+    def write_slices(self, slices: Iterator[pa.Table], schema: pa.Schema, shard: int, out_url: str,
+                     spec: SinkSpec) -> dict[str, Any]:
+        """`write` of the rows `slices` give, `slice_rows` at a time (a writer with this method gets a
+        shard's rows as `OrderedRows`, never as one sorted table)."""
+        fname = data_file(f"part-{shard:05d}.parquet")
+        rows = write_parquet_slices(slices, schema, f"{out_url.rstrip('/')}/{fname}")
+        return {"files": [fname], "rows": rows}
 
     def manifest_extra(self, spec: SinkSpec, shards: list[dict[str, Any]]) -> dict[str, Any]:
         if "vocab_size" not in (spec.options or {}):
@@ -257,56 +356,48 @@ def owns_order(spec: SinkSpec) -> bool:
     return bool(getattr(writer_for(spec.format), "owns_order", False))
 
 
-def order_shard(table: pa.Table, spec: SinkSpec, schema: pa.Schema | None = None) -> pa.Table:
-    """The rows a shard's writer gets: the schema's columns, sorted (as they came for a writer that
-    owns the order)."""
+def write_shard(table: pa.Table, shard: int, spec: SinkSpec, schema: pa.Schema | None = None) -> dict[str, Any]:
+    """Sort one shard, write it with the spec's format (or reuse a finished identical one), return its info."""
+    return write_shard_parts([table], shard, spec, schema)
+
+
+def write_shard_parts(parts: list[pa.Table], shard: int, spec: SinkSpec, schema: pa.Schema | None) -> dict[str, Any]:
+    """`write_shard` of the concatenation of `parts` (a shard's spilled pieces), which the caller hands
+    over: the list is emptied, so nothing but the shard's writing holds the parts.
+
+    A writer that writes row group by row group (`write_slices`: Parquet) gets the rows as
+    `OrderedRows`: the sorted order as row numbers, each row group gathered from the parts when it is
+    written, so the shard is never held sorted as a whole. Any other writer gets one sorted table
+    (`OrderedRows.table`); one that owns the order gets the parts' chunks as they came."""
+    table = pa.concat_tables(parts) if parts else (schema or pa.schema([])).empty_table()
+    parts.clear()
     if schema is not None:
         table = table.select(schema.names).cast(schema)
     if owns_order(spec):
-        return table
-    return sort_shard(table, spec.sort_key or spec.key)
+        return write_ordered_shard(table, shard, spec)
+    return write_ordered_shard(OrderedRows(table, shard_order(table, spec.sort_key or spec.key)), shard, spec)
 
 
-def write_shard(table: pa.Table, shard: int, spec: SinkSpec, schema: pa.Schema | None = None) -> dict[str, Any]:
-    """Sort one shard, write it with the spec's format (or reuse a finished identical one), return its info.
-    (`write_shard_parts` does the same from the parts of a shard, holding fewer copies of it.)"""
-    return write_ordered_shard(order_shard(table, spec, schema), shard, spec)
-
-
-def write_shard_parts(parts: list[pa.Table], shard: int, spec: SinkSpec, schema: pa.Schema) -> dict[str, Any]:
-    """`write_shard` of the concatenation of `parts` (a shard's spilled pieces), which the caller hands
-    over: the list is emptied, so the parts are let go of once the shard is sorted, and the unsorted
-    rows before the writer runs. Why: the sort copies the shard, the writer makes its output beside
-    it; holding the unsorted rows through both was a third copy of every token at the peak.
-
-    Columns `io/take.py` copies row by row (long token lists) are sorted straight from the parts'
-    chunks; every other column is first made one chunk, one column at a time (Arrow's take would
-    concatenate a chunked list column inside the take, beside the parts and its result). A writer
-    that owns the order gets the parts' chunks as they came."""
-    table = pa.concat_tables(parts) if parts else schema.empty_table()
-    parts.clear()
-    if not owns_order(spec):
-        for i in range(table.num_columns):
-            if table.column(i).num_chunks > 1 and not copies_by_row(table.column(i)):
-                table = table.set_column(i, table.field(i), table.column(i).combine_chunks())
-    table = order_shard(table, spec, schema)  # the parts go here (nothing else holds them)
-    return write_ordered_shard(table, shard, spec)
-
-
-def write_ordered_shard(table: pa.Table, shard: int, spec: SinkSpec) -> dict[str, Any]:
-    """Write one shard's rows as `order_shard` gave them (or reuse a finished identical shard).
+def write_ordered_shard(rows: pa.Table | OrderedRows, shard: int, spec: SinkSpec) -> dict[str, Any]:
+    """Write one shard's rows in the order given (or reuse a finished identical shard).
 
     Reuse needs the same rows (content fingerprint) *and* the same reuse key: a rerun with another
-    packing, seq_len, tokenizer, shard count or stage option rewrites the shard."""
+    packing, seq_len, tokenizer, shard count or stage option rewrites the shard. A writer that takes
+    slices hashes each slice as it writes it; a sidecar from an earlier attempt is checked first by a
+    pass that only gathers and hashes."""
     out = spec.path.rstrip("/")
     writer = writer_for(spec.format)
+    slice_rows = getattr(writer, "slice_rows", 0) if hasattr(writer, "write_slices") else 0
+    if isinstance(rows, OrderedRows) and (owns_order(spec) or not slice_rows):
+        rows = rows.table()
     if owns_order(spec):
-        return {**writer.write(table, shard, out, spec), "shard": shard, "reused": False}
-    fingerprint = table_fingerprint(table)
+        return {**writer.write(rows, shard, out, spec), "shard": shard, "reused": False}
     reuse_key = shard_reuse_key(spec)
     sidecar = f"{out}/_shards/shard-{shard:05d}.json"
     fs, sp = filesystem(sidecar)
+    fingerprint = None
     if fs.exists(sp):
+        fingerprint = rows.fingerprint(slice_rows) if isinstance(rows, OrderedRows) else table_fingerprint(rows)
         try:
             info = json.loads(fs.cat_file(sp))
             if info.get("fingerprint") == fingerprint and info.get("reuse_key") == reuse_key and all(
@@ -318,7 +409,13 @@ def write_ordered_shard(table: pa.Table, shard: int, spec: SinkSpec) -> dict[str
         except (OSError, ValueError, KeyError):
             pass  # stale or partial sidecar: rewrite the shard
         fs.rm(sp)  # from here on the old shard is not reusable, even if this write is interrupted
-    info = writer.write(table, shard, out, spec)
+    if isinstance(rows, OrderedRows):
+        h = xxhash.xxh3_128()
+        info = writer.write_slices(rows.hashed_slices(slice_rows, h), rows.schema, shard, out, spec)
+        fingerprint = rows.slices_fingerprint(h)
+    else:
+        fingerprint = fingerprint or table_fingerprint(rows)
+        info = writer.write(rows, shard, out, spec)
     info["shard"] = shard
     info["fingerprint"] = fingerprint
     info["reuse_key"] = reuse_key  # covers FORMAT_VERSION too

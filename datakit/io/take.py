@@ -118,3 +118,34 @@ def take_rows(data: pa.Table | pa.RecordBatch, indices: np.ndarray | pa.Array) -
     if batch:
         return pa.RecordBatch.from_arrays(columns, schema=data.schema)
     return pa.Table.from_arrays(columns, schema=data.schema)
+
+
+def take_rows_of_batches(batches: list[pa.RecordBatch], indices: np.ndarray, schema: pa.Schema) -> pa.Table:
+    """`take_rows` of the rows `batches` hold one after another, without concatenating them first.
+
+    Why: a shard's spilled parts are read as many batches, and Arrow's take of a chunked column
+    concatenates it inside the take (measured: a take of 1/8 of a 31 MB two-part shard's
+    `segments` column grew Arrow's pool by 38 MB for 3.8 MB of result). The sink writes a shard in
+    row-group slices of its sorted order, so each slice gathers its rows from the batches that hold
+    them: one take per batch touched, then one take back into the asked order. Every copy is the
+    size of the slice, never of the shard."""
+    idx = np.asarray(indices, dtype=np.int64)
+    sizes = np.array([b.num_rows for b in batches], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    if len(idx) and (idx.min() < 0 or idx.max() >= starts[-1]):
+        raise IndexError(f"row index out of range 0..{int(starts[-1]) - 1}")
+    if len(idx) == 0:
+        return schema.empty_table()
+    which = np.searchsorted(starts, idx, side="right") - 1
+    if (which == which[0]).all():
+        return take_rows(pa.Table.from_batches([batches[int(which[0])]], schema=schema), idx - starts[which[0]])
+    order = np.argsort(which, kind="stable")  # the rows grouped by the batch holding them
+    grouped = which[order]
+    cuts = np.flatnonzero(np.diff(grouped)) + 1
+    pieces = [take_rows(batches[int(grouped[a])], idx[order[a:b]] - starts[grouped[a]])
+              for a, b in zip([0, *cuts], [*cuts, len(idx)])]
+    back = np.empty(len(idx), dtype=np.int64)
+    back[order] = np.arange(len(idx), dtype=np.int64)  # row j of the answer is row back[j] of the pieces
+    gathered = pa.Table.from_batches(pieces, schema=schema).combine_chunks()
+    del pieces  # (combined: one copy of the slice, not two, while it is put in order)
+    return take_rows(gathered, back)

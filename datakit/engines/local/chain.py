@@ -237,7 +237,6 @@ def write_one_shard(args: tuple[list[str], int, Any, pa.Schema]) -> dict[str, An
     for p in paths:
         tables.append(read_spill(p))
         watchdog.beat()
-    # the parts are handed over: let go of once sorted, so the shard is held at most twice (see
-    # `write_shard_parts`); Arrow's take of a many-chunk list column would concatenate it inside the
-    # take (a third copy: a 15M-token shard peaked ~75 MB higher), `io/take.py` reads the chunks
+    # the parts are handed over (`write_shard_parts`): a Parquet shard is gathered from them one row group
+    # at a time; a writer that needs the whole shard sorted gets it once they are let go of
     return sinks.write_shard_parts(tables, shard, spec, schema)

@@ -95,7 +95,9 @@ class IpcSpill:
 
 
 def read_spill(path: str) -> pa.Table:
+    """A spill file's rows. An uncompressed Arrow IPC stream is memory-mapped, not read: its columns
+    are the file's pages (the page cache's, which the kernel may drop and read again), not a copy
+    on the heap; the sink's shard write gathers each row group from them (`sinks.OrderedRows`)."""
     if path.endswith(".arrows"):
-        with pa.OSFile(path, "rb") as f:
-            return pa.ipc.open_stream(f).read_all()
+        return pa.ipc.open_stream(pa.memory_map(path)).read_all()
     return pq.read_table(path)
