@@ -989,3 +989,51 @@ def test_a_store_refusing_access_is_a_job_failure_naming_the_data(monkeypatch):
     err = (r.stderr or r.output).strip()
     assert r.exit_code == 3 and len(err.splitlines()) == 1, r.output
     assert "storage error: cannot read s3://bucket/records: " in err and "Forbidden" in err
+
+
+def test_presigned_https_data_is_checked_and_its_signature_shown_nowhere(data, tmp_path):
+    """Found in review: `--data <presigned URL>` (an object shared for reading: `...d.parquet?X-Amz-...`)
+    said "no input files match", exit 2: the URL's `?` made it a glob and its end (the signature) matched
+    no data suffix. Now the suffix and the pattern test read the URL's path (`io.fs.url_path`); the
+    check reads the object (Parquet, and JSON Lines compressed by name), finds the leak, and neither
+    the output, the JSON nor the HTML report shows the credential or the signature."""
+    import functools
+    import http.server
+    import threading
+
+    import zstandard
+
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "d.parquet").write_bytes((data / "dirty" / "part-0.parquet").read_bytes())
+    rows = pq.read_table(data / "dirty" / "part-0.parquet").to_pylist()
+    (served / "d.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(
+        "".join(json.dumps(r) + "\n" for r in rows).encode()))
+    asked = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):  # (it ignores the query, as S3 does not)
+        def log_message(self, fmt, *args):  # (not on stderr: the command's output is checked for secrets)
+            asked.append(self.path)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(served)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    secrets = ("AKIAIOSFODNN7EXAMPLE", "5d672d79c15b13162d9279b0855cfba6789a8edb4c82c400e06b5924a6f2b5d7")
+    query = (f"?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential={secrets[0]}%2F20261207%2Fus-east-1%2Fs3%2F"
+             f"aws4_request&X-Amz-Date=20261207T000000Z&X-Amz-Expires=3600&X-Amz-Signature={secrets[1]}")
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        for name in ("d.parquet", "d.jsonl.zst"):
+            report, page = tmp_path / f"{name}.json", tmp_path / f"{name}.html"
+            r = run("--data", f"{base}/{name}{query}", "--eval", "humaneval", "--json", str(report), "--html", str(page))
+            assert r.exit_code == 1, r.output
+            got = json.loads(report.read_text())
+            assert [(d["mode"], d["documents"]) for d in got["data"]] == [("scan", len(rows))]
+            assert got["contaminated"] and got["evals"][0]["contaminated_items"] == 2
+            for text in (r.output, report.read_text(), page.read_text()):
+                assert not any(s in text for s in secrets)
+            assert f"{base}/{name}?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=..." in report.read_text()
+        # a URL with a query names one object: no dataset or index probe was appended to its query
+        assert asked and all(a.split("?")[0] in ("/d.parquet", "/d.jsonl.zst") and a.endswith(secrets[1])
+                             for a in asked), sorted(set(asked))
+    finally:
+        server.shutdown()

@@ -354,3 +354,18 @@ def test_url_secrets_are_hidden_and_the_rest_kept(url, shown):
 
     assert hide_url_secrets(url) == shown
     assert _redact(url) == shown  # log and error lines
+
+
+@pytest.mark.parametrize("path,name,glob,one_object", [
+    ("https://b.s3.amazonaws.com/d.parquet?X-Amz-Signature=ab*c", "https://b.s3.amazonaws.com/d.parquet", False, True),
+    ("HTTPS://h/a/d.jsonl.zst?token=t#part", "HTTPS://h/a/d.jsonl.zst", False, True),
+    ("https://h/a/d.jsonl#frag", "https://h/a/d.jsonl", False, False),
+    ("http://h/logs/*.jsonl", "http://h/logs/*.jsonl", True, False),
+    ("https://h/logs/", "https://h/logs/", False, False),
+    ("/data/day?.jsonl", "/data/day?.jsonl", True, False),  # a local path or a bucket key: `?` is a pattern
+    ("s3://b/day?.jsonl", "s3://b/day?.jsonl", True, False),
+])
+def test_a_urls_name_pattern_and_object_are_read_before_its_query(path, name, glob, one_object):
+    from datakit.io.fs import is_glob, names_one_object, url_path
+
+    assert (url_path(path), is_glob(path), names_one_object(path)) == (name, glob, one_object)

@@ -67,6 +67,29 @@ def full_url(fs, path: str) -> str:
 _GLOB_CHARS = set("*?[")
 
 
+def url_path(path: str) -> str:
+    """The part of `path` whose end is its file name (what a suffix is read from): an http(s) URL
+    without its query and fragment, any other path as it is (a local file name may hold a `?`).
+
+    Why: a presigned URL (`.../d.parquet?X-Amz-Signature=...`) ends in its signature, so it matched
+    no data suffix, and its `?` made it a glob pattern: `datakit contamination-check --data <presigned
+    URL>` said "no input files match" (found in review)."""
+    if path[:8].lower().startswith(("http://", "https://")):
+        return path.split("#", 1)[0].split("?", 1)[0]
+    return path
+
+
+def names_one_object(path: str) -> bool:
+    """Whether `path` is an http(s) URL with a query (a presigned or tokened link): it names one object,
+    never a folder, so nothing is looked for under it (`<url>/manifest.json` would land in its query)."""
+    return url_path(path) != path.split("#", 1)[0]
+
+
+def is_glob(path: str) -> bool:
+    """Whether `path` is a pattern: `*`, `?` or `[` in it, for an http(s) URL before its query."""
+    return any(c in url_path(path) for c in _GLOB_CHARS)
+
+
 def expand(paths: str | Iterable[str], suffixes: tuple[str, ...] = ()) -> list[str]:
     """Expand paths/globs/folders into a sorted, de-duplicated list of file URLs.
 
@@ -80,7 +103,7 @@ def expand(paths: str | Iterable[str], suffixes: tuple[str, ...] = ()) -> list[s
     for raw in paths:
         fs, p = filesystem(raw)
         try:
-            if any(c in p for c in _GLOB_CHARS):
+            if is_glob(p):
                 matched = [f for f in (_local_glob(p) if fs is LOCAL else fs.glob(p)) if _wanted(f, suffixes)]
                 _refuse_broken_links(fs, matched)  # (only among the files the input would read)
                 found = [f for f in matched if fs.isfile(f)]
@@ -93,7 +116,7 @@ def expand(paths: str | Iterable[str], suffixes: tuple[str, ...] = ()) -> list[s
             elif fs.exists(p):
                 found = [p]
                 _refuse_broken_links(fs, found)  # a FIFO named on its own blocked forever (found in review)
-                if suffixes and not p.endswith(suffixes):  # named, but not a kind of file read here
+                if suffixes and not url_path(p).endswith(suffixes):  # named, but not a kind of file read here
                     raise InputError(f"{raw}: not a file type read here (expected "
                                      f"{', '.join(sorted(set(suffixes)))})")
             else:
@@ -108,7 +131,7 @@ def expand(paths: str | Iterable[str], suffixes: tuple[str, ...] = ()) -> list[s
                 raise storage.describe(e, raw, "list") from None
             raise
         if suffixes:
-            found = [f for f in found if f.endswith(suffixes)]
+            found = [f for f in found if _wanted(f, suffixes)]
         if not found:
             raise InputError(f"no input files match: {raw}")
         out.update(full_url(fs, f) for f in found)
@@ -116,7 +139,7 @@ def expand(paths: str | Iterable[str], suffixes: tuple[str, ...] = ()) -> list[s
 
 
 def _wanted(path: str, suffixes: tuple[str, ...]) -> bool:
-    return not suffixes or path.endswith(suffixes)
+    return not suffixes or url_path(path).endswith(suffixes)
 
 
 def _local_find(root: str, depth: int | None = None) -> list[str]:

@@ -38,7 +38,7 @@ import zstandard
 
 from datakit.contracts import EDITOR_EVENT_V1, RAW_LINES
 from datakit.io import storage
-from datakit.io.fs import InputError, arrow_filesystem, filesystem, open_file
+from datakit.io.fs import InputError, arrow_filesystem, filesystem, open_file, url_path
 from datakit.io.url_secrets import hide_url_secrets
 
 DEFAULT_BATCH_ROWS = 4096
@@ -82,7 +82,7 @@ def compression_of(url: str, head: bytes) -> str | None:
     `e.jsonl` were read as text, every line quarantined as bad UTF-8, exit 0. No JSON line starts with
     these bytes (a line starts with `{`, or a byte-order mark), so a sniffed format is never a guess
     about text. A zstd skippable frame (`0x184D2A5?`, little-endian) starts a zstd file too."""
-    low = url.lower()
+    low = url_path(url).lower()
     for suffix, kind in _SUFFIXES:
         if low.endswith(suffix):
             return kind

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import pyarrow as pa
 
-from datakit.io.fs import InputError, arrow_filesystem, expand, filesystem
+from datakit.io.fs import InputError, arrow_filesystem, expand, filesystem, names_one_object, url_path
 
 # JSON Lines under every compression the reader reads (io/readers.compression_of), also named `.json.gz`
 # and so on as Dolma and RedPajama shards are: found in review, a folder's `shard-0001.json.gz` and
@@ -54,7 +54,7 @@ def iter_tables(url: str, columns: ColumnChoice, batch_rows: int = 8192, stats: 
     JSON Lines: blank lines are not data; lines that are not JSON objects are skipped and counted
     in `stats["skipped_lines"]`; a truncated compressed file is an InputError (a gate must not answer
     for data it never saw)."""
-    if not url.endswith(".parquet"):
+    if not url_path(url).endswith(".parquet"):
         yield from _jsonl_tables(url, columns, batch_rows, stats)
         return
     pf = open_parquet(url)
@@ -215,6 +215,8 @@ def _str(v: Any) -> str | None:
 
 def dataset_format(path: str) -> str | None:
     """The `format` a datakit dataset's manifest names (packed, megatron, ...), or None (no manifest)."""
+    if names_one_object(str(path)):
+        return None
     try:
         fs, p = filesystem(str(path))
         mf = f"{p.rstrip('/')}/manifest.json"

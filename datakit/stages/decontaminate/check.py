@@ -26,7 +26,8 @@ import numpy as np
 import pyarrow as pa
 
 from datakit import progress
-from datakit.io.fs import InputError, expand, filesystem
+from datakit.io.fs import InputError, expand, filesystem, url_path
+from datakit.io.url_secrets import hide_url_secrets
 from datakit.io.verify import verify_if_committed
 from datakit.io.records import (DATA_SUFFIXES, LINE_COLUMN, data_files, is_packed, iter_tables, packed_preference_files,
                                 refuse_token_only_formats)
@@ -111,7 +112,7 @@ def _name_under(url: str, roots: Sequence[str]) -> str:
             r = os.path.abspath(r)
         if plain.startswith(r + "/"):
             return plain[len(r) + 1:]
-    return PurePosixPath(plain).name
+    return PurePosixPath(url_path(url).split("://", 1)[-1]).name  # (a presigned URL: not its signature)
 
 
 @dataclass(frozen=True)
@@ -257,7 +258,7 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
             read_docs[group] += int(idx.meta.get("documents") or 0)
             read_skipped[group] = read_skipped.get(group, 0) + skipped
             via_index.setdefault(group, idx.path)
-            entry = {"path": p, "mode": "index", "index": idx.path, "documents": idx.meta.get("documents"),
+            entry = {"path": hide_url_secrets(p), "mode": "index", "index": idx.path, "documents": idx.meta.get("documents"),
                      "texts": idx.meta.get("texts"), "bytes": idx.meta.get("bytes"),
                      "text_fields": idx.meta.get("text_fields"),
                      "index_ngrams": idx.meta.get("ngrams"), "fp_rate_per_ngram": idx.fp_rate}
@@ -311,7 +312,7 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
         read_skipped[group] = read_skipped.get(group, 0) + int(stats.get("skipped_lines", 0))
         if stats.get("repeated_files"):
             repeated.add(group)
-        entry: dict[str, Any] = {"path": p, "mode": kind, "documents": docs, "texts": texts, "bytes": nbytes,
+        entry: dict[str, Any] = {"path": hide_url_secrets(p), "mode": kind, "documents": docs, "texts": texts, "bytes": nbytes,
                                  "text_columns": sorted(columns_read)}
         if stats.get("skipped_lines"):
             entry["skipped_lines"] = stats["skipped_lines"]
@@ -481,7 +482,7 @@ def _ignored_files(path: str) -> list[str]:
         every = expand(path)
     except InputError:
         return []
-    names = (_name_under(f, [path]) for f in every if not f.endswith(DATA_SUFFIXES))
+    names = (_name_under(f, [path]) for f in every if not url_path(f).endswith(DATA_SUFFIXES))
     return sorted(n for n in names if n not in _DATASET_ROOT_FILES)  # (a root file's name has no folder in it)
 
 
@@ -589,7 +590,7 @@ def _collect_snippets(table: EvalTable, tb: TextBatch, m, ok: np.ndarray, ords: 
         tot = int(table.item_ngrams[it])
         hashes = item_hashes(table, m.hit_hidx[sel])
         f, eline, etext = eval_excerpt(table, it, hashes)
-        mt = Match(table.item_ids[it], doc_names[int(ords[j])], path, round(shared[j] / max(tot, 1), 6), shared[j],
+        mt = Match(table.item_ids[it], doc_names[int(ords[j])], hide_url_secrets(path), round(shared[j] / max(tot, 1), 6), shared[j],
                    snippet, doc_line=line, doc_excerpt=snippet, eval_field=f, eval_line=eline, eval_excerpt=etext)
         mt._hashes = hashes  # type: ignore[attr-defined]  # for the spans, after redaction (not serialized)
         cand[(it, int(ords[j]))] = mt

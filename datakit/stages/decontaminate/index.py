@@ -54,7 +54,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datakit.io.atomic import read_json
-from datakit.io.fs import InputError, arrow_filesystem, filesystem, from_cwd
+from datakit.io.fs import InputError, arrow_filesystem, filesystem, from_cwd, names_one_object
 from datakit.io.records import DATA_SUFFIXES, data_files, is_packed, iter_tables, open_parquet, packed_preference_files
 from datakit.io.sinks import register_writer
 from datakit.jit import njit
@@ -650,6 +650,8 @@ def stale_reason(index_path: str, data: str | Sequence[str], root: str | None = 
 
 def is_index(path: str) -> bool:
     """True if `path` is an index folder (has an index.json of our format)."""
+    if names_one_object(path):
+        return False
     try:
         meta = read_json(f"{path.rstrip('/')}/index.json")
         return meta is not None and meta.get("format") == INDEX_FORMAT
