@@ -1032,6 +1032,23 @@ def test_presigned_https_data_is_checked_and_its_signature_shown_nowhere(data, t
             for text in (r.output, report.read_text(), page.read_text()):
                 assert not any(s in text for s in secrets)
             assert f"{base}/{name}?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=..." in report.read_text()
+        # its n-gram index: `--out` is needed (one object, no folder to hold it), then the index answers
+        import typer
+
+        from datakit.cli.contamination import build_index_command
+
+        app = typer.Typer()
+        app.command()(build_index_command)
+        url = f"{base}/d.parquet{query}"
+        no_out = runner.invoke(app, [url])
+        assert no_out.exit_code == 2 and "names one object" in no_out.output and "--out IDX" in no_out.output
+        assert not any(s in no_out.output for s in secrets)
+        built = runner.invoke(app, [url, "--out", str(tmp_path / "idx")])
+        assert built.exit_code == 0, built.output
+        assert not any(s in built.output for s in secrets)
+        for f in (tmp_path / "idx").rglob("*"):  # the index records its sources: not their signatures
+            assert not f.is_file() or not any(s.encode() in f.read_bytes() for s in secrets), f
+        assert run("--data", str(tmp_path / "idx"), "--eval", "humaneval", "-q").exit_code == 1
         # a URL with a query names one object: no dataset or index probe was appended to its query
         assert asked and all(a.split("?")[0] in ("/d.parquet", "/d.jsonl.zst") and a.endswith(secrets[1])
                              for a in asked), sorted(set(asked))

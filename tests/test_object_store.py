@@ -354,6 +354,9 @@ def test_url_secrets_are_hidden_and_the_rest_kept(url, shown):
 
     assert hide_url_secrets(url) == shown
     assert _redact(url) == shown  # log and error lines
+    from datakit.io.url_secrets import has_hidden_secret
+
+    assert has_hidden_secret(shown) == (shown != url) and not has_hidden_secret(url)  # a record, not a link
 
 
 @pytest.mark.parametrize("path,name,glob,one_object", [

@@ -197,8 +197,14 @@ def build_index_command(
 
     norms = _normalizations(normalize)
     if out is None:
-        if len(data) != 1 or any(c in data[0] for c in "*?["):
+        from datakit.io.fs import is_glob, names_one_object
+        from datakit.io.url_secrets import hide_url_secrets
+
+        if len(data) != 1 or is_glob(data[0]):
             _fail("--out is required for several paths or a glob")
+        if names_one_object(data[0]):  # (a presigned or token URL: one object, no folder to put the index in)
+            _fail(f"{hide_url_secrets(data[0])} names one object, and the index goes inside DATA by default: give "
+                  "--out IDX")
         if "://" not in data[0] and os.path.isfile(data[0]):  # found in review: NotADirectoryError, exit 3
             _fail(f"{data[0]} is a file, and the index goes inside DATA by default: give --out IDX (an index of "
                   "this file only), or its folder as DATA")

@@ -31,3 +31,13 @@ def hide_url_secrets(text: str) -> str:
     if "=" not in text:
         return text
     return _PATTERN.sub(lambda m: m.group(1) + HIDDEN, text)
+
+
+_HIDDEN_VALUE = re.compile(r"[?&](?:" + "|".join(re.escape(p) for p in SECRET_PARAMETERS) + r")="
+                           + re.escape(HIDDEN) + r"(?:[&#]|$)", re.IGNORECASE)
+
+
+def has_hidden_secret(url: str) -> bool:
+    """Whether `url` is one `hide_url_secrets` shortened: a record of a signed URL, which no longer reads
+    anything (an index built from it cannot be compared with its data later: the link is not kept)."""
+    return bool(_HIDDEN_VALUE.search(url))

@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from datakit import progress
 from datakit.io.fs import InputError, expand, filesystem, url_path
-from datakit.io.url_secrets import hide_url_secrets
+from datakit.io.url_secrets import has_hidden_secret, hide_url_secrets
 from datakit.io.verify import verify_if_committed
 from datakit.io.records import (DATA_SUFFIXES, LINE_COLUMN, data_files, is_packed, iter_tables, packed_preference_files,
                                 refuse_token_only_formats)
@@ -489,6 +489,8 @@ def _ignored_files(path: str) -> list[str]:
 def _present(path: str) -> bool:
     """Whether `path` (a file, folder or glob) names data on this machine: a glob, when it matches a file
     (found in review: a copied index built from a glob was refused as "N removed" instead of warned about)."""
+    if has_hidden_secret(path):  # a signed URL as an index recorded it, without its signature: not readable
+        return False
     if not any(c in path for c in "*?["):
         return _exists(path)
     try:

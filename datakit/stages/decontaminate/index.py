@@ -55,6 +55,7 @@ import pyarrow.parquet as pq
 
 from datakit.io.atomic import read_json
 from datakit.io.fs import InputError, arrow_filesystem, filesystem, from_cwd, names_one_object
+from datakit.io.url_secrets import hide_url_secrets
 from datakit.io.records import DATA_SUFFIXES, data_files, is_packed, iter_tables, open_parquet, packed_preference_files
 from datakit.io.sinks import register_writer
 from datakit.jit import njit
@@ -159,7 +160,8 @@ def index_plan(data: str | Sequence[str], work: str, *, ngram: int = 13,
                 "fingerprint_bits": fingerprint_bits}
     sink = SinkSpec(path=work, format="ngram_index", shards=1 << part_bits, key="part", partition="value",
                     options=settings)
-    config = {"ngram_index": {**settings, "data": data if isinstance(data, str) else list(data),
+    config = {"ngram_index": {**settings, "data": hide_url_secrets(data) if isinstance(data, str) else
+                              [hide_url_secrets(d) for d in data],
                               "batch_rows": batch_rows}}
     return Plan(root=out.node, sink=sink, spans=[StageSpan(STAGE, STAGE, rel.node, out.node, emits="ngrams")],
                 config=config)
@@ -517,7 +519,9 @@ def source_stamps(data: str | Sequence[str], root: str) -> list[list[str]]:
     out = []
     for url in files:
         fs, p = filesystem(url)
-        out.append([url[len(root):] if url.startswith(root) else url, content_stamp(fs, p, fs.info(p))])
+        # (a presigned URL is recorded without its signature: an index is shared, and an expired link is no
+        # source to compare with anyway)
+        out.append([url[len(root):] if url.startswith(root) else hide_url_secrets(url), content_stamp(fs, p, fs.info(p))])
     return sorted(out)
 
 
@@ -527,7 +531,7 @@ def write_sources(built: str, stamps: list[list[str]], data: Sequence[str] = (),
     (`build-index DATA --out IDX`) can be compared with DATA later (`recorded_data`)."""
     body: dict[str, Any] = {"files": stamps}
     if data:
-        body["data"] = [from_cwd(str(d)) for d in data]
+        body["data"] = [hide_url_secrets(from_cwd(str(d))) for d in data]
         body["root"] = from_cwd(root or ".")
     fs, p = filesystem(f"{built.rstrip('/')}/{SOURCES}")
     fs.pipe_file(p, (json.dumps(body, indent=1) + "\n").encode())
