@@ -741,3 +741,29 @@ def test_bucket_joins_give_the_single_join_rows_with_null_and_repeated_keys(tmp_
         assert sum(o["rows"] for o in outs) == split.height
         if how == "left":
             assert split.filter(pl.col("a").is_null()).height == sum(k is None for k in lk)  # null keys kept
+
+
+def test_a_spill_is_read_memory_mapped_and_holds_no_file_open(tmp_path):
+    """`read_spill` of an IPC spill maps the file and closes it: the rows are the file's pages, not a heap
+    copy (Arrow's pool does not grow), they stay readable after the file is closed and removed, and
+    reading 300 parts (a shard's task maps one per upstream task) leaves no descriptor open."""
+    import os
+
+    from datakit.engines.local.spill import IpcSpill, read_spill
+
+    t = pa.table({"doc_id": [f"d{i}" for i in range(2_000)], "text": ["x" * 500] * 2_000})
+    paths = []
+    for i in range(300):
+        paths.append(str(tmp_path / f"part-{i}.arrows"))
+        w = IpcSpill(paths[-1], t.schema)
+        for batch in t.slice(0, 10 if i else 2_000).to_batches(max_chunksize=500):
+            w.write_batch(batch)
+        w.close()
+    fds = len(os.listdir("/proc/self/fd"))
+    pool = pa.default_memory_pool().bytes_allocated()
+    tables = [read_spill(p) for p in paths]
+    assert len(os.listdir("/proc/self/fd")) == fds
+    assert pa.default_memory_pool().bytes_allocated() - pool < t.nbytes // 4  # (the first part alone: ~1 MB)
+    for p in paths:
+        os.remove(p)
+    assert tables[0].equals(t) and tables[1].equals(t.slice(0, 10))

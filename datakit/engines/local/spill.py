@@ -97,7 +97,11 @@ class IpcSpill:
 def read_spill(path: str) -> pa.Table:
     """A spill file's rows. An uncompressed Arrow IPC stream is memory-mapped, not read: its columns
     are the file's pages (the page cache's, which the kernel may drop and read again), not a copy
-    on the heap; the sink's shard write gathers each row group from them (`sinks.OrderedRows`)."""
+    on the heap; the sink's shard write gathers each row group from them (`sinks.OrderedRows`). The
+    file is closed as soon as it is read, not when the garbage collector gets to it (the mapping lives
+    as long as the columns): a shard's task maps one part per upstream task, and a descriptor held
+    for each would meet the process's limit on a big run."""
     if path.endswith(".arrows"):
-        return pa.ipc.open_stream(pa.memory_map(path)).read_all()
+        with pa.memory_map(path) as source:
+            return pa.ipc.open_stream(source).read_all()
     return pq.read_table(path)
