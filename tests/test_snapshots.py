@@ -701,6 +701,20 @@ def test_a_damaged_dedup_state_file_is_named(tmp_path, damage):
     assert ("is missing" if damage == "missing" else "bytes differ from the sha256") in msg
 
 
+def test_a_state_file_removed_after_a_run_read_it_is_named_in_the_same_process(tmp_path):
+    """The state files' open handles are kept for a process's later lookups; a file removed or replaced
+    since was still served from the handle (found when one variant of the test above read the state an
+    earlier variant had damaged, at the same path and sha256). A local file's identity is checked."""
+    from datakit.stages.dedup.history import DamagedStateError
+
+    run_day(tmp_path, "2026-11-01", DAY1)
+    run_day(tmp_path, "2026-11-02", DAY2)  # reads day 1's state in this process (workers=1)
+    f = tmp_path / "ds" / "_snapshots" / "dt=2026-11-01" / "_dedup_state" / "bands.parquet"
+    f.unlink()
+    with pytest.raises(DamagedStateError, match="is missing"):
+        run_day(tmp_path, "2026-11-03", DAY3)
+
+
 @pytest.mark.parametrize("indexed", [False, True])
 def test_an_empty_snapshot_does_not_stop_the_check_of_the_dataset(tmp_path, indexed):
     """Found in review: a night whose documents were all dropped (every event private, or all seen before)

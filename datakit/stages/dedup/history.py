@@ -40,6 +40,7 @@ engines run it unchanged, byte-identical, with no shuffle.
 from __future__ import annotations
 
 import bisect
+import os
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -211,7 +212,25 @@ def history_files(history: list[dict[str, Any]], kind: str, cfg: Any) -> tuple[t
 
 # --------------------------------------------------------------------------- lookups
 
-_FILES: dict[tuple[str, str], pq.ParquetFile] = {}
+# (path, sha256) -> (open file, the local file's identity when opened: `_local_identity`)
+_FILES: dict[tuple[str, str], tuple[pq.ParquetFile, tuple[int, int, int] | None]] = {}
+
+
+def _local_identity(path: str) -> tuple[int, int, int] | None:
+    """(inode, size, mtime in ns) of a local file; None for one that is not there or not local.
+
+    Why: the cache outlives a run in a long-lived process (a notebook, a kept pool worker), and a
+    state file replaced, damaged or removed since was still served from the handle opened before
+    (found when a test's state file, removed, was read from a handle an earlier test left: the
+    removal went unnoticed). A local file is checked by one `stat` per lookup; an object-store
+    file by its manifest sha256 alone (an object rewritten gets another)."""
+    if "://" in path:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 class DamagedStateError(InputError):
@@ -246,18 +265,20 @@ def _damaged(path: str, sha: str, e: BaseException) -> BaseException:
 def _parquet_file(path: str, sha: str) -> pq.ParquetFile:
     """An open state file, its footer parsed once per process. Keyed by the manifest's sha256 too:
     a rerun that rewrote the file under the same path is never served the old footer."""
-    f = _FILES.get((path, sha))
-    if f is None:
-        from datakit.io.fs import filesystem
+    now = _local_identity(path)
+    cached = _FILES.get((path, sha))
+    if cached is not None and (cached[1] == now or "://" in path):
+        return cached[0]
+    from datakit.io.fs import filesystem
 
-        fs, p = filesystem(path)
-        try:
-            f = pq.ParquetFile(fs.open(p, "rb"))
-        except (OSError, pa.ArrowException) as e:
-            raise _damaged(path, sha, e) from None
-        if len(_FILES) > 4096:
-            _FILES.clear()
-        _FILES[(path, sha)] = f
+    fs, p = filesystem(path)
+    try:
+        f = pq.ParquetFile(fs.open(p, "rb"))
+    except (OSError, pa.ArrowException) as e:
+        raise _damaged(path, sha, e) from None
+    if len(_FILES) > 4096:
+        _FILES.clear()
+    _FILES[(path, sha)] = (f, now)
     return f
 
 
