@@ -274,6 +274,8 @@ def writer_for(fmt: str) -> ShardWriter:
 
 PARQUET_WRITE_OPTIONS = dict(compression="zstd", compression_level=3, row_group_size=8192,
                              use_dictionary=True, write_statistics=True, store_schema=False)
+# what `pq.ParquetWriter` takes of them (the row group size is an argument of each write)
+_WRITER_OPTIONS = {k: v for k, v in PARQUET_WRITE_OPTIONS.items() if k != "row_group_size"}
 
 
 def write_parquet(table: pa.Table, url: str, row_group_size: int = PARQUET_WRITE_OPTIONS["row_group_size"]) -> None:
@@ -286,8 +288,7 @@ def write_parquet(table: pa.Table, url: str, row_group_size: int = PARQUET_WRITE
     with atomic_path(url) as tmp:
         fs, p = filesystem(tmp)
         if table.num_rows == 0:
-            opts = {k: v for k, v in PARQUET_WRITE_OPTIONS.items() if k != "row_group_size"}
-            pq.ParquetWriter(p, table.schema, filesystem=arrow_filesystem(fs), **opts).close()
+            pq.ParquetWriter(p, table.schema, filesystem=arrow_filesystem(fs), **_WRITER_OPTIONS).close()
             return
         pq.write_table(table, p, filesystem=arrow_filesystem(fs), **{**PARQUET_WRITE_OPTIONS, "row_group_size": row_group_size})
 
@@ -298,11 +299,10 @@ def write_parquet_slices(slices: Iterator[pa.Table], schema: pa.Schema, url: str
     writes for the same rows as one table (tested), with one slice in memory at a time. Returns
     the rows written."""
     size = PARQUET_WRITE_OPTIONS["row_group_size"]
-    opts = {k: v for k, v in PARQUET_WRITE_OPTIONS.items() if k != "row_group_size"}
     rows = 0
     with atomic_path(url) as tmp:
         fs, p = filesystem(tmp)
-        with pq.ParquetWriter(p, schema, filesystem=arrow_filesystem(fs), **opts) as writer:
+        with pq.ParquetWriter(p, schema, filesystem=arrow_filesystem(fs), **_WRITER_OPTIONS) as writer:
             for piece in slices:
                 if piece.num_rows > size:
                     raise ValueError(f"a slice of {piece.num_rows} rows is more than one row group ({size})")
@@ -388,7 +388,7 @@ def write_ordered_shard(rows: pa.Table | OrderedRows, shard: int, spec: SinkSpec
     out = spec.path.rstrip("/")
     writer = writer_for(spec.format)
     slice_rows = getattr(writer, "slice_rows", 0) if hasattr(writer, "write_slices") else 0
-    if isinstance(rows, OrderedRows) and (owns_order(spec) or not slice_rows):
+    if isinstance(rows, OrderedRows) and not slice_rows:  # (a writer that owns the order never gets one)
         rows = rows.table()
     if owns_order(spec):
         return {**writer.write(rows, shard, out, spec), "shard": shard, "reused": False}

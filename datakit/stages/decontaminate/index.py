@@ -55,9 +55,9 @@ import pyarrow.parquet as pq
 
 from datakit.io.atomic import read_json
 from datakit.io.fs import InputError, arrow_filesystem, filesystem, from_cwd, names_one_object
-from datakit.io.url_secrets import hide_url_secrets
 from datakit.io.records import DATA_SUFFIXES, data_files, is_packed, iter_tables, open_parquet, packed_preference_files
 from datakit.io.sinks import register_writer
+from datakit.io.url_secrets import hide_url_secrets
 from datakit.jit import njit
 from datakit.plan import METRICS, Plan, SinkSpec, StageSpan, metrics_column, source
 from datakit.stages.decontaminate.check import Columns, packed_batches, packed_windows, to_text_batch

@@ -40,8 +40,8 @@ engines run it unchanged, byte-identical, with no shuffle.
 from __future__ import annotations
 
 import bisect
-import os
 import json
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -263,11 +263,12 @@ def _damaged(path: str, sha: str, e: BaseException) -> BaseException:
 
 
 def _parquet_file(path: str, sha: str) -> pq.ParquetFile:
-    """An open state file, its footer parsed once per process. Keyed by the manifest's sha256 too:
-    a rerun that rewrote the file under the same path is never served the old footer."""
+    """An open state file, its footer parsed once per process while the file stays the same one. Keyed
+    by the manifest's sha256 too: a rerun that rewrote the file under the same path is never served the
+    old footer; a local file is also checked by `_local_identity`."""
     now = _local_identity(path)
     cached = _FILES.get((path, sha))
-    if cached is not None and (cached[1] == now or "://" in path):
+    if cached is not None and cached[1] == now:  # (None == None for an object-store file)
         return cached[0]
     from datakit.io.fs import filesystem
 
