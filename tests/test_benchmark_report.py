@@ -101,3 +101,60 @@ def test_the_cold_start_verdict_reads_the_quickstart_runs_own_timing():
                      ("unnamed_s", 2.0)):
         rows[0]["measurements"][0]["numbers"]["cold_start"] = {**cold, key: bad}
         assert next(x for x in run_all.target_lines(rows) if "cold start" in x).endswith("**not met**"), key
+
+
+def test_make_bench_runs_the_quickstart_at_the_issues_three_sizes():
+    """Issue 21 asks `make bench` for the whole quickstart at 10k/30k/100k events; it was a study run apart."""
+    full, quick = run_all.BENCHES["scaling"]
+    sizes = [a for a in full if a.isdigit()]
+    assert sizes[:3] == ["10000", "30000", "100000"] and "--ceiling" in full
+    assert full[full.index("--warm-up") + 1] == "2000"  # the first measured size pays no kernel loading of its own
+    assert "--ceiling" in quick and "100000" not in quick
+
+
+def _scaling_line(events: int, cpu_s: float) -> dict:
+    """One line as scaling.py writes it (run_once + --ceiling), trimmed to what the rows read."""
+    return {"events": events, "workers": 2, "input_mb": 6.0, "generate_s": 1.0, "wall_s": 12.0, "cpu_s": cpu_s,
+            "load_avg_start_end": [0.5, 0.8], "peak_rss_mb": 1300, "process_peak_rss_mb": 600, "processes": 5,
+            "stages": {"ingest": 1.0, "tokenize": 7.0}, "cold_start": {"numba_compile_s": 0.0, "unnamed_s": 0.1,
+                                                                        "total_s": 12.0},
+            "tokenize_ceiling": {"json_mb": events / 2778, "ceiling_mb_per_cpu_s": 4.5, "allocator": "mimalloc 3.4.3"}}
+
+
+def test_scaling_lines_become_the_end_to_end_rows_and_the_quickstart_verdict(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setattr(run_all, "RESULTS", tmp_path / "results")
+    lines = tmp_path / "scaling.jsonl"
+    lines.write_text("".join(json.dumps(_scaling_line(n, c)) + "\n" for n, c in ((30000, 10.0), (100000, 30.0))))
+    run_all.write_scaling_results(lines)
+    res = json.loads((tmp_path / "results" / "scaling.json").read_text())
+    names = [m["name"] for m in res["measurements"]]
+    assert names == ["quickstart end to end, 30,000 events (2 workers)",
+                     "quickstart end to end, 100,000 events (2 workers)"]
+    hundred = res["measurements"][1]
+    assert hundred["numbers"]["mb_per_cpu_s"] == round(100000 / 2778 / 30.0, 2)
+    assert "ingest 1s, tokenize 7s" in hundred["detail"] and "largest process peak (VmHWM) 600 MB of 5" in hundred["detail"]
+    verdicts = "\n".join(run_all.target_lines([res]))
+    assert "quickstart at 100k events: 1.20 MB of input JSON per CPU-s (target >= 2.5: **not met**)" in verdicts
+    assert "largest process 600 MB (target <= 1024: met)" in verdicts
+
+
+@pytest.mark.slow
+def test_scaling_script_writes_its_results_file_and_removes_its_temp_folder(tmp_path):
+    """The script `make bench` runs, end to end at a small size: a quickstart run, the ceiling, the lines file."""
+    import json
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "lines.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(root), "TMPDIR": str(tmp_path)}
+    r = subprocess.run([sys.executable, str(root / "benchmarks" / "scaling.py"), "600", "--ceiling", "--results",
+                        str(out)], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert row["events"] == 600 and row["cpu_s"] > 0 and row["stages"]["tokenize"] > 0
+    assert row["tokenize_ceiling"]["json_mb"] > 0 and row["process_peak_rss_mb"] > 0
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == row
+    assert not list(tmp_path.glob("datakit-scaling-*"))  # the logs and outputs it made are gone
