@@ -421,19 +421,22 @@ def test_ids_are_printed_as_they_are_and_the_exit_code_follows_the_verdict(tmp_p
         assert f"HumanEval/11 <- {doc}" in r.output
 
 
-def test_an_unexpected_error_exits_3_never_1(data, monkeypatch):
+def test_an_unexpected_error_exits_3_never_1(data, monkeypatch, tmp_path):
     """An uncaught exception exits 1, which says "contaminated"; a bug is a job failure with its traceback kept."""
+    import tempfile
+
     from datakit.stages.decontaminate import check as check_module
 
     def broken(*a, **k):
         raise AttributeError("a bug")
 
     monkeypatch.setattr(check_module, "check", broken)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the kept traceback lands here, not in every run's /tmp
     r = run("--data", str(data / "clean.parquet"), "--eval", "humaneval")
     assert r.exit_code == 3, r.output
     assert "contamination-check failed unexpectedly (AttributeError); this is a bug" in r.output
     path = r.output.rsplit("traceback in ", 1)[1].split()[0]
-    assert "AttributeError: a bug" in open(path).read()
+    assert path.startswith(str(tmp_path)) and "AttributeError: a bug" in open(path).read()
 
 
 def test_an_object_store_without_credentials_is_a_storage_error_not_a_bug(monkeypatch):
