@@ -83,6 +83,43 @@ def log_file() -> Path:
     return path
 
 
+# driver logs older than this many days are removed when a driver starts (`prune_driver_logs`; 0 keeps all)
+LOG_DAYS_ENV = "DATAKIT_SPARK_LOG_DAYS"
+DEFAULT_LOG_DAYS = 14.0
+
+
+def prune_driver_logs(now: float | None = None) -> int:
+    """Remove the log folder's driver logs (and their log4j configs) last written more than
+    `DATAKIT_SPARK_LOG_DAYS` (default 14) days ago; returns how many files went.
+
+    Why: one file per driver process, never removed: a scheduled job on an edge node or in a
+    container whose /tmp is not cleaned kept every run's log (100-300 KB each at 100k events;
+    found beside this repo's test runs: hundreds of them). A log still written to is recent; this
+    process's own is never touched; a file that cannot be removed is left as it is."""
+    import time
+
+    try:
+        days = float(os.environ.get(LOG_DAYS_ENV) or DEFAULT_LOG_DAYS)
+    except ValueError:
+        days = DEFAULT_LOG_DAYS
+    if days <= 0:
+        return 0
+    base = log_file().parent
+    cutoff = (now if now is not None else time.time()) - days * 86400
+    own = f"driver-{os.getpid()}."
+    removed = 0
+    for f in base.glob("driver-*"):
+        if f.name.startswith(own) or not f.name.endswith((".log", ".log4j2.properties")):
+            continue
+        try:
+            if f.stat().st_mtime < cutoff:
+                f.unlink()
+                removed += 1
+        except OSError:
+            pass
+    return removed
+
+
 def check_java() -> str:
     """Path of the `java` Spark will use; a `SparkSetupError` saying how to get one if there is none."""
     home = os.environ.get("JAVA_HOME")
@@ -306,6 +343,7 @@ def _start_gateway(conf_pairs: dict[str, str], java: str | None = None) -> None:
     cds = spark_cds.jvm_option(java, conf_pairs) if java else ""
     if cds:
         jvm_conf.set("spark.driver.extraJavaOptions", f"{conf_pairs.get('spark.driver.extraJavaOptions', '')} {cds}".strip())
+    prune_driver_logs()
     log = open(log_file(), "ab")  # kept open for the JVM's lifetime
     try:
         gw = launch_gateway(jvm_conf, popen_kwargs={"stdout": log, "stderr": log})

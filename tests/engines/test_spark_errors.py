@@ -94,6 +94,39 @@ def test_the_driver_log_is_private(tmp_path, monkeypatch):
     assert path.stat().st_mode & 0o777 == 0o600 and (tmp_path / "logs").stat().st_mode & 0o777 == 0o700
 
 
+@pytest.mark.parametrize("days, kept", [(None, {"driver-2.log", "driver-2.log4j2.properties", "notes.txt"}),
+                                        ("0", None), ("30", None)])
+def test_driver_logs_older_than_the_retention_are_removed(tmp_path, monkeypatch, days, kept):
+    """One log per driver process was kept forever (hundreds of them beside the test runs' /tmp)."""
+    import os
+
+    from datakit.engines.spark_session import log_file, prune_driver_logs
+
+    monkeypatch.setenv("DATAKIT_SPARK_LOG_DIR", str(tmp_path / "logs"))
+    if days is None:
+        monkeypatch.delenv("DATAKIT_SPARK_LOG_DAYS", raising=False)
+    else:
+        monkeypatch.setenv("DATAKIT_SPARK_LOG_DAYS", days)
+    own = log_file()  # this process's: never removed, however old
+    now = 1_800_000_000.0
+    old = now - 20 * 86400
+    names = ["driver-1.log", "driver-1.log4j2.properties", "driver-2.log", "driver-2.log4j2.properties", "notes.txt"]
+    for name in names:
+        (tmp_path / "logs" / name).write_text("x")
+    for name in ("driver-1.log", "driver-1.log4j2.properties", "notes.txt"):  # 20 days old
+        os.utime(tmp_path / "logs" / name, (old, old))
+    for name in ("driver-2.log", "driver-2.log4j2.properties"):  # 2 days old
+        os.utime(tmp_path / "logs" / name, (now - 2 * 86400, now - 2 * 86400))
+    os.utime(own, (old, old))
+    removed = prune_driver_logs(now=now)
+    left = {p.name for p in (tmp_path / "logs").iterdir()} - {own.name}
+    assert own.exists()
+    if kept is None:  # retention off, or longer than the files' age
+        assert removed == 0 and left == set(names)
+    else:  # the default 14 days: the 20-day-old driver files go, another program's file stays
+        assert removed == 2 and left == kept
+
+
 def test_a_nested_spark_setting_is_refused_at_load():
     from datakit.pipeline import PipelineError
 
