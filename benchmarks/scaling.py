@@ -85,6 +85,7 @@ def run_once(events: int, workers: int, work: Path) -> dict:
         generate(logs, events=events, seed=1, days=3, rows_per_part=max(5_000, events // 16))
     gen_s = time.perf_counter() - t0
     out = work / f"out-{events}"
+    shutil.rmtree(out, ignore_errors=True)  # a run into a finished output reuses its shards: every run starts empty
     cmd = [sys.executable, "-m", "datakit.cli", "run", str(ROOT / "pipelines" / "quickstart.yaml"),
            "--input", str(logs / "dt=*" / "*.jsonl.zst"), "--output", str(out), "--workers", str(workers), "--json"]
     # the consent stage's opt-out list is the one of the synthetic logs
