@@ -39,10 +39,12 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "dedup_vs_datatrove": (["--records", "20000"], ["--records", "3000", "--runs", "1"]),
     "pii": ([], ["--mb", "1", "--repeat", "1", "--ner-mb", "0"]),
     "pii_ner": (["--events", "30000", "--runs", "3"], ["--events", "5000", "--runs", "1"]),
-    "tokenize_bench": (["--cli-only", "--datatrove", "--mb", "32", "--runs", "3", "--steady-mb", "128"],
+    # tokenize and engines: 5 timed runs each side, not 3: one configuration's CPU seconds move by up to +-10% from
+    # run to run on a 2-core VM (docs/scaling.md), and both verdicts sit near their targets (0.9x, 1.5x)
+    "tokenize_bench": (["--cli-only", "--datatrove", "--mb", "32", "--runs", "5", "--steady-mb", "128"],
                        ["--cli-only", "--datatrove", "--mb", "8", "--runs", "1"]),
     "longctx": ([], ["--events", "300", "--repositories", "20"]),
-    "engines": (["--events", "100000", "--runs", "3"], ["--events", "1000", "--runs", "1"]),  # issue 21 sets its target at 1e5 events
+    "engines": (["--events", "100000", "--runs", "5"], ["--events", "1000", "--runs", "1"]),  # issue 21 sets its target at 1e5 events
     "decontam": (["--skip", "scan,recall,fp,index", "--cli-mb", "100", "--runs", "3"],
                  ["--skip", "scan,recall,fp,index", "--cli-mb", "10", "--runs", "1"]),
     # issue 21: the whole quickstart at 10k/30k/100k events (per-stage seconds, peak RSS, the tokenize-only
