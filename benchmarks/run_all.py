@@ -51,7 +51,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     # ceiling, cold start from the run's own _run.json); its kernels loaded once by the untimed warm-up
     "scaling": (["10000", "30000", "100000", "--ceiling", "--warm-up", "2000"], ["2000", "--ceiling"]),
 }
-# benchmarks that print JSON lines (`--results FILE`) which this runner turns into a results/<name>.json
+# where scaling.py writes its JSON lines (`--results FILE`), which this runner turns into results/scaling.json
 SCALING_LINES = RESULTS / "scaling.jsonl"
 
 
@@ -277,7 +277,9 @@ def main() -> int:
                 if args.scaling is not None:
                     print(f"skipped: the rows come from --scaling {args.scaling}", flush=True)
                     continue
-                SCALING_LINES.unlink(missing_ok=True)  # an earlier sitting's lines never stand in for this one's
+                # an earlier sitting's lines and rows never stand in for this one's (a failed run leaves none)
+                SCALING_LINES.unlink(missing_ok=True)
+                (RESULTS / "scaling.json").unlink(missing_ok=True)
                 cmd += ["--results", str(SCALING_LINES)]
             if subprocess.run(cmd, cwd=HERE.parent, env=env).returncode != 0:
                 failed.append(script.name)
@@ -289,8 +291,6 @@ def main() -> int:
     results = [r for r in results if r.get("comparisons") or r.get("measurements")]
     if not args.from_results:
         ran = {s.stem for s in scripts(args.only)} | ({"scaling"} if args.scaling is not None else set())
-        if "scaling" in ran and args.scaling is None and "scaling.py" in failed:
-            ran.discard("scaling")  # its results/scaling.json is an earlier sitting's
         results = written_by_this_run(results, ran, started)
     when = "Collected from benchmarks/results/" if args.from_results else f"Measured {time.strftime('%Y-%m-%d')}"
     stamp = (f"{when} on {os.cpu_count()} cores{' (--quick sizes)' if args.quick else ''}; sizes and runs of each "
