@@ -17,7 +17,8 @@ from datakit.io import tempwork
 from datakit.io.fs import InputError, remove_tree
 from datakit.io.records import refuse_token_only_formats
 from datakit.io.verify import verify_if_committed
-from datakit.stages.decontaminate.index import FP_BITS, IndexInfo, index_plan, info_of, publish, source_stamps, write_sources
+from datakit.stages.decontaminate.index import (FP_BITS, IndexInfo, index_plan, info_of, publish, refuse_foreign_target,
+                                               source_stamps, write_sources)
 from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS
 
 log = logging.getLogger("datakit.decontam.index")
@@ -51,6 +52,7 @@ def build_index(data: str | Sequence[str], out_path: str, ngram: int = 13,
     if partition_bits is not None and not 1 <= partition_bits <= 12:
         raise ValueError("partition_bits must be 1..12")
     paths = [data] if isinstance(data, str) else list(data)
+    refuse_foreign_target(out_path)  # before any work: publishing replaces what is there
     for p in paths:
         refuse_token_only_formats(str(p))
         verify_if_committed(str(p))  # an index of a dataset missing a file would answer for rows it never saw

@@ -192,6 +192,43 @@ def test_build_index_command_then_check_uses_it(data, tmp_path):
     assert r.exit_code == 2 and "input not found" in (r.stderr or r.output)
 
 
+def test_build_index_refuses_an_out_that_is_not_an_index(data, tmp_path):
+    """Found in a hostile-input review: --out naming a dataset, a folder of the user's files, the indexed
+    data itself or a file exited 0 and replaced it with the index. Now one line, exit 2, nothing touched;
+    a new folder, an empty one and an existing index (a rebuild) are still written."""
+    import shutil
+
+    import typer
+
+    from datakit.cli.contamination import build_index_command
+
+    app = typer.Typer()
+    app.command()(build_index_command)
+    ds = tmp_path / "ds"
+    shutil.copytree(data / "dirty", ds)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    loose = tmp_path / "loose.jsonl"
+    loose.write_text('{"text": "x"}\n')
+    before = {p: p.read_bytes() for p in (mine / "notes.txt", loose, *sorted(ds.rglob("*.parquet")))}
+    for out, needle in ((mine, "(first: notes.txt)"), (ds, "(first: part-0.parquet)"), (loose, "is a file")):
+        r = runner.invoke(app, [str(ds), "--out", str(out)])
+        _one_line_error(r, "is not an n-gram index" if out != loose else "an index is a folder", needle)
+    assert {p: p.read_bytes() for p in before} == before  # every file as it was, none renamed aside
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "loose.jsonl", "mine"]
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    (tmp_path / "empty").mkdir()
+    for out in ("new", "empty", "new"):  # the second "new" rebuilds the index it wrote
+        r = runner.invoke(app, [str(ds), "--out", str(tmp_path / out)])
+        assert r.exit_code == 0, r.output
+        assert (tmp_path / out / "index.json").exists()
+    # a folder holding only index files (an object-store publish that failed before index.json) is rebuilt
+    (tmp_path / "new" / "index.json").unlink()
+    r = runner.invoke(app, [str(ds), "--out", str(tmp_path / "new")])
+    assert r.exit_code == 0, r.output
+
+
 # ---- the gate never says clean about data it could not read (#12.5) --------------------------------
 
 def _one_line_error(r, *needles):

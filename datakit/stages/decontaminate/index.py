@@ -483,6 +483,39 @@ def publish(built: str, out_path: str) -> None:
                 shutil.copyfileobj(src, dst, 1 << 22)
 
 
+def refuse_foreign_target(out_path: str) -> None:
+    """InputError unless `out_path` is free for an index: absent, an empty folder, or an index (to rebuild).
+
+    Why: `publish` replaces what is at `out_path` whole. Found in a hostile-input review: `build-index
+    DATA --out X` with X a committed dataset, a folder of the user's files, the indexed dataset itself
+    or a file exited 0 and left only the index there (a file was renamed aside to a hidden name).
+    A folder holding only index files (an object-store publish that failed before its `index.json`)
+    is an index to rebuild; names starting with "." are not looked at (work folders, editors' files).
+    """
+    shown = hide_url_secrets(out_path)
+    if names_one_object(out_path):
+        raise InputError(f"{shown} names one object; an index is a folder: give --out a folder")
+    fs, p = filesystem(out_path)
+    base = p.rstrip("/") or "/"
+    try:
+        if not fs.exists(base):
+            return
+        if not fs.isdir(base):
+            raise InputError(f"{shown} is a file; an index is a folder, and building it there would replace the "
+                             "file: give a new or empty folder")
+        if is_index(out_path):
+            return
+        names = sorted(n for n in (str(e).rstrip("/").rsplit("/", 1)[-1] for e in fs.ls(base, detail=False))
+                       if n and not n.startswith("."))
+    except OSError as e:
+        raise InputError(f"cannot look at the index folder {shown}: {type(e).__name__}") from None
+    foreign = [n for n in names if n not in INDEX_FILES]
+    if foreign:
+        raise InputError(f"{shown} is not an n-gram index: it holds {len(foreign)} other entr{'ies' if len(foreign) != 1 else 'y'} "
+                         f"(first: {foreign[0]}), which building an index there would replace: give a new or "
+                         "empty folder, or an existing index to rebuild")
+
+
 def _local_target(path: str) -> Path | None:
     if "://" in path and not path.startswith("file://"):
         return None
