@@ -248,6 +248,51 @@ def test_regenerating_into_a_folder_leaves_no_stale_parts(tmp_path):
         generate(tmp_path / "x", events=10, rows_per_part=0)
 
 
+def test_synth_never_touches_a_folder_it_did_not_write(tmp_path):
+    """Found in a hostile-input review: synth into a folder of real logs (the same dt=*/part-* layout)
+    deleted every part file, days it does not write included, and replaced the opt-out list. Now such a
+    folder is refused before anything is touched; synth's own folder is still cleared (only the files its
+    summary lists), and so is one an interrupted synth left with its "incomplete" mark."""
+    from datakit.cli import app
+    from datakit.synth import SynthArgumentError
+    from typer.testing import CliRunner
+
+    real = tmp_path / "real"
+    for day, part in (("2026-10-15", "part-00000"), ("2026-11-01", "part-00005")):
+        (real / f"dt={day}").mkdir(parents=True)
+        (real / f"dt={day}" / f"{part}.jsonl.zst").write_bytes(b"real logs " + day.encode())
+    (real / "optouts.parquet").write_bytes(b"the real opt-out list")
+    before = {p: p.read_bytes() for p in real.rglob("*") if p.is_file()}
+    with pytest.raises(SynthArgumentError, match="part-00000.jsonl.zst but no _synth.json"):
+        generate(real, events=50, seed=1, days=1)
+    r = CliRunner().invoke(app, ["synth", str(real), "--events", "50", "--days", "1"])
+    err = (r.stderr or r.output).strip()
+    assert r.exit_code == 2 and len(err.splitlines()) == 1 and "not logs synth wrote" in err, r.output
+    assert {p: p.read_bytes() for p in real.rglob("*") if p.is_file()} == before
+    only_optouts = tmp_path / "only"
+    only_optouts.mkdir()
+    (only_optouts / "optouts.parquet").write_bytes(b"mine")
+    with pytest.raises(SynthArgumentError, match="optouts.parquet but no _synth.json"):
+        generate(only_optouts, events=50, seed=1, days=1)
+    assert (only_optouts / "optouts.parquet").read_bytes() == b"mine"
+
+    ours = tmp_path / "ours"
+    first = generate(ours, events=300, seed=1, days=3, rows_per_part=40)
+    (ours / "dt=2026-11-02" / "part-00099.jsonl.zst").write_bytes(b"a user's own part")  # not synth's: kept
+    second = generate(ours, events=100, seed=1, days=1)
+    parts = sorted(p.relative_to(ours).as_posix() for p in ours.glob("dt=*/*"))
+    assert set(first["files"]) - set(second["files"]) and parts == sorted(second["files"] + ["dt=2026-11-02/part-00099.jsonl.zst"])
+    # an interrupted synth: its mark is on the folder, its parts are cleared by the next run
+    (ours / "_synth.json").write_text('{"incomplete": true, "files": []}')
+    (ours / "dt=2026-11-05").mkdir()
+    (ours / "dt=2026-11-05" / "part-00000.jsonl.zst").write_bytes(b"half written")
+    third = generate(ours, events=100, seed=1, days=1)
+    assert not (ours / "dt=2026-11-05").exists() and third == second
+    (ours / "_synth.json").write_text("{not json")
+    with pytest.raises(SynthArgumentError, match="is damaged"):
+        generate(ours, events=100, seed=1, days=1)
+
+
 def test_repository_projects_carry_their_ground_truth(tmp_path):
     """generate(repositories=N): multi-file projects whose import edges, final texts and feedback
     retention are what the ground truth says (checked on the events themselves)."""

@@ -19,6 +19,7 @@ import io
 import json
 import os
 import random
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,6 +124,10 @@ def _dumps(obj: Any) -> str:
 class SynthArgumentError(ValueError):
     """An argument of `generate` out of its range: `datakit synth` shows it as one line, exit 2 (it was a
     traceback, exit 1, which the CLI documents as "a check failed")."""
+
+
+class SynthFolderError(SynthArgumentError):
+    """The output folder holds files synth did not write (`Generator._clear_previous`): one line, exit 2."""
 
 
 class Generator:
@@ -445,18 +450,47 @@ class Generator:
         self._gt.write(_dumps(row) + "\n")  # type: ignore[union-attr]
 
     def _clear_previous(self) -> None:
-        """Remove what an earlier `generate` wrote here (only our own file names), so no stale part survives."""
-        for part in sorted(self.out.glob("dt=*/part-*.jsonl.zst")):
-            part.unlink()
+        """Remove what an earlier `generate` wrote here, and only that: the files its summary lists.
+
+        Why the summary decides: found in a hostile-input review, `synth` into a folder of real editor
+        logs (the same `dt=*/part-*.jsonl.zst` layout) deleted every part file, days synth does not
+        write included, and replaced the folder's opt-out list. A folder that holds a file of synth's
+        names without synth's summary (`_synth.json`) was not written by synth: refused, nothing touched.
+        """
+        summary = self.out / SUMMARY_FILE
+        named = sorted(self.out.glob("dt=*/part-*.jsonl.zst")) + [
+            self.out / n for n in (GROUND_TRUTH_FILE, OPTOUTS_FILE) if (self.out / n).exists()]
+        if not summary.exists():
+            if named:
+                raise SynthFolderError(
+                    f"{self.out} holds {named[0].relative_to(self.out).as_posix()} but no {SUMMARY_FILE}: these are not "
+                    "logs synth wrote, and writing here would replace them; give a new or empty folder")
+            return
+        try:
+            previous = json.loads(summary.read_text(encoding="utf-8"))
+            listed = previous["files"]
+            if not isinstance(listed, list) or not all(isinstance(f, str) for f in listed):
+                raise TypeError
+        except (ValueError, KeyError, TypeError):
+            raise SynthFolderError(f"{summary} is damaged (no list of the files synth wrote), so synth cannot tell "
+                                   "its files from others here; give a new or empty folder") from None
+        if previous.get("incomplete"):  # an interrupted synth marked the folder before writing: its parts are ours
+            listed = [p.relative_to(self.out).as_posix() for p in named if p.parent != self.out]
+        for rel in listed:
+            if re.fullmatch(r"dt=[0-9-]+/part-[0-9]+\.jsonl\.zst", rel):  # (never a path out of this folder)
+                (self.out / rel).unlink(missing_ok=True)
         for d in sorted(self.out.glob("dt=*")):
             if d.is_dir() and not any(d.iterdir()):
                 d.rmdir()
-        for name in (GROUND_TRUTH_FILE, SUMMARY_FILE, OPTOUTS_FILE):
+        for name in (GROUND_TRUTH_FILE, OPTOUTS_FILE, SUMMARY_FILE):
             (self.out / name).unlink(missing_ok=True)
 
     def run(self) -> dict:
         self.out.mkdir(parents=True, exist_ok=True)
         self._clear_previous()
+        # the folder is synth's from here on: an interrupted run leaves this mark, and the next run clears it
+        (self.out / SUMMARY_FILE).write_text(json.dumps({"format": GROUND_TRUTH_VERSION, "incomplete": True,
+                                                         "files": []}) + "\n")
         per_day = self._day_budgets()
         files: list[str] = []
         with open(self.out / GROUND_TRUTH_FILE, "w", encoding="utf-8", newline="\n") as gt:
