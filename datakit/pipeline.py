@@ -39,6 +39,43 @@ from datakit.stages.base import CompileContext, StageConfig, spelled_kind, stage
 log = logging.getLogger("datakit.pipeline")
 
 
+
+class DuplicateKeyError(yaml.YAMLError):
+    """A key given twice in one YAML mapping (`load_yaml`)."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (see `load_yaml`)."""
+
+
+def _unique_key_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[Any, yaml.Mark] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: its keys may be overridden, as YAML says
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            first = seen.get(key)
+        except TypeError:  # an unhashable key: the base constructor says what is wrong with it
+            continue
+        if first is not None:
+            raise DuplicateKeyError(f"line {key_node.start_mark.line + 1}: key {key!r} is given twice in one mapping "
+                                    f"(first on line {first.line + 1}); the second would silently replace the first")
+        seen[key] = key_node.start_mark
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_key_mapping)
+
+
+def load_yaml(text: str) -> Any:
+    """`yaml.safe_load`, except that a key given twice in one mapping is an error.
+
+    Why: found in a hostile-input review, a pipeline file with `stages:` twice ran the second list
+    without a word; the first held `scrub_pii`, so e-mail addresses reached the output. Typos and
+    unknown keys were already refused; a repeated key is the same mistake."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
 class PipelineError(DatakitError, ValueError):
     """A pipeline file or builder call is invalid; the message names file, stage and field."""
 
@@ -317,9 +354,17 @@ class Pipeline:
         """The pipeline file at `path`; its relative paths are relative to the file's folder."""
         path = Path(path)
         try:
-            data = yaml.safe_load(path.read_text())
+            data = load_yaml(path.read_text(encoding="utf-8-sig"))
         except FileNotFoundError:
             raise PipelineError(f"pipeline file not found: {path}") from None
+        except IsADirectoryError:  # found in a hostile-input review: "failed unexpectedly ... a bug", exit 3
+            raise PipelineError(f"{path} is a folder; give the pipeline's YAML file") from None
+        except UnicodeDecodeError:  # a binary or UTF-16 file: likewise
+            raise PipelineError(f"{path}: not a UTF-8 text file (a pipeline file is YAML text)") from None
+        except OSError as e:  # unreadable (permissions, an I/O error): the file's problem, not ours
+            raise PipelineError(f"cannot read the pipeline file {path}: {e.strerror or type(e).__name__}") from None
+        except DuplicateKeyError as e:
+            raise PipelineError(f"{path}: {e}") from None
         except yaml.YAMLError as e:
             raise PipelineError(f"{path}: not valid YAML: {e}") from None
         return cls.from_dict(data, str(path), base_dir=path.parent)
@@ -328,7 +373,9 @@ class Pipeline:
     def from_yaml_string(cls, text: str, base_dir: str | Path | None = None) -> "Pipeline":
         """A pipeline from YAML text; relative paths are read from `base_dir` (default: the current folder)."""
         try:
-            data = yaml.safe_load(text)
+            data = load_yaml(text)
+        except DuplicateKeyError as e:
+            raise PipelineError(f"pipeline: {e}") from None
         except yaml.YAMLError as e:  # as from_yaml says it (found in review: a raw ParserError)
             raise PipelineError(f"pipeline: not valid YAML: {e}") from None
         return cls.from_dict(data, "pipeline", base_dir=base_dir)

@@ -68,6 +68,52 @@ def test_stage_order_is_checked(tmp_path):
         p.compile()
 
 
+def test_a_key_given_twice_is_refused(tmp_path):
+    """Found in a hostile-input review: `stages:` twice ran the second list without a word (the first held
+    scrub_pii, so e-mail addresses reached the output); a repeated `output:` wrote to the second path.
+    YAML merge keys (`<<: *base`) may still be overridden, as YAML says."""
+    f = tmp_path / "dup.yaml"
+    f.write_text("name: t\ninput: {path: in.jsonl, format: jsonl}\n"
+                 "stages: [{kind: ingest}, {kind: extract, kinds: [code]}, {kind: scrub_pii}]\n"
+                 "output: {path: out, format: parquet}\nstages: [{kind: ingest}, {kind: extract, kinds: [code]}]\n")
+    with pytest.raises(PipelineError, match=r"dup.yaml: line 5: key 'stages' is given twice in one mapping \(first on line 3\)"):
+        Pipeline.from_yaml(f)
+    with pytest.raises(PipelineError, match=r"pipeline: line 2: key 'kind' is given twice"):
+        Pipeline.from_yaml_string("stages:\n  - {kind: ingest, kind: dedup}\n")
+    merged = Pipeline.from_yaml_string("name: t\ninput: &in {path: a.jsonl, format: jsonl}\n"
+                                       "output: {<<: *in, path: out, format: parquet}\nstages: [{kind: ingest}]\n")
+    assert merged.config.output.path == "out" and merged.config.output.format == "parquet"
+
+
+def test_a_pipeline_file_that_is_not_text_is_one_line(tmp_path):
+    """Found in a hostile-input review: a binary or UTF-16 file, or a folder, given as the pipeline was
+    "failed unexpectedly ... this is a bug", exit 3."""
+    (tmp_path / "bin.yaml").write_bytes(b"\xff\xfe\x00junk")
+    (tmp_path / "u16.yaml").write_text("name: t\n", encoding="utf-16")
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "bom.yaml").write_bytes("\ufeffname: t\ninput: {path: a.jsonl}\nstages: [{kind: ingest}]\n"
+                                        "output: {path: out}\n".encode("utf-8"))
+    for name, needle in (("bin.yaml", "not a UTF-8 text file"), ("u16.yaml", "not a UTF-8 text file"),
+                         ("adir", "is a folder; give the pipeline's YAML file")):
+        with pytest.raises(PipelineError, match=needle):
+            Pipeline.from_yaml(tmp_path / name)
+    assert Pipeline.from_yaml(tmp_path / "bom.yaml").config.name == "t"  # a UTF-8 byte order mark is text
+
+
+def test_an_empty_path_is_refused(tmp_path, monkeypatch):
+    """Found in a hostile-input review: `--input ""` (an unset variable) read the whole current folder."""
+    from datakit.io.fs import InputError, expand, from_cwd
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("mine")
+    for fn in (from_cwd, expand):
+        with pytest.raises(InputError, match="an empty path names no file or folder"):
+            fn(" ")
+    p = Pipeline("x").input("").add({"kind": "ingest"}).output(str(tmp_path / "o"))
+    with pytest.raises(InputError, match="an empty path"):
+        p.compile()
+
+
 def test_yaml_loader_is_safe(tmp_path):
     f = tmp_path / "evil.yaml"
     f.write_text("name: !!python/object/apply:os.system ['echo pwned']\n")

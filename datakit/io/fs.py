@@ -101,6 +101,7 @@ def expand(paths: str | Iterable[str], suffixes: tuple[str, ...] = ()) -> list[s
         paths = [paths]
     out: set[str] = set()
     for raw in paths:
+        refuse_empty_path(raw)
         fs, p = filesystem(raw)
         try:
             if is_glob(p):
@@ -242,10 +243,18 @@ def from_cwd(path: str) -> str:
     Normalized (`.`, `..`, repeated and trailing slashes): found in review, `--output ../out/E` from a
     subfolder and `--output ./out/E/` recorded other paths in the manifest than `--output out/E`, so the
     same run got another pipeline hash and its finished shards and tasks were not reused."""
+    refuse_empty_path(path)
     if "://" in path:
         return path
     path = os.path.expanduser(path)
     return os.path.normpath(path if os.path.isabs(path) else os.path.join(os.getcwd(), path))
+
+
+def refuse_empty_path(path: str) -> None:
+    """InputError for an empty path. Why: found in a hostile-input review, `--input ""` (an unset shell
+    variable) joined to the current folder read its whole tree (scripts, logs, other datasets), exit 0."""
+    if not str(path).strip():
+        raise InputError("an empty path names no file or folder (an unset variable?)")
 
 
 def open_file(url: str, mode: str = "rb"):

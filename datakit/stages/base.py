@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from datakit.io.fs import refuse_empty_path
 from datakit.plan import Rel
 from datakit.quality.expect import Expectation
 
@@ -69,6 +70,7 @@ class CompileContext:
         """Resolve a pipeline-relative local path; URLs (s3://, memory://) pass through. `~/...` is the
         user's home, as in a shell (found in review: `output: {path: ~/data}` wrote into a folder named
         `~` beside the pipeline file)."""
+        refuse_empty_path(path)  # (`path: ""` is the pipeline file's folder: every file below it)
         if "://" in path:
             return path
         path = os.path.expanduser(path)

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from datakit import progress
-from datakit.io.fs import InputError, expand, filesystem, url_path
+from datakit.io.fs import InputError, expand, filesystem, refuse_empty_path, url_path
 from datakit.io.url_secrets import has_hidden_secret, hide_url_secrets
 from datakit.io.verify import verify_if_committed
 from datakit.io.records import (DATA_SUFFIXES, LINE_COLUMN, data_files, is_packed, iter_tables, packed_preference_files,
@@ -183,6 +183,8 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
     paths = [data] if isinstance(data, str) else list(data)
     if not paths:
         raise InputError("no --data given")
+    for p in paths:
+        refuse_empty_path(p)  # (it was the current folder: every file below it scanned)
     if not evals:
         raise InputError("no --eval given")
     if min_fraction is not None and not 0.0 <= min_fraction <= 1.0:
