@@ -368,6 +368,41 @@ def test_manifest_matches_its_contract(tmp_path, mixed_records):
     assert sum(s["rows"] for s in m["shards"]) == m["rows"] == mixed_records.num_rows
 
 
+def test_repository_packed_manifest_matches_its_contract(tmp_path):
+    """`packing: repository` (pipelines/longctx.yaml) writes a manifest the contract accepts, with its
+    repository keys; the contract's packing names are the stage's. (The enum once lacked `repository`:
+    found in a docs review.)"""
+    import copy
+
+    import jsonschema
+
+    from datakit import Pipeline
+    from datakit.contracts import load_contract
+    from datakit.synth import generate
+
+    contract = load_contract("packed_dataset.v1")
+    assert contract["properties"]["packing"]["enum"] == list(packing.PACKING_ALGORITHMS)
+    logs = tmp_path / "logs"
+    generate(logs, events=10, seed=4, days=1, repositories=2)
+    out = tmp_path / "out"
+    (Pipeline("longctx", seed=0).input(str(logs / "dt=*" / "*.jsonl.zst")).add({"kind": "ingest"})
+     .add({"kind": "extract", "kinds": ["code", "fim", "preference"]})
+     .add({"kind": "tokenize", "tokenizer": TOKENIZER, "seq_len": 2048, "packing": "repository"})
+     .output(str(out), format="packed", shards=2)).run(workers=1)
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["packing"] == "repository" and m["totals"]["repositories"] > 0
+    jsonschema.validate(m, contract)
+    # the repository keys are required with packing: repository, and only then
+    broken = copy.deepcopy(m)
+    del broken["shards"][0]["arrays"]["repo_files"]
+    with pytest.raises(jsonschema.ValidationError, match="repo_files"):
+        jsonschema.validate(broken, contract)
+    broken = copy.deepcopy(m)
+    del broken["totals"]["split_repositories"]
+    with pytest.raises(jsonschema.ValidationError, match="split_repositories"):
+        jsonschema.validate(broken, contract)
+
+
 def test_tokenize_stage_from_yaml_with_relative_tokenizer(tmp_path, mixed_records):
     import shutil
 
