@@ -9,9 +9,22 @@ checks the two agree.
 """
 from __future__ import annotations
 
+import hashlib
+
 import pyarrow as pa
 
 from datakit.resources import schema_document
+
+DOC_ID_SEP = "\x1f"
+
+
+def doc_id(*parts: str) -> str:
+    """training_record.v1's `doc_id` rule: sha256 hex of the parts (event id, kind, and for preference the
+    rejected event id) joined by \\x1f (schemas/training_record.v1.json). Here, with the contract, so that
+    extract (which assigns ids) and synth (which maps its ground truth to records) share it without synth
+    importing a stage."""
+    return hashlib.sha256(DOC_ID_SEP.join(parts).encode("utf-8")).hexdigest()
+
 
 EVENT_TYPES = ("tab_completion", "inline_edit", "chat_turn", "agent_step")
 OUTCOMES = ("accepted", "rejected", "partial", "ignored")

@@ -20,9 +20,9 @@ __all__ = ["generate", "read_ground_truth", "iter_events", "record_doc_id", "jac
 def record_doc_id(event_id: str, kind: str = "code") -> str:
     """The `doc_id` extract gives the `kind` record of an event: maps ground-truth event ids to records.
 
-    (Preference records also depend on the rejected event: see `extract_rules.doc_id`.)
+    (Preference records also depend on the rejected event: see `datakit.contracts.doc_id`, the rule extract uses.)
     """
-    from datakit.stages.extract.rules import doc_id
+    from datakit.contracts import doc_id
 
     return doc_id(event_id, kind)
 

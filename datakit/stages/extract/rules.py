@@ -36,16 +36,13 @@ import json
 import re
 from typing import Any
 
+from datakit.contracts import doc_id  # the record id rule of training_record.v1 (also used by synth)
+
 SEP = "\x1f"  # joins ids inside hashed keys and aggregate payloads (never appears in ids)
 
 
 class DiffError(ValueError):
     """A unified diff does not apply to the text it claims to change."""
-
-
-def doc_id(*parts: str) -> str:
-    """Stable record id: sha256 hex of the parts (event id, kind, index...) joined by a separator."""
-    return hashlib.sha256(SEP.join(parts).encode("utf-8")).hexdigest()
 
 
 def context_key(session_id: str | None, path: str | None, prefix: str | None, suffix: str | None) -> str:
