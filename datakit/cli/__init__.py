@@ -36,6 +36,16 @@ def _fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def _error_text(e: BaseException) -> str:
+    """The one line an error says: its message, or for an OS error "PATH: reason" (an OSError's first
+    argument is its errno, which `_fail` cannot print: found in a hostile-input review, `diff` of a
+    Parquet output missing a data file failed "unexpectedly (AttributeError)", exit 3)."""
+    if isinstance(e, OSError) and e.strerror:
+        return f"{e.filename}: {e.strerror}" if e.filename else e.strerror
+    text = str(e.args[0]) if len(e.args) == 1 else str(e)
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 def _write_report(path: str, text: str) -> None:
     """A report the user asked for (`--json`, `--html`) at `path` (io/atomic.write_user_file: `-` is
     standard output, links and devices are written through); a path it cannot write is one line, exit 2."""
@@ -430,11 +440,13 @@ def diff(
     try:
         d = run_diff(a, b)
     except FileNotFoundError as e:
-        _fail(e.args[0] if e.args else str(e))
-    except (InputError, OSError, ValueError, KeyError) as e:
+        _fail(_error_text(e))
+    except InputError as e:  # a damaged manifest, a missing or changed data file: the line names it
+        _fail(f"cannot compare {a} and {b}: {_error_text(e)}")
+    except (OSError, ValueError, KeyError) as e:
         # a damaged shard or manifest: "cannot compare" (2), never "differs" (1), which a regression gate
         # would read as a changed dataset (found in review: a traceback and exit 1)
-        _fail(f"cannot compare {a} and {b}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        _fail(f"cannot compare {a} and {b}: {type(e).__name__}: {_error_text(e)}")
     if json_out:
         _write_report(str(json_out), json.dumps(d, indent=2))
     if html_out:
@@ -447,12 +459,13 @@ def diff(
 @app.command()
 def report(path: str = typer.Argument(..., help="A datakit output with _run.json.")) -> None:
     """(Re)write PATH/_report.html from PATH/_run.json and manifest.json."""
+    from datakit.io.fs import InputError
     from datakit.quality.report import write_report
 
     try:
         typer.echo(write_report(path))
-    except FileNotFoundError as e:
-        _fail(e.args[0] if e.args else str(e))
+    except (FileNotFoundError, InputError) as e:  # no _run.json; a damaged one or manifest (DamagedJSONError)
+        _fail(_error_text(e))
 
 
 @app.command()

@@ -141,6 +141,10 @@ def inspect_dataset(path: str | Path, sequences: int = 2, max_chars: int = 1500,
         m = json.loads(mf.read_text())
     except ValueError as e:
         raise ValueError(f"{path}: manifest.json is not valid JSON ({e})") from None
+    if not isinstance(m, dict):  # found in a hostile-input review: `[]` was an AttributeError, exit 3
+        from datakit.io.atomic import not_an_object
+
+        raise ValueError(f"{path}: manifest.json is damaged: {not_an_object(m)}")
     if isinstance(m, dict) and m.get("format") == "packed":  # what the loader will accept, said before the summary
         from datakit.loader import check_manifest
 

@@ -79,6 +79,30 @@ def read_json(url: str) -> Any:
                                "again into a new folder") from None
 
 
+def read_json_object(url: str) -> dict[str, Any] | None:
+    """`read_json` of a file that must hold one JSON object (a manifest, a run report): None when there is
+    no such file; `DamagedJSONError` when it is not JSON or is JSON of another type.
+
+    Why: found in a hostile-input review, a manifest.json holding `[]` (valid JSON, not an object) made
+    `inspect`, `validate`, `diff` and `contamination-check` fail with "failed unexpectedly
+    (AttributeError) ... this is a bug", exit 3, where invalid JSON was one line, exit 2."""
+    fs, p = filesystem(url)
+    if not fs.exists(p):
+        return None
+    body = read_json(url)  # (a file of `null` is damaged, not missing)
+    if not isinstance(body, dict):
+        raise DamagedJSONError(f"{url} is damaged: {not_an_object(body)}; restore it, or write the dataset "
+                               "again into a new folder")
+    return body
+
+
+def not_an_object(body: Any) -> str:
+    """What a JSON document that should be an object is instead ("not a JSON object (an array)")."""
+    kind = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number",
+            type(None): "null"}.get(type(body), type(body).__name__)
+    return f"not a JSON object ({kind})"
+
+
 def write_json_atomic(url: str, obj) -> None:
     write_bytes_atomic(url, (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from datakit.io.atomic import read_json
+from datakit.io.atomic import read_json_object
 from datakit.io.fs import InputError, arrow_filesystem, filesystem
 
 
 def read_manifest(path: str) -> dict:
-    m = read_json(f"{str(path).rstrip('/')}/manifest.json")
+    m = read_json_object(f"{str(path).rstrip('/')}/manifest.json")
     if m is None:
         raise InputError(f"no committed dataset at {path} (manifest.json missing: unfinished or not a datakit output)")
     return m

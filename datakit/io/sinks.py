@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import xxhash
 
-from datakit.io.atomic import atomic_path, sha256_file, write_json_atomic
+from datakit.io.atomic import atomic_path, read_json_object, sha256_file, write_json_atomic
 from datakit.io.fs import arrow_filesystem, filesystem
 from datakit.io.layout import TOKENIZER_FILE, data_file, manifest_files, prune_data, remove_root_file, write_card
 from datakit.io.take import copies_by_row, take_rows, take_rows_of_batches
@@ -493,6 +493,7 @@ def commit(spec: SinkSpec, shards: list[dict[str, Any]], manifest: dict[str, Any
 
 def output_checksums(path: str) -> dict[str, str]:
     """file name -> sha256 of a committed dataset's data files (what conformance compares)."""
-    fs, p = filesystem(f"{path.rstrip('/')}/manifest.json")
-    m = json.loads(fs.cat_file(p))
+    m = read_json_object(f"{path.rstrip('/')}/manifest.json")
+    if m is None:
+        raise FileNotFoundError(f"{path.rstrip('/')}: no manifest.json (not a committed datakit output)")
     return {f: s["sha256"][f] for s in m["shards"] + [m.get("dataset_files") or {"files": []}] for f in s["files"]}

@@ -26,7 +26,7 @@ import json
 import re
 from typing import Any
 
-from datakit.io.atomic import read_json, write_json_atomic
+from datakit.io.atomic import read_json_object, write_json_atomic
 from datakit.io.fs import InputError, filesystem, from_cwd
 from datakit.io.layout import write_card
 
@@ -83,7 +83,7 @@ def check_same_partition(out: str, snapshot: str, paths: list[str]) -> None:
     "redo" (and withdrew the days after it), exit 0 with one warning. A run that reads another folder
     under an existing id is refused; `--snapshot ID` names the snapshot when the layout needs it."""
     try:
-        m = read_json(f"{snapshot_path(out, snapshot)}/manifest.json") or {}
+        m = read_json_object(f"{snapshot_path(out, snapshot)}/manifest.json") or {}
     except (OSError, ValueError, InputError):
         return
     before = {partition_folder(_absolute(i["path"])) for i in m.get("inputs") or [] if isinstance(i, dict) and i.get("path")}
@@ -110,7 +110,7 @@ def snapshot_path(out: str, snapshot: str) -> str:
 
 def read_top(out: str) -> dict[str, Any] | None:
     """The top-level manifest of an append-mode dataset (None when there is none yet)."""
-    m = read_json(f"{out.rstrip('/')}/manifest.json")  # a damaged one is one line, exit 2
+    m = read_json_object(f"{out.rstrip('/')}/manifest.json")  # a damaged one is one line, exit 2
     if m is None:
         return None
     if m.get("layout") != LAYOUT:
@@ -418,7 +418,7 @@ def member_paths(path: str) -> list[str]:
         m = json.loads(fs.cat_file(p))
     except (OSError, ValueError):
         return [path]
-    if m.get("layout") != LAYOUT:
+    if not isinstance(m, dict) or m.get("layout") != LAYOUT:  # (a damaged one: `verify_if_committed` says so)
         return [path]
     return [f"{str(path).rstrip('/')}/{s['path']}" for s in m.get("snapshots", [])]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from datakit.io.atomic import sha256_file
+from datakit.io.atomic import DamagedJSONError, not_an_object, sha256_file
 from datakit.io.fs import InputError, filesystem
 
 
@@ -24,6 +24,9 @@ def verify_dataset(path: str, manifest: dict[str, Any], checksums: bool = False,
     `sizes=False` checks presence only (`datakit validate`, whose suites report a resized array as a
     failed check with what is wrong in it)."""
     root = str(path).rstrip("/")
+    if not isinstance(manifest, dict):  # (a caller that parsed it itself: `inspect`)
+        raise DamagedJSONError(f"{root}/manifest.json is damaged: {not_an_object(manifest)}; restore it, or write "
+                               "the dataset again into a new folder")
     for shard in manifest.get("shards", []) + [manifest.get("dataset_files") or {}]:
         recorded = (shard.get("bytes") or {}) if sizes else {}
         hashes = shard.get("sha256") or {}
@@ -75,8 +78,21 @@ def verify_if_committed(path: str) -> None:
     fs, p = filesystem(path)
     manifest = f"{p.rstrip('/')}/manifest.json"
     try:
-        m = json.loads(fs.cat_file(manifest)) if fs.isdir(p) and fs.exists(manifest) else None
-    except (OSError, ValueError):
-        m = None
+        there = fs.isdir(p) and fs.exists(manifest)
+        m = json.loads(fs.cat_file(manifest)) if there else None
+        damaged = None if not there or isinstance(m, dict) else not_an_object(m)
+    except (OSError, ValueError) as e:
+        m, damaged = None, None
+        if isinstance(e, json.JSONDecodeError):
+            damaged = f"not valid JSON ({e.msg} at line {e.lineno} column {e.colno})"
+        elif isinstance(e, ValueError):
+            damaged = "not valid JSON (not UTF-8 text)"
+    if damaged and fs.exists(f"{p.rstrip('/')}/_SUCCESS"):
+        # a datakit output (its commit marker) whose manifest is damaged: which files belong to it is
+        # unknown, so it is refused, not read as a folder of files (found in a hostile-input review: a
+        # manifest of `[]` was an AttributeError, exit 3). Someone else's folder with a manifest.json of
+        # its own (no `_SUCCESS`) is still read as its files.
+        raise DamagedJSONError(f"{path.rstrip('/')}/manifest.json is damaged: {damaged}; restore it, or write "
+                               "the dataset again into a new folder")
     if isinstance(m, dict) and isinstance(m.get("shards"), list):
         verify_dataset(path, m)

@@ -23,13 +23,13 @@ MAX_LISTED = 50  # document ids listed per side (all are counted)
 
 
 def _load(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    from datakit.io.atomic import read_json
+    from datakit.io.atomic import read_json_object
 
     base = path.rstrip("/")
-    manifest = read_json(f"{base}/manifest.json")
+    manifest = read_json_object(f"{base}/manifest.json")  # not an object: DamagedJSONError, one line
     if manifest is None:
         raise FileNotFoundError(f"{base}: no manifest.json (not a committed datakit output)")
-    return manifest, read_json(f"{base}/_run.json") or {}
+    return manifest, read_json_object(f"{base}/_run.json") or {}
 
 
 def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:

@@ -292,18 +292,18 @@ def render(run: dict[str, Any], manifest: dict[str, Any] | None = None) -> str:
 
 def write_report(path: str) -> str:
     """Render `PATH/_report.html` from `PATH/_run.json` (+ manifest.json); returns the report's path."""
-    from datakit.io.atomic import read_json, write_bytes_atomic
+    from datakit.io.atomic import read_json_object, write_bytes_atomic
 
     base = path.rstrip("/")
-    run = read_json(f"{base}/_run.json")
+    run = read_json_object(f"{base}/_run.json")  # damaged (not JSON, not an object): DamagedJSONError
     if run is None:
-        top = read_json(f"{base}/manifest.json")
+        top = read_json_object(f"{base}/manifest.json")
         snaps = (top or {}).get("snapshots") if isinstance(top, dict) else None
         if snaps:  # found in a docs review: a dataset of snapshots was "not a datakit output"
             last = max(snaps, key=lambda s: s.get("seq", 0))
             raise FileNotFoundError(f"{base} is a dataset of snapshots: each run reported on its own snapshot, e.g. "
                                     f"datakit report {base}/{last['path']}")
         raise FileNotFoundError(f"{base}: no _run.json (not a datakit output, or the run did not finish)")
-    page = render(run, read_json(f"{base}/manifest.json"))
+    page = render(run, read_json_object(f"{base}/manifest.json"))
     write_bytes_atomic(f"{base}/_report.html", page.encode())
     return f"{base}/_report.html"
