@@ -91,3 +91,67 @@ def test_someone_elses_folder_with_a_manifest_of_its_own_is_still_read_as_its_fi
     r = _invoke("contamination-check", "--data", d, "--eval", "humaneval", "--no-index")
     assert r.exit_code in (0, 1), (r.output, r.exception)
     assert "damaged" not in r.output
+
+
+# --- datakit diff: a side whose data files do not match its manifest is "cannot compare" ----------------
+
+def _tokens_file(d: Path) -> Path:
+    m = json.loads((d / "manifest.json").read_text())
+    return d / m["shards"][1]["arrays"]["tokens"]
+
+
+def _truncate(f: Path) -> None:
+    f.write_bytes(f.read_bytes()[:100])
+
+
+def _flip_last_byte(f: Path) -> None:
+    blob = bytearray(f.read_bytes())
+    blob[-1] ^= 1
+    f.write_bytes(bytes(blob))
+
+
+@pytest.mark.parametrize("damage, said", [
+    (lambda f: f.unlink(), "is missing"),
+    (_truncate, "has 100 bytes, the manifest says"),
+    (_flip_last_byte, "fails its sha256 check"),  # same size: only hashing sees it
+])
+def test_diff_refuses_a_side_whose_data_file_is_missing_truncated_or_changed(outputs, tmp_path, damage, said):
+    a = outputs["packed"]
+    assert _invoke("diff", a, _copy(a, tmp_path / "same")).exit_code == 0  # an intact copy: same data
+    b = _copy(a, tmp_path / "b")
+    f = _tokens_file(b)
+    damage(f)
+    rel = f.relative_to(b).as_posix()
+    for args in ((a, b), (b, a)):
+        r = _invoke("diff", *args)
+        assert r.exit_code == 2, (args, r.output, r.exception)
+        line = _one_error_line(r)
+        assert line.startswith(f"datakit: error: cannot compare {args[0]} and {args[1]}: {b}: data file {rel} {said}")
+        assert "verdict" not in r.stdout
+
+
+def test_diff_of_a_parquet_output_missing_a_data_file_is_one_line(outputs, tmp_path):
+    """Found in review: `diff failed unexpectedly (AttributeError)`: the FileNotFoundError's first argument
+    was its errno, which the error line could not print."""
+    b = _copy(outputs["parquet"], tmp_path / "b")
+    gone = sorted((b / "data").glob("*.parquet"))[-1]
+    gone.unlink()
+    r = _invoke("diff", outputs["parquet"], b)
+    assert r.exit_code == 2, (r.output, r.exception)
+    assert f"data file data/{gone.name} is missing" in _one_error_line(r)
+
+
+def test_an_os_error_with_an_errno_is_one_line_naming_its_file_in_diff_and_report(monkeypatch, tmp_path):
+    """The commands' own handlers, for an OSError raised where nothing named the path in words."""
+    import datakit.quality.diff as diff_mod
+    import datakit.quality.report as report_mod
+
+    def gone(*_a, **_k):
+        raise FileNotFoundError(2, "No such file or directory", "/x/data/part-00001.parquet")
+
+    monkeypatch.setattr(diff_mod, "diff", gone)
+    monkeypatch.setattr(report_mod, "write_report", gone)
+    for args in (["diff", tmp_path / "a", tmp_path / "b"], ["report", tmp_path / "a"]):
+        r = _invoke(*args)
+        assert r.exit_code == 2, (args, r.output, r.exception)
+        assert _one_error_line(r) == "datakit: error: /x/data/part-00001.parquet: No such file or directory"

@@ -432,7 +432,8 @@ def diff(
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the full diff as JSON here ('-': standard output)."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Write the diff as a self-contained HTML page."),
 ) -> None:
-    """Compare two outputs: config, per-stage counts, documents, token mix. Exit 0 same data, 1 differs, 2 error."""
+    """Compare two outputs: config, per-stage counts, documents, token mix. Exit 0 same data (every data file's
+    bytes, hashed), 1 differs, 2 error (a missing, resized or changed data file included)."""
     from datakit.quality.diff import diff as run_diff, summary_lines, to_html
 
     from datakit.io.fs import InputError

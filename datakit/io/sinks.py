@@ -496,4 +496,9 @@ def output_checksums(path: str) -> dict[str, str]:
     m = read_json_object(f"{path.rstrip('/')}/manifest.json")
     if m is None:
         raise FileNotFoundError(f"{path.rstrip('/')}: no manifest.json (not a committed datakit output)")
+    return manifest_checksums(m)
+
+
+def manifest_checksums(m: dict[str, Any]) -> dict[str, str]:
+    """file name -> sha256 of the data files a manifest lists (as recorded: nothing is read)."""
     return {f: s["sha256"][f] for s in m["shards"] + [m.get("dataset_files") or {"files": []}] for f in s["files"]}

@@ -6,7 +6,13 @@ reasons), (3) which documents are in one and not the other, (4) how the token
 mix moved (per kind and language), and (5) one honest verdict. The verdict
 "same data" is given only when every data file's sha256 (from the manifests,
 which the writers compute over the bytes) is identical; anything else is
-"data differs", even when all counts agree.
+"data differs", even when all counts agree. A manifest only describes its
+files, so both sides are checked against their manifests first: every data
+file present with its recorded size (one stat each), and when the recorded
+sha256 of the two sides agree, every file hashed (both datasets read once) so
+that "same data" is said of the bytes on disk. A side that fails is an error,
+"cannot compare" (found in a hostile-input review: a missing, truncated or
+changed data file of B said "same data", exit 0).
 
 Documents are compared by their key (`doc_id`, or `event_id` for event
 outputs) one shard pair at a time when both outputs use the same shard count
@@ -173,12 +179,18 @@ def token_deltas(ra: dict[str, Any], rb: dict[str, Any]) -> dict[str, Any]:
 
 def diff(path_a: str, path_b: str) -> dict[str, Any]:
     """Everything `datakit diff` reports, as JSON-able data."""
-    from datakit.io.sinks import output_checksums
+    from datakit.io.sinks import manifest_checksums
+    from datakit.io.verify import verify_dataset
 
     ma, ra = _load(path_a)
     mb, rb = _load(path_b)
-    ca, cb = output_checksums(path_a), output_checksums(path_b)
+    for path, m in ((path_a, ma), (path_b, mb)):  # present with their recorded sizes (DatasetVerifyError)
+        verify_dataset(path, m)
+    ca, cb = manifest_checksums(ma), manifest_checksums(mb)
     same = ca == cb and bool(ca)
+    if same:  # "same data" is said of the bytes, not of what the manifests say they were
+        for path, m in ((path_a, ma), (path_b, mb)):
+            verify_dataset(path, m, checksums=True)
     changed_files = sorted(f for f in set(ca) | set(cb) if ca.get(f) != cb.get(f))
     return {
         "diff_version": 1,
