@@ -155,3 +155,13 @@ def test_an_os_error_with_an_errno_is_one_line_naming_its_file_in_diff_and_repor
         r = _invoke(*args)
         assert r.exit_code == 2, (args, r.output, r.exception)
         assert _one_error_line(r) == "datakit: error: /x/data/part-00001.parquet: No such file or directory"
+
+
+def test_diff_refuses_json_and_html_both_to_standard_output(outputs):
+    """Found in review: JSON then HTML on one stream, exit 0; as contamination-check does, refused."""
+    r = _invoke("diff", outputs["packed"], outputs["packed"], "--json", "-", "--html", "-")
+    assert r.exit_code == 2 and r.stdout == ""
+    assert _one_error_line(r) == ("datakit: error: --json - and --html - both write to standard output; "
+                                  "give one of them a file")
+    r = _invoke("diff", outputs["packed"], outputs["packed"], "--json", "-")  # one of them: still fine
+    assert r.exit_code == 0 and json.loads(r.stdout)["verdict"] == "same data"

@@ -438,6 +438,8 @@ def diff(
 
     from datakit.io.fs import InputError
 
+    if str(json_out) == "-" and str(html_out) == "-":  # (found in a hostile-input review: JSON then HTML, exit 0)
+        _fail("--json - and --html - both write to standard output; give one of them a file")
     try:
         d = run_diff(a, b)
     except FileNotFoundError as e:
