@@ -165,3 +165,29 @@ def test_diff_refuses_json_and_html_both_to_standard_output(outputs):
                                   "give one of them a file")
     r = _invoke("diff", outputs["packed"], outputs["packed"], "--json", "-")  # one of them: still fine
     assert r.exit_code == 0 and json.loads(r.stdout)["verdict"] == "same data"
+
+
+# --- datakit validate: a truncated or unreadable array is an input error naming the file ----------------
+
+def test_validate_of_a_truncated_array_names_the_file_and_its_size_exit_2(outputs, tmp_path):
+    """Found in review: `datakit: error: EOF: reading array header, expected 118 bytes got 90`, no file named.
+    (A whole array of another shape is still the packed suite's failed check: tests/test_quality_packed.py.)"""
+    d = _copy(outputs["packed"], tmp_path / "d")
+    f = _tokens_file(d)
+    recorded = f.stat().st_size
+    _truncate(f)
+    r = _invoke("validate", d, "--workers", "1")
+    assert r.exit_code == 2, (r.output, r.exception)
+    assert _one_error_line(r) == (f"datakit: error: {d}: data file {f.relative_to(d).as_posix()} has 100 bytes, the "
+                                  f"manifest says {recorded} (interrupted rewrite or changed file; rerun the pipeline)")
+
+
+def test_validate_of_an_array_whose_header_was_overwritten_names_the_file_exit_2(outputs, tmp_path):
+    d = _copy(outputs["packed"], tmp_path / "d")
+    f = _tokens_file(d)
+    blob = bytearray(f.read_bytes())
+    blob[:6] = b"XXXXXX"  # same size, no longer a .npy file
+    f.write_bytes(bytes(blob))
+    r = _invoke("validate", d, "--workers", "1")
+    assert r.exit_code == 2, (r.output, r.exception)
+    assert f"data file {f.relative_to(d).as_posix()} is not a readable array" in _one_error_line(r)

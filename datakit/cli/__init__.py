@@ -381,8 +381,9 @@ def validate(
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the results as JSON here "
                                             "('-': standard output; the lines for people then go to stderr)."),
 ) -> None:
-    """Run quality suites on an existing dataset. Exit 0 all pass, 1 a check failed, 2 usage/input error,
-    3 engine or storage error (e.g. a damaged shard)."""
+    """Run quality suites on an existing dataset. Exit 0 all pass, 1 a check failed, 2 usage/input error (a data
+    file missing, truncated or unreadable as an array: one line naming it), 3 engine or storage error (e.g. a
+    shard whose contents fail to decode mid-run)."""
     from datakit.quality.expect import failure_line
     from datakit.quality.gx import list_suites
     from datakit.quality.validate import validate_path

@@ -32,10 +32,16 @@ def _load(base: str, name: str):
     from datakit.io.fs import filesystem
 
     fs, p = filesystem(f"{base}/{name}")
-    if "://" not in base or base.startswith("file://"):
-        return np.load(p, mmap_mode="r")
-    with fs.open(p, "rb") as f:  # object stores: no memory map
-        return np.load(f)
+    try:
+        if "://" not in base or base.startswith("file://"):
+            return np.load(p, mmap_mode="r")
+        with fs.open(p, "rb") as f:  # object stores: no memory map
+            return np.load(f)
+    except (ValueError, EOFError) as e:  # not an array any more (a changed header): name the file, exit 2
+        from datakit.io.verify import DatasetVerifyError
+
+        raise DatasetVerifyError(f"{base}: data file {name} is not a readable array "
+                                 f"({str(e).splitlines()[0][:120]}; rerun the pipeline)") from None
 
 
 def check_shard(task: tuple[str, dict[str, Any], dict[str, Any]]) -> dict[str, Any]:
