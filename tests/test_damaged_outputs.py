@@ -191,3 +191,14 @@ def test_validate_of_an_array_whose_header_was_overwritten_names_the_file_exit_2
     r = _invoke("validate", d, "--workers", "1")
     assert r.exit_code == 2, (r.output, r.exception)
     assert f"data file {f.relative_to(d).as_posix()} is not a readable array" in _one_error_line(r)
+
+
+def test_inspect_refuses_negative_counts(outputs):
+    """Found in review: `--max-chars -5` clipped with a negative slice and `-n -1` showed nothing, exit 0."""
+    for args, said in ((["--max-chars", "-5"], "--max-chars must be 0 or more (got -5)"),
+                       (["-n", "-1"], "--sequences must be 0 or more (got -1)")):
+        r = _invoke("inspect", outputs["packed"], *args)
+        assert r.exit_code == 2 and r.stdout == "", (args, r.output)
+        assert _one_error_line(r) == f"datakit: error: {said}"
+    r = _invoke("inspect", outputs["packed"], "-n", "0", "--max-chars", "0")  # zero is allowed: summary only
+    assert r.exit_code == 0 and "tokens" in r.stdout

@@ -238,6 +238,10 @@ def inspect_command(
     from datakit.io.fs import InputError
     from datakit.loader import DatasetError
 
+    for option, value in (("--sequences", sequences), ("--max-chars", max_chars)):
+        if value < 0:  # (found in a hostile-input review: -n -1 showed nothing, --max-chars -5 cut from the end)
+            typer.echo(f"datakit: error: {option} must be 0 or more (got {value})", err=True)
+            raise typer.Exit(2)
     try:
         text = inspect_dataset(path, sequences=sequences, max_chars=max_chars, verify=verify)
     except (FileNotFoundError, ValueError, KeyError, InputError, DatasetError) as e:
