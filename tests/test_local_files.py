@@ -182,3 +182,24 @@ def test_a_device_or_fifo_among_the_inputs_is_refused(tmp_path):
     (tmp_path / "in" / "f.jsonl").unlink()
     (tmp_path / "in" / "sub.jsonl").mkdir()  # a folder a glob matches is still not an input, and no error
     assert expand(str(tmp_path / "in" / "*.jsonl")) == [str(tmp_path / "in" / "a.jsonl")]
+
+
+def test_files_of_another_type_are_named_not_reported_as_no_match(tmp_path):
+    """Found in a hostile-input review: `format: parquet` with a glob of .jsonl.zst files said "no input
+    files match" although files matched; now it says how many files are there and of which type it reads."""
+    from datakit.io.fs import InputError, expand
+
+    (tmp_path / "dt=1").mkdir()
+    (tmp_path / "dt=1" / "part-0.jsonl.zst").write_bytes(b"x")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.txt").write_text("a")
+    (tmp_path / "notes" / "b.txt").write_text("b")
+    with pytest.raises(InputError, match=r"dt=\*/\*: 1 file there, none of a type read here \(expected \.parquet; "
+                                         r"first: .*part-0\.jsonl\.zst\)"):
+        expand(str(tmp_path / "dt=*" / "*"), suffixes=(".parquet",))
+    with pytest.raises(InputError, match=r"notes: 2 files there, none of a type read here \(expected \.jsonl, "
+                                         r"\.parquet; first: .*a\.txt\)"):
+        expand(str(tmp_path / "notes"), suffixes=(".parquet", ".jsonl"))
+    with pytest.raises(InputError, match="no input files match"):  # a glob matching only a folder: nothing there
+        expand(str(tmp_path / "no*"), suffixes=(".parquet",))
+    assert expand(str(tmp_path / "notes")) == sorted(str(p) for p in (tmp_path / "notes").iterdir())

@@ -104,15 +104,21 @@ def expand(paths: str | Iterable[str], suffixes: tuple[str, ...] = ()) -> list[s
         refuse_empty_path(raw)
         fs, p = filesystem(raw)
         try:
+            other: list[str] = []  # files there that are not of the kinds asked for (`suffixes`)
             if is_glob(p):
-                matched = [f for f in (_local_glob(p) if fs is LOCAL else fs.glob(p)) if _wanted(f, suffixes)]
+                every = _local_glob(p) if fs is LOCAL else fs.glob(p)
+                matched = [f for f in every if _wanted(f, suffixes)]
+                if not matched:  # (a glob matches folders too: only files count as "there")
+                    other = [f for f in every if fs.isfile(f)]
                 _refuse_broken_links(fs, matched)  # (only among the files the input would read)
                 found = [f for f in matched if fs.isfile(f)]
             elif fs.isdir(p):
                 # (a key ending in "/" is an object store's folder marker, the empty object a console's
                 # "Create folder" makes: no data file; found in review, it was recorded as an input read)
-                found = [f for f in (_local_find(p) if fs is LOCAL else fs.find(p))
-                         if not _hidden(f, p) and _wanted(f, suffixes) and not f.endswith("/")]
+                every = [f for f in (_local_find(p) if fs is LOCAL else fs.find(p))
+                         if not _hidden(f, p) and not f.endswith("/")]
+                found = [f for f in every if _wanted(f, suffixes)]
+                other = [] if found else every
                 _refuse_broken_links(fs, found)
             elif fs.exists(p):
                 found = [p]
@@ -133,6 +139,9 @@ def expand(paths: str | Iterable[str], suffixes: tuple[str, ...] = ()) -> list[s
             raise
         if suffixes:
             found = [f for f in found if _wanted(f, suffixes)]
+        if not found and other:  # found in a hostile-input review: "no input files match" when files did
+            raise InputError(f"{raw}: {len(other)} file{'s' * (len(other) != 1)} there, none of a type read here "
+                             f"(expected {', '.join(sorted(set(suffixes)))}; first: {url_path(sorted(other)[0])})")
         if not found:
             raise InputError(f"no input files match: {raw}")
         out.update(full_url(fs, f) for f in found)
