@@ -219,6 +219,17 @@ def test_packed_union_and_history_needs_records(tmp_path):
     assert top["totals"]["fill_rate"] == round(top["totals"]["tokens"] / (len(union) * top["seq_len"]), 6)
     first = PackedDataset(tmp_path / "packed" / "_snapshots" / "dt=2026-11-01")
     assert (union[0]["input_ids"] == first[0]["input_ids"]).all()
+    # the union's manifest and each snapshot's match the schema they name (found in a trainer-side review:
+    # the union's layout "snapshots" and its tokenizer file under _snapshots/ were refused by it)
+    import jsonschema
+
+    from datakit.contracts import load_contract
+
+    validator = jsonschema.Draft202012Validator(load_contract("packed_dataset.v1"))
+    for m in (top, *days):
+        assert m["schema"] == "packed_dataset.v1"
+        assert not [e.message for e in validator.iter_errors(m)]
+    assert top["layout"] == "snapshots" and top["tokenizer"]["file"] == "_snapshots/dt=2026-11-02/tokenizer.json"
     p = day_pipeline(tmp_path, "2026-11-03", DAY3, stages=(DEDUP, tok), out="packed2")
     p.config.output.format = "packed"
     with pytest.raises(PipelineError, match="needs output format parquet"):
