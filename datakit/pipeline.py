@@ -86,6 +86,17 @@ class InputConfig(BaseModel):
     format: Literal["jsonl", "parquet"] = "jsonl"
     schema_name: str = Field("editor_event.v1", alias="schema")
 
+    @field_validator("path")
+    @classmethod
+    def _some_path(cls, v: str | list[str]) -> str | list[str]:
+        """Found in a Python API review: `input([])` committed an empty dataset (a glob that matches
+        nothing is an error), and `input("")` read every file below the current folder."""
+        if isinstance(v, list) and not v:
+            raise ValueError("no input path given (an empty list)")
+        if any(not p.strip() for p in ([v] if isinstance(v, str) else v)):
+            raise ValueError("an empty path names no file or folder (an unset variable?)")
+        return v
+
 
 class OutputConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -102,6 +113,14 @@ class OutputConfig(BaseModel):
     quality: bool | str = Field(False, description="great-expectations suites inside the run: true = after every "
                                                     "stage the shipped suites whose `after` names its kind; NAME = that "
                                                     "suite after the last stage (docs/quality.md)")
+
+    @field_validator("path")
+    @classmethod
+    def _some_path(cls, v: str) -> str:
+        """Found in a Python API review: `output("")` ran every stage, wrote nothing and returned success."""
+        if not v.strip():
+            raise ValueError("an empty path names no folder to write the dataset into (an unset variable?)")
+        return v
 
     @field_validator("format")
     @classmethod
@@ -186,7 +205,9 @@ def _check_loss_masks(cfg: "PipelineConfig", fmt: str) -> None:
 class PipelineConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = "pipeline"
-    seed: int = 0
+    # 0 <= seed < 2^64: the seed is folded into 64-bit hashes, so a wider one repeated another's data under
+    # another pipeline hash (found in a Python API review: 0, 2^64 and 2^70 gave the same bytes)
+    seed: int = Field(0, ge=0, lt=2**64)
     input: InputConfig | None = None
     stages: list[StageConfig] = Field(default_factory=list)
     output: OutputConfig | None = None
@@ -495,6 +516,11 @@ class Pipeline:
         except KeyError as e:
             raise PipelineError(f"{cfg.name}: input: {e.args[0]}") from None
         if cfg.input.format == "jsonl":
+            if schema_name != "editor_event.v1":  # found in a Python API review: the schema was ignored, so
+                # records read as JSON Lines were ingested as editor events (every one quarantined)
+                raise PipelineError(f"{cfg.name}: input: JSON Lines input is read as editor events "
+                                    f"(editor_event.v1, through ingest); {schema_name} is read from Parquet: set "
+                                    "`format: parquet` on the input (and write the records as Parquet)")
             rel = source(resolved, "jsonl", contracts.RAW_LINES, schema_name)
             current = "raw"
         elif schema_name == "editor_event.v1":

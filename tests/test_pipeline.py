@@ -109,9 +109,41 @@ def test_an_empty_path_is_refused(tmp_path, monkeypatch):
     for fn in (from_cwd, expand):
         with pytest.raises(InputError, match="an empty path names no file or folder"):
             fn(" ")
-    p = Pipeline("x").input("").add({"kind": "ingest"}).output(str(tmp_path / "o"))
-    with pytest.raises(InputError, match="an empty path"):
-        p.compile()
+    with pytest.raises(PipelineError, match="input: field path: Value error, an empty path"):
+        Pipeline("x").input("")
+    p = Pipeline("x").input(str(tmp_path)).add({"kind": "ingest"}).output(str(tmp_path / "o"))
+    with pytest.raises(InputError, match="an empty path"):  # an override, as `--input ""` gives it
+        p.compile(input_override=[""])
+
+
+def test_an_empty_output_or_input_list_a_wide_seed_and_records_as_json_lines_are_refused(tmp_path):
+    """Found in a Python API review: `output("")` ran every stage, wrote nothing and returned success;
+    `input([])` committed an empty dataset; JSON Lines declared as training_record.v1 were ingested as
+    editor events (every one quarantined); seeds 0, 2^64 and 2^70 gave the same bytes under other hashes."""
+    import jsonschema
+
+    from datakit.contracts import load_contract
+
+    validator = jsonschema.Draft202012Validator(load_contract("pipeline.v1"))
+    logs = tmp_path / "logs"
+    write_jsonl(logs / "a.jsonl", [make_event(0)])
+    cases = [(lambda: Pipeline("x").input(str(logs)).add({"kind": "ingest"}).output(" "),
+              "output: field path: Value error, an empty path names no folder", {"output": {"path": " "}}),
+             (lambda: Pipeline("x").input([]).add({"kind": "ingest"}).output(str(tmp_path / "o")),
+              "input: field path: Value error, no input path given", {"input": {"path": []}}),
+             (lambda: Pipeline("x", seed=-1), "field seed: Input should be greater than or equal to 0", {"seed": -1}),
+             (lambda: Pipeline("x", seed=2**64), "field seed: Input should be less than", {"seed": 2**64}),
+             (lambda: Pipeline("x").input(str(logs), schema="training_record.v1").add({"kind": "dedup"})
+              .output(str(tmp_path / "o")).compile(),
+              r"JSON Lines input is read as editor events .*training_record.v1 is read from Parquet",
+              {"input": {"path": "a", "schema": "training_record.v1"}})]
+    for build, needle, doc in cases:
+        with pytest.raises(PipelineError, match=needle):
+            build()
+        full = {"input": {"path": "a"}, "stages": [{"kind": "ingest"}], "output": {"path": "o"}, **doc}
+        assert list(validator.iter_errors(full)), doc  # the pipeline file's JSON Schema says the same
+    assert not (tmp_path / "o").exists()
+    assert Pipeline("x", seed=2**64 - 1).config.seed == 2**64 - 1
 
 
 def test_yaml_loader_is_safe(tmp_path):
