@@ -243,3 +243,32 @@ def test_read_output_says_what_it_cannot_read(tmp_path):
         (tmp_path / "o" / "manifest.json").write_text(json.dumps({**m, "format": fmt}))
         with pytest.raises(InputError, match=f"is a '{fmt}' dataset of token ids, not records: read it with {reader}"):
             read_output(tmp_path / "o")
+
+
+def test_read_output_columns_as_a_sequence_or_none_at_all(tmp_path):
+    """Found in a Python API review: `columns=[]` gave 0 rows for a dataset of many (concat_tables of
+    zero-column tables drops the row count), a tuple raised pyarrow's ValueError and `columns=123` a raw
+    TypeError. Now `[]` keeps the row count, a tuple reads as a list, anything else is one InputError."""
+    import pytest
+
+    from datakit import DatakitError, Pipeline
+    from datakit.io.dataset import read_output
+    from datakit.io.fs import InputError
+    from tests.eventgen import make_event, write_jsonl
+
+    write_jsonl(tmp_path / "logs" / "a.jsonl", [make_event(i) for i in range(7)])
+    (Pipeline("r").input(str(tmp_path / "logs")).add({"kind": "ingest"})
+     .output(str(tmp_path / "o"), shards=3).run(workers=1))
+    out = tmp_path / "o"
+    none = read_output(out, columns=[])
+    assert (none.num_rows, none.column_names) == (7, [])
+    assert read_output(out, columns=()).num_rows == 7
+    assert read_output(out, columns=("event_id",)).column_names == ["event_id"]
+    assert read_output(out, columns=("event_id",)).num_rows == 7
+    for bad, says in ((123, "not int"), ({"event_id"}, "not set"), (b"event_id", "not bytes"),
+                      (["event_id", 5], "got 5 \\(int\\)")):
+        with pytest.raises(InputError, match=f"read_output: columns must .*{says}") as e:
+            read_output(out, columns=bad)
+        assert isinstance(e.value, DatakitError)
+    with pytest.raises(InputError, match=r"has no column 'nope' \(columns: event_id"):
+        read_output(out, columns=("nope",))

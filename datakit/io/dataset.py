@@ -6,6 +6,8 @@ that belong to the committed dataset, in shard order.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -20,20 +22,19 @@ def read_manifest(path: str) -> dict:
     return m
 
 
-def read_output(path: str, columns: list[str] | str | None = None, verify: bool = False,
+def read_output(path: str, columns: Sequence[str] | str | None = None, verify: bool = False,
                 snapshot: str | None = None) -> pa.Table:
     """All rows of a committed Parquet output, shard by shard (each shard sorted by its key).
 
-    `columns`: the columns to read (a list, or one name: found in review, `columns="doc_id"` was read
-    as the names 'd', 'o', 'c', ...).
+    `columns`: the columns to read (a list or tuple of names, or one name: found in review, `columns="doc_id"`
+    was read as the names 'd', 'o', 'c', ...); `[]` reads no column but keeps the row count.
 
     An append-mode dataset (schemas/output_layout.md) reads as the union of its snapshots in
     snapshot order; `snapshot=ID` reads that one snapshot only.
 
     Every listed file is checked against the manifest's size first (a dataset that fails is refused,
     never read as a mix); `verify=True` compares full sha256 checksums too."""
-    if isinstance(columns, str):
-        columns = [columns]
+    columns = _column_list(columns)
     from datakit.io import storage
 
     try:
@@ -42,6 +43,24 @@ def read_output(path: str, columns: list[str] | str | None = None, verify: bool 
         if storage.is_storage_error(e) and "://" in str(path):  # raw botocore error with the endpoint down)
             raise storage.describe(e, str(path), "read") from None
         raise
+
+
+def _column_list(columns) -> list[str] | None:
+    """`columns` as the list pyarrow takes. Found in a Python API review: a tuple raised pyarrow's ValueError
+    ("Expected a list or a dict"), `columns=123` a raw TypeError from deep inside; now a name, a list or tuple
+    of names, or None, and anything else one InputError naming the argument."""
+    if columns is None:
+        return None
+    if isinstance(columns, str):
+        return [columns]
+    if isinstance(columns, (list, tuple)) and all(isinstance(c, str) for c in columns):
+        return list(columns)
+    if isinstance(columns, (list, tuple)):
+        bad = next(c for c in columns if not isinstance(c, str))
+        raise InputError(f"read_output: columns must be column names (strings); got {bad!r} "
+                         f"({type(bad).__name__}) among them")
+    raise InputError(f"read_output: columns must be a column name or a list or tuple of names, "
+                     f"not {type(columns).__name__}")
 
 
 def _read_output(path: str, columns: list[str] | None, verify: bool, snapshot: str | None) -> pa.Table:
@@ -72,4 +91,6 @@ def _read_output(path: str, columns: list[str] | None, verify: bool, snapshot: s
                     raise InputError(f"{path} has no column {', '.join(map(repr, missing))} (columns: "
                                      f"{', '.join(names)})")
             tables.append(pq.read_table(p, filesystem=arrow_filesystem(fs), columns=columns))
+    if columns == []:  # found in a Python API review: concat_tables of zero-column tables drops the row count
+        return pa.table({"_": pa.nulls(sum(t.num_rows for t in tables))}).select([])
     return pa.concat_tables(tables) if tables else pa.table({})
