@@ -4,6 +4,8 @@ Both engines call `engines/core.py` for everything that decides output bytes and
 """
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Any
 
 from datakit.errors import DatakitError
@@ -18,6 +20,43 @@ ENGINE_OPTIONS: dict[str, tuple[str, ...]] = {
 
 class EngineOptionError(DatakitError, ValueError):
     """An engine name or option the engine does not know (a usage error: the CLI exits 2)."""
+
+
+def check_flag(name: str, value: Any, *, none_ok: bool = False) -> None:
+    """A yes/no engine option is a bool (or None where None means "decide for me"), else one line.
+
+    Found in a Python API review: `keep_work="no"` was accepted and, being truthy, kept the run's raw
+    spill (text before scrub_pii) under the published dataset's `_work/`; `progress="sure"` too."""
+    if isinstance(value, bool) or (none_ok and value is None):
+        return
+    raise EngineOptionError(f"engine option {name} must be True or False{' or None' if none_ok else ''}, "
+                            f"not {type(value).__name__} ({value!r})")
+
+
+def check_folder(name: str, value: Any) -> str | None:
+    """A folder option as a str (a str or os.PathLike; None: unset), else one line (found in a Python API
+    review: `work_dir=123` was accepted and failed deep in the run)."""
+    if value is None:
+        return None
+    if isinstance(value, (str, os.PathLike)):
+        path = os.fspath(value)
+        if isinstance(path, str):
+            return path
+    raise EngineOptionError(f"engine option {name} must be a folder path (str or os.PathLike), "
+                            f"not {type(value).__name__} ({value!r})")
+
+
+def check_mapping(name: str, value: Any) -> dict[str, Any]:
+    """A settings option (Spark's `conf`) as a dict with string keys (None: empty), else one line."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise EngineOptionError(f"engine option {name} must be a dict of settings, not {type(value).__name__}")
+    bad = [k for k in value if not isinstance(k, str)]
+    if bad:
+        raise EngineOptionError(f"engine option {name}: setting names must be strings, not "
+                                f"{type(bad[0]).__name__} ({bad[0]!r})")
+    return dict(value)
 
 
 def get_engine(name: str = "local", **options: Any):

@@ -54,7 +54,7 @@ from datakit.accounting import NodeStats, stage_report
 from datakit.engines.core import (Engine, RunResult, apply_map, commit_run, conform, remove_if_empty, resolve_sink,
                                   reused_shards, take_setup_seconds, worker_fn, write_side_output)
 from datakit.engines.spark_parts import MAX_PART_SHARDS, PartsTarget, ShardPartWriter, WriteShardParts, parts_by_shard
-from datakit.engines import spark_stall
+from datakit.engines import EngineOptionError, check_folder, check_mapping, spark_stall
 from datakit.engines.spark_partitions import (ONE_TASK_CONF, SHUFFLE_CONF, TARGET_CONF, PartitionPlan,
                                               check_user_conf, one_task_max_edges, plan_partitions,
                                               read_tasks)
@@ -365,10 +365,14 @@ class SparkEngine(Engine):
         for name, v in (("partitions", partitions), ("workers", workers)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"{name} must be a positive number (got {v!r})")
+        if master is not None and not isinstance(master, str):  # checked before a session starts
+            raise EngineOptionError(f"engine option master must be a Spark master URL (str), not "
+                                    f"{type(master).__name__} ({master!r})")
+        checkpoint_dir = check_folder("checkpoint_dir", checkpoint_dir)
         if master is None and workers:
             master = f"local[{int(workers)}]"
         self.master = master
-        self.conf = dict(conf or {})
+        self.conf = check_mapping("conf", conf)
         check_user_conf(self.conf)  # a bad setting fails here, not after the session started
         self.partitions = partitions
         self.checkpoint_dir = checkpoint_dir

@@ -353,8 +353,11 @@ def _start_gateway(conf_pairs: dict[str, str], java: str | None = None) -> None:
 
 
 def merged_conf(pipeline_block: dict[str, Any] | None, given: dict[str, Any] | None) -> dict[str, Any]:
-    """A run's Spark settings: the pipeline file's `spark:` block, under the caller's (--conf, `conf=`)."""
-    return {**(pipeline_block or {}), **(given or {})}
+    """A run's Spark settings: the pipeline file's `spark:` block, under the caller's (--conf, `conf=`).
+    A `conf=` that is not a dict is one EngineOptionError (found in a Python API review: a raw TypeError)."""
+    from datakit.engines import check_mapping
+
+    return {**(pipeline_block or {}), **check_mapping("conf", given)}
 
 
 def prestart_session(master: str | None = None, conf: dict[str, Any] | None = None) -> None:

@@ -29,6 +29,37 @@ def test_unknown_engine_option_is_one_clear_error():
     assert get_engine("local", workers=1).workers == 1
 
 
+@pytest.mark.parametrize("engine, options, needle", [
+    ("local", {"keep_work": "no"}, "keep_work must be True or False, not str"),
+    ("local", {"keep_work": 1}, "keep_work must be True or False, not int"),
+    ("local", {"progress": "sure"}, "progress must be True or False or None, not str"),
+    ("local", {"work_dir": 123}, "work_dir must be a folder path (str or os.PathLike), not int"),
+    ("local", {"work_dir": b"w"}, "work_dir must be a folder path (str or os.PathLike), not bytes"),
+    ("spark", {"master": 4}, "master must be a Spark master URL (str), not int"),
+    ("spark", {"conf": "spark.x=1"}, "conf must be a dict of settings, not str"),
+    ("spark", {"conf": {1: "x"}}, "conf: setting names must be strings, not int"),
+    ("spark", {"checkpoint_dir": 5}, "checkpoint_dir must be a folder path (str or os.PathLike), not int"),
+])
+def test_engine_option_of_the_wrong_type_is_one_clear_error(engine, options, needle):
+    """Found in a Python API review: the local engine checked `workers` but took `keep_work="no"` (truthy:
+    the raw spill before scrub_pii stayed under the published dataset's _work/), `progress="sure"` and
+    `work_dir=123`. Each is refused when the engine is built, before any work (Spark: before a session)."""
+    import sys
+
+    spark_loaded = "pyspark" in sys.modules
+    with pytest.raises(EngineOptionError) as e:
+        get_engine(engine, **options)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+    assert spark_loaded or "pyspark" not in sys.modules  # no session, not even pyspark's import
+
+
+def test_engine_folder_and_flag_options_take_their_types(tmp_path):
+    eng = get_engine("local", workers=1, work_dir=tmp_path / "w", progress=None, keep_work=True)
+    assert (eng.work_dir, eng.progress, eng.keep_work) == (str(tmp_path / "w"), None, True)
+    assert get_engine("spark", checkpoint_dir=tmp_path / "c", conf={"spark.ui.enabled": "false"}).checkpoint_dir \
+        == str(tmp_path / "c")
+
+
 def test_cli_run_with_unknown_engine_exits_2(tmp_path):
     from typer.testing import CliRunner
 

@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datakit.accounting import NodeStats, stage_report
+from datakit.engines import check_flag, check_folder
 from datakit.engines.core import (Engine, RunResult, commit_run, remove_if_empty, resolve_sink, reused_shards,
                                   write_side_output)
 from datakit.engines.local import partitioned_join, scheduler
@@ -72,6 +73,9 @@ class LocalEngine(Engine):
                  keep_work: bool = False) -> None:
         if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
             raise ValueError(f"workers must be a positive number (got {workers!r}); leave it unset for all cores")
+        check_flag("progress", progress, none_ok=True)  # before any work: keep_work="no" is truthy
+        check_flag("keep_work", keep_work)
+        work_dir = check_folder("work_dir", work_dir)
         self.workers = max(1, workers or usable_cpus())
         self._auto_workers = workers is None
         self._all_workers = self.workers
