@@ -325,6 +325,9 @@ class Pipeline:
 
     def __init__(self, name: str = "pipeline", seed: int = 0, *, base_dir: str | Path | None = None) -> None:
         self.config = _built(PipelineConfig, "pipeline", name=name, seed=seed)
+        if base_dir is not None and not isinstance(base_dir, (str, os.PathLike)):  # found in a Python API review:
+            raise PipelineError(f"pipeline: base_dir must be a folder path (str or os.PathLike), "  # a raw TypeError
+                                f"not {type(base_dir).__name__}")
         self.base_dir = Path(base_dir) if base_dir else Path.cwd()
 
     # -- builder
@@ -393,6 +396,9 @@ class Pipeline:
     @classmethod
     def from_yaml_string(cls, text: str, base_dir: str | Path | None = None) -> "Pipeline":
         """A pipeline from YAML text; relative paths are read from `base_dir` (default: the current folder)."""
+        if not isinstance(text, (str, bytes)):  # found in a Python API review: None was a raw AttributeError
+            raise PipelineError(f"pipeline: from_yaml_string takes the YAML text (a str), not {type(text).__name__}"
+                                + ("; for a file use Pipeline.from_yaml(path)" if isinstance(text, os.PathLike) else ""))
         try:
             data = load_yaml(text)
         except DuplicateKeyError as e:
@@ -469,7 +475,8 @@ class Pipeline:
         cfg = self.config
         if cfg.input is None:
             raise PipelineError(f"{cfg.name}: no input (set `input:` or call .input())")
-        input_override, output_override = _from_caller(input_override), _from_caller(output_override)
+        input_override = _from_caller(input_override, "input_override")
+        output_override = _from_caller(output_override, "output_override", many=False)
         ctx = CompileContext(seed=cfg.seed, base_dir=self.base_dir, environment=base_environment())
         ctx.history = history
         if cfg.output is not None and isinstance(cfg.output.quality, str):
@@ -676,7 +683,7 @@ class Pipeline:
             refuse_run_at_worker_import()
         from datakit.run_timing import RunTimer
 
-        input, output = _from_caller(input), _from_caller(output)
+        input, output = _from_caller(input, "input"), _from_caller(output, "output", many=False)
 
         timer = RunTimer()  # every second of the run, by phase: `timing` in _run.json
         t = time.perf_counter()
@@ -1040,9 +1047,20 @@ def _path_text(paths: Any) -> Any:
     return paths
 
 
-def _from_caller(paths: str | os.PathLike | list[str | os.PathLike] | None) -> Any:
-    """Override paths a caller passed (`run`, `compile`), relative ones joined to the current folder."""
+def _from_caller(paths: str | os.PathLike | list[str | os.PathLike] | None, what: str = "path",
+                 many: bool = True) -> Any:
+    """Override paths a caller passed (`run`, `compile`), relative ones joined to the current folder.
+
+    `what` names the argument, `many` whether it takes a list of paths: anything else is one PipelineError
+    (found in a Python API review: `run(output=123)` was `TypeError: 'int' object is not iterable`)."""
     paths = _path_text(paths)
     if paths is None:
         return None
-    return from_cwd(paths) if isinstance(paths, str) else [from_cwd(p) for p in paths]
+    if isinstance(paths, str):
+        return from_cwd(paths)
+    bad = [p for p in paths if not isinstance(p, str)] if isinstance(paths, list) else [paths]
+    if many and isinstance(paths, list) and paths and not bad:
+        return [from_cwd(p) for p in paths]
+    raise PipelineError(f"{what} must be a path (str or os.PathLike){' or a non-empty list of them' if many else ''}, "
+                        f"not {type(paths).__name__}"
+                        + (f" holding {bad[0]!r} ({type(bad[0]).__name__})" if isinstance(paths, list) and bad else ""))

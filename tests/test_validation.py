@@ -61,3 +61,35 @@ def test_bad_engine_options_in_python(tmp_path, logs):
         Pipeline.from_dict({"input": {"path": str(logs)}, "stages": [{"kind": "ingest"}],
                             "output": {"path": "o", "shards": 0}})
     assert not (tmp_path / "out").exists()
+
+
+def test_options_of_the_wrong_type_in_python(tmp_path, logs):
+    """Found in a Python API review: `run(workers=1, keep_work="no", progress="sure")` ran (and "no", being
+    truthy, kept the unscrubbed spill under the output's _work/), `run(output=123)`/`run(input=123)` were
+    `TypeError: 'int' object is not iterable`, `Pipeline("x", base_dir=123)` a TypeError and
+    `Pipeline.from_yaml_string(None)` an AttributeError. Each is one PipelineError before any work."""
+    p = Pipeline("v").input(str(logs)).add({"kind": "ingest"}).output(str(tmp_path / "out"))
+    for options, needle in (({"keep_work": "no"}, "v: engine option keep_work must be True or False, not str"),
+                            ({"progress": "sure"}, "engine option progress must be True or False or None, not str"),
+                            ({"work_dir": 123}, "engine option work_dir must be a folder path"),
+                            ({"output": 123}, "output must be a path (str or os.PathLike), not int"),
+                            ({"output": [str(tmp_path / "o")]}, "output must be a path (str or os.PathLike), not list"),
+                            ({"input": 123}, "input must be a path (str or os.PathLike) or a non-empty list of them, "
+                                             "not int"),
+                            ({"input": [str(logs), 7]}, "not list holding 7 (int)")):
+        with pytest.raises(PipelineError) as e:
+            p.run(workers=1, **options)
+        assert needle in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(PipelineError, match="output_override must be a path"):
+        p.compile(output_override=5)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "o").exists()
+    with pytest.raises(PipelineError, match=r"base_dir must be a folder path \(str or os.PathLike\), not int"):
+        Pipeline("x", base_dir=123)
+    with pytest.raises(PipelineError, match="from_yaml_string takes the YAML text \\(a str\\), not NoneType"):
+        Pipeline.from_yaml_string(None)
+    with pytest.raises(PipelineError, match=r"use Pipeline.from_yaml\(path\)"):
+        Pipeline.from_yaml_string(tmp_path / "p.yaml")
+    # what was accepted still is: a Path, a tuple of paths, bytes of YAML
+    assert Pipeline("x", base_dir=tmp_path).base_dir == tmp_path
+    assert Pipeline.from_yaml_string(b"name: y\n").config.name == "y"
+    assert p.compile(input_override=(logs,), output_override=tmp_path / "o2").sink.path == str(tmp_path / "o2")
