@@ -102,6 +102,21 @@ class Watched:
             _BEAT = None
 
 
+def _redact_remote_traceback(e: BaseException) -> None:
+    """Redact the worker's formatted traceback that `concurrent.futures` chains to a task's error.
+
+    Why: that text (`_RemoteTraceback`, printed under "The above exception was the direct cause") holds
+    every message of the worker's exception chain; found in a Python API review, it printed a stage's
+    raw ValueError (an e-mail, a token) under the redacted `StageError`. `engines/core` chains only
+    redacted text now; this keeps any other exception a task raises from doing the same."""
+    cause = e.__cause__
+    text = getattr(cause, "tb", None)
+    if type(cause).__name__ == "_RemoteTraceback" and isinstance(text, str):
+        from datakit.quality.expect import redact_text
+
+        cause.tb = redact_text(text)
+
+
 def _read_beat(path: str) -> tuple[int, float, float] | None:
     """(pid, started, last beat) of a running task, or None if it has not started."""
     try:
@@ -155,7 +170,11 @@ def _map_watched(fn: Callable, items: list, workers: int, beat_dir: str, what: s
                 last_progress = max(last_progress, resumed)
                 for f in finished:
                     i, path = futures[f]
-                    results[i] = f.result()  # a task's own error propagates as it is
+                    try:
+                        results[i] = f.result()  # a task's own error propagates as it is
+                    except Exception as e:
+                        _redact_remote_traceback(e)
+                        raise
                     done.add(i)
                     last_progress = now
                     if on_done is not None:

@@ -251,3 +251,118 @@ def test_a_batch_function_that_cannot_be_pickled_fails_at_compile_naming_the_sta
     with pytest.raises(PipelineError, match=r"stage 'test_holds_a_lock' \(locked\): its batch function cannot be "
                                             r"pickled \(TypeError: cannot pickle '_thread.lock' object\).*setup\(\)"):
         p.compile()
+
+
+SECRET_EMAIL, SECRET_TOKEN = "jane.doe@example.com", "ghp_" + "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+class _LeaksInItsError:
+    """Raises with personal data in the message, in `__call__` or in `setup()`."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def setup(self) -> None:
+        if self.where == "setup":
+            raise ValueError(f"bad config from {SECRET_EMAIL} key {SECRET_TOKEN}")
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        try:
+            {}["k"]
+        except KeyError:  # a chain of the stage's own: each link keeps its frames, none its text
+            raise ValueError(f"bad record from {SECRET_EMAIL} key {SECRET_TOKEN}")
+
+
+@register_stage
+class LeaksInItsError(StageConfig):
+    kind: Literal["test_leaks_in_its_error"] = "test_leaks_in_its_error"
+    consumes = "editor_event.v1"
+    produces = "editor_event.v1"
+    where: str = "call"
+
+    def compile(self, rel, ctx: CompileContext):
+        return rel.map_batches(_LeaksInItsError(self.where), EDITOR_EVENT_V1, name="leaks")
+
+
+def _chain(e: BaseException | None) -> list[BaseException]:
+    seen: list[BaseException] = []
+    while e is not None and e not in seen:
+        seen.append(e)
+        e = e.__cause__ or e.__context__
+    return seen
+
+
+@pytest.mark.parametrize("where,workers", [("call", 1), ("call", 2), ("setup", 1), ("setup", 2)])
+def test_a_stage_errors_traceback_keeps_its_frames_not_its_text(tmp_path, where, workers):
+    """Found in a Python API review: the StageError's line was redacted, but `from e` chained the raw
+    exception, so the default traceback printed the e-mail and token (with a pool, inside the worker's
+    `_RemoteTraceback` text). The chain now holds the stage's frames with redacted text only."""
+    import traceback
+
+    from datakit.engines.core import StageError
+
+    for day in range(2):  # two files: two tasks, so workers=2 runs them in the pool
+        write_jsonl(tmp_path / "logs" / f"{day}.jsonl", [make_event(day * 10 + i) for i in range(6)])
+    p = (Pipeline("r").input(str(tmp_path / "logs" / "*.jsonl")).add({"kind": "ingest"})
+         .add({"kind": "test_leaks_in_its_error", "where": where}).output(str(tmp_path / "out")))
+    with pytest.raises(StageError) as ei:
+        p.run(workers=workers)
+    text = "".join(traceback.format_exception(ei.value))
+    assert SECRET_EMAIL not in text and SECRET_TOKEN not in text, text
+    for e in _chain(ei.value):  # nothing reachable from the error holds the text either
+        assert SECRET_EMAIL not in str(e) and SECRET_TOKEN not in str(e), repr(e)
+    assert "<EMAIL>" in text and "<GITHUB_TOKEN>" in text
+    assert "test_stage_contract.py" in text and f"in {'setup' if where == 'setup' else '__call__'}" in text, text
+    if where == "call":
+        assert "KeyError" in text  # the stage's own chain, its frames kept
+    assert ("_RemoteTraceback" in text) == (workers == 2), text  # the pool path was the one tested
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_scripts_uncaught_stage_error_prints_no_personal_data(tmp_path, workers):
+    """The review's repro: a script whose custom stage raises; Python prints the uncaught traceback."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    for day in range(2):
+        write_jsonl(tmp_path / "logs" / f"{day}.jsonl", [make_event(day * 10 + i) for i in range(6)])
+    (tmp_path / "boom.py").write_text(f'''
+from typing import Literal
+from datakit import Pipeline, StageConfig, register_stage
+from datakit.contracts import EDITOR_EVENT_V1
+class Fn:
+    def __call__(self, b): raise ValueError(open("record.txt").read())
+@register_stage
+class Boom(StageConfig):
+    kind: Literal["boom"] = "boom"
+    consumes = "editor_event.v1"
+    produces = "editor_event.v1"
+    def compile(self, rel, ctx): return rel.map_batches(Fn(), EDITOR_EVENT_V1, name="boom")
+if __name__ == "__main__":
+    (Pipeline("p").input("logs/*.jsonl").add({{"kind": "ingest"}}).add(Boom()).output("o_pii").run(workers={workers}))
+''')
+    # (the message comes from data, as a real one does: Python prints a frame's source line, and a
+    # literal there is the script's own text, not the exception's)
+    (tmp_path / "record.txt").write_text(f"bad record from {SECRET_EMAIL} key {SECRET_TOKEN}")
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "boom.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 1 and "StageError" in r.stderr, r.stderr
+    assert SECRET_EMAIL not in r.stderr and SECRET_TOKEN not in r.stderr, r.stderr
+    assert 'boom.py", line 6, in __call__' in r.stderr, r.stderr  # the stage's own frame
+    assert "RedactedError: ValueError: bad record from <EMAIL> key <GITHUB_TOKEN>" in r.stderr, r.stderr
+
+
+def test_a_pool_workers_traceback_text_is_redacted():
+    """Any task error's `_RemoteTraceback` (the worker's formatted chain) is redacted, not only a StageError's."""
+    from concurrent.futures.process import _RemoteTraceback
+
+    from datakit.watchdog import _redact_remote_traceback
+
+    e = RuntimeError("x")
+    e.__cause__ = _RemoteTraceback(f'Traceback:\n  File "t.py", line 1, in f\nKeyError: {SECRET_EMAIL}\n')
+    _redact_remote_traceback(e)
+    assert SECRET_EMAIL not in str(e.__cause__) and 'File "t.py", line 1, in f' in str(e.__cause__)

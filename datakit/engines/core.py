@@ -131,6 +131,7 @@ def worker_fn(token: str, load: Callable[[], Any], label: str = "") -> Any:
         fn = load()
         setup = getattr(fn, "setup", None)
         if callable(setup):
+            failed: Exception | None = None
             try:
                 setup()
             except KeyboardInterrupt:
@@ -138,9 +139,10 @@ def worker_fn(token: str, load: Callable[[], Any], label: str = "") -> Any:
             except Exception as e:  # found in review: a bare ValueError, or an OSError blamed on a work file
                 if (type(e).__module__ or "").startswith("datakit"):
                     raise
-                first = _first_line(e)
-                raise StageError(f"{label or type(fn).__name__}: its setup() failed: {type(e).__name__}: "
-                                 f"{first}{_where(e)}") from e
+                failed = e
+            if failed is not None:  # raised here, not in the handler: its __context__ would be the raw exception
+                raise StageError(f"{label or type(fn).__name__}: its setup() failed: {type(failed).__name__}: "
+                                 f"{_first_line(failed)}{_where(failed)}") from _redacted(failed)
             from datakit.watchdog import beat
 
             # a finished set-up is progress (found in review: a task retried on a fresh worker loaded spaCy, then
@@ -221,6 +223,7 @@ def apply_map(fn: Callable, batch: pa.RecordBatch, schema: pa.Schema, stage: str
 
     The kept rows must match the declared `schema` (`engines/contract.py`): a batch off it is a
     stage bug and fails the run naming `stage` and `op`, instead of being filled with nulls."""
+    failed: Exception | None = None
     try:
         out = fn(batch)
     except KeyboardInterrupt:
@@ -230,13 +233,14 @@ def apply_map(fn: Callable, batch: pa.RecordBatch, schema: pa.Schema, stage: str
             raise
         # found in review: a stage's own missing vocab file was a bare FileNotFoundError (a traceback,
         # exit 1, from the command) naming no stage
-        first = _first_line(e)
-        raise StageError(f"stage {stage!r} ({op}) failed: {type(e).__name__}: {first}{_where(e)}") from e
+        failed = e
     except Exception as e:
         if (type(e).__module__ or "").startswith("datakit"):  # our own typed errors already say what happened
             raise
-        first = _first_line(e)
-        raise StageError(f"stage {stage!r} ({op}) failed: {type(e).__name__}: {first}{_where(e)}") from e
+        failed = e
+    if failed is not None:  # raised here, not in the handler: its __context__ would be the raw exception
+        raise StageError(f"stage {stage!r} ({op}) failed: {type(failed).__name__}: {_first_line(failed)}"
+                         f"{_where(failed)}") from _redacted(failed)
     if isinstance(out, pa.Table):
         out = out.combine_chunks().to_batches()[0] if out.num_rows else pa.RecordBatch.from_pylist([], schema=out.schema)
     if not isinstance(out, pa.RecordBatch):
@@ -271,6 +275,33 @@ def apply_map(fn: Callable, batch: pa.RecordBatch, schema: pa.Schema, stage: str
 class StageError(DatakitError, RuntimeError):
     """A stage's batch function raised: one line naming the stage, the op, the error and where it was
     raised (found in review: the local engine named no stage, Spark the last stage of the fused chain)."""
+
+
+class RedactedError(Exception):
+    """Stands in for an exception a stage's own code raised, as the cause of the `StageError` that reports it:
+    "ValueError: <its message, redacted>", with the original's traceback, so a printed traceback still shows
+    the stage's frames (file, line, function) but not the message, which may quote a record (`_redacted`)."""
+
+
+def _redacted(e: BaseException, depth: int = 0) -> RedactedError:
+    """`e` as a `RedactedError`, and its chain (`__cause__`, or an unsuppressed `__context__`) the same way,
+    for `raise StageError(...) from _redacted(e)`.
+
+    Why: found in a Python API review, the StageError's line was redacted but `from e` chained the raw
+    exception, and every default traceback printed its message (an e-mail, a token): a script's, the text
+    a pool worker sends back (`_RemoteTraceback`), a Spark worker's. Only the text is replaced: the stand-in
+    carries `e.__traceback__`, the frames that make a custom stage debuggable."""
+    from datakit.logs import _redact
+
+    text = str(e)
+    stand_in = RedactedError(f"{type(e).__name__}: {_redact(text)}" if text else type(e).__name__)
+    stand_in = stand_in.with_traceback(e.__traceback__)
+    if depth < 8:  # (a chain is short; the bound also ends a cyclic one)
+        if e.__cause__ is not None:
+            stand_in.__cause__ = _redacted(e.__cause__, depth + 1)
+        elif e.__context__ is not None and not e.__suppress_context__:
+            stand_in.__context__ = _redacted(e.__context__, depth + 1)
+    return stand_in
 
 
 _DATAKIT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
