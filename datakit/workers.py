@@ -158,6 +158,11 @@ class _Reaper:
         self.lock = threading.Lock()
         self.fd: int | None = None
         self.owner: int | None = None
+        # Every reaper this object started (a forked child starts its own, and keeps its parent's entry):
+        # kept for the process's life. Found in a Python API review: a discarded Popen of a running process
+        # warns "ResourceWarning: subprocess N is still running" when collected, which every workers=2 run
+        # printed under pytest, -X dev or warnings.simplefilter("default").
+        self.procs: list = []
 
     def watch(self, pid: int) -> None:
         from datakit.procinfo import start_ticks
@@ -174,21 +179,34 @@ class _Reaper:
                 os.write(self.fd, f"{pid} {ticks}\n".encode())
             except OSError:  # the reaper is gone: workers still end themselves when they can
                 self.fd = None
+                if self.procs:
+                    self.procs[-1].poll()  # (collects its exit status: no zombie for the owner's life)
 
-    @staticmethod
-    def _start() -> int | None:
+    def _start(self) -> int | None:
         import subprocess
 
         try:
             r, w = os.pipe()
-            subprocess.Popen([sys.executable, "-I", "-S", "-c", _REAPER_CODE, str(r)], pass_fds=(r,),
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, close_fds=True,
-                             start_new_session=True)  # (a signal to the owner's group does not end it first)
+            proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _REAPER_CODE, str(r)], pass_fds=(r,),
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, close_fds=True,
+                                    start_new_session=True)  # (a signal to the owner's group does not end it first)
+            if not self.procs:
+                import atexit
+
+                atexit.register(self._outlive)
+            self.procs.append(proc)
             os.close(r)
             os.set_inheritable(w, False)
             return w
         except OSError:
             return None
+
+    def _outlive(self) -> None:
+        """At exit: the reapers run on by design (each acts when this process is gone), so the interpreter's
+        teardown must not collect their Popen objects as processes nobody waited for (the same
+        ResourceWarning, "Exception ignored in Popen.__del__", under -X dev). Not a child to wait for any more."""
+        for proc in self.procs:
+            proc._child_created = False  # (what Popen.__del__ checks first; no signal, no wait)
 
 
 _REAPER = _Reaper()

@@ -339,6 +339,33 @@ def test_a_stopped_pool_worker_ends_when_its_owner_is_killed(tmp_path):
         "a stopped pool worker outlived its killed owner"
 
 
+def test_a_pool_run_leaves_no_resource_warning_about_the_reaper(tmp_path):
+    """Found in a Python API review: the reaper's Popen was discarded while it ran, so every workers=2 run
+    warned "ResourceWarning: subprocess N is still running" (pytest, -X dev, simplefilter("default")); kept
+    for the process's life, and not reported at the interpreter's exit either. A fresh process: this one
+    may have started its reaper in an earlier test."""
+    logs = _logs(tmp_path)
+    (tmp_path / "run.py").write_text(textwrap.dedent(f"""\
+        import warnings
+        from datakit import Pipeline
+        if __name__ == "__main__":
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                Pipeline("p").input("{logs}/*.jsonl.zst").add({{"kind": "ingest"}}).output("out").run(workers=2)
+                import gc; gc.collect()
+            print("RECORDED", [str(w.message) for w in seen if issubclass(w.category, ResourceWarning)])
+            from datakit.workers import _REAPER
+            print("REAPERS", len(_REAPER.procs))
+    """))
+    root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-X", "dev", "-W", "error::ResourceWarning", "run.py"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "RECORDED []" in r.stdout and "REAPERS 1" in r.stdout, r.stdout + r.stderr[-3000:]
+    assert "ResourceWarning" not in r.stderr and "still running" not in r.stderr, r.stderr[-3000:]
+
+
 _SLOW_STAGE = textwrap.dedent("""
     import os, time
     from typing import Literal
