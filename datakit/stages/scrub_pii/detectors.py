@@ -317,7 +317,7 @@ _REDIS_CLI = re.compile(r"(?<![\w-])redis-cli(?![\w-])")
 
 
 def _command_line_before(text: str, pos: int) -> str:
-    """The shell command `pos` is in, up to `pos`: its line and the lines before it that end in a `\`
+    r"""The shell command `pos` is in, up to `pos`: its line and the lines before it that end in a `\`
     continuation (found in review: `curl https://api.x.io \`, then `-u deploy:...` on the next line, was kept)."""
     start = text.rfind("\n", 0, pos) + 1
     while start > 0:
@@ -475,7 +475,7 @@ escape_view = functools.lru_cache(maxsize=64)(line_escape_view)
 
 
 def prefer_view_spans(in_view: list, in_text: list) -> list:
-    """`[((start, end), match), ...]` of the escape view, then those of the text that overlap none of
+    r"""`[((start, end), match), ...]` of the escape view, then those of the text that overlap none of
     them, by position. Why the view first: in `\tjane@x.org` the text's match takes the escape's `t` as
     part of the address, and its replacement broke the escape (`\<EMAIL>`)."""
     spans = sorted(sp for sp, _ in in_view)
