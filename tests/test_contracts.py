@@ -83,3 +83,22 @@ def test_pipeline_schema_takes_every_input_contract_the_library_reads():
 
     schema = json.loads((SCHEMAS / "pipeline.v1.json").read_text())
     assert sorted(schema["properties"]["input"]["properties"]["schema"]["enum"]) == sorted(CONTRACTS)
+
+
+def test_pipeline_schema_names_every_field_the_pipeline_models_take():
+    """Found in a docs review: docs/packed_format.md tells users to set `output: {mds_size_limit: BYTES}`,
+    which the library reads, but the schema's output object (additionalProperties: false) refused it. Every
+    field of the pipeline's models is a property of the schema, and the schema has no field they lack."""
+    from datakit.pipeline import InputConfig, OutputConfig, PipelineConfig
+
+    schema = json.loads((SCHEMAS / "pipeline.v1.json").read_text())
+    for model, props in ((PipelineConfig, schema["properties"]),
+                         (InputConfig, schema["properties"]["input"]["properties"]),
+                         (OutputConfig, schema["properties"]["output"]["properties"])):
+        fields = {f.alias or name for name, f in model.model_fields.items()}
+        assert fields == set(props), (model.__name__, sorted(fields ^ set(props)))
+    validator = jsonschema.Draft202012Validator(schema)
+    ok = {"input": {"path": "x"}, "stages": [{"kind": "ingest"}],
+          "output": {"path": "o", "format": "mds", "mds_size_limit": 1 << 20}}
+    assert validator.is_valid(ok)
+    assert not validator.is_valid({**ok, "output": {**ok["output"], "mds_size_limit": 4 << 30}})
