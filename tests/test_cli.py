@@ -95,6 +95,14 @@ def test_python_api_overrides_are_relative_to_the_current_folder(pipeline_file, 
     (["build-index", "{tmp}", "--out", "{tmp}/ix", "--ngram", "0"], "ngram must be >= 1"),
     (["run", "{pf}", "--partitions", "4", "--conf", "a=b"], "--partitions, --conf apply to --engine spark only"),
     (["run", "{pf}", "--engine", "spark", "--workers", "2"], "--workers applies to --engine local only"),
+    # an empty path (an unset variable) was read as the current folder (found in review)
+    (["run", "{pf}", "--input", ""], "an empty path names no file or folder"),
+    (["validate", ""], "an empty path names no file or folder"),
+    (["inspect", " "], "an empty path names no file or folder"),
+    (["diff", "", "{tmp}"], "an empty path names no file or folder"),
+    (["report", ""], "an empty path names no file or folder"),
+    (["forget", "{tmp}", "--optouts", ""], "an empty path names no file or folder"),
+    (["contamination-check", "--data", "", "--eval", "humaneval"], "an empty path names no file or folder"),
 ])
 def test_usage_and_input_errors_exit_2_with_one_line(pipeline_file, tmp_path, args, needle):
     bad = tmp_path / "bad.yaml"

@@ -36,6 +36,14 @@ def _fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def _paths_given(*paths: str) -> None:
+    """Refuse an empty path argument (an unset shell variable), as `run --input ""` and the library do
+    (`io.fs.refuse_empty_path`): `validate ""` and the like read it as the current folder (found in review)."""
+    for p in paths:
+        if isinstance(p, str) and not p.strip():
+            _fail("an empty path names no file or folder (an unset variable?)")
+
+
 def _error_text(e: BaseException) -> str:
     """The one line an error says: its message, or for an OS error "PATH: reason" (an OSError's first
     argument is its errno, which `_fail` cannot print: found in a hostile-input review, `diff` of a
@@ -285,6 +293,7 @@ def forget(
                                    "for schedulers (as `datakit run`)."),
 ) -> None:
     """Apply a deletion list to every snapshot of a dataset and to its dedup state (docs/scheduling.md)."""
+    _paths_given(dataset, *optouts)
     # the options a scheduled job passes to `run` (found in an operations review: a deletion job on a
     # cluster could not name its master, and its log lines were text among a scheduler's JSON)
     if log_format not in ("text", "json"):
@@ -384,6 +393,7 @@ def validate(
     """Run quality suites on an existing dataset. Exit 0 all pass, 1 a check failed, 2 usage/input error (a data
     file missing, truncated or unreadable as an array: one line naming it), 3 engine or storage error (e.g. a
     shard whose contents fail to decode mid-run)."""
+    _paths_given(path)
     from datakit.quality.expect import failure_line
     from datakit.quality.gx import list_suites
     from datakit.quality.validate import validate_path
@@ -435,6 +445,7 @@ def diff(
 ) -> None:
     """Compare two outputs: config, per-stage counts, documents, token mix. Exit 0 same data (every data file's
     bytes, hashed), 1 differs, 2 error (a missing, resized or changed data file included)."""
+    _paths_given(a, b)
     from datakit.quality.diff import diff as run_diff, summary_lines, to_html
 
     from datakit.io.fs import InputError
@@ -463,6 +474,7 @@ def diff(
 @app.command()
 def report(path: str = typer.Argument(..., help="A datakit output with _run.json.")) -> None:
     """(Re)write PATH/_report.html from PATH/_run.json and manifest.json."""
+    _paths_given(path)
     from datakit.io.fs import InputError
     from datakit.quality.report import write_report
 

@@ -235,6 +235,9 @@ def inspect_command(
     verify: bool = typer.Option(False, "--verify", help="Also compare every data file's sha256 with the manifest."),
 ) -> None:
     """Show a packed dataset: manifest summary, token/document/padding stats, first sequences decoded."""
+    from datakit.cli import _paths_given
+
+    _paths_given(path)
     from datakit.io.fs import InputError
     from datakit.loader import DatasetError
 
