@@ -115,11 +115,23 @@ def test_diff_of_runs_differing_by_one_stage_option(logs, run_a, tmp_path):
     assert "stages[dedup].minhash.threshold" in (tmp_path / "d.html").read_text()
 
 
-def test_diff_of_identical_runs_says_same_data(logs, run_a, tmp_path):
+def test_diff_of_identical_runs_says_same_data(logs, run_a, tmp_path, caplog):
     c = tmp_path / "c"
     quickstart(logs, c).run(workers=1)
-    d = diff(str(run_a), str(c))
+    from datakit import progress
+
+    progress.configure("log")
+    try:
+        with caplog.at_level("INFO", logger="datakit.progress"):
+            d = diff(str(run_a), str(c))
+    finally:
+        progress.configure("auto")
     assert d["verdict"] == "same data" and d["config"] == []
+    # the hash pass that backs "same data" reads both outputs: it says so, with the rows it covered
+    rows = sum(json.loads((p / "manifest.json").read_text())["rows"] for p in (run_a, c))
+    done = [r.progress for r in caplog.records if getattr(r, "progress", {}).get("done")]
+    assert [(f["step"], f["rows"], f["tasks"]) for f in done] == [
+        ("diff: hashing both outputs' data files (tasks: files)", rows, d["files"]["a"] + d["files"]["b"])]
     assert d["documents"]["added"] == d["documents"]["removed"] == 0
     # one flipped byte in one data file: counts agree, the verdict does not
     m = json.loads((c / "manifest.json").read_text())

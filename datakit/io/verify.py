@@ -8,7 +8,7 @@ file); on request (`checksums=True`) each file's sha256 is compared too (reads e
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable
 
 from datakit.io.atomic import DamagedJSONError, not_an_object, sha256_file
 from datakit.io.fs import InputError, filesystem
@@ -19,14 +19,14 @@ class DatasetVerifyError(InputError):
 
 
 def verify_dataset(path: str, manifest: dict[str, Any], checksums: bool = False, sizes: bool = True,
-                   whole_arrays_ok: bool = False) -> None:
+                   whole_arrays_ok: bool = False, hashed: Callable[[], None] | None = None) -> None:
     """Raise `DatasetVerifyError` (one line) unless every listed file is present, sized and (optionally)
     hashed as the manifest says. Manifests written before sizes were recorded get existence checks;
     `sizes=False` checks presence only. `whole_arrays_ok=True` (`datakit validate`) lets a resized `.npy`
     file through when it is a whole array of another shape: the packed suite reports that as a failed
     check with what is wrong in it; a truncated one (no whole array in it) is refused here, naming the
     file (found in a hostile-input review: `validate` said only "EOF: reading array header, expected 118
-    bytes got 90")."""
+    bytes got 90"). `hashed()` is called after each file's sha256 (a progress bar's tick)."""
     root = str(path).rstrip("/")
     if not isinstance(manifest, dict):  # (a caller that parsed it itself: `inspect`)
         raise DamagedJSONError(f"{root}/manifest.json is damaged: {not_an_object(manifest)}; restore it, or write "
@@ -45,9 +45,12 @@ def verify_dataset(path: str, manifest: dict[str, Any], checksums: bool = False,
                     and not (whole_arrays_ok and _whole_npy_array(fs, p, size)):
                 raise DatasetVerifyError(f"{root}: data file {name} has {size} bytes, the manifest says "
                                          f"{recorded[name]} (interrupted rewrite or changed file; rerun the pipeline)")
-            if checksums and name in hashes and sha256_file(f"{root}/{name}") != hashes[name]:
-                raise DatasetVerifyError(f"{root}: data file {name} fails its sha256 check (changed since it "
-                                         "was committed; rerun the pipeline)")
+            if checksums and name in hashes:
+                if sha256_file(f"{root}/{name}") != hashes[name]:
+                    raise DatasetVerifyError(f"{root}: data file {name} fails its sha256 check (changed since it "
+                                             "was committed; rerun the pipeline)")
+                if hashed is not None:
+                    hashed()
     if checksums:
         verify_tokenizer_file(root, manifest)
 

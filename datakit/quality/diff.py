@@ -189,8 +189,17 @@ def diff(path_a: str, path_b: str) -> dict[str, Any]:
     ca, cb = manifest_checksums(ma), manifest_checksums(mb)
     same = ca == cb and bool(ca)
     if same:  # "same data" is said of the bytes, not of what the manifests say they were
-        for path, m in ((path_a, ma), (path_b, mb)):
-            verify_dataset(path, m, checksums=True)
+        from datakit import progress
+
+        # (both datasets are read once: a progress line per file hashed, as every long step has)
+        st = progress.step("diff: hashing both outputs' data files (tasks: files)", total=2 * len(ca))
+        ok = False
+        try:
+            for path, m in ((path_a, ma), (path_b, mb)):
+                verify_dataset(path, m, checksums=True, hashed=st.advance)
+            ok = True
+        finally:
+            st.finish(rows=int(ma.get("rows") or 0) + int(mb.get("rows") or 0), ok=ok)  # the rows they hold
     changed_files = sorted(f for f in set(ca) | set(cb) if ca.get(f) != cb.get(f))
     return {
         "diff_version": 1,
