@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from datakit import contracts
 from datakit.errors import DatakitError
-from datakit.io.fs import InputError, expand, from_cwd
+from datakit.io.fs import EMPTY_PATH, InputError, expand, from_cwd
 from datakit.io.url_secrets import hide_url_secrets
 from datakit.plan import ByValue, MapBatches, Plan, Rel, SinkSpec, StageSpan, source
 from datakit.stages.base import CompileContext, StageConfig, spelled_kind, stage_class
@@ -94,7 +94,7 @@ class InputConfig(BaseModel):
         if isinstance(v, list) and not v:
             raise ValueError("no input path given (an empty list)")
         if any(not p.strip() for p in ([v] if isinstance(v, str) else v)):
-            raise ValueError("an empty path names no file or folder (an unset variable?)")
+            raise ValueError(EMPTY_PATH)
         return v
 
 

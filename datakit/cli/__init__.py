@@ -39,9 +39,13 @@ def _fail(msg: str, code: int = 2) -> None:
 def _paths_given(*paths: str) -> None:
     """Refuse an empty path argument (an unset shell variable), as `run --input ""` and the library do
     (`io.fs.refuse_empty_path`): `validate ""` and the like read it as the current folder (found in review)."""
-    for p in paths:
-        if isinstance(p, str) and not p.strip():
-            _fail("an empty path names no file or folder (an unset variable?)")
+    from datakit.io.fs import InputError, refuse_empty_path
+
+    try:
+        for p in paths:
+            refuse_empty_path(p)
+    except InputError as e:
+        _fail(str(e))
 
 
 def _error_text(e: BaseException) -> str:

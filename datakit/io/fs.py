@@ -263,7 +263,10 @@ def refuse_empty_path(path: str) -> None:
     """InputError for an empty path. Why: found in a hostile-input review, `--input ""` (an unset shell
     variable) joined to the current folder read its whole tree (scripts, logs, other datasets), exit 0."""
     if not str(path).strip():
-        raise InputError("an empty path names no file or folder (an unset variable?)")
+        raise InputError(EMPTY_PATH)
+
+
+EMPTY_PATH = "an empty path names no file or folder (an unset variable?)"  # (also the pipeline models' word)
 
 
 def open_file(url: str, mode: str = "rb"):
