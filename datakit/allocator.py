@@ -160,12 +160,14 @@ def _mi_collect() -> Any:
     return fn
 
 
-def release_free() -> None:
+def release_free(force: bool = True) -> None:
     """Hand mimalloc's free pages back to the OS now (what `malloc_trim` does for glibc's heap);
-    nothing when mimalloc is not this process's allocator."""
+    nothing when mimalloc is not this process's allocator. `force=False`: only the pages free for
+    longer than mimalloc's purge delay (MIMALLOC_PURGE_DELAY, 1 s by default) go back; the rest stay
+    ready for the next allocations, which then take no page faults."""
     collect = _mi_collect()
     if collect is not None:
-        collect(True)
+        collect(force)
 
 
 __all__ = ["AllocatorError", "ENV_VAR", "choice", "in_use", "mimalloc_library", "release_free", "runs_like_workers",

@@ -203,6 +203,49 @@ def test_release_free_memory_hands_mimallocs_free_pages_back(clean_env):
     assert r3 - r0 < 50
 
 
+def _sequence_probe(_: object) -> list[float]:
+    """RSS of a worker around ~240 MB of malloc'd blocks freed between two tasks of one step run in
+    sequence: after the task-end trim inside the sequence, and after the sequence ends."""
+    from datakit.engines.local import memory
+    from datakit.run_timing import rss_mb
+
+    r0 = rss_mb()
+    with memory.tasks_in_sequence():
+        blocks = [bytes(4000) + bytes([i % 256]) for i in range(60000)]
+        del blocks
+        memory.release_free_memory()  # what chain.py calls when a task ends
+        r1 = rss_mb()
+    return [r0, r1, rss_mb()]
+
+
+@needs_mimalloc
+def test_tasks_in_sequence_keep_freed_pages_for_the_next_task_and_trim_after_the_last(clean_env):
+    """Between two tasks of one step in this process the freed pages stay (the next task would fault
+    them in again); the sequence's end hands them back, as a lone task's end does."""
+    r0, r1, r2 = workers.pool(2).submit(_sequence_probe, None).result()
+    assert r1 - r0 > 200
+    assert r2 - r0 < 50
+
+
+def test_the_in_process_scheduler_trims_fully_only_after_a_steps_last_task(monkeypatch, tmp_path):
+    """The wiring: `run_tasks` in this process over several tasks defers the full trim to the end;
+    over one task, the task's own trim is the full one."""
+    from datakit.engines.local import memory, scheduler
+
+    calls: list[bool] = []
+    monkeypatch.setattr(allocator, "release_free", lambda force=True: calls.append(force))
+
+    def task(i: int) -> int:
+        memory.release_free_memory()
+        return i
+
+    assert scheduler.run_tasks(task, [1, 2, 3], "probe", 1, False, str(tmp_path)) == [1, 2, 3]
+    assert calls == [False, False, False, True]
+    calls.clear()
+    assert scheduler.run_tasks(task, [1], "probe", 1, False, str(tmp_path)) == [1]
+    assert calls == [True]
+
+
 @needs_mimalloc
 def test_output_is_byte_identical_with_either_allocator(clean_env, tmp_path):
     synth.generate(str(tmp_path / "logs"), events=1200, seed=3)

@@ -1,6 +1,7 @@
 """Scheduling: how many processes a run uses and how tasks are mapped over them."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import pickle
@@ -8,6 +9,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, NamedTuple
 
 from datakit import progress, watchdog
+from datakit.engines.local import memory
 from datakit.errors import DatakitError
 from datakit.io import storage
 from datakit.plan import MapBatches, Plan, Source
@@ -106,7 +108,8 @@ def run_tasks(fn: Callable, items: list, what: str, workers: int, progress_enabl
             fn = _Guarded(fn)
             out = []
             try:
-                with watchdog.in_process(what, enabled=guard_here) as guard:  # a stall fails the run (watchdog)
+                sequence = memory.tasks_in_sequence() if len(items) > 1 else contextlib.nullcontext()
+                with watchdog.in_process(what, enabled=guard_here) as guard, sequence:  # a stall fails the run
                     for i in items:
                         guard.task(_task_path(i))
                         out.append(fn(i))
