@@ -37,6 +37,7 @@ import re
 from typing import Any
 
 from datakit.contracts import doc_id  # the record id rule of training_record.v1 (also used by synth)
+from datakit.stages.json_depth import json_too_deep
 
 SEP = "\x1f"  # joins ids inside hashed keys and aggregate payloads (never appears in ids)
 
@@ -238,6 +239,10 @@ def _tool_call_text(name: str, content: str | None) -> str:
     can hold, and nesting deeper than the parser goes raised RecursionError; either failed the extract
     stage and the whole run (exit 3), where one event must cost at most its own record."""
     try:
+        # too deep by the text, not by RecursionError, whose depth depends on the stack (the engine): found
+        # in review, arguments nested ~950 deep were parsed on Spark and kept as text on the local engine
+        if content and json_too_deep(content):
+            raise ValueError("nesting too deep")
         args: Any = json.loads(content) if content else None
         text = json.dumps({"arguments": args, "name": name}, sort_keys=True, ensure_ascii=False)
         text.encode("utf-8")  # a lone surrogate raises here, not at the record's write
