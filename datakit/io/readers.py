@@ -291,29 +291,36 @@ def iter_raw_lines(url: str, batch_rows: int = DEFAULT_BATCH_ROWS, max_line_byte
         stream = _decompressed(url, raw)
         try:
             while True:
-                line = stream.readline(max_line_bytes + 1)
+                # room for a line of `max_line_bytes` with its "\r\n", and for the first line's byte-order
+                # mark. Found in review: the mark took 3 bytes of the old `max + 1`, so the first line of a
+                # file with a mark, 8 MB long or more, was cut in two rows (its first 8 MB a `bad_json` row
+                # keeping all of them, its rest `line_too_long`), one row more than the file's lines and
+                # every later line numbered one too high; and a line of exactly `max` bytes was too long
+                # with a CRLF end and not with LF.
+                limit = max_line_bytes + 2 + (len(_BOM) if lineno == 0 else 0)
+                line = stream.readline(limit)
                 if not line:
                     break
                 lineno += 1
                 offsets.append(pos)
                 pos += len(line)
+                cut = len(line) == limit and not line.endswith(b"\n")  # the line goes on past what was read
                 if lineno == 1 and line.startswith(_BOM):
                     line = line[len(_BOM):]
                     offsets[-1] += len(_BOM)
-                if len(line) > max_line_bytes and not line.endswith(b"\n"):
+                stripped = line if cut else line.rstrip(b"\r\n")
+                if cut or len(stripped) > max_line_bytes:
                     # keep a prefix for the quarantine, skip the rest of this line
-                    while True:
+                    while cut:
                         rest = stream.readline(max_line_bytes)
                         pos += len(rest)
                         if not rest or rest.endswith(b"\n"):
                             break
                     lines.append(quarantine_prefix(line)); numbers.append(lineno); errors.append("line_too_long")
+                elif not stripped.strip():  # counted, not skipped: ingest drops it as `blank_line`
+                    lines.append(None); numbers.append(lineno); errors.append("blank_line")
                 else:
-                    stripped = line.rstrip(b"\r\n")
-                    if not stripped.strip():  # counted, not skipped: ingest drops it as `blank_line`
-                        lines.append(None); numbers.append(lineno); errors.append("blank_line")
-                    else:
-                        lines.append(stripped); numbers.append(lineno); errors.append(None)
+                    lines.append(stripped); numbers.append(lineno); errors.append(None)
                 if len(lines) >= batch_rows:
                     yield flush()
         except (zstandard.ZstdError, EOFError, gzip.BadGzipFile, zlib.error, lzma.LZMAError, _Bz2Damaged) as e:
