@@ -119,10 +119,9 @@ def _decompressed(url: str, raw) -> io.BufferedIOBase:
         return io.BufferedReader(_ZstdFrames(raw), 1 << 20)
     if kind == "gz":
         return gzip.GzipFile(fileobj=_NotEmpty(raw))  # type: ignore[return-value]
-    if kind == "bz2":
-        return _Bz2(_NotEmpty(raw))  # type: ignore[return-value]
-    if kind == "xz":
-        return lzma.LZMAFile(_NotEmpty(raw))  # type: ignore[return-value]
+    if kind in ("bz2", "xz"):
+        # the buffer `bz2.BZ2File` / `lzma.LZMAFile` read with: how much is decoded before a damaged block's check
+        return io.BufferedReader(_Streams(_NotEmpty(raw), kind), io.DEFAULT_BUFFER_SIZE)
     if _object_store_file(raw):  # an object-store file (s3fs): its readline() takes no size limit
         return io.BufferedReader(raw, 1 << 20)  # type: ignore[arg-type]
     return raw
@@ -132,22 +131,100 @@ class _Bz2Damaged(ValueError):
     """bz2's error for damaged or foreign data (it raises a plain OSError, which here means storage)."""
 
 
-class _Bz2(io.BufferedIOBase):
-    """A bz2 stream whose damaged-data OSError ("Invalid data stream") is `_Bz2Damaged`."""
+class _TrailingGarbage(ValueError):
+    """Bytes after a complete bz2/xz stream that start no stream (a damaged second stream, garbage)."""
 
-    def __init__(self, raw) -> None:
-        self._f = bz2.BZ2File(raw)
+
+class _Streams(io.RawIOBase):
+    """bz2 or xz streams one after another (`pbzip2`, concatenated uploads), read as `bz2.BZ2File` and
+    `lzma.LZMAFile` read them, except after a complete stream: those take bytes that start no stream
+    as the end of the file. Found in review: a .bz2 or .xz whose second stream was damaged (or that had
+    any garbage after its first) lost the lines after it silently, with no row and no warning (100 of
+    200 lines, exit 0), where a .gz or .zst ends with a `truncated_file` row. Such bytes now raise
+    `_TrailingGarbage`: the lines before are kept and the file ends with one `truncated_file` row.
+    A damaged bz2 stream's OSError ("Invalid data stream") is `_Bz2Damaged` (an OSError means storage);
+    xz's stream padding (NUL bytes, a multiple of 4, between or after streams) is part of the format."""
+
+    HEAD = 12  # a new stream's first bytes, fed on their own: an xz stream header (a bz2 one is 4, its block magic 6 more)
+    BUFFER = 1 << 17
+
+    def __init__(self, raw, kind: str) -> None:
+        self._raw = raw
+        self._kind = kind
+        self._d = self._new()
+        self._pending = b""  # input read but not yet fed
+        self._streams = 0  # complete streams read
 
     def readable(self) -> bool:
         return True
 
-    def readline(self, size: int | None = -1) -> bytes:
+    def _new(self):
+        return bz2.BZ2Decompressor() if self._kind == "bz2" else lzma.LZMADecompressor()
+
+    def _decompress(self, data: bytes, size: int) -> bytes:
         try:
-            return self._f.readline(size)
+            return self._d.decompress(data, size)
         except OSError as e:
-            if "Invalid data stream" in str(e):
+            if self._kind == "bz2" and "Invalid data stream" in str(e):
                 raise _Bz2Damaged(str(e)) from None
             raise
+
+    def _fill(self, n: int) -> None:
+        while len(self._pending) < n:
+            more = self._raw.read(self.BUFFER)
+            if not more:
+                return
+            self._pending += more
+
+    def _next_stream(self, size: int) -> bytes | None:
+        """The first output of the stream after a complete one; None at the end of the input."""
+        if self._kind == "xz":
+            padding = 0
+            while True:
+                self._fill(1)
+                kept = self._pending.lstrip(b"\0")
+                padding += len(self._pending) - len(kept)
+                self._pending = kept
+                if kept or not self._pending and not self._raw_more():
+                    break
+            if padding % 4:
+                raise _TrailingGarbage(f"{padding} NUL bytes after an xz stream (its padding is a multiple of 4)")
+        self._fill(self.HEAD)
+        if not self._pending:
+            return None
+        head, self._pending = self._pending[:self.HEAD], self._pending[self.HEAD:]
+        self._d = self._new()
+        try:
+            return self._decompress(head, size)
+        except (_Bz2Damaged, OSError, lzma.LZMAError) as e:
+            raise _TrailingGarbage(f"bytes after {self._streams} complete {self._kind} stream(s) start no stream "
+                                   f"({type(e).__name__})") from None
+
+    def _raw_more(self) -> bool:
+        more = self._raw.read(self.BUFFER)
+        self._pending += more
+        return bool(more)
+
+    def readinto(self, b) -> int:
+        size = len(b)
+        while True:
+            if self._d.eof:
+                self._streams += 1
+                self._pending = self._d.unused_data + self._pending
+                data = self._next_stream(size)
+                if data is None:
+                    return 0
+            else:
+                chunk = b""
+                if self._d.needs_input:
+                    self._fill(1)
+                    if not self._pending:
+                        raise EOFError("Compressed file ended before the end-of-stream marker was reached")
+                    chunk, self._pending = self._pending, b""
+                data = self._decompress(chunk, size)
+            if data:
+                b[:len(data)] = data
+                return len(data)
 
 
 def _failed_checksum(e: BaseException) -> bool:
@@ -384,7 +461,8 @@ def iter_raw_lines(url: str, batch_rows: int = DEFAULT_BATCH_ROWS, max_line_byte
                     lines.append(stripped); numbers.append(lineno); errors.append(None)
                 if len(lines) >= batch_rows:
                     yield flush()
-        except (zstandard.ZstdError, EOFError, gzip.BadGzipFile, zlib.error, lzma.LZMAError, _Bz2Damaged) as e:
+        except (zstandard.ZstdError, EOFError, gzip.BadGzipFile, zlib.error, lzma.LZMAError, _Bz2Damaged,
+                _TrailingGarbage) as e:
             # truncated/corrupt compressed stream: keep what was read, record the failure.
             # (Any other OSError is storage failing, not the file: it propagates, never "truncated".)
             # nothing decoded at all: not this format (a `.gz` that is no gzip), not a file cut short
