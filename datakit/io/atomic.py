@@ -96,6 +96,35 @@ def read_json_object(url: str) -> dict[str, Any] | None:
     return body
 
 
+# what a reader of a run report may raise on a value of the wrong shape (a list where an object belongs)
+SHAPE_ERRORS = (TypeError, KeyError, AttributeError, ValueError, IndexError)
+
+
+def damaged_run_report(url: str, run: Any) -> DamagedJSONError | None:
+    """The error for a run report (`_run.json`) that is a JSON object but breaks schemas/run_report.v1.json,
+    naming the first field that does (never its value); None when it fits (or jsonschema is not installed).
+
+    Why: found in a hostile-input review, `"stages": "x"` or `"dropped": null` in a `_run.json` made
+    `datakit report` and `datakit diff` fail with "failed unexpectedly (TypeError) ... this is a bug",
+    exit 3, where a `_run.json` that is not JSON, or not an object, is one line, exit 2. The readers call
+    this when rendering fails, so a report an older datakit wrote is read as before while it renders."""
+    try:
+        import jsonschema
+    except ImportError:
+        return None
+    from datakit.resources import schema_document
+
+    errors = jsonschema.Draft202012Validator(schema_document("run_report.v1")).iter_errors(run)
+    first = min(errors, key=lambda e: [str(p) for p in e.absolute_path], default=None)
+    if first is None:
+        return None
+    where = "/".join(str(p) for p in first.absolute_path) or "(the top level)"
+    rule = json.dumps(first.validator_value, default=str)
+    rule = rule if len(rule) <= 40 else rule[:39] + "…"
+    return DamagedJSONError(f"{url} is damaged: {where} breaks run_report.v1 ({first.validator}: {rule}); restore "
+                            "it, or write the dataset again into a new folder")
+
+
 def not_an_object(body: Any) -> str:
     """What a JSON document that should be an object is instead ("not a JSON object (an array)")."""
     kind = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number",

@@ -179,6 +179,7 @@ def token_deltas(ra: dict[str, Any], rb: dict[str, Any]) -> dict[str, Any]:
 
 def diff(path_a: str, path_b: str) -> dict[str, Any]:
     """Everything `datakit diff` reports, as JSON-able data."""
+    from datakit.io.atomic import SHAPE_ERRORS, damaged_run_report
     from datakit.io.sinks import manifest_checksums
     from datakit.io.verify import verify_dataset
 
@@ -201,14 +202,22 @@ def diff(path_a: str, path_b: str) -> dict[str, Any]:
         finally:
             st.finish(rows=int(ma.get("rows") or 0) + int(mb.get("rows") or 0), ok=ok)  # the rows they hold
     changed_files = sorted(f for f in set(ca) | set(cb) if ca.get(f) != cb.get(f))
+    try:
+        stages, tokens = stage_deltas(ra, rb), token_deltas(ra, rb)
+    except SHAPE_ERRORS:
+        for path, run in ((path_a, ra), (path_b, rb)):  # a field of the wrong shape: one line, exit 2
+            damaged = damaged_run_report(f"{path.rstrip('/')}/_run.json", run)
+            if damaged is not None:
+                raise damaged from None
+        raise
     return {
         "diff_version": 1,
         "a": path_a, "b": path_b,
         "verdict": "same data" if same else "data differs",
         "config": config_diff(ma.get("pipeline") or ra.get("pipeline") or {}, mb.get("pipeline") or rb.get("pipeline") or {}),
-        "stages": stage_deltas(ra, rb),
+        "stages": stages,
         "documents": document_diff(path_a, ma, path_b, mb),
-        "tokens": token_deltas(ra, rb),
+        "tokens": tokens,
         "files": {"a": len(ca), "b": len(cb), "differing": changed_files[:MAX_LISTED], "n_differing": len(changed_files)},
     }
 

@@ -292,7 +292,7 @@ def render(run: dict[str, Any], manifest: dict[str, Any] | None = None) -> str:
 
 def write_report(path: str) -> str:
     """Render `PATH/_report.html` from `PATH/_run.json` (+ manifest.json); returns the report's path."""
-    from datakit.io.atomic import read_json_object, write_bytes_atomic
+    from datakit.io.atomic import SHAPE_ERRORS, damaged_run_report, read_json_object, write_bytes_atomic
 
     base = path.rstrip("/")
     run = read_json_object(f"{base}/_run.json")  # damaged (not JSON, not an object): DamagedJSONError
@@ -304,6 +304,13 @@ def write_report(path: str) -> str:
             raise FileNotFoundError(f"{base} is a dataset of snapshots: each run reported on its own snapshot, e.g. "
                                     f"datakit report {base}/{last['path']}")
         raise FileNotFoundError(f"{base}: no _run.json (not a datakit output, or the run did not finish)")
-    page = render(run, read_json_object(f"{base}/manifest.json"))
+    manifest = read_json_object(f"{base}/manifest.json")
+    try:
+        page = render(run, manifest)
+    except SHAPE_ERRORS:
+        damaged = damaged_run_report(f"{base}/_run.json", run)  # a field of the wrong shape: one line, exit 2
+        if damaged is not None:
+            raise damaged from None
+        raise
     write_bytes_atomic(f"{base}/_report.html", page.encode())
     return f"{base}/_report.html"
