@@ -126,14 +126,18 @@ def _read_rows(url: str) -> list[dict]:
     except OSError as e:
         raise EvalError(f"cannot read eval file {url}: {type(e).__name__}") from None
     blob = _decompress(url, blob)
-    text = blob.decode("utf-8", "replace")
+    text = blob.decode("utf-8", "replace").removeprefix("\ufeff")  # a byte-order mark starts no line (as for logs)
     if url.endswith(".json") and text.lstrip().startswith("["):
         try:
             return json.loads(text)
         except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
             raise EvalError(f"{url}: not valid JSON") from None
     rows = []
-    for lineno, line in enumerate(text.splitlines(), 1):
+    # lines end at "\n" only (a "\r" before it is dropped): `str.splitlines` also splits at U+2028, U+2029,
+    # U+0085 and \x1c-\x1e, which JSON writes raw inside strings (`json.dumps(..., ensure_ascii=False)`), so
+    # found in review, an eval file whose prompt held a U+2028 was "line 1: not valid JSON", exit 2
+    for lineno, line in enumerate(text.split("\n"), 1):
+        line = line.removesuffix("\r")
         if line.strip():
             try:
                 rows.append(json.loads(line))
