@@ -145,6 +145,11 @@ def inspect_dataset(path: str | Path, sequences: int = 2, max_chars: int = 1500,
         from datakit.io.atomic import not_an_object
 
         raise ValueError(f"{path}: manifest.json is damaged: {not_an_object(m)}")
+    from datakit.io.atomic import manifest_shape_error
+
+    if (wrong := manifest_shape_error(m)) is not None:  # a field of the wrong type (found in review: exit 3)
+        raise ValueError(f"{path}/manifest.json is damaged: {wrong}; restore it, or write the dataset again into a "
+                         "new folder")
     if isinstance(m, dict) and m.get("format") == "packed":  # what the loader will accept, said before the summary
         from datakit.loader import check_manifest
 

@@ -93,7 +93,62 @@ def read_json_object(url: str) -> dict[str, Any] | None:
     if not isinstance(body, dict):
         raise DamagedJSONError(f"{url} is damaged: {not_an_object(body)}; restore it, or write the dataset "
                                "again into a new folder")
+    if url.rstrip("/").endswith("/manifest.json") or url == "manifest.json":
+        wrong = manifest_shape_error(body)
+        if wrong is not None:
+            raise DamagedJSONError(f"{url} is damaged: {wrong}; restore it, or write the dataset again into a new "
+                                   "folder")
     return body
+
+
+# The fields of a manifest (any datakit output: Parquet, packed, an append-mode union, a snapshot) that its
+# readers use, by the JSON type each must have when present. Why a table and not schemas/packed_dataset.v1.json:
+# a Parquet output's manifest has no schema of its own, and these are exactly the fields whose wrong type made
+# readers fail deep inside (below).
+_MANIFEST_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "format": str, "format_version": int, "layout": str, "rows": int, "shards": list, "snapshots": list,
+    "withdrawn": list, "pipeline": dict, "pipeline_hash": (str, type(None)), "totals": dict, "tokenizer": dict,
+    "dataset_files": dict, "inputs": list, "environment": dict, "seq_len": int, "data_prefixes": list,
+}
+_SHARD_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "shard": int, "rows": int, "files": list, "sha256": dict, "bytes": dict, "arrays": dict,
+}
+_JSON_TYPE = {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number",
+              bool: "a boolean", type(None): "null"}
+
+
+def manifest_shape_error(body: dict[str, Any]) -> str | None:
+    """What is wrong with the shape of a manifest's fields its readers use ("shards/0 is a number, not an
+    object"), naming the field and never its value; None when they fit.
+
+    Why: found in a hostile-input review, a manifest.json with `"shards": "x"`, `"shards": [1]` or
+    `"pipeline": "x"` made `validate`, `diff`, `inspect` and `report` fail with "failed unexpectedly
+    (TypeError) ... this is a bug", exit 3, where a manifest that is not JSON is one line, exit 2."""
+    def wrong(where: str, value: Any, want: type | tuple[type, ...]) -> str | None:
+        wants = want if isinstance(want, tuple) else (want,)
+        if isinstance(value, bool) and bool not in wants:  # JSON true is not a number
+            return f"{where} is a boolean, not {_JSON_TYPE[wants[0]]}"
+        if isinstance(value, wants):
+            return None
+        return f"{where} is {_JSON_TYPE.get(type(value), 'of another type')}, not {_JSON_TYPE[wants[0]]}"
+
+    for key, want in _MANIFEST_FIELDS.items():
+        if key in body and (err := wrong(key, body[key], want)):
+            return err
+    for group in ("shards", "snapshots", "withdrawn"):
+        for i, item in enumerate(body.get(group) or []):
+            if not isinstance(item, dict):
+                return wrong(f"{group}/{i}", item, dict)
+            for key, want in _SHARD_FIELDS.items():
+                if key in item and (err := wrong(f"{group}/{i}/{key}", item[key], want)):
+                    return err
+            if isinstance(item.get("files"), list):
+                bad = next((j for j, f in enumerate(item["files"]) if not isinstance(f, str)), None)
+                if bad is not None:
+                    return wrong(f"{group}/{i}/files/{bad}", item["files"][bad], str)
+            if group == "snapshots" and (err := manifest_shape_error({"shards": item.get("shards") or []})):
+                return f"{group}/{i}/{err}"
+    return None
 
 
 # what a reader of a run report may raise on a value of the wrong shape (a list where an object belongs)
