@@ -13,7 +13,10 @@ What changes:
 - when the package folder is read-only, a kernel's cache files are copied from there into a
   writable per-user folder (`$DATAKIT_JIT_CACHE`, else `~/.cache/datakit/jit/<datakit>-<numba>`),
   keyed by the module's path inside the package, not by where the package happens to be
-  unpacked, and loaded from there; a missing entry is compiled and saved there.
+  unpacked, and loaded from there; a missing entry is compiled and saved there;
+- when neither can be written (a read-only image run as a user whose home is read-only or
+  absent, `$DATAKIT_JIT_CACHE` unset), kernels compile in each process without a cache, with one
+  warning, instead of numba's "cannot cache function ...: no locator available" failing the run.
 
 Nothing here can change output: numba keys every entry on the source file's content hash, the
 numba and Python versions and the CPU, and recompiles whatever does not match; datakit's entries
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import os
 import shutil
 import sys
@@ -34,6 +38,8 @@ from typing import Any, Callable
 
 import numba
 from numba.core.caching import CacheImpl, InTreeCacheLocator
+
+log = logging.getLogger("datakit.jit")
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 
@@ -121,7 +127,7 @@ class DatakitCacheLocator(_KernelDependencies, InTreeCacheLocator):
             user.ensure_cache_path()
             user.seed()
         except OSError:
-            return None  # nowhere to cache: numba falls back to its own locators (or compiles)
+            return None  # not here: numba's own locators decide; if none can write either, `njit` goes uncached
         return user
 
 
@@ -160,9 +166,37 @@ _load_cpu_target_without_blas_probe()
 
 
 def njit(*args: Any, **kwargs: Any) -> Callable:
-    """`numba.njit` with `cache=True` by default (every datakit kernel is cached)."""
+    """`numba.njit` with `cache=True` by default (every datakit kernel is cached where it can be).
+
+    A kernel with nowhere writable to cache it compiles without a cache (numba's `cache=True` would
+    raise at its declaration, which is the import of its stage). Found in a review of the installed
+    wheel: a read-only site-packages with a home folder that cannot be written failed every run
+    with "run failed unexpectedly (RuntimeError); this is a bug", exit 3."""
     kwargs.setdefault("cache", True)
-    return numba.njit(*args, **kwargs)
+    if len(args) == 1 and callable(args[0]):  # `@njit` without parentheses
+        return njit(**kwargs)(args[0])
+    declare = numba.njit(*args, **kwargs)
+    if not kwargs["cache"]:
+        return declare
+
+    def declare_or_uncached(func: Callable) -> Any:
+        try:
+            return declare(func)
+        except RuntimeError as e:
+            if "no locator available" not in str(e):
+                raise
+            _say_uncached()
+            return numba.njit(*args, **{**kwargs, "cache": False})(func)
+
+    return declare_or_uncached
+
+
+@functools.lru_cache(maxsize=1)
+def _say_uncached() -> None:
+    log.warning("numba kernels cannot be cached: neither the package folder (%s) nor %s can be written, so they "
+                "compile in every process (seconds each); set DATAKIT_JIT_CACHE to a writable folder (kernels that "
+                "`datakit warmup` compiled into the package are then copied there and loaded)",
+                PACKAGE_ROOT, user_cache_root())
 
 
 @functools.lru_cache(maxsize=1)

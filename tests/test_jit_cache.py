@@ -37,16 +37,18 @@ print(json.dumps({"compiles": len(starts), "root": str(PACKAGE_ROOT),
 '''
 
 
-def _run(root: Path, env_extra: dict[str, str], read_only: bool = False) -> dict:
-    """RUN in a fresh interpreter; `read_only`: with the package copy mounted read-only (EROFS even
+def _run(root: Path, env_extra: dict[str, str], read_only: bool = False, script: str = RUN) -> dict:
+    """`script` (RUN) in a fresh interpreter; `read_only`: with the package copy mounted read-only (EROFS even
     for root: a private mount namespace, `unshare -m`, and a read-only bind mount of it)."""
     env = {**os.environ, "PYTHONPATH": str(root), **env_extra}
     env.pop("NUMBA_CACHE_DIR", None)
-    cmd = [sys.executable, "-c", RUN]
+    if "DATAKIT_JIT_CACHE" not in env_extra:
+        env.pop("DATAKIT_JIT_CACHE", None)
+    cmd = [sys.executable, "-c", script]
     if read_only:
         pkg = shlex.quote(str(root / "datakit"))
         cmd = ["unshare", "-m", "sh", "-c", f"mount --bind {pkg} {pkg} && mount -o remount,bind,ro {pkg} && "
-               f"exec {shlex.quote(sys.executable)} -c {shlex.quote(RUN)}"]
+               f"exec {shlex.quote(sys.executable)} -c {shlex.quote(script)}"]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=str(root))
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -101,6 +103,37 @@ def test_read_only_installation_seeds_a_user_cache_and_does_not_compile(package_
         assert _run(package_copy, env, read_only=True)["compiles"] == 0
     finally:
         shutil.rmtree(user_cache, ignore_errors=True)
+
+
+# the probe kernel and a stage's kernel module, where no cache folder can be written: one warning, no failure
+UNCACHED_RUN = '''
+import io, json, logging
+buf = io.StringIO()
+logging.basicConfig(stream=buf, level=logging.WARNING)
+import datakit._jit_probe as probe
+assert probe.add_one(41) == 42
+import datakit.stages.dedup.lsh  # its kernels are declared with cache=True at import
+print(json.dumps({"cached": hasattr(probe.add_one._cache, "_cache_path"), "log": buf.getvalue()}))
+'''
+
+
+@pytest.mark.skipif(not _can_mount_read_only(), reason="needs `unshare -m` + bind mounts (root) to make a read-only installation")
+def test_read_only_installation_without_a_writable_cache_folder_compiles_uncached(package_copy: Path,
+                                                                                   tmp_path: Path) -> None:
+    """A read-only image run by a user whose home cannot be written (no DATAKIT_JIT_CACHE).
+
+    Found in a review of the installed wheel: numba's `cache=True` raised "cannot cache function
+    '_fmix': no locator available" at the import of the decontaminate stage, so every `datakit run`
+    ended "run failed unexpectedly (RuntimeError); this is a bug", exit 3."""
+    not_a_folder = tmp_path / "a-file"
+    not_a_folder.write_text("")
+    # datakit's user cache and numba's own user-wide cache both live under XDG_CACHE_HOME: a path below a
+    # regular file cannot be created, even by root
+    env = {"XDG_CACHE_HOME": str(not_a_folder / "cache"), "HOME": str(not_a_folder / "home")}
+    got = _run(package_copy, env, read_only=True, script=UNCACHED_RUN)
+    assert got["cached"] is False
+    assert got["log"].count("numba kernels cannot be cached") == 1, got["log"]
+    assert "DATAKIT_JIT_CACHE" in got["log"]
 
 
 _BLAS_PROBE = """
