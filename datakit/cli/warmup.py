@@ -9,7 +9,8 @@ venv before `venv-pack`, in `make venv` - and every later process loads the kern
 How: the same code paths a real run takes, on a tiny synthetic input, in this process (so
 the kernels see the argument types of a real run and nothing is pickled to workers): a
 pipeline through every stage with kernels (dedup's MinHash/LSH/verification, decontamination),
-the n-gram index build, and a contamination check against that index.
+the n-gram index build, and a contamination check against that index and one that scans the data
+(a dataset without an index: its parallel counting kernel, found missing in a review of the wheel).
 """
 from __future__ import annotations
 
@@ -53,6 +54,8 @@ def warm_up(events: int = 200) -> dict[str, float]:
         warmup_pipeline(root).run(engine="local", workers=1)
         from datakit.cli import app
 
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
-            app(["contamination-check", "--data", str(root / "out"), "--eval", "humaneval"], standalone_mode=False)
+        for how in ([], ["--no-index"]):  # through the index, and the scan of a dataset that has none
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+                app(["contamination-check", "--data", str(root / "out"), "--eval", "humaneval", *how],
+                    standalone_mode=False)
     return {"seconds": round(time.perf_counter() - t0, 2), "compile_seconds": round(compile_seconds() - c0, 2)}
