@@ -150,6 +150,11 @@ def test_validate_cli_exit_codes(tmp_path):
     r = runner.invoke(app, ["validate", bad, "--suite", "training_record.v1"])
     assert r.exit_code == 1 and "expect_column_values_to_be_in_set(column=kind)" in r.output
     assert runner.invoke(app, ["validate", good, "--suite", "no_such_suite"]).exit_code == 2
+    # a suite named with --suite none of whose checks fit the output (found in a review of the installed
+    # wheel: the line said "name one with --suite" to a user who had): which columns its checks need
+    r = runner.invoke(app, ["validate", good, "--suite", "consented_events"])
+    assert r.exit_code == 2 and "no check of consented_events applies" in r.output
+    assert "privacy_mode" in r.output and "name one with --suite" not in r.output
     assert runner.invoke(app, ["validate", str(tmp_path / "missing")]).exit_code == 2
     assert runner.invoke(app, ["validate"]).exit_code == 2
     # found in review: a shard damaged inside (same size, so the manifest's size check passes) was a

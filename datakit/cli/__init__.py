@@ -419,6 +419,10 @@ def validate(
     except Exception as e:  # a damaged shard, a failed engine: one line, exit 3 (1 means a check failed)
         _fail_engine_error(e, path)
         raise
+    if not res["results"] and suite:  # the suites named: "name one with --suite" would send the user in a circle
+        lacks = sorted({c for k in res.get("skipped", []) for c in k["columns"]})
+        _fail(f"{path}: no check of {', '.join(suite)} applies to this output"
+              + (f" (its checks read {', '.join(lacks)}, which it lacks)" if lacks else ""))
     if not res["results"]:
         _fail(f"{path}: no suite applies (name one with --suite; known: {', '.join(known)})")
     if json_out:
