@@ -71,6 +71,9 @@ def get_engine(name: str = "local", **options: Any):
     if name == "local":
         from datakit.engines.local import LocalEngine as engine_cls
     else:
+        from datakit.engines.spark_session import require_pyspark
+
+        require_pyspark()  # before the pipeline compiles: one line, not an ImportError at the first job
         from datakit.engines.spark import SparkEngine as engine_cls  # type: ignore[assignment]
     try:
         from datakit import allocator
