@@ -11,7 +11,8 @@ What changes:
   `venv-pack`, in `make venv` - into the package's own `__pycache__` folders, which travel
   with the installed files;
 - when the package folder is read-only, a kernel's cache files are copied from there into a
-  writable per-user folder (`$DATAKIT_JIT_CACHE`, else `~/.cache/datakit/jit/<datakit>-<numba>`),
+  writable per-user folder (`$DATAKIT_JIT_CACHE`, else `jit/` in `$DATAKIT_CACHE_DIR`, else
+  `~/.cache/datakit/jit/<datakit>-<numba>`),
   keyed by the module's path inside the package, not by where the package happens to be
   unpacked, and loaded from there; a missing entry is compiled and saved there;
 - when neither can be written (a read-only image run as a user whose home is read-only or
@@ -45,11 +46,19 @@ PACKAGE_ROOT = Path(__file__).resolve().parent
 
 
 def user_cache_root() -> Path:
-    """Where kernels of a read-only installation are cached (one folder per datakit + numba version)."""
+    """Where kernels of a read-only installation are cached (one folder per datakit + numba version):
+    `$DATAKIT_JIT_CACHE`, else `jit/` in datakit's per-user cache folder when `$DATAKIT_CACHE_DIR` moves
+    it (io/cache.py: "a user who moves it (a read-only home, ...) moves all of them with one variable";
+    found in a review of the installed wheel: the kernels stayed behind in the read-only home), else
+    `$XDG_CACHE_HOME/datakit/jit` or `~/.cache/datakit/jit`."""
     from datakit import __version__
 
-    env = os.environ.get("DATAKIT_JIT_CACHE")
-    base = Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "datakit" / "jit"
+    if os.environ.get("DATAKIT_JIT_CACHE"):
+        base = Path(os.environ["DATAKIT_JIT_CACHE"])
+    elif os.environ.get("DATAKIT_CACHE_DIR"):
+        base = Path(os.environ["DATAKIT_CACHE_DIR"]) / "jit"
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "datakit" / "jit"
     return base / f"{__version__}-numba{numba.__version__}"
 
 
@@ -194,7 +203,7 @@ def njit(*args: Any, **kwargs: Any) -> Callable:
 @functools.lru_cache(maxsize=1)
 def _say_uncached() -> None:
     log.warning("numba kernels cannot be cached: neither the package folder (%s) nor %s can be written, so they "
-                "compile in every process (seconds each); set DATAKIT_JIT_CACHE to a writable folder (kernels that "
+                "compile in every process (seconds each); set DATAKIT_CACHE_DIR or DATAKIT_JIT_CACHE to a writable folder (kernels that "
                 "`datakit warmup` compiled into the package are then copied there and loaded)",
                 PACKAGE_ROOT, user_cache_root())
 

@@ -42,8 +42,9 @@ def _run(root: Path, env_extra: dict[str, str], read_only: bool = False, script:
     for root: a private mount namespace, `unshare -m`, and a read-only bind mount of it)."""
     env = {**os.environ, "PYTHONPATH": str(root), **env_extra}
     env.pop("NUMBA_CACHE_DIR", None)
-    if "DATAKIT_JIT_CACHE" not in env_extra:
-        env.pop("DATAKIT_JIT_CACHE", None)
+    for var in ("DATAKIT_JIT_CACHE", "DATAKIT_CACHE_DIR"):
+        if var not in env_extra:
+            env.pop(var, None)
     cmd = [sys.executable, "-c", script]
     if read_only:
         pkg = shlex.quote(str(root / "datakit"))
@@ -134,6 +135,23 @@ def test_read_only_installation_without_a_writable_cache_folder_compiles_uncache
     assert got["cached"] is False
     assert got["log"].count("numba kernels cannot be cached") == 1, got["log"]
     assert "DATAKIT_JIT_CACHE" in got["log"]
+
+
+@pytest.mark.skipif(not _can_mount_read_only(), reason="needs `unshare -m` + bind mounts (root) to make a read-only installation")
+def test_read_only_installation_caches_kernels_where_datakit_cache_dir_says(package_copy: Path, tmp_path: Path) -> None:
+    """`DATAKIT_CACHE_DIR` moves every per-user cache of datakit (io/cache.py), the kernels' too.
+
+    Found in a review of the installed wheel: with a read-only home and `DATAKIT_CACHE_DIR` set, the
+    reference index went there but the kernels looked for `~/.cache/datakit/jit` only (and the run
+    failed on numba's "no locator available"; now it would compile them in every process)."""
+    not_a_folder = tmp_path / "a-file"
+    not_a_folder.write_text("")
+    moved = tmp_path / "datakit-cache"
+    env = {"XDG_CACHE_HOME": str(not_a_folder / "cache"), "HOME": str(not_a_folder / "home"),
+           "DATAKIT_CACHE_DIR": str(moved)}
+    first = _run(package_copy, env, read_only=True)
+    assert first["compiles"] == 1 and first["cache"].startswith(str(moved / "jit"))
+    assert _run(package_copy, env, read_only=True)["compiles"] == 0
 
 
 _BLAS_PROBE = """
