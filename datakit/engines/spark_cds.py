@@ -22,6 +22,15 @@ How:
 - The JVM itself checks that an archive matches its build and class path and ignores one that
   does not (a line in the driver log).
 
+- Files of an installation that is gone are deleted by the next driver start of any installation
+  (`sweep`): each key has a `<key>.owner` file naming its `java` binary and pyspark's jars folder, and
+  when either no longer exists, every file of that key goes. Why: found in review, the key names the
+  installation, so a removed virtualenv's archive (or finished dump, never adopted by a driver of its
+  own) stayed for good: one home folder held 46 of them, 7.3 GB, after a day of CI jobs, each in a
+  fresh clone's venv. Files older datakit versions left without an owner file go once unused for
+  `UNUSED_SECONDS` (an archive is touched each time a driver maps it), as does any archive unused
+  that long.
+
 The key covers what the archive depends on: the `java` binary (path, size, time), pyspark's
 version and jars, and the settings that change the driver's class path or heap. Output bytes never
 depend on it: the archive changes how fast classes load, not which. Off: `DATAKIT_SPARK_CDS=0`.
@@ -44,6 +53,7 @@ ENV_SWITCH = "DATAKIT_SPARK_CDS"
 # settings that change the driver JVM's class path or heap layout (an archive is valid for one of each)
 KEYED_CONF = ("spark.driver.memory", "spark.driver.extraClassPath", "spark.jars", "spark.jars.packages")
 STALE_SECONDS = 900.0  # a dump not finished after this long belongs to a JVM that was killed
+UNUSED_SECONDS = 14 * 86400.0  # an archive no driver mapped for this long, or a file of no known owner, goes
 _WRITTEN = re.compile(r"Written dynamic archive .* (\d+) bytes total")
 
 
@@ -104,8 +114,11 @@ def jvm_option(java: str, conf: dict[str, str]) -> str:
         key = archive_key(java, conf)
         folder = cache_dir()
         folder.mkdir(parents=True, exist_ok=True)
+        sweep(folder, key)
+        _write_owner(folder / f"{key}.owner", java)
         archive = folder / f"{key}.jsa"
         if archive.is_file() or _adopt_finished_dump(folder, key, archive):
+            os.utime(archive)  # when a driver last mapped it (see `sweep`)
             return f"-XX:SharedArchiveFile={archive}"
         if not _claim_dump(folder / f"{key}.dumping"):
             return ""  # another process is writing it
@@ -114,6 +127,58 @@ def jvm_option(java: str, conf: dict[str, str]) -> str:
     except OSError as e:  # no writable cache: start without an archive
         log.debug("no class-data archive: %s", e)
         return ""
+
+
+def _owner_paths(java: str) -> list[str]:
+    """What an archive key's installation is made of on disk: the java binary and pyspark's jars folder."""
+    import pyspark
+
+    return [os.path.realpath(java), str((Path(pyspark.__file__).parent / "jars").resolve())]
+
+
+def _write_owner(owner: Path, java: str) -> None:
+    text = "".join(f"{p}\n" for p in _owner_paths(java))
+    try:
+        if owner.read_text() == text:
+            return
+    except OSError:
+        pass
+    tmp = owner.with_name(f"{owner.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, owner)
+
+
+def sweep(folder: Path, current: str) -> list[str]:
+    """Delete the files of archive keys other than `current` that no driver will use again; the keys deleted.
+
+    A key goes when its `.owner` file names a path that no longer exists (its virtualenv or JDK was removed),
+    or when it has no owner file (an older datakit's) or its archive was not mapped, and none of its files
+    changed, for `UNUSED_SECONDS`. A dump whose JVM may still be writing it is never touched."""
+    now = time.time()
+    by_key: dict[str, list[Path]] = {}
+    for f in folder.iterdir():
+        key = f.name.split(".", 1)[0]
+        if key != current and f.is_file():
+            by_key.setdefault(key, []).append(f)
+    gone = []
+    for key, files in sorted(by_key.items()):
+        owner = folder / f"{key}.owner"
+        try:
+            paths = owner.read_text().splitlines() if owner in files else None
+            newest = max(f.stat().st_mtime for f in files)
+        except OSError:
+            continue
+        removed = paths is not None and any(p and not os.path.exists(p) for p in paths)
+        if not removed and now - newest < UNUSED_SECONDS:
+            continue
+        if any(f.name.endswith(".jsa.tmp") and _writer_alive(f) for f in files):
+            continue  # a JVM is writing it right now
+        for f in files:
+            f.unlink(missing_ok=True)
+        gone.append(key)
+    if gone:
+        log.info("class-data archives: removed %d of installations gone or unused (%s)", len(gone), folder)
+    return gone
 
 
 def _adopt_finished_dump(folder: Path, key: str, archive: Path) -> bool:

@@ -118,7 +118,7 @@ def test_the_first_driver_writes_the_archive_and_the_next_one_maps_it(tmp_path):
         assert time.time() < deadline, sorted(p.name for p in (tmp_path / "spark-cds").iterdir())
         time.sleep(0.5)
     assert child() == "MAPPED"  # the next driver adopts it
-    assert sorted(p.suffix for p in (tmp_path / "spark-cds").iterdir()) == [".jsa"]  # no leftovers
+    assert sorted(p.suffix for p in (tmp_path / "spark-cds").iterdir()) == [".jsa", ".owner"]  # no leftovers
 
 
 def test_the_key_names_where_pyspark_is_installed(tmp_path, monkeypatch):
@@ -138,3 +138,58 @@ def test_the_key_names_where_pyspark_is_installed(tmp_path, monkeypatch):
             f.truncate(j.stat().st_size)
     monkeypatch.setattr(pyspark, "__file__", str(other / "__init__.py"))
     assert spark_cds.archive_key(java, {}) != here
+
+
+def test_the_files_of_an_installation_that_is_gone_are_swept(tmp_path, monkeypatch):
+    """Found in review: the key names the installation, so a removed virtualenv's archive, or its finished
+    dump that no driver of its own ever adopted, stayed for good (46 keys, 7.3 GB in one home folder after a
+    day of CI jobs in fresh clones). The next driver start of any installation deletes them."""
+    monkeypatch.setenv("DATAKIT_CACHE_DIR", str(tmp_path))
+    java, conf = sys.executable, {}
+    key = spark_cds.archive_key(java, conf)
+    folder = tmp_path / "spark-cds"
+    folder.mkdir()
+    venv = tmp_path / "old-venv" / "jars"
+    venv.mkdir(parents=True)
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()  # a pid that has exited: no writer
+
+    def files(k: str, owner: list[str] | None, age: float = 0.0) -> list[Path]:
+        made = [folder / f"{k}.jsa", folder / f"{k}.{dead}.jsa.tmp", folder / f"{k}.{dead}.jsa.log",
+                folder / f"{k}.dumping"]
+        if owner is not None:
+            made.append(folder / f"{k}.owner")
+        for f in made:
+            f.write_text("\n".join(owner) + "\n" if f.suffix == ".owner" else "x")
+            if age:
+                os.utime(f, (time.time() - age, time.time() - age))
+        return made
+
+    removed = files("removed", [os.path.realpath(java), str(venv)])
+    kept = files("kept", [os.path.realpath(java), str(Path(sys.executable).parent)])
+    legacy_old = files("legacyold", None, age=spark_cds.UNUSED_SECONDS + 60)
+    legacy_new = files("legacynew", None)
+    unused = files("unused", [os.path.realpath(java), str(Path(sys.executable).parent)], age=spark_cds.UNUSED_SECONDS + 60)
+    mine = folder / f"{key}.jsa"
+    mine.write_bytes(b"x")
+    os.utime(mine, (time.time() - spark_cds.UNUSED_SECONDS - 60,) * 2)
+    venv.rmdir()  # that virtualenv was removed
+
+    assert spark_cds.jvm_option(java, conf) == f"-XX:SharedArchiveFile={mine}"
+    assert not any(f.exists() for f in removed + legacy_old + unused)
+    assert all(f.exists() for f in kept + legacy_new)
+    assert time.time() - mine.stat().st_mtime < 60  # touched as it is mapped: this key is in use
+    owner = folder / f"{key}.owner"
+    assert owner.read_text().splitlines()[0] == os.path.realpath(java)
+
+
+def test_a_dump_being_written_is_never_swept(tmp_path, monkeypatch):
+    monkeypatch.setenv("DATAKIT_CACHE_DIR", str(tmp_path))
+    folder = tmp_path / "spark-cds"
+    folder.mkdir()
+    writing = folder / f"other.{os.getpid()}.jsa.tmp"  # this process counts as its writer
+    writing.write_bytes(b"partial")
+    (folder / "other.owner").write_text(str(tmp_path / "no-such-venv") + "\n")
+    assert spark_cds.sweep(folder, "current") == []
+    assert writing.exists()
