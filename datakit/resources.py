@@ -10,6 +10,11 @@ of the repository are symlinks into the package (one source of truth).
     datakit/schemas/NAME.json          data contracts (JSON Schema)
     datakit/quality/suites/NAME.json   great-expectations suites
     datakit/tokenizers/NAME.json       built-in tokenizers, used as `tokenizer: datakit:NAME`
+    datakit/pipelines/NAME.yaml        the ready pipelines (`datakit init NAME` copies one out)
+
+`datakit/pipelines` is the one link the other way round (a link to the repository's `pipelines/`):
+those files name their inputs relative to their own folder (`../demo/logs`), which must stay the
+repository's `demo/` for `make demo`; the wheel carries the files themselves.
 """
 from __future__ import annotations
 
@@ -76,3 +81,16 @@ def builtin_tokenizer_bytes(name: str) -> bytes | None:
         known = ", ".join(BUILTIN_TOKENIZER_PREFIX + n for n in tokenizer_names())
         raise FileNotFoundError(f"no built-in tokenizer {name!r}; known: {known}")
     return f.read_bytes()
+
+
+def pipeline_names() -> list[str]:
+    """The ready pipelines shipped with the package (`datakit init NAME`)."""
+    return _names(_folder("pipelines"), ".yaml")
+
+
+def pipeline_text(name: str) -> str:
+    """The shipped pipeline file `NAME.yaml`, as written in the repository's `pipelines/`."""
+    f = _folder("pipelines") / f"{name}.yaml"
+    if not f.is_file():
+        raise KeyError(name)
+    return f.read_text(encoding="utf-8")

@@ -26,7 +26,7 @@ def test_wheel_and_sdist_carry_the_runtime_data(wheel_dists):
     wheel, sdist = wheel_dists
     names = set(zipfile.ZipFile(wheel).namelist())
     for f in ("datakit/schemas/editor_event.v1.json", "datakit/quality/suites/editor_event.v1.json",
-              "datakit/tokenizers/demo-bpe.json", "datakit/py.typed"):
+              "datakit/tokenizers/demo-bpe.json", "datakit/pipelines/quickstart.yaml", "datakit/py.typed"):
         assert f in names
     assert not [n for n in names if n.startswith(("schemas/", "quality/", "tests/"))]
     with tarfile.open(sdist) as t:

@@ -178,7 +178,7 @@ def _start_spark_early(pipeline: Path, master: Optional[str], conf: List[str]) -
 
 @app.command()
 def run(
-    pipeline: Path = typer.Argument(..., help="Pipeline YAML file (see pipelines/ and schemas/pipeline.v1.json)."),
+    pipeline: Path = typer.Argument(..., help="Pipeline YAML file (`datakit init` writes a ready one; see schemas/pipeline.v1.json)."),
     engine: str = typer.Option("local", help="local (embedded, no JVM) or spark."),
     master: Optional[str] = typer.Option(None, help="Spark master URL, e.g. local[4] or spark://host:7077."),
     input: Optional[List[str]] = typer.Option(None, "--input", help="Override the pipeline's input path/glob "
@@ -350,6 +350,34 @@ def explain(
         typer.echo(Pipeline.from_yaml(pipeline).explain(format, input_override=override))
     except (PipelineError, InputError) as e:
         _fail(str(e))
+
+
+@app.command()
+def init(
+    name: Optional[str] = typer.Argument(None, help="A ready pipeline (quickstart, code, fim, sft, longctx, "
+                                         "preference, feedback); none: list them."),
+    folder: Path = typer.Option(Path("."), "--dir", help="Folder to write NAME.yaml into (default: here)."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing NAME.yaml."),
+) -> None:
+    """Write a ready pipeline into a folder of yours, reading logs/ and writing out/NAME there.
+
+    The pipelines `make demo` runs in a checkout, for an installed package:
+    datakit init quickstart && datakit synth logs --events 2000 && datakit run quickstart.yaml
+    """
+    from datakit.cli.init import SYNTH_ARGS, InitError, summaries, write_starter
+
+    if name is None:
+        for n, what in summaries().items():
+            typer.echo(f"{n:<12} {what}")
+        return
+    try:
+        dest = write_starter(name, folder, force=force)
+    except InitError as e:
+        _fail(str(e))
+    except OSError as e:  # an unwritable folder: one line, as every other command
+        _fail(f"{folder}: cannot write the pipeline ({e.strerror or type(e).__name__})")
+    typer.echo(f"wrote {dest}; next: datakit synth {folder / 'logs'} {SYNTH_ARGS.get(name, '--events 2000')} && "
+               f"datakit run {dest}")
 
 
 @app.command()

@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if not Path(args.pipeline).is_file():  # an installed package has no pipelines/ folder
         print(f"error: no pipeline file {args.pipeline}: the demo runs from a source checkout "
-              "(`make demo`); elsewhere pass --pipeline FILE", file=sys.stderr)
+              "(`make demo`); elsewhere pass --pipeline FILE (`datakit init NAME` writes a ready one)", file=sys.stderr)
         return 2
     try:
         pipeline = Pipeline.from_yaml(args.pipeline)
