@@ -277,12 +277,34 @@ def _input_inside(files: list[str], out: str) -> str | None:
 
     Why: an input glob that also matches the output (`--input 'in/**' --output in/o3`) read the
     previous run's files; the second run first withdrew the published dataset and then failed on a
-    file it had listed ("disappeared"), so the earlier output was lost (found in review)."""
-    if "://" in out:
-        prefix = out.rstrip("/") + "/"
-        return next((f for f in files if f.startswith(prefix)), None)
-    root = os.path.realpath(out).rstrip("/") + "/"
-    return next((f for f in files if "://" not in f and os.path.realpath(f).startswith(root)), None)
+    file it had listed ("disappeared"), so the earlier output was lost (found in review).
+
+    Both sides are compared as their filesystem sees them (storage, then the path without its protocol),
+    not as typed: found in an operations review, `--output file:///data/in/out` over input `/data/in`, or
+    `--output s3a://b/in/out` over input `s3://b/in`, passed, and the second run lost the first's output."""
+    from datakit.io.fs import filesystem
+
+    def storage_of(fs) -> str:
+        protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
+        return "local" if {"file", "local"} & set(protocols) else sorted(protocols)[0]  # s3 and s3a: one store
+
+    def where(fs, path: str) -> str:
+        return os.path.realpath(path) if storage_of(fs) == "local" else path
+
+    out_fs, out_path = filesystem(out)
+    store, root = storage_of(out_fs), where(out_fs, out_path).rstrip("/") + "/"
+    by_protocol: dict[str, Any] = {}  # one filesystem per protocol: a listing can hold many files
+    for f in files:
+        protocol = f.split("://", 1)[0] if "://" in f else ""
+        if protocol not in by_protocol:
+            by_protocol[protocol] = filesystem(f)[0]
+        fs = by_protocol[protocol]
+        if storage_of(fs) != store:
+            continue
+        path = fs._strip_protocol(f) if protocol else filesystem(f)[1]
+        if where(fs, path).startswith(root):
+            return f
+    return None
 
 
 def parse_stage(spec: dict[str, Any] | StageConfig, where: str = "") -> StageConfig:
