@@ -518,6 +518,9 @@ def report(path: str = typer.Argument(..., help="A datakit output with _run.json
         typer.echo(write_report(path))
     except (FileNotFoundError, InputError) as e:  # no _run.json; a damaged one or manifest (DamagedJSONError)
         _fail(_error_text(e))
+    except Exception as e:  # storage: one line, exit 3 (found in an operations review: with a wrong secret key,
+        _fail_engine_error(e, path)  # s3fs's PermissionError said "report failed unexpectedly ... this is a bug")
+        raise
 
 
 @app.command()
