@@ -645,6 +645,16 @@ def _end_by_sigterm() -> None:
     # as the configured format writes it (found in an operations review: plain text among a scheduler's JSON)
     typer.echo(error_line("stopped (SIGTERM)").replace("datakit: error: ", "datakit: "), err=True)
     sys.stderr.flush()
+    # The exit handlers a Ctrl-C's normal exit runs, which the signal's default action skips: found in an
+    # operations review, the pool's queues never released their named semaphores, and multiprocessing's
+    # resource tracker printed "There appear to be 5 leaked semaphore objects" after the line above. The
+    # workers are killed first, as a Ctrl-C kills them, so no handler waits for a task to finish.
+    import atexit
+
+    from datakit.workers import kill_all_pools
+
+    kill_all_pools()
+    atexit._run_exitfuncs()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)
 
