@@ -12,6 +12,8 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pytest
+
 _DENIED = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SignatureDoesNotMatch</Code>'
            b'<Message>The request signature we calculated does not match</Message></Error>')
 
@@ -36,15 +38,21 @@ class _Refuses(BaseHTTPRequestHandler):
         pass
 
 
-def test_report_on_a_refusing_object_store_is_one_storage_error_line_exit_3(tmp_path):
+@pytest.mark.parametrize("args", [
+    ["report", "s3://datasets/out"],
+    # the same review: diff and build-index said exit 2 (a usage error) for the same refusal
+    ["diff", "s3://datasets/out", "s3://datasets/out"],
+    ["build-index", "s3://datasets/out", "--workers", "1"],
+])
+def test_a_refusing_object_store_is_one_storage_error_line_exit_3(tmp_path, args):
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Refuses)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     secret = "WrongSecretKeyDoNotPrint0123456789"
     env = {**os.environ, "AWS_ACCESS_KEY_ID": "AKIAREVIEWREVIEW0000", "AWS_SECRET_ACCESS_KEY": secret,
            "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://127.0.0.1:{server.server_port}",
-           "TMPDIR": str(tmp_path)}
+           "TMPDIR": str(tmp_path), "DATAKIT_STORAGE_RETRIES": "1"}
     try:
-        r = subprocess.run([sys.executable, "-m", "datakit.cli", "report", "s3://datasets/out"], env=env,
+        r = subprocess.run([sys.executable, "-m", "datakit.cli", *args], env=env,
                            capture_output=True, text=True, timeout=120)
     finally:
         server.shutdown()

@@ -480,7 +480,8 @@ def diff(
     html_out: Optional[Path] = typer.Option(None, "--html", help="Write the diff as a self-contained HTML page."),
 ) -> None:
     """Compare two outputs: config, per-stage counts, documents, token mix. Exit 0 same data (every data file's
-    bytes, hashed), 1 differs, 2 error (a missing, resized or changed data file included)."""
+    bytes, hashed), 1 differs, 2 error (a missing, resized or changed data file included), 3 storage error (an
+    object store's refusal, e.g. a wrong key)."""
     _paths_given(a, b)
     from datakit.quality.diff import diff as run_diff, summary_lines, to_html
 
@@ -495,6 +496,10 @@ def diff(
     except InputError as e:  # a damaged manifest, a missing or changed data file: the line names it
         _fail(f"cannot compare {a} and {b}: {_error_text(e)}")
     except (OSError, ValueError, KeyError) as e:
+        from datakit.io import storage
+
+        if isinstance(e, PermissionError) or storage.from_storage_stack(e):  # a store's refusal (a wrong key:
+            _fail_engine_error(e, f"{a} or {b}")  # s3fs raises 403 as PermissionError): storage error, exit 3
         # a damaged shard or manifest: "cannot compare" (2), never "differs" (1), which a regression gate
         # would read as a changed dataset (found in review: a traceback and exit 1)
         _fail(f"cannot compare {a} and {b}: {type(e).__name__}: {_error_text(e)}")

@@ -508,6 +508,10 @@ def refuse_foreign_target(out_path: str) -> None:
         names = sorted(n for n in (str(e).rstrip("/").rsplit("/", 1)[-1] for e in fs.ls(base, detail=False))
                        if n and not n.startswith("."))
     except OSError as e:
+        from datakit.io import storage
+
+        if isinstance(e, PermissionError) or storage.from_storage_stack(e):  # a store's refusal (a wrong key: s3fs
+            raise storage.describe(e, shown, "read") from None  # raises 403 as PermissionError): exit 3, not usage
         raise InputError(f"cannot look at the index folder {shown}: {type(e).__name__}") from None
     foreign = [n for n in names if n not in INDEX_FILES]
     if foreign:
