@@ -187,6 +187,9 @@ class LocalEngine(Engine):
             self._durable = (tempwork.durable_root(plan.sink.path, rid) or "") if plan.sink is not None else ""
             path = self._temp_root = tempwork.claim(rid if plan.sink is not None else uuid.uuid4().hex)
             return path
+        # the scratch folders object-store runs killed on this host left (found in an operations review: the
+        # README says the next run removes them, but only the next object-store run did)
+        tempwork.sweep()
         path = f"{root}/{rid[:16]}"
         os.makedirs(path, exist_ok=True)
         # private: a task's spill before scrub_pii holds raw text, kept after a failure for the resume
