@@ -246,7 +246,10 @@ class _Lock:
                     again = {}
                 if again is not None and again != held:
                     continue  # another run's lease now: the next attempt finds it fresh (busy)
-                log.warning("taking over the expired lock of %s (run %s)", self.path, held.get("run"))
+                # why it is free, as judged above (found in an operations review: a SIGKILLed run's lease, still
+                # within its time, was called "expired")
+                why = "expired" if held.get("expires", 0) <= time.time() else "its run's process is gone"
+                log.warning("taking over the lock of %s (run %s): %s", self.path, held.get("run"), why)
                 took_over = True
                 try:
                     fs.rm(p)
