@@ -65,3 +65,14 @@ def test_list_refusals_and_force(tmp_path):
     (tmp_path / "file").write_text("x")
     r = runner.invoke(app, ["init", "sft", "--dir", str(tmp_path / "file")])
     assert r.exit_code == 2 and "is a file" in r.stderr
+
+
+def test_version_names_datakit_and_its_main_libraries():
+    """Found in a review of the installed wheel: there was no `datakit --version` for a bug report."""
+    from importlib import metadata
+
+    r = CliRunner().invoke(app, ["--version"])
+    assert r.exit_code == 0
+    line = r.stdout.strip()
+    assert line.startswith("datakit ") and len(line.splitlines()) == 1
+    assert f"pyarrow {metadata.version('pyarrow')}" in line and f"tokenizers {metadata.version('tokenizers')}" in line

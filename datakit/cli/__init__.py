@@ -26,6 +26,39 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
 
 log = logging.getLogger("datakit")
 
+# the libraries whose versions decide output bytes or speed, named by `datakit --version` (what a bug report needs)
+_VERSION_OF = ("pyarrow", "polars", "numpy", "numba", "tokenizers", "spacy", "pyspark")
+
+
+def version_line() -> str:
+    """`datakit X.Y.Z (Python A.B.C; pyarrow ..., pyspark not installed)`: this installation, in one line."""
+    import platform
+    from importlib import metadata
+
+    def version(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    mine = version("datakit")
+    mine = mine if mine != "not installed" else "(a source checkout, not installed)"
+    libs = ", ".join(f"{n} {version(n)}" for n in _VERSION_OF)
+    return f"datakit {mine} (Python {platform.python_version()}; {libs})"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(version_line())
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="Print datakit's version and its main libraries', then exit.")) -> None:
+    """Turn AI-code-editor logs into training data: run pipelines, make synthetic logs, check eval
+    contamination, inspect packed datasets."""
+
 
 def _fail(msg: str, code: int = 2) -> None:
     """One line on stderr, redacted like every log line (an error may quote data: a stage's exception
