@@ -430,3 +430,48 @@ def test_an_acceptance_that_differs_in_line_ends_and_trailing_blanks_only_is_kep
                                                              accepted_text="def f():  \r\n    pass")])
     st, q = _run(tmp_path, f)
     assert (st["rows_in"], st["rows_out"], q) == (1, 1, [])
+
+
+@pytest.mark.parametrize("char", ["\u0085", "\u2028", "\u2029", "\u200b", "\u202e", "\ufeff", "\u00ad",
+                                  "\U000e0041", "\x9b"])
+def test_ids_hold_no_invisible_control_of_any_kind(char):
+    """Found in a hostile-input review: C1 controls, the line/paragraph separators, zero-width and
+    bidirectional-override characters and the byte-order mark were accepted in ids, although the rule
+    (README: "ids hold no control character") says otherwise; an RTL override shows an id reversed."""
+    from datakit.stages.ingest import InvalidEvent, parse_line
+
+    for field in ("event_id", "user_id", "org_id", "session_id"):
+        ev = make_event(3, **{field: f"id{char}x"})
+        with pytest.raises(InvalidEvent) as e:
+            parse_line(json.dumps(ev, ensure_ascii=False).encode())
+        assert (e.value.reason, e.value.detail) == ("bad_value", field)
+    assert parse_line(json.dumps(make_event(3, user_id="usér-ß-東京")).encode())["user_id"] == "usér-ß-東京"
+
+
+def test_the_id_rule_covers_every_control_format_and_separator_character_of_this_unicode():
+    import unicodedata
+
+    from datakit.stages.ingest import _CONTROL
+
+    wanted = [chr(c) for c in range(0x110000) if unicodedata.category(chr(c)) in ("Cc", "Cf", "Zl", "Zp")]
+    assert len(wanted) > 200 and all(_CONTROL.search(c) for c in wanted)
+    assert not any(_CONTROL.search(c) for c in "aZ09-_.:@/ ßé東")
+
+
+def test_a_huge_number_in_a_field_nobody_reads_never_costs_the_event():
+    """Found in a hostile-input review: a 5,000-digit integer (more than Python makes an int of) in a field
+    the contract does not name made the whole line bad_json; in a field it names it is still refused."""
+    from datakit.stages.ingest import InvalidEvent, parse_line
+
+    ev = make_event(5)
+    line = json.dumps(ev).encode()
+    huge = "9" * 5000
+    kept = parse_line(line[:-1] + f', "future_counter": {huge}, "neg": -{huge}}}'.encode())
+    assert kept["event_id"] == ev["event_id"] and kept["latency_ms"] == ev["latency_ms"]
+    ev.pop("latency_ms")
+    with pytest.raises(InvalidEvent) as e:
+        parse_line(json.dumps(ev).encode()[:-1] + f', "latency_ms": {huge}}}'.encode())
+    assert e.value.reason in ("wrong_type", "bad_value")
+    with pytest.raises(InvalidEvent) as e:
+        parse_line(line[:-1] + b', "x": 12a}')  # not JSON stays bad_json
+    assert e.value.reason == "bad_json"
