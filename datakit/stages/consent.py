@@ -170,11 +170,23 @@ def read_id_lists(paths: list[str], columns: tuple[str, ...] = ID_COLUMNS) -> di
     for url in paths:
         if url.endswith(".parquet"):
             fs, p = filesystem(url)
-            t = pq.read_table(p, filesystem=arrow_filesystem(fs))
-            present = [c for c in columns if c in t.schema.names]
-            if not present and t.num_rows:
-                raise InputError(f"opt-out list {url} has no {want} column")
-            values = {c: t.column(c).cast(pa.string()).to_pylist() for c in present}
+            try:
+                t = pq.read_table(p, filesystem=arrow_filesystem(fs))
+                present = [c for c in columns if c in t.schema.names]
+                if not present and t.num_rows:
+                    raise InputError(f"opt-out list {url} has no {want} column")
+                values = {c: t.column(c).cast(pa.string()).to_pylist() for c in present}
+            except (pa.ArrowException, KeyError, ValueError, OSError) as e:
+                if isinstance(e, InputError):
+                    raise
+                from datakit.io import storage
+
+                if isinstance(e, (FileNotFoundError, PermissionError)) or storage.from_storage_stack(e):
+                    raise  # the store's own error: reported as storage, not as the list's content
+                # a file that is not Parquet, invalid UTF-8 in an id column, an id column given twice: one line
+                # naming the file (found in a hostile-input review: pyarrow's own text, without the file, or
+                # the whole schema for a repeated column)
+                raise InputError(f"cannot read opt-out list {url}: {_list_problem(e)}") from None
             empty = sum(1 for row in zip(*values.values()) if not any(row))
             if empty:
                 raise _names_no_one(url, empty, columns, t.schema.names)
@@ -193,6 +205,19 @@ def read_id_lists(paths: list[str], columns: tuple[str, ...] = ID_COLUMNS) -> di
                     if obj.get(c) is not None and obj[c] != "":
                         found[c].add(str(obj[c]))
     return {c: tuple(sorted(v)) for c, v in found.items()}
+
+
+def _list_problem(e: BaseException) -> str:
+    """What is wrong with an opt-out file, in a few words (never its ids: the first line of the error, cut)."""
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    low = text.lower()
+    if isinstance(e, KeyError) or "multiple matches" in low or "duplicate" in low:
+        return "an id column appears more than once"
+    if "magic bytes" in low or "parquet file size is 0" in low:
+        return "not a Parquet file (or a truncated one)"
+    if "utf8" in low or "utf-8" in low:
+        return "an id column holds bytes that are not UTF-8"
+    return f"{type(e).__name__} ({text[:120]})" if text else type(e).__name__
 
 
 def load_optouts(paths: list[str]) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
