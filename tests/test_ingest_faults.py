@@ -475,3 +475,22 @@ def test_a_huge_number_in_a_field_nobody_reads_never_costs_the_event():
     with pytest.raises(InvalidEvent) as e:
         parse_line(line[:-1] + b', "x": 12a}')  # not JSON stays bad_json
     assert e.value.reason == "bad_json"
+
+
+def test_an_address_broken_by_a_byte_that_is_not_utf8_is_masked_whole_in_the_quarantine(tmp_path):
+    """Found in a hostile-input review: the line was decoded with U+FFFD for the bad byte, which is no letter, so
+    `jose.garc\\xeda@example.com` became `jose.garc\\ufffd<EMAIL>` in _quarantine/, keeping half of the name.
+    The byte is read as the Windows-1252 / Latin-1 character it stands for, and the address is one finding."""
+    import pyarrow.parquet as pq
+
+    good = json.dumps(make_event(1)).encode()
+    bad = good[:-1] + b', "note": "write to jose.garc\xeda@example.com or m\xfcller@beispiel.de"}'
+    write_jsonl(tmp_path / "logs" / "a.jsonl", [good, bad])
+    (Pipeline("q").input(str(tmp_path / "logs")).add({"kind": "ingest"})
+     .output(str(tmp_path / "out"), format="parquet", shards=1).run(workers=1))
+    rows = [r for f in sorted((tmp_path / "out" / "_quarantine").rglob("*.parquet"))
+            for r in pq.read_table(f).to_pylist()]
+    assert [r["reason"] for r in rows] == ["bad_utf8"]
+    kept = rows[0]["raw"]
+    kept = kept if isinstance(kept, bytes) else kept.encode()
+    assert b"<EMAIL>" in kept and b"garc" not in kept and b"ller" not in kept, kept

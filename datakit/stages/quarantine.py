@@ -15,6 +15,7 @@ text once more: anything the view's decoding changed the shape of is caught eith
 """
 from __future__ import annotations
 
+import codecs
 import hashlib
 import logging
 import re
@@ -117,6 +118,27 @@ def scrub_lines(fn: Any, texts: list[str]) -> list[str | None]:
     return [json_escapes_restored(t) for t in fn.scrub([json_escapes_split(t) for t in first])[0]]
 
 
+def _bytes_as_cp1252(e: UnicodeDecodeError) -> tuple[str, int]:
+    """A UTF-8 decoding error handler: each byte that is not UTF-8 as the Windows-1252 / Latin-1 character it
+    would be (the usual reason a log line is not UTF-8), never U+FFFD."""
+    bad = e.object[e.start:e.end]
+    return "".join(bytes([b]).decode("cp1252", "ignore") or chr(b) for b in bad), e.end
+
+
+_NOT_UTF8 = "datakit.quarantine.cp1252"
+codecs.register_error(_NOT_UTF8, _bytes_as_cp1252)
+
+
+def decoded_for_scrubbing(raw: bytes) -> str:
+    """A quarantined line as text: UTF-8, and any byte that is not UTF-8 as its Windows-1252 / Latin-1 character.
+
+    Why not U+FFFD (`errors="replace"`): found in a hostile-input review, an address broken by one Latin-1
+    byte (`jose.garc\\xeda@example.com`) was masked only from the replacement character on, keeping
+    `jose.garc` in `_quarantine/`: U+FFFD is no letter, so the detectors' match began after it. As the
+    character it stands for (`í`), the whole address is one finding, as it is in a UTF-8 line."""
+    return raw.decode("utf-8", _NOT_UTF8)
+
+
 def _fingerprint(raw: bytes, offset: int | None) -> bytes:
     where = f"bytes={offset}-{offset + len(raw)}" if offset is not None else f"length={len(raw)}"
     return f"sha256={hashlib.sha256(raw).hexdigest()};{where}".encode()
@@ -140,7 +162,7 @@ def quarantine_raw(raws: list[bytes | None], offsets: list[int | None], mode: Qu
         try:
             if scrub is None:
                 raise ImportError("not loaded")
-            clean = scrub([raws[i].decode("utf-8", "replace") for i in idx])
+            clean = scrub([decoded_for_scrubbing(raws[i]) for i in idx])
         except (ImportError, OSError) as e:
             log.warning("quarantine: scrubber unavailable (%s); quarantined lines are hashed", type(e).__name__)
             mode = "hash"
