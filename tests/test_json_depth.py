@@ -66,3 +66,25 @@ def test_the_depth_check_reads_strings_as_text():
     assert json_too_deep("[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1))
     assert not json_too_deep("[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH)
     assert not json_too_deep("[]" * 5000)  # many brackets side by side are no depth
+
+
+@pytest.mark.timeout(60)  # a hang guard, not a speed measurement: the old scan took ~1 h on this line
+def test_a_line_cut_inside_a_string_is_refused_at_once_not_scanned_quadratically():
+    """Found in review: the string pattern had to end at a quote, so on a text cut off inside a string the
+    search failed at the end and tried again from every later quote (each `\\"` of escaped code included):
+    a 58 KB line took 4.3 s, ~1 h at 1 MB, where json.loads refuses it in a millisecond."""
+    code = "".join(f'x[{i}] = {{"k{i}": "v"}}\n' for i in range(40000))  # ~1 MB of code context
+    line = json.dumps({"event_id": "e", "event_type": "tab_completion", "context": {"prefix": code, "suffix": ""}})
+    with pytest.raises(InvalidEvent) as e:
+        parse_line(line[: len(line) // 2].encode())
+    assert e.value.reason == "bad_json"
+    assert not json_too_deep('"' + '\\"' * 400_000 + "[" * 600)  # all of it one open string
+
+
+def test_brackets_in_strings_never_count_and_structure_always_does():
+    deep = json.loads("[" * 600 + "]" * 600)
+    assert json_too_deep(json.dumps({"s": "]" * 600, "d": deep}))  # closing brackets in a string hide nothing
+    assert not json_too_deep(json.dumps(["[" * 1000, "{" * 1000]))
+    assert not json_too_deep('"' + "[" * 700)  # an open string: its brackets are string text
+    assert json_too_deep("[" * 600 + '"abc\\')  # the depth before an open string still counts
+    assert json_too_deep("[" * (MAX_JSON_DEPTH + 1)) and not json_too_deep("[" * MAX_JSON_DEPTH)
