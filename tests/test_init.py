@@ -76,3 +76,14 @@ def test_version_names_datakit_and_its_main_libraries():
     line = r.stdout.strip()
     assert line.startswith("datakit ") and len(line.splitlines()) == 1
     assert f"pyarrow {metadata.version('pyarrow')}" in line and f"tokenizers {metadata.version('tokenizers')}" in line
+
+
+def test_a_name_is_never_a_path_and_the_listing_names_no_checkout_folder(tmp_path):
+    """Found in review: `datakit init ../x` read `x.yaml` beside the package's pipelines folder; the listing
+    kept quickstart's "(datakit synth demo/logs)"."""
+    runner = CliRunner()
+    for bad in ("../x", "../pipelines/quickstart", "/etc/passwd", "quickstart.yaml"):
+        r = runner.invoke(app, ["init", bad, "--dir", str(tmp_path)])
+        assert r.exit_code == 2 and "no ready pipeline" in r.stderr, bad
+    assert not list(tmp_path.iterdir())
+    assert "demo/" not in runner.invoke(app, ["init"]).stdout

@@ -35,3 +35,15 @@ def test_an_unreadable_optout_list_is_one_line_naming_it(tmp_path, name):
     assert r.exit_code == 2 and len(lines) == 1, r.stderr
     assert f"lists/{name}.parquet" in lines[0] and expected in lines[0], lines[0]
     assert "user_id: string" not in lines[0] and "u1" not in lines[0]
+
+
+def test_a_column_of_another_type_is_not_called_bad_utf8(tmp_path):
+    """Found in review: any pyarrow text naming 'utf8' (a list<string> id column: 'Unsupported cast ... to
+    utf8') was reported as bytes that are not UTF-8."""
+    from datakit.io.fs import InputError
+    from datakit.stages.consent import read_id_lists
+
+    pq.write_table(pa.table({"user_id": pa.array([["u1", "u2"]])}), tmp_path / "lists.parquet")
+    with pytest.raises(InputError) as e:
+        read_id_lists([str(tmp_path / "lists.parquet")])
+    assert "not UTF-8" not in str(e.value) and "lists.parquet" in str(e.value)

@@ -397,7 +397,7 @@ def init(
     The pipelines `make demo` runs in a checkout, for an installed package:
     datakit init quickstart && datakit synth logs --events 2000 && datakit run quickstart.yaml
     """
-    from datakit.cli.init import SYNTH_ARGS, InitError, summaries, write_starter
+    from datakit.cli.init import DEFAULT_SYNTH_ARGS, SYNTH_ARGS, InitError, summaries, write_starter
 
     if name is None:
         for n, what in summaries().items():
@@ -409,7 +409,7 @@ def init(
         _fail(str(e))
     except OSError as e:  # an unwritable folder: one line, as every other command
         _fail(f"{folder}: cannot write the pipeline ({e.strerror or type(e).__name__})")
-    typer.echo(f"wrote {dest}; next: datakit synth {folder / 'logs'} {SYNTH_ARGS.get(name, '--events 2000')} && "
+    typer.echo(f"wrote {dest}; next: datakit synth {folder / 'logs'} {SYNTH_ARGS.get(name, DEFAULT_SYNTH_ARGS)} && "
                f"datakit run {dest}")
 
 

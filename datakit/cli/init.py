@@ -21,6 +21,7 @@ _REPLACEMENTS = (('"../demo/logs/', '"logs/'), ('"../demo/out/', '"out/'),
                  ("datakit synth demo/logs", "datakit synth logs"), ("datakit run pipelines/", "datakit run "))
 # the synth command each ready pipeline wants (the repository-level ones need repository projects)
 SYNTH_ARGS = {"longctx": "--events 3000 --repositories 40", "feedback": "--events 3000 --repositories 40"}
+DEFAULT_SYNTH_ARGS = "--events 3000"  # as the shipped files' comments say
 
 
 class InitError(ValueError):
@@ -31,17 +32,17 @@ def summaries() -> dict[str, str]:
     """Each shipped pipeline's name and the first line of its leading comment (what it makes)."""
     out = {}
     for name in resources.pipeline_names():
-        lines = [ln.lstrip("# ").strip() for ln in resources.pipeline_text(name).splitlines() if ln.startswith("#")]
+        lines = [ln.lstrip("# ").strip() for ln in starter_text(name).splitlines() if ln.startswith("#")]
         out[name] = lines[0] if lines else ""
     return out
 
 
 def starter_text(name: str) -> str:
     """The shipped pipeline `name`, its input, opt-out list and output relative to the folder it is written to."""
-    try:
-        text = resources.pipeline_text(name)
-    except KeyError:
-        raise InitError(f"no ready pipeline {name!r}; known: {', '.join(resources.pipeline_names())}") from None
+    known = resources.pipeline_names()
+    if name not in known:  # a name, never a path (`../x` would read beside the package's folder)
+        raise InitError(f"no ready pipeline {name!r}; known: {', '.join(known)}")
+    text = resources.pipeline_text(name)
     for old, new in _REPLACEMENTS:
         text = text.replace(old, new)
     if "../" in text:  # a shipped file this function does not know how to move: say so, never write it half-moved

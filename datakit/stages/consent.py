@@ -215,7 +215,7 @@ def _list_problem(e: BaseException) -> str:
         return "an id column appears more than once"
     if "magic bytes" in low or "parquet file size is 0" in low:
         return "not a Parquet file (or a truncated one)"
-    if "utf8" in low or "utf-8" in low:
+    if "invalid utf8" in low or "invalid utf-8" in low:
         return "an id column holds bytes that are not UTF-8"
     return f"{type(e).__name__} ({text[:120]})" if text else type(e).__name__
 

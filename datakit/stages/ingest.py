@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import sys
 from datetime import datetime, timezone
 from typing import Any, Callable, Literal
 
@@ -245,7 +246,10 @@ _MESSAGE_KEYS = frozenset(("role", "content", "tool_name"))
 
 
 def _huge_int(digits: str) -> int | float:
-    return int(digits) if len(digits) <= 4000 else (float("-inf") if digits.startswith("-") else float("inf"))
+    limit = sys.get_int_max_str_digits()  # what int() refuses beyond (0: no limit)
+    if not limit or len(digits.lstrip("-")) <= limit:
+        return int(digits)
+    return float("-inf") if digits.startswith("-") else float("inf")
 
 
 def _loads_huge_ints(text: str) -> Any:
