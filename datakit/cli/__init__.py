@@ -531,8 +531,8 @@ def diff(
     except (OSError, ValueError, KeyError) as e:
         from datakit.io import storage
 
-        if isinstance(e, PermissionError) or storage.from_storage_stack(e):  # a store's refusal (a wrong key:
-            _fail_engine_error(e, f"{a} or {b}")  # s3fs raises 403 as PermissionError): storage error, exit 3
+        if storage.is_store_refusal(e):
+            _fail_engine_error(e, f"{a} or {b}")  # a storage error, exit 3
         # a damaged shard or manifest: "cannot compare" (2), never "differs" (1), which a regression gate
         # would read as a changed dataset (found in review: a traceback and exit 1)
         _fail(f"cannot compare {a} and {b}: {type(e).__name__}: {_error_text(e)}")

@@ -12,15 +12,17 @@ from pathlib import Path
 
 from datakit import resources
 
+# the synth arguments of the repository-level pipelines, which need repository projects
+_WITH_REPOSITORIES = "--events 3000 --repositories 40"
 # the shipped files' paths, relative to the repository's pipelines/ folder -> relative to the written file;
 # then their comments' checkout commands -> the commands for the written file
 _REPLACEMENTS = (('"../demo/logs/', '"logs/'), ('"../demo/out/', '"out/'),
                  ("python -m datakit.cli.demo  (makes demo/logs, with repository projects)",
-                  "datakit synth logs --events 3000 --repositories 40"),
-                 ("python -m datakit.cli.demo  (makes demo/logs)", "datakit synth logs --events 3000 --repositories 40"),
+                  f"datakit synth logs {_WITH_REPOSITORIES}"),
+                 ("python -m datakit.cli.demo  (makes demo/logs)", f"datakit synth logs {_WITH_REPOSITORIES}"),
                  ("datakit synth demo/logs", "datakit synth logs"), ("datakit run pipelines/", "datakit run "))
-# the synth command each ready pipeline wants (the repository-level ones need repository projects)
-SYNTH_ARGS = {"longctx": "--events 3000 --repositories 40", "feedback": "--events 3000 --repositories 40"}
+# the synth command each ready pipeline wants
+SYNTH_ARGS = {"longctx": _WITH_REPOSITORIES, "feedback": _WITH_REPOSITORIES}
 DEFAULT_SYNTH_ARGS = "--events 3000"  # as the shipped files' comments say
 
 

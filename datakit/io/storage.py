@@ -174,6 +174,13 @@ def from_storage_stack(e: BaseException) -> bool:
         or is_disk_full(e)
 
 
+def is_store_refusal(e: BaseException) -> bool:
+    """The store refused or failed the request (a wrong key, a bucket one may not read, the endpoint
+    down), as opposed to the data being wrong: s3fs raises an HTTP 403 as the built-in PermissionError,
+    which `from_storage_stack` cannot tell by its module, so it counts here too."""
+    return isinstance(e, PermissionError) or from_storage_stack(e)
+
+
 def is_storage_error(e: BaseException) -> bool:
     """Errors that come from the storage stack (not from our code or the data)."""
     if isinstance(e, StorageError):

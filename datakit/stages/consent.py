@@ -181,7 +181,7 @@ def read_id_lists(paths: list[str], columns: tuple[str, ...] = ID_COLUMNS) -> di
                     raise
                 from datakit.io import storage
 
-                if isinstance(e, (FileNotFoundError, PermissionError)) or storage.from_storage_stack(e):
+                if isinstance(e, FileNotFoundError) or storage.is_store_refusal(e):
                     raise  # the store's own error: reported as storage, not as the list's content
                 # a file that is not Parquet, invalid UTF-8 in an id column, an id column given twice: one line
                 # naming the file (found in a hostile-input review: pyarrow's own text, without the file, or

@@ -28,12 +28,8 @@ def release_free_memory() -> None:
     """
     if _in_sequence[0]:
         allocator.release_free(force=False)
-        return
-    _since_trim[0] = 0
-    pa.default_memory_pool().release_unused()  # Arrow's allocator (mimalloc) keeps freed pages too
-    if _LIBC is not None:
-        _LIBC.malloc_trim(0)
-    allocator.release_free()  # a pool worker's malloc is mimalloc (datakit/allocator.py): its free pages too
+    else:
+        _trim()
 
 
 def release_free_memory_every(nbytes: int) -> None:
@@ -47,8 +43,7 @@ def release_free_memory_every(nbytes: int) -> None:
     """
     _since_trim[0] += int(nbytes)
     if _since_trim[0] >= TRIM_EVERY_BYTES:
-        with _full():
-            release_free_memory()
+        _trim()
 
 
 @contextlib.contextmanager
@@ -72,13 +67,13 @@ def tasks_in_sequence() -> Iterator[None]:
             release_free_memory()
 
 
-@contextlib.contextmanager
-def _full() -> Iterator[None]:
-    saved, _in_sequence[0] = _in_sequence[0], 0
-    try:
-        yield
-    finally:
-        _in_sequence[0] = saved
+def _trim() -> None:
+    """Hand every free page of each allocator back to the OS."""
+    _since_trim[0] = 0
+    pa.default_memory_pool().release_unused()  # Arrow's allocator (mimalloc) keeps freed pages too
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+    allocator.release_free()  # a pool worker's malloc is mimalloc (datakit/allocator.py): its free pages too
 
 
 def _load_libc():

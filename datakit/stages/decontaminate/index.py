@@ -510,8 +510,8 @@ def refuse_foreign_target(out_path: str) -> None:
     except OSError as e:
         from datakit.io import storage
 
-        if isinstance(e, PermissionError) or storage.from_storage_stack(e):  # a store's refusal (a wrong key: s3fs
-            raise storage.describe(e, shown, "read") from None  # raises 403 as PermissionError): exit 3, not usage
+        if storage.is_store_refusal(e):  # exit 3, not a usage error
+            raise storage.describe(e, shown, "read") from None
         raise InputError(f"cannot look at the index folder {shown}: {type(e).__name__}") from None
     foreign = [n for n in names if n not in INDEX_FILES]
     if foreign:
