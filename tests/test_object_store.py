@@ -251,6 +251,11 @@ def test_read_output_with_the_store_down_raises_a_storage_error(monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
     monkeypatch.setenv("DATAKIT_STORAGE_RETRIES", "1")
+    import s3fs.core
+
+    # the retry count is set on the class once per process (storage.install): after an earlier test's S3
+    # use it is the default 12, whose backoff took ~59 s here
+    monkeypatch.setattr(s3fs.core.S3FileSystem, "retries", 1)
     _forget_s3_clients()
     try:
         with pytest.raises(StorageError, match="storage error: cannot read s3://down-bucket/ds") as e:
