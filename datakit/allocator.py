@@ -52,15 +52,56 @@ def mimalloc_library() -> str | None:
     None off Linux (LD_PRELOAD is a glibc/ld.so mechanism) and when the wheel is not installed."""
     if not sys.platform.startswith("linux"):
         return None
+    found = _installed_mimalloc()
+    return found[0] if found else None
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_mimalloc() -> tuple[str, str] | None:
+    """(libmimalloc.so.N's path, the wheel's version), or None when the wheel is not installed.
+
+    Why the wheel's `RECORD` is read here rather than through `importlib.metadata`: the `datakit`
+    command asks before it restarts (`launch.py`), in a process that imports nothing else, and
+    importing `importlib.metadata` (email, zipfile, csv) plus its search cost ~40 ms of CPU there,
+    again in the restarted command and in every pool worker (`in_use`). A wheel always installs a
+    `<name>-<version>.dist-info` folder on sys.path; anything else (an egg, a zip) takes the
+    library's path (`_installed_by_metadata`). Tests hold the two to the same answer."""
+    prefix = _DISTRIBUTION.replace("-", "_") + "-"
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:  # a zip file, a folder that is gone
+            continue
+        for name in names:
+            if not (name.startswith(prefix) and name.endswith(".dist-info")):
+                continue
+            try:
+                with open(os.path.join(entry or ".", name, "RECORD"), encoding="utf-8") as f:
+                    files = [line.split(",", 1)[0] for line in f if "/libmimalloc.so." in line]
+            except OSError:
+                continue
+            path = _first_library(files, lambda f, base=entry or ".": os.path.join(base, f))
+            if path:
+                return path, name[len(prefix):-len(".dist-info")]
+    return _installed_by_metadata()
+
+
+def _installed_by_metadata() -> tuple[str, str] | None:
     from importlib import metadata
 
     try:
         dist = metadata.distribution(_DISTRIBUTION)
     except metadata.PackageNotFoundError:
         return None
-    names = sorted((str(f) for f in dist.files or () if "/libmimalloc.so." in str(f)), key=len)
-    for name in names:  # libmimalloc.so.3 before libmimalloc.so.3.4
-        path = str(dist.locate_file(name))
+    path = _first_library([str(f) for f in dist.files or () if "/libmimalloc.so." in str(f)],
+                          lambda f: str(dist.locate_file(f)))
+    return (path, dist.version) if path else None
+
+
+def _first_library(files: list[str], locate: Any) -> str | None:
+    """The shortest soname of `files` that exists (libmimalloc.so.3 before libmimalloc.so.3.4)."""
+    for name in sorted(files, key=len):
+        path = os.path.normpath(locate(name))
         if os.path.isfile(path):
             return path
     return None
@@ -141,9 +182,7 @@ def in_use() -> str:
     names = []
     for p in preloaded:
         if p == mimalloc_library():
-            from importlib import metadata
-
-            names.append(f"mimalloc {metadata.version(_DISTRIBUTION)}")
+            names.append(f"mimalloc {_installed_mimalloc()[1]}")  # type: ignore[index]
         else:
             names.append(os.path.basename(p))
     return "+".join(names)
