@@ -272,7 +272,7 @@ def test_killed_driver_then_a_stalled_executor_rerun_resumes_with_identical_outp
        of the job. The session defaults (speculation, heartbeat timeout) must finish the job on the other
        executor; the stalled attempts' shards can never mix with the winners' (same bytes, atomic per-file
        commit); the committed shards of the killed run are reused; the output is the local engine's, byte
-       for byte. spark.network.timeout is lowered to 45s only to keep CI time down (default 120s).
+       for byte. spark.network.timeout is lowered to 30s only to keep CI time down (default 120s).
     """
     fs = deploy["fs"]
     archive = deploy["archive"]
@@ -315,7 +315,7 @@ def test_killed_driver_then_a_stalled_executor_rerun_resumes_with_identical_outp
     packed_cluster.sweep()
 
     proc = _submit(deploy, packed_cluster, "s3://out/resume",
-                   extra_conf="--conf spark.network.timeout=45s --conf spark.network.timeoutInterval=15s "
+                   extra_conf="--conf spark.network.timeout=30s --conf spark.network.timeoutInterval=10s "
                               "--conf spark.executor.heartbeatInterval=5s")
     stopped: list = []
     try:
@@ -332,7 +332,7 @@ def test_killed_driver_then_a_stalled_executor_rerun_resumes_with_identical_outp
     log = proc.stderr_text if hasattr(proc, "stderr_text") else ""
     print(f"\nkilled driver after {killed_with} committed shard(s); stalled executor {victim} in the rerun: job done; "
           f"driver log: {log.count('as speculatable')} tasks speculated, {log.count('Lost executor')} lost-executor lines")
-    assert info["straggler_conf"]["spark.network.timeout"] == "45s"  # the operator's --conf wins
+    assert info["straggler_conf"]["spark.network.timeout"] == "30s"  # the operator's --conf wins
     # the stall was felt: a task on the stalled executor was speculated, or the executor was declared lost
     assert log.count("as speculatable") + log.count("Lost executor") > 0, log[-3000:]
     assert _checksums(fs, "out/resume") == _checksums(fs, "out/local-short")
