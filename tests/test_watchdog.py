@@ -66,7 +66,7 @@ def _run_in_thread(p: Pipeline) -> tuple[threading.Thread, dict]:
 
 @pytest.mark.timeout(400)
 def test_stopped_worker_task_is_redispatched_and_the_run_finishes(tmp_path, monkeypatch):
-    monkeypatch.setenv("DATAKIT_STALL_SECONDS", "20")
+    monkeypatch.setenv("DATAKIT_STALL_SECONDS", "10")
     logs = _logs(tmp_path)
     out = tmp_path / "out"
     p = Pipeline("stall").input(str(logs)).add({"kind": "ingest"}).output(str(out), shards=2)
@@ -85,7 +85,7 @@ def test_stopped_worker_task_is_redispatched_and_the_run_finishes(tmp_path, monk
 
 @pytest.mark.timeout(400)
 def test_a_task_stalling_twice_fails_in_one_line_naming_it(tmp_path, monkeypatch):
-    monkeypatch.setenv("DATAKIT_STALL_SECONDS", "20")
+    monkeypatch.setenv("DATAKIT_STALL_SECONDS", "10")
     logs = _logs(tmp_path, files=3)
     out = tmp_path / "out"
     p = Pipeline("stall2").input(str(logs)).add({"kind": "ingest"}).output(str(out), shards=2)
