@@ -87,9 +87,12 @@ def print_table(res: "CheckResult", console=None, examples: int = 3) -> None:
 def render_html(res: "CheckResult") -> str:
     """A self-contained HTML report (no scripts, no external assets)."""
     e_ = html.escape
+    # three states, as the terminal table says them: found in review, items contaminated under --threshold
+    # made the page's title "clean" and its row green while the table said "within threshold"
     rows = "".join(
-        f"<tr class='{'bad' if e.rate > res.threshold else 'ok'}'><td>{e_(e.name)}</td><td>{e.items}</td>"
-        f"<td>{e.contaminated_items}</td><td>{e.rate:.2%}</td><td>{e.items_without_ngrams}</td></tr>"
+        f"<tr class='{_status(e.rate, e.contaminated_items, res.threshold)[1]}'><td>{e_(e.name)}</td><td>{e.items}</td>"
+        f"<td>{e.contaminated_items}</td><td>{e.rate:.2%}</td><td>{_status(e.rate, e.contaminated_items, res.threshold)[0]}"
+        f"</td><td>{e.items_without_ngrams}</td></tr>"
         for e in res.evals)
     sections = []
     for e in res.evals:
@@ -113,20 +116,28 @@ def render_html(res: "CheckResult") -> str:
                f"<th>overlap</th><th>closest document</th></tr>{near}</table>" if e.near_threshold else ""))
     data = "".join(f"<li>{e_(str(d.get('path')))} ({e_(str(d.get('mode')))}, {d.get('documents')} documents)</li>"
                    for d in res.data)
-    verdict = "CONTAMINATED" if res.contaminated else "clean"
+    verdict = ("CONTAMINATED" if res.contaminated else
+               "within threshold" if any(e.contaminated_items for e in res.evals) else "clean")
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>contamination check: {verdict}</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;
-padding:4px 8px;vertical-align:top}}tr.bad td{{background:#fdd}}tr.ok td{{background:#dfd}}pre{{margin:0;
+padding:4px 8px;vertical-align:top}}tr.bad td{{background:#fdd}}tr.ok td{{background:#dfd}}tr.warn td{{background:#ffd}}pre{{margin:0;
 white-space:pre-wrap;max-width:50em}}mark{{background:#fd6}}.ln{{color:#999;user-select:none}}</style></head><body>
 <h1>Contamination check: {verdict}</h1>
 <p>{res.ngram}-grams; normalizations: {e_(', '.join(res.normalizations) or 'none')}; rule: {e_(res.rule.describe())};
 threshold: {res.threshold:.2%}</p>
 <h2>data</h2><ul>{data}</ul>
-<table><tr><th>eval</th><th>items</th><th>contaminated</th><th>rate</th><th>items too short</th></tr>{rows}</table>
+<table><tr><th>eval</th><th>items</th><th>contaminated</th><th>rate</th><th>status</th><th>items too short</th></tr>{rows}</table>
 {''.join(sections)}
 </body></html>
 """
+
+
+def _status(rate: float, contaminated_items: int, threshold: float) -> tuple[str, str]:
+    """(status, row class) of one eval, as the terminal table names it."""
+    if rate > threshold:
+        return "CONTAMINATED", "bad"
+    return ("within threshold", "warn") if contaminated_items else ("clean", "ok")
 
 
 def _numbered(text: str | None, spans: list[list[int]], first_line: int | None, where: str | None) -> str:
