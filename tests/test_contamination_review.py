@@ -49,3 +49,28 @@ def test_html_verdict_says_within_threshold_not_clean(tmp_path):
     r = run("--data", clean, "--eval", "humaneval", "--html", str(html))
     assert r.exit_code == 0, r.output
     assert "Contamination check: clean" in html.read_text()
+
+
+def test_parquet_eval_with_binary_text_columns_is_matched_as_text(tmp_path):
+    """Found in review: a Parquet eval whose text columns are byte arrays without the UTF-8 annotation (what
+    Hive/Impala and some exporters write; pyarrow reads them as `binary`) was matched as the bytes' Python
+    repr (`b'def ...\\n ...'`), so a verbatim copy of an item's code checked clean (exit 0), and an eval of only
+    such columns was refused as "too short"."""
+    he = _he()
+    items = he[20:23]
+    pq.write_table(pa.table({
+        "task_id": [it["task_id"] for it in items],
+        "prompt": [it["prompt"] for it in items],
+        "canonical_solution": pa.array([it["canonical_solution"].encode() for it in items], pa.binary()),
+    }), str(tmp_path / "bench.parquet"))
+    data = _data(tmp_path, [he[21]["canonical_solution"], "def unrelated(x):\n    return x + 1\n"])
+    out = tmp_path / "r.json"
+    r = run("--data", data, "--eval", f"bench={tmp_path / 'bench.parquet'}", "--json", str(out))
+    assert r.exit_code == 1, r.output
+    assert [c["eval_id"] for c in json.loads(out.read_text())["evals"][0]["contaminated"]] == [he[21]["task_id"]]
+    # binary-only text columns: checked, not refused as "too short"
+    pq.write_table(pa.table({"task_id": [it["task_id"] for it in items],
+                             "code": pa.array([(it["prompt"] + it["canonical_solution"]).encode() for it in items],
+                                              pa.large_binary())}), str(tmp_path / "bin.parquet"))
+    r = run("--data", data, "--eval", f"bin={tmp_path / 'bin.parquet'}", "-q")
+    assert r.exit_code == 1, r.output
