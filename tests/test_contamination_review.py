@@ -74,3 +74,24 @@ def test_parquet_eval_with_binary_text_columns_is_matched_as_text(tmp_path):
                                               pa.large_binary())}), str(tmp_path / "bin.parquet"))
     r = run("--data", data, "--eval", f"bin={tmp_path / 'bin.parquet'}", "-q")
     assert r.exit_code == 1, r.output
+
+
+def test_compressed_json_array_eval_is_read(tmp_path):
+    """Found in review: a JSON array eval file read fine as `.json`, but gzip- or zstd-compressed
+    (`sanitized-mbpp.json.gz`) it was "line 1: not valid JSON", exit 2: only the uncompressed name was
+    taken for an array."""
+    import zstandard
+
+    he = _he()
+    items = [{"task_id": it["task_id"], "prompt": it["prompt"], "canonical_solution": it["canonical_solution"]}
+             for it in he[30:35]]
+    body = json.dumps(items, indent=2).encode()
+    (tmp_path / "bench.json.gz").write_bytes(gzip.compress(body))
+    (tmp_path / "bench2.json.zst").write_bytes(zstandard.ZstdCompressor().compress(body))
+    data = _data(tmp_path, [he[32]["prompt"] + he[32]["canonical_solution"]])
+    for name in ("bench.json.gz", "bench2.json.zst"):
+        out = tmp_path / f"{name}.report.json"
+        r = run("--data", data, "--eval", str(tmp_path / name), "--json", str(out))
+        assert r.exit_code == 1, r.output
+        ev = json.loads(out.read_text())["evals"][0]
+        assert ev["items"] == 5 and [c["eval_id"] for c in ev["contaminated"]] == [he[32]["task_id"]]

@@ -127,7 +127,9 @@ def _read_rows(url: str) -> list[dict]:
         raise EvalError(f"cannot read eval file {url}: {type(e).__name__}") from None
     blob = _decompress(url, blob)
     text = blob.decode("utf-8", "replace").removeprefix("\ufeff")  # a byte-order mark starts no line (as for logs)
-    if url.endswith(".json") and text.lstrip().startswith("["):
+    # a JSON array also compressed (`sanitized-mbpp.json.gz`; found in review: "line 1: not valid JSON")
+    if url.removesuffix(".gz").removesuffix(".zst").removesuffix(".zstd").endswith(".json") \
+            and text.lstrip().startswith("["):
         try:
             return json.loads(text)
         except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
