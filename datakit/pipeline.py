@@ -964,6 +964,9 @@ def _rebased(d: dict[str, Any], base: Path, dest: Path | None, stages: list[Stag
             return dict(e, path=one(e.get("path")))
         if isinstance(e, str) and "=" in e:
             name, file = e.split("=", 1)
+            whole = one(e, True)
+            if whole != e and one(file, True) == file:  # a path holding `=` (`version=2/mbpp.jsonl`), not NAME=FILE
+                return whole
             return f"{name}={one(file, True)}"
         return one(e, True)
 

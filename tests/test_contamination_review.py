@@ -95,3 +95,35 @@ def test_compressed_json_array_eval_is_read(tmp_path):
         assert r.exit_code == 1, r.output
         ev = json.loads(out.read_text())["evals"][0]
         assert ev["items"] == 5 and [c["eval_id"] for c in ev["contaminated"]] == [he[32]["task_id"]]
+
+
+def test_eval_path_holding_an_equals_sign_is_a_path(tmp_path, monkeypatch):
+    """Found in review: an eval file under a Hive-style folder (`version=2/bench.jsonl`, the layout of
+    `dt=2026-11-01/` logs) was split as NAME=PATH: "eval file not found: 2/bench.jsonl", exit 2."""
+    he = _he()
+    folder = tmp_path / "version=2"
+    folder.mkdir()
+    (folder / "bench.jsonl").write_text("".join(json.dumps({"task_id": it["task_id"], "prompt": it["prompt"],
+                                                            "canonical_solution": it["canonical_solution"]}) + "\n"
+                                                for it in he[40:44]))
+    data = _data(tmp_path, [he[41]["prompt"] + he[41]["canonical_solution"]])
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "r.json"
+    r = run("--data", data, "--eval", "version=2/bench.jsonl", "--json", str(out))
+    assert r.exit_code == 1, r.output
+    ev = json.loads(out.read_text())["evals"][0]
+    assert ev["name"] == "bench" and [c["eval_id"] for c in ev["contaminated"]] == [he[41]["task_id"]]
+    # NAME=PATH still names it, with such a path too
+    r = run("--data", data, "--eval", "mine=version=2/bench.jsonl", "--eval-field", "mine=prompt", "--json", str(out))
+    assert r.exit_code == 1, r.output
+    ev = json.loads(out.read_text())["evals"][0]
+    assert ev["name"] == "mine" and ev["fields"] == ["prompt"]
+    # in a pipeline, relative to the pipeline file's folder (not the current one)
+    from pathlib import Path
+
+    from datakit.stages.base import CompileContext
+    from datakit.stages.decontaminate.stage import load_evals
+
+    monkeypatch.chdir(Path(data).anchor)
+    (es,) = load_evals(["version=2/bench.jsonl"], CompileContext(base_dir=tmp_path))
+    assert es.name == "bench" and len(es.items) == 4

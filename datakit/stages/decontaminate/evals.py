@@ -28,6 +28,33 @@ AUTO_ID_FIELDS = ("task_id", "id", "problem_id", "question_id", "uid")
 _NAMED = re.compile(r"^([A-Za-z0-9_.-]+)=(.+)$")
 
 
+def split_spec(spec: str, base: str | None = None) -> tuple[str | None, str]:
+    """(NAME, PATH) of a `NAME=PATH` spec, else (None, spec).
+
+    A local path may hold `=` itself (a Hive-style folder: `version=2/mbpp.jsonl`, as `dt=2026-11-01/`
+    logs are laid out): when the whole spec names a file here and its part after the `=` does not, the
+    whole spec is the path. Found in review: `--eval version=2/mbpp.jsonl` was "eval file not found:
+    2/mbpp.jsonl", an eval named `version`. `base`: the folder relative paths are read from (a pipeline
+    file's; default the current one)."""
+    m = _NAMED.match(spec)
+    if m is None:
+        return None, spec
+    if _local_input(spec, base) and not _local_input(m.group(2), base):
+        return None, spec
+    return m.group(1), m.group(2)
+
+
+def _local_input(path: str, base: str | None = None) -> bool:
+    """Whether `path` names a local file, folder or glob match (never a network call)."""
+    import glob
+    import os
+
+    if "://" in path:
+        return False
+    path = os.path.join(base or "", os.path.expanduser(path))
+    return bool(glob.glob(path)) if any(c in path for c in "*?[") else os.path.exists(path)
+
+
 class EvalError(InputError):
     """An eval set cannot be found or read (the CLI turns it into exit code 2)."""
 
@@ -83,8 +110,8 @@ def _humaneval(fields: Sequence[str] | None = None) -> EvalSet:
 
 def load_eval(spec: str, fields: Sequence[str] | None = None, id_field: str | None = None) -> EvalSet:
     """Resolve a spec (registered name, path, or `name=path`) to an `EvalSet`."""
-    m = _NAMED.match(spec)
-    name, path = (m.group(1), m.group(2)) if m else ("", spec)
+    named, path = split_spec(spec)
+    name = named or ""
     if not path:
         raise EvalError(f"empty eval spec {spec!r}")
     if not name and path.lower() in _REGISTRY:

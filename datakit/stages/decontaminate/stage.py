@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from datakit.plan import DROP, DROP_DETAIL, METRICS, Rel, metrics_column
 from datakit.stages.base import CompileContext, StageConfig, register_stage
 from datakit.stages.texts import RECORD_TEXT_COLUMNS, with_texts
-from datakit.stages.decontaminate.evals import _NAMED, EvalSet, file_name, load_eval
+from datakit.stages.decontaminate.evals import EvalSet, file_name, load_eval, split_spec
 from datakit.stages.decontaminate.matcher import (BatchMatches, EvalTable, Rule, default_rule, match_batch, merge_spans,
                                              text_sources)
 from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS, NORMALIZATIONS, flags_of
@@ -78,8 +78,7 @@ def load_evals(specs: list[str | EvalSpec], ctx: CompileContext | None = None,
     out: list[EvalSet] = []
     for s in specs:
         if isinstance(s, str):
-            named = _NAMED.match(s)
-            name, target = (named.group(1), named.group(2)) if named else (None, s)
+            name, target = split_spec(s, str(ctx.base_dir) if ctx is not None else None)
             is_file = any(c in target for c in "/\\") or target.endswith((".jsonl", ".parquet", ".json", ".gz", ".zst"))
             keys = [k for k in (name, None if is_file else target, file_name(target) if is_file else None) if k]
             key = next((k for k in keys if k in scoped), None)
