@@ -127,3 +127,62 @@ def test_eval_path_holding_an_equals_sign_is_a_path(tmp_path, monkeypatch):
     monkeypatch.chdir(Path(data).anchor)
     (es,) = load_evals(["version=2/bench.jsonl"], CompileContext(base_dir=tmp_path))
     assert es.name == "bench" and len(es.items) == 4
+
+
+def _diff(code: str) -> str:
+    lines = code.splitlines(True)
+    return f"--- /dev/null\n+++ b/solution.py\n@@ -0,0 +1,{len(lines)} @@\n" + "".join("+" + ln for ln in lines)
+
+
+def _numbered_lines(code: str, sep: str) -> str:
+    return "".join(f"{i + 1:6d}{sep}{ln}" for i, ln in enumerate(code.splitlines(True)))
+
+
+def test_items_inside_a_diff_or_a_numbered_file_view_of_an_agent_trace_are_found(tmp_path):
+    """Found in review: an agent trace shows code as a unified diff (every line `+`/`-`/` `-prefixed) or as a
+    file view with a line-number gutter (`cat -n`: `     1\\t`, editor tools: `     1→`). Every 13-gram
+    across a line break then holds the prefix, so a verbatim copy of a HumanEval item came out at a median
+    17% overlap (100% plain), and HumanEval/23, /44, /53, /56, /61, /97, /156 verbatim were not found."""
+    he = _he()
+    short = [23, 44, 53, 56, 61, 97, 156]
+    code = {i: he[i]["prompt"] + he[i]["canonical_solution"] for i in short}
+    turns = {f"diff-{i}": f"I'll add the function.\n\n```diff\n{_diff(c)}```\n" for i, c in code.items()}
+    turns |= {f"catn-{i}": _numbered_lines(c, "\t") for i, c in code.items()}
+    turns |= {f"arrow-{i}": _numbered_lines(c, "→") for i, c in code.items()}
+    # a tool call as JSON: the diff's newlines escaped too
+    turns |= {f"json-{i}": json.dumps({"tool": "apply_patch", "patch": _diff(c)}) for i, c in code.items()}
+    path = tmp_path / "trace.jsonl"
+    path.write_text("".join(json.dumps({"id": k, "text": v}) + "\n" for k, v in turns.items()))
+    out = tmp_path / "r.json"
+    r = run("--data", str(path), "--eval", "humaneval", "--json", str(out), "--examples", "0")
+    assert r.exit_code == 1, r.output
+    rep = json.loads(out.read_text())["evals"][0]
+    assert sorted(c["eval_id"] for c in rep["contaminated"]) == sorted(he[i]["task_id"] for i in short)
+    found = {(m["eval_id"], m["doc_id"].split("-")[0]) for m in rep["matches"]}
+    for i in short:  # each form on its own
+        for form in ("diff", "catn", "arrow", "json"):
+            assert (he[i]["task_id"], form) in found, (i, form)
+
+
+def test_diff_view_adds_no_match_to_clean_diffs_and_masks_the_leaking_text(tmp_path):
+    """The stripped copy is evidence only of what the diff holds: a diff of unrelated code stays clean, and
+    in mask mode the string whose copy matched is masked whole (as for an escaped copy)."""
+    from datakit.stages.decontaminate.evals import load_eval
+    from datakit.stages.decontaminate.matcher import EvalTable, default_rule
+    from datakit.stages.decontaminate.normalize import DEFAULT_NORMALIZATIONS, flags_of
+    from datakit.stages.decontaminate.stage import DecontamFn
+
+    he = _he()
+    clean = _diff("import os\n\n\ndef walk(root):\n    for d, _, files in os.walk(root):\n"
+                  "        for f in files:\n            yield os.path.join(d, f)\n")
+    data = _data(tmp_path, [clean, _numbered_lines("print('hello')\nprint('world')\n", "\t")])
+    r = run("--data", data, "--eval", "humaneval", "-q")
+    assert r.exit_code == 0, r.output
+
+    flags = flags_of(DEFAULT_NORMALIZATIONS)
+    table = EvalTable.build([load_eval("humaneval")], 13, flags, 1, robust=True, reference="stdlib")
+    fn = DecontamFn(table, default_rule(flags, True), "mask", "<MASKED>")
+    leak = _diff(he[23]["prompt"] + he[23]["canonical_solution"])
+    batch = pa.RecordBatch.from_pylist([{"doc_id": "a", "text": leak}, {"doc_id": "b", "text": clean}])
+    out = fn(batch).to_pylist()
+    assert out[0]["text"] == "<MASKED>" and out[1]["text"] == clean
