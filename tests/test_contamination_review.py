@@ -186,3 +186,47 @@ def test_diff_view_adds_no_match_to_clean_diffs_and_masks_the_leaking_text(tmp_p
     batch = pa.RecordBatch.from_pylist([{"doc_id": "a", "text": leak}, {"doc_id": "b", "text": clean}])
     out = fn(batch).to_pylist()
     assert out[0]["text"] == "<MASKED>" and out[1]["text"] == clean
+
+
+def test_presigned_eval_url_is_read_by_its_path_and_its_signature_shown_nowhere(tmp_path):
+    """Found in review: `--data` took presigned URLs (suffix read from the URL's path, signature shown as
+    `...`), but `--eval` did not: a `.parquet?X-Amz-...` or `.jsonl.gz?...` eval was "not valid JSON"
+    (exit 2), and a `.jsonl?...` one was checked with the signature and credential in clear in the JSON
+    (`source`), the HTML and the table, and with the whole query as the eval's name."""
+    import functools
+    import http.server
+    import threading
+
+    he = _he()
+    rows = [{"task_id": it["task_id"], "prompt": it["prompt"], "canonical_solution": it["canonical_solution"]}
+            for it in he[60:64]]
+    served = tmp_path / "served"
+    served.mkdir()
+    body = "".join(json.dumps(r) + "\n" for r in rows)
+    (served / "bench.jsonl").write_text(body)
+    (served / "bench.jsonl.gz").write_bytes(gzip.compress(body.encode()))
+    pq.write_table(pa.Table.from_pylist(rows), str(served / "bench.parquet"))
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, fmt, *args):  # (not on stderr)
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(served)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    secrets = ("AKIAIOSFODNN7EXAMPLE", "5d672d79c15b13162d9279b0855cfba6789a8edb4c82c400e06b5924a6f2b5d7")
+    query = (f"?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential={secrets[0]}%2F20261207%2Fus-east-1%2Fs3%2F"
+             f"aws4_request&X-Amz-Date=20261207T000000Z&X-Amz-Expires=3600&X-Amz-Signature={secrets[1]}")
+    data = _data(tmp_path, [he[61]["prompt"] + he[61]["canonical_solution"]])
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        for name in ("bench.jsonl", "bench.jsonl.gz", "bench.parquet"):
+            report, page = tmp_path / f"{name}.json", tmp_path / f"{name}.html"
+            r = run("--data", data, "--eval", f"{base}/{name}{query}", "--json", str(report), "--html", str(page))
+            assert r.exit_code == 1, (name, r.output)
+            ev = json.loads(report.read_text())["evals"][0]
+            assert ev["name"] == "bench" and ev["items"] == 4, ev["name"]
+            assert [c["eval_id"] for c in ev["contaminated"]] == [he[61]["task_id"]]
+            for text in (r.output, report.read_text(), page.read_text()):
+                assert not any(s in text for s in secrets), name
+    finally:
+        server.shutdown()

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Callable, Sequence
 
-from datakit.io.fs import InputError, arrow_filesystem, expand, filesystem
+from datakit.io.fs import InputError, arrow_filesystem, expand, filesystem, url_path
+from datakit.io.url_secrets import hide_url_secrets
 
 # Text fields tried, in order, when a generic eval file does not say which to use.
 AUTO_FIELDS = ("prompt", "canonical_solution", "solution", "code", "question", "answer", "text", "test")
@@ -126,41 +127,47 @@ def load_eval(spec: str, fields: Sequence[str] | None = None, id_field: str | No
     rows: list[dict] = []
     for url in files:
         rows.extend(_read_rows(url))
-    return _from_rows(name or file_name(path), path, rows, list(fields) if fields else None, id_field)
+    # a presigned URL's signature is never shown (found in review: it was the eval's `source` in the JSON,
+    # the HTML and the table, and its query the eval's name)
+    return _from_rows(name or file_name(path), hide_url_secrets(path), rows, list(fields) if fields else None,
+                      id_field)
 
 
 def file_name(path: str) -> str:
     """An eval file's name when none is given: without folders and data suffixes (evals/mybench.jsonl.gz ->
     mybench)."""
-    stem = PurePosixPath(path.split("://", 1)[-1]).name
+    stem = PurePosixPath(url_path(path).split("://", 1)[-1]).name
     for suffix in (".gz", ".zst", ".jsonl", ".json", ".parquet"):
         stem = stem.removesuffix(suffix)
     return stem
 
 
 def _read_rows(url: str) -> list[dict]:
+    """The rows of one eval file, by its type; a presigned URL's type is read from its path, before the `?`."""
     fs, p = filesystem(url)
-    if url.endswith(".parquet"):
+    name = url_path(url)
+    if name.endswith(".parquet"):
         import pyarrow.parquet as pq
 
         try:
-            return pq.read_table(p, filesystem=arrow_filesystem(fs)).to_pylist()
+            # (ParquetFile, not read_table: the dataset reader read_table uses cannot list an http object)
+            return pq.ParquetFile(p, filesystem=arrow_filesystem(fs)).read().to_pylist()
         except Exception as e:  # ArrowInvalid on non-Parquet bytes
-            raise EvalError(f"cannot read eval file {url}: {type(e).__name__}") from None
+            raise EvalError(f"cannot read eval file {hide_url_secrets(url)}: {type(e).__name__}") from None
     try:
         with fs.open(p, "rb") as raw:
             blob = raw.read()
     except OSError as e:
-        raise EvalError(f"cannot read eval file {url}: {type(e).__name__}") from None
-    blob = _decompress(url, blob)
+        raise EvalError(f"cannot read eval file {hide_url_secrets(url)}: {type(e).__name__}") from None
+    blob = _decompress(name, blob)
     text = blob.decode("utf-8", "replace").removeprefix("\ufeff")  # a byte-order mark starts no line (as for logs)
     # a JSON array also compressed (`sanitized-mbpp.json.gz`; found in review: "line 1: not valid JSON")
-    if url.removesuffix(".gz").removesuffix(".zst").removesuffix(".zstd").endswith(".json") \
+    if name.removesuffix(".gz").removesuffix(".zst").removesuffix(".zstd").endswith(".json") \
             and text.lstrip().startswith("["):
         try:
             return json.loads(text)
         except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
-            raise EvalError(f"{url}: not valid JSON") from None
+            raise EvalError(f"{hide_url_secrets(url)}: not valid JSON") from None
     rows = []
     # lines end at "\n" only (a "\r" before it is dropped): `str.splitlines` also splits at U+2028, U+2029,
     # U+0085 and \x1c-\x1e, which JSON writes raw inside strings (`json.dumps(..., ensure_ascii=False)`), so
@@ -171,7 +178,7 @@ def _read_rows(url: str) -> list[dict]:
             try:
                 rows.append(json.loads(line))
             except (ValueError, RecursionError):
-                raise EvalError(f"{url}:{lineno}: not valid JSON") from None
+                raise EvalError(f"{hide_url_secrets(url)}:{lineno}: not valid JSON") from None
     return rows
 
 
