@@ -230,3 +230,23 @@ def test_presigned_eval_url_is_read_by_its_path_and_its_signature_shown_nowhere(
                 assert not any(s in text for s in secrets), name
     finally:
         server.shutdown()
+
+
+def test_same_files_spelled_from_another_folder_give_the_same_report_bytes(tmp_path, monkeypatch):
+    """Found in review: data paths are recorded absolute, but a local eval file's `source` was the spelling
+    given (`ev/bench.jsonl` or `work/ev/bench.jsonl`), so the same check of the same files from another
+    folder wrote another report."""
+    he = _he()
+    work = tmp_path / "work"
+    (work / "ev").mkdir(parents=True)
+    (work / "ev" / "bench.jsonl").write_text("".join(json.dumps({"task_id": it["task_id"], "prompt": it["prompt"]}) + "\n"
+                                                     for it in he[70:73]))
+    data = _data(work, [he[71]["prompt"]])
+    monkeypatch.chdir(work)
+    assert run("--data", "data.jsonl", "--eval", "ev/bench.jsonl", "--json", str(tmp_path / "a.json")).exit_code == 1
+    monkeypatch.chdir(tmp_path)
+    assert run("--data", "work/data.jsonl", "--eval", "./work/ev/../ev/bench.jsonl",
+               "--json", str(tmp_path / "b.json")).exit_code == 1
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+    assert json.loads((tmp_path / "a.json").read_text())["evals"][0]["source"] == str(work / "ev" / "bench.jsonl")
+    assert data == str(work / "data.jsonl")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Callable, Sequence
 
-from datakit.io.fs import InputError, arrow_filesystem, expand, filesystem, url_path
+from datakit.io.fs import InputError, arrow_filesystem, expand, filesystem, from_cwd, url_path
 from datakit.io.url_secrets import hide_url_secrets
 
 # Text fields tried, in order, when a generic eval file does not say which to use.
@@ -128,9 +128,10 @@ def load_eval(spec: str, fields: Sequence[str] | None = None, id_field: str | No
     for url in files:
         rows.extend(_read_rows(url))
     # a presigned URL's signature is never shown (found in review: it was the eval's `source` in the JSON,
-    # the HTML and the table, and its query the eval's name)
-    return _from_rows(name or file_name(path), hide_url_secrets(path), rows, list(fields) if fields else None,
-                      id_field)
+    # the HTML and the table, and its query the eval's name); a local path absolute, as data paths are
+    # recorded (found in review: the same files checked from another folder wrote another report)
+    return _from_rows(name or file_name(path), hide_url_secrets(from_cwd(path)), rows,
+                      list(fields) if fields else None, id_field)
 
 
 def file_name(path: str) -> str:
