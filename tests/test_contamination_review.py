@@ -250,3 +250,21 @@ def test_same_files_spelled_from_another_folder_give_the_same_report_bytes(tmp_p
     assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
     assert json.loads((tmp_path / "a.json").read_text())["evals"][0]["source"] == str(work / "ev" / "bench.jsonl")
     assert data == str(work / "data.jsonl")
+
+
+def test_an_eval_file_with_bytes_that_are_not_utf8_is_said(tmp_path, caplog):
+    """Found in review: a Latin-1 eval file was read with U+FFFD in place of its accented letters without a
+    word (the data side counts such lines and warns): n-grams across them can never match."""
+    import logging
+
+    prompt = ("def d\u00e9j\u00e0_vu(caf\u00e9s, limit):\n    seen = {}\n    for name in caf\u00e9s:\n"
+              "        seen[name.lower()] = seen.get(name.lower(), 0) + 1\n"
+              "    return sorted(seen.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]\n")
+    line = json.dumps({"task_id": "L1", "prompt": prompt}, ensure_ascii=False)
+    (tmp_path / "bench.jsonl").write_bytes(line.encode("latin-1") + b"\n")
+    data = _data(tmp_path, [prompt])
+    with caplog.at_level(logging.WARNING):
+        r = run("--data", data, "--eval", str(tmp_path / "bench.jsonl"), "-q")
+    assert r.exit_code == 1, r.output
+    said = [rec.getMessage() for rec in caplog.records if "not UTF-8" in rec.getMessage()]
+    assert len(said) == 1 and "bench.jsonl: 1 line held bytes" in said[0], said

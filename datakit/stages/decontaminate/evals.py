@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -20,6 +21,8 @@ from typing import Callable, Sequence
 
 from datakit.io.fs import InputError, arrow_filesystem, expand, filesystem, from_cwd, url_path
 from datakit.io.url_secrets import hide_url_secrets
+
+log = logging.getLogger("datakit.decontam.evals")
 
 # Text fields tried, in order, when a generic eval file does not say which to use.
 AUTO_FIELDS = ("prompt", "canonical_solution", "solution", "code", "question", "answer", "text", "test")
@@ -161,7 +164,16 @@ def _read_rows(url: str) -> list[dict]:
     except OSError as e:
         raise EvalError(f"cannot read eval file {hide_url_secrets(url)}: {type(e).__name__}") from None
     blob = _decompress(name, blob)
-    text = blob.decode("utf-8", "replace").removeprefix("\ufeff")  # a byte-order mark starts no line (as for logs)
+    try:
+        text = blob.decode("utf-8")
+    except UnicodeDecodeError:  # read with U+FFFD in their place, and said (found in review: silently, where
+        # the data side counts such lines and warns): an n-gram across such a byte can never match
+        text = blob.decode("utf-8", "replace")
+        bad = sum(1 for line in blob.split(b"\n") if not _is_utf8(line))
+        log.warning("eval file %s: %d line%s held bytes that are not UTF-8; they were read with U+FFFD in their "
+                    "place (an n-gram across such a byte cannot match): re-encode it as UTF-8",
+                    hide_url_secrets(url), bad, "s" * (bad != 1))
+    text = text.removeprefix("\ufeff")  # a byte-order mark starts no line (as for logs)
     # a JSON array also compressed (`sanitized-mbpp.json.gz`; found in review: "line 1: not valid JSON")
     if name.removesuffix(".gz").removesuffix(".zst").removesuffix(".zstd").endswith(".json") \
             and text.lstrip().startswith("["):
@@ -181,6 +193,14 @@ def _read_rows(url: str) -> list[dict]:
             except (ValueError, RecursionError):
                 raise EvalError(f"{hide_url_secrets(url)}:{lineno}: not valid JSON") from None
     return rows
+
+
+def _is_utf8(line: bytes) -> bool:
+    try:
+        line.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
 
 
 def _decompress(url: str, blob: bytes) -> bytes:
