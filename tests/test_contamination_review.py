@@ -268,3 +268,28 @@ def test_an_eval_file_with_bytes_that_are_not_utf8_is_said(tmp_path, caplog):
     assert r.exit_code == 1, r.output
     said = [rec.getMessage() for rec in caplog.records if "not UTF-8" in rec.getMessage()]
     assert len(said) == 1 and "bench.jsonl: 1 line held bytes" in said[0], said
+
+
+def test_line_prefix_candidates_are_every_string_holding_a_tab_an_arrow_or_a_double_at():
+    """The byte search that picks the strings the line-prefix patterns run on (`_line_prefix_candidates`) misses
+    none: checked against a plain Python scan, on a sliced array with nulls, empty strings, '@' at string
+    edges, multi-byte characters and every needle at the first and last byte."""
+    import random
+
+    import pyarrow as pa
+
+    from datakit.stages.decontaminate.matcher import _line_prefix_candidates
+    from datakit.stages.decontaminate.ngrams import arrow_text_buffers
+
+    rng = random.Random(7)
+    alphabet = ["a", " ", "\n", "@", "\t", "→", "é", "’", "0", "+"]
+    strings = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 12))) for _ in range(3000)]
+    strings[:6] = ["\tx", "x\t", "@", "@y", "@@", "→"]
+    strings = [None if i % 97 == 5 else s for i, s in enumerate(strings)]
+    arr = pa.array(["pad@"] + strings + ["@pad"], pa.string()).slice(1, len(strings))
+    got = _line_prefix_candidates(*arrow_text_buffers(arr)).tolist()
+    want = [i for i, s in enumerate(strings) if s and ("\t" in s or "@@" in s or b"\x92" in s.encode())]
+    assert set(want) <= set(got)
+    # extra candidates only where a '@' ends one string and the next begins with one (the patterns then decide)
+    extra = set(got) - set(want)
+    assert all(strings[i] and strings[i].endswith("@") for i in extra), sorted(extra)[:5]
