@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -192,6 +193,32 @@ def test_forget_cli_speaks_to_schedulers(tmp_path):
     assert _cli("forget", "ds", "--optouts", "del2.parquet", "--quiet", cwd=tmp_path).stdout == ""
     r = _cli("forget", "ds", "--optouts", "del2.parquet", "--master", "local[2]", cwd=tmp_path)
     assert r.returncode == 2 and "--master applies to --engine spark only" in r.stderr
+
+
+_POOL_THEN_EXIT = """
+def square(x):
+    return x * x
+
+if __name__ == "__main__":
+    from datakit.cli import _exit_after_command
+    from datakit.workers import pool
+
+    assert sum(pool(2).map(square, range(8))) == 140
+    _exit_after_command(0)
+"""
+
+
+def test_a_finished_command_ends_with_its_pool_still_alive(tmp_path):
+    """Found in a docs review: `datakit forget DATASET --optouts FILE` (its index builds ran in the kept
+    pool, which only `run` stops inside the command) printed its counts and never ended: the command's end
+    ran the exit handlers, the pool's only asked for a shutdown without waiting, and multiprocessing's then
+    closed the queue before the stop reached the idle workers and joined them forever."""
+    script = tmp_path / "pool_then_exit.py"
+    script.write_text(_POOL_THEN_EXIT)
+    root = str(Path(__file__).resolve().parents[1])  # this checkout's datakit, as `-m datakit.cli` from here
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
 
 
 def test_a_folder_holding_files_no_run_wrote_is_refused_as_output(pipeline_file, tmp_path):

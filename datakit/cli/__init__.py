@@ -740,6 +740,16 @@ def _exit_after_command(code: int) -> None:
 
     from datakit.process_exit import exit_without_teardown
 
+    workers = sys.modules.get("datakit.workers")
+    if workers is not None:
+        # A kept pool still alive here (`forget` and an index build run their tasks in one and, unlike
+        # `run`, never stop it) is stopped and waited for first. Left to the exit handlers, the pool's
+        # own (`drop_all_pools`, not waiting) only asked its manager thread to send the workers their
+        # stop; multiprocessing's handler then closed the queue before the thread could, and joined the
+        # idle workers forever (found in a docs review: `datakit forget DATASET --optouts FILE` printed
+        # its counts and never ended). The interpreter's normal exit joins that thread first; this one
+        # skips that step.
+        workers.drop_all_pools(wait=True)
     atexit._run_exitfuncs()
     exit_without_teardown(code)
 
