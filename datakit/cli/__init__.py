@@ -428,7 +428,8 @@ def synth(
     Writes OUT_DIR/dt=*/part-*.jsonl.zst, optouts.parquet, and the ground truth
     _ground_truth.jsonl (schemas/synth_ground_truth.v1.json) that tests score against.
     Run again into the same folder, it replaces only what it wrote there before (the files
-    its _synth.json lists); a folder of logs it did not write is refused (exit 2).
+    its _synth.json lists); a folder holding files of those names that it did not write
+    (no _synth.json) is refused (exit 2). Other files there are left as they are, beside the new logs.
     """
     from datakit import synth as synth_mod
 
