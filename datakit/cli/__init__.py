@@ -395,7 +395,7 @@ def init(
     """Write a ready pipeline into a folder of yours, reading logs/ and writing out/NAME there.
 
     The pipelines `make demo` runs in a checkout, for an installed package:
-    datakit init quickstart && datakit synth logs --events 2000 && datakit run quickstart.yaml
+    datakit init quickstart && datakit synth logs --events 3000 && datakit run quickstart.yaml
     """
     from datakit.cli.init import DEFAULT_SYNTH_ARGS, SYNTH_ARGS, InitError, summaries, write_starter
 
