@@ -232,6 +232,22 @@ def test_tool_calls_are_code_not_prose(fn) -> None:
     assert out[1]["segments"][1]["text"] == "<PERSON> asked for this."
 
 
+def test_preference_pairs_are_code_not_prose(fn) -> None:
+    """A preference record (extract: two tab completions at one cursor) holds the file before the cursor as its
+    `prompt` segment and the two completions as `chosen`/`rejected`: code. Found in a docs review: NER read
+    them as prose, and on the demo logs pipelines/preference.yaml replaced 468 "names" (3 without NER), such
+    as `isinstance(typ, GenericAlias)` -> `isinstance(typ, <PERSON>)`, code no longer valid, at 250x the
+    stage's time. The same words in a chat turn are still read."""
+    prompt = "def is_related(typ):\n    # Maria Garcia asked for this check.\n    return isinstance(typ, "
+    chosen, rejected = "GenericAlias)\n# Tomas Berg reviewed it.\n", "Anna Schmidt)\n"
+    rec = {**_rec("pair", "preference", [(prompt, False, "prompt")]), "chosen": chosen, "rejected": rejected}
+    out = fn(pa.RecordBatch.from_pylist([
+        rec, _rec("chat", "sft", [("Maria Garcia asked for this check.", False, "user")]),
+    ], schema=TRAINING_RECORD_V1)).to_pylist()
+    assert (out[0]["segments"][0]["text"], out[0]["chosen"], out[0]["rejected"]) == (prompt, chosen, rejected)
+    assert out[1]["segments"][0]["text"] == "<PERSON> asked for this check."
+
+
 def test_spans_read_from_spacy_are_presidios() -> None:
     """`person_spans` reads `doc.ents` itself instead of presidio's per-text analyze: same spans."""
     from datakit.stages.scrub_pii.ner import person_spans

@@ -292,15 +292,16 @@ def plausible_name(span: str) -> bool:
 class PersonNameScanner:
     """Person names in natural-language spans (chat turns) via spaCy NER (presidio's SpacyRecognizer spans).
 
-    Runs only on the prose parts the stage hands it (user/assistant/system/prompt
-    segments, chosen/rejected), with code spans blanked; spans whose text is not
+    Runs only on the prose parts the stage hands it (user/assistant/system segments,
+    not tool calls), with code spans blanked; spans whose text is not
     name-shaped (identifiers, paths) are dropped. Pattern findings win overlaps.
     """
 
     BATCH = 64
     # what NER reads and keeps, recorded in the manifest (so in the config hash): bump when it changes
     # 2: tool calls are not prose; never-name words (`_NOT_NAMES`) neither open a paragraph nor are kept
-    READS = 2
+    # 3: a preference record's prompt and chosen/rejected are code, not prose
+    READS = 3
 
     def __init__(self, model: str) -> None:
         self.model = model

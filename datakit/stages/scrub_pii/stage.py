@@ -43,8 +43,12 @@ from datakit.stages.scrub_pii.scan import Finding, Strategy, resolve_strategy, s
 
 METRIC_PREFIX = "pii."
 # segment roles that hold natural language (person-name NER runs only there, when available)
-# (not "tool": tool output is file contents and command output, i.e. code)
-PROSE_ROLES = frozenset({"user", "assistant", "system", "prompt"})
+# (not "tool": tool output is file contents and command output, i.e. code; not "prompt", nor `chosen` /
+# `rejected`: a preference record's prompt is the file before the cursor and its answers are two tab
+# completions, i.e. code, where NER replaced identifiers such as `GenericAlias` with <PERSON> (found in
+# a docs review: 468 person findings in the 304 pairs of pipelines/preference.yaml on the demo logs,
+# 3 without NER, and the stage 250x slower); names in code are the `person` pattern detector's)
+PROSE_ROLES = frozenset({"user", "assistant", "system"})
 # where a text is natural language: all of it, none, or (start, end) spans of it
 Prose = "bool | list[tuple[int, int]]"
 # (from numpy arrays: pa.array of a Python list imports pandas, 0.3 CPU-s, to check for pandas types;
@@ -455,7 +459,7 @@ class ScrubFn:
             if col.null_count < n:
                 parts_cols.append(col.cast(pa.string()))
                 scanned.append(k * n)
-                prose += [True] * n
+                prose += [False] * n  # a preference pair's completions: code (PROSE_ROLES)
         column = parts_cols[0] if len(parts_cols) == 1 else pa.concat_arrays(parts_cols)
         suppressed_c: set[int] = set()
         strings: dict[int, str | None] = {}  # column rows the scan already made Python strings
