@@ -293,3 +293,34 @@ def test_line_prefix_candidates_are_every_string_holding_a_tab_an_arrow_or_a_dou
     # extra candidates only where a '@' ends one string and the next begins with one (the patterns then decide)
     extra = set(got) - set(want)
     assert all(strings[i] and strings[i].endswith("@") for i in extra), sorted(extra)[:5]
+
+
+def test_eval_id_field_names_the_items_in_the_report(tmp_path):
+    """Found in review: the CLI had no way to name an eval file's id column (pipeline files have `id_field`),
+    so an eval whose ids sit in a column of another name (`slug`) was reported by row number.
+    `--eval-id-field FIELD` (every eval file) and `--eval-id-field NAME=FIELD` (one eval) name it; a field
+    the file lacks, a name no eval file has, and two fields for one eval are one-line errors (exit 2)."""
+    he = _he()
+    items = he[30:33]
+    ev = tmp_path / "private.jsonl"
+    ev.write_text("".join(json.dumps({"slug": f"priv-{i}", "code": it["prompt"] + it["canonical_solution"]}) + "\n"
+                          for i, it in enumerate(items)))
+    data = _data(tmp_path, [items[1]["prompt"] + items[1]["canonical_solution"]])
+
+    def contaminated_ids(*extra: str) -> list[str]:
+        out = tmp_path / "r.json"
+        r = run("--data", data, "--eval", str(ev), "--json", str(out), *extra)
+        assert r.exit_code == 1, r.output
+        return [i["eval_id"] for e in json.loads(out.read_text())["evals"] for i in e["contaminated"]]
+
+    assert contaminated_ids() == ["1"]  # no known id column: the row number
+    assert contaminated_ids("--eval-id-field", "slug") == ["priv-1"]
+    assert contaminated_ids("--eval-id-field", "private=slug") == ["priv-1"]
+
+    for extra, said in ((["--eval-id-field", "nope"], "id field 'nope' not in"),
+                        (["--eval-id-field", "other=slug"], "--eval-id-field names no eval file other"),
+                        (["--eval-id-field", "slug,code"], "give one field"),
+                        (["--eval-id-field", "slug", "--eval-id-field", "code"], "two id fields")):
+        r = run("--data", data, "--eval", str(ev), *extra)
+        assert r.exit_code == 2, (extra, r.output)
+        assert said in r.output, (extra, r.output)

@@ -40,6 +40,10 @@ def contamination_check(
     eval_field: Optional[List[str]] = typer.Option(None, "--eval-field", help="Text field(s) of the eval items, e.g. "
                                                    "prompt,canonical_solution,test (default per eval); NAME=a,b for "
                                                    "one eval only. Repeatable."),
+    eval_id_field: Optional[List[str]] = typer.Option(None, "--eval-id-field", help="Id field of an eval file's "
+                                                      "items, shown in the reports (default: the first of task_id, id, "
+                                                      "problem_id, question_id, uid it has, else the row number); "
+                                                      "NAME=FIELD for one eval only. Repeatable."),
     text_field: Optional[List[str]] = typer.Option(None, "--text-field", help="Column(s) of the data to scan "
                                                    "(default: training-record segments, or text/content/code)."),
     ngram: Optional[int] = typer.Option(None, "--ngram", help="n-gram size in tokens (default 13, or the index's)."),
@@ -79,6 +83,7 @@ def contamination_check(
 
         progress.configure("off")
     norms = _normalizations(normalize)
+    id_fields = _eval_id_fields(eval_id_field)
     try:
         from datakit.stages.decontaminate.check import check
 
@@ -86,7 +91,8 @@ def contamination_check(
                     min_fraction=min_fraction, threshold=threshold, eval_fields=_eval_fields(eval_field),
                     text_fields=_split(text_field), use_index=not no_index, max_examples=max(examples, 5),
                     max_items_per_ngram=max_items_per_ngram, robust=robust, min_ngrams_any=min_ngrams_any,
-                    min_fraction_loose=min_fraction_loose, reference=None if reference == "none" else reference)
+                    min_fraction_loose=min_fraction_loose, reference=None if reference == "none" else reference,
+                    eval_id_fields=id_fields)
         if json_out:
             res.write_json(json_out)
         if html_out:
@@ -144,6 +150,24 @@ def _eval_fields(values: Optional[List[str]]) -> dict[str | None, list[str]] | N
     for v in values:
         name, _, fields = v.rpartition("=")
         out.setdefault(name or None, []).extend(f.strip() for f in fields.split(",") if f.strip())
+    return out
+
+
+def _eval_id_fields(values: Optional[List[str]]) -> dict[str | None, str] | None:
+    """`--eval-id-field f` (every eval file) and `--eval-id-field NAME=f` (that eval) as {name or None: field};
+    one field per eval (an item has one id)."""
+    if not values:
+        return None
+    out: dict[str | None, str] = {}
+    for v in values:
+        name, _, field = (x.strip() for x in v.rpartition("="))
+        if not field or "," in field:
+            _fail(f"--eval-id-field {v!r}: give one field, or NAME=FIELD")
+        key = name or None
+        if key in out and out[key] != field:
+            _fail(f"--eval-id-field: {'eval ' + repr(name) if name else 'every eval'} is given two id fields "
+                  f"({out[key]}, {field})")
+        out[key] = field
     return out
 
 

@@ -166,7 +166,8 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
           threshold: float = 0.0, eval_fields: Sequence[str] | None = None, text_fields: Sequence[str] | None = None,
           use_index: bool = True, max_examples: int = 5, batch_rows: int = 8192,
           max_items_per_ngram: int = 1, robust: bool = True, min_ngrams_any: int | None = None,
-          min_fraction_loose: float | None = None, reference: str | None = "stdlib") -> CheckResult:
+          min_fraction_loose: float | None = None, reference: str | None = "stdlib",
+          eval_id_fields: dict[str | None, str] | None = None) -> CheckResult:
     """Check eval sets against one or more datasets; see the module docstring.
 
     `ngram`/`normalizations` default to 13 and whitespace+case, or to an index's
@@ -175,6 +176,7 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
     index holds one view); `min_ngrams_any` (default 6 when robust, else off)
     matches an item on an absolute count of its distinctive n-grams;
     `reference` ("stdlib" or None) drops n-grams common in code at large.
+    `eval_id_fields`: {eval name or None for every eval file: its id column} (`--eval-id-field`).
     Raises `InputError` for missing or unreadable inputs and unknown evals.
     """
     from datakit.stages.decontaminate.stage import load_evals
@@ -202,7 +204,7 @@ def check(data: str | Sequence[str], evals: Sequence[str | EvalSet], *, ngram: i
     if specs:
         try:
             fields = eval_fields if isinstance(eval_fields, dict) else list(eval_fields) if eval_fields else None
-            evalsets += load_evals(list(specs), None, fields)
+            evalsets += load_evals(list(specs), None, fields, eval_id_fields)
         except ValueError as e:
             raise InputError(str(e)) from None
 

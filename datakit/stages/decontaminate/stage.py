@@ -66,15 +66,20 @@ class EvalSpec(BaseModel):
 
 
 def load_evals(specs: list[str | EvalSpec], ctx: CompileContext | None = None,
-               fields: list[str] | dict[str | None, list[str]] | None = None) -> list[EvalSet]:
+               fields: list[str] | dict[str | None, list[str]] | None = None,
+               id_fields: dict[str | None, str] | None = None) -> list[EvalSet]:
     """Load every eval of a config; names must be unique (they become drop reasons).
 
     `fields`: the text fields of every eval, or {eval name: fields} with None for the others (the CLI's
     `--eval-field NAME=a,b`). Why per eval: HumanEval has no `solution` and a private benchmark no
     `canonical_solution`, so one list for both could not work (the docs' own example failed, found in
-    review). A name is the `NAME=` given, a registered eval's name or an eval file's name."""
+    review). A name is the `NAME=` given, a registered eval's name or an eval file's name.
+    `id_fields`: the id column the same way (the CLI's `--eval-id-field [NAME=]FIELD`), for eval files;
+    a registered eval keeps its own ids, so naming one there is an error."""
     scoped = fields if isinstance(fields, dict) else {None: fields} if fields else {}
+    scoped_ids = id_fields or {}
     used: set[str] = set()
+    used_ids: set[str] = set()
     out: list[EvalSet] = []
     for s in specs:
         if isinstance(s, str):
@@ -85,11 +90,22 @@ def load_evals(specs: list[str | EvalSpec], ctx: CompileContext | None = None,
             if key is not None:
                 used.add(key)
             f = scoped.get(key, scoped.get(None))
-            s = EvalSpec(name=name, path=target, fields=f) if is_file else EvalSpec(name=target, fields=f)
+            id_key = next((k for k in keys if k in scoped_ids), None)
+            if id_key is not None and not is_file:
+                raise ValueError(f"--eval-id-field {id_key}=...: {target} is a registered eval, which has its own ids")
+            if id_key is not None:
+                used_ids.add(id_key)
+            id_field = scoped_ids.get(id_key, scoped_ids.get(None))
+            s = EvalSpec(name=name, path=target, fields=f, id_field=id_field) if is_file \
+                else EvalSpec(name=target, fields=f)
         out.append(s.load(ctx))
     unknown = sorted(k for k in scoped if k is not None and k not in used and k not in {e.name for e in out})
     if unknown:
         raise ValueError(f"--eval-field names no eval {', '.join(unknown)} (evals: {', '.join(e.name for e in out)})")
+    unknown = sorted(k for k in scoped_ids if k is not None and k not in used_ids)
+    if unknown:
+        raise ValueError(f"--eval-id-field names no eval file {', '.join(unknown)} "
+                         f"(evals: {', '.join(e.name for e in out)})")
     names = [e.name for e in out]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
