@@ -463,7 +463,7 @@ def _line_prefix_candidates(data: np.ndarray, offsets: np.ndarray) -> np.ndarray
             i = raw.find(byte, starts[k + 1])
     at = np.flatnonzero(buf[:-1] == 0x40)
     at = at[buf[at + 1] == 0x40]
-    found.update((np.searchsorted(offsets - lo, at, side="right") - 1).tolist())
+    found.update((np.searchsorted(offsets, at + lo, side="right") - 1).tolist())
     return np.array(sorted(found), dtype=np.int64)
 
 

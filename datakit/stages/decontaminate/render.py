@@ -27,11 +27,11 @@ def print_table(res: "CheckResult", console=None, examples: int = 3) -> None:
     for col in ("eval", "items", "contaminated", "rate", "status"):
         t.add_column(col, justify="right" if col in ("items", "contaminated", "rate") else "left")
     for e in res.evals:
-        bad = e.rate > res.threshold
         # "clean" only when nothing matched: found in review, 16 contaminated items under --threshold 0.1
         # were "clean" in the table
-        status = ("[red]CONTAMINATED[/red]" if bad else "[yellow]within threshold[/yellow]" if e.contaminated_items
-                  else "[green]clean[/green]")
+        text, kind = _status(e.rate, e.contaminated_items, res.threshold)
+        colour = _COLOURS[kind]
+        status = f"[{colour}]{text}[/{colour}]"
         t.add_row(escape(e.name), str(e.items), str(e.contaminated_items), f"{e.rate:.1%}", status)
     console.print(t)
     for e in res.evals:
@@ -90,10 +90,9 @@ def render_html(res: "CheckResult") -> str:
     # three states, as the terminal table says them: found in review, items contaminated under --threshold
     # made the page's title "clean" and its row green while the table said "within threshold"
     rows = "".join(
-        f"<tr class='{_status(e.rate, e.contaminated_items, res.threshold)[1]}'><td>{e_(e.name)}</td><td>{e.items}</td>"
-        f"<td>{e.contaminated_items}</td><td>{e.rate:.2%}</td><td>{_status(e.rate, e.contaminated_items, res.threshold)[0]}"
-        f"</td><td>{e.items_without_ngrams}</td></tr>"
-        for e in res.evals)
+        f"<tr class='{kind}'><td>{e_(e.name)}</td><td>{e.items}</td><td>{e.contaminated_items}</td>"
+        f"<td>{e.rate:.2%}</td><td>{text}</td><td>{e.items_without_ngrams}</td></tr>"
+        for e in res.evals for text, kind in [_status(e.rate, e.contaminated_items, res.threshold)])
     sections = []
     for e in res.evals:
         items = "".join(
@@ -133,8 +132,12 @@ threshold: {res.threshold:.2%}</p>
 """
 
 
+# the terminal table's colour of each status kind (the HTML report's row class is the kind itself)
+_COLOURS = {"bad": "red", "warn": "yellow", "ok": "green"}
+
+
 def _status(rate: float, contaminated_items: int, threshold: float) -> tuple[str, str]:
-    """(status, row class) of one eval, as the terminal table names it."""
+    """(status, kind) of one eval, for the terminal table and the HTML report alike."""
     if rate > threshold:
         return "CONTAMINATED", "bad"
     return ("within threshold", "warn") if contaminated_items else ("clean", "ok")
